@@ -51,41 +51,64 @@ def config_from_args(args) -> Config:
                   test_size=args.test_size, print_every=args.print_every, dataset=args.dataset, shuffle=args.shuffle)
 
 
-def cmd_train(args) -> dict:
-    from . import data, model, results, train
+def cmd_train(args, comm) -> dict:
+    from . import results, runner
 
     cfg = config_from_args(args)
-    train_set, test_set = data.load(cfg)
-    params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed)
-    trainer = train.Sequential(cfg, params, train_set.X, train_set.y)
-    history = train.fit(cfg, trainer, test_set, progress=not args.json and sys.stderr.isatty(),
-                        log=None if args.json else print)
+    parallel = args.parallel if args.parallel != "auto" else ("data" if comm.size > 1 else "sequential")
+    quiet = args.json or comm.rank != 0
+    history, _ = runner.train_on_ranks(cfg, parallel, comm, log=None if quiet else print,
+                                       progress=not quiet and sys.stderr.isatty())
     summary = {"final_loss": history.final_loss, "test_precision": history.test_precision,
-               "epoch_seconds": history.epoch_seconds, "backend": "numpy", "parallel": "sequential",
-               "ranks": 1, **cfg.to_dict()}
+               "epoch_seconds": history.epoch_seconds, "backend": "numpy", "parallel": parallel,
+               "ranks": comm.size, **cfg.to_dict()}
+    if comm.rank != 0:
+        return summary
     if not args.json:
         precision = "n/a" if history.test_precision is None else f"{history.test_precision:.4f}"
         print(f"final loss {history.final_loss:.6f}  test precision {precision}  "
-              f"time per epoch {history.epoch_seconds:.3f} s")
+              f"time per epoch {history.epoch_seconds:.3f} s  ({parallel}, {comm.size} rank(s))")
     if args.save:
         meta = results.machine_metadata()
-        rows = [{**{k: v for k, v in summary.items() if k not in ("final_loss", "test_precision", "epoch_seconds")},
-                 **row} for row in history.epochs]
-        for row in rows:
-            row["hidden_sizes"] = " ".join(map(str, cfg.hidden_sizes))
+        fixed = {k: v for k, v in summary.items() if k not in ("final_loss", "test_precision", "epoch_seconds")}
+        fixed["hidden_sizes"] = " ".join(map(str, cfg.hidden_sizes))
         path = results.write_rows(results.RESULTS_ROOT / results.machine_name(meta) / f"{args.save}.csv",
-                                  rows, meta, append=False)
+                                  [{**fixed, **row} for row in history.epochs], meta, append=False)
         summary["saved"] = str(path)
         if not args.json:
             print(f"wrote {path}")
     return summary
 
 
-def cmd_data_fetch(args) -> dict:
+def cmd_check(args, comm) -> dict:
+    from . import runner
+
+    result = runner.check(config_from_args(args), args.parallel, comm)
+    if comm.rank == 0 and not args.json:
+        print(f"{args.parallel} parallel on {comm.size} rank(s), {result['dtype']}: "
+              f"relative error vs the sequential reference (tolerance {result['tolerance']:.0e})")
+        for name, err in result["errors"].items():
+            print(f"  {name:4s} {err:.3e}  {'ok' if err <= result['tolerance'] else 'TOO LARGE'}")
+        print(f"  replicas differ across ranks by at most {result['replica_max_abs_diff']:.3e}")
+        print("PASSED" if result["passed"] else "FAILED")
+    if not result["passed"]:
+        args.exit_code = 1
+    return result
+
+
+def cmd_data_fetch(args, comm) -> dict:
     from . import data
     folder = data.fetch(args.name, dest=args.dest, mirrors=args.mirror, timeout=args.timeout,
                         log=(lambda m: None) if args.json else print)
     return {"dataset": args.name, "folder": str(folder)}
+
+
+def parallel_option(parser, default: str) -> None:
+    parser.add_argument("--parallel", choices=("auto", "sequential", "data", "model") if default == "auto"
+                        else ("data", "model"), default=default,
+                        help="data: batch split over ranks, one fused gradient all-reduce a batch; model: hidden "
+                             "units split over ranks (one hidden layer only), one all-reduce of the C x B logits; "
+                             "auto: data under mpiexec with several ranks, else sequential (default %(default)s)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,11 +118,23 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("train", help="train the MLP and print loss, test precision and time per epoch",
-                       description="Train the MLP on the CPU reference (NumPy).")
+                       description="Train the MLP: the sequential NumPy reference, or data/model parallel "
+                                   "over MPI ranks (mpiexec -n P perflab train --parallel data).")
     hyperparameter_options(p)
+    parallel_option(p, "auto")
     p.add_argument("--save", metavar="NAME", help="write the per-epoch table to results/<machine>/NAME.csv (+ .json metadata)")
     p.add_argument("--json", action="store_true", help="print one JSON object on the last line")
     p.set_defaults(run=cmd_train)
+
+    p = sub.add_parser("check", help="compare a parallel run with the sequential reference (the seeds' test)",
+                       description="Train the parallel trainer and the sequential NumPy reference from the same "
+                                   "initial parameters on the same data; report per-parameter relative Frobenius "
+                                   "errors. Passes at <= 1e-12 (float64) or <= 1e-5 (float32); exit status 1 if not. "
+                                   "Run under mpiexec -n P.")
+    hyperparameter_options(p)
+    parallel_option(p, "data")
+    p.add_argument("--json", action="store_true", help="print one JSON object on the last line")
+    p.set_defaults(run=cmd_check)
 
     p = sub.add_parser("data", help="datasets: fetch the IDX files for users who lack them")
     dsub = p.add_subparsers(dest="data_command", required=True, metavar="ACTION")
@@ -117,15 +152,38 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """Parse, run on this rank, print once. A failure on one rank ends them all: a bad
+    value (the same on every rank) exits 2 with one message; anything else prints the
+    rank's error and aborts the MPI job, so no rank waits forever in a collective."""
+    from .comm import world
+
+    comm = world()
     parser = build_parser()
-    args = parser.parse_args(argv)
     try:
-        summary = args.run(args)
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or a bad option: argparse has printed why
+        if exc.code and comm.size > 1:
+            comm.abort(2)  # a rank started with other options must not leave the rest waiting
+        raise
+    args.exit_code = 0
+    try:
+        summary = args.run(args, comm)
     except (ConfigError, DataError, CLIError) as exc:
-        parser.exit(2, f"perflab: error: {exc}\n")
-    if args.json:
+        deterministic = isinstance(exc, ConfigError)
+        if comm.rank == 0 or not deterministic:
+            where = f"rank {comm.rank}: " if comm.size > 1 else ""
+            print(f"perflab: error: {where}{exc}", file=sys.stderr, flush=True)
+        if comm.size > 1 and not deterministic:
+            comm.abort(2)
+        raise SystemExit(2)
+    except Exception as exc:
+        if comm.size == 1:
+            raise
+        print(f"perflab: error: rank {comm.rank}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        comm.abort(1)
+    if args.json and comm.rank == 0:
         print(json.dumps(summary, default=str))
-    return 0
+    return args.exit_code
 
 
 if __name__ == "__main__":

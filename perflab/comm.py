@@ -1,0 +1,113 @@
+"""Gradient exchange: one interface, interchangeable strategies.
+
+A trainer calls `comm.allreduce(buffer)` (sum over ranks, in place) and never knows how it
+is done: `serial` (one rank, nothing to do), `mpi` (host buffers through mpi4py, the seeds'
+path; a GPU buffer is staged through the host). Every collective appends a record
+{op, strategy, bytes, seconds} so the performance model can turn it into P_mpi.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import numpy as np
+
+MPI_LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS", "SLURM_STEP_ID")
+STRATEGIES = ("mpi",)
+
+
+def launched_by_mpi() -> bool:
+    """True under mpiexec/srun: only then is MPI initialized (a plain run stays MPI-free)."""
+    return any(v in os.environ for v in MPI_LAUNCH_VARS)
+
+
+class Serial:
+    """One rank: every collective is the identity."""
+
+    strategy = "serial"
+    rank, size = 0, 1
+
+    def __init__(self):
+        self.records = []
+
+    def allreduce(self, buf):
+        return buf
+
+    def allreduce_scalar(self, value: float) -> float:
+        return value
+
+    def allgather(self, obj) -> list:
+        return [obj]
+
+    def bcast(self, obj):
+        return obj
+
+    def barrier(self):
+        pass
+
+    def abort(self, code: int = 1):
+        sys.exit(code)
+
+
+class MPIComm(Serial):
+    """mpi4py over host memory. Device arrays go device -> host -> MPI_Allreduce -> device,
+    the seeds' host-staged all-reduce (timed as a whole here; the profiler splits it)."""
+
+    strategy = "mpi"
+
+    def __init__(self, comm=None):
+        from mpi4py import MPI
+        super().__init__()
+        self.MPI = MPI
+        self.comm = comm or MPI.COMM_WORLD
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        self.host = None  # reusable host staging buffer
+
+    def allreduce(self, buf):
+        start = time.perf_counter()
+        if isinstance(buf, np.ndarray):
+            self.comm.Allreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM)
+        else:
+            if self.host is None or self.host.shape != buf.shape or self.host.dtype != buf.dtype:
+                self.host = np.empty(buf.shape, buf.dtype)
+            buf.get(out=self.host)
+            self.comm.Allreduce(self.MPI.IN_PLACE, self.host, op=self.MPI.SUM)
+            buf.set(self.host)
+        self.records.append({"op": "allreduce", "strategy": self.strategy, "rank": self.rank,
+                             "ranks": self.size, "bytes": buf.nbytes, "seconds": time.perf_counter() - start})
+        return buf
+
+    def allreduce_scalar(self, value: float) -> float:
+        return self.comm.allreduce(value, op=self.MPI.SUM)
+
+    def allgather(self, obj) -> list:
+        return self.comm.allgather(obj)
+
+    def bcast(self, obj):
+        return self.comm.bcast(obj, root=0)
+
+    def barrier(self):
+        self.comm.Barrier()
+
+    def abort(self, code: int = 1):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.comm.Abort(code)
+
+
+def world(strategy: str = "mpi"):
+    """The communicator for this process: MPI when launched by mpiexec, else Serial."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"communication strategy must be one of {STRATEGIES}, got {strategy!r}")
+    if not launched_by_mpi():
+        return Serial()
+    return MPIComm()
+
+
+def share(n: int, parts: int, part: int) -> tuple[int, int]:
+    """[start, stop) of part `part` when n items are split into `parts` contiguous pieces whose
+    sizes differ by at most one (the first n % parts pieces get the extra item)."""
+    base, extra = divmod(n, parts)
+    start = part * base + min(part, extra)
+    return start, start + base + (1 if part < extra else 0)

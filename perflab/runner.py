@@ -1,0 +1,78 @@
+"""What `perflab train` and `perflab check` do on each rank: load, agree, train, compare."""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from . import data, model, train
+from .backend import to_numpy
+from .config import Config, ConfigError
+from .parallel import make_trainer
+
+TOLERANCE = {"float64": 1e-12, "float32": 1e-5}
+
+
+class DisagreementError(ConfigError):
+    """Ranks were started with different hyperparameters or data."""
+
+
+def data_fingerprint(split: data.Split) -> str:
+    """Labels whole, images sampled: enough to tell two datasets, sizes or seeds apart."""
+    h = hashlib.sha256(split.y.tobytes())
+    h.update(np.ascontiguousarray(split.X[:, ::97]).tobytes())
+    return h.hexdigest()[:16]
+
+
+def check_agreement(comm, cfg: Config, split: data.Split) -> None:
+    """Every rank must hold the same hyperparameters and data; else say which ranks differ."""
+    mine = (cfg.fingerprint(), data_fingerprint(split))
+    everyone = comm.allgather(mine)
+    for what, i in (("hyperparameters", 0), ("training data", 1)):
+        odd = [r for r, f in enumerate(everyone) if f[i] != everyone[0][i]]
+        if odd:
+            raise DisagreementError(f"ranks {odd} have other {what} than rank 0 "
+                                    "(same command line and data folder on every rank?)")
+
+
+def train_on_ranks(cfg: Config, parallel: str, comm, xp=np, log=print, progress=False):
+    """Load, check agreement, train; returns (history, trainer). Output from rank 0 only."""
+    train_set, test_set = data.load(cfg)
+    check_agreement(comm, cfg, train_set)
+    params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed, xp=xp)
+    trainer = make_trainer(parallel, cfg, params, xp.asarray(train_set.X), xp.asarray(train_set.y), comm)
+    if test_set is not None and xp is not np:
+        test_set = data.Split(xp.asarray(test_set.X), xp.asarray(test_set.y))
+    history = train.fit(cfg, trainer, test_set, progress=progress and comm.rank == 0,
+                        log=log if comm.rank == 0 else None)
+    return history, trainer
+
+
+def relative_error(a, b) -> float:
+    """||a - b||_F / ||b||_F (absolute when b is zero)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    scale = np.linalg.norm(b)
+    return float(np.linalg.norm(a - b) / (scale if scale > 0 else 1.0))
+
+
+def check(cfg: Config, parallel: str, comm, xp=np) -> dict:
+    """The seeds' correctness test: train the parallel run and the sequential NumPy reference
+    from the same initial parameters on the same data; report per-parameter relative errors
+    (Frobenius) and how far replicas drifted apart across ranks."""
+    history, trainer = train_on_ranks(cfg, parallel, comm, xp=xp, log=None)
+    mine = [to_numpy(p) for p in history.params]
+    replicas = comm.allgather(mine) if parallel == "data" else [mine]
+    replica_drift = max(float(np.abs(r - m).max()) for other in replicas for r, m in zip(other, replicas[0]))
+    result = None
+    if comm.rank == 0:
+        train_set, _ = data.load(cfg)
+        params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed)
+        reference = train.fit(cfg, train.Sequential(cfg, params, train_set.X, train_set.y), progress=False).params
+        names = model.param_names(len(cfg.hidden_sizes) + 1)
+        errors = {n: relative_error(p, r) for n, p, r in zip(names, mine, reference)}
+        tolerance = TOLERANCE[cfg.dtype]
+        worst = max(errors.values())
+        result = {"parallel": parallel, "ranks": comm.size, "dtype": cfg.dtype, "max_rel_error": worst,
+                  "errors": errors, "tolerance": tolerance, "replica_max_abs_diff": replica_drift,
+                  "passed": bool(worst <= tolerance and replica_drift == 0.0), **cfg.to_dict()}
+    return comm.bcast(result)

@@ -1,0 +1,101 @@
+"""MPI trainers under the venv's mpiexec (oversubscribed on 2 cores), each run with a timeout."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from perflab.comm import share
+from perflab.parallel import local_part
+
+pytestmark = pytest.mark.mpi
+MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+SMALL = ["--dataset", "synthetic", "--input-size", "30", "--hidden-size", "7", "--num-classes", "4",
+         "--train-size", "103", "--batch-size", "21", "--num-epochs", "2", "--learning-rate", "0.5", "--test-size", "20"]
+
+
+def mpirun(n, *args, env=None, timeout=120, mpmd=None):
+    if MPIEXEC is None:
+        pytest.fail("mpiexec not found: install the package's MPI (pip install mpich) into this environment")
+    cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", "perflab", *args]
+    for extra_env, extra_args in mpmd or []:
+        cmd += [":", "-n", "1", *[x for k, v in extra_env.items() for x in ("-env", k, v)],
+                sys.executable, "-m", "perflab", *extra_args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def last_json(proc):
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_share_sizes_differ_by_at_most_one():
+    for n in (1, 7, 21, 3200):
+        for p in range(1, min(n, 5) + 1):
+            parts = [share(n, p, r) for r in range(p)]
+            sizes = [b - a for a, b in parts]
+            assert sum(sizes) == n and max(sizes) - min(sizes) <= 1
+            assert parts[0][0] == 0 and all(parts[r][1] == parts[r + 1][0] for r in range(p - 1))
+    assert local_part(slice(10, 31), 2, 3) == slice(24, 31)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("parallel", ["data", "model"])
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+def test_check_matches_sequential(ranks, parallel, dtype):
+    result = last_json(mpirun(ranks, "check", "--parallel", parallel, "--dtype", dtype, "--json", *SMALL))
+    assert result["passed"] and result["ranks"] == ranks
+    assert result["max_rel_error"] <= {"float64": 1e-12, "float32": 1e-5}[dtype]
+    assert set(result["errors"]) == {"W1", "b1", "W2", "b2"}
+    assert result["replica_max_abs_diff"] == 0.0
+
+
+@pytest.mark.parametrize("parallel", ["data", "model"])
+def test_check_seeds_hyperparameters_on_mnist(parallel):
+    """The seeds' {784, 512, 10, 1e-4, 1e-4, 38400, 1, 3200} (the perflab defaults) on MNIST, 4 ranks."""
+    result = last_json(mpirun(4, "check", "--parallel", parallel, "--json", "--test-size", "0", timeout=300))
+    assert result["passed"] and result["max_rel_error"] <= 1e-12
+    assert (result["hidden_sizes"], result["batch_size"], result["train_size"]) == ([512], 3200, 38400)
+
+
+def test_train_prints_once_from_rank_0():
+    proc = mpirun(3, "train", "--parallel", "data", *SMALL)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("final loss") == 1 and "data, 3 rank(s)" in proc.stdout
+
+
+def test_more_ranks_than_batch_samples():
+    proc = mpirun(3, "train", "--parallel", "data", "--dataset", "synthetic", "--input-size", "5",
+                  "--hidden-size", "4", "--train-size", "10", "--batch-size", "4", "--test-size", "0")
+    assert proc.returncode != 0
+    assert "3 ranks but a mini-batch of only 2 samples" in proc.stderr
+    assert proc.stderr.count("perflab: error") == 1
+
+
+def test_model_parallel_limits():
+    proc = mpirun(3, "train", "--parallel", "model", *SMALL[:4], "--hidden-size", "2", *SMALL[6:])
+    assert proc.returncode != 0 and "needs at least 3 hidden units, got H=2" in proc.stderr
+    proc = mpirun(2, "train", "--parallel", "model", *SMALL[:4], "--hidden-size", "6", "5", *SMALL[6:])
+    assert proc.returncode != 0 and "model parallel splits one hidden layer" in proc.stderr
+
+
+def test_ranks_disagreeing_on_hyperparameters_are_reported():
+    proc = mpirun(1, "train", "--parallel", "data", *SMALL, mpmd=[({}, ["train", "--parallel", "data", *SMALL, "--seed", "5"])])
+    assert proc.returncode != 0
+    assert "ranks [1] have other hyperparameters than rank 0" in proc.stderr
+
+
+def test_bad_option_on_one_rank_ends_all_ranks():
+    proc = mpirun(1, "train", "--parallel", "data", *SMALL, mpmd=[({}, ["train", "--no-such-option"])], timeout=60)
+    assert proc.returncode != 0 and "unrecognized arguments: --no-such-option" in proc.stderr
+
+
+def test_failure_on_one_rank_ends_all_ranks(tmp_path):
+    """Rank 1 cannot find its data while rank 0 waits in a collective: the job must end, not hang."""
+    args = ["train", "--parallel", "data", "--train-size", "3200", "--batch-size", "320", "--test-size", "0"]
+    proc = mpirun(1, *args, mpmd=[({"PERFLAB_DATA": str(tmp_path)}, args)], timeout=60)
+    assert proc.returncode != 0
+    assert "rank 1:" in proc.stderr and "missing" in proc.stderr
