@@ -44,6 +44,31 @@ def hyperparameter_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--shuffle", action="store_true", help="reshuffle the training set every epoch (same order on every rank)")
 
 
+def device_options(parser: argparse.ArgumentParser) -> None:
+    from .kernels import GEMM_VARIANTS
+    g = parser.add_argument_group("device", "where the math runs (GPU options need CuPy and an NVIDIA GPU)")
+    g.add_argument("--backend", choices=("numpy", "cupy", "auto"), default="numpy",
+                   help="numpy: the CPU reference; cupy: one GPU per rank; auto: cupy when a GPU is there (default %(default)s)")
+    g.add_argument("--mode", choices=("resident", "staged"), default="resident",
+                   help="resident: data copied to the GPU once, gradients all-reduced on the GPU, each step a CUDA graph; "
+                        "staged: the seeds' path, each batch copied host->device, gradients through host MPI (default %(default)s)")
+    g.add_argument("--gemm", choices=GEMM_VARIANTS, default="best", help="GEMM kernel on the GPU (default %(default)s)")
+    g.add_argument("--comm", choices=("nccl", "mpi"), default="nccl",
+                   help="GPU gradient all-reduce: NCCL on the device, or host-staged MPI (default %(default)s; staged mode uses mpi)")
+    g.add_argument("--no-graphs", action="store_true", help="launch kernels one by one instead of replaying CUDA graphs")
+    g.add_argument("--pinned", action="store_true", help="staged mode: keep the data in page-locked host memory")
+
+
+def device_from_args(args):
+    from .backend import array_module
+    from .runner import Device
+    backend = "numpy" if array_module(args.backend).__name__ == "numpy" else "cupy"
+    if args.backend == "auto" and getattr(args, "json", False) is False:
+        print(f"backend: {backend}", file=sys.stderr)
+    return Device(backend=backend, mode=args.mode, gemm=args.gemm, comm="mpi" if args.mode == "staged" else args.comm,
+                  graphs=not args.no_graphs, pinned=args.pinned)
+
+
 def config_from_args(args) -> Config:
     return Config(input_size=args.input_size, hidden_sizes=tuple(args.hidden_size), num_classes=args.num_classes,
                   reg=args.reg, learning_rate=args.learning_rate, train_size=args.train_size,
@@ -57,11 +82,12 @@ def cmd_train(args, comm) -> dict:
     cfg = config_from_args(args)
     parallel = args.parallel if args.parallel != "auto" else ("data" if comm.size > 1 else "sequential")
     quiet = args.json or comm.rank != 0
-    history, _ = runner.train_on_ranks(cfg, parallel, comm, log=None if quiet else print,
+    device = device_from_args(args)
+    history, _ = runner.train_on_ranks(cfg, parallel, comm, device, log=None if quiet else print,
                                        progress=not quiet and sys.stderr.isatty())
     summary = {"final_loss": history.final_loss, "test_precision": history.test_precision,
-               "epoch_seconds": history.epoch_seconds, "backend": "numpy", "parallel": parallel,
-               "ranks": comm.size, **cfg.to_dict()}
+               "epoch_seconds": history.epoch_seconds, "parallel": parallel, "ranks": comm.size,
+               **device_summary(device), **cfg.to_dict()}
     if comm.rank != 0:
         return summary
     if not args.json:
@@ -80,10 +106,19 @@ def cmd_train(args, comm) -> dict:
     return summary
 
 
+def device_summary(device) -> dict:
+    import dataclasses
+    if device.backend == "numpy":
+        return {"backend": "numpy"}
+    return dataclasses.asdict(device)
+
+
 def cmd_check(args, comm) -> dict:
     from . import runner
 
-    result = runner.check(config_from_args(args), args.parallel, comm)
+    device = device_from_args(args)
+    result = runner.check(config_from_args(args), args.parallel, comm, device)
+    result.update(device_summary(device))
     if comm.rank == 0 and not args.json:
         print(f"{args.parallel} parallel on {comm.size} rank(s), {result['dtype']}: "
               f"relative error vs the sequential reference (tolerance {result['tolerance']:.0e})")
@@ -111,6 +146,33 @@ def parallel_option(parser, default: str) -> None:
                              "auto: data under mpiexec with several ranks, else sequential (default %(default)s)")
 
 
+def save_rows(name: str, rows: list[dict], out: str | None = None) -> str:
+    from . import results
+    meta = results.machine_metadata()
+    folder = results.RESULTS_ROOT / results.machine_name(meta) if out is None else __import__("pathlib").Path(out)
+    return str(results.write_rows(folder / f"{name}.csv", rows, meta, append=False))
+
+
+def cmd_bench_gemm(args, comm) -> dict:
+    from . import bench
+    rows = bench.bench_gemm(variants=args.variants, dtype=args.dtype, hidden=args.hidden, batches=args.batches,
+                            repeats=args.repeats, progress=not args.json)
+    if not args.json:
+        print(bench.summarize_gemm(rows))
+    return {"rows": len(rows), "saved": save_rows(f"bench_gemm_{args.dtype}", rows, args.out)}
+
+
+def cmd_bench_train(args, comm) -> dict:
+    from . import peers
+    configs = [tuple(int(v) for v in c.split(",")) for c in args.configs]
+    rows = peers.bench_train(configs=configs, N=args.train_size, peers=args.peers, repeats=args.repeats,
+                             log=(lambda m: None) if args.json else print)
+    if not args.json:
+        import pandas as pd
+        print(pd.DataFrame(rows).pivot_table(index=["H", "B"], columns="peer", values="epoch_ms").round(3).T.to_string())
+    return {"rows": rows, "saved": save_rows("bench_train", rows, args.out)}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="perflab",
@@ -122,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "over MPI ranks (mpiexec -n P perflab train --parallel data).")
     hyperparameter_options(p)
     parallel_option(p, "auto")
+    device_options(p)
     p.add_argument("--save", metavar="NAME", help="write the per-epoch table to results/<machine>/NAME.csv (+ .json metadata)")
     p.add_argument("--json", action="store_true", help="print one JSON object on the last line")
     p.set_defaults(run=cmd_train)
@@ -133,8 +196,36 @@ def build_parser() -> argparse.ArgumentParser:
                                    "Run under mpiexec -n P.")
     hyperparameter_options(p)
     parallel_option(p, "data")
+    device_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object on the last line")
     p.set_defaults(run=cmd_check)
+
+    p = sub.add_parser("bench", help="benchmarks: perflab beside its peers in one run (GPU)")
+    bsub = p.add_subparsers(dest="bench_command", required=True, metavar="WHAT")
+    from .kernels import GEMM_VARIANTS
+    b = bsub.add_parser("gemm", help="every GEMM variant and cuBLAS at the training shapes",
+                        description="Times each GEMM variant and cuBLAS (warm-up, CUDA events, median, inputs rotated "
+                                    "past L2) at the forward/backward shapes for H x B; prints TFLOP/s, %% of cuBLAS, "
+                                    "%% of the FP32 peak; writes results/<machine>/bench_gemm_<dtype>.csv.")
+    b.add_argument("--variants", nargs="+", choices=GEMM_VARIANTS, default=list(GEMM_VARIANTS))
+    b.add_argument("--dtype", choices=DTYPES, default="float32")
+    b.add_argument("--hidden", nargs="+", type=int, default=[512, 1024, 2048], metavar="H")
+    b.add_argument("--batches", nargs="+", type=int, default=[800, 3200, 12000], metavar="B")
+    b.add_argument("--repeats", type=int, default=20)
+    b.add_argument("--out", metavar="DIR", help="folder for the CSV (default results/<machine>)")
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(run=cmd_bench_gemm)
+    from .peers import PEERS
+    b = bsub.add_parser("train", help="an epoch of perflab beside PyTorch, JAX and the cuBLAS floor",
+                        description="Median ms per epoch (N samples, resident on the GPU, FP32, TF32 off) for perflab "
+                                    "and every installed peer; a missing peer is skipped with a message.")
+    b.add_argument("--configs", nargs="+", default=["512,3200", "1024,3200", "2048,12000"], metavar="H,B")
+    b.add_argument("--train-size", type=int, default=60000)
+    b.add_argument("--peers", nargs="+", choices=list(PEERS), metavar="PEER", help=f"subset of: {', '.join(PEERS)}")
+    b.add_argument("--repeats", type=int, default=5)
+    b.add_argument("--out", metavar="DIR", help="folder for the CSV (default results/<machine>)")
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(run=cmd_bench_train)
 
     p = sub.add_parser("data", help="datasets: fetch the IDX files for users who lack them")
     dsub = p.add_subparsers(dest="data_command", required=True, metavar="ACTION")
@@ -168,7 +259,7 @@ def main(argv=None) -> int:
     args.exit_code = 0
     try:
         summary = args.run(args, comm)
-    except (ConfigError, DataError, CLIError) as exc:
+    except (ConfigError, DataError, CLIError, RuntimeError) as exc:
         deterministic = isinstance(exc, ConfigError)
         if comm.rank == 0 or not deterministic:
             where = f"rank {comm.rank}: " if comm.size > 1 else ""

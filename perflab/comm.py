@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 MPI_LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS", "SLURM_STEP_ID")
-STRATEGIES = ("mpi",)
+STRATEGIES = ("mpi", "nccl")
 
 
 def launched_by_mpi() -> bool:
@@ -96,13 +96,45 @@ class MPIComm(Serial):
         self.comm.Abort(code)
 
 
-def world(strategy: str = "mpi"):
+class NCCLComm(MPIComm):
+    """All-reduce of device buffers with NCCL on the current CUDA stream (capturable in a CUDA
+    graph); the NCCL unique id travels over MPI, so it works across nodes too. Host arrays
+    and objects still go through MPI."""
+
+    strategy = "nccl"
+
+    def __init__(self, mpi: MPIComm):
+        import cupy
+        from cupy.cuda import nccl
+        super().__init__(mpi.comm)
+        self.cupy, self.nccl = cupy, nccl
+        uid = self.comm.bcast(nccl.get_unique_id() if self.rank == 0 else None, root=0)
+        self.communicator = nccl.NcclCommunicator(self.size, uid, self.rank)
+        self.types = {"float32": nccl.NCCL_FLOAT32, "float64": nccl.NCCL_FLOAT64}
+
+    def allreduce(self, buf):
+        if isinstance(buf, np.ndarray):
+            return super().allreduce(buf)
+        stream = self.cupy.cuda.get_current_stream()
+        self.communicator.allReduce(buf.data.ptr, buf.data.ptr, buf.size, self.types[buf.dtype.name],
+                                    self.nccl.NCCL_SUM, stream.ptr)
+        self.records.append({"op": "allreduce", "strategy": self.strategy, "rank": self.rank,
+                             "ranks": self.size, "bytes": buf.nbytes, "seconds": float("nan")})  # async
+        return buf
+
+
+def world():
     """The communicator for this process: MPI when launched by mpiexec, else Serial."""
+    return MPIComm() if launched_by_mpi() else Serial()
+
+
+def for_gpu(comm, strategy: str):
+    """The device-side strategy on top of the MPI world (after each rank picked its GPU)."""
     if strategy not in STRATEGIES:
-        raise ValueError(f"communication strategy must be one of {STRATEGIES}, got {strategy!r}")
-    if not launched_by_mpi():
-        return Serial()
-    return MPIComm()
+        raise ValueError(f"--comm must be one of {STRATEGIES}, got {strategy!r}")
+    if comm.size == 1 or strategy == "mpi":
+        return comm
+    return NCCLComm(comm)
 
 
 def share(n: int, parts: int, part: int) -> tuple[int, int]:

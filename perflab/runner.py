@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -35,16 +36,47 @@ def check_agreement(comm, cfg: Config, split: data.Split) -> None:
                                     "(same command line and data folder on every rank?)")
 
 
-def train_on_ranks(cfg: Config, parallel: str, comm, xp=np, log=print, progress=False):
+@dataclass
+class Device:
+    """Where and how a run executes: numpy, or cupy with a data mode, GEMM and all-reduce."""
+    backend: str = "numpy"
+    mode: str = "resident"   # resident | staged (GPU only)
+    gemm: str = "best"       # perflab GEMM variant or cublas (GPU only)
+    comm: str = "nccl"       # nccl | mpi (GPU gradient exchange)
+    graphs: bool = True      # capture each batch's step as a CUDA graph (resident mode)
+    pinned: bool = False     # staged mode: page-locked host copy of the data
+
+
+def make_gpu_trainer(cfg: Config, parallel: str, comm, device: Device, train_set):
+    from . import gpu
+    from .comm import for_gpu
+    gpu.select_device(comm)
+    gpu.check_memory(cfg, device.mode == "resident")
+    comm = for_gpu(comm, device.comm)
+    if parallel in ("sequential", "data") and len(cfg.hidden_sizes) == 1:
+        return gpu.FusedGPU(cfg, train_set.X, train_set.y, comm, device.mode, device.gemm, device.graphs, device.pinned)
+    import cupy as cp  # model parallel and deeper nets: the shared math on CuPy arrays
+    params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed, xp=cp)
+    return make_trainer(parallel, cfg, params, cp.asarray(train_set.X), cp.asarray(train_set.y), comm)
+
+
+def train_on_ranks(cfg: Config, parallel: str, comm, device: Device | None = None, log=print, progress=False):
     """Load, check agreement, train; returns (history, trainer). Output from rank 0 only."""
+    device = device or Device()
     train_set, test_set = data.load(cfg)
     check_agreement(comm, cfg, train_set)
-    params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed, xp=xp)
-    trainer = make_trainer(parallel, cfg, params, xp.asarray(train_set.X), xp.asarray(train_set.y), comm)
-    if test_set is not None and xp is not np:
-        test_set = data.Split(xp.asarray(test_set.X), xp.asarray(test_set.y))
+    if device.backend == "numpy":
+        params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed)
+        trainer = make_trainer(parallel, cfg, params, train_set.X, train_set.y, comm)
+        sync = lambda: None  # noqa: E731
+    else:
+        import cupy as cp
+        trainer = make_gpu_trainer(cfg, parallel, comm, device, train_set)
+        if test_set is not None:
+            test_set = data.Split(cp.asarray(test_set.X), cp.asarray(test_set.y))
+        sync = cp.cuda.get_current_stream().synchronize if not hasattr(trainer, "sync") else trainer.sync
     history = train.fit(cfg, trainer, test_set, progress=progress and comm.rank == 0,
-                        log=log if comm.rank == 0 else None)
+                        log=log if comm.rank == 0 else None, sync=sync)
     return history, trainer
 
 
@@ -55,11 +87,11 @@ def relative_error(a, b) -> float:
     return float(np.linalg.norm(a - b) / (scale if scale > 0 else 1.0))
 
 
-def check(cfg: Config, parallel: str, comm, xp=np) -> dict:
+def check(cfg: Config, parallel: str, comm, device: Device | None = None) -> dict:
     """The seeds' correctness test: train the parallel run and the sequential NumPy reference
     from the same initial parameters on the same data; report per-parameter relative errors
     (Frobenius) and how far replicas drifted apart across ranks."""
-    history, trainer = train_on_ranks(cfg, parallel, comm, xp=xp, log=None)
+    history, trainer = train_on_ranks(cfg, parallel, comm, device, log=None)
     mine = [to_numpy(p) for p in history.params]
     replicas = comm.allgather(mine) if parallel == "data" else [mine]
     replica_drift = max(float(np.abs(r - m).max()) for other in replicas for r, m in zip(other, replicas[0]))

@@ -1,0 +1,126 @@
+"""Benchmarks: perflab beside its peers in one run (warm-up, CUDA events, medians).
+
+`perflab bench gemm`: every GEMM variant and cuBLAS at the training shapes.
+`perflab bench train`: perflab's training epoch beside PyTorch, JAX and the cuBLAS floor
+(perflab.peers).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+
+import numpy as np
+
+D, C = 784, 10
+
+
+def gemm_shapes(hidden=(512, 1024, 2048), batches=(800, 3200, 12000)):
+    """(name, M, K, N, a_transposed, b_transposed) as the training step calls them:
+    forward W1 X (X is F-ordered), backward dz1 X^T, da1 = W2^T delta, dW2 = delta a1^T, z2 = W2 a1."""
+    for h in hidden:
+        for b in batches:
+            yield f"fwd1 H={h} B={b}", h, D, b, False, True
+            yield f"bwd3 H={h} B={b}", h, b, D, False, False
+            yield f"fwd2 H={h} B={b}", C, h, b, False, False
+            yield f"bwd1 H={h} B={b}", C, b, h, False, True
+            yield f"bwd2 H={h} B={b}", h, C, b, True, False
+
+
+def device_peak_flops(cp) -> tuple[float, dict]:
+    """FP32 FMA peak: SMs x 128 lanes x 2 FLOPs x clock (the clock read off the device)."""
+    dev = cp.cuda.Device()
+    props = cp.cuda.runtime.getDeviceProperties(dev.id)
+    sms, clock_khz = props["multiProcessorCount"], props["clockRate"]
+    return sms * 128 * 2 * clock_khz * 1e3, {"sms": sms, "clock_mhz": clock_khz / 1e3, "gpu": props["name"].decode()}
+
+
+def time_ms(cp, fn, repeats: int = 20, warmup: int = 3) -> float:
+    """Median milliseconds of fn() between CUDA events."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, stop))
+    return statistics.median(times)
+
+
+def device_copy_rate(cp, nbytes: int = 1 << 30) -> float:
+    """Bytes per second of a large device-to-device copy, counting read + write."""
+    a = cp.empty(nbytes // 4, cp.float32)
+    b = cp.empty_like(a)
+    a.fill(1)
+    ms = time_ms(cp, lambda: b.__setitem__(Ellipsis, a), repeats=10)
+    return 2 * nbytes / (ms * 1e-3)
+
+
+def bench_gemm(variants=("naive", "tiled", "regblock", "best", "cublas"), dtype="float32", hidden=(512, 1024, 2048),
+               batches=(800, 3200, 12000), repeats=20, progress=True):
+    """Rows: one per (shape, variant) with ms, TFLOP/s, % of cuBLAS, % of peak, GB/s."""
+    import cupy as cp
+    from tqdm.auto import tqdm
+
+    from . import kernels
+    peak, dev = device_peak_flops(cp)
+    copy_rate = device_copy_rate(cp)
+    rng = np.random.default_rng(0)
+    rows = []
+    shapes = list(gemm_shapes(hidden, batches))
+    for name, M, K, N, ta, tb in tqdm(shapes, disable=not progress, desc="gemm shapes"):
+        # enough input sets that together they overflow L2, so repeats do not run from cache
+        sets = max(2, math.ceil(3 * 50e6 / ((M * K + K * N) * 4)))
+        sets = min(sets, 8)
+        inputs = []
+        for _ in range(sets):
+            a = cp.asarray(rng.uniform(-1, 1, (K, M) if ta else (M, K)).astype(dtype))
+            b = cp.asarray(rng.uniform(-1, 1, (N, K) if tb else (K, N)).astype(dtype))
+            inputs.append((a.T if ta else a, b.T if tb else b))
+        out = cp.empty((M, N), dtype)
+        flops = 2.0 * M * N * K
+        nbytes = (M * K + K * N + M * N) * np.dtype(dtype).itemsize
+        reference = None
+        base = {}
+        for variant in variants:
+            if variant == "naive" and flops > 2e10:
+                continue
+            turn = iter(range(10**9))
+
+            def call():
+                a, b = inputs[next(turn) % sets]
+                kernels.gemm(a, b, out=out, variant=variant)
+            call()
+            got = out.get()
+            if reference is None:
+                a0, b0 = inputs[0]
+                reference = cp.asnumpy(a0).astype(np.float64) @ cp.asnumpy(b0).astype(np.float64)
+            a0, b0 = inputs[0]
+            kernels.gemm(a0, b0, out=out, variant=variant)
+            err = float(np.linalg.norm(out.get() - reference) / np.linalg.norm(reference))
+            ms = time_ms(cp, call, repeats=repeats)
+            base[variant] = ms
+            rows.append({"shape": name, "M": M, "K": K, "N": N, "variant": variant, "dtype": dtype, "ms": ms,
+                         "tflops": flops / ms / 1e9, "pct_peak": 100 * flops / (ms * 1e-3) / peak,
+                         "gbps": nbytes / ms / 1e6, "pct_copy_rate": 100 * nbytes / (ms * 1e-3) / copy_rate,
+                         "rel_error": err, "gpu": dev["gpu"], "peak_tflops": peak / 1e12,
+                         "copy_rate_gbps": copy_rate / 1e9, "checked": bool(err <= 1e-5 if dtype == "float32" else err <= 1e-12)})
+            del got
+        for row in rows[-len(base):]:
+            row["pct_cublas"] = 100 * base["cublas"] / row["ms"] if "cublas" in base else float("nan")
+    return rows
+
+
+def summarize_gemm(rows) -> str:
+    """% of cuBLAS for `best` at the H x 784 shapes: geometric mean and worst, and a table."""
+    import pandas as pd
+    df = pd.DataFrame(rows)
+    lines = [df.pivot_table(index="shape", columns="variant", values="tflops", sort=False).round(2).to_string()]
+    best = df[(df.variant == "best") & (df.shape.str.startswith(("fwd1", "bwd3")))]
+    if len(best):
+        ratio = best.pct_cublas / 100
+        lines.append(f"best vs cuBLAS at the H x 784 shapes: geometric mean {math.exp(np.log(ratio).mean()):.3f}, "
+                     f"worst {ratio.min():.3f} ({best.loc[ratio.idxmin(), 'shape']})")
+    return "\n".join(lines)

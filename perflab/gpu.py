@@ -1,0 +1,194 @@
+"""GPU training: the seeds' step on one GPU per rank, fused and graph-captured.
+
+Same math as perflab.model (checked against it), laid out for speed:
+  forward   a1 = sigmoid(W1 X + b1)            one GEMM, bias + sigmoid in its epilogue
+            z2 = W2 a1                         GEMM (C x B)
+            delta = (softmax(z2 + b2) - Y)/B   one kernel, with the per-sample CE for the loss
+  backward  dW2 = delta a1^T, db2 = rowsum(delta), da1 = W2^T delta, dz1 = da1 o a1 o (1 - a1),
+            dW1 = dz1 X^T, db1 = rowsum(dz1)  (no input gradient is needed)
+  exchange  one all-reduce of one fused gradient buffer (NCCL on the GPU, or staged via MPI)
+  step      p <- p - lr (g + reg p) for every parameter in one launch
+Parameters and gradients each live in one flat device buffer. In `resident` mode the data
+sit on the GPU and each batch's whole step is captured once as a CUDA graph and replayed;
+in `staged` mode (the seeds' path) each batch is copied host -> device every iteration.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import kernels, model
+from .config import Config, ConfigError
+from .parallel import check_batch_split, local_part
+from .train import Sequential
+
+MODES = ("resident", "staged")
+
+
+class GPUError(ConfigError):
+    """The GPU run cannot be set up as asked; the message names the sizes or devices."""
+
+
+def select_device(comm) -> int:
+    """One GPU per rank, by node-local rank (never global rank modulo the GPU count)."""
+    import cupy as cp
+    count = cp.cuda.runtime.getDeviceCount()
+    local_rank, local_size = 0, 1
+    if comm.size > 1:
+        node = comm.comm.Split_type(comm.MPI.COMM_TYPE_SHARED)
+        local_rank, local_size = node.Get_rank(), node.Get_size()
+        node.Free()
+    if local_size > count:
+        raise GPUError(f"{local_size} ranks on this node but {count} GPU(s) visible "
+                       f"(CUDA_VISIBLE_DEVICES={__import__('os').environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); "
+                       "start at most one rank per GPU")
+    cp.cuda.Device(local_rank).use()
+    return local_rank
+
+
+def check_memory(cfg: Config, resident: bool) -> None:
+    """Fail early, naming the sizes, when the run cannot fit in GPU memory."""
+    import cupy as cp
+    free, total = cp.cuda.runtime.memGetInfo()
+    item = np.dtype(cfg.dtype).itemsize
+    sizes = cfg.layer_sizes
+    params = sum(a * b + a for a, b in zip(sizes[1:], sizes[:-1]))
+    activations = cfg.batch_size * sum(sizes) * 3
+    data = cfg.input_size * (cfg.train_size + cfg.test_size) if resident else cfg.input_size * cfg.batch_size
+    need = (3 * params + activations + data) * item
+    if need > free:
+        raise GPUError(f"needs about {need / 2**30:.2f} GiB of GPU memory (N={cfg.train_size}, B={cfg.batch_size}, "
+                       f"layers {list(sizes)}, {cfg.dtype}) but {free / 2**30:.2f} of {total / 2**30:.2f} GiB are free")
+
+
+class FusedGPU(Sequential):
+    """Data-parallel (or single-GPU) trainer for one hidden layer on CuPy with perflab kernels."""
+
+    name = "data"
+
+    def __init__(self, cfg: Config, X, y, comm, mode="resident", gemm="best", graphs=True, pinned=False):
+        import cupy as cp
+        if len(cfg.hidden_sizes) != 1:
+            raise GPUError("the fused GPU trainer takes one hidden layer; use --gemm cublas-generic for deeper nets")
+        if mode not in MODES:
+            raise GPUError(f"--mode must be one of {MODES}, got {mode!r}")
+        check_batch_split(cfg, comm.size)
+        self.cp, self.cfg, self.comm, self.mode, self.variant = cp, cfg, comm, mode, gemm
+        self.graphs = graphs and mode == "resident" and not cfg.shuffle
+        D, H, C = cfg.layer_sizes
+        dtype = np.dtype(cfg.dtype)
+        host_params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed)
+        self.P = cp.asarray(np.concatenate([p.ravel() for p in host_params]))
+        self.G = cp.zeros(self.P.size + 1, dtype=dtype)  # + 1 slot: the batch's CE sum
+        shapes = [p.shape for p in host_params]
+        self.params = self.views(self.P, shapes)
+        self.grads = self.views(self.G, shapes)
+        sizes = np.cumsum([int(np.prod(s)) for s in shapes])
+        self.ends = cp.asarray(sizes, dtype=np.int64)
+        self.regs = cp.asarray([cfg.reg, 0.0] * (len(shapes) // 2), dtype=dtype)
+        bmax = -(-cfg.batch_size // comm.size)
+        # activations as flat buffers: a batch of n takes a contiguous (rows x n) view of each
+        self.a1, self.da1 = cp.empty(H * bmax, dtype), cp.empty(H * bmax, dtype)
+        self.z2, self.delta = cp.empty(C * bmax, dtype), cp.empty(C * bmax, dtype)
+        self.ce = cp.empty(bmax, dtype)
+        self.work = cp.empty(16 * H * max(D, bmax), dtype) if gemm == "best" else None
+        if mode == "resident":
+            self.X, self.y = cp.asarray(X), cp.asarray(y)
+        else:
+            self.X = X if not pinned else pinned_copy(X)
+            self.y = y
+            self.Xdev = cp.empty((D, bmax), dtype, order="F")
+            self.ydev = cp.empty(bmax, np.int64)
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        self.cache = {}
+        self.want_loss = True
+
+    @staticmethod
+    def views(buffer, shapes):
+        out, offset = [], 0
+        for s in shapes:
+            n = int(np.prod(s))
+            out.append(buffer[offset:offset + n].reshape(s))
+            offset += n
+        return out
+
+    def gemm(self, a, b, out, bias=None):
+        if self.variant == "cublas":
+            return kernels.gemm(a, b, out=out, bias=bias, variant="cublas")
+        return kernels.gemm(a, b, out=out, bias=bias, variant=self.variant, work=self.work)
+
+    def step(self, Xb, yb, global_b: int, want_loss: bool):
+        """Enqueue one whole training step on the current stream (capturable)."""
+        cp = self.cp
+        W1, b1, W2, b2 = self.params
+        dW1, db1, dW2, db2 = self.grads
+        n = Xb.shape[1]
+        H, C = W1.shape[0], W2.shape[0]
+        a1, da1 = self.a1[:H * n].reshape(H, n), self.da1[:H * n].reshape(H, n)
+        z2, delta = self.z2[:C * n].reshape(C, n), self.delta[:C * n].reshape(C, n)
+        self.gemm(W1, Xb, a1, bias=b1)                                  # forward GEMM 1 + bias + sigmoid
+        self.gemm(W2, a1, z2)                                           # forward GEMM 2
+        kernels.softmax_xent_grad(z2, b2, yb, delta, global_b, self.ce[:n] if want_loss else None)
+        self.gemm(delta, a1.T, dW2)                                     # backward GEMM 1
+        kernels.row_sum(delta, db2)
+        self.gemm(W2.T, delta, da1)                                     # backward GEMM 2
+        kernels.sigmoid_backward(da1, a1)
+        self.gemm(da1, Xb.T, dW1)                                       # backward GEMM 3
+        kernels.row_sum(da1, db1)
+        if want_loss:
+            cp.sum(self.ce[:n], out=self.G[-1:].reshape(()))
+        else:
+            self.G[-1:] = 0
+        self.comm.allreduce(self.G)
+        kernels.sgd_update(self.P, self.G[:-1], self.cfg.learning_rate, self.ends, self.regs)
+
+    def batch(self, index):
+        cp = self.cp
+        part = local_part(index, self.comm.rank, self.comm.size)
+        global_b = (index.stop - index.start) if isinstance(index, slice) else len(index)
+        want = self.want_loss
+        with self.stream:
+            if self.mode == "staged":
+                n = (part.stop - part.start) if isinstance(part, slice) else len(part)
+                Xb, yb = self.Xdev[:, :n], self.ydev[:n]
+                Xb.set(np.asfortranarray(self.X[:, part]), stream=self.stream)
+                yb.set(np.ascontiguousarray(self.y[part]), stream=self.stream)
+                self.step(Xb, yb, global_b, want)
+            elif not self.graphs:
+                self.step(self.X[:, part], self.y[part], global_b, want)
+            else:
+                key = (part.start, part.stop, want)
+                graph = self.cache.get(key)
+                if graph is None:
+                    saved = self.P.copy()  # a warm-up step loads every kernel before capture...
+                    self.step(self.X[:, part], self.y[part], global_b, want)
+                    self.P[...] = saved    # ...and is undone, so the replay below is the only step
+                    self.stream.begin_capture()
+                    self.step(self.X[:, part], self.y[part], global_b, want)
+                    graph = self.cache[key] = self.stream.end_capture()
+                graph.launch(self.stream)
+        if not want:
+            return None
+        self.stream.synchronize()
+        return float(self.G[-1]) / global_b + model.l2_penalty(self.params, self.cfg.reg)
+
+    def predict(self, X):
+        with self.stream:
+            out = model.predict(self.params, self.cp.asarray(X))
+        self.stream.synchronize()
+        return out
+
+    def full_params(self) -> list:
+        self.stream.synchronize()
+        return [p.get() for p in self.params]
+
+    def sync(self):
+        self.stream.synchronize()
+
+
+def pinned_copy(X: np.ndarray) -> np.ndarray:
+    """X in page-locked host memory (the fast host -> device path), same layout."""
+    import cupy as cp
+    mem = cp.cuda.alloc_pinned_memory(X.nbytes)
+    out = np.ndarray(X.shape, X.dtype, buffer=mem, order="F" if X.flags.f_contiguous else "C")
+    out[...] = X
+    return out

@@ -1,0 +1,271 @@
+"""The same MLP epoch in the frameworks a practitioner would pick, for `perflab bench train`.
+
+Every peer: 784-H-10, sigmoid, softmax + cross-entropy, L2 (reg/2 ||W||^2 on weights), plain
+SGD, data resident on the GPU, float32 with TF32 off, N samples an epoch in batches of B (the
+last batch keeps N % B). Each returns the median milliseconds of an epoch over `repeats`
+timed epochs after `warmup` epochs, synchronized with the device. A peer whose library is
+missing raises PeerMissing and is skipped with a message.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+
+
+class PeerMissing(RuntimeError):
+    pass
+
+
+def batches(n: int, b: int):
+    return [(s, min(s + b, n)) for s in range(0, n, b)]
+
+
+def timed_epochs(run_epoch, sync, warmup: int, repeats: int) -> float:
+    for _ in range(warmup):
+        run_epoch()
+    sync()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run_epoch()
+        sync()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def initial(D, H, C, seed=0):
+    from . import model
+    return [p.astype(np.float32) for p in model.init_params((D, H, C), "float64", seed)]
+
+
+# ----------------------------------------------------------------------------- perflab
+def perflab_epoch(X, y, H, B, lr, reg, warmup=2, repeats=5, gemm="best", graphs=True):
+    from .comm import Serial
+    from .config import Config
+    from .gpu import FusedGPU
+    N, D = X.shape
+    cfg = Config(dataset="synthetic", input_size=D, hidden_sizes=(H,), num_classes=10, train_size=N,
+                 batch_size=B, learning_rate=lr, reg=reg, dtype="float32", test_size=0)
+    trainer = FusedGPU(cfg, np.asfortranarray(X.T), y, Serial(), "resident", gemm, graphs)
+    trainer.want_loss = False
+    slices = [slice(s, e) for s, e in batches(N, B)]
+
+    def epoch():
+        for s in slices:
+            trainer.batch(s)
+    return timed_epochs(epoch, trainer.sync, warmup, repeats)
+
+
+# ----------------------------------------------------------------------------- PyTorch
+def torch_setup(X, y, H, lr, reg):
+    try:
+        import torch
+    except ImportError as exc:
+        raise PeerMissing(f"PyTorch not installed ({exc})") from None
+    if not torch.cuda.is_available():
+        raise PeerMissing("PyTorch sees no CUDA device")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    dev = torch.device("cuda")
+    W1, b1, W2, b2 = (torch.tensor(p, device=dev, requires_grad=True) for p in initial(X.shape[1], H, 10))
+    Xd, yd = torch.tensor(X, device=dev), torch.tensor(y, device=dev)
+    opt = torch.optim.SGD([{"params": [W1, W2], "weight_decay": reg}, {"params": [b1, b2], "weight_decay": 0.0}],
+                          lr=lr, foreach=True)
+
+    def loss_fn(xb, yb):
+        a1 = torch.sigmoid(xb @ W1.T + b1)
+        return torch.nn.functional.cross_entropy(a1 @ W2.T + b2, yb)
+    return torch, Xd, yd, opt, loss_fn
+
+
+def torch_eager(X, y, H, B, lr, reg, warmup=2, repeats=5):
+    torch, Xd, yd, opt, loss_fn = torch_setup(X, y, H, lr, reg)
+
+    def epoch():
+        for s, e in batches(len(X), B):
+            opt.zero_grad(set_to_none=True)
+            loss_fn(Xd[s:e], yd[s:e]).backward()
+            opt.step()
+    return timed_epochs(epoch, torch.cuda.synchronize, warmup, repeats)
+
+
+def torch_compiled(X, y, H, B, lr, reg, warmup=2, repeats=5, mode="default"):
+    torch, Xd, yd, opt, loss_fn = torch_setup(X, y, H, lr, reg)
+    compiled = torch.compile(loss_fn, mode=mode)
+    step_opt = torch.compile(opt.step, mode=mode) if mode != "reduce-overhead" else opt.step
+
+    def epoch():
+        for s, e in batches(len(X), B):
+            opt.zero_grad(set_to_none=True)
+            compiled(Xd[s:e], yd[s:e]).backward()
+            step_opt()
+    return timed_epochs(epoch, torch.cuda.synchronize, warmup, repeats)
+
+
+def torch_graph(X, y, H, B, lr, reg, warmup=2, repeats=5):
+    """The whole step (forward, backward, SGD) captured with torch.cuda.graph, one graph per
+    batch size; each batch is copied into the static input, then the graph is replayed."""
+    torch, Xd, yd, opt, loss_fn = torch_setup(X, y, H, lr, reg)
+    graphs = {}
+    for n in sorted({e - s for s, e in batches(len(X), B)}):
+        sx, sy = Xd[:n].clone(), yd[:n].clone()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                opt.zero_grad(set_to_none=True)
+                loss_fn(sx, sy).backward()
+                opt.step()
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        opt.zero_grad(set_to_none=True)
+        with torch.cuda.graph(g):
+            loss_fn(sx, sy).backward()
+            opt.step()
+        graphs[n] = (g, sx, sy)
+
+    def epoch():
+        for s, e in batches(len(X), B):
+            g, sx, sy = graphs[e - s]
+            sx.copy_(Xd[s:e])
+            sy.copy_(yd[s:e])
+            g.replay()
+    return timed_epochs(epoch, torch.cuda.synchronize, warmup, repeats)
+
+
+# ----------------------------------------------------------------------------- JAX
+def jax_setup(X, y, H, lr, reg):
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError as exc:
+        raise PeerMissing(f"JAX not installed ({exc})") from None
+    jax.config.update("jax_default_matmul_precision", "highest")
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        raise PeerMissing("JAX sees no GPU")
+    params = [jnp.asarray(p) for p in initial(X.shape[1], H, 10)]
+
+    def loss(params, xb, yb):
+        W1, b1, W2, b2 = params
+        a1 = jax.nn.sigmoid(xb @ W1.T + b1)
+        logp = jax.nn.log_softmax(a1 @ W2.T + b2)
+        ce = -jnp.take_along_axis(logp, yb[:, None], axis=1).mean()
+        return ce + 0.5 * reg * (jnp.sum(W1 * W1) + jnp.sum(W2 * W2))
+
+    def step(params, xb, yb):
+        grads = jax.grad(loss)(params, xb, yb)
+        return [p - lr * g for p, g in zip(params, grads)]
+    return jax, jnp, params, step, jnp.asarray(X), jnp.asarray(y.astype(np.int32))
+
+
+def jax_jit(X, y, H, B, lr, reg, warmup=2, repeats=5):
+    jax, jnp, params, step, Xd, yd = jax_setup(X, y, H, lr, reg)
+    jstep = jax.jit(step)
+    state = {"p": params}
+
+    def epoch():
+        for s, e in batches(len(X), B):
+            state["p"] = jstep(state["p"], Xd[s:e], yd[s:e])
+    return timed_epochs(epoch, lambda: jax.block_until_ready(state["p"]), warmup, repeats)
+
+
+def jax_scan(X, y, H, B, lr, reg, warmup=2, repeats=5):
+    """The whole epoch as one jitted lax.scan over the full batches, then the last partial one."""
+    jax, jnp, params, step, Xd, yd = jax_setup(X, y, H, lr, reg)
+    N = len(X)
+    full = N // B
+
+    @jax.jit
+    def epoch_fn(params, Xd, yd):
+        xs = Xd[:full * B].reshape(full, B, -1)
+        ys = yd[:full * B].reshape(full, B)
+        params, _ = jax.lax.scan(lambda p, b: (step(p, b[0], b[1]), None), params, (xs, ys))
+        if N % B:
+            params = step(params, Xd[full * B:], yd[full * B:])
+        return params
+    state = {"p": params}
+
+    def epoch():
+        state["p"] = epoch_fn(state["p"], Xd, yd)
+    return timed_epochs(epoch, lambda: jax.block_until_ready(state["p"]), warmup, repeats)
+
+
+# ----------------------------------------------------------------------------- floor
+def cublas_floor(X, y, H, B, lr, reg, warmup=2, repeats=5):
+    """Only the five GEMMs of a step through cuBLAS (forward 2, backward 3), each batch's set
+    captured once in a CUDA graph and replayed: no elementwise work, no update. No real
+    training step can be faster than this with cuBLAS's GEMMs."""
+    import cupy as cp
+    N, D = X.shape
+    Xd = cp.asarray(np.asfortranarray(X.T))
+    W1, W2 = cp.asarray(initial(D, H, 10)[0]), cp.asarray(initial(D, H, 10)[2])
+    dW1, dW2 = cp.empty((H, D), cp.float32), cp.empty((10, H), cp.float32)
+    stream = cp.cuda.Stream(non_blocking=True)
+    graphs, buffers = [], {}
+
+    def five(s, e):
+        n = e - s
+        if n not in buffers:
+            buffers[n] = [cp.empty(shape, cp.float32) for shape in ((H, n), (10, n), (H, n))]
+        a1, z2, da1 = buffers[n]
+        xb = Xd[:, s:e]
+        cp.matmul(W1, xb, out=a1)
+        cp.matmul(W2, a1, out=z2)
+        cp.matmul(z2, a1.T, out=dW2)
+        cp.matmul(W2.T, z2, out=da1)
+        cp.matmul(da1, xb.T, out=dW1)
+    with stream:
+        for s, e in batches(N, B):
+            five(s, e)
+            stream.begin_capture()
+            five(s, e)
+            graphs.append(stream.end_capture())
+
+    def epoch():
+        for g in graphs:
+            g.launch(stream)
+    return timed_epochs(epoch, stream.synchronize, warmup, repeats)
+
+
+PEERS = {
+    "perflab": perflab_epoch,
+    "perflab (cublas gemm)": lambda *a, **k: perflab_epoch(*a, gemm="cublas", **k),
+    "pytorch eager": torch_eager,
+    "pytorch cuda graph": torch_graph,
+    "torch.compile default": lambda *a, **k: torch_compiled(*a, mode="default", **k),
+    "torch.compile reduce-overhead": lambda *a, **k: torch_compiled(*a, mode="reduce-overhead", **k),
+    "jax jit/batch": jax_jit,
+    "jax scan epoch": jax_scan,
+    "cublas 5-gemm floor": cublas_floor,
+}
+
+
+def bench_train(configs=((512, 3200), (1024, 3200), (2048, 12000)), N=60000, lr=0.1, reg=1e-4, peers=None,
+                warmup=2, repeats=5, log=print):
+    """Rows: one per (config, peer) with the median epoch in ms and its ratio to perflab."""
+    rng = np.random.default_rng(0)
+    X = rng.random((N, 784), dtype=np.float32)
+    y = rng.integers(0, 10, N)
+    rows = []
+    for H, B in configs:
+        flops = 4 * N * H * 784 + 6 * N * H * 10
+        got = {}
+        for name in peers or PEERS:
+            try:
+                ms = PEERS[name](X, y, H, B, lr, reg, warmup=warmup, repeats=repeats)
+            except PeerMissing as exc:
+                log(f"skip {name}: {exc}")
+                continue
+            except Exception as exc:  # a peer that breaks must not end the benchmark
+                log(f"skip {name}: failed with {type(exc).__name__}: {str(exc)[:300]}")
+                continue
+            got[name] = ms
+            log(f"H={H} B={B} {name}: {ms:.3f} ms/epoch")
+        for name, ms in got.items():
+            rows.append({"H": H, "B": B, "N": N, "peer": name, "epoch_ms": ms,
+                         "ratio_to_perflab": ms / got["perflab"] if "perflab" in got else float("nan"),
+                         "tflops": flops / ms / 1e9})
+    return rows

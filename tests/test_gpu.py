@@ -1,0 +1,151 @@
+"""GPU kernels and GPU training against the float64 NumPy reference (run with `make gpu-test`
+on a machine with an NVIDIA GPU; skipped with a message elsewhere). Fresh random non-zero
+inputs of odd sizes; outputs poisoned with NaN first so an unwritten element fails."""
+import numpy as np
+import pytest
+
+from perflab import model
+from perflab.backend import cupy_or_none
+
+cp = cupy_or_none()
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(cp is None, reason="no CUDA GPU with CuPy here: run `make gpu-test` on a GPU machine")]
+if cp is not None:
+    from perflab import kernels
+
+TOL = {"float32": 1e-5, "float64": 1e-12}
+SHAPES = [(1, 1, 1), (17, 33, 65), (511, 785, 3199), (512, 784, 3200), (10, 512, 3200), (512, 3200, 784),
+          (10, 3200, 512), (512, 10, 3200), (130, 7, 259)]
+
+
+def rel(a, b):
+    a = np.asarray(a, np.float64)
+    assert np.isfinite(a).all(), "non-finite output: an element was not written"
+    return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+def operand(rng, rows, cols, transposed, dtype):
+    """A rows x cols matrix stored row-major, or as the transpose of a row-major matrix."""
+    host = rng.uniform(-1, 1, (cols, rows) if transposed else (rows, cols)) + 0.1
+    dev = cp.asarray(host.astype(dtype))
+    return (dev.T, host.T) if transposed else (dev, host)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("variant", ["naive", "tiled", "regblock", "best", "cublas"])
+@pytest.mark.parametrize("M, K, N", SHAPES)
+def test_gemm_all_transposes(rng, variant, dtype, M, K, N):
+    if variant == "naive" and M * N * K > 2e8:
+        pytest.skip("naive at this size takes seconds and adds nothing the small sizes do not test")
+    for ta in (False, True):
+        for tb in (False, True):
+            a, ha = operand(rng, M, K, ta, dtype)
+            b, hb = operand(rng, K, N, tb, dtype)
+            out = cp.full((M, N), np.nan, dtype=dtype)
+            kernels.gemm(a, b, out=out, variant=variant)
+            cp.cuda.runtime.deviceSynchronize()
+            err = rel(out.get(), ha @ hb)
+            assert err <= TOL[dtype], f"{variant} {dtype} {M}x{K}x{N} ta={ta} tb={tb}: {err:.2e}"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("variant", ["naive", "tiled", "regblock", "best"])
+def test_gemm_alpha_beta_and_epilogue(rng, variant, dtype):
+    M, K, N = 67, 45, 131
+    a, ha = operand(rng, M, K, False, dtype)
+    b, hb = operand(rng, K, N, True, dtype)
+    c_host = rng.uniform(-1, 1, (M, N))
+    out = cp.asarray(c_host.astype(dtype))
+    kernels.gemm(a, b, out=out, alpha=0.5, beta=-2.0, variant=variant)
+    assert rel(out.get(), 0.5 * ha @ hb - 2.0 * c_host) <= TOL[dtype]
+    bias = rng.uniform(-1, 1, M)
+    out = cp.full((M, N), np.nan, dtype=dtype)
+    kernels.gemm(a, b, out=out, bias=cp.asarray(bias.astype(dtype)), variant=variant)
+    assert rel(out.get(), 1 / (1 + np.exp(-(ha @ hb + bias[:, None])))) <= TOL[dtype]
+
+
+@pytest.mark.parametrize("splits", [2, 5])
+def test_best_split_k(rng, splits):
+    a, ha = operand(rng, 100, 1000, False, "float64")
+    b, hb = operand(rng, 1000, 70, True, "float64")
+    out = cp.full((100, 70), np.nan)
+    kernels.gemm(a, b, out=out, variant="best", config="64x64", splits=splits)
+    assert rel(out.get(), ha @ hb) <= 1e-12
+
+
+def test_gemm_rejects_bad_operands():
+    a = cp.ones((3, 4), cp.float32)
+    with pytest.raises(kernels.KernelError, match=r"inner dimensions differ: a is \(3, 4\), b is \(5, 2\)"):
+        kernels.gemm(a, cp.ones((5, 2), cp.float32))
+    with pytest.raises(kernels.KernelError, match="float32 or float64"):
+        kernels.gemm(cp.ones((3, 4), cp.float16), cp.ones((4, 2), cp.float16))
+    with pytest.raises(kernels.KernelError, match="variant must be one of"):
+        kernels.gemm(a, cp.ones((4, 2), cp.float32), variant="magic")
+    with pytest.raises(kernels.KernelError, match="one unit stride"):
+        kernels.gemm(cp.ones((6, 8), cp.float32)[::2, ::2], cp.ones((4, 2), cp.float32))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_elementwise_kernels(rng, dtype):
+    C, H, B = 10, 37, 301
+    z = rng.normal(size=(C, B)) * 3
+    b2 = rng.normal(size=C)
+    y = rng.integers(0, C, B)
+    delta, ce = cp.full((C, B), np.nan, dtype), cp.full(B, np.nan, dtype)
+    kernels.softmax_xent_grad(cp.asarray(z.astype(dtype)), cp.asarray(b2.astype(dtype)), cp.asarray(y), delta, 1000, ce)
+    yhat = model.softmax((z + b2[:, None]).copy())
+    assert rel(delta.get(), model.output_delta(yhat, y, 1000)) <= TOL[dtype]
+    assert rel(ce.get(), -np.log(yhat[y, np.arange(B)])) <= TOL[dtype]
+    a, da = rng.uniform(0.05, 0.95, (H, B)), rng.normal(size=(H, B))
+    dev = cp.asarray(da.astype(dtype))
+    kernels.sigmoid_backward(dev, cp.asarray(a.astype(dtype)))
+    assert rel(dev.get(), da * a * (1 - a)) <= TOL[dtype]
+    out = cp.full(H, np.nan, dtype)
+    kernels.row_sum(cp.asarray(da.astype(dtype)), out)
+    assert rel(out.get(), da.sum(axis=1)) <= TOL[dtype]
+    zz, bb = rng.normal(size=(H, B)), rng.normal(size=H)
+    dev = cp.asarray(zz.astype(dtype))
+    kernels.bias_sigmoid(dev, cp.asarray(bb.astype(dtype)))
+    assert rel(dev.get(), 1 / (1 + np.exp(-(zz + bb[:, None])))) <= TOL[dtype]
+
+
+def test_sgd_update_one_launch(rng):
+    p, g = rng.normal(size=23), rng.normal(size=23)
+    ends, regs = np.array([12, 15, 21, 23]), np.array([0.1, 0.0, 0.1, 0.0])
+    dev = cp.asarray(p)
+    kernels.sgd_update(dev, cp.asarray(g), 0.3, cp.asarray(ends), cp.asarray(regs))
+    seg = np.searchsorted(ends, np.arange(23), side="right")
+    assert rel(dev.get(), p - 0.3 * (g + regs[seg] * p)) <= 1e-12
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("gemm", ["best", "cublas", "tiled"])
+@pytest.mark.parametrize("mode, graphs", [("resident", True), ("resident", False), ("staged", False)])
+def test_gpu_training_matches_reference(dtype, gemm, mode, graphs):
+    from perflab.comm import Serial
+    from perflab.config import Config
+    from perflab.runner import Device, check
+    cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=(61,), num_classes=7, train_size=517,
+                 batch_size=100, num_epochs=2, learning_rate=0.5, test_size=50, dtype=dtype)
+    result = check(cfg, "data", Serial(), Device(backend="cupy", mode=mode, gemm=gemm, graphs=graphs, comm="mpi"))
+    assert result["max_rel_error"] <= TOL[dtype], result["errors"]
+
+
+def test_gpu_model_parallel_and_deep_net_single_rank():
+    from perflab.comm import Serial
+    from perflab.config import Config
+    from perflab.runner import Device, check
+    cfg = Config(dataset="synthetic", input_size=50, hidden_sizes=(31,), num_classes=5, train_size=300,
+                 batch_size=64, num_epochs=2, learning_rate=0.5, test_size=0)
+    assert check(cfg, "model", Serial(), Device(backend="cupy"))["passed"]
+    deep = cfg.replace(hidden_sizes=(31, 17))
+    assert check(deep, "data", Serial(), Device(backend="cupy"))["passed"]
+
+
+def test_too_large_for_gpu_memory_is_named():
+    from perflab import gpu
+    from perflab.config import Config
+    cfg = Config(dataset="synthetic", input_size=100000, hidden_sizes=(100000,), num_classes=10,
+                 train_size=200000, batch_size=100000, test_size=0)
+    with pytest.raises(gpu.GPUError, match=r"needs about .* GiB of GPU memory \(N=200000, B=100000"):
+        gpu.check_memory(cfg, resident=True)

@@ -1,0 +1,24 @@
+"""Every .cu compiles with nvcc for sm_90 with every instantiation perflab launches (no GPU needed)."""
+import shutil
+import subprocess
+
+import pytest
+
+from perflab.kernels import KERNEL_DIR, instantiations
+
+NVCC = shutil.which("nvcc")
+
+
+@pytest.mark.parametrize("source", sorted(p.name for p in KERNEL_DIR.glob("*.cu")))
+def test_kernel_compiles_for_sm90(tmp_path, source):
+    if NVCC is None:
+        pytest.fail("nvcc is not on PATH: CI must compile the CUDA kernels (install the CUDA toolkit)")
+    names = instantiations()[source]
+    unit = tmp_path / f"inst_{source}"
+    unit.write_text(f'#include "{source}"\nstatic void* instances[] = {{\n'
+                    + ",\n".join(f"    (void*)&{n}" for n in names) + "\n};\n"
+                    "void* keep() { return instances; }\n")
+    proc = subprocess.run([NVCC, "-std=c++17", "-arch=sm_90", "-c", "-Xptxas", "-warn-spills", f"-I{KERNEL_DIR}",
+                           str(unit), "-o", str(tmp_path / "out.o")], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "spill" not in proc.stderr.lower(), proc.stderr[-3000:]
