@@ -118,7 +118,7 @@ def summarize_gemm(rows) -> str:
     import pandas as pd
     df = pd.DataFrame(rows)
     lines = [df.pivot_table(index="shape", columns="variant", values="tflops", sort=False).round(2).to_string()]
-    best = df[(df.variant == "best") & (df.shape.str.startswith(("fwd1", "bwd3")))]
+    best = df[(df["variant"] == "best") & (df["shape"].str.startswith(("fwd1", "bwd3")))]
     if len(best):
         ratio = best.pct_cublas / 100
         lines.append(f"best vs cuBLAS at the H x 784 shapes: geometric mean {math.exp(np.log(ratio).mean()):.3f}, "

@@ -157,9 +157,10 @@ def cmd_bench_gemm(args, comm) -> dict:
     from . import bench
     rows = bench.bench_gemm(variants=args.variants, dtype=args.dtype, hidden=args.hidden, batches=args.batches,
                             repeats=args.repeats, progress=not args.json)
+    saved = save_rows(f"bench_gemm_{args.dtype}", rows, args.out)
     if not args.json:
         print(bench.summarize_gemm(rows))
-    return {"rows": len(rows), "saved": save_rows(f"bench_gemm_{args.dtype}", rows, args.out)}
+    return {"rows": len(rows), "saved": saved}
 
 
 def cmd_bench_train(args, comm) -> dict:
@@ -167,10 +168,11 @@ def cmd_bench_train(args, comm) -> dict:
     configs = [tuple(int(v) for v in c.split(",")) for c in args.configs]
     rows = peers.bench_train(configs=configs, N=args.train_size, peers=args.peers, repeats=args.repeats,
                              log=(lambda m: None) if args.json else print)
+    saved = save_rows("bench_train", rows, args.out)
     if not args.json:
         import pandas as pd
         print(pd.DataFrame(rows).pivot_table(index=["H", "B"], columns="peer", values="epoch_ms").round(3).T.to_string())
-    return {"rows": rows, "saved": save_rows("bench_train", rows, args.out)}
+    return {"rows": rows, "saved": saved}
 
 
 def build_parser() -> argparse.ArgumentParser:

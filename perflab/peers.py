@@ -195,39 +195,36 @@ def jax_scan(X, y, H, B, lr, reg, warmup=2, repeats=5):
 
 # ----------------------------------------------------------------------------- floor
 def cublas_floor(X, y, H, B, lr, reg, warmup=2, repeats=5):
-    """Only the five GEMMs of a step through cuBLAS (forward 2, backward 3), each batch's set
-    captured once in a CUDA graph and replayed: no elementwise work, no update. No real
-    training step can be faster than this with cuBLAS's GEMMs."""
-    import cupy as cp
-    N, D = X.shape
-    Xd = cp.asarray(np.asfortranarray(X.T))
-    W1, W2 = cp.asarray(initial(D, H, 10)[0]), cp.asarray(initial(D, H, 10)[2])
-    dW1, dW2 = cp.empty((H, D), cp.float32), cp.empty((10, H), cp.float32)
-    stream = cp.cuda.Stream(non_blocking=True)
-    graphs, buffers = [], {}
+    """Only the five GEMMs of a step through cuBLAS (forward 2, backward 3; no input
+    gradient), each batch's set captured once in a CUDA graph (through PyTorch, whose graphs
+    take cuBLAS) and replayed: no elementwise work, no update. A training step built on
+    cuBLAS's GEMMs cannot be faster."""
+    torch, Xd, _, _, _ = torch_setup(X, y, H, lr, reg)
+    W1, _, W2, _ = (torch.tensor(p, device="cuda") for p in initial(X.shape[1], H, 10))
+    dW1, dW2 = torch.empty_like(W1), torch.empty_like(W2)
+    graphs = []
+    for s, e in batches(len(X), B):
+        xb = Xd[s:e]
+        a1 = torch.empty((e - s, H), device="cuda")
+        z2, da1 = torch.empty((e - s, 10), device="cuda"), torch.empty((e - s, H), device="cuda")
 
-    def five(s, e):
-        n = e - s
-        if n not in buffers:
-            buffers[n] = [cp.empty(shape, cp.float32) for shape in ((H, n), (10, n), (H, n))]
-        a1, z2, da1 = buffers[n]
-        xb = Xd[:, s:e]
-        cp.matmul(W1, xb, out=a1)
-        cp.matmul(W2, a1, out=z2)
-        cp.matmul(z2, a1.T, out=dW2)
-        cp.matmul(W2.T, z2, out=da1)
-        cp.matmul(da1, xb.T, out=dW1)
-    with stream:
-        for s, e in batches(N, B):
-            five(s, e)
-            stream.begin_capture()
-            five(s, e)
-            graphs.append(stream.end_capture())
+        def five(xb=xb, a1=a1, z2=z2, da1=da1):
+            torch.matmul(xb, W1.T, out=a1)
+            torch.matmul(a1, W2.T, out=z2)
+            torch.matmul(z2.T, a1, out=dW2)
+            torch.matmul(z2, W2, out=da1)
+            torch.matmul(da1.T, xb, out=dW1)
+        five()
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            five()
+        graphs.append(g)
 
     def epoch():
         for g in graphs:
-            g.launch(stream)
-    return timed_epochs(epoch, stream.synchronize, warmup, repeats)
+            g.replay()
+    return timed_epochs(epoch, torch.cuda.synchronize, warmup, repeats)
 
 
 PEERS = {
@@ -243,29 +240,56 @@ PEERS = {
 }
 
 
-def bench_train(configs=((512, 3200), (1024, 3200), (2048, 12000)), N=60000, lr=0.1, reg=1e-4, peers=None,
-                warmup=2, repeats=5, log=print):
-    """Rows: one per (config, peer) with the median epoch in ms and its ratio to perflab."""
+def run_peer(name: str, H: int, B: int, N: int, lr: float, reg: float, warmup: int, repeats: int) -> float:
     rng = np.random.default_rng(0)
     X = rng.random((N, 784), dtype=np.float32)
     y = rng.integers(0, 10, N)
+    return PEERS[name](X, y, H, B, lr, reg, warmup=warmup, repeats=repeats)
+
+
+def bench_train(configs=((512, 3200), (1024, 3200), (2048, 12000)), N=60000, lr=0.1, reg=1e-4, peers=None,
+                warmup=2, repeats=5, log=print, timeout=300):
+    """Rows: one per (config, peer) with the median epoch in ms and its ratio to perflab.
+    Each peer runs in a process of its own: one framework's memory pool, allocator or crash
+    cannot touch the next one's numbers."""
+    import json
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     rows = []
     for H, B in configs:
         flops = 4 * N * H * 784 + 6 * N * H * 10
         got = {}
         for name in peers or PEERS:
+            cmd = [sys.executable, "-m", "perflab.peers", json.dumps([name, H, B, N, lr, reg, warmup, repeats])]
             try:
-                ms = PEERS[name](X, y, H, B, lr, reg, warmup=warmup, repeats=repeats)
-            except PeerMissing as exc:
-                log(f"skip {name}: {exc}")
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+            except subprocess.TimeoutExpired:
+                log(f"skip {name}: no result within {timeout} s")
                 continue
-            except Exception as exc:  # a peer that breaks must not end the benchmark
-                log(f"skip {name}: failed with {type(exc).__name__}: {str(exc)[:300]}")
+            answer = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+            if proc.returncode != 0 or not answer.startswith("{"):
+                log(f"skip {name}: {(proc.stderr.strip().splitlines() or ['failed'])[-1][:300]}")
                 continue
-            got[name] = ms
-            log(f"H={H} B={B} {name}: {ms:.3f} ms/epoch")
+            result = json.loads(answer)
+            if "missing" in result:
+                log(f"skip {name}: {result['missing']}")
+                continue
+            got[name] = result["epoch_ms"]
+            log(f"H={H} B={B} {name}: {got[name]:.3f} ms/epoch")
         for name, ms in got.items():
             rows.append({"H": H, "B": B, "N": N, "peer": name, "epoch_ms": ms,
                          "ratio_to_perflab": ms / got["perflab"] if "perflab" in got else float("nan"),
                          "tflops": flops / ms / 1e9})
     return rows
+
+
+if __name__ == "__main__":  # one peer, one config: python -m perflab.peers '[name, H, B, N, lr, reg, warmup, repeats]'
+    import json
+    import sys
+    args = json.loads(sys.argv[1])
+    try:
+        print(json.dumps({"epoch_ms": run_peer(*args)}))
+    except PeerMissing as exc:
+        print(json.dumps({"missing": str(exc)}))

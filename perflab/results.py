@@ -43,6 +43,10 @@ def gpu_info() -> dict:
 
 
 def git_commit() -> str:
+    """HEAD of the checkout, or PERFLAB_GIT_COMMIT where the tree travelled without .git
+    (the GPU machines get a copy of the working tree)."""
+    if os.environ.get("PERFLAB_GIT_COMMIT"):
+        return os.environ["PERFLAB_GIT_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=5)
         return out.stdout.strip() or "unknown"
@@ -57,7 +61,7 @@ def machine_metadata() -> dict:
             "python": sys.version.split()[0], "numpy": numpy.__version__, "git_commit": git_commit()}
     try:
         from mpi4py import MPI
-        meta["mpi"] = MPI.Get_library_version().splitlines()[0].strip()
+        meta["mpi"] = MPI.Get_library_version().splitlines()[0].strip().strip("\x00")
     except Exception:  # mpi4py missing or MPI not loadable: metadata only
         pass
     meta.update(gpu_info())

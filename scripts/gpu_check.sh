@@ -2,7 +2,7 @@
 # One device call: GPU tests, GEMM benchmark, training checks. Writes logs and CSVs to $OUT.
 # Usage (on a GPU machine, from the repository root): OUT=/tmp/out bash scripts/gpu_check.sh [stage...]
 set -uo pipefail
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 XLA_PYTHON_CLIENT_PREALLOCATE=false
 OUT=${OUT:-/tmp/perflab-out}; mkdir -p "$OUT"
 stages=${*:-"info tests gemm check train"}
 for stage in $stages; do
@@ -10,7 +10,7 @@ for stage in $stages; do
   case $stage in
     info) nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
           python3 -c "import cupy, numpy; print('cupy', cupy.__version__, 'numpy', numpy.__version__)" ;;
-    tests) python3 -m pytest -q -m gpu tests/test_gpu.py -x -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -25 ;;
+    tests) python3 -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -25 ;;
     gemm) python3 -m perflab bench gemm --out "$OUT" 2>&1 | tail -60 ;;
     check) for dt in float32 float64; do
              python3 -m perflab check --backend cupy --dtype $dt --test-size 0 --json | tail -1 | cut -c1-400

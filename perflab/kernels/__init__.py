@@ -98,7 +98,13 @@ def storage(x, name: str):
 
 def multiprocessors() -> int:
     cp = cupy()
-    return cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"]
+    return sm_count(cp.cuda.Device().id)
+
+
+@functools.lru_cache(maxsize=None)
+def sm_count(device: int) -> int:
+    """Cached: cudaGetDeviceProperties costs about a millisecond, far more than a launch."""
+    return cupy().cuda.runtime.getDeviceProperties(device)["multiProcessorCount"]
 
 
 def choose_best(M: int, N: int, K: int, sms: int) -> tuple[str, int]:
@@ -137,18 +143,15 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, c=None, bias=None, variant: str = 
         raise KernelError(f"bias must have shape {(M,)}, got {bias.shape}")
     if M == 0 or N == 0:
         return out
+    ta, lda = storage(a, "a")
+    tb, ldb = storage(b, "b")
     if variant == "cublas":
-        if beta == 0:
-            cp.matmul(a, b, out=out)
-            if alpha != 1:
-                out *= alpha
-        else:
-            out[...] = alpha * (a @ b) + beta * c
+        if c is not None and c is not out:
+            out[...] = c
+        cublas_gemm(M, N, K, alpha, a, ta, lda, b, tb, ldb, beta, out)
         if bias is not None:
             bias_sigmoid(out, bias)
         return out
-    ta, lda = storage(a, "a")
-    tb, ldb = storage(b, "b")
     if c is not None:
         c = cp.ascontiguousarray(c)
     epi = 0 if bias is None else 1
@@ -181,6 +184,47 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, c=None, bias=None, variant: str = 
     kernel(grid, block, (i32(M), i32(N), i32(K), scalar(alpha), a, i32(lda), b, i32(ldb), scalar(beta),
                          cptr, i32(N), out, i32(N), bptr))
     return out
+
+
+# ------------------------------------------------------------------ cuBLAS, capturable
+@functools.lru_cache(maxsize=None)
+def cublas_library():
+    """libcublas through ctypes: CuPy's own wrappers refuse to run while a stream is being
+    captured, but cuBLAS itself supports CUDA graph capture, so the cublas variant can sit in
+    the same graphs as perflab's kernels."""
+    import ctypes
+    import glob
+    import os
+    cp = cupy()
+    names = [f"libcublas.so.{cp.cuda.runtime.runtimeGetVersion() // 1000}", "libcublas.so"]
+    roots = [os.path.dirname(cp.__file__), *(p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p)]
+    candidates = names + [f for r in roots for f in glob.glob(os.path.join(r, "..", "nvidia", "cu*", "lib", "libcublas.so*"))]
+    for name in candidates:
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    raise KernelError(f"libcublas not found (tried {candidates[:4]}...); use another --gemm variant")
+
+
+def cublas_gemm(M, N, K, alpha, a, ta, lda, b, tb, ldb, beta, out):
+    """Row-major out = alpha op(a) op(b) + beta out, as the column-major cuBLAS call
+    out^T = op(b)^T op(a)^T, on the current CuPy stream."""
+    import ctypes
+    cp = cupy()
+    lib = cublas_library()
+    handle = cp.cuda.device.get_cublas_handle()
+    lib.cublasSetStream_v2(ctypes.c_void_p(handle), ctypes.c_void_p(cp.cuda.get_current_stream().ptr))
+    double = a.dtype == np.float64
+    scalar = ctypes.c_double if double else ctypes.c_float
+    fn = lib.cublasDgemm_v2 if double else lib.cublasSgemm_v2
+    # column-major view: b's storage is (N x K) col-major when not transposed, so opB = N etc.
+    status = fn(ctypes.c_void_p(handle), ctypes.c_int(1 if tb else 0), ctypes.c_int(1 if ta else 0),
+                ctypes.c_int(N), ctypes.c_int(M), ctypes.c_int(K), ctypes.byref(scalar(alpha)),
+                ctypes.c_void_p(b.data.ptr), ctypes.c_int(ldb), ctypes.c_void_p(a.data.ptr), ctypes.c_int(lda),
+                ctypes.byref(scalar(beta)), ctypes.c_void_p(out.data.ptr), ctypes.c_int(N))
+    if status != 0:
+        raise KernelError(f"cuBLAS gemm failed with status {status} (M={M}, N={N}, K={K}, ta={ta}, tb={tb})")
 
 
 # ------------------------------------------------------------------ fused elementwise steps
