@@ -1,0 +1,186 @@
+"""Performance model: FLOPs, bytes, arithmetic intensity, rooflines, predicted times.
+
+All counts are per batch per rank. B' = B/p is a rank's share of the mini-batch (data
+parallel); b is the bytes of one element. Conventions: an add, multiply, divide, compare or
+exp is one FLOP; a GEMM (m x k)(k x n) is 2mnk. Phase names are the seeds' NVTX ranges.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+DTYPE_BYTES = {"float32": 4, "float64": 8}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What runs: layer sizes (D, H..., C), global batch B, ranks p, parallel mode, data path."""
+    layers: tuple = (784, 512, 10)
+    B: int = 3200
+    p: int = 1
+    parallel: str = "data"          # data | model
+    dtype: str = "float32"
+    staged: bool = True             # images copied host -> device every batch (the seeds' path)
+    host_allreduce: bool = True     # gradients device -> host -> MPI -> host -> device
+    N: int = 38400                  # samples an epoch
+
+    @property
+    def b(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def local_batch(self) -> float:
+        """B' = B/p in data parallelism (the whole batch in model parallelism)."""
+        return self.B / self.p if self.parallel == "data" else self.B
+
+    @property
+    def num_params(self) -> int:
+        """HD + H + CH + C for one hidden layer."""
+        L = self.layers
+        return sum(L[i + 1] * L[i] + L[i + 1] for i in range(len(L) - 1))
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return math.ceil(self.N / self.B)
+
+
+def phase_flops(w: Workload) -> dict[str, float]:
+    """Exact FLOPs of each phase for one batch on one rank (data parallel, any depth; model
+    parallel splits every hidden-layer count by p)."""
+    L, Bp = w.layers, w.local_batch
+    split = w.p if w.parallel == "model" else 1
+    out = {}
+    nl = len(L) - 1
+    for l in range(1, nl + 1):
+        rows = L[l] / split if l < nl else L[l]       # hidden units are split in model parallelism
+        cols_in = L[l - 1] / split if l > 1 else L[l - 1]
+        out[f"forward GEMM {l}"] = 2 * rows * cols_in * Bp
+        out[f"forward elementwise {l}"] = (4 if l < nl else 5) * rows * Bp  # bias + sigmoid | softmax
+    # backward, in execution order: for each layer from the top, dW_l then (below the top) da_{l-1}
+    g = 1
+    for l in range(nl, 0, -1):
+        rows = L[l] / split if l < nl else L[l]
+        cols_in = L[l - 1] / split if l > 1 else L[l - 1]
+        out[f"backward GEMM {g}"] = 2 * rows * cols_in * Bp       # dW_l = dz_l a_{l-1}^T
+        g += 1
+        if l > 1:
+            out[f"backward GEMM {g}"] = 2 * rows * cols_in * Bp   # da_{l-1} = W_l^T dz_l
+            g += 1
+    out["backward elementwise"] = (2 * L[-1] + sum(4 * h / split for h in L[1:-1])) * Bp  # delta, sigmoid', bias sums
+    params = w.num_params / (split if w.parallel == "model" else 1)
+    weights = sum(L[i + 1] * L[i] for i in range(nl)) / (split if w.parallel == "model" else 1)
+    out["step"] = 2 * params + 2 * weights                       # p -= lr g; g += reg W
+    return out
+
+
+def seeds_flops(w: Workload) -> dict[str, float]:
+    """The seeds' approximation: forward ~ 2B'H(D+C), backward ~ 2B'H(D+C) (dominant GEMMs)."""
+    D, H, C = w.layers[0], w.layers[1], w.layers[-1]
+    approx = 2 * w.local_batch * H * (D + C)
+    return {"forward": approx, "backward": approx, "batch": 2 * approx}
+
+
+def gemm_flops(w: Workload) -> float:
+    """The seeds' P_flops numerator: forward GEMMs 1, 2 and backward GEMMs 1, 3 (two layers)."""
+    f = phase_flops(w)
+    return sum(v for k, v in f.items() if k in ("forward GEMM 1", "forward GEMM 2", "backward GEMM 1", "backward GEMM 3"))
+
+
+def ring_bytes(payload: float, p: int) -> float:
+    """Bytes each rank sends in a ring all-reduce of `payload` bytes: 2(p-1)/p * S."""
+    return 2 * (p - 1) / p * payload if p > 1 else 0.0
+
+
+def phase_bytes(w: Workload) -> dict[str, float]:
+    """Bytes over PCIe and over the network for one batch on one rank.
+
+    pcie_images: D x B' images (+ B' labels) host -> device when the data are staged.
+    pcie_gradients: 2(HD + H + CH + C)b, gradients device -> host and back around a
+        host-staged all-reduce (the seeds' count; zero when gradients stay on the GPU).
+    mpi_seeds: 2(HD + H + CH + C)b, the seeds' two-process model (reduce, then send back).
+    mpi_ring: the ring all-reduce, 2(p-1)/p * S with S = (HD + H + CH + C)b.
+    Model parallel exchanges the C x B partial logits instead of gradients."""
+    b = w.b
+    out = {"pcie_images": (w.layers[0] * w.local_batch * b + w.local_batch * 8) if w.staged else 0.0}
+    if w.parallel == "model":
+        payload = w.layers[-1] * w.B * b
+    else:
+        payload = w.num_params * b
+    exchange = w.p > 1
+    out["pcie_gradients"] = 2 * payload if (w.host_allreduce and exchange) else 0.0
+    out["mpi_seeds"] = 2 * payload if exchange else 0.0
+    out["mpi_ring"] = ring_bytes(payload, w.p)
+    out["payload"] = payload
+    return out
+
+
+def arithmetic_intensity(w: Workload, include_images: bool = False) -> float:
+    """FLOPs / bytes moved over PCIe + MPI per batch (the seeds' AI for the modified roofline;
+    images excluded by default as in Question 2.3 of the final assignment)."""
+    by = phase_bytes(w)
+    moved = by["pcie_gradients"] + by["mpi_seeds"] + (by["pcie_images"] if include_images else 0)
+    flops = sum(seeds_flops(w)[k] for k in ("forward", "backward"))
+    return flops / moved if moved else math.inf
+
+
+# ------------------------------------------------------------------ rooflines
+def roofline_standard(ai, peak_flops, bandwidth):
+    """min(P, AI * BW): compute and data movement overlap."""
+    return min(peak_flops, ai * bandwidth)
+
+
+def roofline_serial(ai, peak_flops, bandwidth):
+    """AI / (AI/P + 1/BW): copies that do not overlap compute (the seeds' modified roofline)."""
+    return ai / (ai / peak_flops + 1 / bandwidth)
+
+
+def roofline_combined(ai, peak_flops, p_pci, p_mpi):
+    """The seeds' PCIe + MPI form: 1/BW = (1/P_pci + 1/P_mpi)/2 in the serial roofline."""
+    return roofline_serial(ai, peak_flops, 2 / (1 / p_pci + 1 / p_mpi))
+
+
+# ------------------------------------------------------------------ effective rates (Q2.4)
+def effective_rates(w: Workload, medians: dict[str, float]) -> dict[str, float]:
+    """P_flops, P_pci, P_mpi from median phase times in seconds (the seeds' formulas):
+    P_flops = (2B'H(D+C) + 2B'H(D+C)) / (t_fwd GEMM 1 + t_fwd GEMM 2 + t_bwd GEMM 1 + t_bwd GEMM 3)
+    P_pci = 2(HD + H + CH + C)b / (t_cudaMemcpyDeviceToHost + t_cudaMemcpyHostToDevice)
+    P_mpi = 2(HD + H + CH + C)b / t_MPI_Allreduce."""
+    out = {}
+    gemms = ("forward GEMM 1", "forward GEMM 2", "backward GEMM 1", "backward GEMM 3")
+    if all(k in medians for k in gemms):
+        out["P_flops"] = seeds_flops(w)["batch"] / sum(medians[k] for k in gemms)
+    two_s = 2 * w.num_params * w.b
+    if "cudaMemcpyDeviceToHost" in medians and "cudaMemcpyHostToDevice" in medians:
+        out["P_pci"] = two_s / (medians["cudaMemcpyDeviceToHost"] + medians["cudaMemcpyHostToDevice"])
+    if "MPI_Allreduce" in medians:
+        out["P_mpi"] = two_s / medians["MPI_Allreduce"]
+    return out
+
+
+@dataclass
+class Ceilings:
+    """Rates the prediction uses (FLOP/s, bytes/s, s); measured by `perflab ceilings`."""
+    P_flops: float
+    P_pci: float = math.inf
+    P_mpi: float = math.inf
+    P_mem: float = math.inf          # device memory, for the elementwise phases
+    latency: float = 0.0             # per collective call
+    launch: float = 0.0              # per kernel launch (eager) or graph node
+    source: dict = field(default_factory=dict)
+
+
+def predict(w: Workload, c: Ceilings) -> dict[str, float]:
+    """Predicted seconds per batch by phase, assuming phases run one after another (no
+    overlap, as in the seeds' serial model), and per epoch."""
+    f, by = phase_flops(w), phase_bytes(w)
+    t = {"gemm": sum(v for k, v in f.items() if "GEMM" in k) / c.P_flops}
+    elementwise_bytes = sum(v for k, v in f.items() if "elementwise" in k or k == "step") * w.b * 2
+    t["elementwise"] = elementwise_bytes / c.P_mem if math.isfinite(c.P_mem) else 0.0
+    t["pcie"] = (by["pcie_images"] + by["pcie_gradients"]) / c.P_pci
+    t["mpi"] = (by["mpi_seeds"] / c.P_mpi + c.latency) if w.p > 1 else 0.0
+    t["launch"] = c.launch * (len(f) + 2)
+    t["batch"] = sum(t.values())
+    t["epoch"] = t["batch"] * w.batches_per_epoch
+    t["flops_per_batch"] = sum(f.values())
+    t["achieved_flops"] = seeds_flops(w)["batch"] / t["batch"]
+    return t
