@@ -84,10 +84,16 @@ def cmd_train(args, comm) -> dict:
     quiet = args.json or comm.rank != 0
     device = device_from_args(args)
     history, _ = runner.train_on_ranks(cfg, parallel, comm, device, log=None if quiet else print,
-                                       progress=not quiet and sys.stderr.isatty())
+                                       progress=not quiet and sys.stderr.isatty(), profiled=args.profile)
     summary = {"final_loss": history.final_loss, "test_precision": history.test_precision,
                "epoch_seconds": history.epoch_seconds, "parallel": parallel, "ranks": comm.size,
-               **device_summary(device), **cfg.to_dict()}
+               "profiled": args.profile, **device_summary(device), **cfg.to_dict()}
+    phases = None
+    if args.profile:
+        import pandas as pd
+        tables = comm.allgather(history.phases)
+        phases = pd.concat(tables, ignore_index=True)
+        summary.update(phase_report(phases, cfg, parallel, comm.size, device, quiet))
     if comm.rank != 0:
         return summary
     if not args.json:
@@ -98,12 +104,32 @@ def cmd_train(args, comm) -> dict:
         meta = results.machine_metadata()
         fixed = {k: v for k, v in summary.items() if k not in ("final_loss", "test_precision", "epoch_seconds")}
         fixed["hidden_sizes"] = " ".join(map(str, cfg.hidden_sizes))
-        path = results.write_rows(results.RESULTS_ROOT / results.machine_name(meta) / f"{args.save}.csv",
-                                  [{**fixed, **row} for row in history.epochs], meta, append=False)
+        folder = results.RESULTS_ROOT / results.machine_name(meta)
+        path = results.write_rows(folder / f"{args.save}.csv", [{**fixed, **row} for row in history.epochs],
+                                  meta, append=False)
         summary["saved"] = str(path)
+        if phases is not None:
+            rows = [{**fixed, **row} for row in phases.to_dict("records")]
+            summary["saved_phases"] = str(results.write_rows(folder / f"{args.save}_phases.csv", rows, meta, append=False))
         if not args.json:
             print(f"wrote {path}")
     return summary
+
+
+def phase_report(phases, cfg, parallel, ranks, device, quiet) -> dict:
+    """Nsight-like summary of a --profile run and the seeds' effective rates from its medians."""
+    from . import perfmodel, profile
+    table = profile.summary(phases[phases.phase != "train setup"])
+    w = perfmodel.Workload(layers=cfg.layer_sizes, B=cfg.batch_size, p=ranks, parallel=parallel if parallel != "sequential" else "data",
+                           dtype=cfg.dtype, staged=device.backend == "numpy" or device.mode == "staged",
+                           host_allreduce=device.backend == "numpy" or device.comm == "mpi", N=cfg.train_size)
+    rates = perfmodel.effective_rates(w, table["median"].to_dict())
+    if not quiet:
+        shown = table.assign(**{c: table[c] * 1e3 for c in ("total", "median", "min", "max")})
+        print("phase times in ms (device synchronized at phase edges; all ranks pooled):")
+        print(shown.round(4).to_string())
+        print("effective rates: " + ", ".join(f"{k} = {v:.4g}" for k, v in rates.items()))
+    return {"phase_medians": table["median"].to_dict(), **rates}
 
 
 def device_summary(device) -> dict:
@@ -187,6 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
     hyperparameter_options(p)
     parallel_option(p, "auto")
     device_options(p)
+    p.add_argument("--profile", action="store_true",
+                   help="time every phase (the seeds' NVTX names), synchronizing the device at phase edges; prints an "
+                        "Nsight-like summary and P_flops/P_pci/P_mpi. Without it only whole epochs are timed.")
     p.add_argument("--save", metavar="NAME", help="write the per-epoch table to results/<machine>/NAME.csv (+ .json metadata)")
     p.add_argument("--json", action="store_true", help="print one JSON object on the last line")
     p.set_defaults(run=cmd_train)

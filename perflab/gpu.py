@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import kernels, model
+from . import kernels, model, profile
 from .config import Config, ConfigError
 from .parallel import check_batch_split, local_part
+from .profile import phase
 from .train import Sequential
 
 MODES = ("resident", "staged")
@@ -125,21 +126,29 @@ class FusedGPU(Sequential):
         H, C = W1.shape[0], W2.shape[0]
         a1, da1 = self.a1[:H * n].reshape(H, n), self.da1[:H * n].reshape(H, n)
         z2, delta = self.z2[:C * n].reshape(C, n), self.delta[:C * n].reshape(C, n)
-        self.gemm(W1, Xb, a1, bias=b1)                                  # forward GEMM 1 + bias + sigmoid
-        self.gemm(W2, a1, z2)                                           # forward GEMM 2
-        kernels.softmax_xent_grad(z2, b2, yb, delta, global_b, self.ce[:n] if want_loss else None)
-        self.gemm(delta, a1.T, dW2)                                     # backward GEMM 1
-        kernels.row_sum(delta, db2)
-        self.gemm(W2.T, delta, da1)                                     # backward GEMM 2
-        kernels.sigmoid_backward(da1, a1)
-        self.gemm(da1, Xb.T, dW1)                                       # backward GEMM 3
-        kernels.row_sum(da1, db1)
-        if want_loss:
-            cp.sum(self.ce[:n], out=self.G[-1:].reshape(()))
-        else:
-            self.G[-1:] = 0
-        self.comm.allreduce(self.G)
-        kernels.sgd_update(self.P, self.G[:-1], self.cfg.learning_rate, self.ends, self.regs)
+        with phase("forward"):
+            with phase("forward GEMM 1"):
+                self.gemm(W1, Xb, a1, bias=b1)          # + bias + sigmoid (in the epilogue)
+            with phase("forward GEMM 2"):
+                self.gemm(W2, a1, z2)
+            kernels.softmax_xent_grad(z2, b2, yb, delta, global_b, self.ce[:n] if want_loss else None)
+        with phase("backward"):
+            with phase("backward GEMM 1"):
+                self.gemm(delta, a1.T, dW2)
+            kernels.row_sum(delta, db2)
+            with phase("backward GEMM 2"):
+                self.gemm(W2.T, delta, da1)
+            kernels.sigmoid_backward(da1, a1)
+            with phase("backward GEMM 3"):
+                self.gemm(da1, Xb.T, dW1)
+            kernels.row_sum(da1, db1)
+            if want_loss:
+                cp.sum(self.ce[:n], out=self.G[-1:].reshape(()))
+            else:
+                self.G[-1:] = 0
+            self.comm.allreduce(self.G)
+        with phase("step"):
+            kernels.sgd_update(self.P, self.G[:-1], self.cfg.learning_rate, self.ends, self.regs)
 
     def batch(self, index):
         cp = self.cp
@@ -150,10 +159,11 @@ class FusedGPU(Sequential):
             if self.mode == "staged":
                 n = (part.stop - part.start) if isinstance(part, slice) else len(part)
                 Xb, yb = self.Xdev[:, :n], self.ydev[:n]
-                Xb.set(np.asfortranarray(self.X[:, part]), stream=self.stream)
-                yb.set(np.ascontiguousarray(self.y[part]), stream=self.stream)
+                with phase("copying images host -> device"):
+                    Xb.set(np.asfortranarray(self.X[:, part]), stream=self.stream)
+                    yb.set(np.ascontiguousarray(self.y[part]), stream=self.stream)
                 self.step(Xb, yb, global_b, want)
-            elif not self.graphs:
+            elif not self.graphs or profile.ACTIVE is not None:  # a graph cannot be timed phase by phase
                 self.step(self.X[:, part], self.y[part], global_b, want)
             else:
                 key = (part.start, part.stop, want)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .backend import xp_of
+from .profile import phase
 
 
 def param_names(num_layers: int) -> list[str]:
@@ -54,7 +55,8 @@ def forward(params, X) -> list:
     acts = [X]
     last = len(params) // 2 - 1
     for l in range(last + 1):
-        z = params[2 * l] @ acts[-1]
+        with phase(f"forward GEMM {l + 1}"):
+            z = params[2 * l] @ acts[-1]
         z += params[2 * l + 1][:, None]
         acts.append(softmax(z, out=z) if l == last else sigmoid(z, out=z))
     return acts
@@ -77,13 +79,17 @@ def backward(params, acts, y, norm, out=None) -> list:
     xp = xp_of(acts[-1])
     grads = out if out is not None else [None] * len(params)
     delta = output_delta(acts[-1], y, norm)
+    gemm = 1  # the seeds' numbering: GEMMs counted in execution order
     for l in range(len(params) // 2 - 1, -1, -1):
         a_prev = acts[l]
-        grads[2 * l] = xp.matmul(delta, a_prev.T, out=grads[2 * l])
+        with phase(f"backward GEMM {gemm}"):
+            grads[2 * l] = xp.matmul(delta, a_prev.T, out=grads[2 * l])
         grads[2 * l + 1] = xp.sum(delta, axis=1, out=grads[2 * l + 1])
         if l > 0:
-            delta = params[2 * l].T @ delta
+            with phase(f"backward GEMM {gemm + 1}"):
+                delta = params[2 * l].T @ delta
             delta *= a_prev * (1 - a_prev)
+        gemm += 2
     return grads
 
 

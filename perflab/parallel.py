@@ -19,6 +19,7 @@ from . import model
 from .backend import xp_of
 from .comm import share
 from .config import Config, ConfigError
+from .profile import phase
 from .train import Sequential
 
 
@@ -67,14 +68,17 @@ class DataParallel(Sequential):
         part = local_part(index, self.comm.rank, self.comm.size)
         Xb, yb = self.X[:, part], self.y[part]
         global_b = (index.stop - index.start) if isinstance(index, slice) else len(index)
-        acts = model.forward(self.params, Xb)
-        model.backward(self.params, acts, yb, global_b, out=self.grads)
-        self.buffer[-1] = model.cross_entropy_sum(acts[-1], yb) if self.want_loss else 0.0
-        self.comm.allreduce(self.buffer)
-        model.add_regularization(self.grads, self.params, self.cfg.reg)
+        with phase("forward"):
+            acts = model.forward(self.params, Xb)
+        with phase("backward"):
+            model.backward(self.params, acts, yb, global_b, out=self.grads)
+            self.buffer[-1] = model.cross_entropy_sum(acts[-1], yb) if self.want_loss else 0.0
+            self.comm.allreduce(self.buffer)
+            model.add_regularization(self.grads, self.params, self.cfg.reg)
         batch_loss = (float(self.buffer[-1]) / global_b + model.l2_penalty(self.params, self.cfg.reg)
                       if self.want_loss else None)
-        model.sgd_step(self.params, self.grads, self.cfg.learning_rate)
+        with phase("step"):
+            model.sgd_step(self.params, self.grads, self.cfg.learning_rate)
         return batch_loss
 
 
@@ -102,29 +106,39 @@ class ModelParallel:
     def logits(self, X):
         """a1 of this rank's units and the full z2 (one all-reduce of the C x B partial sums)."""
         W1, b1, W2, b2 = self.params
-        z1 = W1 @ X
+        with phase("forward GEMM 1"):
+            z1 = W1 @ X
         z1 += b1[:, None]
         a1 = model.sigmoid(z1, out=z1)
-        z2 = self.comm.allreduce(W2 @ a1)
+        with phase("forward GEMM 2"):
+            partial = W2 @ a1
+        z2 = self.comm.allreduce(partial)
         z2 += b2[:, None]
         return a1, z2
 
     def batch(self, index):
         Xb, yb = self.X[:, index], self.y[index]
         W1, b1, W2, b2 = self.params
-        a1, z2 = self.logits(Xb)
-        yhat = model.softmax(z2, out=z2)
-        delta = model.output_delta(yhat, yb, yb.shape[0])
-        grads = [None, None, delta @ a1.T, delta.sum(axis=1)]
-        dz1 = W2.T @ delta
-        dz1 *= a1 * (1 - a1)
-        grads[0], grads[1] = dz1 @ Xb.T, dz1.sum(axis=1)
+        with phase("forward"):
+            a1, z2 = self.logits(Xb)
+            yhat = model.softmax(z2, out=z2)
+        with phase("backward"):
+            delta = model.output_delta(yhat, yb, yb.shape[0])
+            with phase("backward GEMM 1"):
+                grads = [None, None, delta @ a1.T, delta.sum(axis=1)]
+            with phase("backward GEMM 2"):
+                dz1 = W2.T @ delta
+            dz1 *= a1 * (1 - a1)
+            with phase("backward GEMM 3"):
+                grads[0] = dz1 @ Xb.T
+            grads[1] = dz1.sum(axis=1)
         batch_loss = None
         if self.want_loss:
             squares = self.comm.allreduce_scalar(sum(float(xp_of(W).vdot(W, W)) for W in (W1, W2)))
             batch_loss = model.cross_entropy_sum(yhat, yb) / yb.shape[0] + 0.5 * self.cfg.reg * squares
-        model.add_regularization(grads, self.params, self.cfg.reg)
-        model.sgd_step(self.params, grads, self.cfg.learning_rate)
+        with phase("step"):
+            model.add_regularization(grads, self.params, self.cfg.reg)
+            model.sgd_step(self.params, grads, self.cfg.learning_rate)
         return batch_loss
 
     def predict(self, X, chunk: int = 8192):

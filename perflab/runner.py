@@ -1,12 +1,13 @@
 """What `perflab train` and `perflab check` do on each rank: load, agree, train, compare."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from dataclasses import dataclass
 
 import numpy as np
 
-from . import data, model, train
+from . import data, model, profile, train
 from .backend import to_numpy
 from .config import Config, ConfigError
 from .parallel import make_trainer
@@ -60,9 +61,25 @@ def make_gpu_trainer(cfg: Config, parallel: str, comm, device: Device, train_set
     return make_trainer(parallel, cfg, params, cp.asarray(train_set.X), cp.asarray(train_set.y), comm)
 
 
-def train_on_ranks(cfg: Config, parallel: str, comm, device: Device | None = None, log=print, progress=False):
-    """Load, check agreement, train; returns (history, trainer). Output from rank 0 only."""
+def train_on_ranks(cfg: Config, parallel: str, comm, device: Device | None = None, log=print, progress=False,
+                   profiled: bool = False):
+    """Load, check agreement, train; returns (history, trainer). Output from rank 0 only.
+    With `profiled`, every phase is timed (device synchronized at phase edges) and
+    history.phases holds the tidy table."""
     device = device or Device()
+    cuda = None
+    if profiled and device.backend == "cupy":
+        import cupy as cuda
+    with profile.profiling(comm.rank, cuda) if profiled else contextlib.nullcontext() as prof:
+        with profile.phase("train setup"):
+            trainer, test_set, sync = setup(cfg, parallel, comm, device)
+        history = train.fit(cfg, trainer, test_set, progress=progress and comm.rank == 0,
+                            log=log if comm.rank == 0 else None, sync=sync)
+    history.phases = prof.table() if prof is not None else None
+    return history, trainer
+
+
+def setup(cfg: Config, parallel: str, comm, device: Device):
     train_set, test_set = data.load(cfg)
     check_agreement(comm, cfg, train_set)
     if device.backend == "numpy":
@@ -75,9 +92,7 @@ def train_on_ranks(cfg: Config, parallel: str, comm, device: Device | None = Non
         if test_set is not None:
             test_set = data.Split(cp.asarray(test_set.X), cp.asarray(test_set.y))
         sync = cp.cuda.get_current_stream().synchronize if not hasattr(trainer, "sync") else trainer.sync
-    history = train.fit(cfg, trainer, test_set, progress=progress and comm.rank == 0,
-                        log=log if comm.rank == 0 else None, sync=sync)
-    return history, trainer
+    return trainer, test_set, sync
 
 
 def relative_error(a, b) -> float:

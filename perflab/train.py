@@ -11,14 +11,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import model
+from . import model, profile
 from .config import Config
+from .profile import phase
 
 
 class Sequential:
     """The reference: the whole mini-batch on one process."""
 
     name = "sequential"
+    want_loss = True  # the loop sets it per batch: compute the loss only when it is printed
 
     def __init__(self, cfg: Config, params, X, y):
         self.cfg, self.params, self.X, self.y = cfg, params, X, y
@@ -27,15 +29,16 @@ class Sequential:
         """One SGD step on the samples `index` (a slice or an index array) of the training set.
         Returns the batch loss J before the step when `want_loss`, else None."""
         Xb, yb = self.X[:, index], self.y[index]
-        acts = model.forward(self.params, Xb)
-        grads = model.backward(self.params, acts, yb, yb.shape[0])
-        model.add_regularization(grads, self.params, self.cfg.reg)
+        with phase("forward"):
+            acts = model.forward(self.params, Xb)
+        with phase("backward"):
+            grads = model.backward(self.params, acts, yb, yb.shape[0])
+            model.add_regularization(grads, self.params, self.cfg.reg)
         batch_loss = (model.cross_entropy_sum(acts[-1], yb) / yb.shape[0]
                       + model.l2_penalty(self.params, self.cfg.reg)) if self.want_loss else None
-        model.sgd_step(self.params, grads, self.cfg.learning_rate)
+        with phase("step"):
+            model.sgd_step(self.params, grads, self.cfg.learning_rate)
         return batch_loss
-
-    want_loss = True
 
     def predict(self, X):
         return model.predict(self.params, X)
@@ -51,6 +54,7 @@ class History:
     losses: list = field(default_factory=list)   # dicts: epoch, batch, loss
     epochs: list = field(default_factory=list)   # dicts: epoch, seconds, test_precision, loss
     params: list | None = field(default=None, repr=False)
+    phases: object = field(default=None, repr=False)  # tidy phase table of a --profile run
 
     @property
     def final_loss(self) -> float:
@@ -104,7 +108,10 @@ def fit(cfg: Config, trainer, test=None, progress: bool = True, log=None, sync=l
         start = time.perf_counter()
         for i, index in enumerate(batches):
             trainer.want_loss = (i + 1) % every == 0 or i + 1 == len(batches)
-            batch_loss = trainer.batch(index)
+            if profile.ACTIVE is not None:
+                profile.ACTIVE.batch = step
+            with phase("batch iteration"):
+                batch_loss = trainer.batch(index)
             if batch_loss is not None:
                 history.losses.append({"epoch": epoch, "batch": i, "step": step, "loss": batch_loss})
                 if log and (i + 1) % every == 0:
