@@ -201,6 +201,23 @@ def cmd_bench_train(args, comm) -> dict:
     return {"rows": rows, "saved": saved}
 
 
+def cmd_ceilings(args, comm) -> dict:
+    from . import ceilings
+    from .backend import cupy_or_none
+    gpu = {"auto": cupy_or_none() is not None, "cupy": True, "numpy": False}[args.backend]
+    sizes = [2**k for k in range(12, args.max_log2_size + 1, 2)]
+    rows = ceilings.measure(comm, gpu, sizes, log=(lambda m: None) if args.json or comm.rank else print)
+    if comm.rank != 0:
+        return {}
+    import pandas as pd
+    df = pd.DataFrame(rows)
+    if not args.json:
+        shown = df.assign(value=df["value"] / 1e9).rename(columns={"value": "value (G/s)"})
+        print(shown.drop(columns=[c for c in ("seconds", "bus_value") if c in shown]).to_string(index=False))
+    name = f"ceilings_p{comm.size}"
+    return {"rows": len(rows), "saved": save_rows(name, rows, args.out)}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="perflab",
@@ -230,6 +247,17 @@ def build_parser() -> argparse.ArgumentParser:
     device_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object on the last line")
     p.set_defaults(run=cmd_check)
+
+    p = sub.add_parser("ceilings", help="measure this machine's ceilings (GEMM rate, PCIe, MPI/NCCL all-reduce)",
+                       description="Microbenchmarks for the rooflines, saved to results/<machine>/ceilings_p<P>.csv with "
+                                   "machine metadata: BLAS GEMM at the training shapes, and on a GPU cuBLAS and perflab's "
+                                   "GEMM, host<->device bandwidth (pageable, pinned) and the device copy rate; under "
+                                   "mpiexec -n P also MPI (and on GPUs NCCL) all-reduce bandwidth against size.")
+    p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto")
+    p.add_argument("--max-log2-size", type=int, default=26, help="largest buffer, 2**K bytes (default %(default)s)")
+    p.add_argument("--out", metavar="DIR", help="folder for the CSV (default results/<machine>)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_ceilings)
 
     p = sub.add_parser("bench", help="benchmarks: perflab beside its peers in one run (GPU)")
     bsub = p.add_subparsers(dest="bench_command", required=True, metavar="WHAT")

@@ -1,0 +1,56 @@
+import json
+
+import pytest
+
+from perflab import ceilings, profile
+from perflab.comm import Serial
+from perflab.config import Config
+from perflab.runner import train_on_ranks
+
+SMALL = Config(dataset="synthetic", input_size=40, hidden_sizes=(16,), num_classes=5, train_size=300,
+               batch_size=64, test_size=0, learning_rate=0.5, num_epochs=2)
+
+
+def test_profiled_run_records_the_seeds_phases():
+    history, _ = train_on_ranks(SMALL, "sequential", Serial(), profiled=True, log=None)
+    table = history.phases
+    counts = table.groupby("phase").size()
+    assert counts["batch iteration"] == SMALL.num_batches * SMALL.num_epochs == counts["forward GEMM 1"]
+    assert {"train setup", "forward", "backward", "step", "backward GEMM 3"} <= set(counts.index)
+    per_batch = table[table.batch >= 0].pivot_table(index="batch", columns="phase", values="seconds", aggfunc="sum")
+    inner = per_batch[["forward", "backward", "step"]].sum(axis=1)
+    assert (inner <= per_batch["batch iteration"] + 1e-9).all()
+    summary = profile.summary(table[table.phase != "train setup"])
+    assert summary.loc["batch iteration", "share"] == 1.0 and (summary["share"] <= 1.0 + 1e-12).all()
+    assert list(summary.index[:2]) == ["batch iteration", "forward"]
+
+
+def test_unprofiled_run_records_nothing():
+    history, _ = train_on_ranks(SMALL, "sequential", Serial(), log=None)
+    assert history.phases is None and profile.ACTIVE is None
+
+
+def test_cpu_gemm_ceiling_positive():
+    rows = ceilings.cpu_gemm(shapes=[(33, 17, 65)], repeats=2)
+    assert rows[0]["value"] > 1e6 and rows[0]["unit"] == "FLOP/s"
+
+
+@pytest.mark.mpi
+def test_ceilings_under_mpi_writes_table(tmp_path):
+    from test_mpi import last_json, mpirun
+    proc = mpirun(2, "ceilings", "--max-log2-size", "14", "--out", str(tmp_path), "--json", "--backend", "numpy")
+    summary = last_json(proc)
+    import pandas as pd
+    table = pd.read_csv(summary["saved"])
+    allreduce = table[table.ceiling == "mpi_allreduce"]
+    assert list(allreduce.size_bytes) == [4096, 16384] and (allreduce.value > 0).all()
+    assert json.loads((tmp_path / "ceilings_p2.json").read_text())["cpu"]
+
+
+@pytest.mark.mpi
+def test_profile_cli_reports_effective_mpi_rate():
+    from test_mpi import SMALL as ARGS
+    from test_mpi import last_json, mpirun
+    summary = last_json(mpirun(2, "train", "--parallel", "data", "--profile", "--json", *ARGS))
+    assert summary["profiled"] and summary["P_mpi"] > 0 and summary["P_flops"] > 0
+    assert "MPI_Allreduce" in summary["phase_medians"]
