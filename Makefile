@@ -20,8 +20,14 @@ $(VENV)/.installed-dev: pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
-roofline: $(VENV)/.installed-core
-	$(PERFLAB) train --dataset mnist --test-size 10000
+$(VENV)/.installed-notebooks: pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e '.[notebooks]'
+	touch $@
+
+roofline: $(VENV)/.installed-notebooks
+	$(PERFLAB) notebook roofline $(ROOFLINE_ARGS)
+	$(PERFLAB) report
+	@echo "outputs: results/notebooks/roofline.ipynb (executed), results/figures/*.pdf|png, results/report.pdf"
 
 test: $(VENV)/.installed-dev
 	$(PY) -m pytest

@@ -218,6 +218,57 @@ def cmd_ceilings(args, comm) -> dict:
     return {"rows": len(rows), "saved": save_rows(name, rows, args.out)}
 
 
+def cmd_sweep(args, comm) -> dict:
+    from . import sweep
+    points = sweep.grid(hidden=args.hidden, batch=args.batch, ranks=args.ranks, per_rank_batch=args.per_rank_batch,
+                        parallel=args.parallel, backend=args.backend, mode=args.mode, gemm=args.gemm,
+                        dtype=args.dtype, N=args.train_size, epochs=args.num_epochs)
+    too_big = [pt["p"] for pt in points if pt["p"] > comm.size]
+    if too_big:
+        raise CLIError(f"the grid has points with p={max(too_big)} but {comm.size} rank(s) are running; "
+                       f"start with mpiexec -n {max(too_big)} perflab sweep ...")
+    path = sweep.run_grid_mpi(points, args.name, args.out, args.dataset, progress=not args.json and comm.rank == 0,
+                              log=(lambda m: None) if args.json else print)
+    if comm.rank == 0 and not args.json:
+        print(f"wrote {path}")
+    return {"points": len(points), "saved": str(path)}
+
+
+NOTEBOOKS = ("roofline",)
+
+
+def cmd_notebook(args, comm) -> dict:
+    """Execute a notebook end to end with papermill; the executed copy lands in results/notebooks/."""
+    import ast
+
+    import papermill
+
+    from .data import PROJECT_ROOT
+    from .results import RESULTS_ROOT
+    params = {}
+    for k, v in args.parameter or []:
+        try:
+            params[k] = ast.literal_eval(v)
+        except (ValueError, SyntaxError):
+            params[k] = v
+    source = PROJECT_ROOT / "notebooks" / f"{args.name}.ipynb"
+    out = RESULTS_ROOT / "notebooks" / f"{args.name}.ipynb"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    papermill.execute_notebook(str(source), str(out), parameters=params, cwd=str(source.parent),
+                               progress_bar=not args.json, kernel_name="python3")
+    if not args.json:
+        print(f"executed {source} -> {out}")
+    return {"notebook": str(out), "parameters": params}
+
+
+def cmd_report(args, comm) -> dict:
+    from . import report
+    path = report.build(args.out)
+    if not args.json:
+        print(f"wrote {path}")
+    return {"report": str(path)}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="perflab",
@@ -247,6 +298,44 @@ def build_parser() -> argparse.ArgumentParser:
     device_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object on the last line")
     p.set_defaults(run=cmd_check)
+
+    p = sub.add_parser("sweep", help="measure a grid of points (H, B, p, mode, ...) into results/<machine>/NAME.csv",
+                       description="Each point trains (N samples, E epochs) unprofiled for the epoch time and once "
+                                   "profiled for the phase medians; its row is written as soon as it finishes, and a "
+                                   "rerun skips points already in the file. Run under mpiexec -n P (P >= largest p); "
+                                   "points with fewer ranks use the first p.")
+    from .kernels import GEMM_VARIANTS as variants
+    p.add_argument("--name", default="sweep", help="result file name (default %(default)s)")
+    p.add_argument("--hidden", nargs="+", type=int, default=[512], metavar="H")
+    p.add_argument("--batch", nargs="+", type=int, default=[3200], metavar="B")
+    p.add_argument("--per-rank-batch", nargs="+", type=int, metavar="B/p",
+                   help="instead of --batch: B = p * B/p, the seeds' sweep with B/p constant")
+    p.add_argument("--ranks", nargs="+", type=int, default=[1], metavar="P")
+    p.add_argument("--parallel", nargs="+", choices=("data", "model"), default=["data"])
+    p.add_argument("--backend", nargs="+", choices=("numpy", "cupy"), default=["numpy"])
+    p.add_argument("--mode", nargs="+", choices=("resident", "staged"), default=["resident"])
+    p.add_argument("--gemm", nargs="+", choices=variants, default=["best"])
+    p.add_argument("--dtype", nargs="+", choices=DTYPES, default=["float32"])
+    p.add_argument("--train-size", type=int, default=38400, metavar="N")
+    p.add_argument("--num-epochs", type=int, default=1)
+    p.add_argument("--dataset", choices=DATASETS, default="synthetic")
+    p.add_argument("--out", metavar="DIR", help="folder for the CSV (default results/<machine>)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_sweep)
+
+    p = sub.add_parser("notebook", help="run a workbook notebook end to end (papermill)",
+                       description="Execute notebooks/NAME.ipynb with parameters; the executed copy and its figures "
+                                   "go to results/. Example: perflab notebook roofline -p engines 4 -p backend cupy")
+    p.add_argument("name", choices=NOTEBOOKS)
+    p.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                   help="override a parameter (Python literal)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_notebook)
+
+    p = sub.add_parser("report", help="assemble results/figures and their captions into one PDF")
+    p.add_argument("--out", metavar="PDF", help="default results/report.pdf")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_report)
 
     p = sub.add_parser("ceilings", help="measure this machine's ceilings (GEMM rate, PCIe, MPI/NCCL all-reduce)",
                        description="Microbenchmarks for the rooflines, saved to results/<machine>/ceilings_p<P>.csv with "

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .data import PROJECT_ROOT, atomic_write
 
-RESULTS_ROOT = PROJECT_ROOT / "results"
+RESULTS_ROOT = Path(os.environ.get("PERFLAB_RESULTS", PROJECT_ROOT / "results"))
 
 
 def cpu_model() -> str:
@@ -76,21 +76,33 @@ def machine_name(meta: dict | None = None) -> str:
 
 
 def write_rows(path, rows: list[dict], meta: dict | None = None, append: bool = True) -> Path:
-    """Append (or replace) tidy rows in a CSV, flushed at once; write the metadata JSON."""
+    """Append (or replace) tidy rows in a CSV, flushed at once; write the metadata JSON.
+    A row with a column the file lacks rewrites the file (atomically) with the union."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fresh = not append or not path.exists() or path.stat().st_size == 0
     fields = list(dict.fromkeys(k for row in rows for k in row))
-    if not fresh:
+    old = []
+    if append and path.exists() and path.stat().st_size > 0:
         with path.open(newline="") as f:
-            fields = next(csv.reader(f))
-    with path.open("w" if fresh else "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="raise")
-        if fresh:
-            writer.writeheader()
-        writer.writerows(rows)
-        f.flush()
-        os.fsync(f.fileno())
+            reader = csv.DictReader(f)
+            header = list(reader.fieldnames or [])
+            if set(fields) <= set(header):
+                fields, old = header, None
+            else:
+                old = list(reader)
+                fields = list(dict.fromkeys(header + fields))
+    if old is None:  # plain append under the existing header
+        with path.open("a", newline="") as f:
+            csv.DictWriter(f, fieldnames=fields).writerows(rows)
+            f.flush()
+            os.fsync(f.fileno())
+    else:
+        import io
+        text = io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(old + rows)
+        atomic_write(path, text.getvalue().encode())
     if meta is not None:
         atomic_write(path.with_suffix(".json"), (json.dumps(meta, indent=1, default=str) + "\n").encode())
     return path

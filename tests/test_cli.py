@@ -46,3 +46,16 @@ def test_save_writes_csv_and_metadata(tmp_path, monkeypatch, capsys):
     assert csv_path.exists() and csv_path.with_suffix(".json").exists()
     meta = json.loads(csv_path.with_suffix(".json").read_text())
     assert meta["cpu"] and meta["git_commit"]
+
+
+def test_write_rows_appends_and_widens(tmp_path):
+    import pandas as pd
+
+    from perflab.results import write_rows
+    path = tmp_path / "r.csv"
+    write_rows(path, [{"a": 1, "b": 2}])
+    write_rows(path, [{"a": 3, "b": 4}])
+    write_rows(path, [{"a": 5, "c": 6}])
+    table = pd.read_csv(path)
+    assert list(table.columns) == ["a", "b", "c"] and list(table.a) == [1, 3, 5]
+    assert table.c.isna().sum() == 2 and table.c.iloc[-1] == 6

@@ -1,0 +1,82 @@
+"""What the notebooks compute from result tables, so they stay thin (and this is tested)."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import perfmodel
+from .results import RESULTS_ROOT
+
+
+def load(path) -> pd.DataFrame:
+    return pd.read_csv(path)
+
+
+def machines(root: Path | None = None) -> dict[str, dict]:
+    """Result folders and their metadata (GPU machines first)."""
+    out = {}
+    for meta_file in sorted(Path(root or RESULTS_ROOT).glob("*/*.json")):
+        try:
+            out.setdefault(meta_file.parent.name, json.loads(meta_file.read_text()))
+        except (OSError, ValueError):
+            continue
+    return dict(sorted(out.items(), key=lambda kv: "gpu" not in kv[1]))
+
+
+def workload(row) -> perfmodel.Workload:
+    return perfmodel.Workload(layers=(784, int(row["H"]), 10), B=int(row["B"]), p=int(row["p"]),
+                              parallel=row["parallel"], dtype=row["dtype"],
+                              staged=row["backend"] == "numpy" or row["mode"] == "staged",
+                              host_allreduce=row["backend"] == "numpy" or row["mode"] == "staged",
+                              N=int(row["N"]))
+
+
+def flops_bytes_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Per point: the seeds' FLOPs per batch (forward, backward), bytes over PCIe and MPI, AI."""
+    rows = []
+    for _, r in table.iterrows():
+        w = workload(r)
+        f, by = perfmodel.seeds_flops(w), perfmodel.phase_bytes(w)
+        rows.append({"H": r["H"], "B": r["B"], "p": r["p"], "B'": w.local_batch, "forward GFLOP": f["forward"] / 1e9,
+                     "backward GFLOP": f["backward"] / 1e9, "PCIe MB": by["pcie_gradients"] / 1e6,
+                     "MPI MB (2b model)": by["mpi_seeds"] / 1e6, "MPI MB (ring)": by["mpi_ring"] / 1e6,
+                     "AI (FLOP/B)": perfmodel.arithmetic_intensity(w)})
+    return pd.DataFrame(rows)
+
+
+def reference_rates(table: pd.DataFrame, H: int = 512) -> dict:
+    """P_flops, P_pci, P_mpi from the medians of the reference point: H (default 512) at the
+    largest p that exchanged gradients (the seeds used H=512, B=3000, p=2)."""
+    pick = table[table["H"] == H] if (table["H"] == H).any() else table
+    pick = pick.sort_values(["p", "B"]).iloc[-1]
+    rates = {k: float(pick[k]) for k in ("P_flops", "P_pci", "P_mpi") if k in pick and np.isfinite(pick[k])}
+    rates["reference"] = f"H={pick['H']} B={pick['B']} p={pick['p']}"
+    return rates
+
+
+def measured_batch_seconds(row) -> float:
+    """Median batch iteration of the profiled run (what the seeds plot)."""
+    t = row.get("t_batch iteration", float("nan"))
+    return t if np.isfinite(t) else row["epoch_seconds"] / row["batches"]
+
+
+def prediction_table(table: pd.DataFrame, rates: dict, P_mem: float = math.inf) -> pd.DataFrame:
+    """Predicted (serial model with the reference rates) against measured time per batch."""
+    c = perfmodel.Ceilings(P_flops=rates["P_flops"], P_pci=rates.get("P_pci", math.inf),
+                           P_mpi=rates.get("P_mpi", math.inf), P_mem=P_mem)
+    rows = []
+    for _, r in table.iterrows():
+        w = workload(r)
+        predicted = perfmodel.predict(w, c)["batch"]
+        measured = measured_batch_seconds(r)
+        rows.append({"H": r["H"], "B": r["B"], "p": r["p"], "predicted_ms": 1e3 * predicted,
+                     "measured_ms": 1e3 * measured, "error": predicted / measured - 1})
+    return pd.DataFrame(rows)
+
+
+def median_abs_error(pred: pd.DataFrame) -> float:
+    return float(pred["error"].abs().median())

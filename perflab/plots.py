@@ -1,0 +1,141 @@
+"""Figures for the report: they read result tables and never run training.
+
+Each figure is saved as results/figures/<name>.pdf (report) and .png (README), its caption
+written under the plot and into <name>.txt, so it stands on its own.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from . import perfmodel
+from .results import RESULTS_ROOT
+
+FIGURES = RESULTS_ROOT / "figures"
+
+
+def new_figure(width=7.0, height=4.8):
+    import matplotlib
+    matplotlib.use("Agg") if matplotlib.get_backend().lower().startswith("agg") else None
+    import matplotlib.pyplot as plt
+    return plt.subplots(figsize=(width, height))
+
+
+def save(fig, name: str, caption: str, folder: Path | None = None) -> Path:
+    """PDF + PNG + caption text; returns the PNG path."""
+    import textwrap
+    folder = Path(folder or FIGURES)
+    folder.mkdir(parents=True, exist_ok=True)
+    fig.text(0.01, 0.005, "\n".join(textwrap.wrap(caption, 120)), fontsize=7, va="bottom", ha="left")
+    fig.tight_layout(rect=(0, 0.03 + 0.018 * caption.count(" ") / 18, 1, 1))
+    fig.savefig(folder / f"{name}.pdf")
+    fig.savefig(folder / f"{name}.png", dpi=130)
+    (folder / f"{name}.txt").write_text(caption + "\n")
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+    return folder / f"{name}.png"
+
+
+def point_rate(row) -> float:
+    """Achieved FLOP/s of a sweep point: the seeds' FLOPs per batch over the median batch
+    iteration (profiled run), else over the unprofiled epoch time per batch."""
+    t = row.get("t_batch iteration")
+    if t is None or not np.isfinite(t):
+        t = row["epoch_seconds"] / row["batches"]
+    return row["flops_per_batch"] / t
+
+
+def roofline(points, P_flops: float, bandwidth: float, kind: str = "serial", P_mpi: float | None = None,
+             peak: float | None = None, title: str = "", label_bw: str = "BW"):
+    """Log-log roofline with the sweep's points. kind: standard (min), serial (the seeds'
+    modified roofline), combined (PCIe + MPI: bandwidth is P_pci and P_mpi is given)."""
+    fig, ax = new_figure()
+    rows = [dict(r) for _, r in points.iterrows()]
+    ais = [r["ai"] for r in rows if np.isfinite(r["ai"])]
+    lo = min(ais + [P_flops / bandwidth]) / 10
+    hi = max(ais + [P_flops / bandwidth]) * 10
+    x = np.logspace(np.log10(lo), np.log10(hi), 200)
+    if kind == "standard":
+        y = [perfmodel.roofline_standard(a, P_flops, bandwidth) for a in x]
+    elif kind == "combined":
+        y = [perfmodel.roofline_combined(a, P_flops, bandwidth, P_mpi) for a in x]
+    else:
+        y = [perfmodel.roofline_serial(a, P_flops, bandwidth) for a in x]
+    ax.loglog(x, y, "k-", lw=2, label=f"{kind} roofline")
+    ax.axhline(P_flops, color="k", ls=":", lw=1)
+    ax.text(x[0], P_flops * 1.08, f"P_flops = {P_flops / 1e12:.3g} TFLOP/s", fontsize=8)
+    ax.loglog(x, x * bandwidth, color="0.6", ls=":", lw=1)
+    ax.text(x[5], x[5] * bandwidth * 1.3, f"{label_bw} = {bandwidth / 1e9:.3g} GB/s", fontsize=8, color="0.4", rotation=25)
+    if peak:
+        ax.axhline(peak, color="tab:red", ls="--", lw=1)
+        ax.text(x[-1], peak * 1.08, f"datasheet peak {peak / 1e12:.3g} TFLOP/s", fontsize=8, color="tab:red", ha="right")
+    markers = "osD^v<>p*h"
+    for i, (H, group) in enumerate(points.groupby("H")):
+        for _, r in group.iterrows():
+            ax.loglog(r["ai"], point_rate(r), markers[i % len(markers)], ms=7,
+                      color=f"C{int(np.log2(max(r['p'], 1)))}", mfc="none" if r["p"] == 1 else None)
+            ax.annotate(f"H={H} B={r['B']} p={r['p']}", (r["ai"], point_rate(r)), fontsize=6,
+                        xytext=(4, -8), textcoords="offset points")
+    ax.set_xlabel("arithmetic intensity (FLOPs / byte moved over PCIe + MPI)")
+    ax.set_ylabel("FLOP/s")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    return fig
+
+
+def predicted_vs_measured(table, title=""):
+    """Bar chart of predicted and measured time per batch for each point, with the error."""
+    fig, ax = new_figure(7.5, 4.2)
+    labels = [f"H={r.H}\nB={r.B}\np={r.p}" for r in table.itertuples()]
+    x = np.arange(len(table))
+    ax.bar(x - 0.2, table["measured_ms"], 0.4, label="measured")
+    ax.bar(x + 0.2, table["predicted_ms"], 0.4, label="predicted")
+    for xi, (m, e) in enumerate(zip(table["measured_ms"], table["error"])):
+        ax.text(xi, m * 1.02, f"{100 * e:+.0f}%", ha="center", fontsize=7)
+    ax.set_xticks(x, labels, fontsize=7)
+    ax.set_ylabel("ms per batch")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def gemm_progression(bench, peak_tflops: float, shapes=("fwd1 H=512 B=3200", "fwd1 H=2048 B=12000", "bwd3 H=512 B=3200")):
+    """SGEMM_CUDA-style progression: TFLOP/s of naive -> tiled -> regblock -> best -> cuBLAS."""
+    fig, ax = new_figure()
+    order = [v for v in ("naive", "tiled", "regblock", "best", "cublas") if v in set(bench["variant"])]
+    for i, shape in enumerate(s for s in shapes if s in set(bench["shape"])):
+        rows = bench[bench["shape"] == shape].set_index("variant").reindex(order)
+        ax.plot(order, rows["tflops"], "o-", label=shape, color=f"C{i}")
+    ax.axhline(peak_tflops, color="tab:red", ls="--", lw=1)
+    ax.text(0, peak_tflops * 0.93, f"FP32 peak {peak_tflops:.1f} TFLOP/s", color="tab:red", fontsize=8)
+    ax.set_ylabel("TFLOP/s (FP32)")
+    ax.set_xlabel("GEMM variant")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def convergence(losses_by_label: dict, ylabel="training loss", xlabel="epoch", logy=True):
+    fig, ax = new_figure()
+    for label, (x, y) in losses_by_label.items():
+        ax.plot(x, y, "o-", ms=3, label=label)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def train_peers(bench):
+    """Epoch time of perflab and each peer per configuration (log scale)."""
+    fig, ax = new_figure(7.5, 4.5)
+    table = bench.pivot_table(index="peer", columns=["H", "B"], values="epoch_ms")
+    table.plot.barh(ax=ax, logx=True)
+    ax.set_xlabel("ms per epoch (60000 samples, FP32, data resident)")
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.legend(title="H, B", fontsize=8)
+    return fig

@@ -1,0 +1,121 @@
+"""Writes the notebooks from cell sources (run once after editing; the .ipynb files are committed)."""
+import nbformat as nbf
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent / "notebooks"
+
+
+def notebook(name, cells):
+    nb = nbf.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    for kind, src in cells:
+        if kind == "md":
+            nb.cells.append(nbf.v4.new_markdown_cell(src.strip()))
+        else:
+            cell = nbf.v4.new_code_cell(src.strip())
+            if kind == "params":
+                cell.metadata["tags"] = ["parameters"]
+            nb.cells.append(cell)
+    nbf.write(nb, HERE / f"{name}.ipynb")
+
+
+notebook("roofline", [
+    ("md", """
+# Roofline: where the training time goes, and what bounds it
+
+The seeds' Problem 2 (HW6) and Questions 2.1-2.6 of the final assignment, done by perflab: FLOPs
+and bytes per batch, effective P_flops / P_pci / P_mpi from profiled medians, the modified (serial)
+roofline and the combined PCIe + MPI roofline with experimental points for H in {512, 1024, 2048}
+and p with B/p constant, a B sweep, and predicted against measured time per batch.
+This notebook starts local MPI engines (or uses running ones), runs the sweeps on this machine
+(NumPy when there is no GPU), and draws GPU results from `results/` where they exist."""),
+    ("params", """
+engines = 2                      # MPI engines (ranks) to start or expect
+hidden = [512, 1024, 2048]       # H sweep
+ranks = [1, 2]                   # p sweep, with B/p constant
+per_rank_batch = 1600            # B/p
+batch_sweep = [800, 3200, 12000] # B sweep, one rank, first H
+N = 38400                        # samples an epoch (the seeds' N)
+backend = "numpy"                # numpy | cupy
+name = "roofline"                # results/<machine>/<name>.csv
+"""),
+    ("code", """
+import pandas as pd
+from IPython.display import display
+from perflab import analysis, cluster, plots, results, sweep
+cluster_started, client, view = cluster.engines(engines)
+print(f"{len(client.ids)} MPI engines; results go to", sweep.output_path(name))
+"""),
+    ("md", "## Sweeps (each point is written as it finishes; rerunning skips finished points)"),
+    ("code", """
+points = sweep.grid(hidden=hidden, per_rank_batch=[per_rank_batch], ranks=ranks, backend=[backend], N=N)
+points += sweep.grid(hidden=[hidden[0]], batch=batch_sweep, ranks=[1], backend=[backend], N=N)
+path = sweep.run_grid_engines(view, points, name)
+table = analysis.load(path)
+table = table[table.B <= N]
+display(table[["H", "B", "p", "epoch_seconds", "t_batch iteration", "P_flops"] + [c for c in ("P_mpi", "P_pci") if c in table]])
+"""),
+    ("md", "## Question 2.1 / 2.3: FLOPs and bytes per batch per rank (B' = B/p)"),
+    ("code", "display(analysis.flops_bytes_table(table).round(4))"),
+    ("md", "## Question 2.4: effective rates from the reference point's medians"),
+    ("code", """
+rates = analysis.reference_rates(table)
+print({k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in rates.items()})
+print("the seeds' RTX 6000: P_flops 1.63e12, P_pci 1.27e10, P_mpi 7.95e9")
+"""),
+    ("md", """## Question 2.5 / 2.6: rooflines with the experimental points
+
+On the CPU there is no PCIe: the exchange goes through MPI only, so the modified roofline uses
+P_mpi as its bandwidth. A GPU run (staged mode) adds P_pci and the combined form."""),
+    ("code", """
+machine = results.machine_name()
+bw = rates.get("P_pci", rates.get("P_mpi"))
+exchanged = table[table.p > 1]
+fig = plots.roofline(exchanged if len(exchanged) else table, rates["P_flops"], bw or 1e10, kind="serial",
+                     title=f"Modified roofline, {machine}", label_bw="P_pci" if "P_pci" in rates else "P_mpi")
+png = plots.save(fig, f"roofline_serial_{machine}",
+    f"Modified (serial) roofline AI / (AI/P_flops + 1/BW) on {machine}, P_flops and BW the effective rates of "
+    f"{rates['reference']}; points: measured FLOP/s (seeds' FLOPs per batch over the median profiled batch "
+    f"iteration) of the H sweep with B/p = {per_rank_batch} at p > 1. Source: {path.name}.")
+if "P_pci" in rates and "P_mpi" in rates:
+    fig = plots.roofline(exchanged, rates["P_flops"], rates["P_pci"], kind="combined", P_mpi=rates["P_mpi"],
+                         title=f"Combined PCIe + MPI roofline, {machine}", label_bw="P_pci")
+    plots.save(fig, f"roofline_combined_{machine}", f"Combined roofline, 1/BW = (1/P_pci + 1/P_mpi)/2, on {machine}.")
+from IPython.display import Image
+display(Image(str(png)))
+"""),
+    ("md", "## Predicted against measured time per batch"),
+    ("code", """
+pred = analysis.prediction_table(table, rates)
+display(pred.round(3))
+print(f"median |error| = {100 * analysis.median_abs_error(pred):.1f}%")
+fig = plots.predicted_vs_measured(pred, title=f"Serial model vs measurement, {machine}")
+png = plots.save(fig, f"predicted_vs_measured_{machine}",
+    f"Time per batch predicted by the serial model (GEMM FLOPs / P_flops + bytes / P_pci + bytes / P_mpi, rates from "
+    f"{rates['reference']}) against the measured median batch iteration on {machine}; labels give the error. "
+    f"Source: {path.name}.")
+display(Image(str(png)))
+"""),
+    ("md", """Why they differ: the model counts only the dominant GEMMs and the exchanged bytes; the
+measured batch also holds elementwise kernels, the loss, Python overhead and (at p > 1) waiting in
+the all-reduce for the slowest rank. Rates taken at one point (H=512) carry that point's GEMM
+efficiency to the others: larger H and B run GEMMs closer to the peak, so they come out faster than
+predicted, and smaller ones slower - the seeds saw points above and below their roofline for the
+same reason."""),
+    ("md", "## GPU results committed under results/"),
+    ("code", """
+for folder, meta in analysis.machines().items():
+    gpu_table = results.RESULTS_ROOT / folder / f"{name}.csv"
+    if "gpu" not in meta or not gpu_table.exists():
+        continue
+    t = analysis.load(gpu_table)
+    r = analysis.reference_rates(t)
+    print(folder, {k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in r.items()})
+    ex = t[t.p > 1] if (t.p > 1).any() else t
+    fig = plots.roofline(ex, r["P_flops"], r.get("P_pci", r.get("P_mpi", 1e10)), kind="serial",
+                         title=f"Modified roofline, {meta['gpu']}", label_bw="P_pci")
+    display(Image(str(plots.save(fig, f"roofline_serial_{folder}",
+        f"Modified roofline on {meta['gpu']} (git {meta.get('git_commit', '?')[:8]}), rates from {r['reference']}."))))
+"""),
+    ("code", "cluster.stop(cluster_started)"),
+])

@@ -1,0 +1,31 @@
+import pandas as pd
+import pytest
+
+from perflab import analysis
+
+
+def table():
+    base = dict(parallel="data", backend="numpy", mode="resident", gemm="best", dtype="float32", N=3200, epochs=1)
+    rows = [dict(base, H=512, B=800, p=1, epoch_seconds=0.4, batches=4, **{"t_batch iteration": 0.1}, P_flops=1e10),
+            dict(base, H=512, B=1600, p=2, epoch_seconds=0.5, batches=2, **{"t_batch iteration": 0.25}, P_flops=2e10,
+                 P_mpi=1e9)]
+    return pd.DataFrame(rows)
+
+
+def test_reference_rates_take_largest_p_at_h512():
+    rates = analysis.reference_rates(table())
+    assert rates["P_flops"] == 2e10 and rates["P_mpi"] == 1e9 and rates["reference"] == "H=512 B=1600 p=2"
+
+
+def test_prediction_table_errors():
+    pred = analysis.prediction_table(table(), {"P_flops": 2e10, "P_mpi": 1e9})
+    expected_p2 = (4 * 800 * 512 * 784 + 6 * 800 * 512 * 10) / 2e10 + 2 * 407050 * 4 / 1e9  # five GEMMs + MPI
+    assert pred.loc[1, "predicted_ms"] == pytest.approx(1e3 * expected_p2, rel=1e-9)
+    assert pred.loc[1, "error"] == pytest.approx(expected_p2 / 0.25 - 1)
+    assert analysis.median_abs_error(pred) == pytest.approx(pred["error"].abs().median())
+
+
+def test_flops_bytes_table():
+    t = analysis.flops_bytes_table(table())
+    assert t.loc[1, "B'"] == 800 and t.loc[1, "forward GFLOP"] == pytest.approx(2 * 800 * 512 * 794 / 1e9)
+    assert t.loc[0, "PCIe MB"] == 0 and t.loc[1, "PCIe MB"] == pytest.approx(2 * 407050 * 4 / 1e6)
