@@ -74,7 +74,9 @@ class FusedGPU(Sequential):
             raise GPUError(f"--mode must be one of {MODES}, got {mode!r}")
         check_batch_split(cfg, comm.size)
         self.cp, self.cfg, self.comm, self.mode, self.variant = cp, cfg, comm, mode, gemm
-        self.graphs = graphs and mode == "resident" and not cfg.shuffle
+        # a graph can hold NCCL but not a host-staged MPI exchange (copies to pageable memory)
+        self.graphs = (graphs and mode == "resident" and not cfg.shuffle
+                       and (comm.size == 1 or getattr(comm, "strategy", "") == "nccl"))
         D, H, C = cfg.layer_sizes
         dtype = np.dtype(cfg.dtype)
         host_params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed)
@@ -146,7 +148,8 @@ class FusedGPU(Sequential):
                 cp.sum(self.ce[:n], out=self.G[-1:].reshape(()))
             else:
                 self.G[-1:] = 0
-            self.comm.allreduce(self.G)
+            if self.comm.size > 1:
+                self.comm.allreduce(self.G)
         with phase("step"):
             kernels.sgd_update(self.P, self.G[:-1], self.cfg.learning_rate, self.ends, self.regs)
 
