@@ -74,9 +74,9 @@ class FusedGPU(Sequential):
             raise GPUError(f"--mode must be one of {MODES}, got {mode!r}")
         check_batch_split(cfg, comm.size)
         self.cp, self.cfg, self.comm, self.mode, self.variant = cp, cfg, comm, mode, gemm
-        # a graph can hold NCCL but not a host-staged MPI exchange (copies to pageable memory)
-        self.graphs = (graphs and mode == "resident" and not cfg.shuffle
-                       and (comm.size == 1 or getattr(comm, "strategy", "") == "nccl"))
+        # Graphs on one GPU only: a host-staged MPI exchange cannot be captured, and an NCCL
+        # all-reduce captured with CuPy hung on two H200 (results/nvidia-h200/gpu_check_multi.log)
+        self.graphs = graphs and mode == "resident" and not cfg.shuffle and comm.size == 1
         D, H, C = cfg.layer_sizes
         dtype = np.dtype(cfg.dtype)
         host_params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed)
