@@ -263,6 +263,12 @@ def cmd_notebook(args, comm) -> dict:
 
 def cmd_report(args, comm) -> dict:
     from . import report
+    from .data import PROJECT_ROOT
+    if args.readme:
+        changed = report.update_readme(PROJECT_ROOT / "README.md")
+        if not args.json:
+            print("README results block " + ("updated" if changed else "already up to date"))
+        return {"readme_changed": changed}
     path = report.build(args.out)
     if not args.json:
         print(f"wrote {path}")
@@ -334,6 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="assemble results/figures and their captions into one PDF")
     p.add_argument("--out", metavar="PDF", help="default results/report.pdf")
+    p.add_argument("--readme", action="store_true", help="instead: regenerate the README's results block from results/")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_report)
 

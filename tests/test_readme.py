@@ -1,0 +1,15 @@
+from perflab import report
+from perflab.data import PROJECT_ROOT
+
+
+def test_readme_results_block_matches_the_result_files():
+    """README numbers come from committed files: regenerate and compare (perflab report --readme fixes it)."""
+    text = (PROJECT_ROOT / "README.md").read_text()
+    block = text[text.index(report.BEGIN) + len(report.BEGIN):text.index(report.END)]
+    assert block == "\n" + report.markdown()
+
+
+def test_readme_starts_with_the_two_commands():
+    text = (PROJECT_ROOT / "README.md").read_text()
+    head = text[:text.index("## Measured results")]
+    assert "make roofline" in head and "make test" in head
