@@ -66,7 +66,8 @@ class FusedGPU(Sequential):
 
     name = "data"
 
-    def __init__(self, cfg: Config, X, y, comm, mode="resident", gemm="best", graphs=True, pinned=False):
+    def __init__(self, cfg: Config, X, y, comm, mode="resident", gemm="best", graphs=True, pinned=False,
+                 fuse_output=True):
         import cupy as cp
         if len(cfg.hidden_sizes) != 1:
             raise GPUError("the fused GPU trainer takes one hidden layer; use --gemm cublas-generic for deeper nets")
@@ -74,6 +75,7 @@ class FusedGPU(Sequential):
             raise GPUError(f"--mode must be one of {MODES}, got {mode!r}")
         check_batch_split(cfg, comm.size)
         self.cp, self.cfg, self.comm, self.mode, self.variant = cp, cfg, comm, mode, gemm
+        self.fuse_output = fuse_output and cfg.num_classes <= kernels.MAX_FUSED_CLASSES
         # Graphs on one GPU only: a host-staged MPI exchange cannot be captured, and an NCCL
         # all-reduce captured with CuPy hung on two H200 (results/nvidia-h200/gpu_check_multi.log)
         self.graphs = graphs and mode == "resident" and not cfg.shuffle and comm.size == 1
@@ -128,26 +130,33 @@ class FusedGPU(Sequential):
         H, C = W1.shape[0], W2.shape[0]
         a1, da1 = self.a1[:H * n].reshape(H, n), self.da1[:H * n].reshape(H, n)
         z2, delta = self.z2[:C * n].reshape(C, n), self.delta[:C * n].reshape(C, n)
+        fused = self.fuse_output and not profile.ACTIVE  # phases stay separate when profiling
+        ce = self.ce[:n] if want_loss else None
         with phase("forward"):
             with phase("forward GEMM 1"):
                 self.gemm(W1, Xb, a1, bias=b1)          # + bias + sigmoid (in the epilogue)
-            with phase("forward GEMM 2"):
-                self.gemm(W2, a1, z2)
-            kernels.softmax_xent_grad(z2, b2, yb, delta, global_b, self.ce[:n] if want_loss else None)
+            if fused:  # forward GEMM 2 + softmax + delta in one pass over a1
+                kernels.output_layer(W2, b2, a1, yb, delta, global_b, ce)
+            else:
+                with phase("forward GEMM 2"):
+                    self.gemm(W2, a1, z2)
+                kernels.softmax_xent_grad(z2, b2, yb, delta, global_b, ce)
         with phase("backward"):
             with phase("backward GEMM 1"):
                 self.gemm(delta, a1.T, dW2)
             kernels.row_sum(delta, db2)
-            with phase("backward GEMM 2"):
-                self.gemm(W2.T, delta, da1)
-            kernels.sigmoid_backward(da1, a1)
+            if fused:  # backward GEMM 2 + sigmoid' + db1 in one pass
+                kernels.hidden_backward(W2, delta, a1, da1, db1)
+            else:
+                with phase("backward GEMM 2"):
+                    self.gemm(W2.T, delta, da1)
+                kernels.sigmoid_backward(da1, a1)
             with phase("backward GEMM 3"):
                 self.gemm(da1, Xb.T, dW1)
-            kernels.row_sum(da1, db1)
-            if want_loss:
+            if not fused:
+                kernels.row_sum(da1, db1)
+            if want_loss:  # the CE slot is all-reduced with the gradients; stale when unused
                 cp.sum(self.ce[:n], out=self.G[-1:].reshape(()))
-            else:
-                self.G[-1:] = 0
             if self.comm.size > 1:
                 self.comm.allreduce(self.G)
         with phase("step"):

@@ -41,14 +41,14 @@ def initial(D, H, C, seed=0):
 
 
 # ----------------------------------------------------------------------------- perflab
-def perflab_epoch(X, y, H, B, lr, reg, warmup=2, repeats=5, gemm="best", graphs=True):
+def perflab_epoch(X, y, H, B, lr, reg, warmup=2, repeats=5, gemm="best", graphs=True, fuse_output=True):
     from .comm import Serial
     from .config import Config
     from .gpu import FusedGPU
     N, D = X.shape
     cfg = Config(dataset="synthetic", input_size=D, hidden_sizes=(H,), num_classes=10, train_size=N,
                  batch_size=B, learning_rate=lr, reg=reg, dtype="float32", test_size=0)
-    trainer = FusedGPU(cfg, np.asfortranarray(X.T), y, Serial(), "resident", gemm, graphs)
+    trainer = FusedGPU(cfg, np.asfortranarray(X.T), y, Serial(), "resident", gemm, graphs, fuse_output=fuse_output)
     trainer.want_loss = False
     slices = [slice(s, e) for s, e in batches(N, B)]
 
@@ -230,6 +230,7 @@ def cublas_floor(X, y, H, B, lr, reg, warmup=2, repeats=5):
 PEERS = {
     "perflab": perflab_epoch,
     "perflab (cublas gemm)": lambda *a, **k: perflab_epoch(*a, gemm="cublas", **k),
+    "perflab (cublas gemm, output layer unfused)": lambda *a, **k: perflab_epoch(*a, gemm="cublas", fuse_output=False, **k),
     "pytorch eager": torch_eager,
     "pytorch cuda graph": torch_graph,
     "torch.compile default": lambda *a, **k: torch_compiled(*a, mode="default", **k),

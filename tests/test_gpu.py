@@ -149,3 +149,36 @@ def test_too_large_for_gpu_memory_is_named():
                  train_size=200000, batch_size=100000, test_size=0)
     with pytest.raises(gpu.GPUError, match=r"needs about .* GiB of GPU memory \(N=200000, B=100000"):
         gpu.check_memory(cfg, resident=True)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("C, H, n", [(10, 512, 3200), (7, 61, 37), (16, 33, 1), (2, 1000, 129)])
+def test_fused_output_layer_and_hidden_backward(rng, dtype, C, H, n):
+    W2, b2 = rng.normal(size=(C, H)) * 0.2, rng.normal(size=C)
+    a1 = rng.uniform(0.05, 0.95, (H, n))
+    y = rng.integers(0, C, n)
+    dev = lambda x: cp.asarray(x.astype(dtype))  # noqa: E731
+    delta, ce = cp.full((C, n), np.nan, dtype), cp.full(n, np.nan, dtype)
+    kernels.output_layer(dev(W2), dev(b2), dev(a1), cp.asarray(y), delta, 3 * n, ce)
+    yhat = model.softmax(W2 @ a1 + b2[:, None])
+    ref_delta = model.output_delta(yhat, y, 3 * n)
+    assert rel(delta.get(), ref_delta) <= TOL[dtype]
+    assert rel(ce.get(), -np.log(yhat[y, np.arange(n)])) <= TOL[dtype]
+    dz1, db1 = cp.full((H, n), np.nan, dtype), cp.full(H, np.nan, dtype)
+    kernels.hidden_backward(dev(W2), dev(ref_delta), dev(a1), dz1, db1)
+    ref_dz1 = (W2.T @ ref_delta) * a1 * (1 - a1)
+    assert rel(dz1.get(), ref_dz1) <= TOL[dtype]
+    assert rel(db1.get(), ref_dz1.sum(axis=1)) <= TOL[dtype]
+
+
+def test_profiled_gpu_run_takes_the_unfused_path_and_matches():
+    from perflab.comm import Serial
+    from perflab.config import Config
+    from perflab.runner import Device, train_on_ranks
+    cfg = Config(dataset="synthetic", input_size=50, hidden_sizes=(31,), num_classes=5, train_size=300,
+                 batch_size=64, num_epochs=1, learning_rate=0.5, test_size=0)
+    fused, _ = train_on_ranks(cfg, "data", Serial(), Device(backend="cupy"), log=None)
+    split, _ = train_on_ranks(cfg, "data", Serial(), Device(backend="cupy"), log=None, profiled=True)
+    assert "forward GEMM 2" in set(split.phases.phase)
+    for a, b in zip(fused.params, split.params):
+        assert rel(a, b) <= 1e-12

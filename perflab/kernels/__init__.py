@@ -228,7 +228,9 @@ def cublas_gemm(M, N, K, alpha, a, ta, lda, b, tb, ldb, beta, out):
 
 
 # ------------------------------------------------------------------ fused elementwise steps
-ELEMENTWISE = ("bias_sigmoid", "add_bias", "softmax_xent_grad", "sigmoid_backward", "row_sum", "sgd_update")
+ELEMENTWISE = ("bias_sigmoid", "add_bias", "softmax_xent_grad", "sigmoid_backward", "row_sum", "sgd_update",
+               "output_layer", "hidden_backward")
+MAX_FUSED_CLASSES = 16  # output_layer and hidden_backward keep C values per thread in registers
 
 
 def elementwise(name: str, dtype):
@@ -273,6 +275,30 @@ def row_sum(x, out):
     rows, cols = x.shape
     elementwise("row_sum", x.dtype)((rows,), (256,), (x, out, i32(rows), i32(cols)))
     return out
+
+
+def output_layer(W2, b2, a1, y, delta, norm, ce=None):
+    """delta <- (softmax(W2 a1 + b2) - onehot(y)) / norm in one pass over a1 (C <= 16)."""
+    C, H = W2.shape
+    n = a1.shape[1]
+    if C > MAX_FUSED_CLASSES:
+        raise KernelError(f"output_layer takes at most {MAX_FUSED_CLASSES} classes, got C={C}")
+    elementwise("output_layer", a1.dtype)(
+        (max(1, math.ceil(n / 16)),), (16, 16),
+        (W2, b2, a1, y, delta, delta if ce is None else ce, i32(ce is not None), i32(C), i32(H), i32(n),
+         a1.dtype.type(1 / norm)))
+    return delta
+
+
+def hidden_backward(W2, delta, a1, dz1, db1):
+    """dz1 <- (W2^T delta) o a1 o (1 - a1) and db1 <- row sums of dz1, in one pass (C <= 16)."""
+    C, H = W2.shape
+    n = a1.shape[1]
+    if C > MAX_FUSED_CLASSES:
+        raise KernelError(f"hidden_backward takes at most {MAX_FUSED_CLASSES} classes, got C={C}")
+    elementwise("hidden_backward", a1.dtype)((max(1, math.ceil(H / 4)),), (256,),
+                                             (W2, delta, a1, dz1, db1, i32(C), i32(H), i32(n)))
+    return dz1
 
 
 def sgd_update(params, grads, learning_rate, ends, regs):

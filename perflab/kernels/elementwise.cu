@@ -72,3 +72,87 @@ __global__ void sgd_update(T* p, const T* __restrict__ g, size_t n, T lr, const 
     while (s < nseg - 1 && e >= (size_t)ends[s]) ++s;
     p[e] -= lr * (g[e] + regs[s] * p[e]);
 }
+
+// The output layer in one pass over a1, for C <= 16 classes (the C x H by H x n GEMM moves
+// more bytes than it computes, so it belongs with its elementwise neighbours):
+//   z2 = W2 a1 + b2;  delta = (softmax(z2) - onehot(y)) * inv_norm;  ce[j] = -log yhat[y_j, j]
+// Block: 16 columns x 16 slices of H; each thread sums its slice, shared memory adds slices.
+#define MAXC 16
+template <typename T>
+__global__ void output_layer(const T* __restrict__ W2, const T* __restrict__ b2, const T* __restrict__ a1,
+                             const long long* __restrict__ y, T* __restrict__ delta, T* __restrict__ ce,
+                             int want_ce, int C, int H, int n, T inv_norm) {
+    __shared__ T part[16][16][MAXC + 1];
+    const int tx = threadIdx.x, ty = threadIdx.y, j = blockIdx.x * 16 + tx;
+    T z[MAXC];
+#pragma unroll
+    for (int c = 0; c < MAXC; ++c) z[c] = 0;
+    if (j < n) {
+        for (int h = ty; h < H; h += 16) {
+            T a = a1[(size_t)h * n + j];
+#pragma unroll
+            for (int c = 0; c < MAXC; ++c)
+                if (c < C) z[c] += W2[c * H + h] * a;
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < MAXC; ++c) part[ty][tx][c] = z[c];
+    __syncthreads();
+    if (ty != 0 || j >= n) return;
+    T m = -INFINITY;
+    for (int c = 0; c < C; ++c) {
+        T s = b2[c];
+        for (int k = 0; k < 16; ++k) s += part[k][tx][c];
+        part[0][tx][c] = s;
+        m = max(m, s);
+    }
+    T sum = 0;
+    for (int c = 0; c < C; ++c) sum += exp(part[0][tx][c] - m);
+    int label = (int)y[j];
+    for (int c = 0; c < C; ++c)
+        delta[(size_t)c * n + j] = (exp(part[0][tx][c] - m) / sum - (c == label ? T(1) : T(0))) * inv_norm;
+    if (want_ce) ce[j] = -(part[0][tx][label] - m - log(sum));
+}
+
+// The hidden layer's backward step in one pass, for C <= 16:
+//   dz1 = (W2^T delta) o a1 o (1 - a1);   db1[h] = sum_j dz1[h, j]
+// Block: 4 rows of H, 256 threads along the columns; row sums reduced in a fixed order.
+template <typename T>
+__global__ void hidden_backward(const T* __restrict__ W2, const T* __restrict__ delta, const T* __restrict__ a1,
+                                T* __restrict__ dz1, T* __restrict__ db1, int C, int H, int n) {
+    __shared__ T red[4][256];
+    const int h0 = blockIdx.x * 4, t = threadIdx.x;
+    T w[4][MAXC];
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int c = 0; c < MAXC; ++c) w[r][c] = (c < C && h0 + r < H) ? W2[c * H + h0 + r] : T(0);
+    T acc[4] = {0, 0, 0, 0};
+    for (int j = t; j < n; j += 256) {
+        T d[MAXC];
+#pragma unroll
+        for (int c = 0; c < MAXC; ++c) d[c] = c < C ? delta[(size_t)c * n + j] : T(0);
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            if (h0 + r >= H) break;
+            T s = 0;
+#pragma unroll
+            for (int c = 0; c < MAXC; ++c) s += w[r][c] * d[c];
+            size_t e = (size_t)(h0 + r) * n + j;
+            T a = a1[e];
+            T v = s * a * (T(1) - a);
+            dz1[e] = v;
+            acc[r] += v;
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) red[r][t] = acc[r];
+    __syncthreads();
+    for (int w2 = 128; w2 > 0; w2 >>= 1) {
+        if (t < w2)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) red[r][t] += red[r][t + w2];
+        __syncthreads();
+    }
+    if (t < 4 && h0 + t < H) db1[h0 + t] = red[t][0];
+}
