@@ -22,3 +22,11 @@ def test_kernel_compiles_for_sm90(tmp_path, source):
                            str(unit), "-o", str(tmp_path / "out.o")], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "spill" not in proc.stderr.lower(), proc.stderr[-3000:]
+
+
+def test_sources_avoid_what_nvrtc_lacks():
+    """CuPy compiles with NVRTC, which has no C library headers: math.h macros do not exist there."""
+    for source in KERNEL_DIR.glob("*.cu*"):
+        text = source.read_text()
+        for macro in ("INFINITY", "NAN", "#include <"):
+            assert macro not in text, f"{source.name} uses {macro!r}, which NVRTC does not provide"
