@@ -99,7 +99,7 @@ __global__ void output_layer(const T* __restrict__ W2, const T* __restrict__ b2,
     for (int c = 0; c < MAXC; ++c) part[ty][tx][c] = z[c];
     __syncthreads();
     if (ty != 0 || j >= n) return;
-    T m = 0;  // set from the first logit below (NVRTC has no INFINITY macro)
+    T m = 0;  // set from the first logit below (NVRTC has no math.h macros)
     for (int c = 0; c < C; ++c) {
         T s = b2[c];
         for (int k = 0; k < 16; ++k) s += part[k][tx][c];
