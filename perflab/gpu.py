@@ -66,8 +66,8 @@ class FusedGPU(Sequential):
 
     name = "data"
 
-    def __init__(self, cfg: Config, X, y, comm, mode="resident", gemm="best", graphs=True, pinned=False,
-                 fuse_output=True):
+    def __init__(self, cfg: Config, X, y, comm, mode="resident", gemm="cublas", graphs=True, pinned=False,
+                 fuse_output=False):
         import cupy as cp
         if len(cfg.hidden_sizes) != 1:
             raise GPUError("the fused GPU trainer takes one hidden layer; use --gemm cublas-generic for deeper nets")
@@ -75,6 +75,8 @@ class FusedGPU(Sequential):
             raise GPUError(f"--mode must be one of {MODES}, got {mode!r}")
         check_batch_split(cfg, comm.size)
         self.cp, self.cfg, self.comm, self.mode, self.variant = cp, cfg, comm, mode, gemm
+        # Off by default: on an H100 the two fused output-layer kernels ran slower than cuBLAS's
+        # skinny GEMMs plus the separate elementwise kernels (results/nvidia-h100-80gb-hbm3/bench_train.csv)
         self.fuse_output = fuse_output and cfg.num_classes <= kernels.MAX_FUSED_CLASSES
         # Graphs on one GPU only: a host-staged MPI exchange cannot be captured, and an NCCL
         # all-reduce captured with CuPy hung on two H200 (results/nvidia-h200/gpu_check_multi.log)

@@ -41,7 +41,7 @@ def initial(D, H, C, seed=0):
 
 
 # ----------------------------------------------------------------------------- perflab
-def perflab_epoch(X, y, H, B, lr, reg, warmup=2, repeats=5, gemm="best", graphs=True, fuse_output=True):
+def perflab_epoch(X, y, H, B, lr, reg, warmup=2, repeats=5, gemm="cublas", graphs=True, fuse_output=False):
     from .comm import Serial
     from .config import Config
     from .gpu import FusedGPU
@@ -229,8 +229,8 @@ def cublas_floor(X, y, H, B, lr, reg, warmup=2, repeats=5):
 
 PEERS = {
     "perflab": perflab_epoch,
-    "perflab (cublas gemm)": lambda *a, **k: perflab_epoch(*a, gemm="cublas", **k),
-    "perflab (cublas gemm, output layer unfused)": lambda *a, **k: perflab_epoch(*a, gemm="cublas", fuse_output=False, **k),
+    "perflab (best gemm)": lambda *a, **k: perflab_epoch(*a, gemm="best", **k),
+    "perflab (output layer fused)": lambda *a, **k: perflab_epoch(*a, fuse_output=True, **k),
     "pytorch eager": torch_eager,
     "pytorch cuda graph": torch_graph,
     "torch.compile default": lambda *a, **k: torch_compiled(*a, mode="default", **k),

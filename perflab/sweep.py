@@ -20,13 +20,13 @@ KEY = ("H", "B", "p", "parallel", "backend", "mode", "gemm", "dtype", "N", "epoc
 
 
 def grid(hidden=(512,), batch=(3200,), ranks=(1,), per_rank_batch=None, parallel=("data",), backend=("numpy",),
-         mode=("resident",), gemm=("best",), dtype=("float32",), N=38400, epochs=1) -> list[dict]:
+         mode=("resident",), gemm=("cublas",), dtype=("float32",), N=38400, epochs=1) -> list[dict]:
     """All combinations; with per_rank_batch, B = p * B/p (the seeds' weak-scaling sweep)."""
     points = []
     batches = per_rank_batch if per_rank_batch else batch
     for H, b, p, par, be, mo, ge, dt in itertools.product(hidden, batches, ranks, parallel, backend, mode, gemm, dtype):
         B = b * p if per_rank_batch else b
-        if be == "numpy" and (mo != "resident" or ge != "best"):
+        if be == "numpy" and (mo != "resident" or ge != "cublas"):
             continue  # mode and GEMM variant exist only on the GPU
         points.append({"H": H, "B": B, "p": p, "parallel": par, "backend": be, "mode": mo, "gemm": ge,
                        "dtype": dt, "N": N, "epochs": epochs})
