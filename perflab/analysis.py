@@ -80,3 +80,49 @@ def prediction_table(table: pd.DataFrame, rates: dict, P_mem: float = math.inf) 
 
 def median_abs_error(pred: pd.DataFrame) -> float:
     return float(pred["error"].abs().median())
+
+
+def check_on_world(cfg_dict: dict, parallel: str, p: int, backend: str = "numpy"):
+    """On every engine: the seeds' correctness check on the first p ranks; rank 0 returns it."""
+    from .config import Config
+    from .runner import Device, check
+    from .sweep import sub_world
+    from .comm import world
+    w = world()
+    comm = sub_world(w, p)
+    result = None
+    if comm is not None:
+        cfg = Config(**{**cfg_dict, "hidden_sizes": tuple(cfg_dict["hidden_sizes"])})
+        result = check(cfg, parallel, comm, Device(backend=backend))
+        if comm.comm is not w.comm:
+            comm.comm.Free()
+    w.barrier()
+    return result if (comm is not None and comm.rank == 0) else None
+
+
+def correctness_table(view, cfg_dict: dict, ranks, parallels=("data", "model"), dtypes=("float64", "float32")):
+    """The seeds' Questions 1.1/1.2: per-parameter relative errors of every (p, mode, dtype)."""
+    rows = []
+    for dtype in dtypes:
+        for parallel in parallels:
+            for p in ranks:
+                got = [r for r in view.apply_sync(check_on_world, {**cfg_dict, "dtype": dtype}, parallel, p) if r]
+                r = got[0]
+                rows.append({"dtype": dtype, "parallel": parallel, "p": p, "max_rel_error": r["max_rel_error"],
+                             "tolerance": r["tolerance"], "passed": r["passed"], **r["errors"]})
+    return pd.DataFrame(rows)
+
+
+def scaling_rows(root: Path | None = None) -> pd.DataFrame:
+    """Every committed scaling.jsonl, with its machine folder."""
+    rows = []
+    for path in sorted(Path(root or RESULTS_ROOT).glob("*/scaling.jsonl")):
+        for line in path.read_text().splitlines():
+            if line.startswith("{"):
+                rows.append({**json.loads(line), "machine": path.parent.name})
+    t = pd.DataFrame(rows)
+    if len(t):
+        base = t[t.p == 1].set_index(["machine", "peer"])["epoch_ms"]
+        t["efficiency"] = [base.get((m, peer), np.nan) / (p * ms) for m, peer, p, ms in
+                           zip(t.machine, t.peer, t.p, t.epoch_ms)]
+    return t

@@ -236,7 +236,7 @@ def cmd_sweep(args, comm) -> dict:
     return {"points": len(points), "saved": str(path)}
 
 
-NOTEBOOKS = ("roofline",)
+NOTEBOOKS = ("roofline", "correctness", "convergence", "scaling", "kernels")
 
 
 def cmd_notebook(args, comm) -> dict:
@@ -266,6 +266,13 @@ def cmd_notebook(args, comm) -> dict:
 def cmd_report(args, comm) -> dict:
     from . import report
     from .data import PROJECT_ROOT
+    if args.markdown:
+        from .results import RESULTS_ROOT
+        path = RESULTS_ROOT / "REPORT.md"
+        path.write_text(report.analysis_markdown())
+        if not args.json:
+            print(f"wrote {path}")
+        return {"report": str(path)}
     if args.readme:
         changed = report.update_readme(PROJECT_ROOT / "README.md")
         if not args.json:
@@ -343,6 +350,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="assemble results/figures and their captions into one PDF")
     p.add_argument("--out", metavar="PDF", help="default results/report.pdf")
     p.add_argument("--readme", action="store_true", help="instead: regenerate the README's results block from results/")
+    p.add_argument("--markdown", action="store_true", help="instead: write results/REPORT.md (the seeds' questions "
+                                                           "answered from the committed GPU results)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_report)
 

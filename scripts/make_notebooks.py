@@ -119,3 +119,142 @@ for folder, meta in analysis.machines().items():
 """),
     ("code", "cluster.stop(cluster_started)"),
 ])
+
+
+notebook("correctness", [
+    ("md", """
+# Correctness: parallel training against the sequential reference
+
+The seeds' Questions 1.1 and 1.2: after training, the data- and model-parallel runs must match
+the sequential float64/float32 reference (relative Frobenius error per parameter at most 1e-12 /
+1e-5; the seeds saw about 1e-16 and 1e-7). Runs on the MPI engines, p = 1 .. engines."""),
+    ("params", """
+engines = 2
+hidden = 64
+N = 1000
+B = 101            # odd, so the ranks' shares differ by one
+epochs = 2
+learning_rate = 0.5
+dataset = "synthetic"
+"""),
+    ("code", """
+import numpy as np
+from IPython.display import Image, display
+from perflab import analysis, cluster, plots
+cluster_started, client, view = cluster.engines(engines)
+cfg = dict(dataset=dataset, input_size=784, hidden_sizes=[hidden], num_classes=10, train_size=N, batch_size=B,
+           num_epochs=epochs, learning_rate=learning_rate, test_size=0)
+table = analysis.correctness_table(view, cfg, ranks=list(range(1, len(client.ids) + 1)))
+display(table)
+assert table.passed.all(), "a parallel run left the tolerance"
+"""),
+    ("code", """
+fig, ax = plots.new_figure()
+for (dtype, parallel), g in table.groupby(["dtype", "parallel"]):
+    ax.semilogy(g.p, g.max_rel_error.clip(lower=1e-18), "o-", label=f"{parallel}, {dtype}")
+for tol in (1e-12, 1e-5):
+    ax.axhline(tol, color="k", ls=":", lw=1)
+ax.set_xlabel("MPI ranks p"); ax.set_ylabel("max relative error vs sequential"); ax.legend(fontsize=8)
+display(Image(str(plots.save(fig, "correctness",
+    f"Largest per-parameter relative error (Frobenius) of data- and model-parallel training against the sequential "
+    f"reference after {epochs} epochs (H={hidden}, N={N}, B={B}, {dataset}); dotted: the float64 and float32 tolerances."))))
+cluster.stop(cluster_started)
+"""),
+])
+
+notebook("convergence", [
+    ("md", """
+# Convergence: loss, learning rate, hidden size, test precision
+
+The seeds' Questions 1.3 and 1.4 on MNIST with the sequential reference (the parallel runs are
+the same numbers, see the correctness notebook)."""),
+    ("params", """
+N = 60000
+test_size = 10000
+epochs = 5
+rates = [0.01, 0.1, 0.5, 1.0]
+hidden_sizes = [64, 256, 512]
+batch = 100
+"""),
+    ("code", """
+import pandas as pd
+from IPython.display import Image, display
+from perflab import plots
+from perflab.comm import Serial
+from perflab.config import Config
+from perflab.runner import train_on_ranks
+
+def run(**kw):
+    cfg = Config(train_size=N, test_size=test_size, num_epochs=epochs, batch_size=batch, reg=1e-6, dtype="float32",
+                 shuffle=True, **kw)
+    return train_on_ranks(cfg, "sequential", Serial(), log=None)[0]
+
+by_rate = {lr: run(learning_rate=lr, hidden_sizes=(hidden_sizes[-1],)) for lr in rates}
+by_h = {h: run(learning_rate=rates[-1], hidden_sizes=(h,)) for h in hidden_sizes}
+summary = pd.DataFrame([{"learning_rate": lr, "H": hidden_sizes[-1], "final_loss": h.final_loss,
+                         "test_precision": h.test_precision} for lr, h in by_rate.items()] +
+                       [{"learning_rate": rates[-1], "H": H, "final_loss": h.final_loss,
+                         "test_precision": h.test_precision} for H, h in by_h.items()])
+display(summary)
+"""),
+    ("code", """
+curves = {f"lr={lr}": ([e["epoch"] + 1 for e in h.epochs], [e["loss"] for e in h.epochs]) for lr, h in by_rate.items()}
+display(Image(str(plots.save(plots.convergence(curves), "convergence_learning_rate",
+    f"Training loss (last batch of each epoch) on MNIST for several learning rates, H={hidden_sizes[-1]}, B={batch}, "
+    f"N={N}, reg=1e-6, float32."))))
+curves = {f"H={H}": ([e["epoch"] + 1 for e in h.epochs], [e["test_precision"] for e in h.epochs]) for H, h in by_h.items()}
+display(Image(str(plots.save(plots.convergence(curves, ylabel="test precision", logy=False), "convergence_hidden_size",
+    f"Test precision on the MNIST test set ({test_size} images) per epoch for several hidden sizes, lr={rates[-1]}, "
+    f"B={batch}, N={N}."))))
+"""),
+])
+
+notebook("scaling", [
+    ("md", """
+# Scaling: time and efficiency against p; staged against resident
+
+Reads the committed multi-GPU results (`results/*/scaling.jsonl`, `results/*/roofline.csv`);
+runs nothing. Efficiency is T1 / (p Tp) with the batch per GPU fixed (the seeds' Question 2.2)."""),
+    ("code", """
+from IPython.display import Image, display
+from perflab import analysis, plots
+t = analysis.scaling_rows()
+display(t)
+"""),
+    ("code", """
+if len(t):
+    fig, ax = plots.new_figure()
+    for peer, g in t.groupby("peer"):
+        ax.plot(g.p, g.epoch_ms, "o-", label=peer)
+    ax.set_xlabel("GPUs p"); ax.set_ylabel("ms per epoch (60000 samples)"); ax.set_yscale("log"); ax.legend(fontsize=8)
+    display(Image(str(plots.save(fig, "scaling_epoch",
+        "Epoch time against the number of GPUs, H=2048, 3000 samples per GPU per step, 60000 an epoch, FP32: perflab "
+        "resident (NCCL) and staged (host MPI, the seeds' path) beside PyTorch DDP and JAX's sharded scan. "
+        f"Machines: {', '.join(sorted(t.machine.unique()))}."))))
+"""),
+])
+
+notebook("kernels", [
+    ("md", """
+# Kernels: each GEMM variant against cuBLAS
+
+Reads `results/*/bench_gemm_float32.csv` (from `perflab bench gemm` on a GPU) and
+`results/*/bench_train.csv`; runs nothing."""),
+    ("code", """
+import pandas as pd
+from IPython.display import Image, display
+from perflab import plots
+from perflab.results import RESULTS_ROOT
+for path in sorted(RESULTS_ROOT.glob("*/bench_gemm_float32.csv")):
+    bench = pd.read_csv(path)
+    display(bench.pivot_table(index="shape", columns="variant", values="tflops", sort=False).round(2))
+    fig = plots.gemm_progression(bench, bench.peak_tflops.iloc[0])
+    display(Image(str(plots.save(fig, f"gemm_progression_{path.parent.name}",
+        f"FP32 GEMM rate of perflab's kernels naive -> tiled -> regblock -> best against cuBLAS at three training shapes "
+        f"on {bench.gpu.iloc[0]}, device time from CUDA-graph replays; dashed: the FP32 peak. Source: {path.parent.name}/{path.name}."))))
+for path in sorted(RESULTS_ROOT.glob("*/bench_train.csv")):
+    fig = plots.train_peers(pd.read_csv(path))
+    display(Image(str(plots.save(fig, f"train_peers_{path.parent.name}",
+        f"Epoch time of perflab and its peers (median of 5 epochs) on {path.parent.name}. Source: {path.name}."))))
+"""),
+])

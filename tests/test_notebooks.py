@@ -29,3 +29,30 @@ def test_roofline_notebook_runs_and_writes_figures(tmp_path):
                             timeout=120, env=env)
     assert report.returncode == 0, report.stderr[-2000:]
     assert (tmp_path / "report.pdf").stat().st_size > 20_000
+
+
+SMALL = {
+    "correctness": ["-p", "N", "300", "-p", "hidden", "12", "-p", "B", "31"],
+    "convergence": ["-p", "N", "1000", "-p", "test_size", "200", "-p", "epochs", "2", "-p", "rates", "[0.1, 1.0]",
+                    "-p", "hidden_sizes", "[16, 32]"],
+    "scaling": [],
+    "kernels": [],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_other_notebooks_run_and_write_figures(tmp_path, name):
+    """Each notebook end to end with small parameters; the result-reading ones get the committed
+    GPU result files, as a user's clone has them."""
+    import shutil
+
+    from perflab.results import RESULTS_ROOT
+    for folder in RESULTS_ROOT.glob("nvidia-*"):
+        shutil.copytree(folder, tmp_path / folder.name)
+    env = {**os.environ, "PERFLAB_RESULTS": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "perflab", "notebook", name, *SMALL[name], "--json"],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    pngs = list((tmp_path / "figures").glob("*.png"))
+    assert pngs and all(p.stat().st_size > 10_000 for p in pngs)
+    assert all(p.with_suffix(".pdf").exists() and p.with_suffix(".txt").read_text().strip() for p in pngs)
