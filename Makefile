@@ -36,7 +36,7 @@ gpu-test: $(VENV)/.installed-dev
 	$(PY) -m pytest -m gpu
 
 lint: $(VENV)/.installed-dev
-	$(VENV)/bin/ruff check perflab tests
+	$(VENV)/bin/ruff check perflab tests scripts
 
 clean-venv:
 	rm -rf $(VENV)

@@ -84,10 +84,10 @@ def median_abs_error(pred: pd.DataFrame) -> float:
 
 def check_on_world(cfg_dict: dict, parallel: str, p: int, backend: str = "numpy"):
     """On every engine: the seeds' correctness check on the first p ranks; rank 0 returns it."""
+    from .comm import world
     from .config import Config
     from .runner import Device, check
     from .sweep import sub_world
-    from .comm import world
     w = world()
     comm = sub_world(w, p)
     result = None

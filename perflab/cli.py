@@ -432,7 +432,7 @@ def main(argv=None) -> int:
             print(f"perflab: error: {where}{exc}", file=sys.stderr, flush=True)
         if comm.size > 1 and not deterministic:
             comm.abort(2)
-        raise SystemExit(2)
+        raise SystemExit(2) from None
     except Exception as exc:
         if comm.size == 1:
             raise

@@ -165,7 +165,6 @@ class FusedGPU(Sequential):
             kernels.sgd_update(self.P, self.G[:-1], self.cfg.learning_rate, self.ends, self.regs)
 
     def batch(self, index):
-        cp = self.cp
         part = local_part(index, self.comm.rank, self.comm.size)
         global_b = (index.stop - index.start) if isinstance(index, slice) else len(index)
         want = self.want_loss

@@ -63,7 +63,8 @@ def ddp(H: int, b: int, N: int, lr=0.1, reg=1e-4, warmup=2, repeats=5):
 def jax_sharded(H: int, b: int, N: int, p: int, lr=0.1, reg=1e-4, warmup=2, repeats=5):
     import jax
     import jax.numpy as jnp
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
     jax.config.update("jax_default_matmul_precision", "highest")
     devices = jax.devices()[:p]
     mesh = Mesh(np.array(devices), ("x",))

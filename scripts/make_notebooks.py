@@ -1,6 +1,7 @@
 """Writes the notebooks from cell sources (run once after editing; the .ipynb files are committed)."""
-import nbformat as nbf
 from pathlib import Path
+
+import nbformat as nbf
 
 HERE = Path(__file__).resolve().parent.parent / "notebooks"
 

@@ -1,6 +1,4 @@
 import gzip
-import hashlib
-from pathlib import Path
 
 import numpy as np
 import pytest
