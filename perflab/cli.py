@@ -284,6 +284,22 @@ def cmd_report(args, comm) -> dict:
     return {"report": str(path)}
 
 
+def cmd_predict(args, comm) -> dict:
+    import json
+
+    from . import projection
+    from .data import atomic_write
+    from .results import RESULTS_ROOT
+    prediction = projection.predictions(RESULTS_ROOT, ranks=args.ranks)
+    out = RESULTS_ROOT / "predictions" / f"{args.name}.json"
+    atomic_write(out, (json.dumps(prediction, indent=1) + "\n").encode())
+    if not args.json:
+        import pandas as pd
+        print(pd.DataFrame(prediction["rows"]).round(3).to_string(index=False))
+        print(f"wrote {out}")
+    return {"saved": str(out)}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="perflab",
@@ -354,6 +370,15 @@ def build_parser() -> argparse.ArgumentParser:
                                                            "answered from the committed GPU results)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_report)
+
+    p = sub.add_parser("predict", help="predict scaling to p GPUs from the committed H200 measurements",
+                       description="Projected epoch time and efficiency (data parallel, model parallel; H in {512, 2048}, "
+                                   "b in {800, 3000} per GPU, N = 60000) for p GPUs, from the NCCL all-reduce fit and the "
+                                   "one-GPU steps measured on the H200s; written to results/predictions/NAME.json.")
+    p.add_argument("--ranks", nargs="+", type=int, default=[1, 2, 4, 8])
+    p.add_argument("--name", default="p8")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_predict)
 
     p = sub.add_parser("ceilings", help="measure this machine's ceilings (GEMM rate, PCIe, MPI/NCCL all-reduce)",
                        description="Microbenchmarks for the rooflines, saved to results/<machine>/ceilings_p<P>.csv with "

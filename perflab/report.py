@@ -201,4 +201,13 @@ def analysis_markdown() -> str:
                 "Targets not met yet: efficiency 0.90 (perflab resident reaches about 0.81 on two H200: its exchange "
                 "is not overlapped with the backward GEMMs, and CUDA graphs are off with NCCL) and 0.85 of the best "
                 "peer (0.96 of JAX's sharded scan). The four-GPU kind was not lent in this session."]
+    prediction = RESULTS_ROOT / "predictions" / "p8.json"
+    if prediction.exists():
+        pred = pd.DataFrame(json.loads(prediction.read_text())["rows"])
+        wide = pred.pivot_table(index=["parallel", "H", "b"], columns="p", values="epoch_ms")
+        wide.columns = [f"p={p} (ms)" for p in wide.columns]
+        wide["efficiency p=8"] = pred[pred.p == 8].set_index(["parallel", "H", "b"])["efficiency"]
+        out += ["", "## Prediction for eight H200, written before the run", "",
+                f"Source: `{prediction.relative_to(RESULTS_ROOT.parent)}` (method and inputs inside; `perflab predict`). "
+                "N = 60000, b samples per GPU per step.", "", fmt(wide.reset_index().round(3))]
     return "\n".join(out) + "\n"

@@ -1,0 +1,33 @@
+import pandas as pd
+import pytest
+
+from perflab import projection
+from perflab.results import RESULTS_ROOT
+
+
+def test_fit_allreduce_recovers_alpha_and_bandwidth():
+    sizes = [1 << 20, 1 << 22, 1 << 24]
+    rows = pd.DataFrame({"ceiling": "nccl_allreduce", "size_bytes": sizes, "ranks": 2,
+                         "seconds": [20e-6 + s / 250e9 for s in sizes]})
+    alpha, bw = projection.fit_allreduce(rows)
+    assert alpha == pytest.approx(20e-6) and bw == pytest.approx(250e9)
+
+
+def test_projection_formulas():
+    one = projection.project(2048, 3000, 1, 60000, 0.5e-3, 3000, 20e-6, 250e9, 80e-6)
+    assert one["steps"] == 20 and one["epoch_ms"] == pytest.approx(20 * 0.5)
+    two = projection.project(2048, 3000, 2, 60000, 0.5e-3, 3000, 20e-6, 250e9, 80e-6)
+    S = (2048 * 784 + 2048 + 10 * 2048 + 10) * 4
+    assert two["allreduce_ms"] == pytest.approx(1e3 * (20e-6 + S / 250e9))
+    assert two["epoch_ms"] == pytest.approx(10 * (0.5 + 0.08 + two["allreduce_ms"]))
+    model = projection.project(2048, 3000, 8, 60000, 0.5e-3, 3000, 20e-6, 250e9, 80e-6, parallel="model")
+    assert model["allreduce_ms"] == pytest.approx(1e3 * (20e-6 + 2 * 7 / 8 * 10 * 3000 * 8 * 4 / 250e9))
+    assert projection.step_seconds(0.5e-3, 3000, 1500) == pytest.approx(40e-6 + (0.5e-3 - 40e-6) / 2)
+
+
+def test_committed_prediction_matches_the_committed_inputs():
+    """results/predictions/p8.json was computed from the committed H200 files (regenerate to compare)."""
+    import json
+    committed = json.loads((RESULTS_ROOT / "predictions" / "p8.json").read_text())
+    fresh = projection.predictions(RESULTS_ROOT)
+    assert [r["epoch_ms"] for r in committed["rows"]] == pytest.approx([r["epoch_ms"] for r in fresh["rows"]])
