@@ -55,8 +55,10 @@ def device_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--gemm", choices=GEMM_VARIANTS, default="cublas",
                    help="GEMM on the GPU: cuBLAS (called so it can sit in CUDA graphs; the fastest measured) or one of "
                         "perflab's kernels (default %(default)s)")
-    g.add_argument("--comm", choices=("nccl", "mpi"), default="nccl",
-                   help="GPU gradient all-reduce: NCCL on the device, or host-staged MPI (default %(default)s; staged mode uses mpi)")
+    g.add_argument("--comm", choices=("nccl", "mpi", "hierarchical"), default=None,
+                   help="gradient all-reduce: nccl (GPU, on the device), mpi (host MPI; GPU buffers staged), hierarchical "
+                        "(reduce in each node, all-reduce across node leaders, broadcast; PERFLAB_RANKS_PER_NODE=k "
+                        "pretends nodes of k ranks). Default: nccl on GPUs (mpi in staged mode), mpi on the CPU")
     g.add_argument("--no-graphs", action="store_true", help="launch kernels one by one instead of replaying CUDA graphs")
     g.add_argument("--pinned", action="store_true", help="staged mode: keep the data in page-locked host memory")
 
@@ -67,7 +69,12 @@ def device_from_args(args):
     backend = "numpy" if array_module(args.backend).__name__ == "numpy" else "cupy"
     if args.backend == "auto" and getattr(args, "json", False) is False:
         print(f"backend: {backend}", file=sys.stderr)
-    return Device(backend=backend, mode=args.mode, gemm=args.gemm, comm="mpi" if args.mode == "staged" else args.comm,
+    comm = args.comm or ("nccl" if backend == "cupy" and args.mode == "resident" else "mpi")
+    if backend == "numpy" and comm == "nccl":
+        raise CLIError("--comm nccl needs --backend cupy; on the CPU use mpi or hierarchical")
+    if args.mode == "staged" and comm == "nccl":
+        raise CLIError("--mode staged exchanges gradients through the host: use --comm mpi or hierarchical")
+    return Device(backend=backend, mode=args.mode, gemm=args.gemm, comm=comm,
                   graphs=not args.no_graphs, pinned=args.pinned)
 
 
@@ -124,7 +131,7 @@ def phase_report(phases, cfg, parallel, ranks, device, quiet) -> dict:
     table = profile.summary(phases[phases.phase != "train setup"])
     w = perfmodel.Workload(layers=cfg.layer_sizes, B=cfg.batch_size, p=ranks, parallel=parallel if parallel != "sequential" else "data",
                            dtype=cfg.dtype, staged=device.backend == "numpy" or device.mode == "staged",
-                           host_allreduce=device.backend == "numpy" or device.comm == "mpi", N=cfg.train_size)
+                           host_allreduce=device.backend == "numpy" or device.comm != "nccl", N=cfg.train_size)
     rates = perfmodel.effective_rates(w, table["median"].to_dict())
     if not quiet:
         shown = table.assign(**{c: table[c] * 1e3 for c in ("total", "median", "min", "max")})
@@ -137,7 +144,7 @@ def phase_report(phases, cfg, parallel, ranks, device, quiet) -> dict:
 def device_summary(device) -> dict:
     import dataclasses
     if device.backend == "numpy":
-        return {"backend": "numpy"}
+        return {"backend": "numpy", "comm": device.comm}
     return dataclasses.asdict(device)
 
 
@@ -222,6 +229,22 @@ def cmd_ceilings(args, comm) -> dict:
 
 def cmd_sweep(args, comm) -> dict:
     from . import sweep
+    if args.emit_sbatch:
+        from . import slurm
+        argv = list(args.argv)
+        for flag, takes in (("--emit-sbatch", 1), ("--nodes", 1), ("--gpus-per-node", 1), ("--nsys", 0), ("--json", 0)):
+            while flag in argv:
+                i = argv.index(flag)
+                del argv[i:i + 1 + takes]
+        try:
+            text = slurm.sbatch(argv, args.name, args.nodes, args.gpus_per_node, nsys=args.nsys)
+        except ValueError as exc:
+            raise CLIError(str(exc)) from None
+        with open(args.emit_sbatch, "w") as f:
+            f.write(text)
+        if not args.json:
+            print(f"wrote {args.emit_sbatch}: submit with sbatch {args.emit_sbatch}")
+        return {"sbatch": args.emit_sbatch}
     points = sweep.grid(hidden=args.hidden, batch=args.batch, ranks=args.ranks, per_rank_batch=args.per_rank_batch,
                         parallel=args.parallel, backend=args.backend, mode=args.mode, gemm=args.gemm,
                         dtype=args.dtype, N=args.train_size, epochs=args.num_epochs)
@@ -290,6 +313,15 @@ def cmd_predict(args, comm) -> dict:
     from . import projection
     from .data import atomic_write
     from .results import RESULTS_ROOT
+    if args.multinode:
+        table = projection.multinode(RESULTS_ROOT, per_node=args.per_node, inter=(args.inter_latency, args.inter_bw))
+        out = RESULTS_ROOT / "predictions" / f"{args.name}.csv"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(out, index=False)
+        if not args.json:
+            print(table.pivot_table(index="p", columns="strategy", values="efficiency").round(3).to_string())
+            print(f"wrote {out}")
+        return {"saved": str(out)}
     prediction = projection.predictions(RESULTS_ROOT, ranks=args.ranks)
     out = RESULTS_ROOT / "predictions" / f"{args.name}.json"
     atomic_write(out, (json.dumps(prediction, indent=1) + "\n").encode())
@@ -351,6 +383,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-epochs", type=int, default=1)
     p.add_argument("--dataset", choices=DATASETS, default="synthetic")
     p.add_argument("--out", metavar="DIR", help="folder for the CSV (default results/<machine>)")
+    p.add_argument("--emit-sbatch", metavar="FILE", help="instead of running: write a Slurm script that runs this sweep "
+                                                         "with one rank per GPU on --nodes x --gpus-per-node")
+    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--gpus-per-node", type=int, default=4)
+    p.add_argument("--nsys", action="store_true", help="with --emit-sbatch: profile each rank with Nsight Systems")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_sweep)
 
@@ -376,7 +413,12 @@ def build_parser() -> argparse.ArgumentParser:
                                    "b in {800, 3000} per GPU, N = 60000) for p GPUs, from the NCCL all-reduce fit and the "
                                    "one-GPU steps measured on the H200s; written to results/predictions/NAME.json.")
     p.add_argument("--ranks", nargs="+", type=int, default=[1, 2, 4, 8])
-    p.add_argument("--name", default="p8")
+    p.add_argument("--name", default="p8", help="result name under results/predictions/ (default %(default)s)")
+    p.add_argument("--multinode", action="store_true",
+                   help="instead: project H=2048, 3000 per GPU to 64 GPUs on nodes joined by a network (CSV)")
+    p.add_argument("--per-node", type=int, default=8, help="GPUs per node (default %(default)s)")
+    p.add_argument("--inter-bw", type=float, default=25e9, help="network bandwidth per node, B/s (default %(default)s: 200 Gb/s)")
+    p.add_argument("--inter-latency", type=float, default=5e-6, help="network latency per ring step, s (default %(default)s)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_predict)
 
@@ -443,6 +485,7 @@ def main(argv=None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)[1:]  # after the command name
     except SystemExit as exc:  # --help, or a bad option: argparse has printed why
         if exc.code and comm.size > 1:
             comm.abort(2)  # a rank started with other options must not leave the rest waiting

@@ -16,7 +16,7 @@ import numpy as np
 from .profile import phase
 
 MPI_LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS", "SLURM_STEP_ID")
-STRATEGIES = ("mpi", "nccl")
+STRATEGIES = ("mpi", "nccl", "hierarchical")
 
 
 def launched_by_mpi() -> bool:
@@ -130,6 +130,72 @@ class NCCLComm(MPIComm):
         return buf
 
 
+def node_of(comm) -> tuple[int, int]:
+    """(node index, ranks on that node): the MPI shared-memory split, or pretend nodes of
+    PERFLAB_RANKS_PER_NODE consecutive ranks (to test multi-node logic on one machine)."""
+    per_node = int(os.environ.get("PERFLAB_RANKS_PER_NODE", "0") or 0)
+    if per_node > 0:
+        return comm.rank // per_node, per_node
+    node = comm.comm.Split_type(comm.MPI.COMM_TYPE_SHARED)
+    leader = comm.comm.allgather(comm.rank if node.Get_rank() == 0 else -1)
+    index = sorted(r for r in leader if r >= 0).index(node.bcast(comm.rank if node.Get_rank() == 0 else None, root=0))
+    size = node.Get_size()
+    node.Free()
+    return index, size
+
+
+class HierarchicalComm(MPIComm):
+    """The lecture's hybrid all-reduce: reduce inside each node to its leader, all-reduce
+    across the node leaders, broadcast inside the node. Inter-node traffic is one buffer per
+    node instead of one per rank: 2(n-1)/n * S per leader for n nodes. Host buffers; a device
+    buffer is staged through the host as in MPIComm."""
+
+    strategy = "hierarchical"
+
+    def __init__(self, mpi: MPIComm):
+        super().__init__(mpi.comm)
+        node, _ = node_of(self)
+        self.node = self.comm.Split(node, self.rank)
+        is_leader = self.node.Get_rank() == 0
+        self.leaders = self.comm.Split(0 if is_leader else self.MPI.UNDEFINED, self.rank)
+
+    def reduce_host(self, host):
+        MPI = self.MPI
+        if self.node.Get_rank() == 0:
+            self.node.Reduce(MPI.IN_PLACE, host, op=MPI.SUM, root=0)
+            self.leaders.Allreduce(MPI.IN_PLACE, host, op=MPI.SUM)
+        else:
+            self.node.Reduce(host, None, op=MPI.SUM, root=0)
+        self.node.Bcast(host, root=0)
+
+    def allreduce(self, buf):
+        start = time.perf_counter()
+        if isinstance(buf, np.ndarray):
+            with phase("MPI_Allreduce"):
+                self.reduce_host(buf)
+        else:
+            if self.host is None or self.host.shape != buf.shape or self.host.dtype != buf.dtype:
+                self.host = np.empty(buf.shape, buf.dtype)
+            with phase("cudaMemcpyDeviceToHost"):
+                buf.get(out=self.host)
+            with phase("MPI_Allreduce"):
+                self.reduce_host(self.host)
+            with phase("cudaMemcpyHostToDevice"):
+                buf.set(self.host)
+        self.records.append({"op": "allreduce", "strategy": self.strategy, "rank": self.rank,
+                             "ranks": self.size, "bytes": buf.nbytes, "seconds": time.perf_counter() - start})
+        return buf
+
+
+def with_strategy(comm, strategy: str):
+    """The exchange strategy for the host path (mpi, hierarchical) on top of the MPI world."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"--comm must be one of {STRATEGIES}, got {strategy!r}")
+    if comm.size == 1 or strategy in ("mpi", "nccl"):
+        return comm
+    return HierarchicalComm(comm)
+
+
 def world():
     """The communicator for this process: MPI when launched by mpiexec, else Serial."""
     return MPIComm() if launched_by_mpi() else Serial()
@@ -141,6 +207,8 @@ def for_gpu(comm, strategy: str):
         raise ValueError(f"--comm must be one of {STRATEGIES}, got {strategy!r}")
     if comm.size == 1 or strategy == "mpi":
         return comm
+    if strategy == "hierarchical":
+        return HierarchicalComm(comm)
     return NCCLComm(comm)
 
 

@@ -54,8 +54,9 @@ def project(H: int, b: int, p: int, N: int, measured_step: float, measured_b: in
             "allreduce_ms": 1e3 * allreduce_seconds(payload, p, alpha, bw), "epoch_ms": 1e3 * steps * (compute + exchange)}
 
 
-def predictions(results: Path, hidden=(512, 2048), per_gpu=(800, 3000), ranks=(1, 2, 4, 8), N=60000) -> dict:
-    """The prediction from the committed H200 files (ceilings_p2.csv, roofline.csv, scaling.jsonl)."""
+def calibration(results: Path, N: int = 60000) -> dict:
+    """What the projections take from the committed H200 files: the NCCL fit, each H's measured
+    one-GPU step, and t_eager (from the p = 2 run of H = 2048, 3000 per GPU)."""
     folder = Path(results) / "nvidia-h200"
     alpha, bw = fit_allreduce(pd.read_csv(folder / "ceilings_p2.csv"))
     sweep = pd.read_csv(folder / "roofline.csv")
@@ -69,19 +70,73 @@ def predictions(results: Path, hidden=(512, 2048), per_gpu=(800, 3000), ranks=(1
     S = (p2["H"] * D + p2["H"] + C * p2["H"] + C) * 4
     t_eager = p2["epoch_ms"] * 1e-3 / math.ceil(N / (p2["b"] * 2)) - step_seconds(step1, b1, p2["b"]) \
         - allreduce_seconds(S, 2, alpha, bw)
+    return {"alpha": alpha, "bw": bw, "measured": measured, "t_eager": max(t_eager, 0.0),
+            "inputs": [str(folder / n) for n in ("ceilings_p2.csv", "roofline.csv", "scaling.jsonl")]}
+
+
+def predictions(results: Path, hidden=(512, 2048), per_gpu=(800, 3000), ranks=(1, 2, 4, 8), N=60000) -> dict:
+    """The prediction from the committed H200 files (ceilings_p2.csv, roofline.csv, scaling.jsonl)."""
+    cal = calibration(results, N)
     rows = []
     for H in hidden:
-        step, mb = measured[H]
+        step, mb = cal["measured"][H]
         for b in per_gpu:
             for parallel in ("data", "model"):
                 base = None
                 for p in ranks:
-                    row = project(H, b, p, N, step, mb, alpha, bw, max(t_eager, 0.0), parallel)
+                    row = project(H, b, p, N, step, mb, cal["alpha"], cal["bw"], cal["t_eager"], parallel)
                     base = base or row["epoch_ms"]
                     row["efficiency"] = base / (p * row["epoch_ms"])
                     rows.append(row)
-    return {"method": __doc__.strip(), "alpha_us": 1e6 * alpha, "bus_bandwidth_GBps": bw / 1e9,
-            "t_eager_us": 1e6 * t_eager, "t_fixed_us": 1e6 * T_FIXED,
+    return {"method": __doc__.strip(), "alpha_us": 1e6 * cal["alpha"], "bus_bandwidth_GBps": cal["bw"] / 1e9,
+            "t_eager_us": 1e6 * cal["t_eager"], "t_fixed_us": 1e6 * T_FIXED,
             "inputs": ["results/nvidia-h200/ceilings_p2.csv", "results/nvidia-h200/roofline.csv",
                        "results/nvidia-h200/scaling.jsonl"],
             "hierarchical": "same as data parallel (flat ring) on one node of eight", "rows": rows}
+
+
+def multinode(results: Path, H=2048, b=3000, N=60000, per_node=8, inter=(5e-6, 25e9), ranks=(1, 2, 4, 8, 16, 32, 64)):
+    """Projection to 64 GPUs on nodes of per_node H200s joined by a network of the given
+    (latency per ring step, bandwidth per node); NVLink inside a node as measured."""
+    cal = calibration(results, N)
+    step, mb = cal["measured"][H]
+    return projection_table(H, b, N, step, mb, cal["t_eager"], (cal["alpha"], cal["bw"]), inter, per_node, ranks)
+
+
+def allreduce_nodes(nbytes: float, p: int, per_node: int, intra: tuple, inter: tuple, strategy: str) -> float:
+    """All-reduce time over p GPUs on nodes of per_node GPUs. intra: (alpha s, bandwidth B/s) of
+    the NVLink all-reduce inside a node (fitted); inter: (latency per ring step s, bandwidth B/s)
+    of a node's network link.
+    flat: one ring over all p ranks, bounded by its inter-node links once it spans nodes:
+        2(p-1) steps of latency + 2(p-1)/p S at the network rate.
+    hierarchical: all-reduce inside the node at the NVLink rate, a ring across the n node
+        leaders (2(n-1) steps + 2(n-1)/n S at the network rate); the broadcast back rides in the
+        node's all-reduce. Fewer network steps is where it wins (the lecture's hybrid all-reduce)."""
+    if p == 1:
+        return 0.0
+    nodes = math.ceil(p / per_node)
+    if nodes == 1:
+        return allreduce_seconds(nbytes, p, *intra)
+    k = p if strategy == "flat" else nodes
+    across = 2 * (k - 1) * inter[0] + 2 * (k - 1) / k * nbytes / inter[1]
+    inside = allreduce_seconds(nbytes, min(p, per_node), *intra) if strategy != "flat" else 0.0
+    return inside + across
+
+
+def projection_table(H: int, b: int, N: int, measured_step: float, measured_b: int, t_eager: float, intra: tuple,
+                     inter: tuple, per_node: int = 8, ranks=(1, 2, 4, 8, 16, 32, 64)) -> pd.DataFrame:
+    """Epoch time and efficiency to 64 GPUs: data parallel (flat ring, hierarchical) and model
+    parallel (the C x B logits, flat), same compute model as `project`."""
+    rows = []
+    S = (H * D + H + C * H + C) * 4
+    for strategy, parallel in (("flat", "data"), ("hierarchical", "data"), ("flat", "model")):
+        base = None
+        for p in ranks:
+            steps = math.ceil(N / (b * p))
+            payload = S if parallel == "data" else C * b * p * 4
+            exchange = allreduce_nodes(payload, p, per_node, intra, inter, strategy) + (t_eager if p > 1 else 0.0)
+            epoch = steps * (step_seconds(measured_step, measured_b, b) + exchange)
+            base = base or epoch
+            rows.append({"strategy": f"{parallel} parallel, {strategy}", "p": p, "epoch_ms": 1e3 * epoch,
+                         "efficiency": base / (p * epoch), "exchange_ms": 1e3 * exchange})
+    return pd.DataFrame(rows)

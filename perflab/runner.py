@@ -43,7 +43,7 @@ class Device:
     backend: str = "numpy"
     mode: str = "resident"   # resident | staged (GPU only)
     gemm: str = "cublas"     # cublas (fastest measured) or a perflab GEMM variant (GPU only)
-    comm: str = "nccl"       # nccl | mpi (GPU gradient exchange)
+    comm: str = "nccl"       # nccl | mpi | hierarchical (gradient exchange; the CPU path takes mpi or hierarchical)
     graphs: bool = True      # capture each batch's step as a CUDA graph (resident mode)
     pinned: bool = False     # staged mode: page-locked host copy of the data
 
@@ -83,6 +83,8 @@ def setup(cfg: Config, parallel: str, comm, device: Device):
     train_set, test_set = data.load(cfg)
     check_agreement(comm, cfg, train_set)
     if device.backend == "numpy":
+        from .comm import with_strategy
+        comm = with_strategy(comm, device.comm)
         params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed)
         trainer = make_trainer(parallel, cfg, params, train_set.X, train_set.y, comm)
         sync = lambda: None  # noqa: E731

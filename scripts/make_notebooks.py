@@ -233,6 +233,30 @@ if len(t):
         "resident (NCCL) and staged (host MPI, the seeds' path) beside PyTorch DDP and JAX's sharded scan. "
         f"Machines: {', '.join(sorted(t.machine.unique()))}."))))
 """),
+    ("md", """## Beyond one machine: projected efficiency to 64 GPUs
+
+`perflab predict --multinode` (nodes of 8 H200, a 200 Gb/s network per node, 5 us a ring step; the
+NVLink all-reduce and one-GPU step measured) against the measured points. Flat ring: every one of
+the 2(p-1) ring steps crosses the network; hierarchical: all-reduce inside the node, a ring of the
+node leaders only (the lecture's hybrid all-reduce); model parallel exchanges C x B logits."""),
+    ("code", """
+import pandas as pd
+from perflab.results import RESULTS_ROOT
+path = RESULTS_ROOT / "predictions" / "projection_64.csv"
+if path.exists():
+    proj = pd.read_csv(path)
+    fig, ax = plots.new_figure()
+    for strategy, g in proj.groupby("strategy"):
+        ax.plot(g.p, g.efficiency, "-", label=f"projected: {strategy}")
+    if len(t):
+        ours = t[t.peer == "perflab resident"]
+        ax.plot(ours.p, ours.efficiency, "ko", label="measured: perflab resident")
+    ax.set_xscale("log", base=2); ax.set_xlabel("GPUs p"); ax.set_ylabel("efficiency T1 / (p Tp)"); ax.legend(fontsize=8)
+    display(Image(str(plots.save(fig, "scaling_projection",
+        "Projected scaling efficiency of H=2048, 3000 samples per GPU per step, N=60000, to 64 GPUs on nodes of 8 "
+        "(perflab predict --multinode: NCCL fit and one-GPU step from the H200 runs, a 25 GB/s network per node), "
+        f"with the measured perflab points. Source: {path.name}."))))
+"""),
 ])
 
 notebook("kernels", [

@@ -99,3 +99,18 @@ def test_failure_on_one_rank_ends_all_ranks(tmp_path):
     proc = mpirun(1, *args, mpmd=[({"PERFLAB_DATA": str(tmp_path)}, args)], timeout=60)
     assert proc.returncode != 0
     assert "rank 1:" in proc.stderr and "missing" in proc.stderr
+
+
+@pytest.mark.parametrize("parallel", ["data", "model"])
+@pytest.mark.parametrize("ranks, per_node", [(3, 2), (4, 2), (4, 1)])
+def test_hierarchical_allreduce_on_pretend_nodes(ranks, per_node, parallel):
+    result = last_json(mpirun(ranks, "check", "--comm", "hierarchical", "--parallel", parallel, "--json", *SMALL,
+                              env={"PERFLAB_RANKS_PER_NODE": str(per_node)}))
+    assert result["passed"] and result["comm"] == "hierarchical" and result["max_rel_error"] <= 1e-12
+
+
+def test_nccl_on_the_cpu_is_refused(capsys):
+    from perflab.cli import main
+    with pytest.raises(SystemExit) as info:
+        main(["train", "--comm", "nccl", "--dataset", "synthetic"])
+    assert info.value.code == 2 and "--comm nccl needs --backend cupy" in capsys.readouterr().err

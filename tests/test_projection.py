@@ -31,3 +31,18 @@ def test_committed_prediction_matches_the_committed_inputs():
     committed = json.loads((RESULTS_ROOT / "predictions" / "p8.json").read_text())
     fresh = projection.predictions(RESULTS_ROOT)
     assert [r["epoch_ms"] for r in committed["rows"]] == pytest.approx([r["epoch_ms"] for r in fresh["rows"]])
+
+
+def test_multinode_allreduce_models():
+    intra, inter = (20e-6, 250e9), (5e-6, 25e9)
+    S = 6.5e6
+    one_node = projection.allreduce_nodes(S, 8, 8, intra, inter, "flat")
+    assert one_node == projection.allreduce_nodes(S, 8, 8, intra, inter, "hierarchical")
+    flat = projection.allreduce_nodes(S, 64, 8, intra, inter, "flat")
+    hier = projection.allreduce_nodes(S, 64, 8, intra, inter, "hierarchical")
+    assert flat == pytest.approx(2 * 63 * 5e-6 + 2 * 63 / 64 * S / 25e9)
+    assert hier == pytest.approx(20e-6 + 2 * 7 / 8 * S / 250e9 + 2 * 7 * 5e-6 + 2 * 7 / 8 * S / 25e9)
+    assert hier < flat
+    table = projection.projection_table(2048, 3000, 60000, 0.56e-3, 3000, 80e-6, intra, inter)
+    eff = table.pivot_table(index="p", columns="strategy", values="efficiency")
+    assert (eff.loc[1] == 1).all() and eff.loc[64].min() < eff.loc[8].max()
