@@ -1,8 +1,10 @@
 """Sweeps: a grid of training points, each measured and written as soon as it finishes.
 
 A point is plain values (H, B, p, parallel, backend, mode, gemm, dtype, N, epochs). Each is
-measured twice on p ranks: an unprofiled run for the epoch time (nothing synchronizes inside
-an epoch) and a profiled epoch for the per-phase medians the roofline needs. Rows go to
+measured twice on p ranks: an unprofiled run for the epoch time (`epoch_seconds`: median of
+`epochs` epochs after one warm-up epoch; nothing synchronizes inside an epoch) and a profiled
+epoch for the per-phase medians the roofline needs (`t_<phase>`: device synchronized at every
+phase edge). Rows go to
 `results/<machine>/<name>.csv` (+ machine metadata .json) one point at a time, so a crash
 loses at most the point in flight; a rerun skips the points already there.
 
@@ -56,7 +58,9 @@ def measure_point(point: dict, comm, dataset: str = "synthetic") -> dict | None:
                  num_epochs=point["epochs"], dtype=point["dtype"], test_size=0, learning_rate=0.1)
     device = Device(backend=point["backend"], mode=point["mode"], gemm=point["gemm"],
                     comm="mpi" if point["mode"] == "staged" else "nccl")
-    history, _ = train_on_ranks(cfg, point["parallel"], comm, device, log=None)
+    # one extra epoch first, dropped: it pays for kernel compilation, library handles and graph capture
+    history, _ = train_on_ranks(cfg.replace(num_epochs=cfg.num_epochs + 1), point["parallel"], comm, device, log=None)
+    history.epochs = history.epochs[1:]
     profiled, _ = train_on_ranks(cfg.replace(num_epochs=1), point["parallel"], comm, device, log=None, profiled=True)
     phases = [t for t in comm.allgather(profiled.phases)]
     if comm.rank != 0:
