@@ -233,6 +233,21 @@ if len(t):
         "resident (NCCL) and staged (host MPI, the seeds' path) beside PyTorch DDP and JAX's sharded scan. "
         f"Machines: {', '.join(sorted(t.machine.unique()))}."))))
 """),
+    ("md", """## Running the sweeps on a cluster
+
+On a Slurm cluster, start the engines with the cluster's launcher, one engine per GPU, with the
+controller listening on an address the compute nodes can reach (on one machine it stays on
+localhost):
+
+    ipcluster start -n 16 --engines=slurm --ip='*'
+
+The notebooks then find the running cluster (`perflab.cluster.engines` connects before it starts
+its own), and `sweep.run_grid_engines(view, points, name)` runs each point on the first p engines.
+Engines must be started by an MPI-aware launcher (srun with the PMI the MPI was built for, or
+mpiexec), else each engine is an MPI world of one. For batch jobs instead:
+
+    perflab sweep --hidden 512 2048 --per-rank-batch 3000 --ranks 8 16 --backend cupy \\
+        --emit-sbatch job.sh --nodes 2 --gpus-per-node 8 && sbatch job.sh"""),
     ("md", """## Beyond one machine: projected efficiency to 64 GPUs
 
 `perflab predict --multinode` (nodes of 8 H200, a 200 Gb/s network per node, 5 us a ring step; the
