@@ -103,20 +103,43 @@ the all-reduce for the slowest rank. Rates taken at one point (H=512) carry that
 efficiency to the others: larger H and B run GEMMs closer to the peak, so they come out faster than
 predicted, and smaller ones slower - the seeds saw points above and below their roofline for the
 same reason."""),
-    ("md", "## GPU results committed under results/"),
+    ("md", """## GPU results committed under results/
+
+The staged points (the seeds' path: images copied every batch, gradients through host MPI) carry
+P_pci and P_mpi, so they get both the modified and the combined PCIe + MPI roofline; the resident
+points (data on the GPU, NCCL) show how far the seeds' bottleneck moves when it is removed."""),
     ("code", """
+import json
 for folder, meta in analysis.machines().items():
     gpu_table = results.RESULTS_ROOT / folder / f"{name}.csv"
     if "gpu" not in meta or not gpu_table.exists():
         continue
+    meta = json.loads(gpu_table.with_suffix(".json").read_text())  # this table's own machine and commit
     t = analysis.load(gpu_table)
-    r = analysis.reference_rates(t)
+    staged = t[t["mode"] == "staged"] if (t["mode"] == "staged").any() else t
+    r = analysis.reference_rates(staged)
     print(folder, {k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in r.items()})
-    ex = t[t.p > 1] if (t.p > 1).any() else t
+    ex = staged[staged.p > 1] if (staged.p > 1).any() else staged
+    label = f"{meta['gpu']} x{meta.get('gpu_count', 1)} (git {meta.get('git_commit', '?')[:8]})"
     fig = plots.roofline(ex, r["P_flops"], r.get("P_pci", r.get("P_mpi", 1e10)), kind="serial",
-                         title=f"Modified roofline, {meta['gpu']}", label_bw="P_pci")
+                         title=f"Modified roofline, {label}", label_bw="P_pci")
     display(Image(str(plots.save(fig, f"roofline_serial_{folder}",
-        f"Modified roofline on {meta['gpu']} (git {meta.get('git_commit', '?')[:8]}), rates from {r['reference']}."))))
+        f"Modified roofline on {label}, staged mode (the seeds' path), rates from {r['reference']}; points: the H "
+        f"sweep with B/p = 3200 at p > 1. Source: {folder}/{gpu_table.name}."))))
+    if "P_pci" in r and "P_mpi" in r:
+        fig = plots.roofline(ex, r["P_flops"], r["P_pci"], kind="combined", P_mpi=r["P_mpi"],
+                             title=f"Combined PCIe + MPI roofline, {label}", label_bw="P_pci")
+        display(Image(str(plots.save(fig, f"roofline_combined_{folder}",
+            f"Combined roofline AI / (AI/P_flops + (1/P_pci + 1/P_mpi)/2) on {label}, staged mode, rates from "
+            f"{r['reference']}. Source: {folder}/{gpu_table.name}."))))
+    pred = analysis.prediction_table(staged, r)
+    print(f"{folder}: median |error| {100 * analysis.median_abs_error(pred):.1f}% (staged points)")
+    display(Image(str(plots.save(plots.predicted_vs_measured(pred, title=f"Serial model vs measurement, {label}"),
+        f"predicted_vs_measured_{folder}",
+        f"Time per batch predicted by the serial model (rates from {r['reference']}) against the measured median "
+        f"batch iteration, staged mode on {label}. Source: {folder}/{gpu_table.name}."))))
+    both = t.pivot_table(index=["H", "B", "p"], columns="mode", values="t_batch iteration") * 1e3
+    display(both.round(3))
 """),
     ("code", "cluster.stop(cluster_started)"),
 ])
