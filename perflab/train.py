@@ -84,7 +84,7 @@ def batch_indices(cfg: Config, epoch: int):
     return [np.sort(order[s:s + b]) for s in range(0, n, b)]
 
 
-def precision(trainer, test, xp=np) -> float | None:
+def precision(trainer, test) -> float | None:
     """Fraction of test labels predicted correctly (the seeds' 'precision')."""
     if test is None:
         return None
