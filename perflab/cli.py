@@ -200,8 +200,7 @@ def cmd_bench_gemm(args, comm) -> dict:
 
 def cmd_bench_train(args, comm) -> dict:
     from . import peers
-    configs = [tuple(int(v) for v in c.split(",")) for c in args.configs]
-    rows = peers.bench_train(configs=configs, N=args.train_size, peers=args.peers, repeats=args.repeats,
+    rows = peers.bench_train(configs=args.configs, N=args.train_size, peers=args.peers, repeats=args.repeats,
                              log=(lambda m: None) if args.json else print)
     saved = save_rows("bench_train", rows, args.out)
     if not args.json:
@@ -332,6 +331,17 @@ def cmd_predict(args, comm) -> dict:
     return {"saved": str(out)}
 
 
+def hidden_batch(text: str) -> tuple[int, int]:
+    """'512,3200' -> (512, 3200), for --configs."""
+    try:
+        h, b = (int(v) for v in text.split(","))
+        if h > 0 and b > 0:
+            return h, b
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"expected H,B with two positive integers like 512,3200, got {text!r}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="perflab",
@@ -437,8 +447,8 @@ def build_parser() -> argparse.ArgumentParser:
     bsub = p.add_subparsers(dest="bench_command", required=True, metavar="WHAT")
     from .kernels import GEMM_VARIANTS
     b = bsub.add_parser("gemm", help="every GEMM variant and cuBLAS at the training shapes",
-                        description="Times each GEMM variant and cuBLAS (warm-up, CUDA events, median, inputs rotated "
-                                    "past L2) at the forward/backward shapes for H x B; prints TFLOP/s, %% of cuBLAS, "
+                        description="Times each GEMM variant and cuBLAS (calls captured in a CUDA graph and replayed "
+                                    "between CUDA events, median, inputs rotated past L2) at the forward/backward shapes for H x B; prints TFLOP/s, %% of cuBLAS, "
                                     "%% of the FP32 peak; writes results/<machine>/bench_gemm_<dtype>.csv.")
     b.add_argument("--variants", nargs="+", choices=GEMM_VARIANTS, default=list(GEMM_VARIANTS))
     b.add_argument("--dtype", choices=DTYPES, default="float32")
@@ -452,7 +462,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = bsub.add_parser("train", help="an epoch of perflab beside PyTorch, JAX and the cuBLAS floor",
                         description="Median ms per epoch (N samples, resident on the GPU, FP32, TF32 off) for perflab "
                                     "and every installed peer; a missing peer is skipped with a message.")
-    b.add_argument("--configs", nargs="+", default=["512,3200", "1024,3200", "2048,12000"], metavar="H,B")
+    b.add_argument("--configs", nargs="+", type=hidden_batch, default=[(512, 3200), (1024, 3200), (2048, 12000)],
+                   metavar="H,B", help="hidden size and batch pairs (default 512,3200 1024,3200 2048,12000)")
     b.add_argument("--train-size", type=int, default=60000)
     b.add_argument("--peers", nargs="+", choices=list(PEERS), metavar="PEER", help=f"subset of: {', '.join(PEERS)}")
     b.add_argument("--repeats", type=int, default=5)

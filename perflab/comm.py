@@ -66,18 +66,22 @@ class MPIComm(Serial):
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.host = None  # reusable host staging buffer
 
+    def reduce_host(self, host: np.ndarray) -> None:
+        """Sum a host buffer over the ranks in place (the strategies differ only here)."""
+        self.comm.Allreduce(self.MPI.IN_PLACE, host, op=self.MPI.SUM)
+
     def allreduce(self, buf):
         start = time.perf_counter()
         if isinstance(buf, np.ndarray):
             with phase("MPI_Allreduce"):
-                self.comm.Allreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM)
+                self.reduce_host(buf)
         else:
             if self.host is None or self.host.shape != buf.shape or self.host.dtype != buf.dtype:
                 self.host = np.empty(buf.shape, buf.dtype)
             with phase("cudaMemcpyDeviceToHost"):
                 buf.get(out=self.host)
             with phase("MPI_Allreduce"):
-                self.comm.Allreduce(self.MPI.IN_PLACE, self.host, op=self.MPI.SUM)
+                self.reduce_host(self.host)
             with phase("cudaMemcpyHostToDevice"):
                 buf.set(self.host)
         self.records.append({"op": "allreduce", "strategy": self.strategy, "rank": self.rank,
@@ -167,24 +171,6 @@ class HierarchicalComm(MPIComm):
         else:
             self.node.Reduce(host, None, op=MPI.SUM, root=0)
         self.node.Bcast(host, root=0)
-
-    def allreduce(self, buf):
-        start = time.perf_counter()
-        if isinstance(buf, np.ndarray):
-            with phase("MPI_Allreduce"):
-                self.reduce_host(buf)
-        else:
-            if self.host is None or self.host.shape != buf.shape or self.host.dtype != buf.dtype:
-                self.host = np.empty(buf.shape, buf.dtype)
-            with phase("cudaMemcpyDeviceToHost"):
-                buf.get(out=self.host)
-            with phase("MPI_Allreduce"):
-                self.reduce_host(self.host)
-            with phase("cudaMemcpyHostToDevice"):
-                buf.set(self.host)
-        self.records.append({"op": "allreduce", "strategy": self.strategy, "rank": self.rank,
-                             "ranks": self.size, "bytes": buf.nbytes, "seconds": time.perf_counter() - start})
-        return buf
 
 
 def with_strategy(comm, strategy: str):

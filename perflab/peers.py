@@ -8,9 +8,6 @@ missing raises PeerMissing and is skipped with a message.
 """
 from __future__ import annotations
 
-import statistics
-import time
-
 import numpy as np
 
 
@@ -23,16 +20,9 @@ def batches(n: int, b: int):
 
 
 def timed_epochs(run_epoch, sync, warmup: int, repeats: int) -> float:
-    for _ in range(warmup):
-        run_epoch()
-    sync()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run_epoch()
-        sync()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+    """Median milliseconds of an epoch, the device synchronized around each."""
+    from .ceilings import median_seconds
+    return 1e3 * median_seconds(run_epoch, repeats, warmup, sync)
 
 
 def initial(D, H, C, seed=0):
