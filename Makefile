@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PERFLAB := $(VENV)/bin/perflab
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: roofline test gpu-test lint clean-venv
+.PHONY: roofline notebooks test gpu-test lint clean-venv
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -29,10 +29,18 @@ roofline: $(VENV)/.installed-notebooks
 	$(PERFLAB) report
 	@echo "outputs: results/notebooks/roofline.ipynb (executed), results/figures/*.pdf|png, results/report.pdf"
 
+notebooks: $(VENV)/.installed-notebooks
+	for nb in roofline correctness convergence scaling kernels; do $(PERFLAB) notebook $$nb || exit 1; done
+	$(PERFLAB) report
+
 test: $(VENV)/.installed-dev
 	$(PY) -m pytest
 
-gpu-test: $(VENV)/.installed-dev
+gpu-notebooks: $(VENV)/.installed-notebooks
+	for nb in roofline correctness convergence scaling kernels; do $(PERFLAB) notebook $$nb || exit 1; done
+	$(PERFLAB) report
+
+test: $(VENV)/.installed-dev
 	$(PY) -m pytest -m gpu
 
 lint: $(VENV)/.installed-dev
