@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PERFLAB := $(VENV)/bin/perflab
+NOTEBOOKS := roofline correctness convergence scaling kernels
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .PHONY: roofline notebooks test gpu-test lint clean-venv
@@ -11,10 +12,6 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-
-$(VENV)/.installed-core: pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e .
-	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e '.[dev]'
@@ -30,17 +27,13 @@ roofline: $(VENV)/.installed-notebooks
 	@echo "outputs: results/notebooks/roofline.ipynb (executed), results/figures/*.pdf|png, results/report.pdf"
 
 notebooks: $(VENV)/.installed-notebooks
-	for nb in roofline correctness convergence scaling kernels; do $(PERFLAB) notebook $$nb || exit 1; done
+	for nb in $(NOTEBOOKS); do $(PERFLAB) notebook $$nb || exit 1; done
 	$(PERFLAB) report
 
 test: $(VENV)/.installed-dev
 	$(PY) -m pytest
 
-gpu-notebooks: $(VENV)/.installed-notebooks
-	for nb in roofline correctness convergence scaling kernels; do $(PERFLAB) notebook $$nb || exit 1; done
-	$(PERFLAB) report
-
-test: $(VENV)/.installed-dev
+gpu-test: $(VENV)/.installed-dev
 	$(PY) -m pytest -m gpu
 
 lint: $(VENV)/.installed-dev
