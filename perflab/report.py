@@ -25,6 +25,13 @@ def build(out: str | None = None) -> Path:
         page.text(0.1, 0.85, "\n".join(lines), fontsize=9, va="top", family="monospace")
         pdf.savefig(page)
         plt.close(page)
+        tables = markdown().splitlines()  # the key tables, as the README shows them
+        for start in range(0, len(tables), 70):
+            page = plt.figure(figsize=(8.27, 11.69))
+            page.text(0.04, 0.97, "\n".join(line[:150] for line in tables[start:start + 70]), fontsize=5.5,
+                      va="top", family="monospace")
+            pdf.savefig(page)
+            plt.close(page)
         for f in figures:
             page = plt.figure(figsize=(8.27, 11.69))
             ax = page.add_axes((0.05, 0.3, 0.9, 0.65))
