@@ -33,6 +33,8 @@ def hyperparameter_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--learning-rate", type=float, default=d.learning_rate, metavar="LR", help="SGD step (default %(default)s)")
     g.add_argument("--train-size", type=int, default=d.train_size, metavar="N", help="training samples (default %(default)s)")
     g.add_argument("--test-size", type=int, default=d.test_size, help="test samples for precision, 0 for none (default %(default)s)")
+    g.add_argument("--validation-size", type=int, default=d.validation_size, metavar="V",
+                   help="hold out V training samples (after the first N) and report their precision each epoch (default %(default)s)")
     g.add_argument("--num-epochs", type=int, default=d.num_epochs, help="passes over the training set (default %(default)s)")
     g.add_argument("--batch-size", type=int, default=d.batch_size, metavar="B",
                    help="global mini-batch, split over MPI ranks; the last batch of an epoch keeps N %% B samples (default %(default)s)")
@@ -82,7 +84,8 @@ def config_from_args(args) -> Config:
     return Config(input_size=args.input_size, hidden_sizes=tuple(args.hidden_size), num_classes=args.num_classes,
                   reg=args.reg, learning_rate=args.learning_rate, train_size=args.train_size,
                   num_epochs=args.num_epochs, batch_size=args.batch_size, dtype=args.dtype, seed=args.seed,
-                  test_size=args.test_size, print_every=args.print_every, dataset=args.dataset, shuffle=args.shuffle)
+                  test_size=args.test_size, validation_size=args.validation_size, print_every=args.print_every,
+                  dataset=args.dataset, shuffle=args.shuffle)
 
 
 def cmd_train(args, comm) -> dict:
@@ -97,6 +100,8 @@ def cmd_train(args, comm) -> dict:
     summary = {"final_loss": history.final_loss, "test_precision": history.test_precision,
                "epoch_seconds": history.epoch_seconds, "parallel": parallel, "ranks": comm.size,
                "profiled": args.profile, **device_summary(device), **cfg.to_dict()}
+    if cfg.validation_size:
+        summary["validation_precision"] = history.epochs[-1]["validation_precision"]
     phases = None
     if args.profile:
         import pandas as pd
@@ -107,6 +112,8 @@ def cmd_train(args, comm) -> dict:
         return summary
     if not args.json:
         precision = "n/a" if history.test_precision is None else f"{history.test_precision:.4f}"
+        if cfg.validation_size:
+            precision += f"  validation precision {summary['validation_precision']:.4f}"
         print(f"final loss {history.final_loss:.6f}  test precision {precision}  "
               f"time per epoch {history.epoch_seconds:.3f} s  ({parallel}, {comm.size} rank(s))")
     if args.save:

@@ -32,6 +32,7 @@ class Config:
     dtype: str = "float64"
     seed: int = 0
     test_size: int = 10000
+    validation_size: int = 0         # held out from the training set, after the first N samples
     print_every: int = 0             # print the loss every this many batches; 0: once per epoch
     dataset: str = "mnist"
     shuffle: bool = False            # reshuffle the training set every epoch
@@ -100,6 +101,8 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"reg must be zero or positive, got {cfg.reg!r}")
     if isinstance(cfg.test_size, bool) or not isinstance(cfg.test_size, int) or cfg.test_size < 0:
         raise ConfigError(f"test_size must be an integer >= 0, got {cfg.test_size!r}")
+    if isinstance(cfg.validation_size, bool) or not isinstance(cfg.validation_size, int) or cfg.validation_size < 0:
+        raise ConfigError(f"validation_size must be an integer >= 0, got {cfg.validation_size!r}")
     if isinstance(cfg.print_every, bool) or not isinstance(cfg.print_every, int) or cfg.print_every < 0:
         raise ConfigError(f"print_every must be an integer >= 0 (0: once per epoch), got {cfg.print_every!r}")
     if cfg.dataset not in (*DATASET_SHAPES, "synthetic"):
@@ -109,7 +112,9 @@ def validate(cfg: Config) -> None:
         if cfg.input_size != d or cfg.num_classes != c:
             raise ConfigError(f"{cfg.dataset} has input_size {d} and num_classes {c}, got "
                               f"{cfg.input_size} and {cfg.num_classes}; use --dataset synthetic for other shapes")
-        if cfg.train_size > n_train:
-            raise ConfigError(f"train_size must be at most {n_train} for {cfg.dataset}, got {cfg.train_size}")
+        if cfg.train_size + cfg.validation_size > n_train:
+            got = f"{cfg.train_size} + {cfg.validation_size}" if cfg.validation_size else f"{cfg.train_size}"
+            what = "train_size + validation_size" if cfg.validation_size else "train_size"
+            raise ConfigError(f"{what} must be at most {n_train} for {cfg.dataset}, got {got}")
         if cfg.test_size > n_test:
             raise ConfigError(f"test_size must be at most {n_test} for {cfg.dataset}, got {cfg.test_size}")

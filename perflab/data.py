@@ -197,17 +197,23 @@ def synthetic(n: int, d: int, c: int, dtype, seed: int) -> Split:
     return Split(np.asfortranarray(X.astype(dtype)), y.astype(np.int64))
 
 
-def load(cfg) -> tuple[Split, Split | None]:
-    """Training and test split for a validated Config."""
+def columns(split: Split, start: int, stop: int) -> Split:
+    return Split(np.asfortranarray(split.X[:, start:stop]), split.y[start:stop])
+
+
+def load(cfg) -> tuple[Split, Split | None, Split | None]:
+    """(train, test, validation) for a validated Config: the first N training samples train, the
+    next validation_size are held out for validation; the test set is separate."""
     dtype = np.dtype(cfg.dtype).type
+    n, v = cfg.train_size, cfg.validation_size
     if cfg.dataset == "synthetic":
-        whole = synthetic(cfg.train_size + cfg.test_size, cfg.input_size, cfg.num_classes, dtype, cfg.seed)
-        train = Split(np.asfortranarray(whole.X[:, :cfg.train_size]), whole.y[:cfg.train_size])
-        test = Split(np.asfortranarray(whole.X[:, cfg.train_size:]), whole.y[cfg.train_size:])
-        return train, (test if cfg.test_size else None)
-    train = load_idx_dataset(cfg.dataset, "train", cfg.train_size, dtype)
-    test = load_idx_dataset(cfg.dataset, "test", cfg.test_size, dtype) if cfg.test_size else None
-    return train, test
+        whole = synthetic(n + v + cfg.test_size, cfg.input_size, cfg.num_classes, dtype, cfg.seed)
+        test = columns(whole, n + v, n + v + cfg.test_size) if cfg.test_size else None
+    else:
+        whole = load_idx_dataset(cfg.dataset, "train", n + v, dtype)
+        test = load_idx_dataset(cfg.dataset, "test", cfg.test_size, dtype) if cfg.test_size else None
+    train = columns(whole, 0, n) if v or cfg.dataset == "synthetic" else whole
+    return train, test, (columns(whole, n, n + v) if v else None)
 
 
 # ---------------------------------------------------------------------------- download

@@ -72,15 +72,15 @@ def train_on_ranks(cfg: Config, parallel: str, comm, device: Device | None = Non
         import cupy as cuda
     with profile.profiling(comm.rank, cuda) if profiled else contextlib.nullcontext() as prof:
         with profile.phase("train setup"):
-            trainer, test_set, sync = setup(cfg, parallel, comm, device)
+            trainer, test_set, validation, sync = setup(cfg, parallel, comm, device)
         history = train.fit(cfg, trainer, test_set, progress=progress and comm.rank == 0,
-                            log=log if comm.rank == 0 else None, sync=sync)
+                            log=log if comm.rank == 0 else None, sync=sync, validation=validation)
     history.phases = prof.table() if prof is not None else None
     return history, trainer
 
 
 def setup(cfg: Config, parallel: str, comm, device: Device):
-    train_set, test_set = data.load(cfg)
+    train_set, test_set, validation = data.load(cfg)
     check_agreement(comm, cfg, train_set)
     if device.backend == "numpy":
         from .comm import with_strategy
@@ -91,10 +91,10 @@ def setup(cfg: Config, parallel: str, comm, device: Device):
     else:
         import cupy as cp
         trainer = make_gpu_trainer(cfg, parallel, comm, device, train_set)
-        if test_set is not None:
-            test_set = data.Split(cp.asarray(test_set.X), cp.asarray(test_set.y))
+        on_device = lambda s: s and data.Split(cp.asarray(s.X), cp.asarray(s.y))  # noqa: E731
+        test_set, validation = on_device(test_set), on_device(validation)
         sync = cp.cuda.get_current_stream().synchronize if not hasattr(trainer, "sync") else trainer.sync
-    return trainer, test_set, sync
+    return trainer, test_set, validation, sync
 
 
 def relative_error(a, b) -> float:
@@ -114,7 +114,7 @@ def check(cfg: Config, parallel: str, comm, device: Device | None = None) -> dic
     replica_drift = max(float(np.abs(r - m).max()) for other in replicas for r, m in zip(other, replicas[0]))
     result = None
     if comm.rank == 0:
-        train_set, _ = data.load(cfg)
+        train_set = data.load(cfg)[0]
         params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed)
         reference = train.fit(cfg, train.Sequential(cfg, params, train_set.X, train_set.y), progress=False).params
         names = model.param_names(len(cfg.hidden_sizes) + 1)

@@ -92,9 +92,11 @@ def precision(trainer, test) -> float | None:
     return float((predicted == test.y).mean())
 
 
-def fit(cfg: Config, trainer, test=None, progress: bool = True, log=None, sync=lambda: None) -> History:
+def fit(cfg: Config, trainer, test=None, progress: bool = True, log=None, sync=lambda: None,
+        validation=None) -> History:
     """Train for cfg.num_epochs; `log(msg)` receives the loss lines, `sync()` waits for the
-    device so epoch times are honest on a GPU."""
+    device so epoch times are honest on a GPU. Precision on the test (and validation) set is
+    measured after each epoch, outside the epoch's time."""
     from tqdm.auto import tqdm
 
     history = History()
@@ -122,6 +124,8 @@ def fit(cfg: Config, trainer, test=None, progress: bool = True, log=None, sync=l
         seconds = time.perf_counter() - start
         row = {"epoch": epoch, "seconds": seconds, "loss": history.losses[-1]["loss"],
                "test_precision": precision(trainer, test)}
+        if validation is not None:
+            row["validation_precision"] = precision(trainer, validation)
         history.epochs.append(row)
         bar.set_postfix(loss=f"{row['loss']:.4f}", precision=row["test_precision"])
     bar.close()

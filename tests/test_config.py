@@ -39,3 +39,10 @@ def test_defaults_are_the_seeds_workload():
 def test_fingerprint_tracks_values():
     assert Config().fingerprint() == Config().fingerprint()
     assert Config().fingerprint() != Config(seed=1).fingerprint()
+
+
+def test_validation_size_checked():
+    with pytest.raises(ConfigError, match="validation_size must be an integer >= 0, got -1"):
+        Config(validation_size=-1)
+    with pytest.raises(ConfigError, match=r"train_size \+ validation_size must be at most 60000 for mnist, got 59000 \+ 2000"):
+        Config(train_size=59000, validation_size=2000)

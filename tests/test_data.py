@@ -60,7 +60,7 @@ def test_mnist_manifest_matches_committed_sums():
 
 def test_mnist_loads_verified():
     cfg = Config(train_size=60000, test_size=10000, dtype="float32")
-    train, test = data.load(cfg)
+    train, test, _ = data.load(cfg)
     assert train.X.shape == (784, 60000) and test.X.shape == (784, 10000)
     assert train.X.flags.f_contiguous and train.X.dtype == np.float32
     assert 0.0 <= train.X.min() and train.X.max() <= 1.0
@@ -110,3 +110,15 @@ def test_one_hot():
     y = np.array([2, 0, 1])
     Y = data.one_hot(y, 3, np.float64)
     np.testing.assert_array_equal(Y, np.eye(3)[:, [2, 0, 1]])
+
+
+def test_validation_split_is_held_out_after_the_training_samples():
+    cfg = Config(train_size=1000, batch_size=100, validation_size=300, test_size=50, dtype="float32")
+    train, test, validation = data.load(cfg)
+    whole = data.load_idx_dataset("mnist", "train", 1300, np.float32)
+    assert train.n == 1000 and validation.n == 300 and test.n == 50
+    np.testing.assert_array_equal(validation.y, whole.y[1000:1300])
+    np.testing.assert_array_equal(train.X, whole.X[:, :1000])
+    synth = data.load(Config(dataset="synthetic", input_size=8, hidden_sizes=(4,), num_classes=3, train_size=40,
+                             batch_size=10, validation_size=10, test_size=5))
+    assert [s.n for s in synth] == [40, 5, 10]

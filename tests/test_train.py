@@ -7,7 +7,7 @@ from perflab.config import Config
 
 
 def run(cfg, test=True):
-    tr, te = data.load(cfg)
+    tr, te, _ = data.load(cfg)
     params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed)
     return train.fit(cfg, train.Sequential(cfg, params, tr.X, tr.y), te if test else None, progress=False)
 
