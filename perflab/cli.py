@@ -353,6 +353,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="perflab",
         description="Train the seeds' MLP (784-H-10, sigmoid, softmax + cross-entropy, L2, SGD) and measure it.")
+    from . import __version__
+    parser.add_argument("--version", action="version", version=f"perflab {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("train", help="train the MLP and print loss, test precision and time per epoch",
