@@ -338,6 +338,27 @@ def cmd_predict(args, comm) -> dict:
     return {"saved": str(out)}
 
 
+def positive(text: str) -> int:
+    """argparse type: an integer >= 1, named in the error otherwise."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
 def hidden_batch(text: str) -> tuple[int, int]:
     """'512,3200' -> (512, 3200), for --configs."""
     try:
@@ -388,18 +409,18 @@ def build_parser() -> argparse.ArgumentParser:
                                    "points with fewer ranks use the first p.")
     from .kernels import GEMM_VARIANTS as variants
     p.add_argument("--name", default="sweep", help="result file name (default %(default)s)")
-    p.add_argument("--hidden", nargs="+", type=int, default=[512], metavar="H")
-    p.add_argument("--batch", nargs="+", type=int, default=[3200], metavar="B")
-    p.add_argument("--per-rank-batch", nargs="+", type=int, metavar="B/p",
+    p.add_argument("--hidden", nargs="+", type=positive, default=[512], metavar="H")
+    p.add_argument("--batch", nargs="+", type=positive, default=[3200], metavar="B")
+    p.add_argument("--per-rank-batch", nargs="+", type=positive, metavar="B/p",
                    help="instead of --batch: B = p * B/p, the seeds' sweep with B/p constant")
-    p.add_argument("--ranks", nargs="+", type=int, default=[1], metavar="P")
+    p.add_argument("--ranks", nargs="+", type=positive, default=[1], metavar="P")
     p.add_argument("--parallel", nargs="+", choices=("data", "model"), default=["data"])
     p.add_argument("--backend", nargs="+", choices=("numpy", "cupy"), default=["numpy"])
     p.add_argument("--mode", nargs="+", choices=("resident", "staged"), default=["resident"])
     p.add_argument("--gemm", nargs="+", choices=variants, default=["cublas"])
     p.add_argument("--dtype", nargs="+", choices=DTYPES, default=["float32"])
-    p.add_argument("--train-size", type=int, default=38400, metavar="N")
-    p.add_argument("--num-epochs", type=int, default=1)
+    p.add_argument("--train-size", type=positive, default=38400, metavar="N")
+    p.add_argument("--num-epochs", type=positive, default=1)
     p.add_argument("--dataset", choices=DATASETS, default="synthetic")
     p.add_argument("--out", metavar="DIR", help="folder for the CSV (default results/<machine>)")
     p.add_argument("--emit-sbatch", metavar="FILE", help="instead of running: write a Slurm script that runs this sweep "
@@ -431,13 +452,13 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Projected epoch time and efficiency (data parallel, model parallel; H in {512, 2048}, "
                                    "b in {800, 3000} per GPU, N = 60000) for p GPUs, from the NCCL all-reduce fit and the "
                                    "one-GPU steps measured on the H200s; written to results/predictions/NAME.json.")
-    p.add_argument("--ranks", nargs="+", type=int, default=[1, 2, 4, 8])
+    p.add_argument("--ranks", nargs="+", type=positive, default=[1, 2, 4, 8])
     p.add_argument("--name", default="p8", help="result name under results/predictions/ (default %(default)s)")
     p.add_argument("--multinode", action="store_true",
                    help="instead: project H=2048, 3000 per GPU to 64 GPUs on nodes joined by a network (CSV)")
-    p.add_argument("--per-node", type=int, default=8, help="GPUs per node (default %(default)s)")
-    p.add_argument("--inter-bw", type=float, default=25e9, help="network bandwidth per node, B/s (default %(default)s: 200 Gb/s)")
-    p.add_argument("--inter-latency", type=float, default=5e-6, help="network latency per ring step, s (default %(default)s)")
+    p.add_argument("--per-node", type=positive, default=8, help="GPUs per node (default %(default)s)")
+    p.add_argument("--inter-bw", type=positive_float, default=25e9, help="network bandwidth per node, B/s (default %(default)s: 200 Gb/s)")
+    p.add_argument("--inter-latency", type=positive_float, default=5e-6, help="network latency per ring step, s (default %(default)s)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_predict)
 
@@ -447,7 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "GEMM, host<->device bandwidth (pageable, pinned) and the device copy rate; under "
                                    "mpiexec -n P also MPI (and on GPUs NCCL) all-reduce bandwidth against size.")
     p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto")
-    p.add_argument("--max-log2-size", type=int, default=26, help="largest buffer, 2**K bytes (default %(default)s)")
+    p.add_argument("--max-log2-size", type=positive, default=26, help="largest buffer, 2**K bytes (default %(default)s)")
     p.add_argument("--out", metavar="DIR", help="folder for the CSV (default results/<machine>)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_ceilings)
@@ -461,9 +482,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "%% of the FP32 peak; writes results/<machine>/bench_gemm_<dtype>.csv.")
     b.add_argument("--variants", nargs="+", choices=GEMM_VARIANTS, default=list(GEMM_VARIANTS))
     b.add_argument("--dtype", choices=DTYPES, default="float32")
-    b.add_argument("--hidden", nargs="+", type=int, default=[512, 1024, 2048], metavar="H")
-    b.add_argument("--batches", nargs="+", type=int, default=[800, 3200, 12000], metavar="B")
-    b.add_argument("--repeats", type=int, default=20)
+    b.add_argument("--hidden", nargs="+", type=positive, default=[512, 1024, 2048], metavar="H")
+    b.add_argument("--batches", nargs="+", type=positive, default=[800, 3200, 12000], metavar="B")
+    b.add_argument("--repeats", type=positive, default=20)
     b.add_argument("--out", metavar="DIR", help="folder for the CSV (default results/<machine>)")
     b.add_argument("--json", action="store_true")
     b.set_defaults(run=cmd_bench_gemm)
@@ -473,9 +494,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "and every installed peer; a missing peer is skipped with a message.")
     b.add_argument("--configs", nargs="+", type=hidden_batch, default=[(512, 3200), (1024, 3200), (2048, 12000)],
                    metavar="H,B", help="hidden size and batch pairs (default 512,3200 1024,3200 2048,12000)")
-    b.add_argument("--train-size", type=int, default=60000)
+    b.add_argument("--train-size", type=positive, default=60000)
     b.add_argument("--peers", nargs="+", choices=list(PEERS), metavar="PEER", help=f"subset of: {', '.join(PEERS)}")
-    b.add_argument("--repeats", type=int, default=5)
+    b.add_argument("--repeats", type=positive, default=5)
     b.add_argument("--out", metavar="DIR", help="folder for the CSV (default results/<machine>)")
     b.add_argument("--json", action="store_true")
     b.set_defaults(run=cmd_bench_train)
@@ -489,7 +510,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--mirror", action="append", metavar="URL",
                    help="base URL to download from instead of the canonical mirrors (repeatable, tried in order)")
     f.add_argument("--dest", metavar="DIR", help="data folder (default: the project's data/ or $PERFLAB_DATA)")
-    f.add_argument("--timeout", type=float, default=10.0, help="seconds before a silent mirror is given up (default %(default)s)")
+    f.add_argument("--timeout", type=positive_float, default=10.0, help="seconds before a silent mirror is given up (default %(default)s)")
     f.add_argument("--json", action="store_true", help="print one JSON object on the last line")
     f.set_defaults(run=cmd_data_fetch)
     return parser

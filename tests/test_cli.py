@@ -65,3 +65,17 @@ def test_bench_train_configs_are_validated(capsys):
     with pytest.raises(SystemExit) as info:
         main(["bench", "train", "--configs", "512x3200"])
     assert info.value.code == 2 and "expected H,B with two positive integers like 512,3200, got '512x3200'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["sweep", "--ranks", "0"], "argument --ranks: expected a positive integer, got '0'"),
+    (["sweep", "--hidden", "big"], "argument --hidden: expected a positive integer, got 'big'"),
+    (["ceilings", "--max-log2-size", "-3"], "argument --max-log2-size: expected a positive integer, got '-3'"),
+    (["bench", "gemm", "--repeats", "0"], "argument --repeats: expected a positive integer, got '0'"),
+    (["predict", "--inter-bw", "0"], "argument --inter-bw: expected a positive number, got '0'"),
+    (["data", "fetch", "mnist", "--timeout", "-1"], "argument --timeout: expected a positive number, got '-1'"),
+])
+def test_counts_and_rates_must_be_positive(capsys, argv, message):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2 and message in capsys.readouterr().err
