@@ -87,12 +87,12 @@ def setup(cfg: Config, parallel: str, comm, device: Device):
         comm = with_strategy(comm, device.comm)
         params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed)
         trainer = make_trainer(parallel, cfg, params, train_set.X, train_set.y, comm)
-        sync = lambda: None  # noqa: E731
+        sync = lambda: None
     else:
         import cupy as cp
         trainer = make_gpu_trainer(cfg, parallel, comm, device, train_set)
-        on_device = lambda s: s and data.Split(cp.asarray(s.X), cp.asarray(s.y))  # noqa: E731
-        test_set, validation = on_device(test_set), on_device(validation)
+        test_set, validation = (None if s is None else data.Split(cp.asarray(s.X), cp.asarray(s.y))
+                                for s in (test_set, validation))
         sync = cp.cuda.get_current_stream().synchronize if not hasattr(trainer, "sync") else trainer.sync
     return trainer, test_set, validation, sync
 
