@@ -69,8 +69,50 @@ def test_best_split_k(rng, splits):
     a, ha = operand(rng, 100, 1000, False, "float64")
     b, hb = operand(rng, 1000, 70, True, "float64")
     out = cp.full((100, 70), np.nan)
-    kernels.gemm(a, b, out=out, variant="best", config="64x64", splits=splits)
+    config = next(iter(kernels.tile_configs("best", "double")))
+    kernels.gemm(a, b, out=out, variant="best", config=config, splits=splits)
     assert rel(out.get(), ha @ hb) <= 1e-12
+
+
+@pytest.mark.parametrize("M, K, N", SHAPES)
+def test_tf32_all_transposes_and_configs(rng, M, K, N):
+    """The tensor-core option: within TF32's 5e-3 of the float64 product, every config."""
+    for config in kernels.tile_configs("tf32", "float"):
+        for ta in (False, True):
+            for tb in (False, True):
+                a, ha = operand(rng, M, K, ta, "float32")
+                b, hb = operand(rng, K, N, tb, "float32")
+                out = cp.full((M, N), np.nan, dtype="float32")
+                kernels.gemm(a, b, out=out, variant="tf32", config=config)
+                err = rel(out.get(), ha @ hb)
+                assert err <= 5e-3, f"tf32 {config} {M}x{K}x{N} ta={ta} tb={tb}: {err:.2e}"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_every_best_config_and_unaligned_rows(rng, dtype):
+    """Each tile config, with leading dimensions that are not a multiple of 16 bytes (the
+    element-wise copy path) and an operand that is a column slice (an offset start)."""
+    M, K, N = 131, 203, 97
+    for config in kernels.tile_configs("best", kernels.ctype(dtype)):
+        for ta in (False, True):
+            a, ha = operand(rng, M, K, ta, dtype)
+            big = rng.uniform(-1, 1, (K, N + 3)) + 0.1
+            b = cp.asarray(big.astype(dtype))[:, 1:N + 1]  # row stride N + 3, start offset 1
+            out = cp.full((M, N), np.nan, dtype=dtype)
+            kernels.gemm(a, b, out=out, variant="best", config=config)
+            assert rel(out.get(), ha @ big[:, 1:N + 1]) <= TOL[dtype], config
+
+
+def test_tune_remembers_the_fastest_choice_and_stays_correct(rng):
+    a, ha = operand(rng, 300, 784, False, "float32")
+    b, hb = operand(rng, 784, 700, True, "float32")
+    out, work = cp.empty((300, 700), cp.float32), cp.empty(6 * 300 * 700, cp.float32)
+    config, splits = kernels.tune(a, b, out, "best", work)
+    assert config in kernels.tile_configs("best", "float") and splits in kernels.SPLITS
+    assert kernels.TUNED[("best", "float", 300, 700, 784, False, True)] == (config, splits)
+    out[...] = np.nan
+    kernels.gemm(a, b, out=out, variant="best", work=work)  # the tuned choice
+    assert rel(out.get(), ha @ hb) <= TOL["float32"]
 
 
 def test_gemm_rejects_bad_operands():
@@ -129,6 +171,16 @@ def test_gpu_training_matches_reference(dtype, gemm, mode, graphs):
                  batch_size=100, num_epochs=2, learning_rate=0.5, test_size=50, dtype=dtype)
     result = check(cfg, "data", Serial(), Device(backend="cupy", mode=mode, gemm=gemm, graphs=graphs, comm="mpi"))
     assert result["max_rel_error"] <= TOL[dtype], result["errors"]
+
+
+def test_gpu_training_with_tf32_gemms_stays_within_tf32_tolerance():
+    from perflab.comm import Serial
+    from perflab.config import Config
+    from perflab.runner import Device, check
+    cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=(61,), num_classes=7, train_size=517,
+                 batch_size=100, num_epochs=2, learning_rate=0.5, test_size=50)
+    result = check(cfg, "data", Serial(), Device(backend="cupy", gemm="tf32"))
+    assert result["tolerance"] == 5e-3 and result["passed"], result["errors"]
 
 
 def test_gpu_model_parallel_and_deep_net_single_rank():

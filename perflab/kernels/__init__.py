@@ -1,7 +1,9 @@
 """perflab's own CUDA kernels, compiled at first use with CuPy's RawModule (NVRTC).
 
 One .cu file per GEMM variant (naive -> tiled -> regblock -> best, as SGEMM_CUDA shows the
-progression) plus the fused elementwise steps; `cublas` is CuPy's matmul, the yardstick.
+progression; `tf32`, the tensor-core option, shares best's file) plus the fused elementwise
+steps; `cublas` is cuBLAS itself, the yardstick. best and tf32 pick a tile config and split-K
+per shape: measured by tune() where it has run, from the grid size otherwise.
 
     gemm(a, b, out=None, alpha=1, beta=0, c=None, bias=None, variant="best")
 computes out = alpha * a @ b + beta * c, then sigmoid(out + bias[:, None]) when bias is given
@@ -19,13 +21,29 @@ import numpy as np
 i32, u64 = np.int32, np.uint64  # kernel arguments must carry their C types (int, size_t)
 
 KERNEL_DIR = Path(__file__).resolve().parent
-GEMM_VARIANTS = ("naive", "tiled", "regblock", "best", "cublas")
-BEST_CONFIGS = {  # (BM, BN, BK, TM, TN), 256 threads each
-    "128x128": (128, 128, 8, 8, 8),
-    "128x64": (128, 64, 8, 8, 4),
-    "64x128": (64, 128, 8, 4, 8),
-    "64x64": (64, 64, 8, 4, 4),
+GEMM_VARIANTS = ("naive", "tiled", "regblock", "best", "tf32", "cublas")
+TILED_VARIANTS = ("best", "tf32")  # the cp.async tile kernels of gemm_best.cu, with configs and split-K
+# Tile configs, candidates for tune(): best (BM, BN, BK, WM, WN, TM, TN, STAGES); tf32 drops TM, TN.
+# Threads: (BM / WM) * (BN / WN) warps. The first of each list fills the chip best at large sizes.
+TILE_CONFIGS = {
+    ("best", "float"): [(128, 128, 16, 64, 32, 8, 8, 3), (128, 128, 16, 32, 64, 8, 8, 3), (128, 128, 8, 64, 32, 8, 8, 4),
+                        (128, 64, 16, 64, 32, 8, 8, 3), (64, 128, 16, 32, 64, 8, 8, 3), (64, 64, 16, 32, 32, 8, 4, 4)],
+    ("best", "double"): [(64, 64, 8, 32, 32, 4, 8, 3), (128, 64, 8, 32, 32, 4, 8, 3)],
+    ("tf32", "float"): [(128, 128, 16, 64, 32, 3), (128, 64, 16, 64, 32, 3), (64, 64, 16, 32, 32, 4)],
 }
+SPLITS = (1, 2, 3, 4, 6)  # split-K factors tune() tries
+
+
+def config_name(variant: str, cfg: tuple) -> str:
+    bm, bn, bk, wm, wn = cfg[:5]
+    threads = "" if variant == "tf32" else f"_t{cfg[5]}x{cfg[6]}"
+    return f"{bm}x{bn}x{bk}_w{wm}x{wn}{threads}_s{cfg[-1]}"
+
+
+def tile_configs(variant: str, T: str) -> dict[str, tuple]:
+    if (variant, T) not in TILE_CONFIGS:
+        raise KernelError(f"the {variant} GEMM has no {T} version (tf32 takes float32 only)")
+    return {config_name(variant, c): c for c in TILE_CONFIGS[(variant, T)]}
 
 
 class KernelError(RuntimeError):
@@ -44,8 +62,8 @@ def ctype(dtype) -> str:
     return {"float32": "float", "float64": "double"}[name]
 
 
-def template_args(variant: str, config: str | None) -> str:
-    return "" if variant != "best" else "," + ",".join(map(str, BEST_CONFIGS[config]))
+def template_args(variant: str, T: str, config: str | None) -> str:
+    return "" if variant not in TILED_VARIANTS else "," + ",".join(map(str, tile_configs(variant, T)[config]))
 
 
 @functools.lru_cache(maxsize=None)
@@ -56,19 +74,28 @@ def module(source: str, names: tuple):
     return cp.RawModule(code=code, options=("-std=c++17", f"-I{KERNEL_DIR}"), name_expressions=names)
 
 
+def source_file(variant: str) -> str:
+    return "gemm_best.cu" if variant in TILED_VARIANTS else f"gemm_{variant}.cu"
+
+
+def kernel_name(variant: str, T: str, ta: bool, tb: bool, epi: int, config: str | None) -> str:
+    dtype = "" if variant == "tf32" else f"{T},"
+    return f"gemm_{variant}<{dtype}{str(ta).lower()},{str(tb).lower()},{epi}{template_args(variant, T, config)}>"
+
+
 def gemm_names(variant: str, T: str, config: str | None = None) -> tuple:
-    """Every instantiation one compile of gemm_<variant>.cu provides (transposes x epilogue)."""
-    names = tuple(f"gemm_{variant}<{T},{str(x).lower()},{str(y).lower()},{e}{template_args(variant, config)}>"
-                  for x in (False, True) for y in (False, True) for e in (0, 1))
-    if variant == "best":
+    """Every instantiation one compile provides (transposes x epilogue, and split-K's reduction)."""
+    names = tuple(kernel_name(variant, T, x, y, e, config) for x in (False, True) for y in (False, True) for e in (0, 1))
+    if variant in TILED_VARIANTS:
         names += tuple(f"gemm_splitk_reduce<{T},{e}>" for e in (0, 1))
     return names
 
 
 def gemm_function(variant: str, T: str, ta: bool, tb: bool, epi: int, config: str | None = None):
-    mod = module(f"gemm_{variant}.cu", gemm_names(variant, T, config))
-    name = f"gemm_{variant}<{T},{str(ta).lower()},{str(tb).lower()},{epi}{template_args(variant, config)}>"
-    return mod.get_function(name), (mod.get_function(f"gemm_splitk_reduce<{T},{epi}>") if variant == "best" else None)
+    mod = module(source_file(variant), gemm_names(variant, T, config))
+    kernel = mod.get_function(kernel_name(variant, T, ta, tb, epi, config))
+    reduce = mod.get_function(f"gemm_splitk_reduce<{T},{epi}>") if variant in TILED_VARIANTS else None
+    return kernel, reduce
 
 
 def instantiations() -> dict[str, tuple]:
@@ -76,9 +103,9 @@ def instantiations() -> dict[str, tuple]:
     out = {}
     for T in ("float", "double"):
         for variant in GEMM_VARIANTS[:-1]:
-            for config in (BEST_CONFIGS if variant == "best" else [None]):
-                out.setdefault(f"gemm_{variant}.cu", ())
-                out[f"gemm_{variant}.cu"] += gemm_names(variant, T, config)
+            if (variant, T) in TILE_CONFIGS or variant not in TILED_VARIANTS:
+                for config in (tile_configs(variant, T) if variant in TILED_VARIANTS else [None]):
+                    out[source_file(variant)] = out.get(source_file(variant), ()) + gemm_names(variant, T, config)
         out["elementwise.cu"] = out.get("elementwise.cu", ()) + tuple(f"{k}<{T}>" for k in ELEMENTWISE)
     return {k: tuple(dict.fromkeys(v)) for k, v in out.items()}
 
@@ -107,16 +134,62 @@ def sm_count(device: int) -> int:
     return cupy().cuda.runtime.getDeviceProperties(device)["multiProcessorCount"]
 
 
-def choose_best(M: int, N: int, K: int, sms: int) -> tuple[str, int]:
-    """Tile shape and split-K for `best`: the largest tile whose grid fills the chip; when
-    even 64 x 64 tiles leave SMs idle, split K (keeping at least 256 of it per split)."""
-    for name in ("128x128", "128x64", "64x128", "64x64"):
-        bm, bn = BEST_CONFIGS[name][:2]
-        if math.ceil(M / bm) * math.ceil(N / bn) >= sms:
+SHARED_ALLOWED: dict[int, int] = {}  # id(kernel) -> dynamic shared bytes it was allowed
+
+
+def allow_shared_memory(kernel, nbytes: int):
+    """Kernels may take over 48 KiB of dynamic shared memory only once told so (once per kernel)."""
+    if SHARED_ALLOWED.get(id(kernel), 0) < nbytes:
+        kernel.max_dynamic_shared_size_bytes = nbytes
+        SHARED_ALLOWED[id(kernel)] = nbytes
+
+
+TUNED: dict[tuple, tuple[str, int]] = {}  # (variant, T, M, N, K, ta, tb) -> (config, splits), from tune()
+
+
+def heuristic_tiles(variant: str, T: str, M: int, N: int, K: int, sms: int) -> tuple[str, int]:
+    """Untuned choice: the first config whose grid fills the chip; when even the smallest
+    leaves SMs idle, split K (keeping at least 256 of it per split)."""
+    configs = tile_configs(variant, T)
+    for name, c in configs.items():
+        if math.ceil(M / c[0]) * math.ceil(N / c[1]) >= sms:
             return name, 1
-    blocks = math.ceil(M / 64) * math.ceil(N / 64)
-    splits = max(1, min(math.ceil(2 * sms / blocks), K // 256))
-    return "64x64", splits
+    name, c = min(configs.items(), key=lambda kv: kv[1][0] * kv[1][1])
+    blocks = math.ceil(M / c[0]) * math.ceil(N / c[1])
+    return name, max(1, min(math.ceil(2 * sms / blocks), K // 256, max(SPLITS)))
+
+
+def tune(a, b, out, variant: str = "best", work=None, repeats: int = 5) -> tuple[str, int]:
+    """Time every tile config and split-K factor of `variant` on these operands (CUDA events,
+    median of `repeats`) and remember the fastest for this shape, so later gemm() calls, also
+    inside CUDA graph capture, use it. Outside capture only: it synchronizes. A shape tuned
+    before returns its choice at once. `out` is overwritten."""
+    import statistics
+    cp = cupy()
+    T = ctype(a.dtype)
+    (M, K), N = a.shape, b.shape[1]
+    ta, tb = storage(a, "a")[0], storage(b, "b")[0]
+    key = (variant, T, M, N, K, ta, tb)
+    if key in TUNED:
+        return TUNED[key]
+    timings = {}
+    for config in tile_configs(variant, T):
+        for splits in SPLITS:
+            if splits > 1 and (K // splits < 64 or work is None or work.size < splits * M * N):
+                continue
+            run = functools.partial(gemm, a, b, out=out, variant=variant, config=config, splits=splits, work=work)
+            run()
+            times = []
+            for _ in range(repeats):
+                start, stop = cp.cuda.Event(), cp.cuda.Event()
+                start.record()
+                run()
+                stop.record()
+                stop.synchronize()
+                times.append(cp.cuda.get_elapsed_time(start, stop))
+            timings[(config, splits)] = statistics.median(times)
+    TUNED[key] = min(timings, key=timings.get)
+    return TUNED[key]
 
 
 def gemm(a, b, out=None, alpha=1.0, beta=0.0, c=None, bias=None, variant: str = "best",
@@ -158,18 +231,25 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, c=None, bias=None, variant: str = 
     scalar = a.dtype.type
     cptr = c if c is not None else out
     bptr = bias if bias is not None else out
-    if variant == "best":
+    if variant in TILED_VARIANTS:
         if config is None:
-            config, auto_splits = choose_best(M, N, K, multiprocessors())
+            config, auto_splits = (TUNED.get((variant, T, M, N, K, ta, tb))
+                                   or heuristic_tiles(variant, T, M, N, K, multiprocessors()))
             splits = splits or auto_splits
         splits = splits or 1
-        bm, bn = BEST_CONFIGS[config][:2]
+        bm, bn, bk, wm, wn = tile_configs(variant, T)[config][:5]
+        stages = tile_configs(variant, T)[config][-1]
         kernel, reduce = gemm_function(variant, T, ta, tb, epi, config)
         if splits > 1 and (work is None or work.size < splits * M * N):
             work = cp.empty(splits * M * N, dtype=a.dtype)
+        v = 16 // a.itemsize  # elements in a 16-byte chunk: vector copies need aligned rows
+        vec = all(x.data.ptr % 16 == 0 and ld % v == 0 for x, ld in ((a, lda), (b, ldb)))
+        smem = stages * a.itemsize * ((bk * (bm + v) if ta else bm * (bk + v)) + (bn * (bk + v) if tb else bk * (bn + v)))
+        allow_shared_memory(kernel, smem)
         grid = (math.ceil(N / bn), math.ceil(M / bm), splits)
-        kernel(grid, (256,), (i32(M), i32(N), i32(K), scalar(alpha), a, i32(lda), b, i32(ldb), scalar(beta),
-                              cptr, i32(N), out, i32(N), bptr, work if splits > 1 else out))
+        kernel(grid, ((bm // wm) * (bn // wn) * 32,),
+               (i32(M), i32(N), i32(K), scalar(alpha), a, i32(lda), b, i32(ldb), scalar(beta), cptr, i32(N), out,
+                i32(N), bptr, work if splits > 1 else out, i32(vec)), shared_mem=smem)
         if splits > 1:
             reduce((math.ceil(M * N / 256),), (256,),
                    (i32(M), i32(N), i32(splits), scalar(alpha), work, scalar(beta), cptr, i32(N), out, i32(N), bptr))

@@ -1,69 +1,137 @@
-// The fastest FP32/FP64 SIMT GEMM here: 2D register tiling (each of 256 threads computes a
-// TM x TN block of D), BM x BN x BK tiles double-buffered in shared memory (the next tile is
-// fetched into registers while the current one is multiplied: one barrier a step), k-major
-// shared tiles padded by 4 words (16-byte reads, no bank conflicts on the transposed stores),
-// thread rows/columns split in halves so a warp's 16-byte shared reads are conflict-free,
-// loads coalesced along each operand's storage whatever its transpose, any M, N, K.
-// Split-K (gridDim.z > 1) writes partial sums to a workspace that gemm_splitk_reduce adds
-// up in a fixed order (deterministic), for shapes whose tiles alone cannot fill the chip.
+// The fastest SIMT GEMM here (FP32/FP64 on the CUDA cores). A block computes a BM x BN tile of
+// D with (BM/WM) x (BN/WN) warps; each thread a TM x TN block of its warp's WM x WN tile.
+// - Operand tiles travel global -> shared with cp.async in 16-byte chunks (element-wise with
+//   zero fill at the edges or when a leading dimension is not a multiple of 16 bytes), in a
+//   STAGES-deep ring: the copies for step k + STAGES - 1 fly while step k is multiplied, with
+//   one barrier a step and no registers spent on staging.
+// - Each tile keeps its storage order in shared memory (no transposing stores), padded by
+//   16 bytes a row. The inner loop reads 16-byte vectors along whichever axis is contiguous
+//   there: along k for a k-contiguous operand (KV steps of k at once), along m or n otherwise.
+//   Which rows/columns a thread owns follows from that, so that the 8 threads of each
+//   16-byte shared-memory phase hit 8 different bank groups (or broadcast one address).
+// - A TF32 tensor-core option (gemm_tf32) shares the tiles and the K loop.
+// - Any M, N, K. Split-K (gridDim.z > 1) writes partial sums to a workspace that
+//   gemm_splitk_reduce adds up in a fixed order (deterministic), for shapes whose tiles alone
+//   cannot fill the chip.
 #include "common.cuh"
 
-#define PAD 4
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
+template <int BYTES>  // copies BYTES, or writes zeros when !ok (src is then never read)
+__device__ __forceinline__ void cp_async_zfill(void* dst, const void* src, bool ok) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_addr(dst)), "l"(src), "n"(BYTES),
+                 "r"(ok ? BYTES : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 template <typename T>
-__device__ __forceinline__ void lds4(const T* p, T* r) {
+__device__ __forceinline__ void lds16(const T* p, T* r) {  // one 16-byte shared-memory read
     if constexpr (sizeof(T) == 4) {
         float4 v = *reinterpret_cast<const float4*>(p);
         r[0] = v.x; r[1] = v.y; r[2] = v.z; r[3] = v.w;
     } else {
-        double2 a = *reinterpret_cast<const double2*>(p), b = *reinterpret_cast<const double2*>(p + 2);
-        r[0] = a.x; r[1] = a.y; r[2] = b.x; r[3] = b.y;
+        double2 v = *reinterpret_cast<const double2*>(p);
+        r[0] = v.x; r[1] = v.y;
     }
 }
 
-template <typename T, bool TA, bool TB, int EPI, int BM, int BN, int BK, int TM, int TN>
-__global__ void __launch_bounds__(256)
-gemm_best(int M, int N, int K, T alpha, const T* __restrict__ A, int lda, const T* __restrict__ B, int ldb,
-          T beta, const T* C, int ldc, T* D, int ldd, const T* __restrict__ bias, T* __restrict__ work) {
-    static_assert((BM / TM) * (BN / TN) == 256, "256 threads");
-    constexpr int AL = BM * BK / 256, BL = BN * BK / 256;  // elements each thread loads per tile
-    constexpr int R = BM / TM, Cn = BN / TN;                // thread grid: R rows x Cn columns
-    __shared__ __align__(16) T As[2][BK][BM + PAD];
-    __shared__ __align__(16) T Bs[2][BK][BN + PAD];
+// Starts the copy of the R x W tile at (r0, c0) of row-major g (W contiguous) into s[R][W + V];
+// elements at rows >= rlim or columns >= clim become 0.
+template <typename T, int R, int W, int NT>
+__device__ __forceinline__ void load_tile(T* s, const T* __restrict__ g, int ld, int r0, int c0, int rlim, int clim,
+                                          bool vec, int t) {
+    constexpr int V = 16 / sizeof(T), CPR = W / V, CHUNKS = R * CPR;
+    static_assert(W % V == 0 && CHUNKS % NT == 0, "tile must split into whole 16-byte chunks per thread");
+#pragma unroll
+    for (int l = 0; l < CHUNKS / NT; ++l) {
+        const int e = t + l * NT, r = e / CPR, c = (e % CPR) * V, gr = r0 + r, gc = c0 + c;
+        T* dst = s + r * (W + V) + c;
+        const T* src = g + (size_t)gr * ld + gc;
+        if (vec && gr < rlim && gc + V <= clim) {
+            cp_async16(dst, src);
+        } else {
+#pragma unroll
+            for (int v = 0; v < V; ++v) {
+                const bool ok = gr < rlim && gc + v < clim;
+                cp_async_zfill<sizeof(T)>(dst + v, ok ? src + v : g, ok);
+            }
+        }
+    }
+}
 
-    const int t = threadIdx.x, tr = t / Cn, tc = t % Cn;
-    const int i0 = blockIdx.y * BM, j0 = blockIdx.x * BN;
-    // this block's share of K (split-K along gridDim.z), in whole BK steps
+// The K loop every tile kernel shares: tiles of op(A) (BM x BK) and op(B) (BK x BN) for this
+// block's share of K stream through a STAGES-deep ring in shared memory, and compute(As, Bs)
+// runs on each step's pair once it has landed. Split-K (gridDim.z > 1) gives each z a share.
+template <typename T, bool TA, bool TB, int BM, int BN, int BK, int NT, int STAGES, typename F>
+__device__ __forceinline__ void k_loop(T* smem, int M, int N, int K, const T* __restrict__ A, int lda,
+                                       const T* __restrict__ B, int ldb, bool vec, F&& compute) {
+    constexpr int V = 16 / sizeof(T);
+    constexpr int A_ELEMS = TA ? BK * (BM + V) : BM * (BK + V), B_ELEMS = TB ? BN * (BK + V) : BK * (BN + V);
+    const int t = threadIdx.x, i0 = blockIdx.y * BM, j0 = blockIdx.x * BN;
     const int steps = (K + BK - 1) / BK, per = (steps + gridDim.z - 1) / gridDim.z;
     const int kbeg = blockIdx.z * per * BK, kend = min(K, kbeg + per * BK);
+    const int nk = kbeg < kend ? (kend - kbeg + BK - 1) / BK : 0;
+    auto issue = [&](int step) {
+        if (step < nk) {
+            T* As = smem + (step % STAGES) * (A_ELEMS + B_ELEMS);
+            T* Bs = As + A_ELEMS;
+            const int k0 = kbeg + step * BK;
+            if constexpr (TA) load_tile<T, BK, BM, NT>(As, A, lda, k0, i0, kend, M, vec, t);
+            else load_tile<T, BM, BK, NT>(As, A, lda, i0, k0, M, kend, vec, t);
+            if constexpr (TB) load_tile<T, BN, BK, NT>(Bs, B, ldb, j0, k0, N, kend, vec, t);
+            else load_tile<T, BK, BN, NT>(Bs, B, ldb, k0, j0, kend, N, vec, t);
+        }
+        cp_async_commit();  // an empty group past the end keeps the wait counts uniform
+    };
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) issue(s);
+    for (int step = 0; step < nk; ++step) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();  // this step's tiles have landed, and nobody still reads the slot reused next
+        issue(step + STAGES - 1);
+        const T* As = smem + (step % STAGES) * (A_ELEMS + B_ELEMS);
+        compute(As, As + A_ELEMS);
+    }
+    cp_async_wait<0>();
+}
 
-    T ra[AL], rb[BL];
-    auto fetch = [&](int k0) {
-#pragma unroll
-        for (int l = 0; l < AL; ++l) {
-            int e = t + l * 256;
-            int r = TA ? e % BM : e / BK, k = TA ? e / BM : e % BK;
-            ra[l] = (i0 + r < M && k0 + k < kend) ? A[at<TA>(i0 + r, k0 + k, lda)] : T(0);
-        }
-#pragma unroll
-        for (int l = 0; l < BL; ++l) {
-            int e = t + l * 256;
-            int c = TB ? e / BK : e % BN, k = TB ? e % BK : e / BN;
-            rb[l] = (k0 + k < kend && j0 + c < N) ? B[at<TB>(k0 + k, j0 + c, ldb)] : T(0);
-        }
-    };
-    auto stash = [&](int buf) {
-#pragma unroll
-        for (int l = 0; l < AL; ++l) {
-            int e = t + l * 256;
-            As[buf][TA ? e / BM : e % BK][TA ? e % BM : e / BK] = ra[l];
-        }
-#pragma unroll
-        for (int l = 0; l < BL; ++l) {
-            int e = t + l * 256;
-            Bs[buf][TB ? e % BK : e / BN][TB ? e / BK : e % BN] = rb[l];
-        }
-    };
+// D(i, j) = finish(v), or the split-K partial sum to the workspace.
+template <typename T, int EPI>
+__device__ __forceinline__ void store(int M, int N, int i, int j, T v, T alpha, T beta, const T* C, int ldc, T* D,
+                                      int ldd, const T* __restrict__ bias, T* __restrict__ work) {
+    if (i >= M || j >= N) return;
+    if (gridDim.z > 1) work[((size_t)blockIdx.z * M + i) * N + j] = v;
+    else D[(size_t)i * ldd + j] = finish<T, EPI>(v, alpha, beta, C, ldc, bias, i, j);
+}
+
+template <typename T, bool TA, bool TB, int BM, int BN, int BK, int STAGES>
+constexpr int smem_bytes() {
+    constexpr int V = 16 / sizeof(T);
+    return STAGES * sizeof(T) * ((TA ? BK * (BM + V) : BM * (BK + V)) + (TB ? BN * (BK + V) : BK * (BN + V)));
+}
+
+template <typename T, bool TA, bool TB, int EPI, int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
+gemm_best(int M, int N, int K, T alpha, const T* __restrict__ A, int lda, const T* __restrict__ B, int ldb,
+          T beta, const T* C, int ldc, T* D, int ldd, const T* __restrict__ bias, T* __restrict__ work, int vec) {
+    constexpr int NT = (BM / WM) * (BN / WN) * 32, V = 16 / sizeof(T);
+    constexpr int WTR = WM / TM, WTC = WN / TN;  // a warp's threads: WTR rows x WTC columns
+    static_assert(WTR * WTC == 32 && TM % V == 0 && TN % V == 0 && BK % V == 0, "bad tile shape");
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int wm = (warp / (BN / WN)) * WM, wn = (warp % (BN / WN)) * WN;
+    const int tr = lane / WTC, tc = lane % WTC;
+    // the rows (columns) a thread owns: V-wide groups where the operand is read along m (n),
+    // a stride of WTR (WTC) where it is read along k
+    auto row = [&](int m) { return TA ? wm + (m / V) * WTR * V + tr * V + m % V : wm + m * WTR + tr; };
+    auto col = [&](int n) { return TB ? wn + n * WTC + tc : wn + (n / V) * WTC * V + tc * V + n % V; };
 
     T acc[TM][TN];
 #pragma unroll
@@ -71,44 +139,126 @@ gemm_best(int M, int N, int K, T alpha, const T* __restrict__ A, int lda, const 
 #pragma unroll
         for (int n = 0; n < TN; ++n) acc[m][n] = 0;
 
-    if (kbeg < kend) {
-        fetch(kbeg);
-        stash(0);
-        __syncthreads();
-    }
-    int buf = 0;
-    for (int k0 = kbeg; k0 < kend; k0 += BK) {
-        const bool more = k0 + BK < kend;
-        if (more) fetch(k0 + BK);
+    k_loop<T, TA, TB, BM, BN, BK, NT, STAGES>(
+        reinterpret_cast<T*>(smem_raw), M, N, K, A, lda, B, ldb, vec, [&](const T* As, const T* Bs) {
 #pragma unroll
-        for (int k = 0; k < BK; ++k) {
-            T a[TM], b[TN];
+            for (int kk = 0; kk < BK; kk += V) {
+                T a[V][TM], b[V][TN];
+                if constexpr (TA) {
 #pragma unroll
-            for (int g = 0; g < TM / 4; ++g) lds4(&As[buf][k][g * 4 * R + tr * 4], &a[g * 4]);
+                    for (int k = 0; k < V; ++k)
 #pragma unroll
-            for (int g = 0; g < TN / 4; ++g) lds4(&Bs[buf][k][g * 4 * Cn + tc * 4], &b[g * 4]);
+                        for (int g = 0; g < TM; g += V) lds16(&As[(kk + k) * (BM + V) + row(g)], &a[k][g]);
+                } else {
 #pragma unroll
-            for (int m = 0; m < TM; ++m)
+                    for (int m = 0; m < TM; ++m) {
+                        T v[V];
+                        lds16(&As[row(m) * (BK + V) + kk], v);
 #pragma unroll
-                for (int n = 0; n < TN; ++n) acc[m][n] = fma(a[m], b[n], acc[m][n]);
-        }
-        if (more) stash(buf ^ 1);
-        __syncthreads();
-        buf ^= 1;
-    }
+                        for (int k = 0; k < V; ++k) a[k][m] = v[k];
+                    }
+                }
+                if constexpr (TB) {
+#pragma unroll
+                    for (int n = 0; n < TN; ++n) {
+                        T v[V];
+                        lds16(&Bs[col(n) * (BK + V) + kk], v);
+#pragma unroll
+                        for (int k = 0; k < V; ++k) b[k][n] = v[k];
+                    }
+                } else {
+#pragma unroll
+                    for (int k = 0; k < V; ++k)
+#pragma unroll
+                        for (int g = 0; g < TN; g += V) lds16(&Bs[(kk + k) * (BN + V) + col(g)], &b[k][g]);
+                }
+#pragma unroll
+                for (int k = 0; k < V; ++k)
+#pragma unroll
+                    for (int m = 0; m < TM; ++m)
+#pragma unroll
+                        for (int n = 0; n < TN; ++n) acc[m][n] = fma(a[k][m], b[k][n], acc[m][n]);
+            }
+        });
 
+    const int i0 = blockIdx.y * BM, j0 = blockIdx.x * BN;
 #pragma unroll
-    for (int m = 0; m < TM; ++m) {
-        int i = i0 + (m / 4) * 4 * R + tr * 4 + m % 4;
-        if (i >= M) continue;
+    for (int m = 0; m < TM; ++m)
 #pragma unroll
-        for (int n = 0; n < TN; ++n) {
-            int j = j0 + (n / 4) * 4 * Cn + tc * 4 + n % 4;
-            if (j >= N) continue;
-            if (gridDim.z > 1) work[((size_t)blockIdx.z * M + i) * N + j] = acc[m][n];
-            else D[i * ldd + j] = finish<T, EPI>(acc[m][n], alpha, beta, C, ldc, bias, i, j);
-        }
-    }
+        for (int n = 0; n < TN; ++n)
+            store<T, EPI>(M, N, i0 + row(m), j0 + col(n), acc[m][n], alpha, beta, C, ldc, D, ldd, bias, work);
+}
+
+// The TF32 tensor-core option (float only): the same tiles and K loop, each warp's WM x WN
+// tile computed by mma.sync m16n8k8 (inputs rounded to TF32, FP32 accumulation).
+__device__ __forceinline__ unsigned to_tf32(float x) {
+    unsigned u;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(u) : "f"(x));
+    return u;
+}
+
+template <bool TA, bool TB, int EPI, int BM, int BN, int BK, int WM, int WN, int STAGES>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
+gemm_tf32(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, const float* __restrict__ B,
+          int ldb, float beta, const float* C, int ldc, float* D, int ldd, const float* __restrict__ bias,
+          float* __restrict__ work, int vec) {
+    constexpr int NT = (BM / WM) * (BN / WN) * 32, V = 4, MI = WM / 16, NI = WN / 8;
+    static_assert(WM % 16 == 0 && WN % 8 == 0 && BK % 8 == 0, "bad tile shape");
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+    const int wm = (warp / (BN / WN)) * WM, wn = (warp % (BN / WN)) * WN;
+
+    float acc[MI][NI][4];
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc[mi][ni][r] = 0.f;
+
+    k_loop<float, TA, TB, BM, BN, BK, NT, STAGES>(
+        reinterpret_cast<float*>(smem_raw), M, N, K, A, lda, B, ldb, vec, [&](const float* As, const float* Bs) {
+            auto a_at = [&](int m, int k) { return TA ? As[k * (BM + V) + m] : As[m * (BK + V) + k]; };
+            auto b_at = [&](int k, int n) { return TB ? Bs[n * (BK + V) + k] : Bs[k * (BN + V) + n]; };
+#pragma unroll
+            for (int kk = 0; kk < BK; kk += 8) {
+                unsigned a[MI][4], b[NI][2];
+#pragma unroll
+                for (int mi = 0; mi < MI; ++mi) {
+                    const int m = wm + mi * 16 + g;
+                    a[mi][0] = to_tf32(a_at(m, kk + q));
+                    a[mi][1] = to_tf32(a_at(m + 8, kk + q));
+                    a[mi][2] = to_tf32(a_at(m, kk + q + 4));
+                    a[mi][3] = to_tf32(a_at(m + 8, kk + q + 4));
+                }
+#pragma unroll
+                for (int ni = 0; ni < NI; ++ni) {
+                    const int n = wn + ni * 8 + g;
+                    b[ni][0] = to_tf32(b_at(kk + q, n));
+                    b[ni][1] = to_tf32(b_at(kk + q + 4, n));
+                }
+#pragma unroll
+                for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+                    for (int ni = 0; ni < NI; ++ni)
+                        asm volatile(
+                            "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                            "{%8,%9}, {%0,%1,%2,%3};\n"
+                            : "+f"(acc[mi][ni][0]), "+f"(acc[mi][ni][1]), "+f"(acc[mi][ni][2]), "+f"(acc[mi][ni][3])
+                            : "r"(a[mi][0]), "r"(a[mi][1]), "r"(a[mi][2]), "r"(a[mi][3]), "r"(b[ni][0]),
+                              "r"(b[ni][1]));
+            }
+        });
+
+    const int i0 = blockIdx.y * BM + wm, j0 = blockIdx.x * BN + wn;
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+            for (int r = 0; r < 4; ++r)  // c0, c1: row g; c2, c3: row g + 8; columns 2q, 2q + 1
+                store<float, EPI>(M, N, i0 + mi * 16 + g + (r / 2) * 8, j0 + ni * 8 + 2 * q + r % 2, acc[mi][ni][r],
+                                  alpha, beta, C, ldc, D, ldd, bias, work);
 }
 
 // D = finish(sum over the S partial products in work[S][M][N]), summed in order s = 0..S-1.
@@ -120,5 +270,5 @@ __global__ void gemm_splitk_reduce(int M, int N, int S, T alpha, const T* __rest
     int i = e / N, j = e % N;
     T acc = 0;
     for (int s = 0; s < S; ++s) acc += work[(size_t)s * M * N + e];
-    D[i * ldd + j] = finish<T, EPI>(acc, alpha, beta, C, ldc, bias, i, j);
+    D[(size_t)i * ldd + j] = finish<T, EPI>(acc, alpha, beta, C, ldc, bias, i, j);
 }
