@@ -63,6 +63,9 @@ def device_options(parser: argparse.ArgumentParser) -> None:
                         "pretends nodes of k ranks). Default: nccl on GPUs (mpi in staged mode), mpi on the CPU")
     g.add_argument("--no-graphs", action="store_true", help="launch kernels one by one instead of replaying CUDA graphs")
     g.add_argument("--pinned", action="store_true", help="staged mode: keep the data in page-locked host memory")
+    g.add_argument("--no-overlap", action="store_true",
+                   help="NCCL on several GPUs: all-reduce all gradients after the backward pass instead of in chunks "
+                        "overlapped with its last GEMM")
 
 
 def device_from_args(args):
@@ -77,7 +80,7 @@ def device_from_args(args):
     if args.mode == "staged" and comm == "nccl":
         raise CLIError("--mode staged exchanges gradients through the host: use --comm mpi or hierarchical")
     return Device(backend=backend, mode=args.mode, gemm=args.gemm, comm=comm,
-                  graphs=not args.no_graphs, pinned=args.pinned)
+                  graphs=not args.no_graphs, pinned=args.pinned, overlap=not args.no_overlap)
 
 
 def config_from_args(args) -> Config:

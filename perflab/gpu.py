@@ -67,7 +67,7 @@ class FusedGPU(Sequential):
     name = "data"
 
     def __init__(self, cfg: Config, X, y, comm, mode="resident", gemm="cublas", graphs=True, pinned=False,
-                 fuse_output=False):
+                 fuse_output=False, overlap=True, overlap_chunks=4):
         import cupy as cp
         if len(cfg.hidden_sizes) != 1:
             raise GPUError("the fused GPU trainer takes one hidden layer; use --gemm cublas-generic for deeper nets")
@@ -107,6 +107,13 @@ class FusedGPU(Sequential):
             self.Xdev = cp.empty((D, bmax), dtype, order="F")
             self.ydev = cp.empty(bmax, np.int64)
         self.stream = cp.cuda.Stream(non_blocking=True)
+        # the lecture's overlap (NCCL only: a host MPI exchange blocks the host anyway)
+        self.overlap = overlap and comm.size > 1 and getattr(comm, "strategy", "") == "nccl"
+        if self.overlap:
+            self.comm_stream = cp.cuda.Stream(non_blocking=True)
+            self.handoff = cp.cuda.Event(disable_timing=True)
+            rows = -(-H // overlap_chunks)
+            self.chunks = [(r, min(r + rows, H)) for r in range(0, H, rows)]
         self.cache = {}
         self.want_loss = True
 
@@ -154,16 +161,39 @@ class FusedGPU(Sequential):
                 with phase("backward GEMM 2"):
                     self.gemm(W2.T, delta, da1)
                 kernels.sigmoid_backward(da1, a1)
-            with phase("backward GEMM 3"):
-                self.gemm(da1, Xb.T, dW1)
             if not fused:
                 kernels.row_sum(da1, db1)
             if want_loss:  # the CE slot is all-reduced with the gradients; stale when unused
                 cp.sum(self.ce[:n], out=self.G[-1:].reshape(()))
-            if self.comm.size > 1:
-                self.comm.allreduce(self.G)
+            if self.overlap:
+                self.dW1_overlapped(da1, Xb, dW1)
+            else:
+                with phase("backward GEMM 3"):
+                    self.gemm(da1, Xb.T, dW1)
+                if self.comm.size > 1:
+                    self.comm.allreduce(self.G)
         with phase("step"):
             kernels.sgd_update(self.P, self.G[:-1], self.cfg.learning_rate, self.ends, self.regs)
+
+    def dW1_overlapped(self, da1, Xb, dW1):
+        """Backward GEMM 3 in row chunks; the all-reduce of all other gradients (b1, W2, b2, the CE
+        slot: the tail of G), then of each finished dW1 chunk (contiguous rows of G), runs on a
+        second stream while the next chunks compute. The update waits for the last exchange."""
+        main, side = self.cp.cuda.get_current_stream(), self.comm_stream
+        D = dW1.shape[1]
+
+        def exchange(part):
+            self.handoff.record(main)
+            side.wait_event(self.handoff)
+            with side:
+                self.comm.allreduce(part)
+        exchange(self.G[dW1.size:])
+        for r0, r1 in self.chunks:
+            with phase("backward GEMM 3"):
+                self.gemm(da1[r0:r1], Xb.T, dW1[r0:r1])
+            exchange(self.G[r0 * D:r1 * D])
+        self.handoff.record(side)
+        main.wait_event(self.handoff)
 
     def batch(self, index):
         part = local_part(index, self.comm.rank, self.comm.size)

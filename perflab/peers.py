@@ -186,35 +186,38 @@ def jax_scan(X, y, H, B, lr, reg, warmup=2, repeats=5):
 # ----------------------------------------------------------------------------- floor
 def cublas_floor(X, y, H, B, lr, reg, warmup=2, repeats=5):
     """Only the five GEMMs of a step through cuBLAS (forward 2, backward 3; no input
-    gradient), each batch's set captured once in a CUDA graph (through PyTorch, whose graphs
-    take cuBLAS) and replayed: no elementwise work, no update. A training step built on
-    cuBLAS's GEMMs cannot be faster."""
-    torch, Xd, _, _, _ = torch_setup(X, y, H, lr, reg)
-    W1, _, W2, _ = (torch.tensor(p, device="cuda") for p in initial(X.shape[1], H, 10))
-    dW1, dW2 = torch.empty_like(W1), torch.empty_like(W2)
+    gradient), each batch's set captured once in a CUDA graph and replayed: no elementwise
+    work, no update. A training step built on cuBLAS's GEMMs cannot be faster. (CuPy graphs
+    and cuBLAS through ctypes: the same calls perflab's cublas path makes.)"""
+    try:
+        import cupy as cp
+    except ImportError as exc:
+        raise PeerMissing(f"CuPy not installed ({exc})") from None
+    from . import kernels
+    Xd = cp.asarray(np.asfortranarray(X.T))  # D x N, as perflab keeps it
+    W1, _, W2, _ = (cp.asarray(p) for p in initial(X.shape[1], H, 10))
+    dW1, dW2 = cp.empty_like(W1), cp.empty_like(W2)
+    a1, da1 = cp.empty(H * B, cp.float32), cp.empty(H * B, cp.float32)
+    z2 = cp.empty(10 * B, cp.float32)
+    stream = cp.cuda.Stream(non_blocking=True)
     graphs = []
-    for s, e in batches(len(X), B):
-        xb = Xd[s:e]
-        a1 = torch.empty((e - s, H), device="cuda")
-        z2, da1 = torch.empty((e - s, 10), device="cuda"), torch.empty((e - s, H), device="cuda")
+    with stream:
+        for s, e in batches(len(X), B):
+            n = e - s
+            xb, h1, dh, z = Xd[:, s:e], a1[:H * n].reshape(H, n), da1[:H * n].reshape(H, n), z2[:10 * n].reshape(10, n)
 
-        def five(xb=xb, a1=a1, z2=z2, da1=da1):
-            torch.matmul(xb, W1.T, out=a1)
-            torch.matmul(a1, W2.T, out=z2)
-            torch.matmul(z2.T, a1, out=dW2)
-            torch.matmul(z2, W2, out=da1)
-            torch.matmul(da1.T, xb, out=dW1)
-        five()
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
+            def five(xb=xb, h1=h1, dh=dh, z=z):
+                for a, b, out in ((W1, xb, h1), (W2, h1, z), (z, h1.T, dW2), (W2.T, z, dh), (dh, xb.T, dW1)):
+                    kernels.gemm(a, b, out=out, variant="cublas")
             five()
-        graphs.append(g)
+            stream.begin_capture()
+            five()
+            graphs.append(stream.end_capture())
 
     def epoch():
         for g in graphs:
-            g.replay()
-    return timed_epochs(epoch, torch.cuda.synchronize, warmup, repeats)
+            g.launch(stream)
+    return timed_epochs(epoch, stream.synchronize, warmup, repeats)
 
 
 PEERS = {

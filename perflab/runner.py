@@ -46,6 +46,7 @@ class Device:
     comm: str = "nccl"       # nccl | mpi | hierarchical (gradient exchange; the CPU path takes mpi or hierarchical)
     graphs: bool = True      # capture each batch's step as a CUDA graph (resident mode)
     pinned: bool = False     # staged mode: page-locked host copy of the data
+    overlap: bool = True     # NCCL, several GPUs: exchange gradient chunks while backward GEMM 3 runs
 
 
 def make_gpu_trainer(cfg: Config, parallel: str, comm, device: Device, train_set):
@@ -55,7 +56,8 @@ def make_gpu_trainer(cfg: Config, parallel: str, comm, device: Device, train_set
     gpu.check_memory(cfg, device.mode == "resident")
     comm = for_gpu(comm, device.comm)
     if parallel in ("sequential", "data") and len(cfg.hidden_sizes) == 1:
-        return gpu.FusedGPU(cfg, train_set.X, train_set.y, comm, device.mode, device.gemm, device.graphs, device.pinned)
+        return gpu.FusedGPU(cfg, train_set.X, train_set.y, comm, device.mode, device.gemm, device.graphs, device.pinned,
+                            overlap=device.overlap)
     import cupy as cp  # model parallel and deeper nets: the shared math on CuPy arrays
     params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed, xp=cp)
     return make_trainer(parallel, cfg, params, cp.asarray(train_set.X), cp.asarray(train_set.y), comm)
