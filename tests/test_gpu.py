@@ -178,7 +178,7 @@ def test_gpu_training_with_tf32_gemms_stays_within_tf32_tolerance():
     from perflab.config import Config
     from perflab.runner import Device, check
     cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=(61,), num_classes=7, train_size=517,
-                 batch_size=100, num_epochs=2, learning_rate=0.5, test_size=50)
+                 batch_size=100, num_epochs=2, learning_rate=0.5, test_size=50, dtype="float32")
     result = check(cfg, "data", Serial(), Device(backend="cupy", gemm="tf32"))
     assert result["tolerance"] == 5e-3 and result["passed"], result["errors"]
 

@@ -23,21 +23,26 @@ i32, u64 = np.int32, np.uint64  # kernel arguments must carry their C types (int
 KERNEL_DIR = Path(__file__).resolve().parent
 GEMM_VARIANTS = ("naive", "tiled", "regblock", "best", "tf32", "cublas")
 TILED_VARIANTS = ("best", "tf32")  # the cp.async tile kernels of gemm_best.cu, with configs and split-K
-# Tile configs, candidates for tune(): best (BM, BN, BK, WM, WN, TM, TN, STAGES); tf32 drops TM, TN.
-# Threads: (BM / WM) * (BN / WN) warps. The first of each list fills the chip best at large sizes.
+# Tile configs, candidates for tune(): best (BM, BN, BK, WM, WN, TM, TN, STAGES, KV, MINB);
+# tf32 (BM, BN, BK, WM, WN, STAGES). Threads: (BM / WM) * (BN / WN) warps. On an H100 the
+# 128-thread tiles that fit several blocks an SM won most shapes (results/nvidia-h100-80gb-hbm3).
 TILE_CONFIGS = {
-    ("best", "float"): [(128, 128, 16, 64, 32, 8, 8, 3), (128, 128, 16, 32, 64, 8, 8, 3), (128, 128, 8, 64, 32, 8, 8, 4),
-                        (128, 64, 16, 64, 32, 8, 8, 3), (64, 128, 16, 32, 64, 8, 8, 3), (64, 64, 16, 32, 32, 8, 4, 4)],
-    ("best", "double"): [(64, 64, 8, 32, 32, 4, 8, 3), (128, 64, 8, 32, 32, 4, 8, 3)],
+    ("best", "float"): [(128, 128, 16, 64, 32, 8, 8, 3, 4, 1), (128, 64, 16, 64, 32, 8, 8, 3, 4, 2),
+                        (64, 128, 16, 32, 64, 8, 8, 3, 4, 2), (64, 64, 16, 32, 32, 8, 4, 4, 4, 4),
+                        (64, 64, 32, 32, 32, 8, 4, 3, 4, 4), (128, 64, 16, 32, 32, 8, 4, 4, 4, 2),
+                        (128, 128, 16, 32, 32, 8, 4, 3, 4, 1)],
+    ("best", "double"): [(64, 64, 8, 32, 32, 4, 8, 3, 2, 1), (128, 64, 8, 32, 32, 4, 8, 3, 2, 1)],
     ("tf32", "float"): [(128, 128, 16, 64, 32, 3), (128, 64, 16, 64, 32, 3), (64, 64, 16, 32, 32, 4)],
 }
-SPLITS = (1, 2, 3, 4, 6)  # split-K factors tune() tries
+SPLITS = (1, 2, 3, 4, 6, 8)  # split-K factors tune() tries
 
 
 def config_name(variant: str, cfg: tuple) -> str:
     bm, bn, bk, wm, wn = cfg[:5]
-    threads = "" if variant == "tf32" else f"_t{cfg[5]}x{cfg[6]}"
-    return f"{bm}x{bn}x{bk}_w{wm}x{wn}{threads}_s{cfg[-1]}"
+    if variant == "tf32":
+        return f"{bm}x{bn}x{bk}_w{wm}x{wn}_s{cfg[5]}"
+    tm, tn, stages, kv, minb = cfg[5:]
+    return f"{bm}x{bn}x{bk}_w{wm}x{wn}_t{tm}x{tn}_s{stages}_k{kv}_b{minb}"
 
 
 def tile_configs(variant: str, T: str) -> dict[str, tuple]:
@@ -91,7 +96,9 @@ def gemm_names(variant: str, T: str, config: str | None = None) -> tuple:
     return names
 
 
+@functools.lru_cache(maxsize=None)
 def gemm_function(variant: str, T: str, ta: bool, tb: bool, epi: int, config: str | None = None):
+    """(kernel, split-K reduction); cached, so each kernel is one lasting object per process."""
     mod = module(source_file(variant), gemm_names(variant, T, config))
     kernel = mod.get_function(kernel_name(variant, T, ta, tb, epi, config))
     reduce = mod.get_function(f"gemm_splitk_reduce<{T},{epi}>") if variant in TILED_VARIANTS else None
@@ -134,7 +141,7 @@ def sm_count(device: int) -> int:
     return cupy().cuda.runtime.getDeviceProperties(device)["multiProcessorCount"]
 
 
-SHARED_ALLOWED: dict[int, int] = {}  # id(kernel) -> dynamic shared bytes it was allowed
+SHARED_ALLOWED: dict[int, int] = {}  # id(kernel) -> dynamic shared bytes it was allowed (kernels are cached)
 
 
 def allow_shared_memory(kernel, nbytes: int):
@@ -238,7 +245,7 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, c=None, bias=None, variant: str = 
             splits = splits or auto_splits
         splits = splits or 1
         bm, bn, bk, wm, wn = tile_configs(variant, T)[config][:5]
-        stages = tile_configs(variant, T)[config][-1]
+        stages = tile_configs(variant, T)[config][5 if variant == "tf32" else 7]
         kernel, reduce = gemm_function(variant, T, ta, tb, epi, config)
         if splits > 1 and (work is None or work.size < splits * M * N):
             work = cp.empty(splits * M * N, dtype=a.dtype)

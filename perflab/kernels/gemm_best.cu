@@ -30,9 +30,18 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-template <typename T>
-__device__ __forceinline__ void lds16(const T* p, T* r) {  // one 16-byte shared-memory read
-    if constexpr (sizeof(T) == 4) {
+template <typename T, int N = 16 / sizeof(T)>  // one shared-memory read of N elements (4, 8 or 16 bytes)
+__device__ __forceinline__ void lds(const T* p, T* r) {
+    constexpr int BYTES = N * sizeof(T);
+    static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "4-, 8- or 16-byte reads");
+    if constexpr (BYTES == 4) {
+        r[0] = *p;
+    } else if constexpr (BYTES == 8 && sizeof(T) == 4) {
+        float2 v = *reinterpret_cast<const float2*>(p);
+        r[0] = v.x; r[1] = v.y;
+    } else if constexpr (BYTES == 8) {
+        r[0] = *p;
+    } else if constexpr (sizeof(T) == 4) {
         float4 v = *reinterpret_cast<const float4*>(p);
         r[0] = v.x; r[1] = v.y; r[2] = v.z; r[3] = v.w;
     } else {
@@ -116,13 +125,16 @@ constexpr int smem_bytes() {
     return STAGES * sizeof(T) * ((TA ? BK * (BM + V) : BM * (BK + V)) + (TB ? BN * (BK + V) : BK * (BN + V)));
 }
 
-template <typename T, bool TA, bool TB, int EPI, int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES>
-__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
+// KV: steps of k read at once along a k-contiguous tile (KV = 16 bytes' worth reads least,
+// smaller KV holds fewer registers); MINB: blocks an SM must fit (caps the registers).
+template <typename T, bool TA, bool TB, int EPI, int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES,
+          int KV, int MINB>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, MINB)
 gemm_best(int M, int N, int K, T alpha, const T* __restrict__ A, int lda, const T* __restrict__ B, int ldb,
           T beta, const T* C, int ldc, T* D, int ldd, const T* __restrict__ bias, T* __restrict__ work, int vec) {
     constexpr int NT = (BM / WM) * (BN / WN) * 32, V = 16 / sizeof(T);
     constexpr int WTR = WM / TM, WTC = WN / TN;  // a warp's threads: WTR rows x WTC columns
-    static_assert(WTR * WTC == 32 && TM % V == 0 && TN % V == 0 && BK % V == 0, "bad tile shape");
+    static_assert(WTR * WTC == 32 && TM % V == 0 && TN % V == 0 && BK % V == 0 && V % KV == 0, "bad tile shape");
     extern __shared__ __align__(16) unsigned char smem_raw[];
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -142,38 +154,38 @@ gemm_best(int M, int N, int K, T alpha, const T* __restrict__ A, int lda, const 
     k_loop<T, TA, TB, BM, BN, BK, NT, STAGES>(
         reinterpret_cast<T*>(smem_raw), M, N, K, A, lda, B, ldb, vec, [&](const T* As, const T* Bs) {
 #pragma unroll
-            for (int kk = 0; kk < BK; kk += V) {
-                T a[V][TM], b[V][TN];
+            for (int kk = 0; kk < BK; kk += KV) {
+                T a[KV][TM], b[KV][TN];
                 if constexpr (TA) {
 #pragma unroll
-                    for (int k = 0; k < V; ++k)
+                    for (int k = 0; k < KV; ++k)
 #pragma unroll
-                        for (int g = 0; g < TM; g += V) lds16(&As[(kk + k) * (BM + V) + row(g)], &a[k][g]);
+                        for (int g = 0; g < TM; g += V) lds(&As[(kk + k) * (BM + V) + row(g)], &a[k][g]);
                 } else {
 #pragma unroll
                     for (int m = 0; m < TM; ++m) {
-                        T v[V];
-                        lds16(&As[row(m) * (BK + V) + kk], v);
+                        T v[KV];
+                        lds<T, KV>(&As[row(m) * (BK + V) + kk], v);
 #pragma unroll
-                        for (int k = 0; k < V; ++k) a[k][m] = v[k];
+                        for (int k = 0; k < KV; ++k) a[k][m] = v[k];
                     }
                 }
                 if constexpr (TB) {
 #pragma unroll
                     for (int n = 0; n < TN; ++n) {
-                        T v[V];
-                        lds16(&Bs[col(n) * (BK + V) + kk], v);
+                        T v[KV];
+                        lds<T, KV>(&Bs[col(n) * (BK + V) + kk], v);
 #pragma unroll
-                        for (int k = 0; k < V; ++k) b[k][n] = v[k];
+                        for (int k = 0; k < KV; ++k) b[k][n] = v[k];
                     }
                 } else {
 #pragma unroll
-                    for (int k = 0; k < V; ++k)
+                    for (int k = 0; k < KV; ++k)
 #pragma unroll
-                        for (int g = 0; g < TN; g += V) lds16(&Bs[(kk + k) * (BN + V) + col(g)], &b[k][g]);
+                        for (int g = 0; g < TN; g += V) lds(&Bs[(kk + k) * (BN + V) + col(g)], &b[k][g]);
                 }
 #pragma unroll
-                for (int k = 0; k < V; ++k)
+                for (int k = 0; k < KV; ++k)
 #pragma unroll
                     for (int m = 0; m < TM; ++m)
 #pragma unroll
