@@ -67,7 +67,7 @@ class FusedGPU(Sequential):
     name = "data"
 
     def __init__(self, cfg: Config, X, y, comm, mode="resident", gemm="cublas", graphs=True, pinned=False,
-                 fuse_output=False, overlap=True, overlap_chunks=4):
+                 fuse_output=False, fuse_backward=True, overlap=True, overlap_chunks=4):
         import cupy as cp
         if len(cfg.hidden_sizes) != 1:
             raise GPUError("the fused GPU trainer takes one hidden layer; use --gemm cublas-generic for deeper nets")
@@ -75,9 +75,11 @@ class FusedGPU(Sequential):
             raise GPUError(f"--mode must be one of {MODES}, got {mode!r}")
         check_batch_split(cfg, comm.size)
         self.cp, self.cfg, self.comm, self.mode, self.variant = cp, cfg, comm, mode, gemm
-        # Off by default: on an H100 the two fused output-layer kernels ran slower than cuBLAS's
-        # skinny GEMMs plus the separate elementwise kernels (results/nvidia-h100-80gb-hbm3/bench_train.csv)
+        # fuse_output (forward GEMM 2 + softmax in one kernel) is off by default: on an H100 it ran
+        # slower than cuBLAS's skinny GEMM plus softmax (results/nvidia-h100-80gb-hbm3/bench_train*.csv).
+        # fuse_backward: backward GEMMs 1 and 2, sigmoid' and the bias sums in one pass over a1.
         self.fuse_output = fuse_output and cfg.num_classes <= kernels.MAX_FUSED_CLASSES
+        self.fuse_backward = fuse_backward and cfg.num_classes <= kernels.MAX_FUSED_CLASSES
         # Graphs on one GPU only: a host-staged MPI exchange cannot be captured, and an NCCL
         # all-reduce captured with CuPy hung on two H200 (results/nvidia-h200/gpu_check_multi.log)
         self.graphs = graphs and mode == "resident" and not cfg.shuffle and comm.size == 1
@@ -97,6 +99,7 @@ class FusedGPU(Sequential):
         self.a1, self.da1 = cp.empty(H * bmax, dtype), cp.empty(H * bmax, dtype)
         self.z2, self.delta = cp.empty(C * bmax, dtype), cp.empty(C * bmax, dtype)
         self.ce = cp.empty(bmax, dtype)
+        self.part = cp.empty(kernels.output_backward_partials(H, bmax, C), dtype) if self.fuse_backward else None
         # split-K workspace of the tile kernels (allocated here: never inside a graph capture)
         self.work = cp.empty(max(kernels.SPLITS) * H * max(D, bmax), dtype) if gemm in kernels.TILED_VARIANTS else None
         if mode == "resident":
@@ -141,6 +144,7 @@ class FusedGPU(Sequential):
         a1, da1 = self.a1[:H * n].reshape(H, n), self.da1[:H * n].reshape(H, n)
         z2, delta = self.z2[:C * n].reshape(C, n), self.delta[:C * n].reshape(C, n)
         fused = self.fuse_output and not profile.ACTIVE  # phases stay separate when profiling
+        fused_backward = self.fuse_backward and not profile.ACTIVE
         ce = self.ce[:n] if want_loss else None
         with phase("forward"):
             with phase("forward GEMM 1"):
@@ -152,16 +156,15 @@ class FusedGPU(Sequential):
                     self.gemm(W2, a1, z2)
                 kernels.softmax_xent_grad(z2, b2, yb, delta, global_b, ce)
         with phase("backward"):
-            with phase("backward GEMM 1"):
-                self.gemm(delta, a1.T, dW2)
             kernels.row_sum(delta, db2)
-            if fused:  # backward GEMM 2 + sigmoid' + db1 in one pass
-                kernels.hidden_backward(W2, delta, a1, da1, db1)
+            if fused_backward:  # backward GEMMs 1 and 2 + sigmoid' + db1 in one pass over a1
+                kernels.output_backward(W2, delta, a1, da1, dW2, db1, self.part)
             else:
+                with phase("backward GEMM 1"):
+                    self.gemm(delta, a1.T, dW2)
                 with phase("backward GEMM 2"):
                     self.gemm(W2.T, delta, da1)
                 kernels.sigmoid_backward(da1, a1)
-            if not fused:
                 kernels.row_sum(da1, db1)
             if want_loss:  # the CE slot is all-reduced with the gradients; stale when unused
                 cp.sum(self.ce[:n], out=self.G[-1:].reshape(()))

@@ -31,14 +31,16 @@ def initial(D, H, C, seed=0):
 
 
 # ----------------------------------------------------------------------------- perflab
-def perflab_epoch(X, y, H, B, lr, reg, warmup=2, repeats=5, gemm="cublas", graphs=True, fuse_output=False):
+def perflab_epoch(X, y, H, B, lr, reg, warmup=2, repeats=5, gemm="cublas", graphs=True, fuse_output=False,
+                  fuse_backward=True):
     from .comm import Serial
     from .config import Config
     from .gpu import FusedGPU
     N, D = X.shape
     cfg = Config(dataset="synthetic", input_size=D, hidden_sizes=(H,), num_classes=10, train_size=N,
                  batch_size=B, learning_rate=lr, reg=reg, dtype="float32", test_size=0)
-    trainer = FusedGPU(cfg, np.asfortranarray(X.T), y, Serial(), "resident", gemm, graphs, fuse_output=fuse_output)
+    trainer = FusedGPU(cfg, np.asfortranarray(X.T), y, Serial(), "resident", gemm, graphs,
+                       fuse_output=fuse_output, fuse_backward=fuse_backward)
     trainer.want_loss = False
     slices = [slice(s, e) for s, e in batches(N, B)]
 
@@ -224,6 +226,8 @@ PEERS = {
     "perflab": perflab_epoch,
     "perflab (best gemm)": lambda *a, **k: perflab_epoch(*a, gemm="best", **k),
     "perflab (output layer fused)": lambda *a, **k: perflab_epoch(*a, fuse_output=True, **k),
+    "perflab (backward unfused)": lambda *a, **k: perflab_epoch(*a, fuse_backward=False, **k),
+    "perflab (tf32 gemm)": lambda *a, **k: perflab_epoch(*a, gemm="tf32", **k),
     "pytorch eager": torch_eager,
     "pytorch cuda graph": torch_graph,
     "torch.compile default": lambda *a, **k: torch_compiled(*a, mode="default", **k),

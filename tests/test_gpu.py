@@ -204,8 +204,8 @@ def test_too_large_for_gpu_memory_is_named():
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("C, H, n", [(10, 512, 3200), (7, 61, 37), (16, 33, 1), (2, 1000, 129)])
-def test_fused_output_layer_and_hidden_backward(rng, dtype, C, H, n):
+@pytest.mark.parametrize("C, H, n", [(10, 512, 3200), (7, 61, 37), (16, 33, 1), (2, 1001, 9001), (3, 5, 4097)])
+def test_fused_output_layer_and_backward(rng, dtype, C, H, n):
     W2, b2 = rng.normal(size=(C, H)) * 0.2, rng.normal(size=C)
     a1 = rng.uniform(0.05, 0.95, (H, n))
     y = rng.integers(0, C, n)
@@ -216,11 +216,19 @@ def test_fused_output_layer_and_hidden_backward(rng, dtype, C, H, n):
     ref_delta = model.output_delta(yhat, y, 3 * n)
     assert rel(delta.get(), ref_delta) <= TOL[dtype]
     assert rel(ce.get(), -np.log(yhat[y, np.arange(n)])) <= TOL[dtype]
-    dz1, db1 = cp.full((H, n), np.nan, dtype), cp.full(H, np.nan, dtype)
-    kernels.hidden_backward(dev(W2), dev(ref_delta), dev(a1), dz1, db1)
+    dz1, db1, dW2 = cp.full((H, n), np.nan, dtype), cp.full(H, np.nan, dtype), cp.full((C, H), np.nan, dtype)
+    part = cp.full(kernels.output_backward_partials(H, n, C), np.nan, dtype)
+    kernels.output_backward(dev(W2), dev(ref_delta), dev(a1), dz1, dW2, db1, part)
     ref_dz1 = (W2.T @ ref_delta) * a1 * (1 - a1)
     assert rel(dz1.get(), ref_dz1) <= TOL[dtype]
+    assert rel(dW2.get(), ref_delta @ a1.T) <= TOL[dtype]
     assert rel(db1.get(), ref_dz1.sum(axis=1)) <= TOL[dtype]
+    first = (dz1.copy(), dW2.copy(), db1.copy())
+    kernels.output_backward(dev(W2), dev(ref_delta), dev(a1), dz1, dW2, db1, part)
+    for a, b in zip(first, (dz1, dW2, db1)):  # fixed-order sums: bit for bit the same
+        assert bool((a == b).all())
+    with pytest.raises(kernels.KernelError, match="workspace of"):
+        kernels.output_backward(dev(W2), dev(ref_delta), dev(a1), dz1, dW2, db1, part[:1])
 
 
 def test_profiled_gpu_run_takes_the_unfused_path_and_matches():

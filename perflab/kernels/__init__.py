@@ -113,7 +113,7 @@ def instantiations() -> dict[str, tuple]:
             if (variant, T) in TILE_CONFIGS or variant not in TILED_VARIANTS:
                 for config in (tile_configs(variant, T) if variant in TILED_VARIANTS else [None]):
                     out[source_file(variant)] = out.get(source_file(variant), ()) + gemm_names(variant, T, config)
-        out["elementwise.cu"] = out.get("elementwise.cu", ()) + tuple(f"{k}<{T}>" for k in ELEMENTWISE)
+        out["elementwise.cu"] = out.get("elementwise.cu", ()) + elementwise_names(T)
     return {k: tuple(dict.fromkeys(v)) for k, v in out.items()}
 
 
@@ -316,14 +316,20 @@ def cublas_gemm(M, N, K, alpha, a, ta, lda, b, tb, ldb, beta, out):
 
 # ------------------------------------------------------------------ fused elementwise steps
 ELEMENTWISE = ("bias_sigmoid", "add_bias", "softmax_xent_grad", "sigmoid_backward", "row_sum", "sgd_update",
-               "output_layer", "hidden_backward")
-MAX_FUSED_CLASSES = 16  # output_layer and hidden_backward keep C values per thread in registers
+               "output_layer", "output_backward_reduce")
+MAX_FUSED_CLASSES = 16  # output_layer and output_backward keep C values per thread in registers
+CLASS_BOUNDS = (4, 10, 16)  # output_backward is compiled for these C bounds (the smallest that fits is used)
+BW_ROWS, BW_COLS = 2, 4096  # output_backward's block tile, as in elementwise.cu
+
+
+def elementwise_names(T: str) -> tuple:
+    return tuple(f"{k}<{T}>" for k in ELEMENTWISE) + tuple(f"output_backward<{T},{c}>" for c in CLASS_BOUNDS)
 
 
 def elementwise(name: str, dtype):
     T = ctype(dtype)
-    mod = module("elementwise.cu", tuple(f"{k}<{T}>" for k in ELEMENTWISE))
-    return mod.get_function(f"{name}<{T}>")
+    mod = module("elementwise.cu", elementwise_names(T))
+    return mod.get_function(name if "<" in name else f"{name}<{T}>")
 
 
 def blocks(n: int, per: int = 256) -> tuple:
@@ -377,14 +383,27 @@ def output_layer(W2, b2, a1, y, delta, norm, ce=None):
     return delta
 
 
-def hidden_backward(W2, delta, a1, dz1, db1):
-    """dz1 <- (W2^T delta) o a1 o (1 - a1) and db1 <- row sums of dz1, in one pass (C <= 16)."""
+def output_backward_partials(H: int, n: int, C: int) -> int:
+    """Elements of the workspace output_backward needs for an H x n hidden layer and C classes."""
+    return math.ceil(n / BW_COLS) * (C + 1) * H
+
+
+def output_backward(W2, delta, a1, dz1, dW2, db1, part):
+    """dz1 <- (W2^T delta) o a1 o (1 - a1), dW2 <- delta a1^T, db1 <- row sums of dz1: one pass
+    over a1 and a fixed-order reduction (C <= 16; part: output_backward_partials elements)."""
     C, H = W2.shape
     n = a1.shape[1]
     if C > MAX_FUSED_CLASSES:
-        raise KernelError(f"hidden_backward takes at most {MAX_FUSED_CLASSES} classes, got C={C}")
-    elementwise("hidden_backward", a1.dtype)((max(1, math.ceil(H / 4)),), (256,),
-                                             (W2, delta, a1, dz1, db1, i32(C), i32(H), i32(n)))
+        raise KernelError(f"output_backward takes at most {MAX_FUSED_CLASSES} classes, got C={C}")
+    nb = math.ceil(n / BW_COLS)
+    if part.size < nb * (C + 1) * H:
+        raise KernelError(f"output_backward needs a workspace of {nb * (C + 1) * H} elements, got {part.size}")
+    bound = next(c for c in CLASS_BOUNDS if c >= C)
+    T = ctype(a1.dtype)
+    elementwise(f"output_backward<{T},{bound}>", a1.dtype)(
+        (nb, math.ceil(H / BW_ROWS)), (256,), (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n)))
+    elementwise("output_backward_reduce", a1.dtype)(blocks((C + 1) * H), (256,),
+                                                    (part, dW2, db1, i32(C), i32(H), i32(nb)))
     return dz1
 
 

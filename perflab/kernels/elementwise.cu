@@ -114,45 +114,79 @@ __global__ void output_layer(const T* __restrict__ W2, const T* __restrict__ b2,
     if (want_ce) ce[j] = -(part[0][tx][label] - m - log(sum));
 }
 
-// The hidden layer's backward step in one pass, for C <= 16:
-//   dz1 = (W2^T delta) o a1 o (1 - a1);   db1[h] = sum_j dz1[h, j]
-// Block: 4 rows of H, 256 threads along the columns; row sums reduced in a fixed order.
-template <typename T>
-__global__ void hidden_backward(const T* __restrict__ W2, const T* __restrict__ delta, const T* __restrict__ a1,
-                                T* __restrict__ dz1, T* __restrict__ db1, int C, int H, int n) {
-    __shared__ T red[4][256];
-    const int h0 = blockIdx.x * 4, t = threadIdx.x;
-    T w[4][MAXC];
+// The backward pass of both layers except dW1's GEMM, in one pass over a1 (C <= CMAX classes;
+// these GEMMs have K = C or M = C and move more bytes than they compute):
+//   dz1 = (W2^T delta) o a1 o (1 - a1)                       (H x n, written)
+//   part[b][c][h] = sum_{j in column block b} delta[c, j] a1[h, j]   (c < C: dW2's partial sums)
+//   part[b][C][h] = sum_{j in column block b} dz1[h, j]               (db1's partial sums)
+// Block: BW_ROWS rows x BW_COLS columns, 256 threads along the columns; a thread's partial
+// sums are reduced over the block in a fixed order (shuffles, then warps in turn), and over
+// column blocks by output_backward_reduce, so results do not depend on scheduling.
+#define BW_ROWS 2
+#define BW_COLS 4096
+template <typename T, int CMAX>
+__global__ void __launch_bounds__(256)
+output_backward(const T* __restrict__ W2, const T* __restrict__ delta, const T* __restrict__ a1, T* __restrict__ dz1,
+                T* __restrict__ part, int C, int H, int n) {
+    constexpr int NV = BW_ROWS * (CMAX + 1);  // partial sums a thread keeps
+    __shared__ T warp_sums[8][NV];
+    const int t = threadIdx.x, h0 = blockIdx.y * BW_ROWS, j0 = blockIdx.x * BW_COLS, jend = min(n, j0 + BW_COLS);
+    T w[BW_ROWS][CMAX], acc[BW_ROWS][CMAX + 1];
 #pragma unroll
-    for (int r = 0; r < 4; ++r)
+    for (int r = 0; r < BW_ROWS; ++r)
 #pragma unroll
-        for (int c = 0; c < MAXC; ++c) w[r][c] = (c < C && h0 + r < H) ? W2[c * H + h0 + r] : T(0);
-    T acc[4] = {0, 0, 0, 0};
-    for (int j = t; j < n; j += 256) {
-        T d[MAXC];
+        for (int c = 0; c <= CMAX; ++c) {
+            if (c < CMAX) w[r][c] = (c < C && h0 + r < H) ? W2[c * H + h0 + r] : T(0);
+            acc[r][c] = 0;
+        }
+    for (int j = j0 + t; j < jend; j += 256) {
+        T d[CMAX];
 #pragma unroll
-        for (int c = 0; c < MAXC; ++c) d[c] = c < C ? delta[(size_t)c * n + j] : T(0);
+        for (int c = 0; c < CMAX; ++c) d[c] = c < C ? delta[(size_t)c * n + j] : T(0);
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
+        for (int r = 0; r < BW_ROWS; ++r) {
             if (h0 + r >= H) break;
+            const size_t e = (size_t)(h0 + r) * n + j;
+            const T a = a1[e];
             T s = 0;
 #pragma unroll
-            for (int c = 0; c < MAXC; ++c) s += w[r][c] * d[c];
-            size_t e = (size_t)(h0 + r) * n + j;
-            T a = a1[e];
-            T v = s * a * (T(1) - a);
+            for (int c = 0; c < CMAX; ++c) {
+                s += w[r][c] * d[c];
+                acc[r][c] += d[c] * a;
+            }
+            const T v = s * a * (T(1) - a);
             dz1[e] = v;
-            acc[r] += v;
+            acc[r][CMAX] += v;
         }
     }
+    const int lane = t % 32, warp = t / 32;
 #pragma unroll
-    for (int r = 0; r < 4; ++r) red[r][t] = acc[r];
+    for (int r = 0; r < BW_ROWS; ++r)
+#pragma unroll
+        for (int c = 0; c <= CMAX; ++c) {
+            T v = acc[r][c];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+            if (lane == 0) warp_sums[warp][r * (CMAX + 1) + c] = v;
+        }
     __syncthreads();
-    for (int w2 = 128; w2 > 0; w2 >>= 1) {
-        if (t < w2)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) red[r][t] += red[r][t + w2];
-        __syncthreads();
+    if (t < NV) {
+        const int r = t / (CMAX + 1), c = t % (CMAX + 1), h = h0 + r;
+        T v = 0;
+        for (int k = 0; k < 8; ++k) v += warp_sums[k][t];
+        const int row = c == CMAX ? C : c;  // db1's partials sit after the C rows of dW2's
+        if (h < H && (c < C || c == CMAX)) part[((size_t)blockIdx.x * (C + 1) + row) * H + h] = v;
     }
-    if (t < 4 && h0 + t < H) db1[h0 + t] = red[t][0];
+}
+
+// dW2[c][h] = sum_b part[b][c][h], db1[h] = sum_b part[b][C][h], b = 0, 1, ... in order.
+template <typename T>
+__global__ void output_backward_reduce(const T* __restrict__ part, T* __restrict__ dW2, T* __restrict__ db1, int C,
+                                       int H, int blocks) {
+    const int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= (C + 1) * H) return;
+    T s = 0;
+    for (int b = 0; b < blocks; ++b) s += part[(size_t)b * (C + 1) * H + e];
+    if (e < C * H) dW2[e] = s;
+    else db1[e - C * H] = s;
 }
