@@ -319,7 +319,7 @@ ELEMENTWISE = ("bias_sigmoid", "add_bias", "softmax_xent_grad", "sigmoid_backwar
                "output_layer", "output_backward_reduce")
 MAX_FUSED_CLASSES = 16  # output_layer and output_backward keep C values per thread in registers
 CLASS_BOUNDS = (4, 10, 16)  # output_backward is compiled for these C bounds (the smallest that fits is used)
-BW_ROWS, BW_COLS = 2, 4096  # output_backward's block tile, as in elementwise.cu
+BW_ROWS, BW_COLS = 2, 512  # output_backward: rows per warp (8 warps a block), columns a block, as in elementwise.cu
 
 
 def elementwise_names(T: str) -> tuple:
@@ -401,7 +401,7 @@ def output_backward(W2, delta, a1, dz1, dW2, db1, part):
     bound = next(c for c in CLASS_BOUNDS if c >= C)
     T = ctype(a1.dtype)
     elementwise(f"output_backward<{T},{bound}>", a1.dtype)(
-        (nb, math.ceil(H / BW_ROWS)), (256,), (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n)))
+        (nb, math.ceil(H / (8 * BW_ROWS))), (256,), (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n)))
     elementwise("output_backward_reduce", a1.dtype)(blocks((C + 1) * H), (256,),
                                                     (part, dW2, db1, i32(C), i32(H), i32(nb)))
     return dz1

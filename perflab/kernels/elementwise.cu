@@ -119,18 +119,18 @@ __global__ void output_layer(const T* __restrict__ W2, const T* __restrict__ b2,
 //   dz1 = (W2^T delta) o a1 o (1 - a1)                       (H x n, written)
 //   part[b][c][h] = sum_{j in column block b} delta[c, j] a1[h, j]   (c < C: dW2's partial sums)
 //   part[b][C][h] = sum_{j in column block b} dz1[h, j]               (db1's partial sums)
-// Block: BW_ROWS rows x BW_COLS columns, 256 threads along the columns; a thread's partial
-// sums are reduced over the block in a fixed order (shuffles, then warps in turn), and over
-// column blocks by output_backward_reduce, so results do not depend on scheduling.
+// Block: 8 warps x BW_ROWS rows each, over BW_COLS columns. The warps of a block read the same
+// columns of delta, so all but the first find them in L1 (delta is read from L2 once per 8 x
+// BW_ROWS rows, not once per row pair). A warp's partial sums are reduced by shuffles in a
+// fixed order, and over column blocks by output_backward_reduce: no dependence on scheduling.
 #define BW_ROWS 2
-#define BW_COLS 4096
+#define BW_COLS 512
 template <typename T, int CMAX>
 __global__ void __launch_bounds__(256)
 output_backward(const T* __restrict__ W2, const T* __restrict__ delta, const T* __restrict__ a1, T* __restrict__ dz1,
                 T* __restrict__ part, int C, int H, int n) {
-    constexpr int NV = BW_ROWS * (CMAX + 1);  // partial sums a thread keeps
-    __shared__ T warp_sums[8][NV];
-    const int t = threadIdx.x, h0 = blockIdx.y * BW_ROWS, j0 = blockIdx.x * BW_COLS, jend = min(n, j0 + BW_COLS);
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int h0 = (blockIdx.y * 8 + warp) * BW_ROWS, j0 = blockIdx.x * BW_COLS, jend = min(n, j0 + BW_COLS);
     T w[BW_ROWS][CMAX], acc[BW_ROWS][CMAX + 1];
 #pragma unroll
     for (int r = 0; r < BW_ROWS; ++r)
@@ -139,27 +139,28 @@ output_backward(const T* __restrict__ W2, const T* __restrict__ delta, const T* 
             if (c < CMAX) w[r][c] = (c < C && h0 + r < H) ? W2[c * H + h0 + r] : T(0);
             acc[r][c] = 0;
         }
-    for (int j = j0 + t; j < jend; j += 256) {
-        T d[CMAX];
+    if (h0 < H) {
+        for (int j = j0 + lane; j < jend; j += 32) {
+            T d[CMAX];
 #pragma unroll
-        for (int c = 0; c < CMAX; ++c) d[c] = c < C ? delta[(size_t)c * n + j] : T(0);
+            for (int c = 0; c < CMAX; ++c) d[c] = c < C ? delta[(size_t)c * n + j] : T(0);
 #pragma unroll
-        for (int r = 0; r < BW_ROWS; ++r) {
-            if (h0 + r >= H) break;
-            const size_t e = (size_t)(h0 + r) * n + j;
-            const T a = a1[e];
-            T s = 0;
+            for (int r = 0; r < BW_ROWS; ++r) {
+                if (h0 + r >= H) break;
+                const size_t e = (size_t)(h0 + r) * n + j;
+                const T a = a1[e];
+                T s = 0;
 #pragma unroll
-            for (int c = 0; c < CMAX; ++c) {
-                s += w[r][c] * d[c];
-                acc[r][c] += d[c] * a;
+                for (int c = 0; c < CMAX; ++c) {
+                    s += w[r][c] * d[c];
+                    acc[r][c] += d[c] * a;
+                }
+                const T v = s * a * (T(1) - a);
+                dz1[e] = v;
+                acc[r][CMAX] += v;
             }
-            const T v = s * a * (T(1) - a);
-            dz1[e] = v;
-            acc[r][CMAX] += v;
         }
     }
-    const int lane = t % 32, warp = t / 32;
 #pragma unroll
     for (int r = 0; r < BW_ROWS; ++r)
 #pragma unroll
@@ -167,16 +168,10 @@ output_backward(const T* __restrict__ W2, const T* __restrict__ delta, const T* 
             T v = acc[r][c];
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-            if (lane == 0) warp_sums[warp][r * (CMAX + 1) + c] = v;
+            const int row = c == CMAX ? C : c;  // db1's partials sit after the C rows of dW2's
+            if (lane == 0 && h0 + r < H && (c < C || c == CMAX))
+                part[((size_t)blockIdx.x * (C + 1) + row) * H + h0 + r] = v;
         }
-    __syncthreads();
-    if (t < NV) {
-        const int r = t / (CMAX + 1), c = t % (CMAX + 1), h = h0 + r;
-        T v = 0;
-        for (int k = 0; k < 8; ++k) v += warp_sums[k][t];
-        const int row = c == CMAX ? C : c;  // db1's partials sit after the C rows of dW2's
-        if (h < H && (c < C || c == CMAX)) part[((size_t)blockIdx.x * (C + 1) + row) * H + h] = v;
-    }
 }
 
 // dW2[c][h] = sum_b part[b][c][h], db1[h] = sum_b part[b][C][h], b = 0, 1, ... in order.
