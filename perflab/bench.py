@@ -153,3 +153,47 @@ def summarize_gemm(rows) -> str:
                          f"{math.exp(np.log(ratio).mean()):.3f}, worst {ratio.min():.3f} "
                          f"({ours.loc[ratio.idxmin(), 'shape']}), best {ratio.max():.3f}")
     return "\n".join(lines)
+
+
+def step_breakdown(H: int = 2048, B: int = 12000, dtype: str = "float32", repeats: int = 20):
+    """Device milliseconds of each kernel of one perflab training step at H x B (resident,
+    cuBLAS GEMMs), each timed alone in a replayed CUDA graph, with the bytes it must move and
+    the rate that makes; the unfused backward kernels too, for comparison with the fused one.
+    Where the epoch's time over the cuBLAS floor goes."""
+    import cupy as cp
+
+    from . import kernels
+    rng = np.random.default_rng(0)
+    dev = lambda *shape: cp.asarray(rng.uniform(0.05, 0.95, shape).astype(dtype))  # noqa: E731
+    W1, b1, W2, b2 = dev(H, D), dev(H), dev(C, H), dev(C)
+    X = cp.asfortranarray(dev(D, B))
+    y = cp.asarray(rng.integers(0, C, B))
+    a1, da1, z2, delta = dev(H, B), dev(H, B), dev(C, B), dev(C, B)
+    dW1, dW2, db1, db2 = dev(H, D), dev(C, H), dev(H), dev(C)
+    part = cp.empty(kernels.output_backward_partials(H, B, C), dtype)
+    params, grads = dev(H * D + H + C * H + C), dev(H * D + H + C * H + C)
+    ends = cp.asarray(np.cumsum([H * D, H, C * H, C]), dtype=np.int64)
+    regs = cp.asarray([1e-4, 0.0, 1e-4, 0.0], dtype=dtype)
+    size = np.dtype(dtype).itemsize
+    hb, hd = H * B * size, H * D * size
+    steps = [  # (kernel, call, bytes it must move at least)
+        ("forward GEMM 1 (cuBLAS)", lambda: kernels.gemm(W1, X, out=a1, variant="cublas"), hd + D * B * size + hb),
+        ("bias + sigmoid", lambda: kernels.bias_sigmoid(a1, b1), 2 * hb),
+        ("forward GEMM 2 (cuBLAS)", lambda: kernels.gemm(W2, a1, out=z2, variant="cublas"), hb),
+        ("softmax + CE gradient", lambda: kernels.softmax_xent_grad(z2, b2, y, delta, B), 2 * C * B * size),
+        ("db2 row sums", lambda: kernels.row_sum(delta, db2), C * B * size),
+        ("fused backward: dz1, dW2, db1", lambda: kernels.output_backward(W2, delta, a1, da1, dW2, db1, part), 2 * hb),
+        ("backward GEMM 3 (cuBLAS)", lambda: kernels.gemm(da1, X.T, out=dW1, variant="cublas"), hb + D * B * size + hd),
+        ("SGD + L2 update", lambda: kernels.sgd_update(params, grads, 0.1, ends, regs), 3 * params.nbytes),
+        ("unfused: backward GEMM 1 (cuBLAS)", lambda: kernels.gemm(delta, a1.T, out=dW2, variant="cublas"), hb),
+        ("unfused: backward GEMM 2 (cuBLAS)", lambda: kernels.gemm(W2.T, delta, out=da1, variant="cublas"), hb),
+        ("unfused: sigmoid'", lambda: kernels.sigmoid_backward(da1, a1), 3 * hb),
+        ("unfused: db1 row sums", lambda: kernels.row_sum(da1, db1), hb),
+    ]
+    copy_rate = device_copy_rate(cp)
+    rows = []
+    for name, call, nbytes in steps:
+        ms = time_graph_ms(cp, call, calls=5, repeats=repeats)
+        rows.append({"kernel": name, "H": H, "B": B, "dtype": dtype, "ms": ms, "bytes": nbytes,
+                     "gbps": nbytes / ms / 1e6, "pct_copy_rate": 100 * nbytes / (ms * 1e-3) / copy_rate})
+    return rows

@@ -211,11 +211,22 @@ def cmd_bench_gemm(args, comm) -> dict:
 def cmd_bench_train(args, comm) -> dict:
     from . import peers
     rows = peers.bench_train(configs=args.configs, N=args.train_size, peers=args.peers, repeats=args.repeats,
-                             log=(lambda m: None) if args.json else print)
+                             log=(lambda m: None) if args.json else print,
+                             on_config=lambda so_far: save_rows("bench_train", so_far, args.out))
     saved = save_rows("bench_train", rows, args.out)
     if not args.json:
         import pandas as pd
         print(pd.DataFrame(rows).pivot_table(index=["H", "B"], columns="peer", values="epoch_ms").round(3).T.to_string())
+    return {"rows": rows, "saved": saved}
+
+
+def cmd_bench_step(args, comm) -> dict:
+    from . import bench
+    rows = [row for H, B in args.configs for row in bench.step_breakdown(H, B)]
+    saved = save_rows("bench_step", rows, args.out)
+    if not args.json:
+        import pandas as pd
+        print(pd.DataFrame(rows).pivot_table(index="kernel", columns=["H", "B"], values="ms", sort=False).round(4))
     return {"rows": rows, "saved": saved}
 
 
@@ -481,8 +492,8 @@ def build_parser() -> argparse.ArgumentParser:
     from .kernels import GEMM_VARIANTS
     b = bsub.add_parser("gemm", help="every GEMM variant and cuBLAS at the training shapes",
                         description="Times each GEMM variant and cuBLAS (calls captured in a CUDA graph and replayed "
-                                    "between CUDA events, median, inputs rotated past L2) at the forward/backward shapes for H x B; prints TFLOP/s, %% of cuBLAS, "
-                                    "%% of the FP32 peak; writes results/<machine>/bench_gemm_<dtype>.csv.")
+                                    "between CUDA events, median, inputs rotated past L2) at the forward/backward shapes for H x B; prints TFLOP/s, % of cuBLAS, "
+                                    "% of the FP32 peak; writes results/<machine>/bench_gemm_<dtype>.csv.")
     b.add_argument("--variants", nargs="+", choices=GEMM_VARIANTS, default=list(GEMM_VARIANTS))
     b.add_argument("--dtype", choices=DTYPES, default="float32")
     b.add_argument("--hidden", nargs="+", type=positive, default=[512, 1024, 2048], metavar="H")
@@ -503,6 +514,15 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", metavar="DIR", help="folder for the CSV (default results/<machine>)")
     b.add_argument("--json", action="store_true")
     b.set_defaults(run=cmd_bench_train)
+
+    b = bsub.add_parser("step", help="each kernel of one training step, timed alone (where the time goes)",
+                        description="Device ms of every kernel of perflab's training step at H x B (and of the unfused "
+                                    "backward kernels), graph-timed, with bytes moved and % of the device-copy rate; "
+                                    "writes results/<machine>/bench_step.csv.")
+    b.add_argument("--configs", nargs="+", type=hidden_batch, default=[(512, 3200), (2048, 12000)], metavar="H,B")
+    b.add_argument("--out", metavar="DIR", help="folder for the CSV (default results/<machine>)")
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(run=cmd_bench_step)
 
     p = sub.add_parser("data", help="datasets: fetch the IDX files for users who lack them")
     dsub = p.add_subparsers(dest="data_command", required=True, metavar="ACTION")

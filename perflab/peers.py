@@ -246,10 +246,11 @@ def run_peer(name: str, H: int, B: int, N: int, lr: float, reg: float, warmup: i
 
 
 def bench_train(configs=((512, 3200), (1024, 3200), (2048, 12000)), N=60000, lr=0.1, reg=1e-4, peers=None,
-                warmup=2, repeats=5, log=print, timeout=300):
+                warmup=2, repeats=5, log=print, timeout=300, on_config=None):
     """Rows: one per (config, peer) with the median epoch in ms and its ratio to perflab.
     Each peer runs in a process of its own: one framework's memory pool, allocator or crash
-    cannot touch the next one's numbers."""
+    cannot touch the next one's numbers. on_config(rows so far) runs after each config, so a
+    run cut short keeps what it finished."""
     import json
     import os
     import subprocess
@@ -280,6 +281,8 @@ def bench_train(configs=((512, 3200), (1024, 3200), (2048, 12000)), N=60000, lr=
             rows.append({"H": H, "B": B, "N": N, "peer": name, "epoch_ms": ms,
                          "ratio_to_perflab": ms / got["perflab"] if "perflab" in got else float("nan"),
                          "tflops": flops / ms / 1e9})
+        if on_config is not None and rows:
+            on_config(rows)
     return rows
 
 

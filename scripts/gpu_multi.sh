@@ -17,8 +17,8 @@ for stage in $stages; do
   case $stage in
     info) nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nvidia-smi topo -m | head -6 ;;
     check)
-      for args in "data float32 resident" "data float32 resident --no-graphs" "data float32 staged" "data float64 resident" \
-                  "data float64 staged" "model float32 resident" "model float64 resident"; do
+      for args in "data float32 resident" "data float32 resident --no-overlap" "data float32 staged" "data float64 resident" \
+                  "model float32 resident"; do
         set -- $args
         $MPI -n $P python3 -m perflab check --backend cupy --parallel $1 --dtype $2 --mode $3 ${4:-} $SMALL --json 2>"$OUT/err.txt" | show "p=$P $args"
         tail -2 "$OUT/err.txt" | cut -c1-300
@@ -35,10 +35,10 @@ for stage in $stages; do
     scaling)
       for hb in "2048 3000"; do set -- $hb; H=$1; b=$2
         for n in 1 $P; do
-          for mode in resident staged; do
+          for mode in resident "resident --no-overlap" staged; do
             $MPI -n $n python3 -m perflab train --backend cupy --mode $mode --gemm cublas --dataset synthetic --hidden-size $H \
               --batch-size $((b*n)) --train-size 60000 --num-epochs 5 --test-size 0 --json 2>/dev/null | tail -1 |
-              python3 -c "import json,sys; d=json.load(sys.stdin); print(json.dumps({'peer': 'perflab $mode', 'H': $H, 'b': $b, 'p': $n, 'epoch_ms': 1e3*d['epoch_seconds']}))"
+              python3 -c "import json,sys; d=json.load(sys.stdin); print(json.dumps({'peer': 'perflab ${mode/ --/, }', 'H': $H, 'b': $b, 'p': $n, 'epoch_ms': 1e3*d['epoch_seconds']}))"
           done
           $MPI -n $n python3 -m perflab.peers_multi ddp $H $b 60000 2>/dev/null | tail -1
           timeout 120 python3 -m perflab.peers_multi jax $H $b 60000 $n 2>/dev/null | tail -1

@@ -242,3 +242,10 @@ def test_profiled_gpu_run_takes_the_unfused_path_and_matches():
     assert "forward GEMM 2" in set(split.phases.phase)
     for a, b in zip(fused.params, split.params):
         assert rel(a, b) <= 1e-12
+
+
+def test_step_breakdown_times_every_kernel():
+    from perflab import bench
+    rows = bench.step_breakdown(H=37, B=101, repeats=3)
+    assert len(rows) == 12 and len({r["kernel"] for r in rows}) == 12
+    assert all(r["ms"] > 0 and r["gbps"] > 0 for r in rows)
