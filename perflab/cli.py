@@ -63,9 +63,11 @@ def device_options(parser: argparse.ArgumentParser) -> None:
                         "pretends nodes of k ranks). Default: nccl on GPUs (mpi in staged mode), mpi on the CPU")
     g.add_argument("--no-graphs", action="store_true", help="launch kernels one by one instead of replaying CUDA graphs")
     g.add_argument("--pinned", action="store_true", help="staged mode: keep the data in page-locked host memory")
-    g.add_argument("--no-overlap", action="store_true",
-                   help="NCCL on several GPUs: all-reduce all gradients after the backward pass instead of in chunks "
-                        "overlapped with its last GEMM")
+    g.add_argument("--overlap", action="store_true",
+                   help="NCCL on several GPUs: all-reduce the gradients in chunks on a second stream while backward "
+                        "GEMM 3 still runs (slower than one exchange after it on two H200: results/nvidia-h200)")
+    g.add_argument("--nccl-graphs", action="store_true",
+                   help="NCCL on several GPUs: capture the all-reduce in each step's CUDA graph too (experimental)")
 
 
 def device_from_args(args):
@@ -80,7 +82,8 @@ def device_from_args(args):
     if args.mode == "staged" and comm == "nccl":
         raise CLIError("--mode staged exchanges gradients through the host: use --comm mpi or hierarchical")
     return Device(backend=backend, mode=args.mode, gemm=args.gemm, comm=comm,
-                  graphs=not args.no_graphs, pinned=args.pinned, overlap=not args.no_overlap)
+                  graphs=not args.no_graphs, pinned=args.pinned, overlap=args.overlap,
+                  nccl_graphs=args.nccl_graphs)
 
 
 def config_from_args(args) -> Config:

@@ -17,7 +17,7 @@ for stage in $stages; do
   case $stage in
     info) nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nvidia-smi topo -m | head -6 ;;
     check)
-      for args in "data float32 resident" "data float32 resident --no-overlap" "data float32 staged" "data float64 resident" \
+      for args in "data float32 resident" "data float32 resident --overlap" "data float32 staged" "data float64 resident" \
                   "model float32 resident"; do
         set -- $args
         $MPI -n $P python3 -m perflab check --backend cupy --parallel $1 --dtype $2 --mode $3 ${4:-} $SMALL --json 2>"$OUT/err.txt" | show "p=$P $args"
@@ -32,10 +32,17 @@ for stage in $stages; do
       done
       LIMIT=120 $MPI -n $P python3 -m perflab sweep --name roofline --hidden 512 --batch 800 12000 --ranks 1 \
         --backend cupy --mode staged --gemm cublas --train-size 38400 --num-epochs 3 --out "$OUT" 2>&1 | tail -2 ;;
+    graphs)  # NCCL inside the step's CUDA graph (experimental; hung once): short limits
+      LIMIT=60 $MPI -n $P python3 -m perflab check --backend cupy --dtype float32 --nccl-graphs $SMALL --json 2>&1 | show "p=$P graphs check" | tee -a "$OUT/gpu_check_multi.log"
+      for extra in "--nccl-graphs" "--nccl-graphs --overlap"; do
+        LIMIT=60 $MPI -n $P python3 -m perflab train --backend cupy --gemm cublas --dataset synthetic --hidden-size 2048 $extra \
+          --batch-size $((3000*P)) --train-size 60000 --num-epochs 5 --test-size 0 --json 2>/dev/null | tail -1 |
+          python3 -c "import json,sys; d=json.load(sys.stdin); print(json.dumps({'peer': 'perflab resident, ${extra//--/}', 'H': 2048, 'b': 3000, 'p': $P, 'epoch_ms': 1e3*d['epoch_seconds']}))"
+      done 2>&1 | tee -a "$OUT/scaling.jsonl" ;;
     scaling)
       for hb in "2048 3000"; do set -- $hb; H=$1; b=$2
         for n in 1 $P; do
-          for mode in resident "resident --no-overlap" staged; do
+          for mode in resident "resident --overlap" staged; do
             $MPI -n $n python3 -m perflab train --backend cupy --mode $mode --gemm cublas --dataset synthetic --hidden-size $H \
               --batch-size $((b*n)) --train-size 60000 --num-epochs 5 --test-size 0 --json 2>/dev/null | tail -1 |
               python3 -c "import json,sys; d=json.load(sys.stdin); print(json.dumps({'peer': 'perflab ${mode/ --/, }', 'H': $H, 'b': $b, 'p': $n, 'epoch_ms': 1e3*d['epoch_seconds']}))"
