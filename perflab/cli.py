@@ -66,8 +66,6 @@ def device_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--overlap", action="store_true",
                    help="NCCL on several GPUs: all-reduce the gradients in chunks on a second stream while backward "
                         "GEMM 3 still runs (slower than one exchange after it on two H200: results/nvidia-h200)")
-    g.add_argument("--nccl-graphs", action="store_true",
-                   help="NCCL on several GPUs: capture the all-reduce in each step's CUDA graph too (experimental)")
 
 
 def device_from_args(args):
@@ -82,8 +80,7 @@ def device_from_args(args):
     if args.mode == "staged" and comm == "nccl":
         raise CLIError("--mode staged exchanges gradients through the host: use --comm mpi or hierarchical")
     return Device(backend=backend, mode=args.mode, gemm=args.gemm, comm=comm,
-                  graphs=not args.no_graphs, pinned=args.pinned, overlap=args.overlap,
-                  nccl_graphs=args.nccl_graphs)
+                  graphs=not args.no_graphs, pinned=args.pinned, overlap=args.overlap)
 
 
 def config_from_args(args) -> Config:

@@ -67,7 +67,7 @@ class FusedGPU(Sequential):
     name = "data"
 
     def __init__(self, cfg: Config, X, y, comm, mode="resident", gemm="cublas", graphs=True, pinned=False,
-                 fuse_output=False, fuse_backward=True, overlap=False, overlap_chunks=4, nccl_graphs=False):
+                 fuse_output=False, fuse_backward=True, overlap=False, overlap_chunks=4):
         import cupy as cp
         if len(cfg.hidden_sizes) != 1:
             raise GPUError("the fused GPU trainer takes one hidden layer; use --gemm cublas-generic for deeper nets")
@@ -80,10 +80,9 @@ class FusedGPU(Sequential):
         # fuse_backward: backward GEMMs 1 and 2, sigmoid' and the bias sums in one pass over a1.
         self.fuse_output = fuse_output and cfg.num_classes <= kernels.MAX_FUSED_CLASSES
         self.fuse_backward = fuse_backward and cfg.num_classes <= kernels.MAX_FUSED_CLASSES
-        # Graphs on one GPU, or with NCCL when asked: a host-staged MPI exchange cannot be
-        # captured, and an NCCL all-reduce captured with CuPy once hung on two H200
-        nccl = getattr(comm, "strategy", "") == "nccl"
-        self.graphs = graphs and mode == "resident" and not cfg.shuffle and (comm.size == 1 or (nccl and nccl_graphs))
+        # Graphs on one GPU only: a host-staged MPI exchange cannot be captured, and an NCCL
+        # all-reduce captured with CuPy hung on two H200, twice (results/nvidia-h200/nccl_graphs.log)
+        self.graphs = graphs and mode == "resident" and not cfg.shuffle and comm.size == 1
         D, H, C = cfg.layer_sizes
         dtype = np.dtype(cfg.dtype)
         host_params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed)

@@ -47,7 +47,6 @@ class Device:
     graphs: bool = True      # capture each batch's step as a CUDA graph (resident mode)
     pinned: bool = False     # staged mode: page-locked host copy of the data
     overlap: bool = False    # NCCL, several GPUs: exchange gradient chunks while backward GEMM 3 runs
-    nccl_graphs: bool = False  # NCCL, several GPUs: the all-reduce inside each step's CUDA graph
 
 
 def make_gpu_trainer(cfg: Config, parallel: str, comm, device: Device, train_set):
@@ -58,7 +57,7 @@ def make_gpu_trainer(cfg: Config, parallel: str, comm, device: Device, train_set
     comm = for_gpu(comm, device.comm)
     if parallel in ("sequential", "data") and len(cfg.hidden_sizes) == 1:
         return gpu.FusedGPU(cfg, train_set.X, train_set.y, comm, device.mode, device.gemm, device.graphs, device.pinned,
-                            overlap=device.overlap, nccl_graphs=device.nccl_graphs)
+                            overlap=device.overlap)
     import cupy as cp  # model parallel and deeper nets: the shared math on CuPy arrays
     params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed, xp=cp)
     return make_trainer(parallel, cfg, params, cp.asarray(train_set.X), cp.asarray(train_set.y), comm)

@@ -32,13 +32,6 @@ for stage in $stages; do
       done
       LIMIT=120 $MPI -n $P python3 -m perflab sweep --name roofline --hidden 512 --batch 800 12000 --ranks 1 \
         --backend cupy --mode staged --gemm cublas --train-size 38400 --num-epochs 3 --out "$OUT" 2>&1 | tail -2 ;;
-    graphs)  # NCCL inside the step's CUDA graph (experimental; hung once): short limits
-      LIMIT=60 $MPI -n $P python3 -m perflab check --backend cupy --dtype float32 --nccl-graphs $SMALL --json 2>&1 | show "p=$P graphs check" | tee -a "$OUT/gpu_check_multi.log"
-      for extra in "--nccl-graphs" "--nccl-graphs --overlap"; do
-        LIMIT=60 $MPI -n $P python3 -m perflab train --backend cupy --gemm cublas --dataset synthetic --hidden-size 2048 $extra \
-          --batch-size $((3000*P)) --train-size 60000 --num-epochs 5 --test-size 0 --json 2>/dev/null | tail -1 |
-          python3 -c "import json,sys; d=json.load(sys.stdin); print(json.dumps({'peer': 'perflab resident, ${extra//--/}', 'H': 2048, 'b': 3000, 'p': $P, 'epoch_ms': 1e3*d['epoch_seconds']}))"
-      done 2>&1 | tee -a "$OUT/scaling.jsonl" ;;
     scaling)
       for hb in "2048 3000"; do set -- $hb; H=$1; b=$2
         for n in 1 $P; do
