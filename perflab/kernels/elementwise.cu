@@ -129,6 +129,8 @@ template <typename T, int CMAX>
 __global__ void __launch_bounds__(256)
 output_backward(const T* __restrict__ W2, const T* __restrict__ delta, const T* __restrict__ a1, T* __restrict__ dz1,
                 T* __restrict__ part, int C, int H, int n) {
+    // columns a lane loads at once: as many as the registers hold (4 for float and C <= 10)
+    constexpr int BW_UNROLL = CMAX * sizeof(T) <= 40 ? 4 : CMAX * sizeof(T) <= 80 ? 2 : 1;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int h0 = (blockIdx.y * 8 + warp) * BW_ROWS, j0 = blockIdx.x * BW_COLS, jend = min(n, j0 + BW_COLS);
     T w[BW_ROWS][CMAX], acc[BW_ROWS][CMAX + 1];
@@ -140,24 +142,35 @@ output_backward(const T* __restrict__ W2, const T* __restrict__ delta, const T* 
             acc[r][c] = 0;
         }
     if (h0 < H) {
-        for (int j = j0 + lane; j < jend; j += 32) {
-            T d[CMAX];
+        // BW_UNROLL columns a lane at a time, all their loads issued before any is used: a
+        // memory-bound kernel needs that many bytes in flight (one column at a time ran at a
+        // third of the device's bandwidth on an H100)
+        for (int jb = j0 + lane; jb < jend; jb += 32 * BW_UNROLL) {
+            T a[BW_UNROLL][BW_ROWS], d[BW_UNROLL][CMAX];
 #pragma unroll
-            for (int c = 0; c < CMAX; ++c) d[c] = c < C ? delta[(size_t)c * n + j] : T(0);
+            for (int u = 0; u < BW_UNROLL; ++u) {
+                const int j = jb + 32 * u;
+                const bool in = j < jend;
 #pragma unroll
-            for (int r = 0; r < BW_ROWS; ++r) {
-                if (h0 + r >= H) break;
-                const size_t e = (size_t)(h0 + r) * n + j;
-                const T a = a1[e];
-                T s = 0;
+                for (int r = 0; r < BW_ROWS; ++r) a[u][r] = (in && h0 + r < H) ? a1[(size_t)(h0 + r) * n + j] : T(0);
 #pragma unroll
-                for (int c = 0; c < CMAX; ++c) {
-                    s += w[r][c] * d[c];
-                    acc[r][c] += d[c] * a;
+                for (int c = 0; c < CMAX; ++c) d[u][c] = (in && c < C) ? delta[(size_t)c * n + j] : T(0);
+            }
+#pragma unroll
+            for (int u = 0; u < BW_UNROLL; ++u) {
+                const int j = jb + 32 * u;
+#pragma unroll
+                for (int r = 0; r < BW_ROWS; ++r) {
+                    T s = 0;
+#pragma unroll
+                    for (int c = 0; c < CMAX; ++c) {
+                        s += w[r][c] * d[u][c];
+                        acc[r][c] += d[u][c] * a[u][r];  // zero where out of range
+                    }
+                    const T v = s * a[u][r] * (T(1) - a[u][r]);
+                    if (j < jend && h0 + r < H) dz1[(size_t)(h0 + r) * n + j] = v;
+                    acc[r][CMAX] += v;
                 }
-                const T v = s * a * (T(1) - a);
-                dz1[e] = v;
-                acc[r][CMAX] += v;
             }
         }
     }
