@@ -179,7 +179,7 @@ def analysis_markdown() -> str:
                 "### Questions 2.1 / 2.2: FLOPs per batch (seeds' 4B'H(D+C)) and effective compute utilization "
                 f"(against the FP32 peak {peak / 1e12:.1f} TFLOP/s), median batch iteration of the profiled run "
                 "(synchronized at every phase edge, so slower than the unprofiled epochs in `epoch_seconds`)", "",
-                fmt(t[["H", "B", "p", "mode", "GFLOP/batch", "t_batch_ms", "TFLOP/s", "utilization"]].round(4))]
+                fmt(t[["H", "B", "p", "mode", "gemm", "GFLOP/batch", "t_batch_ms", "TFLOP/s", "utilization"]].round(4))]
         staged = t[t["mode"] == "staged"]
         ref = staged[(staged.H == 512) & (staged.p > 1)]
         if len(ref):
@@ -203,7 +203,7 @@ def analysis_markdown() -> str:
                     "the model leaves out (kernel launches, the elementwise kernels, the device synchronization at "
                     "each profiled phase edge) are a larger share of them. Points above it (H = 2048) run their GEMMs "
                     "nearer the peak than the H = 512 reference does, so the reference P_flops undercharges them."]
-        both = t.pivot_table(index=["H", "B", "p"], columns="mode", values="t_batch_ms")
+        both = t[t.gemm == "cublas"].pivot_table(index=["H", "B", "p"], columns="mode", values="t_batch_ms")
         if {"staged", "resident"} <= set(both.columns):
             both["staged / resident"] = both["staged"] / both["resident"]
             out += ["", "### Staged (the seeds' path) against resident (data on the GPU, NCCL), ms per batch", "",
@@ -219,8 +219,14 @@ def analysis_markdown() -> str:
             best = peers.epoch_ms.idxmin() if len(peers) else None
             out += ["", f"At p={ours.p}: perflab resident efficiency {ours.efficiency:.2f} (target 0.90)"
                     + (f", epoch {ours.epoch_ms / peers.epoch_ms.min():.2f} of the best peer's ({best}; target 0.85)"
-                       if best else "") + ". Its exchange is not overlapped with the backward GEMMs, and CUDA graphs "
-                    "are off with NCCL."]
+                       if best else "") + "."]
+            if "perflab resident, overlap" in top.index:
+                lap = top.loc["perflab resident, overlap"]
+                out += ["", f"Overlapping the exchange with backward GEMM 3 (four row chunks, NCCL on a second "
+                            f"stream, `--overlap`) made it slower: {lap.epoch_ms:.2f} ms against {ours.epoch_ms:.2f} "
+                            "(the chunked GEMMs run less efficiently and NCCL's kernels take SMs from them), so it is "
+                            "off by default. CUDA graphs stay off with NCCL: a captured all-reduce hung on two H200 "
+                            "(`results/nvidia-h200/nccl_graphs.log`), so each multi-GPU step pays its launches."]
     prediction = RESULTS_ROOT / "predictions" / "p8.json"
     if prediction.exists():
         pred = pd.DataFrame(json.loads(prediction.read_text())["rows"])
