@@ -29,3 +29,24 @@ def test_flops_bytes_table():
     t = analysis.flops_bytes_table(table())
     assert t.loc[1, "B'"] == 800 and t.loc[1, "forward GFLOP"] == pytest.approx(2 * 800 * 512 * 794 / 1e9)
     assert t.loc[0, "PCIe MB"] == 0 and t.loc[1, "PCIe MB"] == pytest.approx(2 * 407050 * 4 / 1e6)
+
+
+def test_parallel_section_counts_where_model_parallel_wins(tmp_path, monkeypatch):
+    import json
+
+    import pandas as pd
+
+    from perflab import report
+    folder = tmp_path / "some-machine"
+    folder.mkdir()
+    rows = [{"H": 512, "B": B, "p": p, "parallel": par, "epoch_seconds": sec, "t_MPI_Allreduce": 1e-3,
+             "bytes_mpi": nbytes}
+            for B, p, par, sec, nbytes in [(800, 1, "data", 2.0, 0), (800, 1, "model", 2.0, 0),
+                                           (1600, 2, "data", 1.2, 3.2e6), (1600, 2, "model", 1.0, 1.6e5),
+                                           (6000, 2, "data", 1.0, 3.2e6), (6000, 2, "model", 1.5, 6e5)]]
+    pd.DataFrame(rows).to_csv(folder / "parallel.csv", index=False)
+    (folder / "parallel.json").write_text(json.dumps({"cpu": "test cpu", "git_commit": "abc", "date": "today"}))
+    monkeypatch.setattr(report, "RESULTS_ROOT", tmp_path)
+    text = "\n".join(report.parallel_section())
+    assert "Model parallel was faster at 1 of the 2 points with p > 1" in text
+    assert "the bytes differ 5 to 20 times" in text
