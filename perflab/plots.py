@@ -139,3 +139,28 @@ def train_peers(bench):
     ax.grid(True, axis="x", alpha=0.3)
     ax.legend(title="H, B", fontsize=8)
     return fig
+
+
+def step_breakdown(steps):
+    """Where a training step's time goes: the kernels perflab runs (stacked), beside the
+    unfused kernels its fused backward replaces, one bar pair per (H, B) (`perflab bench step`)."""
+    import matplotlib.pyplot as plt
+    fig, ax = new_figure(7.5, 4.5)
+    names = list(dict.fromkeys(steps.kernel.str.replace("unfused: ", "", regex=False)))
+    color = {n: plt.cm.tab20(i % 20) for i, n in enumerate(names)}
+    labels, shown = [], set()
+    for i, ((H, B), group) in enumerate(steps.groupby(["H", "B"])):
+        for j, unfused in enumerate((False, True)):
+            drop = "fused backward" if unfused else "unfused"  # unfused: what runs instead of the fused kernel
+            left = 0.0
+            for row in group[~group.kernel.str.startswith(drop)].itertuples():
+                name = row.kernel.replace("unfused: ", "")
+                ax.barh(2 * i + j, row.ms, left=left, color=color[name], label=None if name in shown else name)
+                shown.add(name)
+                left += row.ms
+            labels.append(f"H={H} B={B} {'unfused' if unfused else 'perflab'}")
+    ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    ax.set_xlabel("device ms per step (each kernel timed alone)")
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.legend(fontsize=6, ncol=2, loc="lower right")
+    return fig
