@@ -1,4 +1,5 @@
-"""Every .cu compiles with nvcc for sm_90 with every instantiation perflab launches (no GPU needed)."""
+"""The kernels without a GPU: every .cu compiles with nvcc for sm_90 with every instantiation perflab
+launches, and the untuned tile choice is sound."""
 import shutil
 import subprocess
 
@@ -30,3 +31,16 @@ def test_sources_avoid_what_nvrtc_lacks():
         text = source.read_text()
         for macro in ("INFINITY", "NAN", "#include <"):
             assert macro not in text, f"{source.name} uses {macro!r}, which NVRTC does not provide"
+
+
+def test_untuned_tile_choice_fills_the_chip_or_splits_k():
+    """Without tune(): the first config whose grid covers the SMs; when none does, the smallest
+    tile with split-K, never below 256 of K per split (pure Python, no GPU)."""
+    from perflab.kernels import SPLITS, heuristic_tiles, tile_configs
+    configs = tile_configs("best", "float")
+    name, splits = heuristic_tiles("best", "float", 2048, 12000, 784, 132)
+    assert (name, splits) == (next(iter(configs)), 1)
+    name, splits = heuristic_tiles("best", "float", 64, 784, 12000, 132)
+    bm, bn = configs[name][:2]
+    assert bm * bn == min(c[0] * c[1] for c in configs.values()) and 1 < splits <= max(SPLITS)
+    assert heuristic_tiles("best", "float", 64, 64, 300, 132)[1] == 1  # K too short to split
