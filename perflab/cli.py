@@ -77,6 +77,12 @@ def device_from_args(args):
     comm = args.comm or ("nccl" if backend == "cupy" and args.mode == "resident" else "mpi")
     if backend == "numpy" and comm == "nccl":
         raise CLIError("--comm nccl needs --backend cupy; on the CPU use mpi or hierarchical")
+    if backend == "numpy" and args.gemm != "cublas":
+        raise CLIError(f"--gemm {args.gemm} runs perflab's CUDA kernels: it needs --backend cupy (the NumPy "
+                       "backend multiplies with its BLAS)")
+    if args.overlap and comm != "nccl":
+        raise CLIError(f"--overlap overlaps an NCCL all-reduce with the backward pass: it needs --comm nccl "
+                       f"(--backend cupy --mode resident), got --comm {comm}")
     if args.mode == "staged" and comm == "nccl":
         raise CLIError("--mode staged exchanges gradients through the host: use --comm mpi or hierarchical")
     return Device(backend=backend, mode=args.mode, gemm=args.gemm, comm=comm,
