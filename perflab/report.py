@@ -252,7 +252,7 @@ def analysis_markdown() -> str:
                 lap = top.loc["perflab resident, overlap"]
                 out += ["", f"Overlapping the exchange with backward GEMM 3 (four row chunks, NCCL on a second "
                             f"stream, `--overlap`) made it slower: {lap.epoch_ms:.2f} ms against {ours.epoch_ms:.2f} "
-                            "(the chunked GEMMs run less efficiently and NCCL's kernels take SMs from them), so it is "
+                            "(not profiled; likely causes: four smaller GEMMs run less efficiently than one, and NCCL's kernels take SMs from them), so it is "
                             "off by default. CUDA graphs stay off with NCCL: a captured all-reduce hung on two H200 "
                             "(`results/nvidia-h200/nccl_graphs.log`), so each multi-GPU step pays its launches."]
     prediction = RESULTS_ROOT / "predictions" / "p8.json"
