@@ -98,6 +98,45 @@ def gemm_table(path: Path) -> str:
     return "\n".join(lines) + "\n\nTFLOP/s; tf32 rounds its inputs to TF32 (tensor cores), every other column is FP32."
 
 
+def step_prediction(steps, train):
+    """The epoch predicted as the sum of a step's kernels timed alone (bench_step) times N/B
+    steps, against the measured epoch (bench_train), for perflab's fused step and the unfused
+    one. Agreement says the step is the sum of its kernels (no gaps, no overlap to speak of)."""
+    import pandas as pd
+    rows = []
+    for (H, B), group in steps.groupby(["H", "B"]):
+        for peer, drop in (("perflab", "unfused"), ("perflab (backward unfused)", "fused backward")):
+            measured = train[(train.H == H) & (train.B == B) & (train.peer == peer)]
+            if not len(measured):
+                continue
+            step_ms = group[~group.kernel.str.startswith(drop)].ms.sum()
+            N = measured.N.iloc[0]
+            predicted = step_ms * N / B
+            rows.append({"H": H, "B": B, "step": peer, "kernels_ms_per_step": step_ms, "predicted_epoch_ms": predicted,
+                         "measured_epoch_ms": measured.epoch_ms.iloc[0],
+                         "error": predicted / measured.epoch_ms.iloc[0] - 1})
+    return pd.DataFrame(rows)
+
+
+def step_section() -> list[str]:
+    import pandas as pd
+    out = []
+    for path in sorted(RESULTS_ROOT.glob("*/bench_step.csv")):
+        train = path.with_name("bench_train.csv")
+        if not train.exists():
+            continue
+        table = step_prediction(pd.read_csv(path), pd.read_csv(train))
+        if len(table):
+            out += ["", f"## The epoch as the sum of its kernels, {path.parent.name}", "",
+                    f"Sources: {source(path)}; {source(train)}.", "", fmt(table.round(4)), "",
+                    "Each kernel of a step timed alone in a replayed CUDA graph (`perflab bench step`), summed, "
+                    "times N/B steps an epoch, against the measured epoch (`perflab bench train`). Median "
+                    f"|error| {100 * table.error.abs().median():.1f}%: a step costs the sum of its kernels, so "
+                    "the kernel table says where to spend effort (the two large cuBLAS GEMMs, then the "
+                    "memory-bound kernels)."]
+    return out
+
+
 def parallel_section() -> list[str]:
     """Data against model parallel from each committed parallel.csv (`perflab sweep --name parallel
     --parallel data model`): epoch seconds, the all-reduce's median per batch and its bytes."""
@@ -235,6 +274,7 @@ def analysis_markdown() -> str:
             both["staged / resident"] = both["staged"] / both["resident"]
             out += ["", "### Staged (the seeds' path) against resident (data on the GPU, NCCL), ms per batch", "",
                     fmt(both.reset_index().round(3))]
+    out += step_section()
     out += parallel_section()
     scaling = analysis.scaling_rows()
     if len(scaling):
