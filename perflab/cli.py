@@ -390,6 +390,13 @@ def hidden_batch(text: str) -> tuple[int, int]:
     raise argparse.ArgumentTypeError(f"expected H,B with two positive integers like 512,3200, got {text!r}")
 
 
+def outputs(parser, folder: bool = True):
+    """The output options most commands share: --out DIR for the result CSV, and --json."""
+    if folder:
+        parser.add_argument("--out", metavar="DIR", help="folder for the CSV (default results/<machine>)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on the last line")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="perflab",
@@ -408,7 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time every phase (the seeds' NVTX names), synchronizing the device at phase edges; prints an "
                         "Nsight-like summary and P_flops/P_pci/P_mpi. Without it only whole epochs are timed.")
     p.add_argument("--save", metavar="NAME", help="write the per-epoch table to results/<machine>/NAME.csv (+ .json metadata)")
-    p.add_argument("--json", action="store_true", help="print one JSON object on the last line")
+    outputs(p, folder=False)
     p.set_defaults(run=cmd_train)
 
     p = sub.add_parser("check", help="compare a parallel run with the sequential reference (the seeds' test)",
@@ -419,7 +426,7 @@ def build_parser() -> argparse.ArgumentParser:
     hyperparameter_options(p)
     parallel_option(p, "data")
     device_options(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object on the last line")
+    outputs(p, folder=False)
     p.set_defaults(run=cmd_check)
 
     p = sub.add_parser("sweep", help="measure a grid of points (H, B, p, mode, ...) into results/<machine>/NAME.csv",
@@ -442,13 +449,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train-size", type=positive, default=38400, metavar="N")
     p.add_argument("--num-epochs", type=positive, default=1)
     p.add_argument("--dataset", choices=DATASETS, default="synthetic")
-    p.add_argument("--out", metavar="DIR", help="folder for the CSV (default results/<machine>)")
     p.add_argument("--emit-sbatch", metavar="FILE", help="instead of running: write a Slurm script that runs this sweep "
                                                          "with one rank per GPU on --nodes x --gpus-per-node")
     p.add_argument("--nodes", type=int, default=1)
     p.add_argument("--gpus-per-node", type=int, default=4)
     p.add_argument("--nsys", action="store_true", help="with --emit-sbatch: profile each rank with Nsight Systems")
-    p.add_argument("--json", action="store_true")
+    outputs(p)
     p.set_defaults(run=cmd_sweep)
 
     p = sub.add_parser("notebook", help="run a workbook notebook end to end (papermill)",
@@ -457,7 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", choices=NOTEBOOKS)
     p.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
                    help="override a parameter (Python literal)")
-    p.add_argument("--json", action="store_true")
+    outputs(p, folder=False)
     p.set_defaults(run=cmd_notebook)
 
     p = sub.add_parser("report", help="assemble results/figures and their captions into one PDF")
@@ -465,7 +471,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--readme", action="store_true", help="instead: regenerate the README's results block from results/")
     p.add_argument("--markdown", action="store_true", help="instead: write results/REPORT.md (the seeds' questions "
                                                            "answered from the committed GPU results)")
-    p.add_argument("--json", action="store_true")
+    outputs(p, folder=False)
     p.set_defaults(run=cmd_report)
 
     p = sub.add_parser("predict", help="predict scaling to p GPUs from the committed H200 measurements",
@@ -479,7 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--per-node", type=positive, default=8, help="GPUs per node (default %(default)s)")
     p.add_argument("--inter-bw", type=positive_float, default=25e9, help="network bandwidth per node, B/s (default %(default)s: 200 Gb/s)")
     p.add_argument("--inter-latency", type=positive_float, default=5e-6, help="network latency per ring step, s (default %(default)s)")
-    p.add_argument("--json", action="store_true")
+    outputs(p, folder=False)
     p.set_defaults(run=cmd_predict)
 
     p = sub.add_parser("ceilings", help="measure this machine's ceilings (GEMM rate, PCIe, MPI/NCCL all-reduce)",
@@ -489,8 +495,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "mpiexec -n P also MPI (and on GPUs NCCL) all-reduce bandwidth against size.")
     p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto")
     p.add_argument("--max-log2-size", type=positive, default=26, help="largest buffer, 2**K bytes (default %(default)s)")
-    p.add_argument("--out", metavar="DIR", help="folder for the CSV (default results/<machine>)")
-    p.add_argument("--json", action="store_true")
+    outputs(p)
     p.set_defaults(run=cmd_ceilings)
 
     p = sub.add_parser("bench", help="benchmarks: perflab beside its peers in one run (GPU)")
@@ -505,8 +510,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--hidden", nargs="+", type=positive, default=[512, 1024, 2048], metavar="H")
     b.add_argument("--batches", nargs="+", type=positive, default=[800, 3200, 12000], metavar="B")
     b.add_argument("--repeats", type=positive, default=20)
-    b.add_argument("--out", metavar="DIR", help="folder for the CSV (default results/<machine>)")
-    b.add_argument("--json", action="store_true")
+    outputs(b)
     b.set_defaults(run=cmd_bench_gemm)
     from .peers import PEERS
     b = bsub.add_parser("train", help="an epoch of perflab beside PyTorch, JAX and the cuBLAS floor",
@@ -517,8 +521,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--train-size", type=positive, default=60000)
     b.add_argument("--peers", nargs="+", choices=list(PEERS), metavar="PEER", help=f"subset of: {', '.join(PEERS)}")
     b.add_argument("--repeats", type=positive, default=5)
-    b.add_argument("--out", metavar="DIR", help="folder for the CSV (default results/<machine>)")
-    b.add_argument("--json", action="store_true")
+    outputs(b)
     b.set_defaults(run=cmd_bench_train)
 
     b = bsub.add_parser("step", help="each kernel of one training step, timed alone (where the time goes)",
@@ -526,8 +529,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "backward kernels), graph-timed, with bytes moved and % of the device-copy rate; "
                                     "writes results/<machine>/bench_step.csv.")
     b.add_argument("--configs", nargs="+", type=hidden_batch, default=[(512, 3200), (2048, 12000)], metavar="H,B")
-    b.add_argument("--out", metavar="DIR", help="folder for the CSV (default results/<machine>)")
-    b.add_argument("--json", action="store_true")
+    outputs(b)
     b.set_defaults(run=cmd_bench_step)
 
     p = sub.add_parser("data", help="datasets: fetch the IDX files for users who lack them")
@@ -540,7 +542,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="base URL to download from instead of the canonical mirrors (repeatable, tried in order)")
     f.add_argument("--dest", metavar="DIR", help="data folder (default: the project's data/ or $PERFLAB_DATA)")
     f.add_argument("--timeout", type=positive_float, default=10.0, help="seconds before a silent mirror is given up (default %(default)s)")
-    f.add_argument("--json", action="store_true", help="print one JSON object on the last line")
+    outputs(f, folder=False)
     f.set_defaults(run=cmd_data_fetch)
     return parser
 
