@@ -181,6 +181,7 @@ def scaling_table(path: Path) -> str:
 
 def markdown() -> str:
     """The result tables the README shows, each generated from its committed file."""
+    import json
     parts = []
     for path in sorted(RESULTS_ROOT.glob("*/bench_train.csv")):
         parts.append(f"### Training epoch, perflab beside its peers\n\nSource: {source(path)}. 60000 samples, FP32, "
@@ -188,9 +189,11 @@ def markdown() -> str:
     for path in sorted(RESULTS_ROOT.glob("*/bench_gemm_float32.csv")):
         parts.append(f"### GEMM variants at the training shapes\n\nSource: {source(path)}.\n\n{gemm_table(path)}")
     for path in sorted(RESULTS_ROOT.glob("*/scaling.jsonl")):
-        meta = path.with_name("roofline.json")
+        first = json.loads(next(line for line in path.read_text().splitlines() if line.startswith("{")))
+        what = (f"{first['gpu']} x{first.get('gpus', '?')}, git {first['git_commit'][:8]}, {first.get('date', '?')}"
+                if "git_commit" in first else f"machine in `{path.with_name('roofline.json').name}` beside it")
         parts.append(f"### Data-parallel scaling, H=2048, 3000 samples per GPU per step, 60000 an epoch\n\n"
-                     f"Source: `{path.relative_to(RESULTS_ROOT.parent)}` (machine in `{meta.name}` beside it).\n\n"
+                     f"Source: `{path.relative_to(RESULTS_ROOT.parent)}` ({what}).\n\n"
                      f"{scaling_table(path)}")
     for path in sorted(RESULTS_ROOT.glob("*/reference_mnist.csv")):
         import pandas as pd
