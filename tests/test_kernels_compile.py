@@ -44,3 +44,18 @@ def test_untuned_tile_choice_fills_the_chip_or_splits_k():
     bm, bn = configs[name][:2]
     assert bm * bn == min(c[0] * c[1] for c in configs.values()) and 1 < splits <= max(SPLITS)
     assert heuristic_tiles("best", "float", 64, 64, 300, 132)[1] == 1  # K too short to split
+
+
+def test_every_tile_config_fits_a_hopper_block():
+    """Each config's block fits an H100/H200: at most 1024 threads, whole warps, at most 227 KiB of
+    shared memory (the opt-in limit), and MINB blocks of it fit an SM's 228 KiB."""
+    from perflab.kernels import TILE_CONFIGS, config_name, tile_launch
+    for (variant, T), configs in TILE_CONFIGS.items():
+        for cfg in configs:
+            name = config_name(variant, cfg)
+            minb = 1 if variant == "tf32" else cfg[9]
+            for ta in (False, True):
+                for tb in (False, True):
+                    threads, smem = tile_launch(variant, T, name, ta, tb)
+                    assert threads % 32 == 0 and threads <= 1024, (name, threads)
+                    assert smem <= 227 * 1024 and minb * (smem + 1024) <= 228 * 1024, (name, ta, tb, smem)

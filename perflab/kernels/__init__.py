@@ -141,6 +141,19 @@ def sm_count(device: int) -> int:
     return cupy().cuda.runtime.getDeviceProperties(device)["multiProcessorCount"]
 
 
+def tile_launch(variant: str, T: str, config: str, ta: bool, tb: bool) -> tuple[int, int]:
+    """(threads a block, dynamic shared bytes) of a tile config, as k_loop in gemm_best.cu lays
+    them out: STAGES slots of both operand tiles in storage order, rows padded by 16 bytes."""
+    c = tile_configs(variant, T)[config]
+    bm, bn, bk, wm, wn = c[:5]
+    stages = c[5 if variant == "tf32" else 7]
+    item = 4 if T == "float" else 8
+    v = 16 // item
+    a_elems = bk * (bm + v) if ta else bm * (bk + v)
+    b_elems = bn * (bk + v) if tb else bk * (bn + v)
+    return (bm // wm) * (bn // wn) * 32, stages * item * (a_elems + b_elems)
+
+
 SHARED_ALLOWED: dict[int, int] = {}  # id(kernel) -> dynamic shared bytes it was allowed (kernels are cached)
 
 
@@ -244,17 +257,16 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, c=None, bias=None, variant: str = 
                                    or heuristic_tiles(variant, T, M, N, K, multiprocessors()))
             splits = splits or auto_splits
         splits = splits or 1
-        bm, bn, bk, wm, wn = tile_configs(variant, T)[config][:5]
-        stages = tile_configs(variant, T)[config][5 if variant == "tf32" else 7]
+        bm, bn = tile_configs(variant, T)[config][:2]
+        threads, smem = tile_launch(variant, T, config, ta, tb)
         kernel, reduce = gemm_function(variant, T, ta, tb, epi, config)
         if splits > 1 and (work is None or work.size < splits * M * N):
             work = cp.empty(splits * M * N, dtype=a.dtype)
         v = 16 // a.itemsize  # elements in a 16-byte chunk: vector copies need aligned rows
         vec = all(x.data.ptr % 16 == 0 and ld % v == 0 for x, ld in ((a, lda), (b, ldb)))
-        smem = stages * a.itemsize * ((bk * (bm + v) if ta else bm * (bk + v)) + (bn * (bk + v) if tb else bk * (bn + v)))
         allow_shared_memory(kernel, smem)
         grid = (math.ceil(N / bn), math.ceil(M / bm), splits)
-        kernel(grid, ((bm // wm) * (bn // wn) * 32,),
+        kernel(grid, (threads,),
                (i32(M), i32(N), i32(K), scalar(alpha), a, i32(lda), b, i32(ldb), scalar(beta), cptr, i32(N), out,
                 i32(N), bptr, work if splits > 1 else out, i32(vec)), shared_mem=smem)
         if splits > 1:

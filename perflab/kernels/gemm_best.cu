@@ -119,12 +119,6 @@ __device__ __forceinline__ void store(int M, int N, int i, int j, T v, T alpha, 
     else D[(size_t)i * ldd + j] = finish<T, EPI>(v, alpha, beta, C, ldc, bias, i, j);
 }
 
-template <typename T, bool TA, bool TB, int BM, int BN, int BK, int STAGES>
-constexpr int smem_bytes() {
-    constexpr int V = 16 / sizeof(T);
-    return STAGES * sizeof(T) * ((TA ? BK * (BM + V) : BM * (BK + V)) + (TB ? BN * (BK + V) : BK * (BN + V)));
-}
-
 // KV: steps of k read at once along a k-contiguous tile (KV = 16 bytes' worth reads least,
 // smaller KV holds fewer registers); MINB: blocks an SM must fit (caps the registers).
 template <typename T, bool TA, bool TB, int EPI, int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES,
