@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# One device call on a several-GPU machine: multi-GPU checks, ceilings, roofline sweep, scaling.
+# One device call on a several-GPU machine: multi-GPU checks, ceilings, roofline sweep, scaling,
+# data against model parallel, and the single-GPU benchmarks (stages: info check ceilings sweep
+# scaling parallel bench).
 # Every command has a time limit, so one hang cannot eat the call. Usage:
 #   OUT=/tmp/out P=2 bash scripts/gpu_multi.sh [stage...]
 set -uo pipefail
@@ -32,6 +34,14 @@ for stage in $stages; do
       done
       LIMIT=120 $MPI -n $P python3 -m perflab sweep --name roofline --hidden 512 --batch 800 12000 --ranks 1 \
         --backend cupy --mode staged --gemm cublas --train-size 38400 --num-epochs 3 --out "$OUT" 2>&1 | tail -2 ;;
+    parallel)  # data against model parallel on the GPUs (REPORT.md "Data against model parallel")
+      LIMIT=240 $MPI -n $P python3 -m perflab sweep --name parallel --parallel data model --hidden 512 2048 \
+        --per-rank-batch 800 3000 --ranks 1 $P --backend cupy --mode resident --train-size 60000 --num-epochs 3 --out "$OUT" 2>&1 | tail -2 ;;
+    bench)  # the single-GPU benchmarks on this machine's first GPU (bench train saves after each config)
+      timeout 120 python3 -m perflab bench gemm --out "$OUT" 2>&1 | tail -3
+      timeout 150 python3 -m perflab bench step --out "$OUT" 2>&1 | tail -14
+      timeout 400 python3 -m perflab bench train --peers perflab "perflab (backward unfused)" "jax scan epoch" \
+        "torch.compile default" "torch.compile reduce-overhead" "pytorch cuda graph" "cublas 5-gemm floor" --out "$OUT" 2>&1 | tail -12 ;;
     scaling)
       for hb in "2048 3000"; do set -- $hb; H=$1; b=$2
         for n in 1 $P; do
