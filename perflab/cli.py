@@ -57,8 +57,9 @@ def device_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--gemm", choices=GEMM_VARIANTS, default="cublas",
                    help="GEMM on the GPU: cuBLAS (called so it can sit in CUDA graphs; the fastest measured) or one of "
                         "perflab's kernels (default %(default)s)")
-    g.add_argument("--comm", choices=("nccl", "mpi", "hierarchical"), default=None,
-                   help="gradient all-reduce: nccl (GPU, on the device), mpi (host MPI; GPU buffers staged), hierarchical "
+    g.add_argument("--comm", choices=("nccl", "mpi", "hierarchical", "cuda-mpi"), default=None,
+                   help="gradient all-reduce: nccl (GPU, on the device), mpi (host MPI; GPU buffers staged), cuda-mpi "
+                        "(GPU buffers straight to a CUDA-aware MPI, detected: an error where the MPI is not), hierarchical "
                         "(reduce in each node, all-reduce across node leaders, broadcast; PERFLAB_RANKS_PER_NODE=k "
                         "pretends nodes of k ranks). Default: nccl on GPUs (mpi in staged mode), mpi on the CPU")
     g.add_argument("--no-graphs", action="store_true", help="launch kernels one by one instead of replaying CUDA graphs")
@@ -75,15 +76,21 @@ def device_from_args(args):
     if args.backend == "auto" and getattr(args, "json", False) is False:
         print(f"backend: {backend}", file=sys.stderr)
     comm = args.comm or ("nccl" if backend == "cupy" and args.mode == "resident" else "mpi")
-    if backend == "numpy" and comm == "nccl":
-        raise CLIError("--comm nccl needs --backend cupy; on the CPU use mpi or hierarchical")
+    if backend == "numpy" and comm in ("nccl", "cuda-mpi"):
+        raise CLIError(f"--comm {comm} needs --backend cupy; on the CPU use mpi or hierarchical")
     if backend == "numpy" and args.gemm != "cublas":
         raise CLIError(f"--gemm {args.gemm} runs perflab's CUDA kernels: it needs --backend cupy (the NumPy "
                        "backend multiplies with its BLAS)")
     if args.overlap and comm != "nccl":
         raise CLIError(f"--overlap overlaps an NCCL all-reduce with the backward pass: it needs --comm nccl "
                        f"(--backend cupy --mode resident), got --comm {comm}")
-    if args.mode == "staged" and comm == "nccl":
+    if comm == "cuda-mpi":
+        from .comm import require_cuda_aware_mpi
+        try:
+            require_cuda_aware_mpi()
+        except ValueError as exc:
+            raise CLIError(str(exc)) from None
+    if args.mode == "staged" and comm in ("nccl", "cuda-mpi"):
         raise CLIError("--mode staged exchanges gradients through the host: use --comm mpi or hierarchical")
     return Device(backend=backend, mode=args.mode, gemm=args.gemm, comm=comm,
                   graphs=not args.no_graphs, pinned=args.pinned, overlap=args.overlap)

@@ -16,7 +16,7 @@ import numpy as np
 from .profile import phase
 
 MPI_LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS", "SLURM_STEP_ID")
-STRATEGIES = ("mpi", "nccl", "hierarchical")
+STRATEGIES = ("mpi", "nccl", "hierarchical", "cuda-mpi")
 
 
 def launched_by_mpi() -> bool:
@@ -134,6 +134,52 @@ class NCCLComm(MPIComm):
         return buf
 
 
+def cuda_aware_mpi() -> tuple[bool, str]:
+    """(whether this process's MPI can all-reduce GPU buffers itself, the library's name), from
+    the library's own runtime query MPIX_Query_cuda_support (Open MPI, MPICH); False where the
+    library has no such query."""
+    import ctypes
+
+    from mpi4py import MPI
+    name = MPI.Get_library_version().splitlines()[0].strip()
+    for soname in ("libmpi.so.40", "libmpi.so.12", "libmpi.so"):  # Open MPI, MPICH: the one mpi4py loaded
+        try:
+            query = getattr(ctypes.CDLL(soname), "MPIX_Query_cuda_support", None)
+        except OSError:
+            continue
+        if query is not None:
+            query.restype = ctypes.c_int
+            return bool(query()), name
+    return False, name
+
+
+class CUDAAwareMPIComm(MPIComm):
+    """All-reduce of device buffers by a CUDA-aware MPI library (no host staging). MPI does not
+    follow CUDA streams, so the current stream is synchronized first."""
+
+    strategy = "cuda-mpi"
+
+    def allreduce(self, buf):
+        if isinstance(buf, np.ndarray):
+            return super().allreduce(buf)
+        import cupy
+        start = time.perf_counter()
+        cupy.cuda.get_current_stream().synchronize()
+        with phase("MPI_Allreduce"):
+            self.comm.Allreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM)
+        self.records.append({"op": "allreduce", "strategy": self.strategy, "rank": self.rank,
+                             "ranks": self.size, "bytes": buf.nbytes, "seconds": time.perf_counter() - start})
+        return buf
+
+
+def require_cuda_aware_mpi():
+    """Raise, naming the library, unless its MPI says it is CUDA-aware."""
+    ok, name = cuda_aware_mpi()
+    if not ok:
+        raise ValueError(f"--comm cuda-mpi needs a CUDA-aware MPI, and this one ({name}) says it is not "
+                         "(MPIX_Query_cuda_support); use --comm nccl, or an MPI built with CUDA")
+
+
 def node_of(comm) -> tuple[int, int]:
     """(node index, ranks on that node): the MPI shared-memory split, or pretend nodes of
     PERFLAB_RANKS_PER_NODE consecutive ranks (to test multi-node logic on one machine)."""
@@ -177,6 +223,8 @@ def with_strategy(comm, strategy: str):
     """The exchange strategy for the host path (mpi, hierarchical) on top of the MPI world."""
     if strategy not in STRATEGIES:
         raise ValueError(f"--comm must be one of {STRATEGIES}, got {strategy!r}")
+    if strategy == "cuda-mpi":
+        raise ValueError("--comm cuda-mpi all-reduces GPU buffers: it needs --backend cupy")
     if comm.size == 1 or strategy in ("mpi", "nccl"):
         return comm
     return HierarchicalComm(comm)
@@ -195,6 +243,9 @@ def for_gpu(comm, strategy: str):
         return comm
     if strategy == "hierarchical":
         return HierarchicalComm(comm)
+    if strategy == "cuda-mpi":
+        require_cuda_aware_mpi()
+        return CUDAAwareMPIComm(comm.comm)
     return NCCLComm(comm)
 
 

@@ -17,7 +17,8 @@ stages=${*:-"info check ceilings sweep scaling"}
 for stage in $stages; do
   echo "=== $stage $(date +%T)"
   case $stage in
-    info) nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nvidia-smi topo -m | head -6 ;;
+    info) nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nvidia-smi topo -m | head -6
+          python3 -c "from perflab.comm import cuda_aware_mpi; print('CUDA-aware MPI:', cuda_aware_mpi())" ;;
     check)
       for args in "data float32 resident" "data float32 resident --overlap" "data float32 staged" "data float64 resident" \
                   "model float32 resident"; do

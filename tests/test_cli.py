@@ -25,6 +25,7 @@ def test_train_json_last_line(capsys):
     (["--train-size", "10", "--batch-size", "20"], "batch_size B=20 is larger than train_size N=10"),
     (["--gemm", "tf32"], "--gemm tf32 runs perflab's CUDA kernels: it needs --backend cupy"),
     (["--overlap"], "--overlap overlaps an NCCL all-reduce with the backward pass: it needs --comm nccl"),
+    (["--comm", "cuda-mpi"], "--comm cuda-mpi needs --backend cupy"),
 ])
 def test_train_bad_values_exit_2_with_message(capsys, args, message):
     with pytest.raises(SystemExit) as info:

@@ -114,3 +114,20 @@ def test_nccl_on_the_cpu_is_refused(capsys):
     with pytest.raises(SystemExit) as info:
         main(["train", "--comm", "nccl", "--dataset", "synthetic"])
     assert info.value.code == 2 and "--comm nccl needs --backend cupy" in capsys.readouterr().err
+
+
+def test_cuda_aware_mpi_is_detected_from_the_library_itself():
+    from perflab import comm
+    ok, name = comm.cuda_aware_mpi()
+    assert isinstance(ok, bool) and name.startswith(("MPICH", "Open MPI", "Intel", "MVAPICH")), name
+
+
+def test_cuda_mpi_refused_where_the_library_is_not_cuda_aware(monkeypatch):
+    from perflab import comm
+    monkeypatch.setattr(comm, "cuda_aware_mpi", lambda: (False, "Some MPI 9.1"))
+    with pytest.raises(ValueError, match=r"needs a CUDA-aware MPI, and this one \(Some MPI 9.1\) says it is not"):
+        comm.require_cuda_aware_mpi()
+    monkeypatch.setattr(comm, "cuda_aware_mpi", lambda: (True, "Some MPI 9.1"))
+    comm.require_cuda_aware_mpi()  # no error
+    with pytest.raises(ValueError, match="needs --backend cupy"):
+        comm.with_strategy(comm.Serial(), "cuda-mpi")
