@@ -103,6 +103,7 @@ class MPIComm(Serial):
     def abort(self, code: int = 1):
         sys.stdout.flush()
         sys.stderr.flush()
+        time.sleep(0.5)  # let the process manager forward this rank's last words: Abort kills at once
         self.comm.Abort(code)
 
 
