@@ -64,9 +64,10 @@ def test_write_rows_appends_and_widens(tmp_path):
     assert table.c.isna().sum() == 2 and table.c.iloc[-1] == 6
 
 
-def test_bench_train_configs_are_validated(capsys):
+@pytest.mark.parametrize("bench", ["train", "step"])
+def test_bench_train_configs_are_validated(capsys, bench):
     with pytest.raises(SystemExit) as info:
-        main(["bench", "train", "--configs", "512x3200"])
+        main(["bench", bench, "--configs", "512x3200"])
     assert info.value.code == 2 and "expected H,B with two positive integers like 512,3200, got '512x3200'" in capsys.readouterr().err
 
 

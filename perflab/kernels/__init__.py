@@ -45,7 +45,9 @@ def config_name(variant: str, cfg: tuple) -> str:
     return f"{bm}x{bn}x{bk}_w{wm}x{wn}_t{tm}x{tn}_s{stages}_k{kv}_b{minb}"
 
 
+@functools.lru_cache(maxsize=None)
 def tile_configs(variant: str, T: str) -> dict[str, tuple]:
+    """name -> config tuple (cached: every gemm() call of a tile variant looks here; do not modify)."""
     if (variant, T) not in TILE_CONFIGS:
         raise KernelError(f"the {variant} GEMM has no {T} version (tf32 takes float32 only)")
     return {config_name(variant, c): c for c in TILE_CONFIGS[(variant, T)]}
@@ -98,11 +100,14 @@ def gemm_names(variant: str, T: str, config: str | None = None) -> tuple:
 
 @functools.lru_cache(maxsize=None)
 def gemm_function(variant: str, T: str, ta: bool, tb: bool, epi: int, config: str | None = None):
-    """(kernel, split-K reduction); cached, so each kernel is one lasting object per process."""
+    """(kernel, split-K reduction); cached, so each kernel is one lasting object per process.
+    A tile kernel is allowed its dynamic shared memory here, once: over 48 KiB needs asking."""
     mod = module(source_file(variant), gemm_names(variant, T, config))
     kernel = mod.get_function(kernel_name(variant, T, ta, tb, epi, config))
-    reduce = mod.get_function(f"gemm_splitk_reduce<{T},{epi}>") if variant in TILED_VARIANTS else None
-    return kernel, reduce
+    if variant not in TILED_VARIANTS:
+        return kernel, None
+    kernel.max_dynamic_shared_size_bytes = tile_launch(variant, T, config, ta, tb)[1]
+    return kernel, mod.get_function(f"gemm_splitk_reduce<{T},{epi}>")
 
 
 def instantiations() -> dict[str, tuple]:
@@ -141,6 +146,7 @@ def sm_count(device: int) -> int:
     return cupy().cuda.runtime.getDeviceProperties(device)["multiProcessorCount"]
 
 
+@functools.lru_cache(maxsize=None)
 def tile_launch(variant: str, T: str, config: str, ta: bool, tb: bool) -> tuple[int, int]:
     """(threads a block, dynamic shared bytes) of a tile config, as k_loop in gemm_best.cu lays
     them out: STAGES slots of both operand tiles in storage order, rows padded by 16 bytes."""
@@ -152,16 +158,6 @@ def tile_launch(variant: str, T: str, config: str, ta: bool, tb: bool) -> tuple[
     a_elems = bk * (bm + v) if ta else bm * (bk + v)
     b_elems = bn * (bk + v) if tb else bk * (bn + v)
     return (bm // wm) * (bn // wn) * 32, stages * item * (a_elems + b_elems)
-
-
-SHARED_ALLOWED: dict[int, int] = {}  # id(kernel) -> dynamic shared bytes it was allowed (kernels are cached)
-
-
-def allow_shared_memory(kernel, nbytes: int):
-    """Kernels may take over 48 KiB of dynamic shared memory only once told so (once per kernel)."""
-    if SHARED_ALLOWED.get(id(kernel), 0) < nbytes:
-        kernel.max_dynamic_shared_size_bytes = nbytes
-        SHARED_ALLOWED[id(kernel)] = nbytes
 
 
 TUNED: dict[tuple, tuple[str, int]] = {}  # (variant, T, M, N, K, ta, tb) -> (config, splits), from tune()
@@ -184,7 +180,7 @@ def tune(a, b, out, variant: str = "best", work=None, repeats: int = 5) -> tuple
     median of `repeats`) and remember the fastest for this shape, so later gemm() calls, also
     inside CUDA graph capture, use it. Outside capture only: it synchronizes. A shape tuned
     before returns its choice at once. `out` is overwritten."""
-    import statistics
+    from ..bench import time_ms
     cp = cupy()
     T = ctype(a.dtype)
     (M, K), N = a.shape, b.shape[1]
@@ -198,16 +194,7 @@ def tune(a, b, out, variant: str = "best", work=None, repeats: int = 5) -> tuple
             if splits > 1 and (K // splits < 64 or work is None or work.size < splits * M * N):
                 continue
             run = functools.partial(gemm, a, b, out=out, variant=variant, config=config, splits=splits, work=work)
-            run()
-            times = []
-            for _ in range(repeats):
-                start, stop = cp.cuda.Event(), cp.cuda.Event()
-                start.record()
-                run()
-                stop.record()
-                stop.synchronize()
-                times.append(cp.cuda.get_elapsed_time(start, stop))
-            timings[(config, splits)] = statistics.median(times)
+            timings[(config, splits)] = time_ms(cp, run, repeats=repeats, warmup=1)
     TUNED[key] = min(timings, key=timings.get)
     return TUNED[key]
 
@@ -264,7 +251,6 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, c=None, bias=None, variant: str = 
             work = cp.empty(splits * M * N, dtype=a.dtype)
         v = 16 // a.itemsize  # elements in a 16-byte chunk: vector copies need aligned rows
         vec = all(x.data.ptr % 16 == 0 and ld % v == 0 for x, ld in ((a, lda), (b, ldb)))
-        allow_shared_memory(kernel, smem)
         grid = (math.ceil(N / bn), math.ceil(M / bm), splits)
         kernel(grid, (threads,),
                (i32(M), i32(N), i32(K), scalar(alpha), a, i32(lda), b, i32(ldb), scalar(beta), cptr, i32(N), out,
