@@ -7,6 +7,7 @@
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 XLA_PYTHON_CLIENT_PREALLOCATE=false
 OUT=${OUT:-/tmp/perflab-out}; mkdir -p "$OUT"; P=${P:-2}
+RANKS="1"; for n in 2 4 8 16; do [ $n -le $P ] && RANKS="$RANKS $n"; done  # 1 2 4 ... P
 MPI="timeout ${LIMIT:-90} mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x NCCL_NVLS_ENABLE -x PERFLAB_GIT_COMMIT -x XLA_PYTHON_CLIENT_PREALLOCATE"
 SMALL="--dataset synthetic --input-size 97 --hidden-size 61 --num-classes 7 --train-size 517 --batch-size 100 --num-epochs 2 --learning-rate 0.5 --test-size 0"
 show() { python3 -c "import json,sys
@@ -30,14 +31,14 @@ for stage in $stages; do
     ceilings) LIMIT=150 $MPI -n $P python3 -m perflab ceilings --out "$OUT" 2>&1 | grep -v "^ *mpi_allreduce\|^ *nccl_allreduce.* 0\.0" | tail -30 ;;
     sweep)
       for mode in staged resident; do
-        LIMIT=200 $MPI -n $P python3 -m perflab sweep --name roofline --hidden 512 1024 2048 --per-rank-batch 3200 --ranks 1 $P \
+        LIMIT=300 $MPI -n $P python3 -m perflab sweep --name roofline --hidden 512 1024 2048 --per-rank-batch 3200 --ranks $RANKS \
           --backend cupy --mode $mode --gemm cublas --train-size 38400 --num-epochs 3 --out "$OUT" 2>&1 | tail -2
       done
       LIMIT=120 $MPI -n $P python3 -m perflab sweep --name roofline --hidden 512 --batch 800 12000 --ranks 1 \
         --backend cupy --mode staged --gemm cublas --train-size 38400 --num-epochs 3 --out "$OUT" 2>&1 | tail -2 ;;
     parallel)  # data against model parallel on the GPUs (REPORT.md "Data against model parallel")
       LIMIT=240 $MPI -n $P python3 -m perflab sweep --name parallel --parallel data model --hidden 512 2048 \
-        --per-rank-batch 800 3000 --ranks 1 $P --backend cupy --mode resident --train-size 60000 --num-epochs 3 --out "$OUT" 2>&1 | tail -2 ;;
+        --per-rank-batch 800 3000 --ranks $RANKS --backend cupy --mode resident --train-size 60000 --num-epochs 3 --out "$OUT" 2>&1 | tail -2 ;;
     bench)  # the single-GPU benchmarks on this machine's first GPU (bench train saves after each config)
       timeout 120 python3 -m perflab bench gemm --out "$OUT" 2>&1 | tail -3
       timeout 150 python3 -m perflab bench step --out "$OUT" 2>&1 | tail -14
@@ -45,7 +46,7 @@ for stage in $stages; do
         "torch.compile default" "torch.compile reduce-overhead" "pytorch cuda graph" "cublas 5-gemm floor" --out "$OUT" 2>&1 | tail -12 ;;
     scaling)
       for hb in "2048 3000"; do set -- $hb; H=$1; b=$2
-        for n in 1 $P; do
+        for n in $RANKS; do
           for mode in resident "resident --overlap" staged; do
             $MPI -n $n python3 -m perflab train --backend cupy --mode $mode --gemm cublas --dataset synthetic --hidden-size $H \
               --batch-size $((b*n)) --train-size 60000 --num-epochs 5 --test-size 0 --json 2>/dev/null | tail -1 |
