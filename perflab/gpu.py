@@ -80,9 +80,10 @@ class FusedGPU(Sequential):
         # fuse_backward: backward GEMMs 1 and 2, sigmoid' and the bias sums in one pass over a1.
         self.fuse_output = fuse_output and cfg.num_classes <= kernels.MAX_FUSED_CLASSES
         self.fuse_backward = fuse_backward and cfg.num_classes <= kernels.MAX_FUSED_CLASSES
-        # Graphs on one GPU only: a host-staged MPI exchange cannot be captured, and an NCCL
-        # all-reduce captured with CuPy hung on two H200, twice (results/nvidia-h200/nccl_graphs.log)
-        self.graphs = graphs and mode == "resident" and not cfg.shuffle and comm.size == 1
+        # On several GPUs the graph holds forward and backward only: the all-reduce and the update
+        # launch after it, one by one (an NCCL all-reduce captured with CuPy hung on two H200, twice:
+        # results/nvidia-h200/nccl_graphs.log; a host-staged MPI exchange cannot be captured at all)
+        self.graphs = graphs and mode == "resident" and not cfg.shuffle and not (overlap and comm.size > 1)
         D, H, C = cfg.layer_sizes
         dtype = np.dtype(cfg.dtype)
         host_params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed)
@@ -139,7 +140,19 @@ class FusedGPU(Sequential):
         return kernels.gemm(a, b, out=out, bias=bias, variant=self.variant, work=self.work)
 
     def step(self, Xb, yb, global_b: int, want_loss: bool):
-        """Enqueue one whole training step on the current stream (capturable)."""
+        """Enqueue one whole training step on the current stream."""
+        self.gradients(Xb, yb, global_b, want_loss)
+        self.exchange_and_update()
+
+    def exchange_and_update(self):
+        if self.comm.size > 1 and not self.overlap:
+            self.comm.allreduce(self.G)
+        with phase("step"):
+            kernels.sgd_update(self.P, self.G[:-1], self.cfg.learning_rate, self.ends, self.regs)
+
+    def gradients(self, Xb, yb, global_b: int, want_loss: bool):
+        """Enqueue forward and backward into G (capturable on one GPU; with --overlap, the
+        exchange of G's chunks too)."""
         cp = self.cp
         W1, b1, W2, b2 = self.params
         dW1, db1, dW2, db2 = self.grads
@@ -177,10 +190,6 @@ class FusedGPU(Sequential):
             else:
                 with phase("backward GEMM 3"):
                     self.gemm(da1, Xb.T, dW1)
-                if self.comm.size > 1:
-                    self.comm.allreduce(self.G)
-        with phase("step"):
-            kernels.sgd_update(self.P, self.G[:-1], self.cfg.learning_rate, self.ends, self.regs)
 
     def dW1_overlapped(self, da1, Xb, dW1):
         """Backward GEMM 3 in row chunks; the all-reduce of all other gradients (b1, W2, b2, the CE
@@ -217,16 +226,20 @@ class FusedGPU(Sequential):
             elif not self.graphs or profile.ACTIVE is not None:  # a graph cannot be timed phase by phase
                 self.step(self.X[:, part], self.y[part], global_b, want)
             else:
+                whole = self.comm.size == 1  # one GPU: the update is in the graph too
+                run = self.step if whole else self.gradients
                 key = (part.start, part.stop, want)
                 graph = self.cache.get(key)
                 if graph is None:
-                    saved = self.P.copy()  # a warm-up step loads every kernel before capture...
-                    self.step(self.X[:, part], self.y[part], global_b, want)
+                    saved = self.P.copy()  # a warm-up pass loads every kernel before capture...
+                    run(self.X[:, part], self.y[part], global_b, want)
                     self.P[...] = saved    # ...and is undone, so the replay below is the only step
                     self.stream.begin_capture()
-                    self.step(self.X[:, part], self.y[part], global_b, want)
+                    run(self.X[:, part], self.y[part], global_b, want)
                     graph = self.cache[key] = self.stream.end_capture()
                 graph.launch(self.stream)
+                if not whole:
+                    self.exchange_and_update()
         if not want:
             return None
         self.stream.synchronize()

@@ -1,10 +1,13 @@
-"""Multi-GPU peers for `perflab bench scaling`: PyTorch DDP and JAX with the batch sharded
-over the GPUs inside one jitted lax.scan. Same MLP, FP32, TF32 off, N samples an epoch split
-over p GPUs (each does N/p), b = B/p samples per GPU per step.
+"""Multi-GPU scaling in one harness: perflab's data-parallel trainer, PyTorch DDP, and JAX with
+the batch sharded over the GPUs inside one jitted lax.scan. Same MLP, FP32, TF32 off, N samples
+an epoch split over p GPUs (each does N/p), b = B/p samples per GPU per step; each timed as the
+median of REPEATS epochs after WARMUP (the first epochs on several GPUs pay NCCL's set-up and
+clock ramps: 1.9 s, then 48 ms, then 3.8 ms on four H200).
 
-    mpirun -n P python -m perflab.peers_multi ddp H b N      (one process a GPU)
-    python -m perflab.peers_multi jax H b N P                  (one process, P GPUs)
-Each prints one JSON line {"peer", "p", "epoch_ms"} (rank 0 only for DDP).
+    mpirun -n P python -m perflab.peers_multi perflab H b N [staged] [overlap] [no-graphs]
+    mpirun -n P python -m perflab.peers_multi ddp H b N        (one process a GPU)
+    python -m perflab.peers_multi jax H b N P                    (one process, P GPUs)
+Each prints one JSON line {"peer", "H", "b", "p", "epoch_ms"} (from rank 0).
 """
 from __future__ import annotations
 
@@ -16,8 +19,53 @@ import numpy as np
 
 from .peers import initial, timed_epochs
 
+WARMUP, REPEATS = 3, 7
+PERFLAB_FLAGS = ("staged", "overlap", "no-graphs")
 
-def ddp(H: int, b: int, N: int, lr=0.1, reg=1e-4, warmup=2, repeats=5):
+
+def perflab_name(flags) -> str:
+    """'perflab resident', 'perflab resident, overlap', 'perflab staged': the labels the report reads."""
+    mode = "staged" if "staged" in flags else "resident"
+    return ", ".join([f"perflab {mode}", *(f.replace("-", " ") for f in flags if f != "staged")])
+
+
+def perflab(H: int, b: int, N: int, *flags: str, lr=0.1, reg=1e-4, warmup=WARMUP, repeats=REPEATS):
+    """perflab's fused data-parallel trainer, NCCL (host MPI when staged), one process a GPU."""
+    from mpi4py import MPI
+
+    from .comm import MPIComm, for_gpu
+    from .config import Config
+    from .gpu import FusedGPU, select_device
+    odd = [f for f in flags if f not in PERFLAB_FLAGS]
+    if odd:
+        raise SystemExit(f"unknown perflab flag(s) {odd}; allowed: {PERFLAB_FLAGS}")
+    world = MPIComm(MPI.COMM_WORLD)
+    select_device(world)
+    staged = "staged" in flags
+    comm = for_gpu(world, "mpi" if staged else "nccl")
+    B = b * world.size
+    cfg = Config(dataset="synthetic", input_size=784, hidden_sizes=(H,), num_classes=10, train_size=N,
+                 batch_size=B, learning_rate=lr, reg=reg, dtype="float32", test_size=0)
+    rng = np.random.default_rng(0)
+    X = np.asfortranarray(rng.random((N, 784), dtype=np.float32).T)  # D x N, as perflab keeps it
+    y = rng.integers(0, 10, N)
+    trainer = FusedGPU(cfg, X, y, comm, "staged" if staged else "resident", "cublas", graphs="no-graphs" not in flags,
+                       overlap="overlap" in flags)
+    trainer.want_loss = False
+    slices = [slice(s, min(s + B, N)) for s in range(0, N, B)]
+
+    def epoch():
+        for s in slices:
+            trainer.batch(s)
+
+    def sync():
+        trainer.sync()
+        world.comm.Barrier()
+    ms = timed_epochs(epoch, sync, warmup, repeats)
+    return ms if world.rank == 0 else None
+
+
+def ddp(H: int, b: int, N: int, lr=0.1, reg=1e-4, warmup=WARMUP, repeats=REPEATS):
     import torch
     import torch.distributed as dist
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", 0)))
@@ -60,7 +108,7 @@ def ddp(H: int, b: int, N: int, lr=0.1, reg=1e-4, warmup=2, repeats=5):
     return ms if rank == 0 else None
 
 
-def jax_sharded(H: int, b: int, N: int, p: int, lr=0.1, reg=1e-4, warmup=2, repeats=5):
+def jax_sharded(H: int, b: int, N: int, p: int, lr=0.1, reg=1e-4, warmup=WARMUP, repeats=REPEATS):
     import jax
     import jax.numpy as jnp
     from jax.sharding import Mesh, NamedSharding
@@ -94,12 +142,14 @@ def jax_sharded(H: int, b: int, N: int, p: int, lr=0.1, reg=1e-4, warmup=2, repe
 
 
 if __name__ == "__main__":
-    kind, *numbers = sys.argv[1:]
-    if kind == "ddp":
-        ms = ddp(*map(int, numbers))
-        p = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", 1)))
+    kind, *args = sys.argv[1:]
+    p = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", 1)))  # the MPI launchers' world size
+    if kind == "perflab":
+        H, b, N, *flags = args
+        ms, kind = perflab(int(H), int(b), int(N), *flags), perflab_name(flags)
+    elif kind == "ddp":
+        ms, kind = ddp(*map(int, args)), "pytorch ddp"
     else:
-        ms = jax_sharded(*map(int, numbers))
-        p = int(numbers[3])
+        ms, p, kind = jax_sharded(*map(int, args)), int(args[3]), "jax sharded scan"
     if ms is not None:
-        print(json.dumps({"peer": "pytorch ddp" if kind == "ddp" else "jax sharded scan", "p": p, "epoch_ms": ms}))
+        print(json.dumps({"peer": kind, "H": int(args[0]), "b": int(args[1]), "p": p, "epoch_ms": ms}))

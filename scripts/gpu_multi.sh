@@ -44,13 +44,11 @@ for stage in $stages; do
       timeout 150 python3 -m perflab bench step --out "$OUT" 2>&1 | tail -14
       timeout 400 python3 -m perflab bench train --peers perflab "perflab (backward unfused)" "jax scan epoch" \
         "torch.compile default" "torch.compile reduce-overhead" "pytorch cuda graph" "cublas 5-gemm floor" --out "$OUT" 2>&1 | tail -12 ;;
-    scaling)
+    scaling)  # every peer in one harness (perflab.peers_multi): same warm-up, median of the same epochs
       for hb in "2048 3000"; do set -- $hb; H=$1; b=$2
         for n in $RANKS; do
-          for mode in resident "resident --overlap" staged; do
-            $MPI -n $n python3 -m perflab train --backend cupy --mode $mode --gemm cublas --dataset synthetic --hidden-size $H \
-              --batch-size $((b*n)) --train-size 60000 --num-epochs 5 --test-size 0 --json 2>/dev/null | tail -1 |
-              python3 -c "import json,sys; d=json.load(sys.stdin); print(json.dumps({'peer': 'perflab ${mode/ --/, }', 'H': $H, 'b': $b, 'p': $n, 'epoch_ms': 1e3*d['epoch_seconds']}))"
+          for flags in "" overlap no-graphs staged; do
+            $MPI -n $n python3 -m perflab.peers_multi perflab $H $b 60000 $flags 2>/dev/null | tail -1
           done
           $MPI -n $n python3 -m perflab.peers_multi ddp $H $b 60000 2>/dev/null | tail -1
           timeout 120 python3 -m perflab.peers_multi jax $H $b 60000 $n 2>/dev/null | tail -1
