@@ -195,3 +195,116 @@ def step_breakdown(H: int = 2048, B: int = 12000, dtype: str = "float32", repeat
         rows.append({"kernel": name, "H": H, "B": B, "dtype": dtype, "ms": ms, "bytes": nbytes,
                      "gbps": nbytes / ms / 1e6, "pct_copy_rate": 100 * nbytes / (ms * 1e-3) / copy_rate})
     return rows
+
+
+ALLREDUCE_SIZES = (1 << 16, 1 << 20, 4 * (785 * 512 + 512 * 10 + 11), 4 * (785 * 2048 + 2048 * 10 + 11), 1 << 24, 1 << 26)
+# (the 3rd and 4th: the gradient buffers of H=512 and H=2048, with the loss slot)
+
+
+def bench_allreduce(comm, sizes=ALLREDUCE_SIZES, calls: int = 10, repeats: int = 10) -> list[dict]:
+    """The gradient all-reduce of one float32 device buffer, three ways side by side: perflab's
+    NCCL (CuPy's binding, what training uses), perflab's host-staged MPI (device -> host,
+    MPI_Allreduce, host -> device) and PyTorch's torch.distributed NCCL. NCCL paths: CUDA events
+    around `calls` back-to-back all-reduces, median of `repeats`; the staged path blocks the host,
+    so it is timed on the host. Rows on rank 0 only (every rank takes part)."""
+    import time
+
+    import cupy as cp
+
+    from .comm import NCCLComm
+    from .gpu import select_device
+    local = select_device(comm)
+    nccl = NCCLComm(comm)
+    stream = cp.cuda.Stream(non_blocking=True)
+
+    def events_ms(call, record, elapsed):
+        for _ in range(2):
+            call()
+        times = []
+        for _ in range(repeats):
+            comm.barrier()
+            start = record()
+            for _ in range(calls):
+                call()
+            stop = record()
+            times.append(elapsed(start, stop) / calls)
+        return statistics.median(times)
+
+    def cupy_record():
+        event = cp.cuda.Event()
+        event.record(stream)
+        return event
+
+    def cupy_elapsed(start, stop):
+        stop.synchronize()
+        return cp.cuda.get_elapsed_time(start, stop)
+
+    impls = {}
+    for size in sizes:
+        buf = cp.ones(size // 4, cp.float32)
+        host = np.empty(size // 4, np.float32)
+
+        def perflab_nccl():
+            nccl.communicator.allReduce(buf.data.ptr, buf.data.ptr, buf.size, nccl.types["float32"], nccl.nccl.NCCL_SUM,
+                                        stream.ptr)
+
+        def perflab_staged():
+            buf.get(stream=stream, out=host)
+            stream.synchronize()
+            comm.comm.Allreduce(comm.MPI.IN_PLACE, host, op=comm.MPI.SUM)
+            buf.set(host, stream=stream)
+            stream.synchronize()
+        impls.setdefault(size, {})["perflab nccl"] = events_ms(perflab_nccl, cupy_record, cupy_elapsed)
+        perflab_staged()
+        staged = []
+        for _ in range(repeats):
+            comm.barrier()
+            start = time.perf_counter()
+            perflab_staged()
+            staged.append(1e3 * (time.perf_counter() - start))
+        impls[size]["perflab staged mpi"] = statistics.median(staged)
+    impls_torch = torch_allreduce(comm, local, sizes, events_ms)
+    rows = []
+    for size in sizes:
+        got = {**impls[size], **impls_torch.get(size, {})}
+        best_peer = min((ms for name, ms in got.items() if not name.startswith("perflab")), default=float("nan"))
+        for name, ms in got.items():
+            rows.append({"impl": name, "size_bytes": size, "ranks": comm.size, "ms": ms,
+                         "bus_GBps": 2 * (comm.size - 1) / comm.size * size / (ms * 1e-3) / 1e9,
+                         "ratio_to_best_peer": ms / best_peer})
+    return rows if comm.rank == 0 else []
+
+
+def torch_allreduce(comm, local_rank: int, sizes, events_ms) -> dict:
+    """{size: {"torch.distributed nccl": ms}}, or {} where PyTorch is missing (said on rank 0)."""
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError as exc:
+        if comm.rank == 0:
+            print(f"peer skipped: torch.distributed ({exc})")
+        return {}
+    torch.cuda.set_device(local_rank)
+    port = comm.comm.bcast(29600 + np.random.default_rng().integers(0, 300) if comm.rank == 0 else None, root=0)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=comm.rank, world_size=comm.size)
+    stream = torch.cuda.Stream()
+
+    def record():
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(stream)
+        return event
+
+    def elapsed(start, stop):
+        stop.synchronize()
+        return start.elapsed_time(stop)
+    out = {}
+    for size in sizes:
+        buf = torch.ones(size // 4, dtype=torch.float32, device="cuda")
+        torch.cuda.synchronize()
+
+        def call():
+            with torch.cuda.stream(stream):
+                dist.all_reduce(buf)
+        out[size] = {"torch.distributed nccl": events_ms(call, record, elapsed)}
+    dist.destroy_process_group()
+    return out

@@ -233,6 +233,24 @@ def cmd_bench_train(args, comm) -> dict:
     return {"rows": rows, "saved": saved}
 
 
+def cmd_bench_allreduce(args, comm) -> dict:
+    from . import bench
+    from .backend import cupy_or_none
+    if comm.size < 2:
+        raise CLIError(f"bench allreduce needs several ranks, one per GPU: mpirun -n P perflab bench allreduce "
+                       f"(P >= 2); got {comm.size} rank")
+    if cupy_or_none() is None:
+        raise CLIError("bench allreduce times GPU buffers: it needs CuPy and one GPU per rank")
+    rows = bench.bench_allreduce(comm, sizes=args.sizes, repeats=args.repeats)
+    if comm.rank != 0:
+        return {"rows": rows}
+    saved = save_rows(f"bench_allreduce_p{comm.size}", rows, args.out)
+    if not args.json:
+        import pandas as pd
+        print(pd.DataFrame(rows).pivot_table(index="size_bytes", columns="impl", values="ms").round(4).to_string())
+    return {"rows": rows, "saved": saved}
+
+
 def cmd_bench_step(args, comm) -> dict:
     from . import bench
     rows = [row for H, B in args.configs for row in bench.step_breakdown(H, B)]
@@ -538,6 +556,17 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--configs", nargs="+", type=hidden_batch, default=[(512, 3200), (2048, 12000)], metavar="H,B")
     outputs(b)
     b.set_defaults(run=cmd_bench_step)
+
+    from .bench import ALLREDUCE_SIZES
+    b = bsub.add_parser("allreduce", help="the gradient all-reduce: perflab's NCCL and staged MPI beside torch.distributed",
+                        description="Run under mpirun, one rank per GPU. Device ms of one float32 all-reduce (CUDA events "
+                                    "around 10 back-to-back calls, median) through perflab's NCCL, perflab's host-staged "
+                                    "MPI (host-timed) and torch.distributed's NCCL, with bus bandwidth and the ratio to the "
+                                    "fastest peer; writes results/<machine>/bench_allreduce_p<P>.csv.")
+    b.add_argument("--sizes", nargs="+", type=positive, default=list(ALLREDUCE_SIZES), metavar="BYTES")
+    b.add_argument("--repeats", type=positive, default=10)
+    outputs(b)
+    b.set_defaults(run=cmd_bench_allreduce)
 
     p = sub.add_parser("data", help="datasets: fetch the IDX files for users who lack them")
     dsub = p.add_subparsers(dest="data_command", required=True, metavar="ACTION")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call on a several-GPU machine: multi-GPU checks, ceilings, roofline sweep, scaling,
-# data against model parallel, and the single-GPU benchmarks (stages: info check ceilings sweep
-# scaling parallel bench).
+# data against model parallel, the all-reduce bench, and the single-GPU benchmarks (stages: info check
+# ceilings sweep scaling parallel allreduce bench).
 # Every command has a time limit, so one hang cannot eat the call. Usage:
 #   OUT=/tmp/out P=2 bash scripts/gpu_multi.sh [stage...]
 set -uo pipefail
@@ -28,6 +28,7 @@ for stage in $stages; do
         tail -2 "$OUT/err.txt" | cut -c1-300
       done 2>&1 | tee "$OUT/gpu_check_multi.log"
       $MPI -n $P python3 -m perflab check --backend cupy --dtype float32 --test-size 0 --json 2>/dev/null | show "p=$P seeds MNIST float32" | tee -a "$OUT/gpu_check_multi.log" ;;
+    allreduce) LIMIT=150 $MPI -n $P python3 -m perflab bench allreduce --out "$OUT" 2>&1 | tail -12 ;;
     ceilings) LIMIT=150 $MPI -n $P python3 -m perflab ceilings --out "$OUT" 2>&1 | grep -v "^ *mpi_allreduce\|^ *nccl_allreduce.* 0\.0" | tail -30 ;;
     sweep)
       for mode in staged resident; do

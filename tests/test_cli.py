@@ -71,6 +71,12 @@ def test_bench_train_configs_are_validated(capsys, bench):
     assert info.value.code == 2 and "expected H,B with two positive integers like 512,3200, got '512x3200'" in capsys.readouterr().err
 
 
+def test_bench_allreduce_needs_several_ranks(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["bench", "allreduce"])
+    assert info.value.code == 2 and "bench allreduce needs several ranks, one per GPU" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, message", [
     (["sweep", "--ranks", "0"], "argument --ranks: expected a positive integer, got '0'"),
     (["sweep", "--hidden", "big"], "argument --hidden: expected a positive integer, got 'big'"),

@@ -131,3 +131,8 @@ def test_cuda_mpi_refused_where_the_library_is_not_cuda_aware(monkeypatch):
     comm.require_cuda_aware_mpi()  # no error
     with pytest.raises(ValueError, match="needs --backend cupy"):
         comm.with_strategy(comm.Serial(), "cuda-mpi")
+
+
+def test_bench_allreduce_needs_gpus_named():
+    proc = mpirun(2, "bench", "allreduce", timeout=60)
+    assert proc.returncode == 2 and "bench allreduce times GPU buffers: it needs CuPy" in proc.stderr
