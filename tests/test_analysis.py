@@ -65,3 +65,43 @@ def test_epoch_predicted_as_the_sum_of_its_kernels():
     assert table.loc["perflab", "predicted_epoch_ms"] == 15.0  # (1.0 + 0.5) ms x 1000 / 100 steps
     assert table.loc["perflab (backward unfused)", "predicted_epoch_ms"] == 17.5
     assert abs(table.loc["perflab", "error"] + 1 / 16) < 1e-12
+
+
+def write_result(folder, name, rows, meta):
+    import json
+
+    import pandas as pd
+    folder.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(folder / f"{name}.csv", index=False)
+    (folder / f"{name}.json").write_text(json.dumps({"git_commit": "abc", "date": "today", **meta}))
+
+
+def test_allreduce_section_ratios(tmp_path, monkeypatch):
+    from perflab import report
+    rows = [{"impl": impl, "size_bytes": size, "ranks": 2, "ms": ms} for size, impl, ms in
+            [(1024, "perflab nccl", 0.01), (1024, "perflab staged mpi", 0.3), (1024, "torch.distributed nccl", 0.04),
+             (4096, "perflab nccl", 0.02), (4096, "perflab staged mpi", 1.0), (4096, "torch.distributed nccl", 0.02)]]
+    write_result(tmp_path / "gpu-box", "bench_allreduce_p2", rows, {"gpu": "test gpu"})
+    monkeypatch.setattr(report, "RESULTS_ROOT", tmp_path)
+    text = "\n".join(report.allreduce_section())
+    assert "| 1024 | 0.01 | 0.3 | 0.04 | 0.25 |" in text and "| 4096 | 0.02 | 1 | 0.02 | 1 |" in text
+    assert "is 40 times NCCL's median" in text  # median of 30 and 50
+
+
+def test_prediction_checked_against_gpu_parallel_runs(tmp_path, monkeypatch):
+    import json
+
+    from perflab import report
+    (tmp_path / "predictions").mkdir()
+    pred = [{"parallel": par, "H": 64, "b": 100, "p": p, "epoch_ms": ms} for par, p, ms in
+            [("data", 1, 10.0), ("data", 2, 5.5), ("data", 4, 3.0), ("model", 2, 5.0), ("model", 4, 2.0)]]
+    (tmp_path / "predictions" / "p8.json").write_text(json.dumps({"rows": pred}))
+    measured = [{"parallel": par, "H": 64, "B": 100 * p, "p": p, "epoch_seconds": s, "bytes_mpi": 1e3} for par, p, s in
+                [("data", 1, 0.010), ("data", 2, 0.005), ("data", 4, 0.003), ("model", 1, 0.030), ("model", 2, 0.010)]]
+    write_result(tmp_path / "gpu-box", "parallel", measured, {"gpu": "test gpu"})
+    monkeypatch.setattr(report, "RESULTS_ROOT", tmp_path)
+    text = "\n".join(report.prediction_check_section())
+    assert "| data | 64 | 100 | 2 | 5.5 | 5 | 0.1 |" in text and "| model | 64 | 100 | 2 | 5 | 10 | -0.5 |" in text
+    assert "Median |error| data parallel 5%, model parallel 50%" in text  # (10% + 0%) / 2; model p=4 unmeasured
+    assert "already 3.0 to 3.0 times slower at p=1" in text
+    assert "Not measured" in "\n".join(report.parallel_section()) and "H=64 b=100 p=4" in "\n".join(report.parallel_section())
