@@ -67,7 +67,7 @@ class FusedGPU(Sequential):
     name = "data"
 
     def __init__(self, cfg: Config, X, y, comm, mode="resident", gemm="cublas", graphs=True, pinned=False,
-                 fuse_output=False, fuse_backward=True, overlap=False, overlap_chunks=4):
+                 fuse_output=True, fuse_backward=True, overlap=False, overlap_chunks=4):
         import cupy as cp
         if len(cfg.hidden_sizes) != 1:
             raise GPUError("the fused GPU trainer takes one hidden layer; use --gemm cublas-generic for deeper nets")
@@ -75,11 +75,11 @@ class FusedGPU(Sequential):
             raise GPUError(f"--mode must be one of {MODES}, got {mode!r}")
         check_batch_split(cfg, comm.size)
         self.cp, self.cfg, self.comm, self.mode, self.variant = cp, cfg, comm, mode, gemm
-        # fuse_output (forward GEMM 2 + softmax in one kernel) is off by default: on an H100 it ran
-        # slower than cuBLAS's skinny GEMM plus softmax (results/nvidia-h100-80gb-hbm3/bench_train*.csv).
         # fuse_backward: backward GEMMs 1 and 2, sigmoid' and the bias sums in one pass over a1.
-        self.fuse_output = fuse_output and cfg.num_classes <= kernels.MAX_FUSED_CLASSES
+        # fuse_output (with fuse_backward): GEMM 1 leaves z1 = W1 X; bias + sigmoid, forward GEMM 2 and
+        # softmax are one pass over z1, and the fused backward makes a1 from z1 again: a1 is never stored.
         self.fuse_backward = fuse_backward and cfg.num_classes <= kernels.MAX_FUSED_CLASSES
+        self.fuse_output = fuse_output and self.fuse_backward
         # On several GPUs the graph holds forward and backward only: the all-reduce and the update
         # launch after it, one by one (an NCCL all-reduce captured with CuPy hung on two H200, twice:
         # results/nvidia-h200/nccl_graphs.log; a host-staged MPI exchange cannot be captured at all)
@@ -164,18 +164,19 @@ class FusedGPU(Sequential):
         fused_backward = self.fuse_backward and not profile.ACTIVE
         ce = self.ce[:n] if want_loss else None
         with phase("forward"):
-            with phase("forward GEMM 1"):
-                self.gemm(W1, Xb, a1, bias=b1)          # + bias + sigmoid (in the epilogue)
-            if fused:  # forward GEMM 2 + softmax + delta in one pass over a1
-                kernels.output_layer(W2, b2, a1, yb, delta, global_b, ce)
+            if fused:  # a1 holds z1; bias + sigmoid + forward GEMM 2 + softmax + delta in one pass over it
+                self.gemm(W1, Xb, a1)
+                kernels.output_layer(W2, b2, a1, yb, delta, global_b, ce, b1=b1)
             else:
+                with phase("forward GEMM 1"):
+                    self.gemm(W1, Xb, a1, bias=b1)          # + bias + sigmoid (in the epilogue)
                 with phase("forward GEMM 2"):
                     self.gemm(W2, a1, z2)
                 kernels.softmax_xent_grad(z2, b2, yb, delta, global_b, ce)
         with phase("backward"):
             kernels.row_sum(delta, db2)
             if fused_backward:  # backward GEMMs 1 and 2 + sigmoid' + db1 in one pass over a1
-                kernels.output_backward(W2, delta, a1, da1, dW2, db1, self.part)
+                kernels.output_backward(W2, delta, a1, da1, dW2, db1, self.part, b1=b1 if fused else None)
             else:
                 with phase("backward GEMM 1"):
                     self.gemm(delta, a1.T, dW2)

@@ -143,7 +143,7 @@ def train_peers(bench):
 
 def step_breakdown(steps):
     """Where a training step's time goes: the kernels perflab runs (stacked), beside the
-    unfused kernels its fused backward replaces, one bar pair per (H, B) (`perflab bench step`)."""
+    unfused kernels its fused ones replace, one bar pair per (H, B) (`perflab bench step`)."""
     import matplotlib.pyplot as plt
     fig, ax = new_figure(7.5, 4.5)
     names = list(dict.fromkeys(steps.kernel.str.replace("unfused: ", "", regex=False)))
@@ -151,7 +151,7 @@ def step_breakdown(steps):
     labels, shown = [], set()
     for i, ((H, B), group) in enumerate(steps.groupby(["H", "B"])):
         for j, unfused in enumerate((False, True)):
-            drop = "fused backward" if unfused else "unfused"  # unfused: what runs instead of the fused kernel
+            drop = "fused" if unfused else "unfused"  # unfused: what runs instead of the fused kernels
             left = 0.0
             for row in group[~group.kernel.str.startswith(drop)].itertuples():
                 name = row.kernel.replace("unfused: ", "")

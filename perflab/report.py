@@ -105,7 +105,9 @@ def step_prediction(steps, train):
     import pandas as pd
     rows = []
     for (H, B), group in steps.groupby(["H", "B"]):
-        for peer, drop in (("perflab", "unfused"), ("perflab (backward unfused)", "fused backward")):
+        # the unfused step: every kernel but the fused ones (named "perflab (backward unfused)" before
+        # the forward pass was fused too)
+        for peer, drop in (("perflab", "unfused"), ("perflab (unfused)", "fused"), ("perflab (backward unfused)", "fused")):
             measured = train[(train.H == H) & (train.B == B) & (train.peer == peer)]
             if not len(measured):
                 continue

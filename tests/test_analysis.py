@@ -57,14 +57,14 @@ def test_epoch_predicted_as_the_sum_of_its_kernels():
 
     from perflab import report
     steps = pd.DataFrame([{"H": 8, "B": 100, "kernel": k, "ms": ms} for k, ms in
-                          [("forward GEMM 1", 1.0), ("fused backward: dz1", 0.5), ("unfused: sigmoid'", 0.25),
-                           ("unfused: db1 row sums", 0.5)]])
+                          [("forward GEMM 1", 1.0), ("fused forward: softmax", 0.25), ("fused backward: dz1", 0.5),
+                           ("unfused: sigmoid'", 0.25), ("unfused: db1 row sums", 0.5)]])
     train = pd.DataFrame([{"H": 8, "B": 100, "N": 1000, "peer": "perflab", "epoch_ms": 16.0},
-                          {"H": 8, "B": 100, "N": 1000, "peer": "perflab (backward unfused)", "epoch_ms": 17.5}])
+                          {"H": 8, "B": 100, "N": 1000, "peer": "perflab (unfused)", "epoch_ms": 17.5}])
     table = report.step_prediction(steps, train).set_index("step")
-    assert table.loc["perflab", "predicted_epoch_ms"] == 15.0  # (1.0 + 0.5) ms x 1000 / 100 steps
-    assert table.loc["perflab (backward unfused)", "predicted_epoch_ms"] == 17.5
-    assert abs(table.loc["perflab", "error"] + 1 / 16) < 1e-12
+    assert table.loc["perflab", "predicted_epoch_ms"] == 17.5  # (1.0 + 0.25 + 0.5) ms x 1000 / 100 steps
+    assert table.loc["perflab (unfused)", "predicted_epoch_ms"] == 17.5  # no kernel named "fused ..."
+    assert abs(table.loc["perflab", "error"] - 1.5 / 16) < 1e-12
 
 
 def write_result(folder, name, rows, meta):

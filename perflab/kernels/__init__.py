@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 i32, u64 = np.int32, np.uint64  # kernel arguments must carry their C types (int, size_t)
+NULL = u64(0)  # a null pointer argument (an optional input left out)
 
 KERNEL_DIR = Path(__file__).resolve().parent
 GEMM_VARIANTS = ("naive", "tiled", "regblock", "best", "tf32", "cublas")
@@ -314,14 +315,15 @@ def cublas_gemm(M, N, K, alpha, a, ta, lda, b, tb, ldb, beta, out):
 
 # ------------------------------------------------------------------ fused elementwise steps
 ELEMENTWISE = ("bias_sigmoid", "add_bias", "softmax_xent_grad", "sigmoid_backward", "row_sum", "sgd_update",
-               "output_layer", "output_backward_reduce")
+               "output_backward_reduce")
 MAX_FUSED_CLASSES = 16  # output_layer and output_backward keep C values per thread in registers
-CLASS_BOUNDS = (4, 10, 16)  # output_backward is compiled for these C bounds (the smallest that fits is used)
+CLASS_BOUNDS = (4, 10, 16)  # both are compiled for these C bounds (the smallest that fits is used)
 BW_ROWS, BW_COLS = 2, 512  # output_backward: rows per warp (8 warps a block), columns a block, as in elementwise.cu
 
 
 def elementwise_names(T: str) -> tuple:
-    return tuple(f"{k}<{T}>" for k in ELEMENTWISE) + tuple(f"output_backward<{T},{c}>" for c in CLASS_BOUNDS)
+    return tuple(f"{k}<{T}>" for k in ELEMENTWISE) + tuple(f"{kernel}<{T},{c}>" for kernel in ("output_forward", "output_backward")
+                                                           for c in CLASS_BOUNDS)
 
 
 def elementwise(name: str, dtype):
@@ -368,16 +370,22 @@ def row_sum(x, out):
     return out
 
 
-def output_layer(W2, b2, a1, y, delta, norm, ce=None):
-    """delta <- (softmax(W2 a1 + b2) - onehot(y)) / norm in one pass over a1 (C <= 16)."""
+def class_bound(C: int, kernel: str) -> int:
+    if C > MAX_FUSED_CLASSES:
+        raise KernelError(f"{kernel} takes at most {MAX_FUSED_CLASSES} classes, got C={C}")
+    return next(c for c in CLASS_BOUNDS if c >= C)
+
+
+def output_layer(W2, b2, a1, y, delta, norm, ce=None, b1=None):
+    """delta <- (softmax(W2 a1 + b2) - onehot(y)) / norm in one pass over a1 (C <= 16). With b1,
+    the buffer holds z1 and a1 = sigmoid(z1 + b1) is made on load (never stored)."""
     C, H = W2.shape
     n = a1.shape[1]
-    if C > MAX_FUSED_CLASSES:
-        raise KernelError(f"output_layer takes at most {MAX_FUSED_CLASSES} classes, got C={C}")
-    elementwise("output_layer", a1.dtype)(
-        (max(1, math.ceil(n / 16)),), (16, 16),
-        (W2, b2, a1, y, delta, delta if ce is None else ce, i32(ce is not None), i32(C), i32(H), i32(n),
-         a1.dtype.type(1 / norm)))
+    bound = class_bound(C, "output_layer")
+    elementwise(f"output_forward<{ctype(a1.dtype)},{bound}>", a1.dtype)(
+        (max(1, math.ceil(n / 32)),), (256,),
+        (W2, b2, a1, b1 if b1 is not None else NULL, y, delta, delta if ce is None else ce, i32(ce is not None), i32(C),
+         i32(H), i32(n), a1.dtype.type(1 / norm)))
     return delta
 
 
@@ -386,20 +394,19 @@ def output_backward_partials(H: int, n: int, C: int) -> int:
     return math.ceil(n / BW_COLS) * (C + 1) * H
 
 
-def output_backward(W2, delta, a1, dz1, dW2, db1, part):
+def output_backward(W2, delta, a1, dz1, dW2, db1, part, b1=None):
     """dz1 <- (W2^T delta) o a1 o (1 - a1), dW2 <- delta a1^T, db1 <- row sums of dz1: one pass
-    over a1 and a fixed-order reduction (C <= 16; part: output_backward_partials elements)."""
+    over a1 and a fixed-order reduction (C <= 16; part: output_backward_partials elements).
+    With b1, the buffer holds z1 and a1 = sigmoid(z1 + b1) is made on load."""
     C, H = W2.shape
     n = a1.shape[1]
-    if C > MAX_FUSED_CLASSES:
-        raise KernelError(f"output_backward takes at most {MAX_FUSED_CLASSES} classes, got C={C}")
+    bound = class_bound(C, "output_backward")
     nb = math.ceil(n / BW_COLS)
     if part.size < nb * (C + 1) * H:
         raise KernelError(f"output_backward needs a workspace of {nb * (C + 1) * H} elements, got {part.size}")
-    bound = next(c for c in CLASS_BOUNDS if c >= C)
-    T = ctype(a1.dtype)
-    elementwise(f"output_backward<{T},{bound}>", a1.dtype)(
-        (nb, math.ceil(H / (8 * BW_ROWS))), (256,), (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n)))
+    elementwise(f"output_backward<{ctype(a1.dtype)},{bound}>", a1.dtype)(
+        (nb, math.ceil(H / (8 * BW_ROWS))), (256,),
+        (W2, delta, a1, b1 if b1 is not None else NULL, dz1, part, i32(C), i32(H), i32(n)))
     elementwise("output_backward_reduce", a1.dtype)(blocks((C + 1) * H), (256,),
                                                     (part, dW2, db1, i32(C), i32(H), i32(nb)))
     return dz1
