@@ -215,7 +215,7 @@ def test_fused_output_layer_and_backward(rng, dtype, C, H, n, preactivation):
     z1 = np.log(a1 / (1 - a1)) - b1[:, None]  # sigmoid(z1 + b1) = a1
     given, bias = (dev(z1), dev(b1)) if preactivation else (dev(a1), None)
     if preactivation:  # the kernels see z1 in float32 too: compare with the a1 that rounding makes
-        a1 = model.sigmoid(z1.astype(dtype).astype(np.float64) + b1.astype(dtype))
+        a1 = model.sigmoid(z1.astype(dtype).astype(np.float64) + b1.astype(dtype)[:, None])
     delta, ce = cp.full((C, n), np.nan, dtype), cp.full(n, np.nan, dtype)
     kernels.output_layer(dev(W2), dev(b2), given, cp.asarray(y), delta, 3 * n, ce, b1=bias)
     yhat = model.softmax(W2 @ a1 + b2[:, None])
