@@ -105,9 +105,10 @@ def step_prediction(steps, train):
     import pandas as pd
     rows = []
     for (H, B), group in steps.groupby(["H", "B"]):
-        # the unfused step: every kernel but the fused ones (named "perflab (backward unfused)" before
-        # the forward pass was fused too)
-        for peer, drop in (("perflab", "unfused"), ("perflab (unfused)", "fused"), ("perflab (backward unfused)", "fused")):
+        # the unfused step runs every kernel but the fused ones (its peer was named "perflab (backward
+        # unfused)" in earlier files); "option: " kernels are in neither step
+        for peer, drop in (("perflab", ("unfused", "option")), ("perflab (unfused)", ("fused", "option")),
+                           ("perflab (backward unfused)", ("fused", "option"))):
             measured = train[(train.H == H) & (train.B == B) & (train.peer == peer)]
             if not len(measured):
                 continue

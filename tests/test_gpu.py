@@ -253,5 +253,23 @@ def test_profiled_gpu_run_takes_the_unfused_path_and_matches():
 def test_step_breakdown_times_every_kernel():
     from perflab import bench
     rows = bench.step_breakdown(H=37, B=101, repeats=3)
-    assert len(rows) == 13 and len({r["kernel"] for r in rows}) == 13
+    assert len(rows) == 14 and len({r["kernel"] for r in rows}) == 14
     assert all(r["ms"] > 0 and r["gbps"] > 0 for r in rows)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_gpu_training_with_the_forward_pass_fused_matches_reference(dtype):
+    from perflab import data, train
+    from perflab.comm import Serial
+    from perflab.config import Config
+    from perflab.gpu import FusedGPU
+    cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=(61,), num_classes=7, train_size=517,
+                 batch_size=100, num_epochs=2, learning_rate=0.5, test_size=0, dtype=dtype)
+    split = data.load(cfg)[0]
+    fused = FusedGPU(cfg, split.X, split.y, Serial(), fuse_output=True)
+    assert fused.fuse_output
+    got = train.fit(cfg, fused, progress=False, sync=fused.sync).params
+    reference = train.fit(cfg, train.Sequential(cfg, model.init_params(cfg.layer_sizes, dtype, cfg.seed), split.X, split.y),
+                          progress=False).params
+    for a, b in zip(got, reference):
+        assert rel(a, b) <= TOL[dtype]
