@@ -79,7 +79,9 @@ class FusedGPU(Sequential):
         # fuse_output (with fuse_backward): GEMM 1 leaves z1 = W1 X; bias + sigmoid, forward GEMM 2 and
         # softmax are one pass over z1, and the fused backward makes a1 from z1 again: a1 is never stored.
         # Off by default: on an H100 that pass took 0.46 ms where the three kernels it replaces take 0.15
-        # (H=2048, B=12000; results/nvidia-h100-80gb-hbm3/bench_step_fused_forward.csv).
+        # (H=2048, B=12000; results/nvidia-h100-80gb-hbm3/bench_step_fused_forward.csv): ncu shows it
+        # latency-bound at 8% of memory bandwidth, each warp re-reading W2 through L1 for every row
+        # (ncu_output_forward.txt); keeping W2's rows in registers, as output_backward does, is next.
         self.fuse_backward = fuse_backward and cfg.num_classes <= kernels.MAX_FUSED_CLASSES
         self.fuse_output = fuse_output and self.fuse_backward
         # On several GPUs the graph holds forward and backward only: the all-reduce and the update
