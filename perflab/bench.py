@@ -169,6 +169,7 @@ def step_breakdown(H: int = 2048, B: int = 12000, dtype: str = "float32", repeat
     a1, da1, z2, delta = dev(H, B), dev(H, B), dev(C, B), dev(C, B)
     dW1, dW2, db1, db2 = dev(H, D), dev(C, H), dev(H), dev(C)
     part = cp.empty(kernels.output_backward_partials(H, B, C), dtype)
+    part_forward = cp.empty(kernels.output_layer_partials(H, B, C), dtype)
     params, grads = dev(H * D + H + C * H + C), dev(H * D + H + C * H + C)
     ends = cp.asarray(np.cumsum([H * D, H, C * H, C]), dtype=np.int64)
     regs = cp.asarray([1e-4, 0.0, 1e-4, 0.0], dtype=dtype)
@@ -184,9 +185,8 @@ def step_breakdown(H: int = 2048, B: int = 12000, dtype: str = "float32", repeat
         ("fused backward: dz1, dW2, db1", lambda: kernels.output_backward(W2, delta, a1, da1, dW2, db1, part), 2 * hb),
         ("backward GEMM 3 (cuBLAS)", lambda: kernels.gemm(da1, X.T, out=dW1, variant="cublas"), hb + D * B * size + hd),
         ("SGD + L2 update", lambda: kernels.sgd_update(params, grads, 0.1, ends, regs), 3 * params.nbytes),
-        ("option: fused forward from z1", lambda: kernels.output_layer(W2, b2, a1, y, delta, B, b1=b1), hb),
-        ("option: fused backward from z1", lambda: kernels.output_backward(W2, delta, a1, da1, dW2, db1, part, b1=b1),
-         2 * hb),
+        ("option: fused forward: sigmoid, GEMM 2, softmax",
+         lambda: kernels.output_layer(W2, b1, b2, a1, y, delta, B, part_forward), 2 * hb),
         ("unfused: backward GEMM 1 (cuBLAS)", lambda: kernels.gemm(delta, a1.T, out=dW2, variant="cublas"), hb),
         ("unfused: backward GEMM 2 (cuBLAS)", lambda: kernels.gemm(W2.T, delta, out=da1, variant="cublas"), hb),
         ("unfused: sigmoid'", lambda: kernels.sigmoid_backward(da1, a1), 3 * hb),

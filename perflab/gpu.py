@@ -76,14 +76,12 @@ class FusedGPU(Sequential):
         check_batch_split(cfg, comm.size)
         self.cp, self.cfg, self.comm, self.mode, self.variant = cp, cfg, comm, mode, gemm
         # fuse_backward: backward GEMMs 1 and 2, sigmoid' and the bias sums in one pass over a1.
-        # fuse_output (with fuse_backward): GEMM 1 leaves z1 = W1 X; bias + sigmoid, forward GEMM 2 and
-        # softmax are one pass over z1, and the fused backward makes a1 from z1 again: a1 is never stored.
-        # Off by default: on an H100 that pass took 0.46 ms where the three kernels it replaces take 0.15
-        # (H=2048, B=12000; results/nvidia-h100-80gb-hbm3/bench_step_fused_forward.csv): ncu shows it
-        # latency-bound at 8% of memory bandwidth, each warp re-reading W2 through L1 for every row
-        # (ncu_output_forward.txt); keeping W2's rows in registers, as output_backward does, is next.
+        # fuse_output: GEMM 1 leaves z1 = W1 X; bias + sigmoid (in place) and forward GEMM 2 are one pass
+        # over it, then the softmax. (A first version made a1 on load in both fused kernels and never
+        # stored it: 3x slower, latency-bound re-reading W2 through L1 for every row, by ncu:
+        # results/nvidia-h100-80gb-hbm3/bench_step_fused_forward.csv, ncu_output_forward.txt.)
         self.fuse_backward = fuse_backward and cfg.num_classes <= kernels.MAX_FUSED_CLASSES
-        self.fuse_output = fuse_output and self.fuse_backward
+        self.fuse_output = fuse_output and cfg.num_classes <= kernels.MAX_FUSED_CLASSES
         # On several GPUs the graph holds forward and backward only: the all-reduce and the update
         # launch after it, one by one (an NCCL all-reduce captured with CuPy hung on two H200, twice:
         # results/nvidia-h200/nccl_graphs.log; a host-staged MPI exchange cannot be captured at all)
@@ -105,6 +103,7 @@ class FusedGPU(Sequential):
         self.z2, self.delta = cp.empty(C * bmax, dtype), cp.empty(C * bmax, dtype)
         self.ce = cp.empty(bmax, dtype)
         self.part = cp.empty(kernels.output_backward_partials(H, bmax, C), dtype) if self.fuse_backward else None
+        self.part_forward = cp.empty(kernels.output_layer_partials(H, bmax, C), dtype) if self.fuse_output else None
         # split-K workspace of the tile kernels (allocated here: never inside a graph capture)
         self.work = cp.empty(max(kernels.SPLITS) * H * max(D, bmax), dtype) if gemm in kernels.TILED_VARIANTS else None
         if mode == "resident":
@@ -168,9 +167,9 @@ class FusedGPU(Sequential):
         fused_backward = self.fuse_backward and not profile.ACTIVE
         ce = self.ce[:n] if want_loss else None
         with phase("forward"):
-            if fused:  # a1 holds z1; bias + sigmoid + forward GEMM 2 + softmax + delta in one pass over it
+            if fused:  # z1 into a1's buffer; bias + sigmoid (in place) + forward GEMM 2 in one pass, softmax
                 self.gemm(W1, Xb, a1)
-                kernels.output_layer(W2, b2, a1, yb, delta, global_b, ce, b1=b1)
+                kernels.output_layer(W2, b1, b2, a1, yb, delta, global_b, self.part_forward, ce)
             else:
                 with phase("forward GEMM 1"):
                     self.gemm(W1, Xb, a1, bias=b1)          # + bias + sigmoid (in the epilogue)
@@ -180,7 +179,7 @@ class FusedGPU(Sequential):
         with phase("backward"):
             kernels.row_sum(delta, db2)
             if fused_backward:  # backward GEMMs 1 and 2 + sigmoid' + db1 in one pass over a1
-                kernels.output_backward(W2, delta, a1, da1, dW2, db1, self.part, b1=b1 if fused else None)
+                kernels.output_backward(W2, delta, a1, da1, dW2, db1, self.part)
             else:
                 with phase("backward GEMM 1"):
                     self.gemm(delta, a1.T, dW2)

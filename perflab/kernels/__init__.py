@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 
 i32, u64 = np.int32, np.uint64  # kernel arguments must carry their C types (int, size_t)
-NULL = u64(0)  # a null pointer argument (an optional input left out)
 
 KERNEL_DIR = Path(__file__).resolve().parent
 GEMM_VARIANTS = ("naive", "tiled", "regblock", "best", "tf32", "cublas")
@@ -319,6 +318,7 @@ ELEMENTWISE = ("bias_sigmoid", "add_bias", "softmax_xent_grad", "sigmoid_backwar
 MAX_FUSED_CLASSES = 16  # output_layer and output_backward keep C values per thread in registers
 CLASS_BOUNDS = (4, 10, 16)  # both are compiled for these C bounds (the smallest that fits is used)
 BW_ROWS, BW_COLS = 2, 512  # output_backward: rows per warp (8 warps a block), columns a block, as in elementwise.cu
+FW_ROWS = 128  # output_forward: rows a block sums over, as in elementwise.cu
 
 
 def elementwise_names(T: str) -> tuple:
@@ -349,12 +349,13 @@ def add_bias(z, b):
     return z
 
 
-def softmax_xent_grad(z, b2, y, delta, norm, ce=None):
-    """delta <- (softmax(z + b2) - onehot(y)) / norm; ce[j] <- -log yhat[y_j, j] if ce is given."""
-    C, B = z.shape
+def softmax_xent_grad(z, b2, y, delta, norm, ce=None, groups=1):
+    """delta <- (softmax(z + b2) - onehot(y)) / norm; ce[j] <- -log yhat[y_j, j] if ce is given.
+    With groups > 1, z stacks that many partial sums of the logits, added (into the first) first."""
+    C, B = z.shape[0] // groups, z.shape[1]
     elementwise("softmax_xent_grad", z.dtype)(
         blocks(B, 128), (128,), (z, b2, y, delta, delta if ce is None else ce, i32(ce is not None),
-                                 i32(C), i32(B), z.dtype.type(1 / norm)))
+                                 i32(C), i32(B), z.dtype.type(1 / norm), i32(groups)))
     return delta
 
 
@@ -376,17 +377,24 @@ def class_bound(C: int, kernel: str) -> int:
     return next(c for c in CLASS_BOUNDS if c >= C)
 
 
-def output_layer(W2, b2, a1, y, delta, norm, ce=None, b1=None):
-    """delta <- (softmax(W2 a1 + b2) - onehot(y)) / norm in one pass over a1 (C <= 16). With b1,
-    the buffer holds z1 and a1 = sigmoid(z1 + b1) is made on load (never stored)."""
+def output_layer_partials(H: int, n: int, C: int) -> int:
+    """Elements of the workspace output_layer needs: one C x n partial sum per block of FW_ROWS rows."""
+    return math.ceil(H / FW_ROWS) * C * n
+
+
+def output_layer(W2, b1, b2, z1, y, delta, norm, part, ce=None):
+    """z1 <- a1 = sigmoid(z1 + b1) in place, and delta <- (softmax(W2 a1 + b2) - onehot(y)) / norm, with
+    the C x H by H x n GEMM done in the same pass over z1 (C <= 16; part: output_layer_partials
+    elements); ce[j] <- -log yhat[y_j, j] if ce is given."""
     C, H = W2.shape
-    n = a1.shape[1]
+    n = z1.shape[1]
     bound = class_bound(C, "output_layer")
-    elementwise(f"output_forward<{ctype(a1.dtype)},{bound}>", a1.dtype)(
-        (max(1, math.ceil(n / 32)),), (256,),
-        (W2, b2, a1, b1 if b1 is not None else NULL, y, delta, delta if ce is None else ce, i32(ce is not None), i32(C),
-         i32(H), i32(n), a1.dtype.type(1 / norm)))
-    return delta
+    groups = math.ceil(H / FW_ROWS)
+    if part.size < groups * C * n:
+        raise KernelError(f"output_layer needs a workspace of {groups * C * n} elements, got {part.size}")
+    elementwise(f"output_forward<{ctype(z1.dtype)},{bound}>", z1.dtype)(
+        (max(1, math.ceil(n / 32)), groups), (256,), (W2, b1, z1, part, i32(C), i32(H), i32(n)))
+    return softmax_xent_grad(part[:groups * C * n].reshape(groups * C, n), b2, y, delta, norm, ce, groups=groups)
 
 
 def output_backward_partials(H: int, n: int, C: int) -> int:
@@ -394,10 +402,9 @@ def output_backward_partials(H: int, n: int, C: int) -> int:
     return math.ceil(n / BW_COLS) * (C + 1) * H
 
 
-def output_backward(W2, delta, a1, dz1, dW2, db1, part, b1=None):
+def output_backward(W2, delta, a1, dz1, dW2, db1, part):
     """dz1 <- (W2^T delta) o a1 o (1 - a1), dW2 <- delta a1^T, db1 <- row sums of dz1: one pass
-    over a1 and a fixed-order reduction (C <= 16; part: output_backward_partials elements).
-    With b1, the buffer holds z1 and a1 = sigmoid(z1 + b1) is made on load."""
+    over a1 and a fixed-order reduction (C <= 16; part: output_backward_partials elements)."""
     C, H = W2.shape
     n = a1.shape[1]
     bound = class_bound(C, "output_backward")
@@ -406,7 +413,7 @@ def output_backward(W2, delta, a1, dz1, dW2, db1, part, b1=None):
         raise KernelError(f"output_backward needs a workspace of {nb * (C + 1) * H} elements, got {part.size}")
     elementwise(f"output_backward<{ctype(a1.dtype)},{bound}>", a1.dtype)(
         (nb, math.ceil(H / (8 * BW_ROWS))), (256,),
-        (W2, delta, a1, b1 if b1 is not None else NULL, dz1, part, i32(C), i32(H), i32(n)))
+        (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n)))
     elementwise("output_backward_reduce", a1.dtype)(blocks((C + 1) * H), (256,),
                                                     (part, dW2, db1, i32(C), i32(H), i32(nb)))
     return dz1

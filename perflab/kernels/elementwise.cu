@@ -19,11 +19,19 @@ __global__ void add_bias(T* z, const T* __restrict__ b, int rows, int cols) {
 //   delta[c, j] = (yhat[c, j] - [c == y_j]) * inv_norm   (dJ/dz2 of the seeds' equation 2)
 //   ce[j] = -log yhat[y_j, j]                              (only when want_ce)
 // One thread a column: C is small (10), and threads of a warp read consecutive columns.
+// With groups > 1, z holds that many C x B partial sums (output_forward's), added first in a
+// fixed order into the first.
 template <typename T>
-__global__ void softmax_xent_grad(const T* __restrict__ z, const T* __restrict__ b2, const long long* __restrict__ y,
-                                  T* __restrict__ delta, T* __restrict__ ce, int want_ce, int C, int B, T inv_norm) {
+__global__ void softmax_xent_grad(T* z, const T* __restrict__ b2, const long long* __restrict__ y,
+                                  T* __restrict__ delta, T* __restrict__ ce, int want_ce, int C, int B, T inv_norm,
+                                  int groups) {
     int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= B) return;
+    for (int c = 0; c < C && groups > 1; ++c) {
+        T s = 0;
+        for (int g = 0; g < groups; ++g) s += z[((size_t)g * C + c) * B + j];
+        z[c * B + j] = s;
+    }
     T m = z[j] + b2[0];
     for (int c = 1; c < C; ++c) m = max(m, z[c * B + j] + b2[c]);
     T s = 0;
@@ -73,65 +81,67 @@ __global__ void sgd_update(T* p, const T* __restrict__ g, size_t n, T lr, const 
     p[e] -= lr * (g[e] + regs[s] * p[e]);
 }
 
-// The output layer in one pass over the hidden layer, C <= CMAX classes (the C x H by H x n
-// GEMM moves more bytes than it computes, so it belongs with its elementwise neighbours):
-//   a1 = sigmoid(z1 + b1)   (on load, when b1 is given: a1 is then never stored; else z1 is a1)
-//   z2 = W2 a1 + b2;  delta = (softmax(z2) - onehot(y)) * inv_norm;  ce[j] = -log yhat[y_j, j]
-// Block: 32 columns (a lane each, coalesced) x 8 warps, each warp a slice of the rows,
-// FW_UNROLL rows' loads issued before any is used; shared memory adds the 8 slices.
+// The hidden layer's activation and the output layer's GEMM in one pass over z1 = W1 X (the C x H
+// by H x n GEMM moves more bytes than it computes, so it belongs with the activation):
+//   a1 = sigmoid(z1 + b1), written over z1;   part[g][c][j] = sum_{h in row block g} W2[c, h] a1[h, j]
+// softmax_xent_grad then adds the row blocks' partial sums (fixed order) and takes the softmax.
+// Block: 32 columns (a lane each, coalesced) x 8 warps over FW_ROWS rows, whose slice of W2 (and
+// b1) sits in shared memory (read as broadcasts); FW_UNROLL rows' loads issued before any is used.
+#define FW_ROWS 128
 #define FW_UNROLL 8
 template <typename T, int CMAX>
 __global__ void __launch_bounds__(256)
-output_forward(const T* __restrict__ W2, const T* __restrict__ b2, const T* __restrict__ z1, const T* __restrict__ b1,
-               const long long* __restrict__ y, T* __restrict__ delta, T* __restrict__ ce, int want_ce, int C, int H,
-               int n, T inv_norm) {
-    __shared__ T part[8][32][CMAX + 1];
+output_forward(const T* __restrict__ W2, const T* __restrict__ b1, T* z1, T* __restrict__ part, int C, int H, int n) {
+    // W2's slice and b1's, then (reused once they are done with) the 8 warps' sums
+    constexpr int SLICE = FW_ROWS * (CMAX + 1), SUMS = 8 * 32 * (CMAX + 1);
+    __shared__ T smem[SLICE > SUMS ? SLICE : SUMS];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, j = blockIdx.x * 32 + lane;
+    const int r0 = blockIdx.y * FW_ROWS, rows = min(FW_ROWS, H - r0);
+    T* w = smem;                      // w[r * CMAX + c] = W2[c, r0 + r]
+    T* bias = smem + FW_ROWS * CMAX;  // bias[r] = b1[r0 + r]
+    for (int e = threadIdx.x; e < rows * CMAX; e += blockDim.x) {
+        const int r = e / CMAX, c = e % CMAX;
+        w[e] = c < C ? W2[(size_t)c * H + r0 + r] : T(0);
+    }
+    for (int r = threadIdx.x; r < rows; r += blockDim.x) bias[r] = b1[r0 + r];
+    __syncthreads();
     T acc[CMAX];
 #pragma unroll
     for (int c = 0; c < CMAX; ++c) acc[c] = 0;
     if (j < n) {
-        for (int h0 = warp; h0 < H; h0 += 8 * FW_UNROLL) {
+        for (int rb = warp; rb < rows; rb += 8 * FW_UNROLL) {
             T a[FW_UNROLL];
 #pragma unroll
             for (int u = 0; u < FW_UNROLL; ++u) {
-                const int h = h0 + 8 * u;
-                a[u] = h < H ? z1[(size_t)h * n + j] : T(0);
+                const int r = rb + 8 * u;
+                a[u] = r < rows ? z1[(size_t)(r0 + r) * n + j] : T(0);
             }
 #pragma unroll
             for (int u = 0; u < FW_UNROLL; ++u) {
-                const int h = h0 + 8 * u;
-                if (h < H) {
-                    const T v = b1 ? sigmoid(a[u] + b1[h]) : a[u];
+                const int r = rb + 8 * u;
+                if (r < rows) {
+                    const T v = sigmoid(a[u] + bias[r]);
+                    z1[(size_t)(r0 + r) * n + j] = v;
 #pragma unroll
-                    for (int c = 0; c < CMAX; ++c)
-                        if (c < C) acc[c] += W2[c * H + h] * v;
+                    for (int c = 0; c < CMAX; ++c) acc[c] += w[r * CMAX + c] * v;
                 }
             }
         }
     }
+    __syncthreads();  // the slice is done with: its space takes the warps' sums
 #pragma unroll
-    for (int c = 0; c < CMAX; ++c) part[warp][lane][c] = acc[c];
+    for (int c = 0; c < CMAX; ++c) smem[(warp * 32 + lane) * (CMAX + 1) + c] = acc[c];
     __syncthreads();
     if (warp != 0 || j >= n) return;
-    T m = 0;  // set from the first logit below (NVRTC has no math.h macros)
     for (int c = 0; c < C; ++c) {
-        T s = b2[c];
-        for (int k = 0; k < 8; ++k) s += part[k][lane][c];
-        part[0][lane][c] = s;
-        m = c == 0 ? s : max(m, s);
+        T s = 0;
+        for (int k = 0; k < 8; ++k) s += smem[(k * 32 + lane) * (CMAX + 1) + c];
+        part[((size_t)blockIdx.y * C + c) * n + j] = s;
     }
-    T sum = 0;
-    for (int c = 0; c < C; ++c) sum += exp(part[0][lane][c] - m);
-    const int label = (int)y[j];
-    for (int c = 0; c < C; ++c)
-        delta[(size_t)c * n + j] = (exp(part[0][lane][c] - m) / sum - (c == label ? T(1) : T(0))) * inv_norm;
-    if (want_ce) ce[j] = -(part[0][lane][label] - m - log(sum));
 }
 
 // The backward pass of both layers except dW1's GEMM, in one pass over a1 (C <= CMAX classes;
-// these GEMMs have K = C or M = C and move more bytes than they compute). With b1 given, the
-// buffer holds z1 and a1 = sigmoid(z1 + b1) is made on load, as output_forward does:
+// these GEMMs have K = C or M = C and move more bytes than they compute):
 //   dz1 = (W2^T delta) o a1 o (1 - a1)                       (H x n, written)
 //   part[b][c][h] = sum_{j in column block b} delta[c, j] a1[h, j]   (c < C: dW2's partial sums)
 //   part[b][C][h] = sum_{j in column block b} dz1[h, j]               (db1's partial sums)
@@ -143,22 +153,20 @@ output_forward(const T* __restrict__ W2, const T* __restrict__ b2, const T* __re
 #define BW_COLS 512
 template <typename T, int CMAX>
 __global__ void __launch_bounds__(256)
-output_backward(const T* __restrict__ W2, const T* __restrict__ delta, const T* __restrict__ a1,
-                const T* __restrict__ b1, T* __restrict__ dz1, T* __restrict__ part, int C, int H, int n) {
+output_backward(const T* __restrict__ W2, const T* __restrict__ delta, const T* __restrict__ a1, T* __restrict__ dz1,
+                T* __restrict__ part, int C, int H, int n) {
     // columns a lane loads at once: as many as the registers hold (4 for float and C <= 10)
     constexpr int BW_UNROLL = CMAX * sizeof(T) <= 40 ? 4 : CMAX * sizeof(T) <= 80 ? 2 : 1;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int h0 = (blockIdx.y * 8 + warp) * BW_ROWS, j0 = blockIdx.x * BW_COLS, jend = min(n, j0 + BW_COLS);
-    T w[BW_ROWS][CMAX], acc[BW_ROWS][CMAX + 1], bias[BW_ROWS];
+    T w[BW_ROWS][CMAX], acc[BW_ROWS][CMAX + 1];
 #pragma unroll
-    for (int r = 0; r < BW_ROWS; ++r) {
-        bias[r] = b1 && h0 + r < H ? b1[h0 + r] : T(0);
+    for (int r = 0; r < BW_ROWS; ++r)
 #pragma unroll
         for (int c = 0; c <= CMAX; ++c) {
             if (c < CMAX) w[r][c] = (c < C && h0 + r < H) ? W2[c * H + h0 + r] : T(0);
             acc[r][c] = 0;
         }
-    }
     if (h0 < H) {
         // BW_UNROLL columns a lane at a time, all their loads issued before any is used: a
         // memory-bound kernel needs that many bytes in flight (one column at a time ran at a
@@ -171,10 +179,6 @@ output_backward(const T* __restrict__ W2, const T* __restrict__ delta, const T* 
                 const bool in = j < jend;
 #pragma unroll
                 for (int r = 0; r < BW_ROWS; ++r) a[u][r] = (in && h0 + r < H) ? a1[(size_t)(h0 + r) * n + j] : T(0);
-                if (b1) {  // a1 holds z1: the activation is made here (zero stays zero out of range)
-#pragma unroll
-                    for (int r = 0; r < BW_ROWS; ++r) a[u][r] = (in && h0 + r < H) ? sigmoid(a[u][r] + bias[r]) : T(0);
-                }
 #pragma unroll
                 for (int c = 0; c < CMAX; ++c) d[u][c] = (in && c < C) ? delta[(size_t)c * n + j] : T(0);
             }
