@@ -175,18 +175,18 @@ def step_breakdown(H: int = 2048, B: int = 12000, dtype: str = "float32", repeat
     regs = cp.asarray([1e-4, 0.0, 1e-4, 0.0], dtype=dtype)
     size = np.dtype(dtype).itemsize
     hb, hd = H * B * size, H * D * size
-    steps = [  # (kernel, call, bytes it must move at least): perflab's step; what the unfused one runs
-        # instead ("unfused: "); the --fuse-output option's kernels ("option: ", in neither step)
+    steps = [  # (kernel, call, bytes it must move at least): perflab's step, then what the unfused one
+        # runs instead of its fused kernels ("unfused: ")
         ("forward GEMM 1 (cuBLAS)", lambda: kernels.gemm(W1, X, out=a1, variant="cublas"), hd + D * B * size + hb),
-        ("bias + sigmoid", lambda: kernels.bias_sigmoid(a1, b1), 2 * hb),
-        ("forward GEMM 2 (cuBLAS)", lambda: kernels.gemm(W2, a1, out=z2, variant="cublas"), hb),
-        ("softmax + CE gradient", lambda: kernels.softmax_xent_grad(z2, b2, y, delta, B), 2 * C * B * size),
+        ("fused forward: sigmoid, GEMM 2, softmax",
+         lambda: kernels.output_layer(W2, b1, b2, a1, y, delta, B, part_forward), 2 * hb),
         ("db2 row sums", lambda: kernels.row_sum(delta, db2), C * B * size),
         ("fused backward: dz1, dW2, db1", lambda: kernels.output_backward(W2, delta, a1, da1, dW2, db1, part), 2 * hb),
         ("backward GEMM 3 (cuBLAS)", lambda: kernels.gemm(da1, X.T, out=dW1, variant="cublas"), hb + D * B * size + hd),
         ("SGD + L2 update", lambda: kernels.sgd_update(params, grads, 0.1, ends, regs), 3 * params.nbytes),
-        ("option: fused forward: sigmoid, GEMM 2, softmax",
-         lambda: kernels.output_layer(W2, b1, b2, a1, y, delta, B, part_forward), 2 * hb),
+        ("unfused: bias + sigmoid", lambda: kernels.bias_sigmoid(a1, b1), 2 * hb),
+        ("unfused: forward GEMM 2 (cuBLAS)", lambda: kernels.gemm(W2, a1, out=z2, variant="cublas"), hb),
+        ("unfused: softmax + CE gradient", lambda: kernels.softmax_xent_grad(z2, b2, y, delta, B), 2 * C * B * size),
         ("unfused: backward GEMM 1 (cuBLAS)", lambda: kernels.gemm(delta, a1.T, out=dW2, variant="cublas"), hb),
         ("unfused: backward GEMM 2 (cuBLAS)", lambda: kernels.gemm(W2.T, delta, out=da1, variant="cublas"), hb),
         ("unfused: sigmoid'", lambda: kernels.sigmoid_backward(da1, a1), 3 * hb),

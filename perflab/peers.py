@@ -31,7 +31,7 @@ def initial(D, H, C, seed=0):
 
 
 # ----------------------------------------------------------------------------- perflab
-def perflab_epoch(X, y, H, B, lr, reg, warmup=2, repeats=5, gemm="cublas", graphs=True, fuse_output=False,
+def perflab_epoch(X, y, H, B, lr, reg, warmup=2, repeats=5, gemm="cublas", graphs=True, fuse_output=True,
                   fuse_backward=True):
     from .comm import Serial
     from .config import Config
@@ -225,8 +225,8 @@ def cublas_floor(X, y, H, B, lr, reg, warmup=2, repeats=5):
 PEERS = {
     "perflab": perflab_epoch,
     "perflab (best gemm)": lambda *a, **k: perflab_epoch(*a, gemm="best", **k),
-    "perflab (output layer fused)": lambda *a, **k: perflab_epoch(*a, fuse_output=True, **k),
-    "perflab (unfused)": lambda *a, **k: perflab_epoch(*a, fuse_backward=False, **k),
+    "perflab (output layer unfused)": lambda *a, **k: perflab_epoch(*a, fuse_output=False, **k),
+    "perflab (unfused)": lambda *a, **k: perflab_epoch(*a, fuse_output=False, fuse_backward=False, **k),
     "perflab (tf32 gemm)": lambda *a, **k: perflab_epoch(*a, gemm="tf32", **k),
     "pytorch eager": torch_eager,
     "pytorch cuda graph": torch_graph,

@@ -146,13 +146,12 @@ def step_breakdown(steps):
     unfused kernels its fused ones replace, one bar pair per (H, B) (`perflab bench step`)."""
     import matplotlib.pyplot as plt
     fig, ax = new_figure(7.5, 4.5)
-    steps = steps[~steps.kernel.str.startswith("option")]
     names = list(dict.fromkeys(steps.kernel.str.replace("unfused: ", "", regex=False)))
     color = {n: plt.cm.tab20(i % 20) for i, n in enumerate(names)}
     labels, shown = [], set()
     for i, ((H, B), group) in enumerate(steps.groupby(["H", "B"])):
         for j, unfused in enumerate((False, True)):
-            drop = ("fused", "option") if unfused else ("unfused", "option")  # unfused: what runs instead
+            drop = "fused" if unfused else "unfused"  # unfused: what runs instead of the fused kernels
             left = 0.0
             for row in group[~group.kernel.str.startswith(drop)].itertuples():
                 name = row.kernel.replace("unfused: ", "")

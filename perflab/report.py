@@ -106,9 +106,8 @@ def step_prediction(steps, train):
     rows = []
     for (H, B), group in steps.groupby(["H", "B"]):
         # the unfused step runs every kernel but the fused ones (its peer was named "perflab (backward
-        # unfused)" in earlier files); "option: " kernels are in neither step
-        for peer, drop in (("perflab", ("unfused", "option")), ("perflab (unfused)", ("fused", "option")),
-                           ("perflab (backward unfused)", ("fused", "option"))):
+        # unfused)" in earlier files)
+        for peer, drop in (("perflab", "unfused"), ("perflab (unfused)", "fused"), ("perflab (backward unfused)", "fused")):
             measured = train[(train.H == H) & (train.B == B) & (train.peer == peer)]
             if not len(measured):
                 continue

@@ -43,7 +43,7 @@ for stage in $stages; do
     bench)  # the single-GPU benchmarks on this machine's first GPU (bench train saves after each config)
       timeout 120 python3 -m perflab bench gemm --out "$OUT" 2>&1 | tail -3
       timeout 150 python3 -m perflab bench step --out "$OUT" 2>&1 | tail -14
-      timeout 400 python3 -m perflab bench train --peers perflab "perflab (output layer fused)" "perflab (unfused)" "jax scan epoch" \
+      timeout 400 python3 -m perflab bench train --peers perflab "perflab (output layer unfused)" "perflab (unfused)" "jax scan epoch" \
         "torch.compile default" "torch.compile reduce-overhead" "pytorch cuda graph" "cublas 5-gemm floor" --out "$OUT" 2>&1 | tail -12 ;;
     scaling)  # every peer in one harness (perflab.peers_multi): same warm-up, median of the same epochs
       for hb in "2048 3000"; do set -- $hb; H=$1; b=$2
