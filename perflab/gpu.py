@@ -1,8 +1,8 @@
 """GPU training: the seeds' step on one GPU per rank, fused and graph-captured.
 
 Same math as perflab.model (checked against it), laid out for speed:
-  forward   a1 = sigmoid(W1 X + b1)            one GEMM, bias + sigmoid in its epilogue
-            z2 = W2 a1                         GEMM (C x B)
+  forward   z1 = W1 X                          one GEMM
+            a1 = sigmoid(z1 + b1), z2 = W2 a1  one pass over z1 (a1 written in place, z2 in row-block sums)
             delta = (softmax(z2 + b2) - Y)/B   one kernel, with the per-sample CE for the loss
   backward  dW2 = delta a1^T, db2 = rowsum(delta), da1 = W2^T delta, dz1 = da1 o a1 o (1 - a1),
             dW1 = dz1 X^T, db1 = rowsum(dz1)  (no input gradient is needed)
