@@ -78,9 +78,9 @@ class FusedGPU(Sequential):
         # fuse_backward: backward GEMMs 1 and 2, sigmoid' and the bias sums in one pass over a1.
         # fuse_output: GEMM 1 leaves z1 = W1 X; bias + sigmoid (in place) and forward GEMM 2 are one pass
         # over it, then the softmax: 0.10 ms where the three kernels it replaces take 0.15 (H100, H=2048,
-        # B=12000; results/nvidia-h100-80gb-hbm3/bench_step.csv). (A first version made a1 on load in both fused kernels and never
-        # stored it: 3x slower, latency-bound re-reading W2 through L1 for every row, by ncu:
-        # results/nvidia-h100-80gb-hbm3/bench_step_fused_forward.csv, ncu_output_forward.txt.)
+        # B=12000; results/nvidia-h100-80gb-hbm3/bench_step.csv). A first version made a1 on load in both
+        # fused kernels and never stored it: 3x slower, latency-bound re-reading W2 through L1 for every
+        # row (results/nvidia-h100-80gb-hbm3/bench_step_fused_forward.csv, ncu_output_forward.txt).
         self.fuse_backward = fuse_backward and cfg.num_classes <= kernels.MAX_FUSED_CLASSES
         self.fuse_output = fuse_output and cfg.num_classes <= kernels.MAX_FUSED_CLASSES
         # On several GPUs the graph holds forward and backward only: the all-reduce and the update

@@ -1,8 +1,8 @@
 """Multi-GPU scaling in one harness: perflab's data-parallel trainer, PyTorch DDP, and JAX with
 the batch sharded over the GPUs inside one jitted lax.scan. Same MLP, FP32, TF32 off, N samples
 an epoch split over p GPUs (each does N/p), b = B/p samples per GPU per step; each timed as the
-median of REPEATS epochs after WARMUP (the first epochs on several GPUs pay NCCL's set-up and
-clock ramps: 1.9 s, then 48 ms, then 3.8 ms on four H200).
+median of REPEATS epochs after WARMUP (the first epochs on several GPUs pay NCCL's set-up:
+results/nvidia-h200-x4/warmup_p4.log).
 
     mpirun -n P python -m perflab.peers_multi perflab H b N [staged] [overlap] [no-graphs]
     mpirun -n P python -m perflab.peers_multi ddp H b N        (one process a GPU)
@@ -29,7 +29,7 @@ def perflab_name(flags) -> str:
     return ", ".join([f"perflab {mode}", *(f.replace("-", " ") for f in flags if f != "staged")])
 
 
-def perflab(H: int, b: int, N: int, *flags: str, lr=0.1, reg=1e-4, warmup=WARMUP, repeats=REPEATS):
+def perflab_data_parallel(H: int, b: int, N: int, *flags: str, lr=0.1, reg=1e-4, warmup=WARMUP, repeats=REPEATS):
     """perflab's fused data-parallel trainer, NCCL (host MPI when staged), one process a GPU."""
     from mpi4py import MPI
 
@@ -146,10 +146,12 @@ if __name__ == "__main__":
     p = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", 1)))  # the MPI launchers' world size
     if kind == "perflab":
         H, b, N, *flags = args
-        ms, kind = perflab(int(H), int(b), int(N), *flags), perflab_name(flags)
+        ms, kind = perflab_data_parallel(int(H), int(b), int(N), *flags), perflab_name(flags)
     elif kind == "ddp":
         ms, kind = ddp(*map(int, args)), "pytorch ddp"
-    else:
+    elif kind == "jax":
         ms, p, kind = jax_sharded(*map(int, args)), int(args[3]), "jax sharded scan"
+    else:
+        raise SystemExit(f"unknown peer {kind!r}: perflab, ddp or jax (see the module's docstring)")
     if ms is not None:
         print(json.dumps({"peer": kind, "H": int(args[0]), "b": int(args[1]), "p": p, "epoch_ms": ms}))

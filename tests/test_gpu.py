@@ -258,7 +258,7 @@ def test_step_breakdown_times_every_kernel():
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_gpu_training_with_the_forward_pass_fused_matches_reference(dtype):
+def test_gpu_training_with_the_forward_pass_unfused_matches_reference(dtype):
     from perflab import data, train
     from perflab.comm import Serial
     from perflab.config import Config
@@ -266,9 +266,9 @@ def test_gpu_training_with_the_forward_pass_fused_matches_reference(dtype):
     cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=(61,), num_classes=7, train_size=517,
                  batch_size=100, num_epochs=2, learning_rate=0.5, test_size=0, dtype=dtype)
     split = data.load(cfg)[0]
-    fused = FusedGPU(cfg, split.X, split.y, Serial(), fuse_output=True)
-    assert fused.fuse_output
-    got = train.fit(cfg, fused, progress=False, sync=fused.sync).params
+    unfused = FusedGPU(cfg, split.X, split.y, Serial(), fuse_output=False)  # the default fuses it
+    assert not unfused.fuse_output and unfused.fuse_backward
+    got = train.fit(cfg, unfused, progress=False, sync=unfused.sync).params
     reference = train.fit(cfg, train.Sequential(cfg, model.init_params(cfg.layer_sizes, dtype, cfg.seed), split.X, split.y),
                           progress=False).params
     for a, b in zip(got, reference):

@@ -136,3 +136,15 @@ def test_cuda_mpi_refused_where_the_library_is_not_cuda_aware(monkeypatch):
 def test_bench_allreduce_needs_gpus_named():
     proc = mpirun(2, "bench", "allreduce", timeout=60)
     assert proc.returncode == 2 and "bench allreduce times GPU buffers: it needs CuPy" in proc.stderr
+
+
+def test_scaling_harness_names_and_flags():
+    from perflab import peers_multi
+    assert peers_multi.perflab_name(()) == "perflab resident"
+    assert peers_multi.perflab_name(("overlap",)) == "perflab resident, overlap"
+    assert peers_multi.perflab_name(("staged", "no-graphs")) == "perflab staged, no graphs"
+    with pytest.raises(SystemExit, match=r"unknown perflab flag\(s\) \['fast'\]"):
+        peers_multi.perflab_data_parallel(8, 4, 16, "fast")
+    proc = subprocess.run([sys.executable, "-m", "perflab.peers_multi", "tensorflow", "8", "4", "16"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "unknown peer 'tensorflow': perflab, ddp or jax" in proc.stderr
