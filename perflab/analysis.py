@@ -78,6 +78,42 @@ def prediction_table(table: pd.DataFrame, rates: dict, P_mem: float = math.inf) 
     return pd.DataFrame(rows)
 
 
+def ceiling_rates(ceilings: pd.DataFrame, nbytes: float, p: int) -> dict:
+    """The machine's measured ceilings in the seeds' terms, for a gradient of nbytes on p ranks:
+    P_flops the fastest cuBLAS GEMM at the training shapes; P_pci = 2 / (1/h2d + 1/d2h) and
+    P_mpi = 2 x (nbytes / t_allreduce), as the seeds' formulas count them, at the measured size
+    nearest nbytes (pageable copies and host MPI: the staged path)."""
+    def nearest(rows):
+        return rows.iloc[(rows.size_bytes - nbytes).abs().argsort()[:1]].value.iloc[0] if len(rows) else math.nan
+    gpu_gemm = ceilings[(ceilings.ceiling == "gemm_flops") & (ceilings.device == "gpu") & (ceilings.impl == "cublas")]
+    copies = ceilings[ceilings.impl == "pageable"]
+    h2d, d2h = nearest(copies[copies.ceiling == "h2d"]), nearest(copies[copies.ceiling == "d2h"])
+    mpi = ceilings[ceilings.ceiling == "mpi_allreduce"]
+    mpi = mpi[mpi.ranks == p] if (mpi.ranks == p).any() else mpi
+    return {"P_flops": gpu_gemm.value.max() if len(gpu_gemm) else math.nan, "P_pci": 2 / (1 / h2d + 1 / d2h),
+            "P_mpi": 2 * nearest(mpi)}
+
+
+def roofline_placement(points: pd.DataFrame, rates: dict) -> pd.DataFrame:
+    """Where each point falls on the modified (serial, PCIe) roofline and, where it exchanged
+    gradients, the combined (PCIe + MPI) one, both drawn from the reference rates: its AI, the
+    FLOP/s it achieved, each roofline's bound at that AI, the fraction of the bound achieved, and
+    the share of the serial bound's time that is bytes moved (above 0.5: left of the ridge)."""
+    P, pci, mpi = rates["P_flops"], rates["P_pci"], rates.get("P_mpi")
+    rows = []
+    for _, r in points.iterrows():
+        ai, achieved = r["ai"], r["flops_per_batch"] / measured_batch_seconds(r)
+        serial = perfmodel.roofline_serial(ai, P, pci)
+        row = {"H": r["H"], "B": r["B"], "p": r["p"], "AI": ai, "achieved TFLOP/s": achieved / 1e12,
+               "serial bound": serial / 1e12, "of serial": achieved / serial,
+               "bytes share": (1 / pci) / (ai / P + 1 / pci)}
+        if r["p"] > 1 and mpi:
+            combined = perfmodel.roofline_combined(ai, P, pci, mpi)
+            row.update({"combined bound": combined / 1e12, "of combined": achieved / combined})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def median_abs_error(pred: pd.DataFrame) -> float:
     return float(pred["error"].abs().median())
 

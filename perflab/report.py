@@ -292,6 +292,37 @@ FP32_PEAK = {"NVIDIA H100 80GB HBM3": 66.9e12, "NVIDIA H200": 66.9e12}
 SEEDS_RATES = {"P_flops": 1.63e12, "P_pci": 12.7e9, "P_mpi": 7.95e9}  # RTX 6000, the seeds' solution
 
 
+def span(values, spec: str) -> str:
+    """'a to b' for a range of values, 'a' when they are all one."""
+    lo, hi = format(values.min(), spec), format(values.max(), spec)
+    return lo if lo == hi else f"{lo} to {hi}"
+
+
+def roofline_text(place, rates: dict) -> list[str]:
+    """The placement table and what it says, from the numbers in it."""
+    ridge = rates["P_flops"] / rates["P_pci"]
+    left = place[place.AI < ridge]
+    if not len(place):
+        return []
+    out = ["", "### Where the points with p > 1 fall on the modified and combined rooflines (staged, rates above)", "",
+           fmt(place.round(3)), "",
+           f"The modified roofline's ridge is at AI = P_flops / P_pci = {ridge:.0f} FLOP/byte; {len(left)} of "
+           f"{len(place)} points lie left of it (AI {span(place.AI, '.0f')}: FLOPs and gradient bytes both grow "
+           "with H, so AI changes only with B/p and p), where the gradient bytes over PCIe take "
+           f"{span(place['bytes share'], '.0%')} of the bound's time. The points reach "
+           f"{span(place['of serial'], '.2f')} of the serial bound"
+           + (f" and {span(place['of combined'], '.2f')} of the combined one, which charges the all-reduce at "
+              "P_mpi as well." if "of combined" in place else ".")]
+    if (place["of serial"] < 1).any():
+        out += ["Points under their bound pay what the roofline leaves out: kernel launches, the elementwise "
+                "kernels, the device synchronization at each profiled phase edge, the host's share of MPI; the "
+                "smaller H, the larger that share."]
+    if (place["of serial"] > 1).any():
+        out += ["Points above it run their GEMMs faster than the reference point's P_flops (it is measured at "
+                "H = 512, where the GEMMs leave SMs idle)."]
+    return out
+
+
 def analysis_markdown() -> str:
     """results/REPORT.md: the seeds' questions answered from the committed GPU sweeps."""
     import json
@@ -323,12 +354,25 @@ def analysis_markdown() -> str:
             r = ref.iloc[0]
             rates = pd.DataFrame([{"rate": k, "measured": r[k], "seeds RTX 6000": SEEDS_RATES[k],
                                    "ratio": r[k] / SEEDS_RATES[k]} for k in SEEDS_RATES if k in r and np.isfinite(r[k])])
+            ceilings_file = min(path.parent.glob("ceilings_p*.csv"), default=None,
+                                key=lambda f: abs(int(f.stem.split("_p")[1]) - int(r["p"])))
+            if ceilings_file is not None:
+                grad_bytes = 4 * (r["H"] * 784 + r["H"] + 10 * r["H"] + 10)
+                top = analysis.ceiling_rates(pd.read_csv(ceilings_file), grad_bytes, int(r["p"]))
+                rates["machine ceiling"] = [top[k] for k in rates.rate]
+                rates["of ceiling"] = rates.measured / rates["machine ceiling"]
             out += ["", f"### Question 2.4: effective rates at H=512, B={r['B']}, p={r['p']}, staged (the seeds' path)", "",
                     fmt(rates), "",
-                    "P_pci and P_mpi are the seeds' formulas over our medians: the gradient copies go to pageable host "
+                    (f"Machine ceilings from `{ceilings_file.name}` beside it, counted as the seeds' formulas count "
+                     "(the fastest cuBLAS GEMM at the training shapes; pageable copies and host MPI at the gradient's "
+                     "size). P_flops sits well under the GEMM ceiling because the profiled GEMM phases include a "
+                     "device synchronization each and H = 512's GEMMs leave SMs idle. " if ceilings_file else "")
+                    + "P_pci and P_mpi are the seeds' formulas over our medians: the gradient copies go to pageable host "
                     "memory and the all-reduce is Open MPI on the host (not CUDA-aware), the same path as the seeds, "
                     "which is why they land near the seeds' numbers while P_flops is an order of magnitude higher."]
             rates_dict = {k: float(r[k]) for k in ("P_flops", "P_pci", "P_mpi") if np.isfinite(r[k])}
+            if "P_pci" in rates_dict:  # the modified rooflines count gradient bytes: points that exchange them
+                out += roofline_text(analysis.roofline_placement(staged[staged.p > 1], rates_dict), rates_dict)
             pred = analysis.prediction_table(staged, rates_dict)
             pred["mode"] = "staged"
             worst = pred[pred.error.abs() > 0.15]

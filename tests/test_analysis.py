@@ -105,3 +105,34 @@ def test_prediction_checked_against_gpu_parallel_runs(tmp_path, monkeypatch):
     assert "Median |error| data parallel 5%, model parallel 50%" in text  # (10% + 0%) / 2; model p=4 unmeasured
     assert "already 3.0 to 3.0 times slower at p=1" in text
     assert "Not measured" in "\n".join(report.parallel_section()) and "H=64 b=100 p=4" in "\n".join(report.parallel_section())
+
+
+def test_ceiling_rates_in_the_seeds_terms():
+    import pandas as pd
+
+    from perflab import analysis
+    rows = [("gemm_flops", "gpu", "cublas", 0, 1, 4e13), ("gemm_flops", "gpu", "cublas", 0, 1, 5e13),
+            ("gemm_flops", "gpu", "best", 0, 1, 9e13), ("gemm_flops", "cpu", "numpy BLAS", 0, 1, 8e13),
+            ("h2d", "gpu", "pageable", 1 << 20, 1, 12e9), ("d2h", "gpu", "pageable", 1 << 20, 1, 6e9),
+            ("h2d", "gpu", "pageable", 1 << 26, 1, 99e9), ("h2d", "gpu", "pinned", 1 << 20, 1, 50e9),
+            ("mpi_allreduce", "cpu", "Open", 1 << 20, 2, 3e9), ("mpi_allreduce", "cpu", "Open", 1 << 20, 4, 1e9)]
+    table = pd.DataFrame(rows, columns=["ceiling", "device", "impl", "size_bytes", "ranks", "value"])
+    got = analysis.ceiling_rates(table, nbytes=1.5e6, p=2)
+    assert got["P_flops"] == 5e13  # cuBLAS on the GPU only
+    assert got["P_pci"] == 2 / (1 / 12e9 + 1 / 6e9)  # pageable, at the size nearest 1.5 MB
+    assert got["P_mpi"] == 2 * 3e9  # the seeds count both directions; p=2's row
+
+
+def test_roofline_placement_bounds_and_byte_share():
+    import pandas as pd
+
+    from perflab import analysis, perfmodel
+    points = pd.DataFrame([{"H": 512, "B": 6400, "p": 2, "ai": 800.0, "flops_per_batch": 4e9, "t_batch iteration": 2e-3},
+                           {"H": 2048, "B": 3200, "p": 1, "ai": 3200.0, "flops_per_batch": 8e9, "t_batch iteration": 1e-3}])
+    rates = {"P_flops": 1.6e13, "P_pci": 1e10, "P_mpi": 5e9}
+    t = analysis.roofline_placement(points, rates)
+    serial = perfmodel.roofline_serial(800.0, 1.6e13, 1e10)
+    assert t.loc[0, "of serial"] == 2e12 / serial
+    assert t.loc[0, "bytes share"] == (1 / 1e10) / (800 / 1.6e13 + 1 / 1e10)  # 2/3: left of the ridge at 1600
+    assert t.loc[0, "of combined"] == 2e12 / perfmodel.roofline_combined(800.0, 1.6e13, 1e10, 5e9)
+    assert pd.isna(t.loc[1, "of combined"])  # one rank: no all-reduce to charge
