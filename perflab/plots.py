@@ -164,3 +164,21 @@ def step_breakdown(steps):
     ax.grid(True, axis="x", alpha=0.3)
     ax.legend(fontsize=6, ncol=2, loc="lower right")
     return fig
+
+
+def allreduce(bench, title=""):
+    """Milliseconds of one all-reduce against its size, one line per implementation
+    (`perflab bench allreduce`), with the gradient sizes of H=512 and H=2048 marked."""
+    fig, ax = new_figure()
+    for impl, g in bench.groupby("impl"):
+        g = g.sort_values("size_bytes")
+        ax.loglog(g.size_bytes, g.ms, "o-", label=impl)
+    for H in (512, 2048):
+        ax.axvline(4 * (785 * H + 10 * H + 11), color="0.7", ls=":", lw=1)
+        ax.text(4 * (785 * H + 10 * H + 11), ax.get_ylim()[1] / 1.5, f" H={H}", fontsize=8, color="0.4")
+    ax.set_xlabel("bytes all-reduced (float32)")
+    ax.set_ylabel("ms per all-reduce")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig

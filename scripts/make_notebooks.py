@@ -256,6 +256,22 @@ if len(t):
         "resident (NCCL) and staged (host MPI, the seeds' path) beside PyTorch DDP and JAX's sharded scan. "
         f"Machines: {', '.join(sorted(t.machine.unique()))}."))))
 """),
+    ("md", """## The gradient all-reduce, perflab beside torch.distributed
+
+`mpirun -n P perflab bench allreduce` on the GPUs: perflab's NCCL (what training uses), its
+host-staged MPI (the seeds' path) and PyTorch's NCCL, device-timed, at the gradient sizes."""),
+    ("code", """
+import pandas as pd
+from perflab.results import RESULTS_ROOT
+for path in sorted(RESULTS_ROOT.glob("*/bench_allreduce_p*.csv")):
+    bench = pd.read_csv(path)
+    display(bench.pivot_table(index="size_bytes", columns="impl", values="ms"))
+    label = f"{path.parent.name}, p={bench.ranks.iloc[0]}"
+    display(Image(str(plots.save(plots.allreduce(bench, title=f"All-reduce, {label}"), f"allreduce_{path.parent.name}",
+        f"Milliseconds per float32 all-reduce against its size on {label}: perflab's NCCL and host-staged MPI beside "
+        f"torch.distributed's NCCL (CUDA events, median); dotted: the gradient buffers of H=512 and H=2048. "
+        f"Source: {path.parent.name}/{path.name}."))))
+"""),
     ("md", """## Running the sweeps on a cluster
 
 On a Slurm cluster, start the engines with the cluster's launcher, one engine per GPU, with the
@@ -278,8 +294,6 @@ NVLink all-reduce and one-GPU step measured) against the measured points. Flat r
 the 2(p-1) ring steps crosses the network; hierarchical: all-reduce inside the node, a ring of the
 node leaders only (the lecture's hybrid all-reduce); model parallel exchanges C x B logits."""),
     ("code", """
-import pandas as pd
-from perflab.results import RESULTS_ROOT
 path = RESULTS_ROOT / "predictions" / "projection_64.csv"
 if path.exists():
     proj = pd.read_csv(path)
