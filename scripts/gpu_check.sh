@@ -15,7 +15,7 @@ for stage in $stages; do
     check) for dt in float32 float64; do
              python3 -m perflab check --backend cupy --dtype $dt --test-size 0 --json | tail -1 | cut -c1-400
            done 2>&1 | tee "$OUT/gpu_check_mnist.log" ;;
-    train) python3 -m perflab bench train --peers perflab "perflab (cublas gemm)" "cublas 5-gemm floor" "jax scan epoch" --out "$OUT" 2>&1 | tail -30 ;;
+    train) python3 -m perflab bench train --peers perflab "perflab (tf32 gemm)" "cublas 5-gemm floor" "jax scan epoch" --out "$OUT" 2>&1 | tail -30 ;;
     peers) python3 -m perflab bench train --out "$OUT" 2>&1 | tail -40 ;;
   esac
 done

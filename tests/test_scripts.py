@@ -1,0 +1,36 @@
+"""The device campaigns (scripts/*.sh) run where CI cannot: check here that they parse and name
+only peers that exist, so a renamed peer fails CI instead of a device call."""
+import shlex
+import subprocess
+
+import pytest
+
+from perflab.data import PROJECT_ROOT
+from perflab.peers import PEERS
+
+SCRIPTS = sorted((PROJECT_ROOT / "scripts").glob("*.sh"))
+
+
+def peer_lists(text: str):
+    """The names after each --peers, up to the next option or shell operator."""
+    for line in text.replace("\\\n", " ").splitlines():
+        if "--peers" not in line:
+            continue
+        names = []
+        for token in shlex.split(line.split("--peers", 1)[1], comments=True):
+            if token.startswith("-") or any(c in token for c in "|>;&"):
+                break
+            names.append(token)
+        yield names
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_device_script_parses_and_names_existing_peers(script):
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    for names in peer_lists(script.read_text()):
+        assert names and not set(names) - set(PEERS), f"{script.name}: unknown peers {set(names) - set(PEERS)}"
+
+
+def test_peer_lists_are_read_across_continuations():
+    text = 'bench train --peers perflab "jax scan epoch" \\\n  "cublas 5-gemm floor" --out "$OUT" 2>&1 | tail'
+    assert list(peer_lists(text)) == [["perflab", "jax scan epoch", "cublas 5-gemm floor"]]
