@@ -186,9 +186,11 @@ def allreduce_section() -> list[str]:
         out += ["", f"## The gradient all-reduce, perflab beside torch.distributed, p={t.ranks.iloc[0]}, {path.parent.name}",
                 "", f"Source: {source(path)}.", "", fmt(wide.reset_index().round(4)), "",
                 "Milliseconds per float32 all-reduce (CUDA events around 10 back-to-back calls, median of 10; the staged "
-                "path host-timed). The gradient buffers are 1628204 bytes (H=512) and 6512684 (H=2048). The staged "
-                "path (device -> pageable host, Open MPI, host -> device: the seeds' path) is "
-                f"{(wide['perflab staged mpi'] / wide['perflab nccl']).median():.0f} times NCCL's median."]
+                "path host-timed). The gradient buffers (with the loss slot) are "
+                + ", ".join(f"{4 * (785 * H + 10 * H + 11)} bytes at H={H}" for H in (512, 2048))
+                + ". The staged path (device -> pageable host, Open MPI, host -> device: the seeds' path) takes "
+                f"{(wide['perflab staged mpi'] / wide['perflab nccl']).median():.0f} times NCCL's time (median over "
+                "the sizes)."]
     return out
 
 

@@ -85,7 +85,7 @@ def test_allreduce_section_ratios(tmp_path, monkeypatch):
     monkeypatch.setattr(report, "RESULTS_ROOT", tmp_path)
     text = "\n".join(report.allreduce_section())
     assert "| 1024 | 0.01 | 0.3 | 0.04 | 0.25 |" in text and "| 4096 | 0.02 | 1 | 0.02 | 1 |" in text
-    assert "is 40 times NCCL's median" in text  # median of 30 and 50
+    assert "takes 40 times NCCL's time" in text  # median of 30 and 50
 
 
 def test_prediction_checked_against_gpu_parallel_runs(tmp_path, monkeypatch):
