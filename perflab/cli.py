@@ -373,7 +373,9 @@ def cmd_predict(args, comm) -> dict:
             print(table.pivot_table(index="p", columns="strategy", values="efficiency").round(3).to_string())
             print(f"wrote {out}")
         return {"saved": str(out)}
-    prediction = projection.predictions(RESULTS_ROOT, ranks=args.ranks)
+    if not (RESULTS_ROOT / "nvidia-h200" / args.calibration).exists():
+        raise CLIError(f"--calibration {args.calibration}: no such file in {RESULTS_ROOT / 'nvidia-h200'}")
+    prediction = projection.predictions(RESULTS_ROOT, ranks=args.ranks, scaling=args.calibration)
     out = RESULTS_ROOT / "predictions" / f"{args.name}.json"
     atomic_write(out, (json.dumps(prediction, indent=1) + "\n").encode())
     if not args.json:
@@ -505,6 +507,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "one-GPU steps measured on the H200s; written to results/predictions/NAME.json.")
     p.add_argument("--ranks", nargs="+", type=positive, default=[1, 2, 4, 8])
     p.add_argument("--name", default="p8", help="result name under results/predictions/ (default %(default)s)")
+    p.add_argument("--calibration", default="scaling_calibration.jsonl", metavar="FILE",
+                   help="the scaling runs (in results/nvidia-h200/) that calibrate the per-step cost on several GPUs "
+                        "(default %(default)s, the eager steps p8.json was made from; scaling.jsonl: the latest)")
     p.add_argument("--multinode", action="store_true",
                    help="instead: project H=2048, 3000 per GPU to 64 GPUs on nodes joined by a network (CSV)")
     p.add_argument("--per-node", type=positive, default=8, help="GPUs per node (default %(default)s)")

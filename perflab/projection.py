@@ -11,8 +11,10 @@ Per step (b samples per GPU, N an epoch, steps = ceil(N / (b p))):
     the NCCL all-reduce measured at p = 2 (sizes >= 1 MiB) and carried to p = 4, 8 unchanged.
   t_compute(H, b): the measured one-GPU step at the measured batch, scaled linearly in b above a
     fixed per-step cost t_fixed (the launch chain of a graph-replayed step).
-  t_eager: what a multi-GPU step pays for launching its kernels one by one (CUDA graphs are off
-    with NCCL), calibrated on the measured p = 2 point, which is therefore not an independent test.
+  t_eager: what a multi-GPU step pays beyond its compute and all-reduce (launching its kernels one
+    by one while CUDA graphs were off with NCCL; since, the all-reduce and update launched after a
+    graph of the rest), calibrated on the measured p = 2 point, which is therefore not an independent
+    test. The scaling file it is calibrated from is named in "inputs" (p8.json: the eager steps).
 """
 from __future__ import annotations
 
@@ -25,6 +27,9 @@ import pandas as pd
 
 D, C = 784, 10
 T_FIXED = 40e-6
+# each committed prediction (results/predictions/NAME.json) and the scaling runs it was calibrated on,
+# kept apart from scaling.jsonl, which newer runs replace (p8.json names the file as it was called then)
+CALIBRATIONS = {"p8": "scaling_calibration.jsonl", "p8_graphs": "scaling_calibration_graphs.jsonl"}
 
 
 def fit_allreduce(ceilings: pd.DataFrame, min_bytes: int = 1 << 20) -> tuple[float, float]:
@@ -54,32 +59,33 @@ def project(H: int, b: int, p: int, N: int, measured_step: float, measured_b: in
             "allreduce_ms": 1e3 * allreduce_seconds(payload, p, alpha, bw), "epoch_ms": 1e3 * steps * (compute + exchange)}
 
 
-def calibration(results: Path, N: int = 60000) -> dict:
+def calibration(results: Path, N: int = 60000, scaling: str = "scaling_calibration.jsonl") -> dict:
     """What the projections take from the committed H200 files: the NCCL fit, each H's measured
     one-GPU step, and t_eager (from the p = 2 run of H = 2048, 3000 per GPU). The scaling runs
     are those the eight-GPU prediction was computed from (scaling_calibration.jsonl, the first
     session's scaling.jsonl), so the committed prediction stays reproducible as scaling.jsonl
-    gains newer runs."""
+    gains newer runs; `scaling` names another scaling file of that folder)."""
     folder = Path(results) / "nvidia-h200"
     alpha, bw = fit_allreduce(pd.read_csv(folder / "ceilings_p2.csv"))
     sweep = pd.read_csv(folder / "roofline.csv")
     one = sweep[(sweep["mode"] == "resident") & (sweep.p == 1)]
     measured = {int(r.H): (r.epoch_seconds / r.batches, int(r.B)) for r in one.itertuples()}
-    scaling = [json.loads(line) for line in (folder / "scaling_calibration.jsonl").read_text().splitlines() if line.startswith("{")]
-    p1 = next(s for s in scaling if s["peer"] == "perflab resident" and s["p"] == 1)
-    p2 = next(s for s in scaling if s["peer"] == "perflab resident" and s["p"] == 2)
+    runs = [json.loads(line) for line in (folder / scaling).read_text().splitlines() if line.startswith("{")]
+    p1 = next(s for s in runs if s["peer"] == "perflab resident" and s["p"] == 1)
+    p2 = next(s for s in runs if s["peer"] == "perflab resident" and s["p"] == 2)
     measured[p1["H"]] = (p1["epoch_ms"] * 1e-3 / math.ceil(N / p1["b"]), p1["b"])  # the run the 8-GPU one repeats
     step1, b1 = measured[p2["H"]]
     S = (p2["H"] * D + p2["H"] + C * p2["H"] + C) * 4
     t_eager = p2["epoch_ms"] * 1e-3 / math.ceil(N / (p2["b"] * 2)) - step_seconds(step1, b1, p2["b"]) \
         - allreduce_seconds(S, 2, alpha, bw)
     return {"alpha": alpha, "bw": bw, "measured": measured, "t_eager": max(t_eager, 0.0),
-            "inputs": [str(folder / n) for n in ("ceilings_p2.csv", "roofline.csv", "scaling_calibration.jsonl")]}
+            "inputs": [f"results/nvidia-h200/{n}" for n in ("ceilings_p2.csv", "roofline.csv", scaling)]}
 
 
-def predictions(results: Path, hidden=(512, 2048), per_gpu=(800, 3000), ranks=(1, 2, 4, 8), N=60000) -> dict:
-    """The prediction from the committed H200 files (ceilings_p2.csv, roofline.csv, scaling_calibration.jsonl)."""
-    cal = calibration(results, N)
+def predictions(results: Path, hidden=(512, 2048), per_gpu=(800, 3000), ranks=(1, 2, 4, 8), N=60000,
+                scaling: str = "scaling_calibration.jsonl") -> dict:
+    """The prediction from the committed H200 files (ceilings_p2.csv, roofline.csv and a scaling file)."""
+    cal = calibration(results, N, scaling)
     rows = []
     for H in hidden:
         step, mb = cal["measured"][H]
@@ -93,8 +99,7 @@ def predictions(results: Path, hidden=(512, 2048), per_gpu=(800, 3000), ranks=(1
                     rows.append(row)
     return {"method": __doc__.strip(), "alpha_us": 1e6 * cal["alpha"], "bus_bandwidth_GBps": cal["bw"] / 1e9,
             "t_eager_us": 1e6 * cal["t_eager"], "t_fixed_us": 1e6 * T_FIXED,
-            "inputs": ["results/nvidia-h200/ceilings_p2.csv", "results/nvidia-h200/roofline.csv",
-                       "results/nvidia-h200/scaling_calibration.jsonl"],
+            "inputs": cal["inputs"],
             "hierarchical": "same as data parallel (flat ring) on one node of eight", "rows": rows}
 
 

@@ -431,13 +431,18 @@ def analysis_markdown() -> str:
                         "an efficiency of 0.74 and beat the JAX and DDP figures above. The harness now gives every "
                         "peer 3 warm-up epochs and the median of 7 (`perflab.peers_multi`); the four-GPU machine was "
                         "withdrawn before it could be rerun."]
-    prediction = RESULTS_ROOT / "predictions" / "p8.json"
-    if prediction.exists():
-        pred = pd.DataFrame(json.loads(prediction.read_text())["rows"])
+    from .projection import CALIBRATIONS
+    for name, scaling in CALIBRATIONS.items():
+        prediction = RESULTS_ROOT / "predictions" / f"{name}.json"
+        if not prediction.exists():
+            continue
+        made = json.loads(prediction.read_text())
+        pred = pd.DataFrame(made["rows"])
         wide = pred.pivot_table(index=["parallel", "H", "b"], columns="p", values="epoch_ms")
         wide.columns = [f"p={p} (ms)" for p in wide.columns]
         wide["efficiency p=8"] = pred[pred.p == 8].set_index(["parallel", "H", "b"])["efficiency"]
-        out += ["", "## Prediction for eight H200, written before the run", "",
-                f"Source: `{prediction.relative_to(RESULTS_ROOT.parent)}` (method and inputs inside; `perflab predict`). "
-                "N = 60000, b samples per GPU per step.", "", fmt(wide.reset_index().round(3))]
+        out += ["", f"## Prediction for eight H200, written before the run (`{prediction.name}`)", "",
+                f"Source: `{prediction.relative_to(RESULTS_ROOT.parent)}` (method inside; `perflab predict`), "
+                f"calibrated on `results/nvidia-h200/{scaling}` (per-step cost on several GPUs beyond compute and all-reduce: "
+                f"{made['t_eager_us']:.0f} us). N = 60000, b samples per GPU per step.", "", fmt(wide.reset_index().round(3))]
     return "\n".join(out) + "\n"

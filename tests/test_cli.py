@@ -89,3 +89,9 @@ def test_counts_and_rates_must_be_positive(capsys, argv, message):
     with pytest.raises(SystemExit) as info:
         main(argv)
     assert info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_predict_names_a_missing_calibration_file(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["predict", "--calibration", "nope.jsonl", "--name", "unused"])
+    assert info.value.code == 2 and "--calibration nope.jsonl: no such file in" in capsys.readouterr().err

@@ -25,11 +25,12 @@ def test_projection_formulas():
     assert projection.step_seconds(0.5e-3, 3000, 1500) == pytest.approx(40e-6 + (0.5e-3 - 40e-6) / 2)
 
 
-def test_committed_prediction_matches_the_committed_inputs():
-    """results/predictions/p8.json was computed from the committed H200 files (regenerate to compare)."""
+@pytest.mark.parametrize("name, scaling", projection.CALIBRATIONS.items())
+def test_committed_prediction_matches_the_committed_inputs(name, scaling):
+    """Each committed prediction was computed from the committed H200 files (regenerate to compare)."""
     import json
-    committed = json.loads((RESULTS_ROOT / "predictions" / "p8.json").read_text())
-    fresh = projection.predictions(RESULTS_ROOT)
+    committed = json.loads((RESULTS_ROOT / "predictions" / f"{name}.json").read_text())
+    fresh = projection.predictions(RESULTS_ROOT, scaling=scaling)
     assert [r["epoch_ms"] for r in committed["rows"]] == pytest.approx([r["epoch_ms"] for r in fresh["rows"]])
 
 
