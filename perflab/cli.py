@@ -463,23 +463,27 @@ def build_parser() -> argparse.ArgumentParser:
                                    "points with fewer ranks use the first p.")
     from .kernels import GEMM_VARIANTS as variants
     p.add_argument("--name", default="sweep", help="result file name (default %(default)s)")
-    p.add_argument("--hidden", nargs="+", type=positive, default=[512], metavar="H")
-    p.add_argument("--batch", nargs="+", type=positive, default=[3200], metavar="B")
+    p.add_argument("--hidden", nargs="+", type=positive, default=[512], metavar="H", help="hidden sizes (default 512)")
+    p.add_argument("--batch", nargs="+", type=positive, default=[3200], metavar="B",
+                   help="global mini-batch sizes, split over the ranks (default 3200)")
     p.add_argument("--per-rank-batch", nargs="+", type=positive, metavar="B/p",
                    help="instead of --batch: B = p * B/p, the seeds' sweep with B/p constant")
-    p.add_argument("--ranks", nargs="+", type=positive, default=[1], metavar="P")
-    p.add_argument("--parallel", nargs="+", choices=("data", "model"), default=["data"])
-    p.add_argument("--backend", nargs="+", choices=("numpy", "cupy"), default=["numpy"])
-    p.add_argument("--mode", nargs="+", choices=("resident", "staged"), default=["resident"])
-    p.add_argument("--gemm", nargs="+", choices=variants, default=["cublas"])
-    p.add_argument("--dtype", nargs="+", choices=DTYPES, default=["float32"])
-    p.add_argument("--train-size", type=positive, default=38400, metavar="N")
-    p.add_argument("--num-epochs", type=positive, default=1)
-    p.add_argument("--dataset", choices=DATASETS, default="synthetic")
+    p.add_argument("--ranks", nargs="+", type=positive, default=[1], metavar="P", help="process counts (default 1)")
+    p.add_argument("--parallel", nargs="+", choices=("data", "model"), default=["data"], help="default data")
+    p.add_argument("--backend", nargs="+", choices=("numpy", "cupy"), default=["numpy"], help="default numpy")
+    p.add_argument("--mode", nargs="+", choices=("resident", "staged"), default=["resident"],
+                   help="GPU data and exchange path (default resident)")
+    p.add_argument("--gemm", nargs="+", choices=variants, default=["cublas"], help="GPU GEMM variants (default cublas)")
+    p.add_argument("--dtype", nargs="+", choices=DTYPES, default=["float32"], help="default float32")
+    p.add_argument("--train-size", type=positive, default=38400, metavar="N",
+                   help="samples an epoch (default %(default)s, the seeds')")
+    p.add_argument("--num-epochs", type=positive, default=1, help="timed epochs a point, after one warm-up "
+                                                                  "(default %(default)s)")
+    p.add_argument("--dataset", choices=DATASETS, default="synthetic", help="default synthetic (any size)")
     p.add_argument("--emit-sbatch", metavar="FILE", help="instead of running: write a Slurm script that runs this sweep "
                                                          "with one rank per GPU on --nodes x --gpus-per-node")
-    p.add_argument("--nodes", type=int, default=1)
-    p.add_argument("--gpus-per-node", type=int, default=4)
+    p.add_argument("--nodes", type=int, default=1, help="with --emit-sbatch (default 1)")
+    p.add_argument("--gpus-per-node", type=int, default=4, help="with --emit-sbatch (default 4)")
     p.add_argument("--nsys", action="store_true", help="with --emit-sbatch: profile each rank with Nsight Systems")
     outputs(p)
     p.set_defaults(run=cmd_sweep)
@@ -505,7 +509,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Projected epoch time and efficiency (data parallel, model parallel; H in {512, 2048}, "
                                    "b in {800, 3000} per GPU, N = 60000) for p GPUs, from the NCCL all-reduce fit and the "
                                    "one-GPU steps measured on the H200s; written to results/predictions/NAME.json.")
-    p.add_argument("--ranks", nargs="+", type=positive, default=[1, 2, 4, 8])
+    p.add_argument("--ranks", nargs="+", type=positive, default=[1, 2, 4, 8], help="GPU counts (default 1 2 4 8)")
     p.add_argument("--name", default="p8", help="result name under results/predictions/ (default %(default)s)")
     p.add_argument("--calibration", default="scaling_calibration.jsonl", metavar="FILE",
                    help="the scaling runs (in results/nvidia-h200/) that calibrate the per-step cost on several GPUs "
@@ -535,11 +539,14 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Times each GEMM variant and cuBLAS (calls captured in a CUDA graph and replayed "
                                     "between CUDA events, median, inputs rotated past L2) at the forward/backward shapes for H x B; prints TFLOP/s, % of cuBLAS, "
                                     "% of the FP32 peak; writes results/<machine>/bench_gemm_<dtype>.csv.")
-    b.add_argument("--variants", nargs="+", choices=GEMM_VARIANTS, default=list(GEMM_VARIANTS))
-    b.add_argument("--dtype", choices=DTYPES, default="float32")
-    b.add_argument("--hidden", nargs="+", type=positive, default=[512, 1024, 2048], metavar="H")
-    b.add_argument("--batches", nargs="+", type=positive, default=[800, 3200, 12000], metavar="B")
-    b.add_argument("--repeats", type=positive, default=20)
+    b.add_argument("--variants", nargs="+", choices=GEMM_VARIANTS, default=list(GEMM_VARIANTS),
+                   help="default: all")
+    b.add_argument("--dtype", choices=DTYPES, default="float32", help="default float32")
+    b.add_argument("--hidden", nargs="+", type=positive, default=[512, 1024, 2048], metavar="H",
+                   help="hidden sizes of the training shapes (default 512 1024 2048)")
+    b.add_argument("--batches", nargs="+", type=positive, default=[800, 3200, 12000], metavar="B",
+                   help="batch sizes of the training shapes (default 800 3200 12000)")
+    b.add_argument("--repeats", type=positive, default=20, help="timed repeats, median kept (default %(default)s)")
     outputs(b)
     b.set_defaults(run=cmd_bench_gemm)
     from .peers import PEERS
@@ -568,8 +575,10 @@ def build_parser() -> argparse.ArgumentParser:
                                     "around 10 back-to-back calls, median) through perflab's NCCL, perflab's host-staged "
                                     "MPI (host-timed) and torch.distributed's NCCL, with bus bandwidth and the ratio to the "
                                     "fastest peer; writes results/<machine>/bench_allreduce_p<P>.csv.")
-    b.add_argument("--sizes", nargs="+", type=positive, default=list(ALLREDUCE_SIZES), metavar="BYTES")
-    b.add_argument("--repeats", type=positive, default=10)
+    b.add_argument("--sizes", nargs="+", type=positive, default=list(ALLREDUCE_SIZES), metavar="BYTES",
+                   help="buffer sizes in bytes (default: 64 KiB to 64 MiB, with the H=512 and H=2048 gradients)")
+    b.add_argument("--repeats", type=positive, default=10, help="timed repeats per size; the median is kept "
+                                                                "(default %(default)s)")
     outputs(b)
     b.set_defaults(run=cmd_bench_allreduce)
 
