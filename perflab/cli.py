@@ -364,8 +364,11 @@ def cmd_predict(args, comm) -> dict:
     from . import projection
     from .data import atomic_write
     from .results import RESULTS_ROOT
+    if not (RESULTS_ROOT / "nvidia-h200" / args.calibration).exists():
+        raise CLIError(f"--calibration {args.calibration}: no such file in {RESULTS_ROOT / 'nvidia-h200'}")
     if args.multinode:
-        table = projection.multinode(RESULTS_ROOT, per_node=args.per_node, inter=(args.inter_latency, args.inter_bw))
+        table = projection.multinode(RESULTS_ROOT, per_node=args.per_node, inter=(args.inter_latency, args.inter_bw),
+                                     scaling=args.calibration)
         out = RESULTS_ROOT / "predictions" / f"{args.name}.csv"
         out.parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(out, index=False)
@@ -373,8 +376,6 @@ def cmd_predict(args, comm) -> dict:
             print(table.pivot_table(index="p", columns="strategy", values="efficiency").round(3).to_string())
             print(f"wrote {out}")
         return {"saved": str(out)}
-    if not (RESULTS_ROOT / "nvidia-h200" / args.calibration).exists():
-        raise CLIError(f"--calibration {args.calibration}: no such file in {RESULTS_ROOT / 'nvidia-h200'}")
     prediction = projection.predictions(RESULTS_ROOT, ranks=args.ranks, scaling=args.calibration)
     out = RESULTS_ROOT / "predictions" / f"{args.name}.json"
     atomic_write(out, (json.dumps(prediction, indent=1) + "\n").encode())

@@ -30,6 +30,7 @@ T_FIXED = 40e-6
 # each committed prediction (results/predictions/NAME.json) and the scaling runs it was calibrated on,
 # kept apart from scaling.jsonl, which newer runs replace (p8.json names the file as it was called then)
 CALIBRATIONS = {"p8": "scaling_calibration.jsonl", "p8_graphs": "scaling_calibration_graphs.jsonl"}
+MULTINODE_CALIBRATION = "scaling_calibration_graphs.jsonl"  # results/predictions/projection_64.csv
 
 
 def fit_allreduce(ceilings: pd.DataFrame, min_bytes: int = 1 << 20) -> tuple[float, float]:
@@ -103,10 +104,11 @@ def predictions(results: Path, hidden=(512, 2048), per_gpu=(800, 3000), ranks=(1
             "hierarchical": "same as data parallel (flat ring) on one node of eight", "rows": rows}
 
 
-def multinode(results: Path, H=2048, b=3000, N=60000, per_node=8, inter=(5e-6, 25e9), ranks=(1, 2, 4, 8, 16, 32, 64)):
+def multinode(results: Path, H=2048, b=3000, N=60000, per_node=8, inter=(5e-6, 25e9), ranks=(1, 2, 4, 8, 16, 32, 64),
+              scaling: str = "scaling_calibration.jsonl"):
     """Projection to 64 GPUs on nodes of per_node H200s joined by a network of the given
     (latency per ring step, bandwidth per node); NVLink inside a node as measured."""
-    cal = calibration(results, N)
+    cal = calibration(results, N, scaling)
     step, mb = cal["measured"][H]
     return projection_table(H, b, N, step, mb, cal["t_eager"], (cal["alpha"], cal["bw"]), inter, per_node, ranks)
 

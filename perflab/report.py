@@ -432,7 +432,7 @@ def analysis_markdown() -> str:
                         "peer 3 warm-up epochs and the median of 7 (`perflab.peers_multi`); the four-GPU machine was "
                         "withdrawn before it could be rerun."]
     from .projection import CALIBRATIONS
-    for name, scaling in CALIBRATIONS.items():
+    for name, scaling in CALIBRATIONS.items():  # the eight-GPU predictions (JSON)
         prediction = RESULTS_ROOT / "predictions" / f"{name}.json"
         if not prediction.exists():
             continue

@@ -306,7 +306,8 @@ if path.exists():
     ax.set_xscale("log", base=2); ax.set_xlabel("GPUs p"); ax.set_ylabel("efficiency T1 / (p Tp)"); ax.legend(fontsize=8)
     display(Image(str(plots.save(fig, "scaling_projection",
         "Projected scaling efficiency of H=2048, 3000 samples per GPU per step, N=60000, to 64 GPUs on nodes of 8 "
-        "(perflab predict --multinode: NCCL fit and one-GPU step from the H200 runs, a 25 GB/s network per node), "
+        "(perflab predict --multinode --calibration scaling_calibration_graphs.jsonl: NCCL fit, one-GPU step and "
+        "per-step cost from the H200 runs with per-step graphs, a 25 GB/s network per node), "
         f"with the measured perflab points. Source: {path.name}."))))
 """),
 ])

@@ -34,6 +34,13 @@ def test_committed_prediction_matches_the_committed_inputs(name, scaling):
     assert [r["epoch_ms"] for r in committed["rows"]] == pytest.approx([r["epoch_ms"] for r in fresh["rows"]])
 
 
+def test_committed_multinode_projection_matches_the_committed_inputs():
+    committed = pd.read_csv(RESULTS_ROOT / "predictions" / "projection_64.csv")
+    fresh = projection.multinode(RESULTS_ROOT, scaling=projection.MULTINODE_CALIBRATION)
+    assert list(committed.strategy) == list(fresh.strategy)
+    assert list(committed.epoch_ms) == pytest.approx(list(fresh.epoch_ms))
+
+
 def test_multinode_allreduce_models():
     intra, inter = (20e-6, 250e9), (5e-6, 25e9)
     S = 6.5e6
