@@ -1,0 +1,26 @@
+"""One call each of perflab's `best` GEMM (tuned first) and cuBLAS at the shapes issue #11 is
+judged on, inside an NVTX range "measure", for Nsight Compute (scripts/ncu_gemm.sh):
+why `best` trails cuBLAS, kernel by kernel."""
+import cupy as cp
+import numpy as np
+
+from perflab import kernels
+from perflab.bench import gemm_shapes
+
+SHAPES = ("fwd1 H=512 B=3200", "bwd3 H=512 B=12000", "fwd1 H=2048 B=12000", "bwd3 H=2048 B=12000")
+rng = np.random.default_rng(0)
+for name, M, K, N, ta, tb in gemm_shapes():
+    if name not in SHAPES:
+        continue
+    a = cp.asarray(rng.uniform(-1, 1, (K, M) if ta else (M, K)).astype("float32"))
+    b = cp.asarray(rng.uniform(-1, 1, (N, K) if tb else (K, N)).astype("float32"))
+    a, b = (a.T if ta else a), (b.T if tb else b)
+    out, work = cp.empty((M, N), "float32"), cp.empty(16 * M * N, "float32")
+    print(name, "best config, splits:", kernels.tune(a, b, out, "best", work))
+    kernels.gemm(a, b, out=out, variant="cublas")
+    cp.cuda.Device().synchronize()
+    cp.cuda.nvtx.RangePush("measure")
+    kernels.gemm(a, b, out=out, variant="best", work=work)
+    kernels.gemm(a, b, out=out, variant="cublas")
+    cp.cuda.Device().synchronize()
+    cp.cuda.nvtx.RangePop()
