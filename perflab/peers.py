@@ -32,22 +32,29 @@ def initial(D, H, C, seed=0):
 
 # ----------------------------------------------------------------------------- perflab
 def perflab_epoch(X, y, H, B, lr, reg, warmup=2, repeats=5, gemm="cublas", graphs=True, fuse_output=True,
-                  fuse_backward=True):
+                  fuse_backward=True, comm=None, mode="resident", overlap=False):
+    """perflab's fused trainer; with an MPI comm (one rank a GPU), data parallel over its ranks,
+    each epoch ended by a barrier so it times the slowest rank."""
     from .comm import Serial
     from .config import Config
     from .gpu import FusedGPU
+    comm = comm or Serial()
     N, D = X.shape
     cfg = Config(dataset="synthetic", input_size=D, hidden_sizes=(H,), num_classes=10, train_size=N,
                  batch_size=B, learning_rate=lr, reg=reg, dtype="float32", test_size=0)
-    trainer = FusedGPU(cfg, np.asfortranarray(X.T), y, Serial(), "resident", gemm, graphs,
-                       fuse_output=fuse_output, fuse_backward=fuse_backward)
+    trainer = FusedGPU(cfg, np.asfortranarray(X.T), y, comm, mode, gemm, graphs,
+                       fuse_output=fuse_output, fuse_backward=fuse_backward, overlap=overlap)
     trainer.want_loss = False
     slices = [slice(s, e) for s, e in batches(N, B)]
 
     def epoch():
         for s in slices:
             trainer.batch(s)
-    return timed_epochs(epoch, trainer.sync, warmup, repeats)
+
+    def sync():
+        trainer.sync()
+        comm.barrier()
+    return timed_epochs(epoch, sync, warmup, repeats)
 
 
 # ----------------------------------------------------------------------------- PyTorch

@@ -34,8 +34,8 @@ def perflab_data_parallel(H: int, b: int, N: int, *flags: str, lr=0.1, reg=1e-4,
     from mpi4py import MPI
 
     from .comm import MPIComm, for_gpu
-    from .config import Config
-    from .gpu import FusedGPU, select_device
+    from .gpu import select_device
+    from .peers import perflab_epoch
     odd = [f for f in flags if f not in PERFLAB_FLAGS]
     if odd:
         raise SystemExit(f"unknown perflab flag(s) {odd}; allowed: {PERFLAB_FLAGS}")
@@ -43,25 +43,10 @@ def perflab_data_parallel(H: int, b: int, N: int, *flags: str, lr=0.1, reg=1e-4,
     select_device(world)
     staged = "staged" in flags
     comm = for_gpu(world, "mpi" if staged else "nccl")
-    B = b * world.size
-    cfg = Config(dataset="synthetic", input_size=784, hidden_sizes=(H,), num_classes=10, train_size=N,
-                 batch_size=B, learning_rate=lr, reg=reg, dtype="float32", test_size=0)
     rng = np.random.default_rng(0)
-    X = np.asfortranarray(rng.random((N, 784), dtype=np.float32).T)  # D x N, as perflab keeps it
-    y = rng.integers(0, 10, N)
-    trainer = FusedGPU(cfg, X, y, comm, "staged" if staged else "resident", "cublas", graphs="no-graphs" not in flags,
-                       overlap="overlap" in flags)
-    trainer.want_loss = False
-    slices = [slice(s, min(s + B, N)) for s in range(0, N, B)]
-
-    def epoch():
-        for s in slices:
-            trainer.batch(s)
-
-    def sync():
-        trainer.sync()
-        world.comm.Barrier()
-    ms = timed_epochs(epoch, sync, warmup, repeats)
+    X, y = rng.random((N, 784), dtype=np.float32), rng.integers(0, 10, N)
+    ms = perflab_epoch(X, y, H, b * world.size, lr, reg, warmup, repeats, graphs="no-graphs" not in flags, comm=comm,
+                       mode="staged" if staged else "resident", overlap="overlap" in flags)
     return ms if world.rank == 0 else None
 
 

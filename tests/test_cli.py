@@ -82,6 +82,8 @@ def test_bench_allreduce_needs_several_ranks(capsys):
     (["sweep", "--hidden", "big"], "argument --hidden: expected a positive integer, got 'big'"),
     (["ceilings", "--max-log2-size", "-3"], "argument --max-log2-size: expected a positive integer, got '-3'"),
     (["bench", "gemm", "--repeats", "0"], "argument --repeats: expected a positive integer, got '0'"),
+    (["bench", "allreduce", "--sizes", "65536", "-4"], "argument --sizes: expected a positive integer, got '-4'"),
+    (["bench", "allreduce", "--repeats", "0"], "argument --repeats: expected a positive integer, got '0'"),
     (["predict", "--inter-bw", "0"], "argument --inter-bw: expected a positive number, got '0'"),
     (["data", "fetch", "mnist", "--timeout", "-1"], "argument --timeout: expected a positive number, got '-1'"),
 ])
