@@ -1,6 +1,8 @@
 """GPU kernels and GPU training against the float64 NumPy reference (run with `make gpu-test`
 on a machine with an NVIDIA GPU; skipped with a message elsewhere). Fresh random non-zero
 inputs of odd sizes; outputs poisoned with NaN first so an unwritten element fails."""
+import itertools
+
 import numpy as np
 import pytest
 
@@ -88,19 +90,29 @@ def test_tf32_all_transposes_and_configs(rng, M, K, N):
                 assert err <= 5e-3, f"tf32 {config} {M}x{K}x{N} ta={ta} tb={tb}: {err:.2e}"
 
 
+def padded_operand(rng, rows, cols, transposed, dtype, offset):
+    """Like operand(), stored inside a larger array whose rows hold a multiple of 16 bytes,
+    starting `offset` elements in: offset 0 takes the 16-byte copy paths, 1 the element-wise ones."""
+    r, c = (cols, rows) if transposed else (rows, cols)
+    big = rng.uniform(-1, 1, (r, 4 * (c // 4 + 2))) + 0.1  # a row: a multiple of 4 elements, c + 1 or more
+    host = big[:, offset:offset + c]
+    dev = cp.asarray(big.astype(dtype))[:, offset:offset + c]
+    return (dev.T, host.T) if transposed else (dev, host)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_every_best_config_and_unaligned_rows(rng, dtype):
-    """Each tile config, with leading dimensions that are not a multiple of 16 bytes (the
-    element-wise copy path) and an operand that is a column slice (an offset start)."""
+def test_every_best_config_storage_order_and_split(rng, dtype):
+    """Each tile config in all four storage orders, whole or split-K, at odd sizes, through the
+    16-byte copy paths (aligned rows) and the element-wise ones (rows starting off 16 bytes)."""
     M, K, N = 131, 203, 97
     for config in kernels.tile_configs("best", kernels.ctype(dtype)):
-        for ta in (False, True):
-            a, ha = operand(rng, M, K, ta, dtype)
-            big = rng.uniform(-1, 1, (K, N + 3)) + 0.1
-            b = cp.asarray(big.astype(dtype))[:, 1:N + 1]  # row stride N + 3, start offset 1
+        for ta, tb, offset, splits in itertools.product((False, True), (False, True), (0, 1), (1, 3)):
+            a, ha = padded_operand(rng, M, K, ta, dtype, offset)
+            b, hb = padded_operand(rng, K, N, tb, dtype, offset)
             out = cp.full((M, N), np.nan, dtype=dtype)
-            kernels.gemm(a, b, out=out, variant="best", config=config)
-            assert rel(out.get(), ha @ big[:, 1:N + 1]) <= TOL[dtype], config
+            kernels.gemm(a, b, out=out, variant="best", config=config, splits=splits)
+            err = rel(out.get(), ha @ hb)
+            assert err <= TOL[dtype], f"{config} ta={ta} tb={tb} offset={offset} splits={splits}: {err:.2e}"
 
 
 def test_tune_remembers_the_fastest_choice_and_stays_correct(rng):

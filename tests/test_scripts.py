@@ -34,3 +34,8 @@ def test_device_script_parses_and_names_existing_peers(script):
 def test_peer_lists_are_read_across_continuations():
     text = 'bench train --peers perflab "jax scan epoch" \\\n  "cublas 5-gemm floor" --out "$OUT" 2>&1 | tail'
     assert list(peer_lists(text)) == [["perflab", "jax scan epoch", "cublas 5-gemm floor"]]
+
+
+@pytest.mark.parametrize("script", sorted((PROJECT_ROOT / "scripts").glob("*.py")), ids=lambda p: p.name)
+def test_device_python_script_compiles(script):
+    compile(script.read_text(), str(script), "exec")

@@ -24,17 +24,22 @@ KERNEL_DIR = Path(__file__).resolve().parent
 GEMM_VARIANTS = ("naive", "tiled", "regblock", "best", "tf32", "cublas")
 TILED_VARIANTS = ("best", "tf32")  # the cp.async tile kernels of gemm_best.cu, with configs and split-K
 # Tile configs, candidates for tune(): best (BM, BN, BK, WM, WN, TM, TN, STAGES, KV, MINB);
-# tf32 (BM, BN, BK, WM, WN, STAGES). Threads: (BM / WM) * (BN / WN) warps. On an H100 the
-# 128-thread tiles that fit several blocks an SM won most shapes (results/nvidia-h100-80gb-hbm3).
+# tf32 (BM, BN, BK, WM, WN, STAGES). Threads: (BM / WM) * (BN / WN) warps. KV = 0 ("xt"): the
+# k-contiguous operands are stored transposed through registers. On an H100 (ncu, diag sweeps
+# of 25 configs, 2026-11-23) the 8x8 thread tiles of a 128x128 block won the large forward
+# shapes in xt form, the 64x64 blocks with split-K the backward ones; the first config is the
+# untuned choice for shapes that fill the chip.
 TILE_CONFIGS = {
-    ("best", "float"): [(128, 128, 16, 64, 32, 8, 8, 3, 4, 1), (128, 64, 16, 64, 32, 8, 8, 3, 4, 2),
-                        (64, 128, 16, 32, 64, 8, 8, 3, 4, 2), (64, 64, 16, 32, 32, 8, 4, 4, 4, 4),
-                        (64, 64, 32, 32, 32, 8, 4, 3, 4, 4), (128, 64, 16, 32, 32, 8, 4, 4, 4, 2),
-                        (128, 128, 16, 32, 32, 8, 4, 3, 4, 1)],
+    ("best", "float"): [(128, 128, 16, 32, 64, 8, 8, 2, 0, 2), (128, 128, 8, 32, 64, 8, 8, 3, 0, 2),
+                        (128, 64, 8, 64, 32, 8, 8, 2, 0, 4), (128, 64, 16, 32, 32, 8, 4, 4, 4, 2),
+                        (128, 64, 16, 64, 32, 8, 8, 3, 4, 2), (64, 64, 16, 32, 32, 8, 4, 2, 0, 4),
+                        (64, 64, 16, 32, 32, 8, 4, 4, 4, 4), (64, 64, 32, 32, 32, 8, 4, 3, 4, 4)],
     ("best", "double"): [(64, 64, 8, 32, 32, 4, 8, 3, 2, 1), (128, 64, 8, 32, 32, 4, 8, 3, 2, 1)],
     ("tf32", "float"): [(128, 128, 16, 64, 32, 3), (128, 64, 16, 64, 32, 3), (64, 64, 16, 32, 32, 4)],
 }
-SPLITS = (1, 2, 3, 4, 6, 8)  # split-K factors tune() tries
+# Split-K factors tune() tries. 5 fits the backward GEMM dz1 X^T: its 784 columns make 13
+# 64-wide tiles, and 13 x (H / 64) x 5 blocks fill whole waves of 132 SMs x 4 blocks.
+SPLITS = (1, 2, 3, 4, 5, 6, 8)
 
 
 def config_name(variant: str, cfg: tuple) -> str:
@@ -42,7 +47,8 @@ def config_name(variant: str, cfg: tuple) -> str:
     if variant == "tf32":
         return f"{bm}x{bn}x{bk}_w{wm}x{wn}_s{cfg[5]}"
     tm, tn, stages, kv, minb = cfg[5:]
-    return f"{bm}x{bn}x{bk}_w{wm}x{wn}_t{tm}x{tn}_s{stages}_k{kv}_b{minb}"
+    reads = "xt" if kv == 0 else f"k{kv}"  # KV = 0: k-contiguous tiles stored transposed
+    return f"{bm}x{bn}x{bk}_w{wm}x{wn}_t{tm}x{tn}_s{stages}_{reads}_b{minb}"
 
 
 @functools.lru_cache(maxsize=None)
@@ -149,14 +155,16 @@ def sm_count(device: int) -> int:
 @functools.lru_cache(maxsize=None)
 def tile_launch(variant: str, T: str, config: str, ta: bool, tb: bool) -> tuple[int, int]:
     """(threads a block, dynamic shared bytes) of a tile config, as k_loop in gemm_best.cu lays
-    them out: STAGES slots of both operand tiles in storage order, rows padded by 16 bytes."""
+    them out: STAGES slots of both operand tiles in storage order (or, KV = 0, both k-major),
+    rows padded by 16 bytes."""
     c = tile_configs(variant, T)[config]
     bm, bn, bk, wm, wn = c[:5]
     stages = c[5 if variant == "tf32" else 7]
+    xt = variant == "best" and c[8] == 0
     item = 4 if T == "float" else 8
     v = 16 // item
-    a_elems = bk * (bm + v) if ta else bm * (bk + v)
-    b_elems = bn * (bk + v) if tb else bk * (bn + v)
+    a_elems = bk * (bm + v) if ta or xt else bm * (bk + v)
+    b_elems = bn * (bk + v) if tb and not xt else bk * (bn + v)
     return (bm // wm) * (bn // wn) * 32, stages * item * (a_elems + b_elems)
 
 

@@ -4,11 +4,14 @@
 //   zero fill at the edges or when a leading dimension is not a multiple of 16 bytes), in a
 //   STAGES-deep ring: the copies for step k + STAGES - 1 fly while step k is multiplied, with
 //   one barrier a step and no registers spent on staging.
-// - Each tile keeps its storage order in shared memory (no transposing stores), padded by
-//   16 bytes a row. The inner loop reads 16-byte vectors along whichever axis is contiguous
-//   there: along k for a k-contiguous operand (KV steps of k at once), along m or n otherwise.
-//   Which rows/columns a thread owns follows from that, so that the 8 threads of each
-//   16-byte shared-memory phase hit 8 different bank groups (or broadcast one address).
+// - A tile keeps its storage order in shared memory, padded by 16 bytes a row, or (configs with
+//   KV = 0, "xt") a k-contiguous tile travels through registers and is stored transposed, so
+//   that every read is along m or n: a thread then needs one k's operands at a time (TM + TN
+//   registers, not KV x (TM + TN)), which leaves room for the large thread tiles that issue
+//   the fewest non-FMA instructions. The inner loop reads 16-byte vectors along whichever axis
+//   is contiguous in shared memory: along k (KV steps at once), or along m or n. Which
+//   rows/columns a thread owns follows from that, so that the 8 threads of each 16-byte
+//   shared-memory phase hit 8 different bank groups (or broadcast one address).
 // - A TF32 tensor-core option (gemm_tf32) shares the tiles and the K loop.
 // - Any M, N, K. Split-K (gridDim.z > 1) writes partial sums to a workspace that
 //   gemm_splitk_reduce adds up in a fixed order (deterministic), for shapes whose tiles alone
@@ -30,8 +33,8 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-template <typename T, int N = 16 / sizeof(T)>  // one shared-memory read of N elements (4, 8 or 16 bytes)
-__device__ __forceinline__ void lds(const T* p, T* r) {
+template <typename T, int N = 16 / sizeof(T)>  // one read of N elements (4, 8 or 16 bytes), shared or global
+__device__ __forceinline__ void vload(const T* p, T* r) {
     constexpr int BYTES = N * sizeof(T);
     static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "4-, 8- or 16-byte reads");
     if constexpr (BYTES == 4) {
@@ -74,38 +77,88 @@ __device__ __forceinline__ void load_tile(T* s, const T* __restrict__ g, int ld,
     }
 }
 
+// A k-contiguous R x W tile (R rows of m or n, W of k) at (r0, c0) of row-major g, held in
+// registers between its global load and its transposed store to s[W][R + V] (zeros past
+// rlim/clim): the load is issued a K step ahead, the store lands after that step's FMAs.
+template <typename T, int R, int W, int NT>
+struct Staged {
+    static constexpr int V = 16 / sizeof(T), CPR = W / V, PER = R * CPR / NT;
+    static_assert(W % V == 0 && (R * CPR) % NT == 0, "tile must split into whole 16-byte chunks per thread");
+    T v[PER][V];
+    __device__ __forceinline__ void load(const T* __restrict__ g, int ld, int r0, int c0, int rlim, int clim, bool vec,
+                                         int t) {
+#pragma unroll
+        for (int l = 0; l < PER; ++l) {
+            const int e = t + l * NT, gr = r0 + e / CPR, gc = c0 + (e % CPR) * V;
+            const T* src = g + (size_t)gr * ld + gc;
+            if (vec && gr < rlim && gc + V <= clim) {
+                vload<T>(src, v[l]);
+            } else {
+#pragma unroll
+                for (int i = 0; i < V; ++i) v[l][i] = gr < rlim && gc + i < clim ? src[i] : T(0);
+            }
+        }
+    }
+    __device__ __forceinline__ void store(T* s, int t) const {
+#pragma unroll
+        for (int l = 0; l < PER; ++l) {
+            const int e = t + l * NT, r = e / CPR, c = (e % CPR) * V;
+#pragma unroll
+            for (int i = 0; i < V; ++i) s[(c + i) * (R + V) + r] = v[l][i];
+        }
+    }
+};
+
 // The K loop every tile kernel shares: tiles of op(A) (BM x BK) and op(B) (BK x BN) for this
 // block's share of K stream through a STAGES-deep ring in shared memory, and compute(As, Bs)
-// runs on each step's pair once it has landed. Split-K (gridDim.z > 1) gives each z a share.
-template <typename T, bool TA, bool TB, int BM, int BN, int BK, int NT, int STAGES, typename F>
+// runs on each step's pair once it has landed. With XT a k-contiguous operand goes through
+// registers (Staged) and lands transposed; the other copies go straight to shared memory with
+// cp.async. Split-K (gridDim.z > 1) gives each z a share.
+template <typename T, bool TA, bool TB, bool XT, int BM, int BN, int BK, int NT, int STAGES, typename F>
 __device__ __forceinline__ void k_loop(T* smem, int M, int N, int K, const T* __restrict__ A, int lda,
                                        const T* __restrict__ B, int ldb, bool vec, F&& compute) {
     constexpr int V = 16 / sizeof(T);
-    constexpr int A_ELEMS = TA ? BK * (BM + V) : BM * (BK + V), B_ELEMS = TB ? BN * (BK + V) : BK * (BN + V);
+    constexpr bool A_REG = XT && !TA, B_REG = XT && TB;  // operands staged in registers
+    constexpr int A_ELEMS = (TA || XT) ? BK * (BM + V) : BM * (BK + V);
+    constexpr int B_ELEMS = (TB && !XT) ? BN * (BK + V) : BK * (BN + V);
     const int t = threadIdx.x, i0 = blockIdx.y * BM, j0 = blockIdx.x * BN;
     const int steps = (K + BK - 1) / BK, per = (steps + gridDim.z - 1) / gridDim.z;
     const int kbeg = blockIdx.z * per * BK, kend = min(K, kbeg + per * BK);
     const int nk = kbeg < kend ? (kend - kbeg + BK - 1) / BK : 0;
-    auto issue = [&](int step) {
+    Staged<T, BM, BK, NT> ra;
+    Staged<T, BN, BK, NT> rb;
+    auto slot = [&](int step) { return smem + (step % STAGES) * (A_ELEMS + B_ELEMS); };
+    auto issue = [&](int step) {  // starts step's copies
         if (step < nk) {
-            T* As = smem + (step % STAGES) * (A_ELEMS + B_ELEMS);
+            T* As = slot(step);
             T* Bs = As + A_ELEMS;
             const int k0 = kbeg + step * BK;
-            if constexpr (TA) load_tile<T, BK, BM, NT>(As, A, lda, k0, i0, kend, M, vec, t);
+            if constexpr (A_REG) ra.load(A, lda, i0, k0, M, kend, vec, t);
+            else if constexpr (TA) load_tile<T, BK, BM, NT>(As, A, lda, k0, i0, kend, M, vec, t);
             else load_tile<T, BM, BK, NT>(As, A, lda, i0, k0, M, kend, vec, t);
-            if constexpr (TB) load_tile<T, BN, BK, NT>(Bs, B, ldb, j0, k0, N, kend, vec, t);
+            if constexpr (B_REG) rb.load(B, ldb, j0, k0, N, kend, vec, t);
+            else if constexpr (TB) load_tile<T, BN, BK, NT>(Bs, B, ldb, j0, k0, N, kend, vec, t);
             else load_tile<T, BK, BN, NT>(Bs, B, ldb, k0, j0, kend, N, vec, t);
         }
         cp_async_commit();  // an empty group past the end keeps the wait counts uniform
     };
+    auto land = [&](int step) {  // stores step's register-staged tiles, transposed
+        if (step < nk) {
+            if constexpr (A_REG) ra.store(slot(step), t);
+            if constexpr (B_REG) rb.store(slot(step) + A_ELEMS, t);
+        }
+    };
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) issue(s);
+    for (int s = 0; s < STAGES - 1; ++s) {
+        issue(s);
+        land(s);
+    }
     for (int step = 0; step < nk; ++step) {
         cp_async_wait<STAGES - 2>();
         __syncthreads();  // this step's tiles have landed, and nobody still reads the slot reused next
         issue(step + STAGES - 1);
-        const T* As = smem + (step % STAGES) * (A_ELEMS + B_ELEMS);
-        compute(As, As + A_ELEMS);
+        compute(slot(step), slot(step) + A_ELEMS);
+        land(step + STAGES - 1);  // the slot compute(step - 1) read; visible after the next barrier
     }
     cp_async_wait<0>();
 }
@@ -120,7 +173,8 @@ __device__ __forceinline__ void store(int M, int N, int i, int j, T v, T alpha, 
 }
 
 // KV: steps of k read at once along a k-contiguous tile (KV = 16 bytes' worth reads least,
-// smaller KV holds fewer registers); MINB: blocks an SM must fit (caps the registers).
+// smaller KV holds fewer registers), or 0: k-contiguous tiles are stored transposed (XT) and
+// read one k at a time along m and n; MINB: blocks an SM must fit (caps the registers).
 template <typename T, bool TA, bool TB, int EPI, int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES,
           int KV, int MINB>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, MINB)
@@ -128,7 +182,9 @@ gemm_best(int M, int N, int K, T alpha, const T* __restrict__ A, int lda, const 
           T beta, const T* C, int ldc, T* D, int ldd, const T* __restrict__ bias, T* __restrict__ work, int vec) {
     constexpr int NT = (BM / WM) * (BN / WN) * 32, V = 16 / sizeof(T);
     constexpr int WTR = WM / TM, WTC = WN / TN;  // a warp's threads: WTR rows x WTC columns
-    static_assert(WTR * WTC == 32 && TM % V == 0 && TN % V == 0 && BK % V == 0 && V % KV == 0, "bad tile shape");
+    constexpr bool XT = KV == 0, A_MN = TA || XT, B_K = TB && !XT;  // A read along m? B along k?
+    constexpr int KS = XT ? 1 : KV;                                   // steps of k a read covers
+    static_assert(WTR * WTC == 32 && TM % V == 0 && TN % V == 0 && BK % V == 0 && V % KS == 0, "bad tile shape");
     extern __shared__ __align__(16) unsigned char smem_raw[];
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -136,8 +192,8 @@ gemm_best(int M, int N, int K, T alpha, const T* __restrict__ A, int lda, const 
     const int tr = lane / WTC, tc = lane % WTC;
     // the rows (columns) a thread owns: V-wide groups where the operand is read along m (n),
     // a stride of WTR (WTC) where it is read along k
-    auto row = [&](int m) { return TA ? wm + (m / V) * WTR * V + tr * V + m % V : wm + m * WTR + tr; };
-    auto col = [&](int n) { return TB ? wn + n * WTC + tc : wn + (n / V) * WTC * V + tc * V + n % V; };
+    auto row = [&](int m) { return A_MN ? wm + (m / V) * WTR * V + tr * V + m % V : wm + m * WTR + tr; };
+    auto col = [&](int n) { return B_K ? wn + n * WTC + tc : wn + (n / V) * WTC * V + tc * V + n % V; };
 
     T acc[TM][TN];
 #pragma unroll
@@ -145,41 +201,41 @@ gemm_best(int M, int N, int K, T alpha, const T* __restrict__ A, int lda, const 
 #pragma unroll
         for (int n = 0; n < TN; ++n) acc[m][n] = 0;
 
-    k_loop<T, TA, TB, BM, BN, BK, NT, STAGES>(
+    k_loop<T, TA, TB, XT, BM, BN, BK, NT, STAGES>(
         reinterpret_cast<T*>(smem_raw), M, N, K, A, lda, B, ldb, vec, [&](const T* As, const T* Bs) {
 #pragma unroll
-            for (int kk = 0; kk < BK; kk += KV) {
-                T a[KV][TM], b[KV][TN];
-                if constexpr (TA) {
+            for (int kk = 0; kk < BK; kk += KS) {
+                T a[KS][TM], b[KS][TN];
+                if constexpr (A_MN) {
 #pragma unroll
-                    for (int k = 0; k < KV; ++k)
+                    for (int k = 0; k < KS; ++k)
 #pragma unroll
-                        for (int g = 0; g < TM; g += V) lds(&As[(kk + k) * (BM + V) + row(g)], &a[k][g]);
+                        for (int g = 0; g < TM; g += V) vload(&As[(kk + k) * (BM + V) + row(g)], &a[k][g]);
                 } else {
 #pragma unroll
                     for (int m = 0; m < TM; ++m) {
-                        T v[KV];
-                        lds<T, KV>(&As[row(m) * (BK + V) + kk], v);
+                        T v[KS];
+                        vload<T, KS>(&As[row(m) * (BK + V) + kk], v);
 #pragma unroll
-                        for (int k = 0; k < KV; ++k) a[k][m] = v[k];
+                        for (int k = 0; k < KS; ++k) a[k][m] = v[k];
                     }
                 }
-                if constexpr (TB) {
+                if constexpr (B_K) {
 #pragma unroll
                     for (int n = 0; n < TN; ++n) {
-                        T v[KV];
-                        lds<T, KV>(&Bs[col(n) * (BK + V) + kk], v);
+                        T v[KS];
+                        vload<T, KS>(&Bs[col(n) * (BK + V) + kk], v);
 #pragma unroll
-                        for (int k = 0; k < KV; ++k) b[k][n] = v[k];
+                        for (int k = 0; k < KS; ++k) b[k][n] = v[k];
                     }
                 } else {
 #pragma unroll
-                    for (int k = 0; k < KV; ++k)
+                    for (int k = 0; k < KS; ++k)
 #pragma unroll
-                        for (int g = 0; g < TN; g += V) lds(&Bs[(kk + k) * (BN + V) + col(g)], &b[k][g]);
+                        for (int g = 0; g < TN; g += V) vload(&Bs[(kk + k) * (BN + V) + col(g)], &b[k][g]);
                 }
 #pragma unroll
-                for (int k = 0; k < KV; ++k)
+                for (int k = 0; k < KS; ++k)
 #pragma unroll
                     for (int m = 0; m < TM; ++m)
 #pragma unroll
@@ -222,7 +278,7 @@ gemm_tf32(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
 #pragma unroll
             for (int r = 0; r < 4; ++r) acc[mi][ni][r] = 0.f;
 
-    k_loop<float, TA, TB, BM, BN, BK, NT, STAGES>(
+    k_loop<float, TA, TB, false, BM, BN, BK, NT, STAGES>(
         reinterpret_cast<float*>(smem_raw), M, N, K, A, lda, B, ldb, vec, [&](const float* As, const float* Bs) {
             auto a_at = [&](int m, int k) { return TA ? As[k * (BM + V) + m] : As[m * (BK + V) + k]; };
             auto b_at = [&](int k, int n) { return TB ? Bs[n * (BK + V) + k] : Bs[k * (BN + V) + n]; };

@@ -1,0 +1,57 @@
+"""The tuning loop behind kernels.TILE_CONFIGS (one GPU): time every committed `best` config and
+the candidates given, at every split-K factor, at the forward and backward shapes with H x 784 in
+them, beside cuBLAS (CUDA-graph replays, so no launch overhead), each checked against the float64
+product. Prints the fastest per shape and the geometric mean with and without the candidates;
+writes $OUT/gemm_sweep.csv.
+Usage: OUT=/tmp/out python3 scripts/gemm_sweep.py "(128,128,16,32,64,8,8,2,0,2)" ...
+(a config: BM, BN, BK, WM, WN, TM, TN, STAGES, KV, MINB; KV = 0 stores k-contiguous tiles transposed)"""
+import ast
+import csv
+import math
+import os
+import sys
+
+import cupy as cp
+import numpy as np
+
+from perflab import kernels
+from perflab.bench import gemm_shapes, time_graph_ms
+
+committed = list(kernels.tile_configs("best", "float"))
+candidates = [ast.literal_eval(c) for c in sys.argv[1:]]
+kernels.TILE_CONFIGS[("best", "float")] = kernels.TILE_CONFIGS[("best", "float")] + candidates
+kernels.tile_configs.cache_clear()
+rng = np.random.default_rng(0)
+rows = []
+for name, M, K, N, ta, tb in gemm_shapes():
+    if not name.startswith(("fwd1", "bwd3")):
+        continue
+    a = cp.asarray(rng.uniform(-1, 1, (K, M) if ta else (M, K)).astype("float32"))
+    b = cp.asarray(rng.uniform(-1, 1, (N, K) if tb else (K, N)).astype("float32"))
+    a, b = (a.T if ta else a), (b.T if tb else b)
+    out, work = cp.empty((M, N), "float32"), cp.empty(8 * M * N, "float32")
+    ref = a.astype("float64") @ b.astype("float64")
+    t_cublas = time_graph_ms(cp, lambda: kernels.gemm(a, b, out=out, variant="cublas"))
+    for config in kernels.tile_configs("best", "float"):
+        for splits in kernels.SPLITS:
+            if splits > 1 and K // splits < 64:
+                continue
+            out.fill(np.nan)
+            run = lambda: kernels.gemm(a, b, out=out, variant="best", config=config, splits=splits, work=work)  # noqa: E731
+            run()
+            err = float(cp.abs(out - ref).max() / cp.abs(ref).max())
+            t = time_graph_ms(cp, run)
+            rows.append(dict(shape=name, config=config, splits=splits, ms=t, tflops=2 * M * N * K / t / 1e9,
+                             pct_cublas=100 * t_cublas / t, max_rel_error=err, committed=config in committed))
+    best = max((r for r in rows if r["shape"] == name), key=lambda r: r["pct_cublas"])
+    print(f"{name}: {best['pct_cublas']:.1f}% of cuBLAS, {best['config']} split {best['splits']}", flush=True)
+for label, keep in (("committed configs", lambda r: r["committed"]), ("with the candidates", lambda r: True)):
+    per = {}
+    for r in filter(keep, rows):
+        per[r["shape"]] = max(per.get(r["shape"], 0), r["pct_cublas"])
+    mean = math.exp(sum(map(math.log, per.values())) / len(per))
+    print(f"{label}: geometric mean {mean:.1f}% of cuBLAS, worst {min(per.values()):.1f}% ({min(per, key=per.get)})")
+with open(os.path.join(os.environ.get("OUT", "."), "gemm_sweep.csv"), "w", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
