@@ -3,7 +3,7 @@
 // - Operand tiles travel global -> shared with cp.async in 16-byte chunks (element-wise with
 //   zero fill at the edges or when a leading dimension is not a multiple of 16 bytes), in a
 //   STAGES-deep ring: the copies for step k + STAGES - 1 fly while step k is multiplied, with
-//   one barrier a step and no registers spent on staging.
+//   one barrier a step and no registers spent on staging (but see "xt" below).
 // - A tile keeps its storage order in shared memory, padded by 16 bytes a row, or (configs with
 //   KV = 0, "xt") a k-contiguous tile travels through registers and is stored transposed, so
 //   that every read is along m or n: a thread then needs one k's operands at a time (TM + TN
