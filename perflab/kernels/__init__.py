@@ -184,11 +184,13 @@ def heuristic_tiles(variant: str, T: str, M: int, N: int, K: int, sms: int) -> t
 
 
 def tune(a, b, out, variant: str = "best", work=None, repeats: int = 5) -> tuple[str, int]:
-    """Time every tile config and split-K factor of `variant` on these operands (CUDA events,
-    median of `repeats`) and remember the fastest for this shape, so later gemm() calls, also
-    inside CUDA graph capture, use it. Outside capture only: it synchronizes. A shape tuned
-    before returns its choice at once. `out` is overwritten."""
-    from ..bench import time_ms
+    """Time every tile config and split-K factor of `variant` on these operands (device time of
+    CUDA-graph replays, median of `repeats`: timing launches one by one would add the host's
+    launch overhead, twice for split-K, and bias small shapes against it) and remember the
+    fastest for this shape, so later gemm() calls, also inside CUDA graph capture, use it.
+    Outside capture only: it synchronizes. A shape tuned before returns its choice at once.
+    `out` is overwritten."""
+    from ..bench import time_graph_ms
     cp = cupy()
     T = ctype(a.dtype)
     (M, K), N = a.shape, b.shape[1]
@@ -202,7 +204,7 @@ def tune(a, b, out, variant: str = "best", work=None, repeats: int = 5) -> tuple
             if splits > 1 and (K // splits < 64 or work is None or work.size < splits * M * N):
                 continue
             run = functools.partial(gemm, a, b, out=out, variant=variant, config=config, splits=splits, work=work)
-            timings[(config, splits)] = time_ms(cp, run, repeats=repeats, warmup=1)
+            timings[(config, splits)] = time_graph_ms(cp, run, calls=5, repeats=repeats)
     TUNED[key] = min(timings, key=timings.get)
     return TUNED[key]
 
