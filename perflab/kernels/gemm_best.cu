@@ -174,10 +174,12 @@ __device__ __forceinline__ void store(int M, int N, int i, int j, T v, T alpha, 
 
 // KV: steps of k read at once along a k-contiguous tile (KV = 16 bytes' worth reads least,
 // smaller KV holds fewer registers), or 0: k-contiguous tiles are stored transposed (XT) and
-// read one k at a time along m and n; MINB: blocks an SM must fit (caps the registers).
+// read one k at a time along m and n; MINB: blocks an SM must fit (caps the registers), one
+// fewer where both operands are transposed (an orientation training never uses, whose index
+// arithmetic needs more registers: it gives up a block an SM rather than spill).
 template <typename T, bool TA, bool TB, int EPI, int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES,
           int KV, int MINB>
-__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, MINB)
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, TA && TB && MINB > 1 ? MINB - 1 : MINB)
 gemm_best(int M, int N, int K, T alpha, const T* __restrict__ A, int lda, const T* __restrict__ B, int ldb,
           T beta, const T* C, int ldc, T* D, int ldd, const T* __restrict__ bias, T* __restrict__ work, int vec) {
     constexpr int NT = (BM / WM) * (BN / WN) * 32, V = 16 / sizeof(T);
