@@ -1,6 +1,7 @@
 """GPU kernels and GPU training against the float64 NumPy reference (run with `make gpu-test`
 on a machine with an NVIDIA GPU; skipped with a message elsewhere). Fresh random non-zero
 inputs of odd sizes; outputs poisoned with NaN first so an unwritten element fails."""
+import functools
 import itertools
 
 import numpy as np
@@ -74,6 +75,29 @@ def test_best_split_k(rng, splits):
     config = next(iter(kernels.tile_configs("best", "double")))
     kernels.gemm(a, b, out=out, variant="best", config=config, splits=splits)
     assert rel(out.get(), ha @ hb) <= 1e-12
+
+
+def test_split_k_is_deterministic_and_replays_in_a_graph(rng):
+    """The partial sums are added in a fixed order, so split-K gives bitwise the same result
+    every time, also replayed from a CUDA graph (as the trainer runs it)."""
+    a, ha = operand(rng, 131, 2000, False, "float32")
+    b, hb = operand(rng, 2000, 97, True, "float32")
+    out, work = cp.full((131, 97), np.nan, cp.float32), cp.empty(5 * 131 * 97, cp.float32)
+    config = next(iter(kernels.tile_configs("best", "float")))
+    run = functools.partial(kernels.gemm, a, b, out=out, variant="best", config=config, splits=5, work=work)
+    run()
+    first = out.get()
+    assert rel(first, ha @ hb) <= TOL["float32"]
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        run()
+        graph = stream.end_capture()
+        for _ in range(3):
+            out.fill(np.nan)
+            graph.launch(stream)
+            stream.synchronize()
+            assert np.array_equal(out.get(), first)
 
 
 @pytest.mark.parametrize("M, K, N", SHAPES)
