@@ -11,6 +11,8 @@ import statistics
 
 import numpy as np
 
+from .perfmodel import gradient_buffer_bytes
+
 D, C = 784, 10
 TOLERANCE = {"float32": 1e-5, "float64": 1e-12, "tf32": 5e-3}  # relative error vs the float64 product
 
@@ -201,16 +203,16 @@ def step_breakdown(H: int = 2048, B: int = 12000, dtype: str = "float32", repeat
     return rows
 
 
-ALLREDUCE_SIZES = (1 << 16, 1 << 20, 4 * (785 * 512 + 512 * 10 + 11), 4 * (785 * 2048 + 2048 * 10 + 11), 1 << 24, 1 << 26)
-# (the 3rd and 4th: the gradient buffers of H=512 and H=2048, with the loss slot)
+ALLREDUCE_SIZES = (1 << 16, 1 << 20, gradient_buffer_bytes(512), gradient_buffer_bytes(2048), 1 << 24, 1 << 26)
 
 
 def bench_allreduce(comm, sizes=ALLREDUCE_SIZES, calls: int = 10, repeats: int = 10) -> list[dict]:
     """The gradient all-reduce of one float32 device buffer, three ways side by side: perflab's
-    NCCL (CuPy's binding, what training uses), perflab's host-staged MPI (device -> host,
-    MPI_Allreduce, host -> device) and PyTorch's torch.distributed NCCL. NCCL paths: CUDA events
-    around `calls` back-to-back all-reduces, median of `repeats`; the staged path blocks the host,
-    so it is timed on the host. Rows on rank 0 only (every rank takes part)."""
+    NCCL and host-staged MPI (device -> host, MPI_Allreduce, host -> device), each the very call
+    training makes (NCCLComm.allreduce, MPIComm.allreduce), and PyTorch's torch.distributed NCCL.
+    NCCL paths: CUDA events around `calls` back-to-back all-reduces, median of `repeats`; the
+    staged path blocks the host, so it is timed on the host. Rows on rank 0 only (every rank
+    takes part)."""
     import time
 
     import cupy as cp
@@ -245,28 +247,22 @@ def bench_allreduce(comm, sizes=ALLREDUCE_SIZES, calls: int = 10, repeats: int =
 
     impls = {}
     for size in sizes:
-        buf = cp.ones(size // 4, cp.float32)
-        host = np.empty(size // 4, np.float32)
+        with stream:  # the comms work on the current stream
+            buf = cp.ones(size // 4, cp.float32)
 
-        def perflab_nccl():
-            nccl.communicator.allReduce(buf.data.ptr, buf.data.ptr, buf.size, nccl.types["float32"], nccl.nccl.NCCL_SUM,
-                                        stream.ptr)
-
-        def perflab_staged():
-            buf.get(stream=stream, out=host)
-            stream.synchronize()
-            comm.comm.Allreduce(comm.MPI.IN_PLACE, host, op=comm.MPI.SUM)
-            buf.set(host, stream=stream)
-            stream.synchronize()
-        impls.setdefault(size, {})["perflab nccl"] = events_ms(perflab_nccl, cupy_record, cupy_elapsed)
-        perflab_staged()
-        staged = []
-        for _ in range(repeats):
-            comm.barrier()
-            start = time.perf_counter()
+            def perflab_staged():
+                comm.allreduce(buf)
+                stream.synchronize()
+            impls.setdefault(size, {})["perflab nccl"] = events_ms(lambda: nccl.allreduce(buf), cupy_record,
+                                                                   cupy_elapsed)
             perflab_staged()
-            staged.append(1e3 * (time.perf_counter() - start))
-        impls[size]["perflab staged mpi"] = statistics.median(staged)
+            staged = []
+            for _ in range(repeats):
+                comm.barrier()
+                start = time.perf_counter()
+                perflab_staged()
+                staged.append(1e3 * (time.perf_counter() - start))
+            impls[size]["perflab staged mpi"] = statistics.median(staged)
     impls_torch = torch_allreduce(comm, local, sizes, events_ms)
     rows = []
     for size in sizes:

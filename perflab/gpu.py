@@ -10,7 +10,8 @@ Same math as perflab.model (checked against it), laid out for speed:
   step      p <- p - lr (g + reg p) for every parameter in one launch
 Parameters and gradients each live in one flat device buffer. In `resident` mode the data
 sit on the GPU and each batch's whole step is captured once as a CUDA graph and replayed (on
-several GPUs forward and backward only; the all-reduce and update launch after it); in `staged` mode (the seeds' path) each batch is copied host -> device every iteration.
+several GPUs forward and backward only; the all-reduce and update launch after it); in `staged`
+mode (the seeds' path) each batch is copied host -> device every iteration.
 """
 from __future__ import annotations
 

@@ -44,6 +44,12 @@ class Workload:
         return math.ceil(self.N / self.B)
 
 
+def gradient_buffer_bytes(H: int, D: int = 784, C: int = 10) -> int:
+    """Bytes of the float32 buffer data-parallel training all-reduces every step: each parameter
+    of the D-H-C net, and the loss slot."""
+    return 4 * (Workload(layers=(D, H, C)).num_params + 1)
+
+
 def phase_flops(w: Workload) -> dict[str, float]:
     """Exact FLOPs of each phase for one batch on one rank (data parallel, any depth; model
     parallel splits every hidden-layer count by p)."""

@@ -174,8 +174,8 @@ def allreduce(bench, title=""):
         g = g.sort_values("size_bytes")
         ax.loglog(g.size_bytes, g.ms, "o-", label=impl)
     for H in (512, 2048):
-        ax.axvline(4 * (785 * H + 10 * H + 11), color="0.7", ls=":", lw=1)
-        ax.text(4 * (785 * H + 10 * H + 11), ax.get_ylim()[1] / 1.5, f" H={H}", fontsize=8, color="0.4")
+        ax.axvline(perfmodel.gradient_buffer_bytes(H), color="0.7", ls=":", lw=1)
+        ax.text(perfmodel.gradient_buffer_bytes(H), ax.get_ylim()[1] / 1.5, f" H={H}", fontsize=8, color="0.4")
     ax.set_xlabel("bytes all-reduced (float32)")
     ax.set_ylabel("ms per all-reduce")
     ax.set_title(title, fontsize=10)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+from .perfmodel import gradient_buffer_bytes
 from .plots import FIGURES
 from .results import RESULTS_ROOT
 
@@ -187,7 +188,7 @@ def allreduce_section() -> list[str]:
                 "", f"Source: {source(path)}.", "", fmt(wide.reset_index().round(4)), "",
                 "Milliseconds per float32 all-reduce (CUDA events around 10 back-to-back calls, median of 10; the staged "
                 "path host-timed). The gradient buffers (with the loss slot) are "
-                + ", ".join(f"{4 * (785 * H + 10 * H + 11)} bytes at H={H}" for H in (512, 2048))
+                + ", ".join(f"{gradient_buffer_bytes(H)} bytes at H={H}" for H in (512, 2048))
                 + ". The staged path (device -> pageable host, Open MPI, host -> device: the seeds' path) takes "
                 f"{(wide['perflab staged mpi'] / wide['perflab nccl']).median():.0f} times NCCL's time (median over "
                 "the sizes)."]
@@ -302,10 +303,10 @@ def span(values, spec: str) -> str:
 
 def roofline_text(place, rates: dict) -> list[str]:
     """The placement table and what it says, from the numbers in it."""
-    ridge = rates["P_flops"] / rates["P_pci"]
-    left = place[place.AI < ridge]
     if not len(place):
         return []
+    ridge = rates["P_flops"] / rates["P_pci"]
+    left = place[place.AI < ridge]
     out = ["", "### Where the points with p > 1 fall on the modified and combined rooflines (staged, rates above)", "",
            fmt(place.round(3)), "",
            f"The modified roofline's ridge is at AI = P_flops / P_pci = {ridge:.0f} FLOP/byte; {len(left)} of "
@@ -359,8 +360,7 @@ def analysis_markdown() -> str:
             ceilings_file = min(path.parent.glob("ceilings_p*.csv"), default=None,
                                 key=lambda f: abs(int(f.stem.split("_p")[1]) - int(r["p"])))
             if ceilings_file is not None:
-                grad_bytes = 4 * (r["H"] * 784 + r["H"] + 10 * r["H"] + 10)
-                top = analysis.ceiling_rates(pd.read_csv(ceilings_file), grad_bytes, int(r["p"]))
+                top = analysis.ceiling_rates(pd.read_csv(ceilings_file), gradient_buffer_bytes(int(r["H"])), int(r["p"]))
                 rates["machine ceiling"] = [top[k] for k in rates.rate]
                 rates["of ceiling"] = rates.measured / rates["machine ceiling"]
             out += ["", f"### Question 2.4: effective rates at H=512, B={r['B']}, p={r['p']}, staged (the seeds' path)", "",

@@ -70,3 +70,10 @@ def test_predict_adds_phases_and_scales_with_epoch():
     assert t["epoch"] == pytest.approx(t["batch"] * math.ceil(38400 / 3000))
     faster = pm.predict(pm.Workload(layers=(784, 512, 10), B=3000, p=2, staged=False, host_allreduce=False), c)
     assert faster["batch"] < t["batch"]
+
+
+@pytest.mark.parametrize("H", [512, 2048])
+def test_gradient_buffer_is_every_parameter_and_the_loss_slot(H):
+    from perflab import model
+    params = model.init_params((784, H, 10), "float32", 0)
+    assert pm.gradient_buffer_bytes(H) == 4 * (sum(p.size for p in params) + 1)
