@@ -32,17 +32,14 @@ for name, M, K, N, ta, tb in gemm_shapes():
     out, work = cp.empty((M, N), "float32"), cp.empty(8 * M * N, "float32")
     ref = a.astype("float64") @ b.astype("float64")
     t_cublas = time_graph_ms(cp, lambda: kernels.gemm(a, b, out=out, variant="cublas"))
-    for config in kernels.tile_configs("best", "float"):
-        for splits in kernels.SPLITS:
-            if splits > 1 and K // splits < 64:
-                continue
-            out.fill(np.nan)
-            run = lambda: kernels.gemm(a, b, out=out, variant="best", config=config, splits=splits, work=work)  # noqa: E731
-            run()
-            err = float(cp.abs(out - ref).max() / cp.abs(ref).max())
-            t = time_graph_ms(cp, run)
-            rows.append(dict(shape=name, config=config, splits=splits, ms=t, tflops=2 * M * N * K / t / 1e9,
-                             pct_cublas=100 * t_cublas / t, max_rel_error=err, committed=config in committed))
+    for config, splits in kernels.tile_choices("best", "float", M, N, K, work):
+        out.fill(np.nan)
+        run = lambda: kernels.gemm(a, b, out=out, variant="best", config=config, splits=splits, work=work)  # noqa: E731
+        run()
+        err = float(cp.abs(out - ref).max() / cp.abs(ref).max())
+        t = time_graph_ms(cp, run)
+        rows.append(dict(shape=name, config=config, splits=splits, ms=t, tflops=2 * M * N * K / t / 1e9,
+                         pct_cublas=100 * t_cublas / t, max_rel_error=err, committed=config in committed))
     best = max((r for r in rows if r["shape"] == name), key=lambda r: r["pct_cublas"])
     print(f"{name}: {best['pct_cublas']:.1f}% of cuBLAS, {best['config']} split {best['splits']}", flush=True)
 for label, keep in (("committed configs", lambda r: r["committed"]), ("with the candidates", lambda r: True)):

@@ -59,3 +59,17 @@ def test_every_tile_config_fits_a_hopper_block():
                     threads, smem = tile_launch(variant, T, name, ta, tb)
                     assert threads % 32 == 0 and threads <= 1024, (name, threads)
                     assert smem <= 227 * 1024 and minb * (smem + 1024) <= 228 * 1024, (name, ta, tb, smem)
+
+
+def test_tune_tries_split_k_only_where_k_and_the_workspace_allow():
+    """tile_choices (pure Python): every config whole; split-K only while each split keeps 64 of K
+    and the workspace holds splits x M x N partial sums."""
+    from types import SimpleNamespace
+
+    from perflab.kernels import SPLITS, tile_choices, tile_configs
+    configs = set(tile_configs("best", "float"))
+    assert {c for c, s in tile_choices("best", "float", 64, 64, 4000) if s == 1} == configs
+    assert all(s == 1 for _, s in tile_choices("best", "float", 64, 64, 4000))  # no workspace
+    work = SimpleNamespace(size=4 * 64 * 64)
+    assert {s for _, s in tile_choices("best", "float", 64, 64, 4000, work)} == {s for s in SPLITS if s <= 4}
+    assert {s for _, s in tile_choices("best", "float", 64, 64, 200, work)} == {1, 2, 3}  # 200 // 4 < 64

@@ -183,6 +183,15 @@ def heuristic_tiles(variant: str, T: str, M: int, N: int, K: int, sms: int) -> t
     return name, max(1, min(math.ceil(2 * sms / blocks), K // 256, max(SPLITS)))
 
 
+def tile_choices(variant: str, T: str, M: int, N: int, K: int, work=None):
+    """The (config, splits) pairs tune() tries: every config, split-K where each split keeps 64
+    or more of K and the workspace holds the partial sums."""
+    for config in tile_configs(variant, T):
+        for splits in SPLITS:
+            if splits == 1 or (K // splits >= 64 and work is not None and work.size >= splits * M * N):
+                yield config, splits
+
+
 def tune(a, b, out, variant: str = "best", work=None, repeats: int = 5) -> tuple[str, int]:
     """Time every tile config and split-K factor of `variant` on these operands (device time of
     CUDA-graph replays, median of `repeats`: timing launches one by one would add the host's
@@ -199,12 +208,9 @@ def tune(a, b, out, variant: str = "best", work=None, repeats: int = 5) -> tuple
     if key in TUNED:
         return TUNED[key]
     timings = {}
-    for config in tile_configs(variant, T):
-        for splits in SPLITS:
-            if splits > 1 and (K // splits < 64 or work is None or work.size < splits * M * N):
-                continue
-            run = functools.partial(gemm, a, b, out=out, variant=variant, config=config, splits=splits, work=work)
-            timings[(config, splits)] = time_graph_ms(cp, run, calls=5, repeats=repeats)
+    for config, splits in tile_choices(variant, T, M, N, K, work):
+        run = functools.partial(gemm, a, b, out=out, variant=variant, config=config, splits=splits, work=work)
+        timings[(config, splits)] = time_graph_ms(cp, run, calls=5, repeats=repeats)
     TUNED[key] = min(timings, key=timings.get)
     return TUNED[key]
 
