@@ -11,44 +11,61 @@ import math
 import os
 import sys
 
-import cupy as cp
 import numpy as np
 
 from perflab import kernels
 from perflab.bench import gemm_shapes, time_graph_ms
 
-committed = list(kernels.tile_configs("best", "float"))
-candidates = [ast.literal_eval(c) for c in sys.argv[1:]]
-kernels.TILE_CONFIGS[("best", "float")] = kernels.TILE_CONFIGS[("best", "float")] + candidates
-kernels.tile_configs.cache_clear()
-rng = np.random.default_rng(0)
-rows = []
-for name, M, K, N, ta, tb in gemm_shapes():
-    if not name.startswith(("fwd1", "bwd3")):
-        continue
-    a = cp.asarray(rng.uniform(-1, 1, (K, M) if ta else (M, K)).astype("float32"))
-    b = cp.asarray(rng.uniform(-1, 1, (N, K) if tb else (K, N)).astype("float32"))
-    a, b = (a.T if ta else a), (b.T if tb else b)
-    out, work = cp.empty((M, N), "float32"), cp.empty(8 * M * N, "float32")
-    ref = a.astype("float64") @ b.astype("float64")
-    t_cublas = time_graph_ms(cp, lambda: kernels.gemm(a, b, out=out, variant="cublas"))
-    for config, splits in kernels.tile_choices("best", "float", M, N, K, work):
-        out.fill(np.nan)
-        run = lambda: kernels.gemm(a, b, out=out, variant="best", config=config, splits=splits, work=work)  # noqa: E731
-        run()
-        err = float(cp.abs(out - ref).max() / cp.abs(ref).max())
-        t = time_graph_ms(cp, run)
-        rows.append(dict(shape=name, config=config, splits=splits, ms=t, tflops=2 * M * N * K / t / 1e9,
-                         pct_cublas=100 * t_cublas / t, max_rel_error=err, committed=config in committed))
-    best = max((r for r in rows if r["shape"] == name), key=lambda r: r["pct_cublas"])
-    print(f"{name}: {best['pct_cublas']:.1f}% of cuBLAS, {best['config']} split {best['splits']}", flush=True)
-for label, keep in (("committed configs", lambda r: r["committed"]), ("with the candidates", lambda r: True)):
-    per = {}
-    for r in filter(keep, rows):
-        per[r["shape"]] = max(per.get(r["shape"], 0), r["pct_cublas"])
-    mean = math.exp(sum(map(math.log, per.values())) / len(per))
-    print(f"{label}: geometric mean {mean:.1f}% of cuBLAS, worst {min(per.values()):.1f}% ({min(per, key=per.get)})")
-with open(os.path.join(os.environ.get("OUT", "."), "gemm_sweep.csv"), "w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
+
+def config(text: str) -> tuple:
+    """A candidate from the command line, or exit naming what is wrong with it."""
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        value = None
+    if not (isinstance(value, tuple) and len(value) == 10 and all(isinstance(v, int) and v >= 0 for v in value)):
+        raise SystemExit(f"a config is 10 non-negative integers (BM, BN, BK, WM, WN, TM, TN, STAGES, KV, MINB), "
+                         f"got {text!r}")
+    return value
+
+
+def main(candidates):
+    import cupy as cp  # after the arguments are read: a bad one is named without a GPU
+    committed = list(kernels.tile_configs("best", "float"))
+    kernels.TILE_CONFIGS[("best", "float")] = kernels.TILE_CONFIGS[("best", "float")] + candidates
+    kernels.tile_configs.cache_clear()
+    rng = np.random.default_rng(0)
+    rows = []
+    for name, M, K, N, ta, tb in gemm_shapes():
+        if not name.startswith(("fwd1", "bwd3")):
+            continue
+        a = cp.asarray(rng.uniform(-1, 1, (K, M) if ta else (M, K)).astype("float32"))
+        b = cp.asarray(rng.uniform(-1, 1, (N, K) if tb else (K, N)).astype("float32"))
+        a, b = (a.T if ta else a), (b.T if tb else b)
+        out, work = cp.empty((M, N), "float32"), cp.empty(8 * M * N, "float32")
+        ref = a.astype("float64") @ b.astype("float64")
+        t_cublas = time_graph_ms(cp, lambda: kernels.gemm(a, b, out=out, variant="cublas"))
+        for cfg, splits in kernels.tile_choices("best", "float", M, N, K, work):
+            out.fill(np.nan)
+            run = lambda: kernels.gemm(a, b, out=out, variant="best", config=cfg, splits=splits, work=work)  # noqa: E731
+            run()
+            err = float(cp.abs(out - ref).max() / cp.abs(ref).max())
+            t = time_graph_ms(cp, run)
+            rows.append(dict(shape=name, config=cfg, splits=splits, ms=t, tflops=2 * M * N * K / t / 1e9,
+                             pct_cublas=100 * t_cublas / t, max_rel_error=err, committed=cfg in committed))
+        best = max((r for r in rows if r["shape"] == name), key=lambda r: r["pct_cublas"])
+        print(f"{name}: {best['pct_cublas']:.1f}% of cuBLAS, {best['config']} split {best['splits']}", flush=True)
+    for label, keep in (("committed configs", lambda r: r["committed"]), ("with the candidates", lambda r: True)):
+        per = {}
+        for r in filter(keep, rows):
+            per[r["shape"]] = max(per.get(r["shape"], 0), r["pct_cublas"])
+        mean = math.exp(sum(map(math.log, per.values())) / len(per))
+        print(f"{label}: geometric mean {mean:.1f}% of cuBLAS, worst {min(per.values()):.1f}% ({min(per, key=per.get)})")
+    with open(os.path.join(os.environ.get("OUT", "."), "gemm_sweep.csv"), "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+if __name__ == "__main__":
+    main([config(c) for c in sys.argv[1:]])

@@ -2,6 +2,7 @@
 only peers that exist, so a renamed peer fails CI instead of a device call."""
 import shlex
 import subprocess
+import sys
 
 import pytest
 
@@ -39,3 +40,11 @@ def test_peer_lists_are_read_across_continuations():
 @pytest.mark.parametrize("script", sorted((PROJECT_ROOT / "scripts").glob("*.py")), ids=lambda p: p.name)
 def test_device_python_script_compiles(script):
     compile(script.read_text(), str(script), "exec")
+
+
+@pytest.mark.parametrize("arg", ["(128, 64)", "not a tuple", "(1, 2, 3, 4, 5, 6, 7, 8, 9, -1)"])
+def test_gemm_sweep_names_a_bad_config_before_it_needs_a_gpu(arg):
+    proc = subprocess.run([sys.executable, str(PROJECT_ROOT / "scripts" / "gemm_sweep.py"), arg],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert f"a config is 10 non-negative integers (BM, BN, BK, WM, WN, TM, TN, STAGES, KV, MINB), got {arg!r}" in proc.stderr
