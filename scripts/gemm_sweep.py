@@ -2,11 +2,10 @@
 the candidates given, at every split-K factor, at the forward and backward shapes with H x 784 in
 them, beside cuBLAS (CUDA-graph replays, so no launch overhead), each checked against the float64
 product. Prints the fastest per shape and the geometric mean with and without the candidates;
-writes $OUT/gemm_sweep.csv.
+writes $OUT/gemm_sweep.csv (and .json, the machine's metadata).
 Usage: OUT=/tmp/out python3 scripts/gemm_sweep.py "(128,128,16,32,64,8,8,2,0,2)" ...
 (a config: BM, BN, BK, WM, WN, TM, TN, STAGES, KV, MINB; KV = 0 stores k-contiguous tiles transposed)"""
 import ast
-import csv
 import math
 import os
 import sys
@@ -15,6 +14,7 @@ import numpy as np
 
 from perflab import kernels
 from perflab.bench import gemm_shapes, time_graph_ms
+from perflab.results import machine_metadata, write_rows
 
 
 def config(text: str) -> tuple:
@@ -61,10 +61,8 @@ def main(candidates):
             per[r["shape"]] = max(per.get(r["shape"], 0), r["pct_cublas"])
         mean = math.exp(sum(map(math.log, per.values())) / len(per))
         print(f"{label}: geometric mean {mean:.1f}% of cuBLAS, worst {min(per.values()):.1f}% ({min(per, key=per.get)})")
-    with open(os.path.join(os.environ.get("OUT", "."), "gemm_sweep.csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    meta = {**machine_metadata(), "candidates": [list(c) for c in candidates], "splits": list(kernels.SPLITS)}
+    write_rows(os.path.join(os.environ.get("OUT", "."), "gemm_sweep.csv"), rows, meta, append=False)
 
 
 if __name__ == "__main__":
