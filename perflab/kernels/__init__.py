@@ -27,10 +27,11 @@ TILED_VARIANTS = ("best", "tf32")  # the cp.async tile kernels of gemm_best.cu, 
 # tf32 (BM, BN, BK, WM, WN, STAGES). Threads: (BM / WM) * (BN / WN) warps. KV = 0 ("xt"): the
 # k-contiguous operands are stored transposed through registers. Each config below was the
 # fastest at one or more of the training shapes on an H100 (scripts/gemm_sweep.py over 25
-# candidates, 2026-11-23; 128x128 moved from 2 stages to 3 and none of 11 more candidates
-# won, 2026-11-24): 128x128 blocks of 8x8 thread tiles for the large forward GEMMs, 128x64 and
-# 64x64 blocks with split-K for the backward ones and the small batches. The first config is
-# the untuned choice for shapes that fill the chip.
+# candidates, 2026-11-23; later the 128x128 one moved from 2 stages to 3, and no candidate
+# swept since has won: results/nvidia-h100-80gb-hbm3/gemm_experiments/): 128x128 blocks of 8x8
+# thread tiles for the large forward GEMMs, 128x64 and 64x64 blocks with split-K for the
+# backward ones and the small batches. The first config is the untuned choice for shapes that
+# fill the chip.
 TILE_CONFIGS = {
     ("best", "float"): [(128, 128, 16, 32, 64, 8, 8, 3, 0, 2), (128, 64, 16, 64, 32, 8, 8, 3, 0, 4),
                         (128, 64, 16, 32, 32, 8, 4, 2, 0, 2), (128, 64, 16, 32, 32, 8, 4, 4, 4, 2),
