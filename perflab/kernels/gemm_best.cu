@@ -127,14 +127,20 @@ struct Staged {
     }
 };
 
-// The K loop every tile kernel shares: tiles of op(A) (BM x BK) and op(B) (BK x BN) for this
-// block's share of K stream through a STAGES-deep ring in shared memory, and compute(As, Bs)
-// runs on each step's pair once it has landed. With XT a k-contiguous operand goes through
-// registers (Staged) and lands transposed; the other copies go straight to shared memory with
-// cp.async. Split-K (gridDim.z > 1) gives each z a share.
-template <typename T, bool TA, bool TB, bool XT, int BM, int BN, int BK, int NT, int STAGES, typename F>
+// The K loop every tile kernel shares, ordered as CUTLASS's multistage main loop: tiles of op(A)
+// (BM x BK) and op(B) (BK x BN) for this block's share of K stream through a STAGES-deep ring
+// in shared memory; within a step, read(As, Bs, kk, buf) fills one of two register buffers
+// with the operands of KS steps of k while fma(buf) multiplies the other's. The one barrier a
+// step comes before the step's last fma, so a warp arrives with work left and the next step's
+// first operands are read while it runs. With XT a k-contiguous operand goes through registers
+// (Staged; loaded at the start of a step, stored transposed just before that barrier); the
+// other copies go straight to shared memory with cp.async. Split-K (gridDim.z > 1) gives each
+// z a share.
+template <typename T, bool TA, bool TB, bool XT, int BM, int BN, int BK, int KS, int NT, int STAGES, typename R,
+          typename F>
 __device__ __forceinline__ void k_loop(T* smem, int M, int N, int K, const T* __restrict__ A, int lda,
-                                       const T* __restrict__ B, int ldb, bool vec, F&& compute) {
+                                       const T* __restrict__ B, int ldb, bool vec, R&& read, F&& fma) {
+    static_assert(STAGES >= 2 && BK % KS == 0 && (BK / KS) % 2 == 0, "an even number of reads a step");
     constexpr int V = 16 / sizeof(T);
     constexpr bool A_REG = XT && !TA, B_REG = XT && TB;  // operands staged in registers
     constexpr int A_ELEMS = (TA || XT) ? BK * (BM + V) : BM * (BK + V);
@@ -172,12 +178,24 @@ __device__ __forceinline__ void k_loop(T* smem, int M, int N, int K, const T* __
         issue(s);
         land(s);
     }
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();  // step 0 has landed
+    read(slot(0), slot(0) + A_ELEMS, 0, 0);
     for (int step = 0; step < nk; ++step) {
-        cp_async_wait<STAGES - 2>();
-        __syncthreads();  // this step's tiles have landed, and nobody still reads the slot reused next
-        issue(step + STAGES - 1);
-        compute(slot(step), slot(step) + A_ELEMS);
-        land(step + STAGES - 1);  // the slot compute(step - 1) read; visible after the next barrier
+#pragma unroll
+        for (int kk = 0; kk < BK; kk += KS) {
+            const int buf = (kk / KS) % 2;
+            if (kk + KS < BK) {
+                read(slot(step), slot(step) + A_ELEMS, kk + KS, buf ^ 1);
+            } else {
+                land(step + STAGES - 1);  // into the slot of step - 1, read by nobody since the last barrier
+                cp_async_wait<STAGES - 2>();
+                __syncthreads();  // step + 1 has landed, and nobody reads this step's slot after fma(buf)
+                read(slot(step + 1), slot(step + 1) + A_ELEMS, 0, buf ^ 1);  // unused after the last step
+            }
+            if (kk == 0) issue(step + STAGES - 1);  // into the slot of step - 1
+            fma(buf);
+        }
     }
     cp_async_wait<0>();
 }
@@ -222,46 +240,46 @@ gemm_best(int M, int N, int K, T alpha, const T* __restrict__ A, int lda, const 
 #pragma unroll
         for (int n = 0; n < TN; ++n) acc[m][n] = 0;
 
-    k_loop<T, TA, TB, XT, BM, BN, BK, NT, STAGES>(
-        reinterpret_cast<T*>(smem_raw), M, N, K, A, lda, B, ldb, vec, [&](const T* As, const T* Bs) {
-#pragma unroll
-            for (int kk = 0; kk < BK; kk += KS) {
-                T a[KS][TM], b[KS][TN];
-                if constexpr (A_MN) {
-#pragma unroll
-                    for (int k = 0; k < KS; ++k)
-#pragma unroll
-                        for (int g = 0; g < TM; g += V) vload(&As[(kk + k) * (BM + V) + row(g)], &a[k][g]);
-                } else {
-#pragma unroll
-                    for (int m = 0; m < TM; ++m) {
-                        T v[KS];
-                        vload<T, KS>(&As[row(m) * (BK + V) + kk], v);
-#pragma unroll
-                        for (int k = 0; k < KS; ++k) a[k][m] = v[k];
-                    }
-                }
-                if constexpr (B_K) {
-#pragma unroll
-                    for (int n = 0; n < TN; ++n) {
-                        T v[KS];
-                        vload<T, KS>(&Bs[col(n) * (BK + V) + kk], v);
-#pragma unroll
-                        for (int k = 0; k < KS; ++k) b[k][n] = v[k];
-                    }
-                } else {
-#pragma unroll
-                    for (int k = 0; k < KS; ++k)
-#pragma unroll
-                        for (int g = 0; g < TN; g += V) vload(&Bs[(kk + k) * (BN + V) + col(g)], &b[k][g]);
-                }
+    T a[2][KS][TM], b[2][KS][TN];  // two buffers of the operands of KS steps of k
+    k_loop<T, TA, TB, XT, BM, BN, BK, KS, NT, STAGES>(
+        reinterpret_cast<T*>(smem_raw), M, N, K, A, lda, B, ldb, vec,
+        [&](const T* As, const T* Bs, int kk, int buf) {
+            if constexpr (A_MN) {
 #pragma unroll
                 for (int k = 0; k < KS; ++k)
 #pragma unroll
-                    for (int m = 0; m < TM; ++m)
+                    for (int g = 0; g < TM; g += V) vload(&As[(kk + k) * (BM + V) + row(g)], &a[buf][k][g]);
+            } else {
 #pragma unroll
-                        for (int n = 0; n < TN; ++n) acc[m][n] = fma(a[k][m], b[k][n], acc[m][n]);
+                for (int m = 0; m < TM; ++m) {
+                    T v[KS];
+                    vload<T, KS>(&As[row(m) * (BK + V) + kk], v);
+#pragma unroll
+                    for (int k = 0; k < KS; ++k) a[buf][k][m] = v[k];
+                }
             }
+            if constexpr (B_K) {
+#pragma unroll
+                for (int n = 0; n < TN; ++n) {
+                    T v[KS];
+                    vload<T, KS>(&Bs[col(n) * (BK + V) + kk], v);
+#pragma unroll
+                    for (int k = 0; k < KS; ++k) b[buf][k][n] = v[k];
+                }
+            } else {
+#pragma unroll
+                for (int k = 0; k < KS; ++k)
+#pragma unroll
+                    for (int g = 0; g < TN; g += V) vload(&Bs[(kk + k) * (BN + V) + col(g)], &b[buf][k][g]);
+            }
+        },
+        [&](int buf) {
+#pragma unroll
+            for (int k = 0; k < KS; ++k)
+#pragma unroll
+                for (int m = 0; m < TM; ++m)
+#pragma unroll
+                    for (int n = 0; n < TN; ++n) acc[m][n] = fma(a[buf][k][m], b[buf][k][n], acc[m][n]);
         });
 
     const int i0 = blockIdx.y * BM, j0 = blockIdx.x * BN;
@@ -299,38 +317,38 @@ gemm_tf32(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
 #pragma unroll
             for (int r = 0; r < 4; ++r) acc[mi][ni][r] = 0.f;
 
-    k_loop<float, TA, TB, false, BM, BN, BK, NT, STAGES>(
-        reinterpret_cast<float*>(smem_raw), M, N, K, A, lda, B, ldb, vec, [&](const float* As, const float* Bs) {
+    unsigned a[2][MI][4], b[2][NI][2];  // two buffers of the fragments of 8 steps of k
+    k_loop<float, TA, TB, false, BM, BN, BK, 8, NT, STAGES>(
+        reinterpret_cast<float*>(smem_raw), M, N, K, A, lda, B, ldb, vec,
+        [&](const float* As, const float* Bs, int kk, int buf) {
             auto a_at = [&](int m, int k) { return TA ? As[k * (BM + V) + m] : As[m * (BK + V) + k]; };
             auto b_at = [&](int k, int n) { return TB ? Bs[n * (BK + V) + k] : Bs[k * (BN + V) + n]; };
 #pragma unroll
-            for (int kk = 0; kk < BK; kk += 8) {
-                unsigned a[MI][4], b[NI][2];
-#pragma unroll
-                for (int mi = 0; mi < MI; ++mi) {
-                    const int m = wm + mi * 16 + g;
-                    a[mi][0] = to_tf32(a_at(m, kk + q));
-                    a[mi][1] = to_tf32(a_at(m + 8, kk + q));
-                    a[mi][2] = to_tf32(a_at(m, kk + q + 4));
-                    a[mi][3] = to_tf32(a_at(m + 8, kk + q + 4));
-                }
-#pragma unroll
-                for (int ni = 0; ni < NI; ++ni) {
-                    const int n = wn + ni * 8 + g;
-                    b[ni][0] = to_tf32(b_at(kk + q, n));
-                    b[ni][1] = to_tf32(b_at(kk + q + 4, n));
-                }
-#pragma unroll
-                for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-                    for (int ni = 0; ni < NI; ++ni)
-                        asm volatile(
-                            "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-                            "{%8,%9}, {%0,%1,%2,%3};\n"
-                            : "+f"(acc[mi][ni][0]), "+f"(acc[mi][ni][1]), "+f"(acc[mi][ni][2]), "+f"(acc[mi][ni][3])
-                            : "r"(a[mi][0]), "r"(a[mi][1]), "r"(a[mi][2]), "r"(a[mi][3]), "r"(b[ni][0]),
-                              "r"(b[ni][1]));
+            for (int mi = 0; mi < MI; ++mi) {
+                const int m = wm + mi * 16 + g;
+                a[buf][mi][0] = to_tf32(a_at(m, kk + q));
+                a[buf][mi][1] = to_tf32(a_at(m + 8, kk + q));
+                a[buf][mi][2] = to_tf32(a_at(m, kk + q + 4));
+                a[buf][mi][3] = to_tf32(a_at(m + 8, kk + q + 4));
             }
+#pragma unroll
+            for (int ni = 0; ni < NI; ++ni) {
+                const int n = wn + ni * 8 + g;
+                b[buf][ni][0] = to_tf32(b_at(kk + q, n));
+                b[buf][ni][1] = to_tf32(b_at(kk + q + 4, n));
+            }
+        },
+        [&](int buf) {
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+                for (int ni = 0; ni < NI; ++ni)
+                    asm volatile(
+                        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                        "{%8,%9}, {%0,%1,%2,%3};\n"
+                        : "+f"(acc[mi][ni][0]), "+f"(acc[mi][ni][1]), "+f"(acc[mi][ni][2]), "+f"(acc[mi][ni][3])
+                        : "r"(a[buf][mi][0]), "r"(a[buf][mi][1]), "r"(a[buf][mi][2]), "r"(a[buf][mi][3]),
+                          "r"(b[buf][ni][0]), "r"(b[buf][ni][1]));
         });
 
     const int i0 = blockIdx.y * BM + wm, j0 = blockIdx.x * BN + wn;
