@@ -30,7 +30,8 @@ T_FIXED = 40e-6
 # each committed prediction (results/predictions/NAME.json) and the scaling runs it was calibrated on,
 # kept apart from scaling.jsonl, which newer runs replace (p8.json names the file as it was called then)
 CALIBRATIONS = {"p8": "scaling_calibration.jsonl", "p8_graphs": "scaling_calibration_graphs.jsonl"}
-MULTINODE_CALIBRATION = "scaling_calibration_graphs.jsonl"  # results/predictions/projection_64.csv
+DEFAULT_CALIBRATION = CALIBRATIONS["p8"]
+MULTINODE_CALIBRATION = CALIBRATIONS["p8_graphs"]  # results/predictions/projection_64.csv
 
 
 def fit_allreduce(ceilings: pd.DataFrame, min_bytes: int = 1 << 20) -> tuple[float, float]:
@@ -60,7 +61,7 @@ def project(H: int, b: int, p: int, N: int, measured_step: float, measured_b: in
             "allreduce_ms": 1e3 * allreduce_seconds(payload, p, alpha, bw), "epoch_ms": 1e3 * steps * (compute + exchange)}
 
 
-def calibration(results: Path, N: int = 60000, scaling: str = "scaling_calibration.jsonl") -> dict:
+def calibration(results: Path, N: int = 60000, scaling: str = DEFAULT_CALIBRATION) -> dict:
     """What the projections take from the committed H200 files: the NCCL fit, each H's measured
     one-GPU step, and t_eager (from the p = 2 run of H = 2048, 3000 per GPU). The scaling runs
     are those the eight-GPU prediction was computed from (scaling_calibration.jsonl, the first
@@ -84,7 +85,7 @@ def calibration(results: Path, N: int = 60000, scaling: str = "scaling_calibrati
 
 
 def predictions(results: Path, hidden=(512, 2048), per_gpu=(800, 3000), ranks=(1, 2, 4, 8), N=60000,
-                scaling: str = "scaling_calibration.jsonl") -> dict:
+                scaling: str = DEFAULT_CALIBRATION) -> dict:
     """The prediction from the committed H200 files (ceilings_p2.csv, roofline.csv and a scaling file)."""
     cal = calibration(results, N, scaling)
     rows = []
@@ -105,7 +106,7 @@ def predictions(results: Path, hidden=(512, 2048), per_gpu=(800, 3000), ranks=(1
 
 
 def multinode(results: Path, H=2048, b=3000, N=60000, per_node=8, inter=(5e-6, 25e9), ranks=(1, 2, 4, 8, 16, 32, 64),
-              scaling: str = "scaling_calibration.jsonl"):
+              scaling: str = DEFAULT_CALIBRATION):
     """Projection to 64 GPUs on nodes of per_node H200s joined by a network of the given
     (latency per ring step, bandwidth per node); NVLink inside a node as measured."""
     cal = calibration(results, N, scaling)

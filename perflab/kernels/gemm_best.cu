@@ -90,7 +90,8 @@ __device__ __forceinline__ void load_tile(T* s, const T* __restrict__ g, int ld,
 
 // A k-contiguous R x W tile (R rows of m or n, W of k) at (r0, c0) of row-major g, held in
 // registers between its global load and its transposed store to s[W][R + V] (zeros past
-// rlim/clim): the load is issued a K step ahead, the store lands after that step's FMAs.
+// rlim/clim): k_loop issues the load at the start of a step and stores it just before that
+// step's barrier, STAGES - 1 steps ahead of the step that reads it.
 template <typename T, int R, int W, int NT>
 struct Staged {
     static constexpr int V = 16 / sizeof(T), CPR = W / V, PER = R * CPR / NT;
