@@ -105,7 +105,7 @@ def bench_gemm(variants=("naive", "tiled", "regblock", "best", "tf32", "cublas")
             b = cp.asarray(rng.uniform(-1, 1, (N, K) if tb else (K, N)).astype(dtype))
             inputs.append((a.T if ta else a, b.T if tb else b))
         out = cp.empty((M, N), dtype)
-        work = cp.empty(16 * M * N, dtype)  # split-K workspace, allocated outside the graph
+        work = kernels.workspace(M, N, dtype)  # allocated outside the graph
         flops = 2.0 * M * N * K
         nbytes = (M * K + K * N + M * N) * np.dtype(dtype).itemsize
         reference = None
@@ -114,7 +114,7 @@ def bench_gemm(variants=("naive", "tiled", "regblock", "best", "tf32", "cublas")
             if (variant == "naive" and flops > 2e10) or (variant == "tf32" and dtype != "float32"):
                 continue
             choice = (kernels.tune(*inputs[0], out, variant=variant, work=work)
-                      if variant in kernels.TILED_VARIANTS else ("", 1))
+                      if variant in kernels.TILED_VARIANTS else ("", None))
             turn = iter(range(10**9))
 
             def call():
@@ -133,11 +133,21 @@ def bench_gemm(variants=("naive", "tiled", "regblock", "best", "tf32", "cublas")
                          "tflops": flops / ms / 1e9, "pct_peak": 100 * flops / (ms * 1e-3) / peak,
                          "gbps": nbytes / ms / 1e6, "pct_copy_rate": 100 * nbytes / (ms * 1e-3) / copy_rate,
                          "rel_error": err, "gpu": dev["gpu"], "peak_tflops": peak / 1e12,
-                         "copy_rate_gbps": copy_rate / 1e9, "config": choice[0], "splits": choice[1],
+                         "copy_rate_gbps": copy_rate / 1e9, "config": choice[0], "blocks": choice[1],
+                         "schedule": schedule(variant, dtype, choice, M, N, K),
                          "checked": bool(err <= TOLERANCE[variant if variant == "tf32" else dtype])})
         for row in rows[-len(base):]:
             row["pct_cublas"] = 100 * base["cublas"] / row["ms"] if "cublas" in base else float("nan")
     return rows
+
+
+def schedule(variant, dtype, choice, M, N, K) -> str:
+    """How the tuned choice shares the tiles among blocks (empty for the untiled variants)."""
+    from . import kernels
+    if variant not in kernels.TILED_VARIANTS:
+        return ""
+    tiles = kernels.tile_grid(variant, kernels.ctype(dtype), choice[0], M, N, K)[0]
+    return kernels.schedule_name(tiles, choice[1])
 
 
 def summarize_gemm(rows) -> str:

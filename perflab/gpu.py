@@ -106,8 +106,8 @@ class FusedGPU(Sequential):
         self.ce = cp.empty(bmax, dtype)
         self.part = cp.empty(kernels.output_backward_partials(H, bmax, C), dtype) if self.fuse_backward else None
         self.part_forward = cp.empty(kernels.output_layer_partials(H, bmax, C), dtype) if self.fuse_output else None
-        # split-K workspace of the tile kernels (allocated here: never inside a graph capture)
-        self.work = cp.empty(max(kernels.SPLITS) * H * max(D, bmax), dtype) if gemm in kernels.TILED_VARIANTS else None
+        # the tile kernels' workspace for split-K and stream-K (allocated here: never inside a graph capture)
+        self.work = kernels.workspace(H, max(D, bmax), dtype) if gemm in kernels.TILED_VARIANTS else None
         if mode == "resident":
             self.X, self.y = cp.asarray(X), cp.asarray(y)
         else:

@@ -34,12 +34,12 @@ def main():
                 b = cp.random.uniform(-.5, .5, (N, K) if tb else (K, N), dtype=cp.float32)
                 a, b = (a.T if ta else a), (b.T if tb else b)
                 out = cp.empty((M, N), cp.float32)
-                work = cp.empty(8 * M * N, cp.float32)
-                cfg, splits = kernels.tune(a, b, out, "best", work=work)
+                work = kernels.workspace(M, N, cp.float32)
+                cfg, blocks = kernels.tune(a, b, out, "best", work=work)
                 for label, f in (("cublas", lambda: cp.matmul(a, b, out=out)),
-                                 ("perflab-best", lambda: kernels.gemm(a, b, out=out, config=cfg, splits=splits, work=work))):
+                                 ("perflab-best", lambda: kernels.gemm(a, b, out=out, config=cfg, blocks=blocks, work=work))):
                     ms = event_ms(f)
-                    print(f"{name} {label} {cfg if label != 'cublas' else '-'} split{splits if label != 'cublas' else 1} "
+                    print(f"{name} {label} {cfg if label != 'cublas' else '-'} blocks{blocks if label != 'cublas' else '-'} "
                           f"{ms:.5f} ms {2 * M * N * K / ms / 1e9:.2f} TFLOP/s", flush=True)
 
 

@@ -1,5 +1,5 @@
 """The tuning loop behind kernels.TILE_CONFIGS (one GPU): time every committed `best` config and
-the candidates given, at every split-K factor, at the forward and backward shapes with H x 784 in
+the candidates given, at every number of blocks tune() tries (a tile a block, split-K, stream-K), at the forward and backward shapes with H x 784 in
 them, beside cuBLAS (CUDA-graph replays, so no launch overhead), each checked against the float64
 product. Prints the fastest per shape and the geometric mean with and without the candidates;
 writes $OUT/gemm_sweep.csv (and .json, the machine's metadata).
@@ -42,26 +42,28 @@ def main(candidates):
         a = cp.asarray(rng.uniform(-1, 1, (K, M) if ta else (M, K)).astype("float32"))
         b = cp.asarray(rng.uniform(-1, 1, (N, K) if tb else (K, N)).astype("float32"))
         a, b = (a.T if ta else a), (b.T if tb else b)
-        out, work = cp.empty((M, N), "float32"), cp.empty(8 * M * N, "float32")
+        out, work = cp.empty((M, N), "float32"), kernels.workspace(M, N, "float32")
         ref = a.astype("float64") @ b.astype("float64")
         t_cublas = time_graph_ms(cp, lambda: kernels.gemm(a, b, out=out, variant="cublas"))
-        for cfg, splits in kernels.tile_choices("best", "float", M, N, K, work):
+        for cfg, blocks in kernels.tile_choices("best", "float", M, N, K, work, kernels.multiprocessors()):
             out.fill(np.nan)
-            run = lambda: kernels.gemm(a, b, out=out, variant="best", config=cfg, splits=splits, work=work)  # noqa: E731
+            run = lambda: kernels.gemm(a, b, out=out, variant="best", config=cfg, blocks=blocks, work=work)  # noqa: E731
             run()
             err = float(cp.abs(out - ref).max() / cp.abs(ref).max())
             t = time_graph_ms(cp, run)
-            rows.append(dict(shape=name, config=cfg, splits=splits, ms=t, tflops=2 * M * N * K / t / 1e9,
+            tiles = kernels.tile_grid("best", "float", cfg, M, N, K)[0]
+            rows.append(dict(shape=name, config=cfg, blocks=blocks, schedule=kernels.schedule_name(tiles, blocks), ms=t, tflops=2 * M * N * K / t / 1e9,
                              pct_cublas=100 * t_cublas / t, max_rel_error=err, committed=cfg in committed))
         best = max((r for r in rows if r["shape"] == name), key=lambda r: r["pct_cublas"])
-        print(f"{name}: {best['pct_cublas']:.1f}% of cuBLAS, {best['config']} split {best['splits']}", flush=True)
+        print(f"{name}: {best['pct_cublas']:.1f}% of cuBLAS, {best['config']} {best['schedule']}", flush=True)
     for label, keep in (("committed configs", lambda r: r["committed"]), ("with the candidates", lambda r: True)):
         per = {}
         for r in filter(keep, rows):
             per[r["shape"]] = max(per.get(r["shape"], 0), r["pct_cublas"])
         mean = math.exp(sum(map(math.log, per.values())) / len(per))
         print(f"{label}: geometric mean {mean:.1f}% of cuBLAS, worst {min(per.values()):.1f}% ({min(per, key=per.get)})")
-    meta = {**machine_metadata(), "candidates": [list(c) for c in candidates], "splits": list(kernels.SPLITS)}
+    meta = {**machine_metadata(), "candidates": [list(c) for c in candidates], "splits": list(kernels.SPLITS),
+            "stream_k_blocks_per_sm": list(kernels.STREAM_K_BLOCKS_PER_SM)}
     write_rows(os.path.join(os.environ.get("OUT", "."), "gemm_sweep.csv"), rows, meta, append=False)
 
 

@@ -67,24 +67,41 @@ def test_gemm_alpha_beta_and_epilogue(rng, variant, dtype):
     assert rel(out.get(), 1 / (1 + np.exp(-(ha @ hb + bias[:, None])))) <= TOL[dtype]
 
 
-@pytest.mark.parametrize("splits", [2, 5])
-def test_best_split_k(rng, splits):
-    a, ha = operand(rng, 100, 1000, False, "float64")
-    b, hb = operand(rng, 1000, 70, True, "float64")
-    out = cp.full((100, 70), np.nan)
+def blocks_for(config, M, N, K, dtype, schedule, variant="best"):
+    """The block count of a schedule: "tile" one a tile, ("split", s) s a tile, ("stream", f) a
+    fraction f of the tiles (each block then spans tiles and parts of tiles)."""
+    tiles, steps = kernels.tile_grid(variant, kernels.ctype(dtype), config, M, N, K)
+    if schedule == "tile":
+        return tiles
+    kind, x = schedule
+    return tiles * x if kind == "split" else max(1, min(tiles * steps, round(tiles * x)))
+
+
+@pytest.mark.parametrize("schedule", [("split", 2), ("split", 5), ("stream", 0.37), ("stream", 2.6)])
+def test_best_shared_tiles(rng, schedule):
+    """Blocks sharing tiles (split-K, stream-K with fewer or more blocks than tiles) add up their
+    parts to the float64 product."""
+    M, K, N = 100, 1000, 70
+    a, ha = operand(rng, M, K, False, "float64")
+    b, hb = operand(rng, K, N, True, "float64")
+    out = cp.full((M, N), np.nan)
     config = next(iter(kernels.tile_configs("best", "double")))
-    kernels.gemm(a, b, out=out, variant="best", config=config, splits=splits)
+    kernels.gemm(a, b, out=out, variant="best", config=config, blocks=blocks_for(config, M, N, K, "float64", schedule))
     assert rel(out.get(), ha @ hb) <= 1e-12
 
 
-def test_split_k_is_deterministic_and_replays_in_a_graph(rng):
-    """The partial sums are added in a fixed order, so split-K gives bitwise the same result
-    every time, also replayed from a CUDA graph (as the trainer runs it)."""
-    a, ha = operand(rng, 131, 2000, False, "float32")
-    b, hb = operand(rng, 2000, 97, True, "float32")
-    out, work = cp.full((131, 97), np.nan, cp.float32), cp.empty(5 * 131 * 97, cp.float32)
+@pytest.mark.parametrize("schedule", [("split", 5), ("stream", 1.7)])
+def test_shared_tiles_are_deterministic_and_replay_in_a_graph(rng, schedule):
+    """The parts of a tile are added in a fixed order whichever block finishes last, so the
+    result is bitwise the same every time, also replayed from a CUDA graph (as the trainer runs
+    it), which also shows the tile counters are left at zero after each launch."""
+    M, K, N = 131, 2000, 97
+    a, ha = operand(rng, M, K, False, "float32")
+    b, hb = operand(rng, K, N, True, "float32")
+    out, work = cp.full((M, N), np.nan, cp.float32), kernels.workspace(M, N, "float32")
     config = next(iter(kernels.tile_configs("best", "float")))
-    run = functools.partial(kernels.gemm, a, b, out=out, variant="best", config=config, splits=5, work=work)
+    blocks = blocks_for(config, M, N, K, "float32", schedule)
+    run = functools.partial(kernels.gemm, a, b, out=out, variant="best", config=config, blocks=blocks, work=work)
     run()
     first = out.get()
     assert rel(first, ha @ hb) <= TOL["float32"]
@@ -93,25 +110,38 @@ def test_split_k_is_deterministic_and_replays_in_a_graph(rng):
         stream.begin_capture()
         run()
         graph = stream.end_capture()
-        for _ in range(3):
+        for _ in range(5):
             out.fill(np.nan)
             graph.launch(stream)
             stream.synchronize()
             assert np.array_equal(out.get(), first)
+    flags = work[:kernels.FLAG_SLOTS].view(cp.int32)
+    assert int(cp.count_nonzero(flags)) == 0
+
+
+def test_gemm_rejects_a_block_count_it_cannot_use():
+    a, b = cp.ones((64, 32), cp.float32), cp.ones((32, 64), cp.float32)
+    config = next(iter(kernels.tile_configs("best", "float")))
+    tiles, steps = kernels.tile_grid("best", "float", config, 64, 64, 32)
+    with pytest.raises(kernels.KernelError, match=f"blocks must be 1 to {tiles * steps} .* got 0"):
+        kernels.gemm(a, b, variant="best", config=config, blocks=0)
+    with pytest.raises(kernels.KernelError, match=f"got {tiles * steps + 1}"):
+        kernels.gemm(a, b, variant="best", config=config, blocks=tiles * steps + 1)
 
 
 @pytest.mark.parametrize("M, K, N", SHAPES)
 def test_tf32_all_transposes_and_configs(rng, M, K, N):
-    """The tensor-core option: within TF32's 5e-3 of the float64 product, every config."""
+    """The tensor-core option: within TF32's 5e-3 of the float64 product, every config, a tile
+    a block and stream-K."""
     for config in kernels.tile_configs("tf32", "float"):
-        for ta in (False, True):
-            for tb in (False, True):
-                a, ha = operand(rng, M, K, ta, "float32")
-                b, hb = operand(rng, K, N, tb, "float32")
-                out = cp.full((M, N), np.nan, dtype="float32")
-                kernels.gemm(a, b, out=out, variant="tf32", config=config)
-                err = rel(out.get(), ha @ hb)
-                assert err <= 5e-3, f"tf32 {config} {M}x{K}x{N} ta={ta} tb={tb}: {err:.2e}"
+        for ta, tb, schedule in itertools.product((False, True), (False, True), ("tile", ("stream", 1.5))):
+            a, ha = operand(rng, M, K, ta, "float32")
+            b, hb = operand(rng, K, N, tb, "float32")
+            out = cp.full((M, N), np.nan, dtype="float32")
+            blocks = blocks_for(config, M, N, K, "float32", schedule, "tf32")
+            kernels.gemm(a, b, out=out, variant="tf32", config=config, blocks=blocks)
+            err = rel(out.get(), ha @ hb)
+            assert err <= 5e-3, f"tf32 {config} {M}x{K}x{N} ta={ta} tb={tb} {schedule}: {err:.2e}"
 
 
 def padded_operand(rng, rows, cols, transposed, dtype, offset):
@@ -126,26 +156,29 @@ def padded_operand(rng, rows, cols, transposed, dtype, offset):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_every_best_config_storage_order_and_split(rng, dtype):
-    """Each tile config in all four storage orders, whole or split-K, at odd sizes, through the
-    16-byte copy paths (aligned rows) and the element-wise ones (rows starting off 16 bytes)."""
+    """Each tile config in all four storage orders, a tile a block, split-K or stream-K, at odd
+    sizes, through the 16-byte copy paths (aligned rows) and the element-wise ones (rows
+    starting off 16 bytes)."""
     M, K, N = 131, 203, 97
     for config in kernels.tile_configs("best", kernels.ctype(dtype)):
-        for ta, tb, offset, splits in itertools.product((False, True), (False, True), (0, 1), (1, 3)):
+        for ta, tb, offset, schedule in itertools.product((False, True), (False, True), (0, 1),
+                                                          ("tile", ("split", 3), ("stream", 0.6))):
             a, ha = padded_operand(rng, M, K, ta, dtype, offset)
             b, hb = padded_operand(rng, K, N, tb, dtype, offset)
             out = cp.full((M, N), np.nan, dtype=dtype)
-            kernels.gemm(a, b, out=out, variant="best", config=config, splits=splits)
+            blocks = blocks_for(config, M, N, K, dtype, schedule)
+            kernels.gemm(a, b, out=out, variant="best", config=config, blocks=blocks)
             err = rel(out.get(), ha @ hb)
-            assert err <= TOL[dtype], f"{config} ta={ta} tb={tb} offset={offset} splits={splits}: {err:.2e}"
+            assert err <= TOL[dtype], f"{config} ta={ta} tb={tb} offset={offset} {schedule}: {err:.2e}"
 
 
 def test_tune_remembers_the_fastest_choice_and_stays_correct(rng):
     a, ha = operand(rng, 300, 784, False, "float32")
     b, hb = operand(rng, 784, 700, True, "float32")
-    out, work = cp.empty((300, 700), cp.float32), cp.empty(6 * 300 * 700, cp.float32)
-    config, splits = kernels.tune(a, b, out, "best", work)
-    assert config in kernels.tile_configs("best", "float") and splits in kernels.SPLITS
-    assert kernels.TUNED[("best", "float", 300, 700, 784, False, True)] == (config, splits)
+    out, work = cp.empty((300, 700), cp.float32), kernels.workspace(300, 700, "float32")
+    config, blocks = kernels.tune(a, b, out, "best", work)
+    assert (config, blocks) in set(kernels.tile_choices("best", "float", 300, 700, 784, work, kernels.multiprocessors()))
+    assert kernels.TUNED[("best", "float", 300, 700, 784, False, True)] == (config, blocks)
     out[...] = np.nan
     kernels.gemm(a, b, out=out, variant="best", work=work)  # the tuned choice
     assert rel(out.get(), ha @ hb) <= TOL["float32"]

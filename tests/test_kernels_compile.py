@@ -10,6 +10,7 @@ from perflab.kernels import KERNEL_DIR, instantiations
 NVCC = shutil.which("nvcc")
 
 
+@pytest.mark.timeout(900)  # every tile config x orders x epilogue x shared tiles: minutes of ptxas
 @pytest.mark.parametrize("source", sorted(p.name for p in KERNEL_DIR.glob("*.cu")))
 def test_kernel_compiles_for_sm90(tmp_path, source):
     if NVCC is None:
@@ -34,16 +35,19 @@ def test_sources_avoid_what_nvrtc_lacks():
 
 
 def test_untuned_tile_choice_fills_the_chip_or_splits_k():
-    """Without tune(): the first config whose grid covers the SMs; when none does, the smallest
-    tile with split-K, never below 256 of K per split (pure Python, no GPU)."""
-    from perflab.kernels import SPLITS, heuristic_tiles, tile_configs
+    """Without tune(): the first config whose tiles cover the SMs, a block a tile; when none
+    does, the smallest tile with split-K, never below 256 of K per split (pure Python, no GPU)."""
+    from perflab.kernels import SPLITS, heuristic_tiles, tile_configs, tile_grid
     configs = tile_configs("best", "float")
-    name, splits = heuristic_tiles("best", "float", 2048, 12000, 784, 132)
-    assert (name, splits) == (next(iter(configs)), 1)
-    name, splits = heuristic_tiles("best", "float", 64, 784, 12000, 132)
+    first = next(iter(configs))
+    assert heuristic_tiles("best", "float", 2048, 12000, 784, 132) == (first, tile_grid("best", "float", first, 2048, 12000, 784)[0])
+    name, blocks = heuristic_tiles("best", "float", 64, 784, 12000, 132)
     bm, bn = configs[name][:2]
-    assert bm * bn == min(c[0] * c[1] for c in configs.values()) and 1 < splits <= max(SPLITS)
-    assert heuristic_tiles("best", "float", 64, 64, 300, 132)[1] == 1  # K too short to split
+    tiles = tile_grid("best", "float", name, 64, 784, 12000)[0]
+    assert bm * bn == min(c[0] * c[1] for c in configs.values())
+    assert blocks % tiles == 0 and 1 < blocks // tiles <= max(SPLITS)
+    name, blocks = heuristic_tiles("best", "float", 64, 64, 300, 132)  # K too short to split
+    assert blocks == tile_grid("best", "float", name, 64, 64, 300)[0]
 
 
 def test_every_tile_config_fits_a_hopper_block():
@@ -61,15 +65,25 @@ def test_every_tile_config_fits_a_hopper_block():
                     assert smem <= 227 * 1024 and minb * (smem + 1024) <= 228 * 1024, (name, ta, tb, smem)
 
 
-def test_tune_tries_split_k_only_where_k_and_the_workspace_allow():
-    """tile_choices (pure Python): every config whole; split-K only while each split keeps 64 of K
-    and the workspace holds splits x M x N partial sums."""
+def test_tune_tries_shared_tiles_only_where_k_and_the_workspace_allow():
+    """tile_choices (pure Python): every config a block a tile; split-K only while each split
+    keeps 64 of K, stream-K only while each block keeps 4 K steps, and either only where the
+    workspace holds two partial tiles a block."""
     from types import SimpleNamespace
 
-    from perflab.kernels import SPLITS, tile_choices, tile_configs
-    configs = set(tile_configs("best", "float"))
-    assert {c for c, s in tile_choices("best", "float", 64, 64, 4000) if s == 1} == configs
-    assert all(s == 1 for _, s in tile_choices("best", "float", 64, 64, 4000))  # no workspace
-    work = SimpleNamespace(size=4 * 64 * 64)
-    assert {s for _, s in tile_choices("best", "float", 64, 64, 4000, work)} == {s for s in SPLITS if s <= 4}
-    assert {s for _, s in tile_choices("best", "float", 64, 64, 200, work)} == {1, 2, 3}  # 200 // 4 < 64
+    from perflab.kernels import SPLITS, STREAM_K_BLOCKS_PER_SM, tile_choices, tile_configs, tile_grid, workspace_elements
+    configs = tile_configs("best", "float")
+    whole = {c: tile_grid("best", "float", c, 64, 64, 4000)[0] for c in configs}
+    assert set(tile_choices("best", "float", 64, 64, 4000)) == set(whole.items())  # no workspace
+    big = SimpleNamespace(size=10**9)
+    for config, tiles in whole.items():
+        blocks = {b for c, b in tile_choices("best", "float", 64, 64, 4000, big, sms=132) if c == config}
+        steps = tile_grid("best", "float", config, 64, 64, 4000)[1]
+        assert blocks == ({tiles * s for s in SPLITS}
+                          | {132 * b for b in STREAM_K_BLOCKS_PER_SM if tiles * steps >= 4 * 132 * b})
+    config = next(iter(configs))
+    tiles = whole[config]
+    short = {b for c, b in tile_choices("best", "float", 64, 64, 200, big, sms=132) if c == config}
+    assert short == {tiles * s for s in (1, 2, 3)}  # 200 // 4 < 64, and too few K steps for stream-K
+    small = SimpleNamespace(size=workspace_elements("best", "float", config, 2 * tiles))
+    assert {b for c, b in tile_choices("best", "float", 64, 64, 4000, small, sms=132) if c == config} == {tiles, 2 * tiles}

@@ -2,8 +2,9 @@
 
 One .cu file per GEMM variant (naive -> tiled -> regblock -> best, as SGEMM_CUDA shows the
 progression; `tf32`, the tensor-core option, shares best's file) plus the fused elementwise
-steps; `cublas` is cuBLAS itself, the yardstick. best and tf32 pick a tile config and split-K
-per shape: measured by tune() where it has run, from the grid size otherwise.
+steps; `cublas` is cuBLAS itself, the yardstick. best and tf32 pick a tile config and a number
+of blocks per shape (one a tile, split-K or stream-K; see gemm_best.cu): measured by tune()
+where it has run, from the grid size otherwise.
 
     gemm(a, b, out=None, alpha=1, beta=0, c=None, bias=None, variant="best")
 computes out = alpha * a @ b + beta * c, then sigmoid(out + bias[:, None]) when bias is given
@@ -39,9 +40,13 @@ TILE_CONFIGS = {
     ("best", "double"): [(64, 64, 8, 32, 32, 4, 8, 3, 2, 1), (128, 64, 8, 32, 32, 4, 8, 3, 2, 1)],
     ("tf32", "float"): [(128, 128, 16, 64, 32, 3), (128, 64, 16, 64, 32, 3), (64, 64, 16, 32, 32, 4)],
 }
-# Split-K factors tune() tries. 5 fits the backward GEMM dz1 X^T: its 784 columns make 13
-# 64-wide tiles, and 13 x (H / 64) x 5 blocks fill whole waves of 132 SMs x 4 blocks.
+# The numbers of blocks tune() tries: the tiles times each split-K factor (5 fits the backward
+# GEMM dz1 X^T: its 784 columns make 13 64-wide tiles, and 13 x (H / 64) x 5 blocks fill whole
+# waves of 132 SMs x 4 blocks), and stream-K's persistent grids of 1 to 4 blocks an SM, which
+# deal the tiles' K steps out evenly whatever the tile count.
 SPLITS = (1, 2, 3, 4, 5, 6, 8)
+STREAM_K_BLOCKS_PER_SM = (1, 2, 3, 4)
+FLAG_SLOTS = 1 << 16  # as in gemm_best.cu: the workspace's counters, one a block at most
 
 
 def config_name(variant: str, cfg: tuple) -> str:
@@ -93,29 +98,31 @@ def source_file(variant: str) -> str:
     return "gemm_best.cu" if variant in TILED_VARIANTS else f"gemm_{variant}.cu"
 
 
-def kernel_name(variant: str, T: str, ta: bool, tb: bool, epi: int, config: str | None) -> str:
+def kernel_name(variant: str, T: str, ta: bool, tb: bool, epi: int, config: str | None, shared: bool = False) -> str:
+    """The C++ name of one instantiation (`shared`: the tile kernels' version whose blocks may
+    share tiles, for split-K and stream-K)."""
+    flags = [str(ta).lower(), str(tb).lower(), str(epi)]
+    if variant in TILED_VARIANTS:
+        flags.append(str(shared).lower())
     dtype = "" if variant == "tf32" else f"{T},"
-    return f"gemm_{variant}<{dtype}{str(ta).lower()},{str(tb).lower()},{epi}{template_args(variant, T, config)}>"
+    return f"gemm_{variant}<{dtype}{','.join(flags)}{template_args(variant, T, config)}>"
 
 
 def gemm_names(variant: str, T: str, config: str | None = None) -> tuple:
-    """Every instantiation one compile provides (transposes x epilogue, and split-K's reduction)."""
-    names = tuple(kernel_name(variant, T, x, y, e, config) for x in (False, True) for y in (False, True) for e in (0, 1))
-    if variant in TILED_VARIANTS:
-        names += tuple(f"gemm_splitk_reduce<{T},{e}>" for e in (0, 1))
-    return names
+    """Every instantiation one compile provides (transposes x epilogue, x shared tiles or not)."""
+    return tuple(kernel_name(variant, T, x, y, e, config, sh) for x in (False, True) for y in (False, True)
+                 for e in (0, 1) for sh in ((False, True) if variant in TILED_VARIANTS else (False,)))
 
 
 @functools.lru_cache(maxsize=None)
-def gemm_function(variant: str, T: str, ta: bool, tb: bool, epi: int, config: str | None = None):
-    """(kernel, split-K reduction); cached, so each kernel is one lasting object per process.
-    A tile kernel is allowed its dynamic shared memory here, once: over 48 KiB needs asking."""
+def gemm_function(variant: str, T: str, ta: bool, tb: bool, epi: int, config: str | None = None, shared: bool = False):
+    """The kernel, cached, so each is one lasting object per process. A tile kernel is allowed
+    its dynamic shared memory here, once: over 48 KiB needs asking."""
     mod = module(source_file(variant), gemm_names(variant, T, config))
-    kernel = mod.get_function(kernel_name(variant, T, ta, tb, epi, config))
-    if variant not in TILED_VARIANTS:
-        return kernel, None
-    kernel.max_dynamic_shared_size_bytes = tile_launch(variant, T, config, ta, tb)[1]
-    return kernel, mod.get_function(f"gemm_splitk_reduce<{T},{epi}>")
+    kernel = mod.get_function(kernel_name(variant, T, ta, tb, epi, config, shared))
+    if variant in TILED_VARIANTS:
+        kernel.max_dynamic_shared_size_bytes = tile_launch(variant, T, config, ta, tb)[1]
+    return kernel
 
 
 def instantiations() -> dict[str, tuple]:
@@ -170,37 +177,79 @@ def tile_launch(variant: str, T: str, config: str, ta: bool, tb: bool) -> tuple[
     return (bm // wm) * (bn // wn) * 32, stages * item * (a_elems + b_elems)
 
 
-TUNED: dict[tuple, tuple[str, int]] = {}  # (variant, T, M, N, K, ta, tb) -> (config, splits), from tune()
+TUNED: dict[tuple, tuple[str, int]] = {}  # (variant, T, M, N, K, ta, tb) -> (config, blocks), from tune()
+
+
+def tile_grid(variant: str, T: str, config: str, M: int, N: int, K: int) -> tuple[int, int]:
+    """(tiles, K steps a tile) of a config at this shape."""
+    bm, bn, bk = tile_configs(variant, T)[config][:3]
+    return math.ceil(M / bm) * math.ceil(N / bn), math.ceil(K / bk)
+
+
+def workspace_elements(variant: str, T: str, config: str, blocks: int) -> int:
+    """Workspace `blocks` blocks of a config need where they share tiles: the counters and two
+    partial tiles a block (as gemm_best.cu lays it out)."""
+    bm, bn = tile_configs(variant, T)[config][:2]
+    return FLAG_SLOTS + 2 * blocks * bm * bn
+
+
+def workspace(M: int, N: int, dtype):
+    """A GEMM workspace for outputs up to M x N, big enough for every choice tile_choices offers
+    there. Zeroed once here; the kernels leave its counters zero after each launch. Allocate it
+    before any CUDA graph capture, and give each stream that runs GEMMs at once its own."""
+    T = ctype(dtype)
+    elements = max(workspace_elements(variant, T, config, blocks) for variant in TILED_VARIANTS
+                   if (variant, T) in TILE_CONFIGS for config in tile_configs(variant, T)
+                   for blocks in (tile_grid(variant, T, config, M, N, 1)[0] * max(SPLITS),
+                                  multiprocessors() * max(STREAM_K_BLOCKS_PER_SM)))
+    return cupy().zeros(elements, dtype=dtype)
+
+
+def schedule_name(tiles: int, blocks: int) -> str:
+    """How `blocks` blocks share `tiles` tiles, in words for tables."""
+    if blocks == tiles:
+        return "a tile a block"
+    if blocks % tiles == 0:
+        return f"split-K {blocks // tiles}"
+    return f"stream-K {blocks} blocks"
 
 
 def heuristic_tiles(variant: str, T: str, M: int, N: int, K: int, sms: int) -> tuple[str, int]:
-    """Untuned choice: the first config whose grid fills the chip; when even the smallest
-    leaves SMs idle, split K (keeping at least 256 of it per split)."""
+    """Untuned choice, (config, blocks): the first config whose tiles fill the chip, a block a
+    tile; when even the smallest leaves SMs idle, split K (keeping at least 256 of it per split)."""
     configs = tile_configs(variant, T)
-    for name, c in configs.items():
-        if math.ceil(M / c[0]) * math.ceil(N / c[1]) >= sms:
-            return name, 1
+    for name in configs:
+        tiles = tile_grid(variant, T, name, M, N, K)[0]
+        if tiles >= sms:
+            return name, tiles
     name, c = min(configs.items(), key=lambda kv: kv[1][0] * kv[1][1])
-    blocks = math.ceil(M / c[0]) * math.ceil(N / c[1])
-    return name, max(1, min(math.ceil(2 * sms / blocks), K // 256, max(SPLITS)))
+    tiles = tile_grid(variant, T, name, M, N, K)[0]
+    return name, tiles * max(1, min(math.ceil(2 * sms / tiles), K // 256, max(SPLITS)))
 
 
-def tile_choices(variant: str, T: str, M: int, N: int, K: int, work=None):
-    """The (config, splits) pairs tune() tries: every config, split-K where each split keeps 64
-    or more of K and the workspace holds the partial sums."""
+def tile_choices(variant: str, T: str, M: int, N: int, K: int, work=None, sms: int = 132):
+    """The (config, blocks) pairs tune() tries: every config a block a tile; where the workspace
+    holds their partial tiles, split-K keeping 64 or more of K a split, and stream-K grids of
+    1 to 4 blocks an SM keeping 4 or more K steps a block."""
     for config in tile_configs(variant, T):
-        for splits in SPLITS:
-            if splits == 1 or (K // splits >= 64 and work is not None and work.size >= splits * M * N):
-                yield config, splits
+        tiles, steps = tile_grid(variant, T, config, M, N, K)
+        yield config, tiles
+        if work is None:
+            continue
+        shared = [tiles * s for s in SPLITS[1:] if K // s >= 64]
+        shared += [sms * b for b in STREAM_K_BLOCKS_PER_SM if tiles * steps >= 4 * sms * b]
+        for blocks in dict.fromkeys(shared):
+            if blocks != tiles and blocks <= FLAG_SLOTS and work.size >= workspace_elements(variant, T, config, blocks):
+                yield config, blocks
 
 
 def tune(a, b, out, variant: str = "best", work=None, repeats: int = 5) -> tuple[str, int]:
-    """Time every tile config and split-K factor of `variant` on these operands (device time of
+    """Time every tile config and number of blocks `variant` can take here (device time of
     CUDA-graph replays, median of `repeats`: timing launches one by one would add the host's
-    launch overhead, twice for split-K, and bias small shapes against it) and remember the
-    fastest for this shape, so later gemm() calls, also inside CUDA graph capture, use it.
-    Outside capture only: it synchronizes. A shape tuned before returns its choice at once.
-    `out` is overwritten."""
+    launch overhead and bias small shapes against it) and remember the fastest for this shape,
+    so later gemm() calls, also inside CUDA graph capture, use it. Outside capture only: it
+    synchronizes. A shape tuned before returns its choice at once. `out` is overwritten; `work`
+    (from workspace()) allows the choices that share tiles."""
     from ..bench import time_graph_ms
     cp = cupy()
     T = ctype(a.dtype)
@@ -210,15 +259,15 @@ def tune(a, b, out, variant: str = "best", work=None, repeats: int = 5) -> tuple
     if key in TUNED:
         return TUNED[key]
     timings = {}
-    for config, splits in tile_choices(variant, T, M, N, K, work):
-        run = functools.partial(gemm, a, b, out=out, variant=variant, config=config, splits=splits, work=work)
-        timings[(config, splits)] = time_graph_ms(cp, run, calls=5, repeats=repeats)
+    for config, blocks in tile_choices(variant, T, M, N, K, work, multiprocessors()):
+        run = functools.partial(gemm, a, b, out=out, variant=variant, config=config, blocks=blocks, work=work)
+        timings[(config, blocks)] = time_graph_ms(cp, run, calls=5, repeats=repeats)
     TUNED[key] = min(timings, key=timings.get)
     return TUNED[key]
 
 
 def gemm(a, b, out=None, alpha=1.0, beta=0.0, c=None, bias=None, variant: str = "best",
-         config: str | None = None, splits: int | None = None, work=None):
+         config: str | None = None, blocks: int | None = None, work=None):
     cp = cupy()
     if variant not in GEMM_VARIANTS:
         raise KernelError(f"GEMM variant must be one of {GEMM_VARIANTS}, got {variant!r}")
@@ -258,26 +307,28 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, c=None, bias=None, variant: str = 
     bptr = bias if bias is not None else out
     if variant in TILED_VARIANTS:
         if config is None:
-            config, auto_splits = (TUNED.get((variant, T, M, N, K, ta, tb))
+            config, auto_blocks = (TUNED.get((variant, T, M, N, K, ta, tb))
                                    or heuristic_tiles(variant, T, M, N, K, multiprocessors()))
-            splits = splits or auto_splits
-        splits = splits or 1
-        bm, bn = tile_configs(variant, T)[config][:2]
+            blocks = blocks or auto_blocks
+        tiles, steps = tile_grid(variant, T, config, M, N, K)
+        blocks = blocks or tiles
+        if not 1 <= blocks <= min(tiles * steps, FLAG_SLOTS):
+            raise KernelError(f"blocks must be 1 to {min(tiles * steps, FLAG_SLOTS)} (the tiles x K steps of "
+                              f"{config} at {M}x{K}x{N}, at most {FLAG_SLOTS}), got {blocks}")
+        if blocks != tiles and (work is None or work.size < workspace_elements(variant, T, config, blocks)):
+            work = cp.zeros(workspace_elements(variant, T, config, blocks), dtype=a.dtype)
         threads, smem = tile_launch(variant, T, config, ta, tb)
-        kernel, reduce = gemm_function(variant, T, ta, tb, epi, config)
-        if splits > 1 and (work is None or work.size < splits * M * N):
-            work = cp.empty(splits * M * N, dtype=a.dtype)
         v = 16 // a.itemsize  # elements in a 16-byte chunk: vector copies need aligned rows
         vec = all(x.data.ptr % 16 == 0 and ld % v == 0 for x, ld in ((a, lda), (b, ldb)))
-        grid = (math.ceil(N / bn), math.ceil(M / bm), splits)
-        kernel(grid, (threads,),
-               (i32(M), i32(N), i32(K), scalar(alpha), a, i32(lda), b, i32(ldb), scalar(beta), cptr, i32(N), out,
-                i32(N), bptr, work if splits > 1 else out, i32(vec)), shared_mem=smem)
-        if splits > 1:
-            reduce((math.ceil(M * N / 256),), (256,),
-                   (i32(M), i32(N), i32(splits), scalar(alpha), work, scalar(beta), cptr, i32(N), out, i32(N), bptr))
+        shared = blocks != tiles
+        bm, bn = tile_configs(variant, T)[config][:2]
+        grid = (blocks,) if shared else (math.ceil(N / bn), math.ceil(M / bm))
+        gemm_function(variant, T, ta, tb, epi, config, shared)(
+            grid, (threads,),
+            (i32(M), i32(N), i32(K), scalar(alpha), a, i32(lda), b, i32(ldb), scalar(beta), cptr, i32(N), out,
+             i32(N), bptr, work if shared else out, i32(vec)), shared_mem=smem)
         return out
-    kernel, _ = gemm_function(variant, T, ta, tb, epi)
+    kernel = gemm_function(variant, T, ta, tb, epi)
     if variant == "naive":
         grid, block = (math.ceil(N / 32), math.ceil(M / 8)), (32, 8)
     elif variant == "tiled":
@@ -350,20 +401,20 @@ def elementwise(name: str, dtype):
     return mod.get_function(name if "<" in name else f"{name}<{T}>")
 
 
-def blocks(n: int, per: int = 256) -> tuple:
+def grid_1d(n: int, per: int = 256) -> tuple:
     return (max(1, math.ceil(n / per)),)
 
 
 def bias_sigmoid(z, b):
     """z <- sigmoid(z + b[:, None]) in place."""
     rows, cols = z.shape
-    elementwise("bias_sigmoid", z.dtype)(blocks(z.size), (256,), (z, b, i32(rows), i32(cols)))
+    elementwise("bias_sigmoid", z.dtype)(grid_1d(z.size), (256,), (z, b, i32(rows), i32(cols)))
     return z
 
 
 def add_bias(z, b):
     rows, cols = z.shape
-    elementwise("add_bias", z.dtype)(blocks(z.size), (256,), (z, b, i32(rows), i32(cols)))
+    elementwise("add_bias", z.dtype)(grid_1d(z.size), (256,), (z, b, i32(rows), i32(cols)))
     return z
 
 
@@ -372,14 +423,14 @@ def softmax_xent_grad(z, b2, y, delta, norm, ce=None, groups=1):
     With groups > 1, z stacks that many partial sums of the logits, added (into the first) first."""
     C, B = z.shape[0] // groups, z.shape[1]
     elementwise("softmax_xent_grad", z.dtype)(
-        blocks(B, 128), (128,), (z, b2, y, delta, delta if ce is None else ce, i32(ce is not None),
+        grid_1d(B, 128), (128,), (z, b2, y, delta, delta if ce is None else ce, i32(ce is not None),
                                  i32(C), i32(B), z.dtype.type(1 / norm), i32(groups)))
     return delta
 
 
 def sigmoid_backward(da, a):
     """da <- da * a * (1 - a) in place."""
-    elementwise("sigmoid_backward", da.dtype)(blocks(da.size), (256,), (da, a, u64(da.size)))
+    elementwise("sigmoid_backward", da.dtype)(grid_1d(da.size), (256,), (da, a, u64(da.size)))
     return da
 
 
@@ -432,14 +483,14 @@ def output_backward(W2, delta, a1, dz1, dW2, db1, part):
     elementwise(f"output_backward<{ctype(a1.dtype)},{bound}>", a1.dtype)(
         (nb, math.ceil(H / (8 * BW_ROWS))), (256,),
         (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n)))
-    elementwise("output_backward_reduce", a1.dtype)(blocks((C + 1) * H), (256,),
+    elementwise("output_backward_reduce", a1.dtype)(grid_1d((C + 1) * H), (256,),
                                                     (part, dW2, db1, i32(C), i32(H), i32(nb)))
     return dz1
 
 
 def sgd_update(params, grads, learning_rate, ends, regs):
     """params <- params - lr * (grads + regs[segment] * params), one launch for every parameter."""
-    elementwise("sgd_update", params.dtype)(blocks(params.size), (256,),
+    elementwise("sgd_update", params.dtype)(grid_1d(params.size), (256,),
                                             (params, grads, u64(params.size), params.dtype.type(learning_rate),
                                              ends, regs, i32(ends.size)))
     return params

@@ -15,9 +15,11 @@
 //   rows/columns a thread owns follows from that, so that the 8 threads of each 16-byte
 //   shared-memory phase hit 8 different bank groups (or broadcast one address).
 // - A TF32 tensor-core option (gemm_tf32) shares the tiles and the K loop.
-// - Any M, N, K. Split-K (gridDim.z > 1) writes partial sums to a workspace that
-//   gemm_splitk_reduce adds up in a fixed order (deterministic), for shapes whose tiles alone
-//   cannot fill the chip.
+// - Any M, N, K, and any number of blocks: the tiles' K steps are dealt out to the blocks in
+//   equal shares (Schedule), so one block a tile, split-K (a multiple of the tiles) and
+//   stream-K (a whole number of blocks an SM, persistent) are one code path. A block that
+//   covers part of a tile writes its partial sum to the workspace; the last of a tile's blocks
+//   to arrive adds them up in block order (the same bits whoever is last) and writes D.
 #include "common.cuh"
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
@@ -51,6 +53,18 @@ __device__ __forceinline__ void vload(const T* p, T* r) {
         r[0] = v.x; r[1] = v.y; r[2] = v.z; r[3] = v.w;
     } else {
         double2 v = *reinterpret_cast<const double2*>(p);
+        r[0] = v.x; r[1] = v.y;
+    }
+}
+
+// 16 bytes from global memory through L2 only (written by other blocks of this launch)
+template <typename T>
+__device__ __forceinline__ void vload_cg(const T* p, T* r) {
+    if constexpr (sizeof(T) == 4) {
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(p));
+        r[0] = v.x; r[1] = v.y; r[2] = v.z; r[3] = v.w;
+    } else {
+        const double2 v = __ldcg(reinterpret_cast<const double2*>(p));
         r[0] = v.x; r[1] = v.y;
     }
 }
@@ -135,21 +149,19 @@ struct Staged {
 // step comes before the step's last fma, so a warp arrives with work left and the next step's
 // first operands are read while it runs. With XT a k-contiguous operand goes through registers
 // (Staged; loaded at the start of a step, stored transposed just before that barrier); the
-// other copies go straight to shared memory with cp.async. Split-K (gridDim.z > 1) gives each
-// z a share.
+// other copies go straight to shared memory with cp.async. The block covers k in [kbeg, kend)
+// of the tile at (i0, j0).
 template <typename T, bool TA, bool TB, bool XT, int BM, int BN, int BK, int KS, int NT, int STAGES, typename R,
           typename F>
-__device__ __forceinline__ void k_loop(T* smem, int M, int N, int K, const T* __restrict__ A, int lda,
-                                       const T* __restrict__ B, int ldb, bool vec, R&& read, F&& fma) {
+__device__ __forceinline__ void k_loop(T* smem, int M, int N, int i0, int j0, int kbeg, int kend,
+                                       const T* __restrict__ A, int lda, const T* __restrict__ B, int ldb, bool vec,
+                                       R&& read, F&& fma) {
     static_assert(STAGES >= 2 && BK % KS == 0 && (BK / KS) % 2 == 0, "an even number of reads a step");
     constexpr int V = 16 / sizeof(T);
     constexpr bool A_REG = XT && !TA, B_REG = XT && TB;  // operands staged in registers
     constexpr int A_ELEMS = (TA || XT) ? BK * (BM + V) : BM * (BK + V);
     constexpr int B_ELEMS = (TB && !XT) ? BN * (BK + V) : BK * (BN + V);
-    const int t = threadIdx.x, i0 = blockIdx.y * BM, j0 = blockIdx.x * BN;
-    const int steps = (K + BK - 1) / BK, per = (steps + gridDim.z - 1) / gridDim.z;
-    const int kbeg = blockIdx.z * per * BK, kend = min(K, kbeg + per * BK);
-    const int nk = kbeg < kend ? (kend - kbeg + BK - 1) / BK : 0;
+    const int t = threadIdx.x, nk = (kend - kbeg + BK - 1) / BK;
     Staged<T, BM, BK, NT> ra;
     Staged<T, BN, BK, NT> rb;
     auto slot = [&](int step) { return smem + (step % STAGES) * (A_ELEMS + B_ELEMS); };
@@ -199,25 +211,104 @@ __device__ __forceinline__ void k_loop(T* smem, int M, int N, int K, const T* __
         }
     }
     cp_async_wait<0>();
+    __syncthreads();  // the ring is free for the block's next share
 }
 
-// D(i, j) = finish(v), or the split-K partial sum to the workspace.
-template <typename T, int EPI>
-__device__ __forceinline__ void store(int M, int N, int i, int j, T v, T alpha, T beta, const T* C, int ldc, T* D,
-                                      int ldd, const T* __restrict__ bias, T* __restrict__ work) {
-    if (i >= M || j >= N) return;
-    if (gridDim.z > 1) work[((size_t)blockIdx.z * M + i) * N + j] = v;
-    else D[(size_t)i * ldd + j] = finish<T, EPI>(v, alpha, beta, C, ldc, bias, i, j);
+// How the blocks share the work: the tiles (row-major, N fastest) times their K steps make
+// `iters` iterations (fewer than 2^31), and block c takes [start(c), start(c + 1)): equal
+// shares, give or take one, whatever the number of blocks (at most iters).
+struct Schedule {
+    int per, rem;  // iters / blocks, iters % blocks: the first rem blocks take one more
+    __device__ int start(int c) const { return c * per + min(c, rem); }
+    __device__ int owner(int i) const {  // the block of iteration i
+        return i < rem * (per + 1) ? i / (per + 1) : rem + (i - rem * (per + 1)) / per;
+    }
+};
+
+// The workspace: FLAG_SLOTS counters (ints, zero between launches), then two BM x BN partial
+// sums a block (for its first and its last tile).
+constexpr int FLAG_SLOTS = 1 << 16;
+
+// Runs body(i0, j0, kbeg, kend) for each tile share of this block, then finishes it: a whole
+// tile goes to D; a part is written to the workspace, and the last block of the tile to
+// arrive sums the parts from there in block order (the same bits whoever is last) and writes
+// D. each(f) calls f(r, c, v) for every element the thread holds (r, c within the tile, v its
+// sum). Without SHARED the grid is the tiles (N-major), a block each: compiled apart, as the
+// schedule's loop and counters cost registers that the K loop would otherwise keep.
+template <typename T, int EPI, bool SHARED, int BM, int BN, int BK, int NT, typename Body, typename Each>
+__device__ __forceinline__ void for_each_share(int M, int N, int K, T alpha, T beta, const T* C, int ldc, T* D,
+                                               int ldd, const T* __restrict__ bias, T* __restrict__ work, Body&& body,
+                                               Each&& each) {
+    auto store = [&](int i, int j, T v) {
+        if (i < M && j < N) D[(size_t)i * ldd + j] = finish<T, EPI>(v, alpha, beta, C, ldc, bias, i, j);
+    };
+    if constexpr (!SHARED) {
+        const int i0 = blockIdx.y * BM, j0 = blockIdx.x * BN;
+        body(i0, j0, 0, K);
+        each([&](int r, int c, T& v) { store(i0 + r, j0 + c, v); });
+        return;
+    }
+    __shared__ int arrived;
+    const int tiles_n = (N + BN - 1) / BN, steps = (K + BK - 1) / BK, iters = (M + BM - 1) / BM * tiles_n * steps;
+    const Schedule s{iters / (int)gridDim.x, iters % (int)gridDim.x};
+    const int end = s.start(blockIdx.x + 1);
+    for (int it = s.start(blockIdx.x); it < end;) {
+        const int tile = it / steps, t0 = tile * steps, s0 = it - t0, s1 = min(steps, end - t0);
+        const int i0 = (tile / tiles_n) * BM, j0 = (tile % tiles_n) * BN;
+        it = t0 + s1;
+        body(i0, j0, s0 * BK, min(K, s1 * BK));
+        if (s0 == 0 && s1 == steps) {
+            each([&](int r, int c, T& v) { store(i0 + r, j0 + c, v); });
+            continue;
+        }
+        // a share of the tile: a block's first tile has its part in slot 2c, its last in 2c + 1
+        auto part = [&](int c) { return work + FLAG_SLOTS + (2 * c + (s.start(c) >= t0 ? 0 : 1)) * (size_t)(BM * BN); };
+        T* mine = part(blockIdx.x);
+        each([&](int r, int c, T& v) { mine[r * BN + c] = v; });
+        const int first = s.owner(t0), last = s.owner(t0 + steps - 1);
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) {  // one counter a shared tile, at its first block (whose last tile it is)
+            int* count = reinterpret_cast<int*>(work) + first;
+            arrived = atomicAdd(count, 1);
+            if (arrived == last - first) *count = 0;  // ready for the next launch
+        }
+        __syncthreads();
+        if (arrived != last - first) continue;
+        __threadfence();
+        // the whole tile, 16 bytes a thread at a time, U of them in flight
+        constexpr int V = 16 / sizeof(T), U = BM * BN / (NT * V) < 4 ? BM * BN / (NT * V) : 4;
+        static_assert(BM * BN % (NT * V * U) == 0, "the tile splits into whole rounds of the block");
+#pragma unroll 1
+        for (int e0 = threadIdx.x * V; e0 < BM * BN; e0 += NT * V * U) {
+            T sum[U][V] = {};
+            for (int b = first; b <= last; ++b) {
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    T v[V];
+                    vload_cg(part(b) + e0 + u * NT * V, v);
+#pragma unroll
+                    for (int i = 0; i < V; ++i) sum[u][i] += v[i];
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+#pragma unroll
+                for (int i = 0; i < V; ++i)
+                    store(i0 + (e0 + u * NT * V) / BN, j0 + (e0 + u * NT * V) % BN + i, sum[u][i]);
+        }
+    }
 }
 
 // KV: steps of k read at once along a k-contiguous tile (KV = 16 bytes' worth reads least,
 // smaller KV holds fewer registers), or 0: k-contiguous tiles are stored transposed (XT) and
 // read one k at a time along m and n; MINB: blocks an SM must fit (caps the registers), one
 // fewer where both operands are transposed (an orientation training never uses, whose index
-// arithmetic needs more registers: it gives up a block an SM rather than spill).
-template <typename T, bool TA, bool TB, int EPI, int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES,
-          int KV, int MINB>
-__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, TA && TB && MINB > 1 ? MINB - 1 : MINB)
+// arithmetic needs more registers: it gives up a block an SM rather than spill) and where
+// blocks share tiles (SHARED: see for_each_share).
+template <typename T, bool TA, bool TB, int EPI, bool SHARED, int BM, int BN, int BK, int WM, int WN, int TM, int TN,
+          int STAGES, int KV, int MINB>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, (TA && TB) || SHARED ? (MINB > 1 ? MINB - 1 : 1) : MINB)
 gemm_best(int M, int N, int K, T alpha, const T* __restrict__ A, int lda, const T* __restrict__ B, int ldb,
           T beta, const T* C, int ldc, T* D, int ldd, const T* __restrict__ bias, T* __restrict__ work, int vec) {
     constexpr int NT = (BM / WM) * (BN / WN) * 32, V = 16 / sizeof(T);
@@ -236,59 +327,57 @@ gemm_best(int M, int N, int K, T alpha, const T* __restrict__ A, int lda, const 
     auto col = [&](int n) { return B_K ? wn + n * WTC + tc : wn + (n / V) * WTC * V + tc * V + n % V; };
 
     T acc[TM][TN];
+    auto each = [&](auto&& f) {
 #pragma unroll
-    for (int m = 0; m < TM; ++m)
+        for (int m = 0; m < TM; ++m)
 #pragma unroll
-        for (int n = 0; n < TN; ++n) acc[m][n] = 0;
-
-    T a[2][KS][TM], b[2][KS][TN];  // two buffers of the operands of KS steps of k
-    k_loop<T, TA, TB, XT, BM, BN, BK, KS, NT, STAGES>(
-        reinterpret_cast<T*>(smem_raw), M, N, K, A, lda, B, ldb, vec,
-        [&](const T* As, const T* Bs, int kk, int buf) {
-            if constexpr (A_MN) {
+            for (int n = 0; n < TN; ++n) f(row(m), col(n), acc[m][n]);
+    };
+    auto body = [&](int i0, int j0, int kbeg, int kend) {
+        each([](int, int, T& v) { v = 0; });
+        T a[2][KS][TM], b[2][KS][TN];  // two buffers of the operands of KS steps of k
+        k_loop<T, TA, TB, XT, BM, BN, BK, KS, NT, STAGES>(
+            reinterpret_cast<T*>(smem_raw), M, N, i0, j0, kbeg, kend, A, lda, B, ldb, vec,
+            [&](const T* As, const T* Bs, int kk, int buf) {
+                if constexpr (A_MN) {
+#pragma unroll
+                    for (int k = 0; k < KS; ++k)
+#pragma unroll
+                        for (int g = 0; g < TM; g += V) vload(&As[(kk + k) * (BM + V) + row(g)], &a[buf][k][g]);
+                } else {
+#pragma unroll
+                    for (int m = 0; m < TM; ++m) {
+                        T v[KS];
+                        vload<T, KS>(&As[row(m) * (BK + V) + kk], v);
+#pragma unroll
+                        for (int k = 0; k < KS; ++k) a[buf][k][m] = v[k];
+                    }
+                }
+                if constexpr (B_K) {
+#pragma unroll
+                    for (int n = 0; n < TN; ++n) {
+                        T v[KS];
+                        vload<T, KS>(&Bs[col(n) * (BK + V) + kk], v);
+#pragma unroll
+                        for (int k = 0; k < KS; ++k) b[buf][k][n] = v[k];
+                    }
+                } else {
+#pragma unroll
+                    for (int k = 0; k < KS; ++k)
+#pragma unroll
+                        for (int g = 0; g < TN; g += V) vload(&Bs[(kk + k) * (BN + V) + col(g)], &b[buf][k][g]);
+                }
+            },
+            [&](int buf) {
 #pragma unroll
                 for (int k = 0; k < KS; ++k)
 #pragma unroll
-                    for (int g = 0; g < TM; g += V) vload(&As[(kk + k) * (BM + V) + row(g)], &a[buf][k][g]);
-            } else {
+                    for (int m = 0; m < TM; ++m)
 #pragma unroll
-                for (int m = 0; m < TM; ++m) {
-                    T v[KS];
-                    vload<T, KS>(&As[row(m) * (BK + V) + kk], v);
-#pragma unroll
-                    for (int k = 0; k < KS; ++k) a[buf][k][m] = v[k];
-                }
-            }
-            if constexpr (B_K) {
-#pragma unroll
-                for (int n = 0; n < TN; ++n) {
-                    T v[KS];
-                    vload<T, KS>(&Bs[col(n) * (BK + V) + kk], v);
-#pragma unroll
-                    for (int k = 0; k < KS; ++k) b[buf][k][n] = v[k];
-                }
-            } else {
-#pragma unroll
-                for (int k = 0; k < KS; ++k)
-#pragma unroll
-                    for (int g = 0; g < TN; g += V) vload(&Bs[(kk + k) * (BN + V) + col(g)], &b[buf][k][g]);
-            }
-        },
-        [&](int buf) {
-#pragma unroll
-            for (int k = 0; k < KS; ++k)
-#pragma unroll
-                for (int m = 0; m < TM; ++m)
-#pragma unroll
-                    for (int n = 0; n < TN; ++n) acc[m][n] = fma(a[buf][k][m], b[buf][k][n], acc[m][n]);
-        });
-
-    const int i0 = blockIdx.y * BM, j0 = blockIdx.x * BN;
-#pragma unroll
-    for (int m = 0; m < TM; ++m)
-#pragma unroll
-        for (int n = 0; n < TN; ++n)
-            store<T, EPI>(M, N, i0 + row(m), j0 + col(n), acc[m][n], alpha, beta, C, ldc, D, ldd, bias, work);
+                        for (int n = 0; n < TN; ++n) acc[m][n] = fma(a[buf][k][m], b[buf][k][n], acc[m][n]);
+            });
+    };
+    for_each_share<T, EPI, SHARED, BM, BN, BK, NT>(M, N, K, alpha, beta, C, ldc, D, ldd, bias, work, body, each);
 }
 
 // The TF32 tensor-core option (float only): the same tiles and K loop, each warp's WM x WN
@@ -299,7 +388,7 @@ __device__ __forceinline__ unsigned to_tf32(float x) {
     return u;
 }
 
-template <bool TA, bool TB, int EPI, int BM, int BN, int BK, int WM, int WN, int STAGES>
+template <bool TA, bool TB, int EPI, bool SHARED, int BM, int BN, int BK, int WM, int WN, int STAGES>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
 gemm_tf32(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, const float* __restrict__ B,
           int ldb, float beta, const float* C, int ldc, float* D, int ldd, const float* __restrict__ bias,
@@ -311,66 +400,50 @@ gemm_tf32(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
     const int wm = (warp / (BN / WN)) * WM, wn = (warp % (BN / WN)) * WN;
 
     float acc[MI][NI][4];
+    auto each = [&](auto&& f) {
 #pragma unroll
-    for (int mi = 0; mi < MI; ++mi)
+        for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
-        for (int ni = 0; ni < NI; ++ni)
+            for (int ni = 0; ni < NI; ++ni)
 #pragma unroll
-            for (int r = 0; r < 4; ++r) acc[mi][ni][r] = 0.f;
-
-    unsigned a[2][MI][4], b[2][NI][2];  // two buffers of the fragments of 8 steps of k
-    k_loop<float, TA, TB, false, BM, BN, BK, 8, NT, STAGES>(
-        reinterpret_cast<float*>(smem_raw), M, N, K, A, lda, B, ldb, vec,
-        [&](const float* As, const float* Bs, int kk, int buf) {
-            auto a_at = [&](int m, int k) { return TA ? As[k * (BM + V) + m] : As[m * (BK + V) + k]; };
-            auto b_at = [&](int k, int n) { return TB ? Bs[n * (BK + V) + k] : Bs[k * (BN + V) + n]; };
+                for (int r = 0; r < 4; ++r)  // c0, c1: row g; c2, c3: row g + 8; columns 2q, 2q + 1
+                    f(wm + mi * 16 + g + (r / 2) * 8, wn + ni * 8 + 2 * q + r % 2, acc[mi][ni][r]);
+    };
+    auto body = [&](int i0, int j0, int kbeg, int kend) {
+        each([](int, int, float& v) { v = 0.f; });
+        unsigned a[2][MI][4], b[2][NI][2];  // two buffers of the fragments of 8 steps of k
+        k_loop<float, TA, TB, false, BM, BN, BK, 8, NT, STAGES>(
+            reinterpret_cast<float*>(smem_raw), M, N, i0, j0, kbeg, kend, A, lda, B, ldb, vec,
+            [&](const float* As, const float* Bs, int kk, int buf) {
+                auto a_at = [&](int m, int k) { return TA ? As[k * (BM + V) + m] : As[m * (BK + V) + k]; };
+                auto b_at = [&](int k, int n) { return TB ? Bs[n * (BK + V) + k] : Bs[k * (BN + V) + n]; };
 #pragma unroll
-            for (int mi = 0; mi < MI; ++mi) {
-                const int m = wm + mi * 16 + g;
-                a[buf][mi][0] = to_tf32(a_at(m, kk + q));
-                a[buf][mi][1] = to_tf32(a_at(m + 8, kk + q));
-                a[buf][mi][2] = to_tf32(a_at(m, kk + q + 4));
-                a[buf][mi][3] = to_tf32(a_at(m + 8, kk + q + 4));
-            }
+                for (int mi = 0; mi < MI; ++mi) {
+                    const int m = wm + mi * 16 + g;
+                    a[buf][mi][0] = to_tf32(a_at(m, kk + q));
+                    a[buf][mi][1] = to_tf32(a_at(m + 8, kk + q));
+                    a[buf][mi][2] = to_tf32(a_at(m, kk + q + 4));
+                    a[buf][mi][3] = to_tf32(a_at(m + 8, kk + q + 4));
+                }
 #pragma unroll
-            for (int ni = 0; ni < NI; ++ni) {
-                const int n = wn + ni * 8 + g;
-                b[buf][ni][0] = to_tf32(b_at(kk + q, n));
-                b[buf][ni][1] = to_tf32(b_at(kk + q + 4, n));
-            }
-        },
-        [&](int buf) {
+                for (int ni = 0; ni < NI; ++ni) {
+                    const int n = wn + ni * 8 + g;
+                    b[buf][ni][0] = to_tf32(b_at(kk + q, n));
+                    b[buf][ni][1] = to_tf32(b_at(kk + q + 4, n));
+                }
+            },
+            [&](int buf) {
 #pragma unroll
-            for (int mi = 0; mi < MI; ++mi)
+                for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
-                for (int ni = 0; ni < NI; ++ni)
-                    asm volatile(
-                        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-                        "{%8,%9}, {%0,%1,%2,%3};\n"
-                        : "+f"(acc[mi][ni][0]), "+f"(acc[mi][ni][1]), "+f"(acc[mi][ni][2]), "+f"(acc[mi][ni][3])
-                        : "r"(a[buf][mi][0]), "r"(a[buf][mi][1]), "r"(a[buf][mi][2]), "r"(a[buf][mi][3]),
-                          "r"(b[buf][ni][0]), "r"(b[buf][ni][1]));
-        });
-
-    const int i0 = blockIdx.y * BM + wm, j0 = blockIdx.x * BN + wn;
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-            for (int r = 0; r < 4; ++r)  // c0, c1: row g; c2, c3: row g + 8; columns 2q, 2q + 1
-                store<float, EPI>(M, N, i0 + mi * 16 + g + (r / 2) * 8, j0 + ni * 8 + 2 * q + r % 2, acc[mi][ni][r],
-                                  alpha, beta, C, ldc, D, ldd, bias, work);
-}
-
-// D = finish(sum over the S partial products in work[S][M][N]), summed in order s = 0..S-1.
-template <typename T, int EPI>
-__global__ void gemm_splitk_reduce(int M, int N, int S, T alpha, const T* __restrict__ work, T beta,
-                                   const T* C, int ldc, T* D, int ldd, const T* __restrict__ bias) {
-    size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (e >= (size_t)M * N) return;
-    int i = e / N, j = e % N;
-    T acc = 0;
-    for (int s = 0; s < S; ++s) acc += work[(size_t)s * M * N + e];
-    D[(size_t)i * ldd + j] = finish<T, EPI>(acc, alpha, beta, C, ldc, bias, i, j);
+                    for (int ni = 0; ni < NI; ++ni)
+                        asm volatile(
+                            "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                            "{%8,%9}, {%0,%1,%2,%3};\n"
+                            : "+f"(acc[mi][ni][0]), "+f"(acc[mi][ni][1]), "+f"(acc[mi][ni][2]), "+f"(acc[mi][ni][3])
+                            : "r"(a[buf][mi][0]), "r"(a[buf][mi][1]), "r"(a[buf][mi][2]), "r"(a[buf][mi][3]),
+                              "r"(b[buf][ni][0]), "r"(b[buf][ni][1]));
+            });
+    };
+    for_each_share<float, EPI, SHARED, BM, BN, BK, NT>(M, N, K, alpha, beta, C, ldc, D, ldd, bias, work, body, each);
 }
