@@ -309,9 +309,9 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, c=None, bias=None, variant: str = 
         if config is None:
             config, auto_blocks = (TUNED.get((variant, T, M, N, K, ta, tb))
                                    or heuristic_tiles(variant, T, M, N, K, multiprocessors()))
-            blocks = blocks or auto_blocks
+            blocks = auto_blocks if blocks is None else blocks
         tiles, steps = tile_grid(variant, T, config, M, N, K)
-        blocks = blocks or tiles
+        blocks = tiles if blocks is None else blocks
         if not 1 <= blocks <= min(tiles * steps, FLAG_SLOTS):
             raise KernelError(f"blocks must be 1 to {min(tiles * steps, FLAG_SLOTS)} (the tiles x K steps of "
                               f"{config} at {M}x{K}x{N}, at most {FLAG_SLOTS}), got {blocks}")

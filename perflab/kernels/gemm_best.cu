@@ -253,10 +253,16 @@ __device__ __forceinline__ void for_each_share(int M, int N, int K, T alpha, T b
     const Schedule s{iters / (int)gridDim.x, iters % (int)gridDim.x};
     const int end = s.start(blockIdx.x + 1);
     for (int it = s.start(blockIdx.x); it < end;) {
+        {
+            const int tile = it / steps, t0 = tile * steps;
+            body((tile / tiles_n) * BM, (tile % tiles_n) * BN, (it - t0) * BK, min(K, min(steps, end - t0) * BK));
+        }
+        // the share's numbers again from `it` alone, hidden from the compiler so that it keeps
+        // no more than `it` in registers through the K loop
+        asm volatile("" : "+r"(it));
         const int tile = it / steps, t0 = tile * steps, s0 = it - t0, s1 = min(steps, end - t0);
         const int i0 = (tile / tiles_n) * BM, j0 = (tile % tiles_n) * BN;
         it = t0 + s1;
-        body(i0, j0, s0 * BK, min(K, s1 * BK));
         if (s0 == 0 && s1 == steps) {
             each([&](int r, int c, T& v) { store(i0 + r, j0 + c, v); });
             continue;
@@ -303,12 +309,12 @@ __device__ __forceinline__ void for_each_share(int M, int N, int K, T alpha, T b
 // KV: steps of k read at once along a k-contiguous tile (KV = 16 bytes' worth reads least,
 // smaller KV holds fewer registers), or 0: k-contiguous tiles are stored transposed (XT) and
 // read one k at a time along m and n; MINB: blocks an SM must fit (caps the registers), one
-// fewer where both operands are transposed (an orientation training never uses, whose index
-// arithmetic needs more registers: it gives up a block an SM rather than spill) and where
-// blocks share tiles (SHARED: see for_each_share).
+// fewer where A is transposed and so is B or blocks share tiles (SHARED): orientations that
+// training uses only for the GEMMs with C = 10 in them, whose index arithmetic needs more
+// registers: they give up a block an SM rather than spill.
 template <typename T, bool TA, bool TB, int EPI, bool SHARED, int BM, int BN, int BK, int WM, int WN, int TM, int TN,
           int STAGES, int KV, int MINB>
-__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, (TA && TB) || SHARED ? (MINB > 1 ? MINB - 1 : 1) : MINB)
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, TA && (TB || SHARED) && MINB > 1 ? MINB - 1 : MINB)
 gemm_best(int M, int N, int K, T alpha, const T* __restrict__ A, int lda, const T* __restrict__ B, int ldb,
           T beta, const T* C, int ldc, T* D, int ldd, const T* __restrict__ bias, T* __restrict__ work, int vec) {
     constexpr int NT = (BM / WM) * (BN / WN) * 32, V = 16 / sizeof(T);
