@@ -395,7 +395,7 @@ __device__ __forceinline__ unsigned to_tf32(float x) {
 }
 
 template <bool TA, bool TB, int EPI, bool SHARED, int BM, int BN, int BK, int WM, int WN, int STAGES>
-__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, 1)  // one block an SM at least: no cap below 255
 gemm_tf32(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, const float* __restrict__ B,
           int ldb, float beta, const float* C, int ldc, float* D, int ldd, const float* __restrict__ bias,
           float* __restrict__ work, int vec) {
