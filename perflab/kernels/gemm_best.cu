@@ -282,20 +282,22 @@ __device__ __forceinline__ void for_each_share(int M, int N, int K, T alpha, T b
         __syncthreads();
         if (arrived != last - first) continue;
         __threadfence();
-        // the whole tile, 16 bytes a thread at a time, U of them in flight
-        constexpr int V = 16 / sizeof(T), U = BM * BN / (NT * V) < 4 ? BM * BN / (NT * V) : 4;
+        // the whole tile, 16 bytes a thread at a time: U of them a part, two parts in flight (the
+        // parts' latency, not their bytes, is what this costs)
+        constexpr int V = 16 / sizeof(T), U = BM * BN / (NT * V) < 8 ? BM * BN / (NT * V) : 8;
         static_assert(BM * BN % (NT * V * U) == 0, "the tile splits into whole rounds of the block");
 #pragma unroll 1
         for (int e0 = threadIdx.x * V; e0 < BM * BN; e0 += NT * V * U) {
             T sum[U][V] = {};
+#pragma unroll 2
             for (int b = first; b <= last; ++b) {
+                T v[U][V];
 #pragma unroll
-                for (int u = 0; u < U; ++u) {
-                    T v[V];
-                    vload_cg(part(b) + e0 + u * NT * V, v);
+                for (int u = 0; u < U; ++u) vload_cg(part(b) + e0 + u * NT * V, v[u]);
 #pragma unroll
-                    for (int i = 0; i < V; ++i) sum[u][i] += v[i];
-                }
+                for (int u = 0; u < U; ++u)
+#pragma unroll
+                    for (int i = 0; i < V; ++i) sum[u][i] += v[u][i];
             }
 #pragma unroll
             for (int u = 0; u < U; ++u)
