@@ -47,6 +47,7 @@ TILE_CONFIGS = {
 SPLITS = (1, 2, 3, 4, 5, 6, 8)
 STREAM_K_BLOCKS_PER_SM = (1, 2, 3, 4)
 FLAG_SLOTS = 1 << 16  # as in gemm_best.cu: the workspace's counters, one a block at most
+MAX_ITERS = 2**31  # gemm_best.cu's schedule counts the tiles x K steps in an int
 
 
 def config_name(variant: str, cfg: tuple) -> str:
@@ -234,7 +235,7 @@ def tile_choices(variant: str, T: str, M: int, N: int, K: int, work=None, sms: i
     for config in tile_configs(variant, T):
         tiles, steps = tile_grid(variant, T, config, M, N, K)
         yield config, tiles
-        if work is None:
+        if work is None or tiles * steps >= MAX_ITERS:
             continue
         shared = [tiles * s for s in SPLITS[1:] if K // s >= 64]
         shared += [sms * b for b in STREAM_K_BLOCKS_PER_SM if tiles * steps >= 4 * sms * b]
@@ -315,6 +316,9 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, c=None, bias=None, variant: str = 
         if not 1 <= blocks <= min(tiles * steps, FLAG_SLOTS):
             raise KernelError(f"blocks must be 1 to {min(tiles * steps, FLAG_SLOTS)} (the tiles x K steps of "
                               f"{config} at {M}x{K}x{N}, at most {FLAG_SLOTS}), got {blocks}")
+        if blocks != tiles and tiles * steps >= MAX_ITERS:
+            raise KernelError(f"blocks that share tiles need fewer than {MAX_ITERS} tile K steps in all; {config} "
+                              f"at {M}x{K}x{N} has {tiles * steps}: take blocks={tiles} (a tile a block)")
         if blocks != tiles and (work is None or work.size < workspace_elements(variant, T, config, blocks)):
             work = cp.zeros(workspace_elements(variant, T, config, blocks), dtype=a.dtype)
         threads, smem = tile_launch(variant, T, config, ta, tb)
