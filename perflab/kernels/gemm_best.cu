@@ -382,7 +382,10 @@ gemm_best(int M, int N, int K, T alpha, const T* __restrict__ A, int lda, const 
 #pragma unroll
                     for (int m = 0; m < TM; ++m)
 #pragma unroll
-                        for (int n = 0; n < TN; ++n) acc[m][n] = fma(a[buf][k][m], b[buf][k][n], acc[m][n]);
+                        for (int j = 0; j < TN; ++j) {  // serpentine: a row's last b is the next row's first
+                            const int n = m % 2 ? TN - 1 - j : j;
+                            acc[m][n] = fma(a[buf][k][m], b[buf][k][n], acc[m][n]);
+                        }
             });
     };
     for_each_share<T, EPI, SHARED, BM, BN, BK, NT>(M, N, K, alpha, beta, C, ldc, D, ldd, bias, work, body, each);
