@@ -311,12 +311,12 @@ __device__ __forceinline__ void for_each_share(int M, int N, int K, T alpha, T b
 // KV: steps of k read at once along a k-contiguous tile (KV = 16 bytes' worth reads least,
 // smaller KV holds fewer registers), or 0: k-contiguous tiles are stored transposed (XT) and
 // read one k at a time along m and n; MINB: blocks an SM must fit (caps the registers), one
-// fewer where A is transposed and so is B or blocks share tiles (SHARED): orientations that
-// training uses only for the GEMMs with C = 10 in them, whose index arithmetic needs more
-// registers: they give up a block an SM rather than spill.
+// fewer where both operands are transposed, or either is and blocks share tiles (SHARED):
+// their index arithmetic needs more registers, and they give up a block an SM rather than
+// spill (training shares tiles in these orientations for the GEMMs with C = 10 in them).
 template <typename T, bool TA, bool TB, int EPI, bool SHARED, int BM, int BN, int BK, int WM, int WN, int TM, int TN,
           int STAGES, int KV, int MINB>
-__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, TA && (TB || SHARED) && MINB > 1 ? MINB - 1 : MINB)
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, ((TA && TB) || (SHARED && (TA || TB))) && MINB > 1 ? MINB - 1 : MINB)
 gemm_best(int M, int N, int K, T alpha, const T* __restrict__ A, int lda, const T* __restrict__ B, int ldb,
           T beta, const T* C, int ldc, T* D, int ldd, const T* __restrict__ bias, T* __restrict__ work, int vec) {
     constexpr int NT = (BM / WM) * (BN / WN) * 32, V = 16 / sizeof(T);
