@@ -134,20 +134,12 @@ def bench_gemm(variants=("naive", "tiled", "regblock", "best", "tf32", "cublas")
                          "gbps": nbytes / ms / 1e6, "pct_copy_rate": 100 * nbytes / (ms * 1e-3) / copy_rate,
                          "rel_error": err, "gpu": dev["gpu"], "peak_tflops": peak / 1e12,
                          "copy_rate_gbps": copy_rate / 1e9, "config": choice[0], "blocks": choice[1],
-                         "schedule": schedule(variant, dtype, choice, M, N, K),
+                         "schedule": (kernels.schedule_name(variant, kernels.ctype(dtype), choice[0], M, N, K, choice[1])
+                                      if variant in kernels.TILED_VARIANTS else ""),
                          "checked": bool(err <= TOLERANCE[variant if variant == "tf32" else dtype])})
         for row in rows[-len(base):]:
             row["pct_cublas"] = 100 * base["cublas"] / row["ms"] if "cublas" in base else float("nan")
     return rows
-
-
-def schedule(variant, dtype, choice, M, N, K) -> str:
-    """How the tuned choice shares the tiles among blocks (empty for the untiled variants)."""
-    from . import kernels
-    if variant not in kernels.TILED_VARIANTS:
-        return ""
-    tiles = kernels.tile_grid(variant, kernels.ctype(dtype), choice[0], M, N, K)[0]
-    return kernels.schedule_name(tiles, choice[1])
 
 
 def summarize_gemm(rows) -> str:

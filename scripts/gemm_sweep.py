@@ -1,8 +1,9 @@
 """The tuning loop behind kernels.TILE_CONFIGS (one GPU): time every committed `best` config and
-the candidates given, at every number of blocks tune() tries (a tile a block, split-K, stream-K), at the forward and backward shapes with H x 784 in
-them, beside cuBLAS (CUDA-graph replays, so no launch overhead), each checked against the float64
-product. Prints the fastest per shape and the geometric mean with and without the candidates;
-writes $OUT/gemm_sweep.csv (and .json, the machine's metadata).
+the candidates given, at every number of blocks tune() tries (a tile a block, split-K,
+stream-K), at the forward and backward shapes with H x 784 in them, beside cuBLAS (CUDA-graph
+replays, so no launch overhead), each checked against the float64 product. Prints the fastest
+per shape and the geometric mean with and without the candidates; writes $OUT/gemm_sweep.csv
+(and .json, the machine's metadata).
 Usage: OUT=/tmp/out python3 scripts/gemm_sweep.py "(128,128,16,32,64,8,8,2,0,2)" ...
 (a config: BM, BN, BK, WM, WN, TM, TN, STAGES, KV, MINB; KV = 0 stores k-contiguous tiles transposed)"""
 import ast
@@ -51,9 +52,10 @@ def main(candidates):
             run()
             err = float(cp.abs(out - ref).max() / cp.abs(ref).max())
             t = time_graph_ms(cp, run)
-            tiles = kernels.tile_grid("best", "float", cfg, M, N, K)[0]
-            rows.append(dict(shape=name, config=cfg, blocks=blocks, schedule=kernels.schedule_name(tiles, blocks), ms=t, tflops=2 * M * N * K / t / 1e9,
-                             pct_cublas=100 * t_cublas / t, max_rel_error=err, committed=cfg in committed))
+            rows.append(dict(shape=name, config=cfg, blocks=blocks,
+                             schedule=kernels.schedule_name("best", "float", cfg, M, N, K, blocks), ms=t,
+                             tflops=2 * M * N * K / t / 1e9, pct_cublas=100 * t_cublas / t, max_rel_error=err,
+                             committed=cfg in committed))
         best = max((r for r in rows if r["shape"] == name), key=lambda r: r["pct_cublas"])
         print(f"{name}: {best['pct_cublas']:.1f}% of cuBLAS, {best['config']} {best['schedule']}", flush=True)
     for label, keep in (("committed configs", lambda r: r["committed"]), ("with the candidates", lambda r: True)):

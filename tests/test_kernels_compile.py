@@ -90,3 +90,30 @@ def test_tune_tries_shared_tiles_only_where_k_and_the_workspace_allow():
     # the kernel counts a shared schedule's tiles x K steps in an int: none offered past that
     huge = {(c, b) for c, b in tile_choices("best", "float", 2**16, 2**16, 2**16, big, sms=132)}
     assert huge == {(c, tile_grid("best", "float", c, 2**16, 2**16, 2**16)[0]) for c in configs}
+
+
+def test_a_block_count_the_kernel_cannot_run_is_refused_by_name():
+    """check_blocks (pure Python, what gemm() calls before a launch): 1 to tiles x K steps, and
+    shared tiles only below the kernel's 2^31 tile K steps."""
+    from perflab.kernels import FLAG_SLOTS, KernelError, check_blocks, tile_configs, tile_grid
+    config = next(iter(tile_configs("best", "float")))
+    tiles, steps = tile_grid("best", "float", config, 64, 64, 32)
+    check_blocks("best", "float", config, 64, 64, 32, tiles * steps)
+    for bad in (0, tiles * steps + 1):
+        with pytest.raises(KernelError, match=f"blocks must be 1 to {tiles * steps} .*got {bad}$"):
+            check_blocks("best", "float", config, 64, 64, 32, bad)
+    with pytest.raises(KernelError, match=f"at most {FLAG_SLOTS}"):
+        check_blocks("best", "float", config, 4096, 4096, 4096, FLAG_SLOTS + 1)
+    big, whole = 2**16, tile_grid("best", "float", config, 2**16, 2**16, 2**16)[0]
+    check_blocks("best", "float", config, big, big, big, whole)  # a tile a block needs no shared count
+    with pytest.raises(KernelError, match=f"fewer than 2147483648 tile K steps.*take blocks={whole}"):
+        check_blocks("best", "float", config, big, big, big, 132)
+
+
+def test_schedule_names_say_how_blocks_share_the_tiles():
+    from perflab.kernels import schedule_name, tile_configs, tile_grid
+    config = next(iter(tile_configs("best", "float")))
+    tiles = tile_grid("best", "float", config, 512, 784, 3200)[0]
+    assert schedule_name("best", "float", config, 512, 784, 3200, tiles) == "a tile a block"
+    assert schedule_name("best", "float", config, 512, 784, 3200, 5 * tiles) == "split-K 5"
+    assert schedule_name("best", "float", config, 512, 784, 3200, 5 * tiles + 1) == f"stream-K {5 * tiles + 1} blocks"

@@ -206,13 +206,28 @@ def workspace(M: int, N: int, dtype):
     return cupy().zeros(elements, dtype=dtype)
 
 
-def schedule_name(tiles: int, blocks: int) -> str:
-    """How `blocks` blocks share `tiles` tiles, in words for tables."""
+def schedule_name(variant: str, T: str, config: str, M: int, N: int, K: int, blocks: int) -> str:
+    """How `blocks` blocks share a config's tiles at this shape, in words for tables."""
+    tiles = tile_grid(variant, T, config, M, N, K)[0]
     if blocks == tiles:
         return "a tile a block"
     if blocks % tiles == 0:
         return f"split-K {blocks // tiles}"
     return f"stream-K {blocks} blocks"
+
+
+def check_blocks(variant: str, T: str, config: str, M: int, N: int, K: int, blocks: int) -> None:
+    """Raise KernelError unless gemm_best.cu can run this many blocks of a config at this shape
+    (a tile a block always: the counters and the int count concern shared tiles only)."""
+    tiles, steps = tile_grid(variant, T, config, M, N, K)
+    if blocks == tiles:
+        return
+    if not 1 <= blocks <= min(tiles * steps, FLAG_SLOTS):
+        raise KernelError(f"blocks must be 1 to {min(tiles * steps, FLAG_SLOTS)} (the tiles x K steps of "
+                          f"{config} at {M}x{K}x{N}, at most {FLAG_SLOTS}), got {blocks}")
+    if tiles * steps >= MAX_ITERS:
+        raise KernelError(f"blocks that share tiles need fewer than {MAX_ITERS} tile K steps in all; {config} "
+                          f"at {M}x{K}x{N} has {tiles * steps}: take blocks={tiles} (a tile a block)")
 
 
 def heuristic_tiles(variant: str, T: str, M: int, N: int, K: int, sms: int) -> tuple[str, int]:
@@ -311,14 +326,9 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, c=None, bias=None, variant: str = 
             config, auto_blocks = (TUNED.get((variant, T, M, N, K, ta, tb))
                                    or heuristic_tiles(variant, T, M, N, K, multiprocessors()))
             blocks = auto_blocks if blocks is None else blocks
-        tiles, steps = tile_grid(variant, T, config, M, N, K)
+        tiles = tile_grid(variant, T, config, M, N, K)[0]
         blocks = tiles if blocks is None else blocks
-        if not 1 <= blocks <= min(tiles * steps, FLAG_SLOTS):
-            raise KernelError(f"blocks must be 1 to {min(tiles * steps, FLAG_SLOTS)} (the tiles x K steps of "
-                              f"{config} at {M}x{K}x{N}, at most {FLAG_SLOTS}), got {blocks}")
-        if blocks != tiles and tiles * steps >= MAX_ITERS:
-            raise KernelError(f"blocks that share tiles need fewer than {MAX_ITERS} tile K steps in all; {config} "
-                              f"at {M}x{K}x{N} has {tiles * steps}: take blocks={tiles} (a tile a block)")
+        check_blocks(variant, T, config, M, N, K, blocks)
         if blocks != tiles and (work is None or work.size < workspace_elements(variant, T, config, blocks)):
             work = cp.zeros(workspace_elements(variant, T, config, blocks), dtype=a.dtype)
         threads, smem = tile_launch(variant, T, config, ta, tb)

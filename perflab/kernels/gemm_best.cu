@@ -37,10 +37,14 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-template <typename T, int N = 16 / sizeof(T)>  // one read of N elements (4, 8 or 16 bytes), shared or global
+// one read of N elements (4, 8 or 16 bytes), shared or global; L2_ONLY: 16 bytes of global
+// memory past the L1 (written by other blocks of this launch)
+template <typename T, int N = 16 / sizeof(T), bool L2_ONLY = false>
 __device__ __forceinline__ void vload(const T* p, T* r) {
     constexpr int BYTES = N * sizeof(T);
     static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "4-, 8- or 16-byte reads");
+    static_assert(!L2_ONLY || BYTES == 16, "L2-only reads are 16 bytes");
+    auto load = [](const auto* q) { return L2_ONLY ? __ldcg(q) : *q; };
     if constexpr (BYTES == 4) {
         r[0] = *p;
     } else if constexpr (BYTES == 8 && sizeof(T) == 4) {
@@ -49,22 +53,10 @@ __device__ __forceinline__ void vload(const T* p, T* r) {
     } else if constexpr (BYTES == 8) {
         r[0] = *p;
     } else if constexpr (sizeof(T) == 4) {
-        float4 v = *reinterpret_cast<const float4*>(p);
+        float4 v = load(reinterpret_cast<const float4*>(p));
         r[0] = v.x; r[1] = v.y; r[2] = v.z; r[3] = v.w;
     } else {
-        double2 v = *reinterpret_cast<const double2*>(p);
-        r[0] = v.x; r[1] = v.y;
-    }
-}
-
-// 16 bytes from global memory through L2 only (written by other blocks of this launch)
-template <typename T>
-__device__ __forceinline__ void vload_cg(const T* p, T* r) {
-    if constexpr (sizeof(T) == 4) {
-        const float4 v = __ldcg(reinterpret_cast<const float4*>(p));
-        r[0] = v.x; r[1] = v.y; r[2] = v.z; r[3] = v.w;
-    } else {
-        const double2 v = __ldcg(reinterpret_cast<const double2*>(p));
+        double2 v = load(reinterpret_cast<const double2*>(p));
         r[0] = v.x; r[1] = v.y;
     }
 }
@@ -293,7 +285,7 @@ __device__ __forceinline__ void for_each_share(int M, int N, int K, T alpha, T b
             for (int b = first; b <= last; ++b) {
                 T v[U][V];
 #pragma unroll
-                for (int u = 0; u < U; ++u) vload_cg(part(b) + e0 + u * NT * V, v[u]);
+                for (int u = 0; u < U; ++u) vload<T, V, true>(part(b) + e0 + u * NT * V, v[u]);
 #pragma unroll
                 for (int u = 0; u < U; ++u)
 #pragma unroll
