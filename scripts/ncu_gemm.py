@@ -1,13 +1,15 @@
 """One call each of perflab's `best` GEMM (tuned first) and cuBLAS at the shapes issue #11 is
-judged on, inside an NVTX range "measure", for Nsight Compute (scripts/ncu_gemm.sh):
-why `best` trails cuBLAS, kernel by kernel."""
+judged on (or the shapes named on the command line), inside an NVTX range "measure", for Nsight
+Compute (scripts/ncu_gemm.sh, scripts/ncu_sass.sh): why `best` trails cuBLAS, kernel by kernel."""
+import sys
+
 import cupy as cp
 import numpy as np
 
 from perflab import kernels
 from perflab.bench import gemm_shapes
 
-SHAPES = ("fwd1 H=512 B=3200", "bwd3 H=512 B=12000", "fwd1 H=2048 B=12000", "bwd3 H=2048 B=12000")
+SHAPES = sys.argv[1:] or ("fwd1 H=512 B=3200", "bwd3 H=512 B=12000", "fwd1 H=2048 B=12000", "bwd3 H=2048 B=12000")
 rng = np.random.default_rng(0)
 for name, M, K, N, ta, tb in gemm_shapes():
     if name not in SHAPES:
