@@ -26,7 +26,7 @@ GEMM_VARIANTS = ("naive", "tiled", "regblock", "best", "tf32", "cublas")
 TILED_VARIANTS = ("best", "tf32")  # the cp.async tile kernels of gemm_best.cu, with configs and split-K
 # Tile configs, candidates for tune(): best (BM, BN, BK, WM, WN, TM, TN, STAGES, KV, MINB);
 # tf32 (BM, BN, BK, WM, WN, STAGES). Threads: (BM / WM) * (BN / WN) warps. KV = 0 ("xt"): the
-# k-contiguous operands are stored transposed through registers. Each config below was picked
+# k-contiguous operands are copied into k-major order. Each config below was picked
 # on an H100 (scripts/gemm_sweep.py, 2026-11-23, after the blocks took one schedule for whole
 # tiles, split-K and stream-K; chosen greedily for the geometric mean over the training shapes):
 # 128x64 blocks of 8x8 thread tiles held to 3 blocks an SM (the backward GEMMs' long K, by

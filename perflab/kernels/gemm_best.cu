@@ -1,19 +1,19 @@
 // The fastest SIMT GEMM here (FP32/FP64 on the CUDA cores). A block computes a BM x BN tile of
 // D with (BM/WM) x (BN/WN) warps; each thread a TM x TN block of its warp's WM x WN tile.
-// - Operand tiles travel global -> shared with cp.async in 16-byte chunks (element-wise with
-//   zero fill at the edges or when a leading dimension is not a multiple of 16 bytes; a tile
-//   that lies wholly inside takes a path with no checks and no branches, worth 1% of
-//   cuBLAS's speed at the training shapes), in a
-//   STAGES-deep ring: the copies for step k + STAGES - 1 fly while step k is multiplied, with
-//   one barrier a step and no registers spent on staging (but see "xt" below).
-// - A tile keeps its storage order in shared memory, padded by 16 bytes a row, or (configs with
-//   KV = 0, "xt") a k-contiguous tile travels through registers and is stored transposed, so
-//   that every read is along m or n: a thread then needs one k's operands at a time (TM + TN
-//   registers, not KV x (TM + TN)), which leaves room for the large thread tiles that issue
-//   the fewest non-FMA instructions. The inner loop reads 16-byte vectors along whichever axis
-//   is contiguous in shared memory: along k (KV steps at once), or along m or n. Which
-//   rows/columns a thread owns follows from that, so that the 8 threads of each 16-byte
-//   shared-memory phase hit 8 different bank groups (or broadcast one address).
+// - Operand tiles travel global -> shared with cp.async in a STAGES-deep ring: the copies for
+//   step k + STAGES - 1 fly while step k is multiplied, with one barrier a step and no
+//   registers spent on staging. A tile keeps its storage order in shared memory, padded by 16
+//   bytes a row, copied in 16-byte chunks (element-wise with zero fill at the edges or when a
+//   leading dimension is not a multiple of 16 bytes; a tile that lies wholly inside takes a
+//   path with no checks and no branches, worth 1% of cuBLAS's speed at the training shapes);
+//   or (configs with KV = 0, "xt") a k-contiguous tile is copied an element at a time into
+//   k-major order, as cuBLAS's SIMT kernels do, so that every read is along m or n: a thread
+//   then needs one k's operands at a time (TM + TN registers, not KV x (TM + TN)), which leaves
+//   room for the large thread tiles that issue the fewest non-FMA instructions.
+// - The inner loop reads 16-byte vectors along whichever axis is contiguous in shared memory:
+//   along k (KV steps at once), or along m or n. Which rows/columns a thread owns follows from
+//   that, so that the 8 threads of each 16-byte shared-memory phase hit 8 different bank
+//   groups (or broadcast one address).
 // - A TF32 tensor-core option (gemm_tf32) shares the tiles and the K loop.
 // - Any M, N, K, and any number of blocks: the tiles' K steps are dealt out to the blocks in
 //   equal shares (Schedule), so one block a tile, split-K (a multiple of the tiles) and
@@ -94,55 +94,46 @@ __device__ __forceinline__ void load_tile(T* s, const T* __restrict__ g, int ld,
     }
 }
 
-// A k-contiguous R x W tile (R rows of m or n, W of k) at (r0, c0) of row-major g, held in
-// registers between its global load and its transposed store to s[W][R + V] (zeros past
-// rlim/clim): k_loop issues the load at the start of a step and stores it just before that
-// step's barrier, STAGES - 1 steps ahead of the step that reads it.
+template <bool B>
+struct Flag {  // a compile-time bool a generic lambda can take
+    static constexpr bool value = B;
+};
+
+// Starts the copy of the R x W tile at (r0, c0) of row-major g (W contiguous, the k axis) into
+// s[W][R + V], transposed, an element a copy (zeros at rows >= rlim or columns >= clim), as
+// cuBLAS's SIMT kernels do: no registers held, no stores issued. A warp copies 32 bytes of each
+// of 32 / (32 / sizeof(T)) rows: whole sectors of g, and for float 32 different banks of s.
 template <typename T, int R, int W, int NT>
-struct Staged {
-    static constexpr int V = 16 / sizeof(T), CPR = W / V, PER = R * CPR / NT;
-    static_assert(W % V == 0 && (R * CPR) % NT == 0, "tile must split into whole 16-byte chunks per thread");
-    T v[PER][V];
-    __device__ __forceinline__ void load(const T* __restrict__ g, int ld, int r0, int c0, int rlim, int clim, bool vec,
-                                         bool whole, int t) {
-        if (whole) {  // as load_tile's
-            static_assert(NT % CPR == 0, "a pass of the block covers whole rows");
-            const T* src = g + (size_t)(r0 + t / CPR) * ld + c0 + (t % CPR) * V;
+__device__ __forceinline__ void load_tile_t(T* s, const T* __restrict__ g, int ld, int r0, int c0, int rlim,
+                                            int clim, bool whole, int t) {
+    constexpr int V = 16 / sizeof(T), CW = 32 / sizeof(T), RP = NT / CW;  // a pass: RP rows x CW columns
+    static_assert(W % CW == 0 && R % RP == 0, "tile must split into whole passes of the block");
+    const int r = t / CW, c = t % CW;
+    T* dst = s + c * (R + V) + r;
+    const T* src = g + (size_t)(r0 + r) * ld + c0 + c;
+    auto copy = [&](auto checked) {
+        const T* q = src;  // row rp * RP of the tile: one add a row, kept opaque so that the
+#pragma unroll          // compiler does not hold every row's address in registers through the K loop
+        for (int rp = 0; rp < R / RP; ++rp, q += (size_t)RP * ld) {
+            asm volatile("" : "+l"(q));
 #pragma unroll
-            for (int l = 0; l < PER; ++l) vload<T>(src + (size_t)l * (NT / CPR) * ld, v[l]);
-            return;
-        }
-#pragma unroll
-        for (int l = 0; l < PER; ++l) {
-            const int e = t + l * NT, gr = r0 + e / CPR, gc = c0 + (e % CPR) * V;
-            const T* src = g + (size_t)gr * ld + gc;
-            if (vec && gr < rlim && gc + V <= clim) {
-                vload<T>(src, v[l]);
-            } else {
-#pragma unroll
-                for (int i = 0; i < V; ++i) v[l][i] = gr < rlim && gc + i < clim ? src[i] : T(0);
+            for (int cp = 0; cp < W / CW; ++cp) {
+                const bool ok = !decltype(checked)::value || (r0 + r + rp * RP < rlim && c0 + c + cp * CW < clim);
+                cp_async_zfill<sizeof(T)>(dst + cp * CW * (R + V) + rp * RP, ok ? q + cp * CW : g, ok);
             }
         }
-    }
-    __device__ __forceinline__ void store(T* s, int t) const {
-#pragma unroll
-        for (int l = 0; l < PER; ++l) {
-            const int e = t + l * NT, r = e / CPR, c = (e % CPR) * V;
-#pragma unroll
-            for (int i = 0; i < V; ++i) s[(c + i) * (R + V) + r] = v[l][i];
-        }
-    }
-};
+    };
+    if (whole) copy(Flag<false>{});  // the tile lies inside: no checks
+    else copy(Flag<true>{});
+}
 
 // The K loop every tile kernel shares, ordered as CUTLASS's multistage main loop: tiles of op(A)
 // (BM x BK) and op(B) (BK x BN) for this block's share of K stream through a STAGES-deep ring
 // in shared memory; within a step, read(As, Bs, kk, buf) fills one of two register buffers
 // with the operands of KS steps of k while fma(buf) multiplies the other's. The one barrier a
 // step comes before the step's last fma, so a warp arrives with work left and the next step's
-// first operands are read while it runs. With XT a k-contiguous operand goes through registers
-// (Staged; loaded at the start of a step, stored transposed just before that barrier); the
-// other copies go straight to shared memory with cp.async. The block covers k in [kbeg, kend)
-// of the tile at (i0, j0).
+// first operands are read while it runs. With XT a k-contiguous operand is stored transposed
+// (load_tile_t). The block covers k in [kbeg, kend) of the tile at (i0, j0).
 template <typename T, bool TA, bool TB, bool XT, int BM, int BN, int BK, int KS, int NT, int STAGES, typename R,
           typename F>
 __device__ __forceinline__ void k_loop(T* smem, int M, int N, int i0, int j0, int kbeg, int kend,
@@ -150,57 +141,51 @@ __device__ __forceinline__ void k_loop(T* smem, int M, int N, int i0, int j0, in
                                        R&& read, F&& fma) {
     static_assert(STAGES >= 2 && BK % KS == 0 && (BK / KS) % 2 == 0, "an even number of reads a step");
     constexpr int V = 16 / sizeof(T);
-    constexpr bool A_REG = XT && !TA, B_REG = XT && TB;  // operands staged in registers
+    constexpr bool A_T = XT && !TA, B_T = XT && TB;  // operands transposed on the way
     constexpr int A_ELEMS = (TA || XT) ? BK * (BM + V) : BM * (BK + V);
     constexpr int B_ELEMS = (TB && !XT) ? BN * (BK + V) : BK * (BN + V);
     const int t = threadIdx.x, nk = (kend - kbeg + BK - 1) / BK;
-    Staged<T, BM, BK, NT> ra;
-    Staged<T, BN, BK, NT> rb;
-    auto slot = [&](int step) { return smem + (step % STAGES) * (A_ELEMS + B_ELEMS); };
-    auto issue = [&](int step) {  // starts step's copies
+    constexpr int SLOT = A_ELEMS + B_ELEMS;
+    auto next = [](int o) { return o == (STAGES - 1) * SLOT ? 0 : o + SLOT; };  // the ring's next slot
+    auto issue = [&](int step, int o) {  // starts step's copies into the slot at smem + o
         if (step < nk) {
-            T* As = slot(step);
+            T* As = smem + o;
             T* Bs = As + A_ELEMS;
             const int k0 = kbeg + step * BK;
-            const bool wa = vec && i0 + BM <= M && k0 + BK <= kend, wb = vec && j0 + BN <= N && k0 + BK <= kend;
-            if constexpr (A_REG) ra.load(A, lda, i0, k0, M, kend, vec, wa, t);
-            else if constexpr (TA) load_tile<T, BK, BM, NT>(As, A, lda, k0, i0, kend, M, vec, wa, t);
-            else load_tile<T, BM, BK, NT>(As, A, lda, i0, k0, M, kend, vec, wa, t);
-            if constexpr (B_REG) rb.load(B, ldb, j0, k0, N, kend, vec, wb, t);
-            else if constexpr (TB) load_tile<T, BN, BK, NT>(Bs, B, ldb, j0, k0, N, kend, vec, wb, t);
-            else load_tile<T, BK, BN, NT>(Bs, B, ldb, k0, j0, kend, N, vec, wb, t);
+            const bool wa = i0 + BM <= M && k0 + BK <= kend, wb = j0 + BN <= N && k0 + BK <= kend;
+            if constexpr (A_T) load_tile_t<T, BM, BK, NT>(As, A, lda, i0, k0, M, kend, wa, t);
+            else if constexpr (TA) load_tile<T, BK, BM, NT>(As, A, lda, k0, i0, kend, M, vec, vec && wa, t);
+            else load_tile<T, BM, BK, NT>(As, A, lda, i0, k0, M, kend, vec, vec && wa, t);
+            if constexpr (B_T) load_tile_t<T, BN, BK, NT>(Bs, B, ldb, j0, k0, N, kend, wb, t);
+            else if constexpr (TB) load_tile<T, BN, BK, NT>(Bs, B, ldb, j0, k0, N, kend, vec, vec && wb, t);
+            else load_tile<T, BK, BN, NT>(Bs, B, ldb, k0, j0, kend, N, vec, vec && wb, t);
         }
         cp_async_commit();  // an empty group past the end keeps the wait counts uniform
     };
-    auto land = [&](int step) {  // stores step's register-staged tiles, transposed
-        if (step < nk) {
-            if constexpr (A_REG) ra.store(slot(step), t);
-            if constexpr (B_REG) rb.store(slot(step) + A_ELEMS, t);
-        }
-    };
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
-        issue(s);
-        land(s);
-    }
+    for (int s = 0; s < STAGES - 1; ++s) issue(s, s * SLOT);
     cp_async_wait<STAGES - 2>();
     __syncthreads();  // step 0 has landed
-    read(slot(0), slot(0) + A_ELEMS, 0, 0);
+    read(smem, smem + A_ELEMS, 0, 0);
+    // the slots of this step and of step + STAGES - 1 (step - 1's), offsets kept rather than
+    // computed from step (a division by STAGES each)
+    int cur = 0, free = (STAGES - 1) * SLOT;
     for (int step = 0; step < nk; ++step) {
 #pragma unroll
         for (int kk = 0; kk < BK; kk += KS) {
             const int buf = (kk / KS) % 2;
             if (kk + KS < BK) {
-                read(slot(step), slot(step) + A_ELEMS, kk + KS, buf ^ 1);
+                read(smem + cur, smem + cur + A_ELEMS, kk + KS, buf ^ 1);
             } else {
-                land(step + STAGES - 1);  // into the slot of step - 1, read by nobody since the last barrier
                 cp_async_wait<STAGES - 2>();
                 __syncthreads();  // step + 1 has landed, and nobody reads this step's slot after fma(buf)
-                read(slot(step + 1), slot(step + 1) + A_ELEMS, 0, buf ^ 1);  // unused after the last step
+                read(smem + next(cur), smem + next(cur) + A_ELEMS, 0, buf ^ 1);  // unused after the last step
             }
-            if (kk == 0) issue(step + STAGES - 1);  // into the slot of step - 1
+            if (kk == 0) issue(step + STAGES - 1, free);  // into the slot of step - 1
             fma(buf);
         }
+        free = cur;
+        cur = next(cur);
     }
     cp_async_wait<0>();
     __syncthreads();  // the ring is free for the block's next share
@@ -259,9 +244,11 @@ __device__ __forceinline__ void for_each_share(int M, int N, int K, T alpha, T b
             each([&](int r, int c, T& v) { store(i0 + r, j0 + c, v); });
             continue;
         }
-        // a share of the tile: a block's first tile has its part in slot 2c, its last in 2c + 1
-        auto part = [&](int c) { return work + FLAG_SLOTS + (2 * c + (s.start(c) >= t0 ? 0 : 1)) * (size_t)(BM * BN); };
-        T* mine = part(blockIdx.x);
+        // a share of the tile: block c's part of its last tile goes in slot 2c + 1, of its first
+        // (when not also its last) in 2c; where its shares end is known without a division
+        auto slot = [&](int c, bool last) { return work + FLAG_SLOTS + (2 * c + last) * (size_t)(BM * BN); };
+        auto part = [&](int c) { return slot(c, s.start(c + 1) <= t0 + steps); };
+        T* mine = slot(blockIdx.x, end <= t0 + steps);
         each([&](int r, int c, T& v) { mine[r * BN + c] = v; });
         const int first = s.owner(t0), last = s.owner(t0 + steps - 1);
         __threadfence();
