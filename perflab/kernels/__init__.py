@@ -26,7 +26,7 @@ GEMM_VARIANTS = ("naive", "tiled", "regblock", "best", "tf32", "cublas")
 TILED_VARIANTS = ("best", "tf32")  # the cp.async tile kernels of gemm_best.cu, with configs and split-K
 # Tile configs, candidates for tune(): best (BM, BN, BK, WM, WN, TM, TN, STAGES, KV, MINB);
 # tf32 (BM, BN, BK, WM, WN, STAGES). Threads: (BM / WM) * (BN / WN) warps. KV = 0 ("xt"): the
-# k-contiguous operands are copied into k-major order. Each config below was picked
+# k-contiguous operands are stored transposed through registers. Each config below was picked
 # on an H100 (scripts/gemm_sweep.py, 2026-11-23, after the blocks took one schedule for whole
 # tiles, split-K and stream-K; chosen greedily for the geometric mean over the training shapes):
 # 128x64 blocks of 8x8 thread tiles held to 3 blocks an SM (the backward GEMMs' long K, by
@@ -333,7 +333,8 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, c=None, bias=None, variant: str = 
             work = cp.zeros(workspace_elements(variant, T, config, blocks), dtype=a.dtype)
         threads, smem = tile_launch(variant, T, config, ta, tb)
         v = 16 // a.itemsize  # elements in a 16-byte chunk: vector copies need aligned rows
-        vec = all(x.data.ptr % 16 == 0 and ld % v == 0 for x, ld in ((a, lda), (b, ldb)))
+        aligned = [x.data.ptr % 16 == 0 and ld % v == 0 for x, ld in ((a, lda), (b, ldb), (cptr, N), (out, N))]
+        vec = int(aligned[0] and aligned[1]) | 2 * int(aligned[2] and aligned[3])  # the kernel's two bits
         shared = blocks != tiles
         bm, bn = tile_configs(variant, T)[config][:2]
         grid = (blocks,) if shared else (math.ceil(N / bn), math.ceil(M / bm))

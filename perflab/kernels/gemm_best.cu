@@ -1,19 +1,19 @@
 // The fastest SIMT GEMM here (FP32/FP64 on the CUDA cores). A block computes a BM x BN tile of
 // D with (BM/WM) x (BN/WN) warps; each thread a TM x TN block of its warp's WM x WN tile.
-// - Operand tiles travel global -> shared with cp.async in a STAGES-deep ring: the copies for
-//   step k + STAGES - 1 fly while step k is multiplied, with one barrier a step and no
-//   registers spent on staging. A tile keeps its storage order in shared memory, padded by 16
-//   bytes a row, copied in 16-byte chunks (element-wise with zero fill at the edges or when a
-//   leading dimension is not a multiple of 16 bytes; a tile that lies wholly inside takes a
-//   path with no checks and no branches, worth 1% of cuBLAS's speed at the training shapes);
-//   or (configs with KV = 0, "xt") a k-contiguous tile is copied an element at a time into
-//   k-major order, as cuBLAS's SIMT kernels do, so that every read is along m or n: a thread
-//   then needs one k's operands at a time (TM + TN registers, not KV x (TM + TN)), which leaves
-//   room for the large thread tiles that issue the fewest non-FMA instructions.
-// - The inner loop reads 16-byte vectors along whichever axis is contiguous in shared memory:
-//   along k (KV steps at once), or along m or n. Which rows/columns a thread owns follows from
-//   that, so that the 8 threads of each 16-byte shared-memory phase hit 8 different bank
-//   groups (or broadcast one address).
+// - Operand tiles travel global -> shared with cp.async in 16-byte chunks (element-wise with
+//   zero fill at the edges or when a leading dimension is not a multiple of 16 bytes; a tile
+//   that lies wholly inside takes a path with no checks and no branches, worth 1% of
+//   cuBLAS's speed at the training shapes), in a
+//   STAGES-deep ring: the copies for step k + STAGES - 1 fly while step k is multiplied, with
+//   one barrier a step and no registers spent on staging (but see "xt" below).
+// - A tile keeps its storage order in shared memory, padded by 16 bytes a row, or (configs with
+//   KV = 0, "xt") a k-contiguous tile travels through registers and is stored transposed, so
+//   that every read is along m or n: a thread then needs one k's operands at a time (TM + TN
+//   registers, not KV x (TM + TN)), which leaves room for the large thread tiles that issue
+//   the fewest non-FMA instructions. The inner loop reads 16-byte vectors along whichever axis
+//   is contiguous in shared memory: along k (KV steps at once), or along m or n. Which
+//   rows/columns a thread owns follows from that, so that the 8 threads of each 16-byte
+//   shared-memory phase hit 8 different bank groups (or broadcast one address).
 // - A TF32 tensor-core option (gemm_tf32) shares the tiles and the K loop.
 // - Any M, N, K, and any number of blocks: the tiles' K steps are dealt out to the blocks in
 //   equal shares (Schedule), so one block a tile, split-K (a multiple of the tiles) and
@@ -61,6 +61,17 @@ __device__ __forceinline__ void vload(const T* p, T* r) {
     }
 }
 
+// one write of N elements (N x sizeof(T) = 4, 8 or 16 bytes, aligned) to global memory
+template <typename T, int N>
+__device__ __forceinline__ void vstore(T* p, const T* r) {
+    constexpr int BYTES = N * sizeof(T);
+    static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "4-, 8- or 16-byte writes");
+    if constexpr (N == 1) *p = r[0];
+    else if constexpr (BYTES == 8 && sizeof(T) == 4) *reinterpret_cast<float2*>(p) = make_float2(r[0], r[1]);
+    else if constexpr (sizeof(T) == 4) *reinterpret_cast<float4*>(p) = make_float4(r[0], r[1], r[2], r[3]);
+    else *reinterpret_cast<double2*>(p) = make_double2(r[0], r[1]);
+}
+
 // Starts the copy of the R x W tile at (r0, c0) of row-major g (W contiguous) into s[R][W + V];
 // elements at rows >= rlim or columns >= clim become 0.
 template <typename T, int R, int W, int NT>
@@ -94,46 +105,55 @@ __device__ __forceinline__ void load_tile(T* s, const T* __restrict__ g, int ld,
     }
 }
 
-template <bool B>
-struct Flag {  // a compile-time bool a generic lambda can take
-    static constexpr bool value = B;
-};
-
-// Starts the copy of the R x W tile at (r0, c0) of row-major g (W contiguous, the k axis) into
-// s[W][R + V], transposed, an element a copy (zeros at rows >= rlim or columns >= clim), as
-// cuBLAS's SIMT kernels do: no registers held, no stores issued. A warp copies 32 bytes of each
-// of 32 / (32 / sizeof(T)) rows: whole sectors of g, and for float 32 different banks of s.
+// A k-contiguous R x W tile (R rows of m or n, W of k) at (r0, c0) of row-major g, held in
+// registers between its global load and its transposed store to s[W][R + V] (zeros past
+// rlim/clim): k_loop issues the load at the start of a step and stores it just before that
+// step's barrier, STAGES - 1 steps ahead of the step that reads it.
 template <typename T, int R, int W, int NT>
-__device__ __forceinline__ void load_tile_t(T* s, const T* __restrict__ g, int ld, int r0, int c0, int rlim,
-                                            int clim, bool whole, int t) {
-    constexpr int V = 16 / sizeof(T), CW = 32 / sizeof(T), RP = NT / CW;  // a pass: RP rows x CW columns
-    static_assert(W % CW == 0 && R % RP == 0, "tile must split into whole passes of the block");
-    const int r = t / CW, c = t % CW;
-    T* dst = s + c * (R + V) + r;
-    const T* src = g + (size_t)(r0 + r) * ld + c0 + c;
-    auto copy = [&](auto checked) {
-        const T* q = src;  // row rp * RP of the tile: one add a row, kept opaque so that the
-#pragma unroll          // compiler does not hold every row's address in registers through the K loop
-        for (int rp = 0; rp < R / RP; ++rp, q += (size_t)RP * ld) {
-            asm volatile("" : "+l"(q));
+struct Staged {
+    static constexpr int V = 16 / sizeof(T), CPR = W / V, PER = R * CPR / NT;
+    static_assert(W % V == 0 && (R * CPR) % NT == 0, "tile must split into whole 16-byte chunks per thread");
+    T v[PER][V];
+    __device__ __forceinline__ void load(const T* __restrict__ g, int ld, int r0, int c0, int rlim, int clim, bool vec,
+                                         bool whole, int t) {
+        if (whole) {  // as load_tile's
+            static_assert(NT % CPR == 0, "a pass of the block covers whole rows");
+            const T* src = g + (size_t)(r0 + t / CPR) * ld + c0 + (t % CPR) * V;
 #pragma unroll
-            for (int cp = 0; cp < W / CW; ++cp) {
-                const bool ok = !decltype(checked)::value || (r0 + r + rp * RP < rlim && c0 + c + cp * CW < clim);
-                cp_async_zfill<sizeof(T)>(dst + cp * CW * (R + V) + rp * RP, ok ? q + cp * CW : g, ok);
+            for (int l = 0; l < PER; ++l) vload<T>(src + (size_t)l * (NT / CPR) * ld, v[l]);
+            return;
+        }
+#pragma unroll
+        for (int l = 0; l < PER; ++l) {
+            const int e = t + l * NT, gr = r0 + e / CPR, gc = c0 + (e % CPR) * V;
+            const T* src = g + (size_t)gr * ld + gc;
+            if (vec && gr < rlim && gc + V <= clim) {
+                vload<T>(src, v[l]);
+            } else {
+#pragma unroll
+                for (int i = 0; i < V; ++i) v[l][i] = gr < rlim && gc + i < clim ? src[i] : T(0);
             }
         }
-    };
-    if (whole) copy(Flag<false>{});  // the tile lies inside: no checks
-    else copy(Flag<true>{});
-}
+    }
+    __device__ __forceinline__ void store(T* s, int t) const {
+#pragma unroll
+        for (int l = 0; l < PER; ++l) {
+            const int e = t + l * NT, r = e / CPR, c = (e % CPR) * V;
+#pragma unroll
+            for (int i = 0; i < V; ++i) s[(c + i) * (R + V) + r] = v[l][i];
+        }
+    }
+};
 
 // The K loop every tile kernel shares, ordered as CUTLASS's multistage main loop: tiles of op(A)
 // (BM x BK) and op(B) (BK x BN) for this block's share of K stream through a STAGES-deep ring
 // in shared memory; within a step, read(As, Bs, kk, buf) fills one of two register buffers
 // with the operands of KS steps of k while fma(buf) multiplies the other's. The one barrier a
 // step comes before the step's last fma, so a warp arrives with work left and the next step's
-// first operands are read while it runs. With XT a k-contiguous operand is stored transposed
-// (load_tile_t). The block covers k in [kbeg, kend) of the tile at (i0, j0).
+// first operands are read while it runs. With XT a k-contiguous operand goes through registers
+// (Staged; loaded at the start of a step, stored transposed just before that barrier); the
+// other copies go straight to shared memory with cp.async. The block covers k in [kbeg, kend)
+// of the tile at (i0, j0).
 template <typename T, bool TA, bool TB, bool XT, int BM, int BN, int BK, int KS, int NT, int STAGES, typename R,
           typename F>
 __device__ __forceinline__ void k_loop(T* smem, int M, int N, int i0, int j0, int kbeg, int kend,
@@ -141,10 +161,12 @@ __device__ __forceinline__ void k_loop(T* smem, int M, int N, int i0, int j0, in
                                        R&& read, F&& fma) {
     static_assert(STAGES >= 2 && BK % KS == 0 && (BK / KS) % 2 == 0, "an even number of reads a step");
     constexpr int V = 16 / sizeof(T);
-    constexpr bool A_T = XT && !TA, B_T = XT && TB;  // operands transposed on the way
+    constexpr bool A_REG = XT && !TA, B_REG = XT && TB;  // operands staged in registers
     constexpr int A_ELEMS = (TA || XT) ? BK * (BM + V) : BM * (BK + V);
     constexpr int B_ELEMS = (TB && !XT) ? BN * (BK + V) : BK * (BN + V);
     const int t = threadIdx.x, nk = (kend - kbeg + BK - 1) / BK;
+    Staged<T, BM, BK, NT> ra;
+    Staged<T, BN, BK, NT> rb;
     constexpr int SLOT = A_ELEMS + B_ELEMS;
     auto next = [](int o) { return o == (STAGES - 1) * SLOT ? 0 : o + SLOT; };  // the ring's next slot
     auto issue = [&](int step, int o) {  // starts step's copies into the slot at smem + o
@@ -152,18 +174,27 @@ __device__ __forceinline__ void k_loop(T* smem, int M, int N, int i0, int j0, in
             T* As = smem + o;
             T* Bs = As + A_ELEMS;
             const int k0 = kbeg + step * BK;
-            const bool wa = i0 + BM <= M && k0 + BK <= kend, wb = j0 + BN <= N && k0 + BK <= kend;
-            if constexpr (A_T) load_tile_t<T, BM, BK, NT>(As, A, lda, i0, k0, M, kend, wa, t);
-            else if constexpr (TA) load_tile<T, BK, BM, NT>(As, A, lda, k0, i0, kend, M, vec, vec && wa, t);
-            else load_tile<T, BM, BK, NT>(As, A, lda, i0, k0, M, kend, vec, vec && wa, t);
-            if constexpr (B_T) load_tile_t<T, BN, BK, NT>(Bs, B, ldb, j0, k0, N, kend, wb, t);
-            else if constexpr (TB) load_tile<T, BN, BK, NT>(Bs, B, ldb, j0, k0, N, kend, vec, vec && wb, t);
-            else load_tile<T, BK, BN, NT>(Bs, B, ldb, k0, j0, kend, N, vec, vec && wb, t);
+            const bool wa = vec && i0 + BM <= M && k0 + BK <= kend, wb = vec && j0 + BN <= N && k0 + BK <= kend;
+            if constexpr (A_REG) ra.load(A, lda, i0, k0, M, kend, vec, wa, t);
+            else if constexpr (TA) load_tile<T, BK, BM, NT>(As, A, lda, k0, i0, kend, M, vec, wa, t);
+            else load_tile<T, BM, BK, NT>(As, A, lda, i0, k0, M, kend, vec, wa, t);
+            if constexpr (B_REG) rb.load(B, ldb, j0, k0, N, kend, vec, wb, t);
+            else if constexpr (TB) load_tile<T, BN, BK, NT>(Bs, B, ldb, j0, k0, N, kend, vec, wb, t);
+            else load_tile<T, BK, BN, NT>(Bs, B, ldb, k0, j0, kend, N, vec, wb, t);
         }
         cp_async_commit();  // an empty group past the end keeps the wait counts uniform
     };
+    auto land = [&](int step, int o) {  // stores step's register-staged tiles, transposed, into smem + o
+        if (step < nk) {
+            if constexpr (A_REG) ra.store(smem + o, t);
+            if constexpr (B_REG) rb.store(smem + o + A_ELEMS, t);
+        }
+    };
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) issue(s, s * SLOT);
+    for (int s = 0; s < STAGES - 1; ++s) {
+        issue(s, s * SLOT);
+        land(s, s * SLOT);
+    }
     cp_async_wait<STAGES - 2>();
     __syncthreads();  // step 0 has landed
     read(smem, smem + A_ELEMS, 0, 0);
@@ -177,6 +208,7 @@ __device__ __forceinline__ void k_loop(T* smem, int M, int N, int i0, int j0, in
             if (kk + KS < BK) {
                 read(smem + cur, smem + cur + A_ELEMS, kk + KS, buf ^ 1);
             } else {
+                land(step + STAGES - 1, free);  // into the slot of step - 1, read by nobody since the last barrier
                 cp_async_wait<STAGES - 2>();
                 __syncthreads();  // step + 1 has landed, and nobody reads this step's slot after fma(buf)
                 read(smem + next(cur), smem + next(cur) + A_ELEMS, 0, buf ^ 1);  // unused after the last step
@@ -190,6 +222,11 @@ __device__ __forceinline__ void k_loop(T* smem, int M, int N, int i0, int j0, in
     cp_async_wait<0>();
     __syncthreads();  // the ring is free for the block's next share
 }
+
+template <int N>
+struct Int {  // a compile-time int a generic lambda can take
+    static constexpr int value = N;
+};
 
 // How the blocks share the work: the tiles (row-major, N fastest) times their K steps make
 // `iters` iterations (fewer than 2^31), and block c takes [start(c), start(c + 1)): equal
@@ -209,20 +246,34 @@ constexpr int FLAG_SLOTS = 1 << 16;
 // Runs body(i0, j0, kbeg, kend) for each tile share of this block, then finishes it: a whole
 // tile goes to D; a part is written to the workspace, and the last block of the tile to
 // arrive sums the parts from there in block order (the same bits whoever is last) and writes
-// D. each(f) calls f(r, c, v) for every element the thread holds (r, c within the tile, v its
-// sum). Without SHARED the grid is the tiles (N-major), a block each: compiled apart, as the
-// schedule's loop and counters cost registers that the K loop would otherwise keep.
-template <typename T, int EPI, bool SHARED, int BM, int BN, int BK, int NT, typename Body, typename Each>
+// D. each(f) calls f(r, c, v) for every G elements side by side in a row that the thread holds
+// (r, c within the tile of the first, v a pointer to their sums), so that D and the workspace
+// take G-wide writes: scalar ones cost a third of the kernel's sectors (Nsight Compute). Without
+// SHARED the grid is the tiles (N-major), a block each: compiled apart, as the schedule's loop
+// and counters cost registers that the K loop would otherwise keep. vec & 2: the rows of C and
+// D are 16-byte aligned.
+template <typename T, int EPI, bool SHARED, int BM, int BN, int BK, int NT, int G, typename Body, typename Each>
 __device__ __forceinline__ void for_each_share(int M, int N, int K, T alpha, T beta, const T* C, int ldc, T* D,
-                                               int ldd, const T* __restrict__ bias, T* __restrict__ work, Body&& body,
-                                               Each&& each) {
-    auto store = [&](int i, int j, T v) {
-        if (i < M && j < N) D[(size_t)i * ldd + j] = finish<T, EPI>(v, alpha, beta, C, ldc, bias, i, j);
+                                               int ldd, const T* __restrict__ bias, T* __restrict__ work, int vec,
+                                               Body&& body, Each&& each) {
+    auto store = [&](int i, int j, const T* v, auto width) {  // width.value sums of row i from column j on
+        constexpr int W = decltype(width)::value;
+        if (i >= M) return;
+        if (W > 1 && (vec & 2) && j + W <= N) {
+            T r[W];
+#pragma unroll
+            for (int w = 0; w < W; ++w) r[w] = finish<T, EPI>(v[w], alpha, beta, C, ldc, bias, i, j + w);
+            vstore<T, W>(D + (size_t)i * ldd + j, r);
+        } else {
+#pragma unroll
+            for (int w = 0; w < W; ++w)
+                if (j + w < N) D[(size_t)i * ldd + j + w] = finish<T, EPI>(v[w], alpha, beta, C, ldc, bias, i, j + w);
+        }
     };
     if constexpr (!SHARED) {
         const int i0 = blockIdx.y * BM, j0 = blockIdx.x * BN;
         body(i0, j0, 0, K);
-        each([&](int r, int c, T& v) { store(i0 + r, j0 + c, v); });
+        each([&](int r, int c, const T* v) { store(i0 + r, j0 + c, v, Int<G>{}); });
         return;
     }
     __shared__ int arrived;
@@ -241,7 +292,7 @@ __device__ __forceinline__ void for_each_share(int M, int N, int K, T alpha, T b
         const int i0 = (tile / tiles_n) * BM, j0 = (tile % tiles_n) * BN;
         it = t0 + s1;
         if (s0 == 0 && s1 == steps) {
-            each([&](int r, int c, T& v) { store(i0 + r, j0 + c, v); });
+            each([&](int r, int c, const T* v) { store(i0 + r, j0 + c, v, Int<G>{}); });
             continue;
         }
         // a share of the tile: block c's part of its last tile goes in slot 2c + 1, of its first
@@ -249,7 +300,7 @@ __device__ __forceinline__ void for_each_share(int M, int N, int K, T alpha, T b
         auto slot = [&](int c, bool last) { return work + FLAG_SLOTS + (2 * c + last) * (size_t)(BM * BN); };
         auto part = [&](int c) { return slot(c, s.start(c + 1) <= t0 + steps); };
         T* mine = slot(blockIdx.x, end <= t0 + steps);
-        each([&](int r, int c, T& v) { mine[r * BN + c] = v; });
+        each([&](int r, int c, const T* v) { vstore<T, G>(mine + r * BN + c, v); });
         const int first = s.owner(t0), last = s.owner(t0 + steps - 1);
         __threadfence();
         __syncthreads();
@@ -279,10 +330,7 @@ __device__ __forceinline__ void for_each_share(int M, int N, int K, T alpha, T b
                     for (int i = 0; i < V; ++i) sum[u][i] += v[u][i];
             }
 #pragma unroll
-            for (int u = 0; u < U; ++u)
-#pragma unroll
-                for (int i = 0; i < V; ++i)
-                    store(i0 + (e0 + u * NT * V) / BN, j0 + (e0 + u * NT * V) % BN + i, sum[u][i]);
+            for (int u = 0; u < U; ++u) store(i0 + (e0 + u * NT * V) / BN, j0 + (e0 + u * NT * V) % BN, sum[u], Int<V>{});
         }
     }
 }
@@ -293,6 +341,7 @@ __device__ __forceinline__ void for_each_share(int M, int N, int K, T alpha, T b
 // fewer where both operands are transposed, or either is and blocks share tiles (SHARED):
 // their index arithmetic needs more registers, and they give up a block an SM rather than
 // spill (training shares tiles in these orientations for the GEMMs with C = 10 in them).
+// vec: bit 0, the rows of A and B are 16-byte aligned (16-byte copies); bit 1, those of C and D.
 template <typename T, bool TA, bool TB, int EPI, bool SHARED, int BM, int BN, int BK, int WM, int WN, int TM, int TN,
           int STAGES, int KV, int MINB>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, ((TA && TB) || (SHARED && (TA || TB))) && MINB > 1 ? MINB - 1 : MINB)
@@ -313,18 +362,22 @@ gemm_best(int M, int N, int K, T alpha, const T* __restrict__ A, int lda, const 
     auto row = [&](int m) { return A_MN ? wm + (m / V) * WTR * V + tr * V + m % V : wm + m * WTR + tr; };
     auto col = [&](int n) { return B_K ? wn + n * WTC + tc : wn + (n / V) * WTC * V + tc * V + n % V; };
 
+    constexpr int G = B_K ? 1 : V;  // columns a thread holds side by side
     T acc[TM][TN];
     auto each = [&](auto&& f) {
 #pragma unroll
         for (int m = 0; m < TM; ++m)
 #pragma unroll
-            for (int n = 0; n < TN; ++n) f(row(m), col(n), acc[m][n]);
+            for (int n = 0; n < TN; n += G) f(row(m), col(n), &acc[m][n]);
     };
     auto body = [&](int i0, int j0, int kbeg, int kend) {
-        each([](int, int, T& v) { v = 0; });
+#pragma unroll
+        for (int m = 0; m < TM; ++m)
+#pragma unroll
+            for (int n = 0; n < TN; ++n) acc[m][n] = 0;
         T a[2][KS][TM], b[2][KS][TN];  // two buffers of the operands of KS steps of k
         k_loop<T, TA, TB, XT, BM, BN, BK, KS, NT, STAGES>(
-            reinterpret_cast<T*>(smem_raw), M, N, i0, j0, kbeg, kend, A, lda, B, ldb, vec,
+            reinterpret_cast<T*>(smem_raw), M, N, i0, j0, kbeg, kend, A, lda, B, ldb, vec & 1,
             [&](const T* As, const T* Bs, int kk, int buf) {
                 if constexpr (A_MN) {
 #pragma unroll
@@ -368,7 +421,8 @@ gemm_best(int M, int N, int K, T alpha, const T* __restrict__ A, int lda, const 
                         }
             });
     };
-    for_each_share<T, EPI, SHARED, BM, BN, BK, NT>(M, N, K, alpha, beta, C, ldc, D, ldd, bias, work, body, each);
+    for_each_share<T, EPI, SHARED, BM, BN, BK, NT, G>(M, N, K, alpha, beta, C, ldc, D, ldd, bias, work, vec, body,
+                                                       each);
 }
 
 // The TF32 tensor-core option (float only): the same tiles and K loop, each warp's WM x WN
@@ -397,14 +451,19 @@ gemm_tf32(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
 #pragma unroll
             for (int ni = 0; ni < NI; ++ni)
 #pragma unroll
-                for (int r = 0; r < 4; ++r)  // c0, c1: row g; c2, c3: row g + 8; columns 2q, 2q + 1
-                    f(wm + mi * 16 + g + (r / 2) * 8, wn + ni * 8 + 2 * q + r % 2, acc[mi][ni][r]);
+                for (int r = 0; r < 4; r += 2)  // c0, c1: row g; c2, c3: row g + 8; columns 2q, 2q + 1
+                    f(wm + mi * 16 + g + (r / 2) * 8, wn + ni * 8 + 2 * q, &acc[mi][ni][r]);
     };
     auto body = [&](int i0, int j0, int kbeg, int kend) {
-        each([](int, int, float& v) { v = 0.f; });
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+            for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) acc[mi][ni][r] = 0.f;
         unsigned a[2][MI][4], b[2][NI][2];  // two buffers of the fragments of 8 steps of k
         k_loop<float, TA, TB, false, BM, BN, BK, 8, NT, STAGES>(
-            reinterpret_cast<float*>(smem_raw), M, N, i0, j0, kbeg, kend, A, lda, B, ldb, vec,
+            reinterpret_cast<float*>(smem_raw), M, N, i0, j0, kbeg, kend, A, lda, B, ldb, vec & 1,
             [&](const float* As, const float* Bs, int kk, int buf) {
                 auto a_at = [&](int m, int k) { return TA ? As[k * (BM + V) + m] : As[m * (BK + V) + k]; };
                 auto b_at = [&](int k, int n) { return TB ? Bs[n * (BK + V) + k] : Bs[k * (BN + V) + n]; };
@@ -436,5 +495,6 @@ gemm_tf32(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
                               "r"(b[buf][ni][0]), "r"(b[buf][ni][1]));
             });
     };
-    for_each_share<float, EPI, SHARED, BM, BN, BK, NT>(M, N, K, alpha, beta, C, ldc, D, ldd, bias, work, body, each);
+    for_each_share<float, EPI, SHARED, BM, BN, BK, NT, 2>(M, N, K, alpha, beta, C, ldc, D, ldd, bias, work, vec, body,
+                                                          each);
 }
