@@ -295,12 +295,15 @@ __device__ __forceinline__ void for_each_share(int M, int N, int K, T alpha, T b
             each([&](int r, int c, const T* v) { store(i0 + r, j0 + c, v, Int<G>{}); });
             continue;
         }
-        // a share of the tile: block c's part of its last tile goes in slot 2c + 1, of its first
-        // (when not also its last) in 2c; where its shares end is known without a division
-        auto slot = [&](int c, bool last) { return work + FLAG_SLOTS + (2 * c + last) * (size_t)(BM * BN); };
-        auto part = [&](int c) { return slot(c, s.start(c + 1) <= t0 + steps); };
-        T* mine = slot(blockIdx.x, end <= t0 + steps);
-        each([&](int r, int c, const T* v) { vstore<T, G>(mine + r * BN + c, v); });
+        // a share of the tile: a block's first tile has its part in slot 2c, its last in 2c + 1
+        auto part = [&](int c) { return work + FLAG_SLOTS + (2 * c + (s.start(c) >= t0 ? 0 : 1)) * (size_t)(BM * BN); };
+        T* mine = part(blockIdx.x);
+        each([&](int r, int c, const T* v) {
+            T w[G];  // new registers (x + 0 is not x at -0): a G-wide write straight from the
+#pragma unroll       // accumulators would tie them to aligned groups, and the K loop's FMAs
+            for (int g = 0; g < G; ++g) w[g] = v[g] + T(0);  // to register-bank conflicts (SASS)
+            vstore<T, G>(mine + r * BN + c, w);
+        });
         const int first = s.owner(t0), last = s.owner(t0 + steps - 1);
         __threadfence();
         __syncthreads();
