@@ -35,7 +35,8 @@ TILED_VARIANTS = ("best", "tf32")  # the cp.async tile kernels of gemm_best.cu, 
 # fill the chip.
 TILE_CONFIGS = {
     ("best", "float"): [(128, 64, 16, 64, 32, 8, 8, 3, 0, 3), (64, 128, 16, 32, 64, 8, 8, 3, 0, 2),
-                        (64, 64, 16, 32, 64, 8, 8, 3, 0, 4), (64, 64, 16, 32, 32, 8, 4, 3, 0, 4)],
+                        (64, 64, 16, 32, 64, 8, 8, 3, 0, 4), (64, 64, 16, 32, 32, 8, 4, 3, 0, 4),
+                        (64, 64, 32, 32, 32, 8, 4, 3, 0, 4)],
     ("best", "double"): [(64, 64, 8, 32, 32, 4, 8, 3, 2, 1), (128, 64, 8, 32, 32, 4, 8, 3, 2, 1)],
     ("tf32", "float"): [(128, 128, 16, 64, 32, 3), (128, 64, 16, 64, 32, 3), (64, 64, 16, 32, 32, 4)],
 }
@@ -332,8 +333,7 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, c=None, bias=None, variant: str = 
             work = cp.zeros(workspace_elements(variant, T, config, blocks), dtype=a.dtype)
         threads, smem = tile_launch(variant, T, config, ta, tb)
         v = 16 // a.itemsize  # elements in a 16-byte chunk: vector copies need aligned rows
-        aligned = [x.data.ptr % 16 == 0 and ld % v == 0 for x, ld in ((a, lda), (b, ldb), (cptr, N), (out, N))]
-        vec = int(aligned[0] and aligned[1]) | 2 * int(aligned[2] and aligned[3])  # the kernel's two bits
+        vec = all(x.data.ptr % 16 == 0 and ld % v == 0 for x, ld in ((a, lda), (b, ldb)))
         shared = blocks != tiles
         bm, bn = tile_configs(variant, T)[config][:2]
         grid = (blocks,) if shared else (math.ceil(N / bn), math.ceil(M / bm))
