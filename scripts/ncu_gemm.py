@@ -3,16 +3,19 @@ judged on (or the shapes named on the command line), inside an NVTX range "measu
 Compute (scripts/ncu_gemm.sh, scripts/ncu_sass.sh): why `best` trails cuBLAS, kernel by kernel."""
 import sys
 
-import cupy as cp
 import numpy as np
 
-from perflab import kernels
 from perflab.bench import gemm_shapes
 
 SHAPES = sys.argv[1:] or ("fwd1 H=512 B=3200", "bwd3 H=512 B=12000", "fwd1 H=2048 B=12000", "bwd3 H=2048 B=12000")
 KNOWN = [s[0] for s in gemm_shapes()]
-if unknown := [s for s in SHAPES if s not in KNOWN]:
+if unknown := [s for s in SHAPES if s not in KNOWN]:  # named before anything needs a GPU
     raise SystemExit(f"unknown shape(s) {unknown}: the shapes are {KNOWN}")
+
+import cupy as cp  # noqa: E402
+
+from perflab import kernels  # noqa: E402
+
 rng = np.random.default_rng(0)
 for name, M, K, N, ta, tb in gemm_shapes():
     if name not in SHAPES:

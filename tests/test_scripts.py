@@ -48,3 +48,10 @@ def test_gemm_sweep_names_a_bad_config_before_it_needs_a_gpu(arg):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert f"a config is 10 non-negative integers (BM, BN, BK, WM, WN, TM, TN, STAGES, KV, MINB), got {arg!r}" in proc.stderr
+
+
+def test_ncu_gemm_names_an_unknown_shape_before_it_needs_a_gpu():
+    proc = subprocess.run([sys.executable, str(PROJECT_ROOT / "scripts" / "ncu_gemm.py"), "fwd1 H=500 B=800"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "unknown shape(s) ['fwd1 H=500 B=800']: the shapes are ['fwd1 H=512 B=800', 'bwd3 H=512 B=800'" in proc.stderr

@@ -328,7 +328,8 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, c=None, bias=None, variant: str = 
             blocks = auto_blocks if blocks is None else blocks
         tiles = tile_grid(variant, T, config, M, N, K)[0]
         blocks = tiles if blocks is None else blocks
-        check_blocks(variant, T, config, M, N, K, blocks)
+        if blocks != tiles:  # a tile a block is always runnable: no second look at the grid
+            check_blocks(variant, T, config, M, N, K, blocks)
         if blocks != tiles and (work is None or work.size < workspace_elements(variant, T, config, blocks)):
             work = cp.zeros(workspace_elements(variant, T, config, blocks), dtype=a.dtype)
         threads, smem = tile_launch(variant, T, config, ta, tb)
