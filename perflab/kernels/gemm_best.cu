@@ -61,6 +61,17 @@ __device__ __forceinline__ void vload(const T* p, T* r) {
     }
 }
 
+// one write of N elements (N x sizeof(T) = 4, 8 or 16 bytes, aligned) to global memory
+template <typename T, int N>
+__device__ __forceinline__ void vstore(T* p, const T* r) {
+    constexpr int BYTES = N * sizeof(T);
+    static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "4-, 8- or 16-byte writes");
+    if constexpr (N == 1) *p = r[0];
+    else if constexpr (BYTES == 8 && sizeof(T) == 4) *reinterpret_cast<float2*>(p) = make_float2(r[0], r[1]);
+    else if constexpr (sizeof(T) == 4) *reinterpret_cast<float4*>(p) = make_float4(r[0], r[1], r[2], r[3]);
+    else *reinterpret_cast<double2*>(p) = make_double2(r[0], r[1]);
+}
+
 // Starts the copy of the R x W tile at (r0, c0) of row-major g (W contiguous) into s[R][W + V];
 // elements at rows >= rlim or columns >= clim become 0.
 template <typename T, int R, int W, int NT>
@@ -206,6 +217,11 @@ __device__ __forceinline__ void k_loop(T* smem, int M, int N, int i0, int j0, in
     __syncthreads();  // the ring is free for the block's next share
 }
 
+template <int N>
+struct Int {  // a compile-time int a generic lambda can take
+    static constexpr int value = N;
+};
+
 // How the blocks share the work: the tiles (row-major, N fastest) times their K steps make
 // `iters` iterations (fewer than 2^31), and block c takes [start(c), start(c + 1)): equal
 // shares, give or take one, whatever the number of blocks (at most iters).
@@ -224,20 +240,35 @@ constexpr int FLAG_SLOTS = 1 << 16;
 // Runs body(i0, j0, kbeg, kend) for each tile share of this block, then finishes it: a whole
 // tile goes to D; a part is written to the workspace, and the last block of the tile to
 // arrive sums the parts from there in block order (the same bits whoever is last) and writes
-// D. each(f) calls f(r, c, v) for every element the thread holds (r, c within the tile, v its
-// sum). Without SHARED the grid is the tiles (N-major), a block each: compiled apart, as the
-// schedule's loop and counters cost registers that the K loop would otherwise keep.
-template <typename T, int EPI, bool SHARED, int BM, int BN, int BK, int NT, typename Body, typename Each>
+// D. each(f) calls f(r, c, v) for every G elements side by side in a row that the thread holds
+// (r, c within the tile of the first, v a pointer to their sums), so that D and the workspace
+// take G-wide writes: scalar ones cost a third of the kernel's sectors (Nsight Compute). Without
+// SHARED the grid is the tiles (N-major), a block each: compiled apart, as the schedule's loop
+// and counters cost registers that the K loop would otherwise keep. D takes the G-wide writes
+// where its rows are 16-byte aligned.
+template <typename T, int EPI, bool SHARED, int BM, int BN, int BK, int NT, int G, typename Body, typename Each>
 __device__ __forceinline__ void for_each_share(int M, int N, int K, T alpha, T beta, const T* C, int ldc, T* D,
                                                int ldd, const T* __restrict__ bias, T* __restrict__ work, Body&& body,
                                                Each&& each) {
-    auto store = [&](int i, int j, T v) {
-        if (i < M && j < N) D[(size_t)i * ldd + j] = finish<T, EPI>(v, alpha, beta, C, ldc, bias, i, j);
+    const bool dvec = reinterpret_cast<size_t>(D) % 16 == 0 && ldd % (16 / sizeof(T)) == 0;
+    auto store = [&](int i, int j, const T* v, auto width) {  // width.value sums of row i from column j on
+        constexpr int W = decltype(width)::value;
+        if (i >= M) return;
+        if (W > 1 && dvec && j + W <= N) {
+            T r[W];
+#pragma unroll
+            for (int w = 0; w < W; ++w) r[w] = finish<T, EPI>(v[w], alpha, beta, C, ldc, bias, i, j + w);
+            vstore<T, W>(D + (size_t)i * ldd + j, r);
+        } else {
+#pragma unroll
+            for (int w = 0; w < W; ++w)
+                if (j + w < N) D[(size_t)i * ldd + j + w] = finish<T, EPI>(v[w], alpha, beta, C, ldc, bias, i, j + w);
+        }
     };
     if constexpr (!SHARED) {
         const int i0 = blockIdx.y * BM, j0 = blockIdx.x * BN;
         body(i0, j0, 0, K);
-        each([&](int r, int c, T& v) { store(i0 + r, j0 + c, v); });
+        each([&](int r, int c, const T* v) { store(i0 + r, j0 + c, v, Int<G>{}); });
         return;
     }
     __shared__ int arrived;
@@ -256,13 +287,18 @@ __device__ __forceinline__ void for_each_share(int M, int N, int K, T alpha, T b
         const int i0 = (tile / tiles_n) * BM, j0 = (tile % tiles_n) * BN;
         it = t0 + s1;
         if (s0 == 0 && s1 == steps) {
-            each([&](int r, int c, T& v) { store(i0 + r, j0 + c, v); });
+            each([&](int r, int c, const T* v) { store(i0 + r, j0 + c, v, Int<G>{}); });
             continue;
         }
         // a share of the tile: a block's first tile has its part in slot 2c, its last in 2c + 1
         auto part = [&](int c) { return work + FLAG_SLOTS + (2 * c + (s.start(c) >= t0 ? 0 : 1)) * (size_t)(BM * BN); };
         T* mine = part(blockIdx.x);
-        each([&](int r, int c, T& v) { mine[r * BN + c] = v; });
+        each([&](int r, int c, const T* v) {
+            T w[G];  // new registers (x + 0 is not x at -0): a G-wide write straight from the
+#pragma unroll       // accumulators would tie them to aligned groups, and the K loop's FMAs
+            for (int g = 0; g < G; ++g) w[g] = v[g] + T(0);  // to register-bank conflicts (SASS)
+            vstore<T, G>(mine + r * BN + c, w);
+        });
         const int first = s.owner(t0), last = s.owner(t0 + steps - 1);
         __threadfence();
         __syncthreads();
@@ -292,10 +328,7 @@ __device__ __forceinline__ void for_each_share(int M, int N, int K, T alpha, T b
                     for (int i = 0; i < V; ++i) sum[u][i] += v[u][i];
             }
 #pragma unroll
-            for (int u = 0; u < U; ++u)
-#pragma unroll
-                for (int i = 0; i < V; ++i)
-                    store(i0 + (e0 + u * NT * V) / BN, j0 + (e0 + u * NT * V) % BN + i, sum[u][i]);
+            for (int u = 0; u < U; ++u) store(i0 + (e0 + u * NT * V) / BN, j0 + (e0 + u * NT * V) % BN, sum[u], Int<V>{});
         }
     }
 }
@@ -306,6 +339,7 @@ __device__ __forceinline__ void for_each_share(int M, int N, int K, T alpha, T b
 // fewer where both operands are transposed, or either is and blocks share tiles (SHARED):
 // their index arithmetic needs more registers, and they give up a block an SM rather than
 // spill (training shares tiles in these orientations for the GEMMs with C = 10 in them).
+// vec: the rows of A and B are 16-byte aligned (16-byte copies).
 template <typename T, bool TA, bool TB, int EPI, bool SHARED, int BM, int BN, int BK, int WM, int WN, int TM, int TN,
           int STAGES, int KV, int MINB>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, ((TA && TB) || (SHARED && (TA || TB))) && MINB > 1 ? MINB - 1 : MINB)
@@ -326,15 +360,19 @@ gemm_best(int M, int N, int K, T alpha, const T* __restrict__ A, int lda, const 
     auto row = [&](int m) { return A_MN ? wm + (m / V) * WTR * V + tr * V + m % V : wm + m * WTR + tr; };
     auto col = [&](int n) { return B_K ? wn + n * WTC + tc : wn + (n / V) * WTC * V + tc * V + n % V; };
 
+    constexpr int G = B_K ? 1 : V;  // columns a thread holds side by side
     T acc[TM][TN];
     auto each = [&](auto&& f) {
 #pragma unroll
         for (int m = 0; m < TM; ++m)
 #pragma unroll
-            for (int n = 0; n < TN; ++n) f(row(m), col(n), acc[m][n]);
+            for (int n = 0; n < TN; n += G) f(row(m), col(n), &acc[m][n]);
     };
     auto body = [&](int i0, int j0, int kbeg, int kend) {
-        each([](int, int, T& v) { v = 0; });
+#pragma unroll
+        for (int m = 0; m < TM; ++m)
+#pragma unroll
+            for (int n = 0; n < TN; ++n) acc[m][n] = 0;
         T a[2][KS][TM], b[2][KS][TN];  // two buffers of the operands of KS steps of k
         k_loop<T, TA, TB, XT, BM, BN, BK, KS, NT, STAGES>(
             reinterpret_cast<T*>(smem_raw), M, N, i0, j0, kbeg, kend, A, lda, B, ldb, vec,
@@ -381,7 +419,7 @@ gemm_best(int M, int N, int K, T alpha, const T* __restrict__ A, int lda, const 
                         }
             });
     };
-    for_each_share<T, EPI, SHARED, BM, BN, BK, NT>(M, N, K, alpha, beta, C, ldc, D, ldd, bias, work, body, each);
+    for_each_share<T, EPI, SHARED, BM, BN, BK, NT, G>(M, N, K, alpha, beta, C, ldc, D, ldd, bias, work, body, each);
 }
 
 // The TF32 tensor-core option (float only): the same tiles and K loop, each warp's WM x WN
@@ -410,11 +448,16 @@ gemm_tf32(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
 #pragma unroll
             for (int ni = 0; ni < NI; ++ni)
 #pragma unroll
-                for (int r = 0; r < 4; ++r)  // c0, c1: row g; c2, c3: row g + 8; columns 2q, 2q + 1
-                    f(wm + mi * 16 + g + (r / 2) * 8, wn + ni * 8 + 2 * q + r % 2, acc[mi][ni][r]);
+                for (int r = 0; r < 4; r += 2)  // c0, c1: row g; c2, c3: row g + 8; columns 2q, 2q + 1
+                    f(wm + mi * 16 + g + (r / 2) * 8, wn + ni * 8 + 2 * q, &acc[mi][ni][r]);
     };
     auto body = [&](int i0, int j0, int kbeg, int kend) {
-        each([](int, int, float& v) { v = 0.f; });
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+            for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) acc[mi][ni][r] = 0.f;
         unsigned a[2][MI][4], b[2][NI][2];  // two buffers of the fragments of 8 steps of k
         k_loop<float, TA, TB, false, BM, BN, BK, 8, NT, STAGES>(
             reinterpret_cast<float*>(smem_raw), M, N, i0, j0, kbeg, kend, A, lda, B, ldb, vec,
@@ -449,5 +492,5 @@ gemm_tf32(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
                               "r"(b[buf][ni][0]), "r"(b[buf][ni][1]));
             });
     };
-    for_each_share<float, EPI, SHARED, BM, BN, BK, NT>(M, N, K, alpha, beta, C, ldc, D, ldd, bias, work, body, each);
+    for_each_share<float, EPI, SHARED, BM, BN, BK, NT, 2>(M, N, K, alpha, beta, C, ldc, D, ldd, bias, work, body, each);
 }
