@@ -2,8 +2,8 @@
 // D with (BM/WM) x (BN/WN) warps; each thread a TM x TN block of its warp's WM x WN tile.
 // - Operand tiles travel global -> shared with cp.async in 16-byte chunks (element-wise with
 //   zero fill at the edges or when a leading dimension is not a multiple of 16 bytes; a tile
-//   that lies wholly inside takes a path with no checks and no branches, worth 1% of
-//   cuBLAS's speed at the training shapes), in a
+//   that lies wholly inside, or past an edge only where reading on is harmless (k_loop), takes
+//   a path with no checks and no branches), in a
 //   STAGES-deep ring: the copies for step k + STAGES - 1 fly while step k is multiplied, with
 //   one barrier a step and no registers spent on staging (but see "xt" below).
 // - A tile keeps its storage order in shared memory, padded by 16 bytes a row, or (configs with
@@ -158,7 +158,7 @@ struct Staged {
 // of the tile at (i0, j0).
 template <typename T, bool TA, bool TB, bool XT, int BM, int BN, int BK, int KS, int NT, int STAGES, typename R,
           typename F>
-__device__ __forceinline__ void k_loop(T* smem, int M, int N, int i0, int j0, int kbeg, int kend,
+__device__ __forceinline__ void k_loop(T* smem, int M, int N, int K, int i0, int j0, int kbeg, int kend,
                                        const T* __restrict__ A, int lda, const T* __restrict__ B, int ldb, bool vec,
                                        R&& read, F&& fma) {
     static_assert(STAGES >= 2 && BK % KS == 0 && (BK / KS) % 2 == 0, "an even number of reads a step");
@@ -175,7 +175,15 @@ __device__ __forceinline__ void k_loop(T* smem, int M, int N, int i0, int j0, in
             T* As = slot(step);
             T* Bs = As + A_ELEMS;
             const int k0 = kbeg + step * BK;
-            const bool wa = vec && i0 + BM <= M && k0 + BK <= kend, wb = vec && j0 + BN <= N && k0 + BK <= kend;
+            // a tile past the m (n) edge of an m- (n-) contiguous operand takes the whole path too where
+            // its rows' overhang (the next rows' first elements) lies inside the matrix: those only
+            // feed sums past the edge, which nobody writes (checks and zero fills had made the
+            // K loop of the backward GEMMs' edge tiles 7-11% slower)
+            auto inside = [&](int ld, int cols, int c_end) {  // row k0 + BK - 1 up to column c_end - 1
+                return (long long)(k0 + BK - 1) * ld + c_end <= (long long)(K - 1) * ld + cols;
+            };
+            const bool wa = vec && k0 + BK <= kend && (i0 + BM <= M || (TA && inside(lda, M, i0 + BM)));
+            const bool wb = vec && k0 + BK <= kend && (j0 + BN <= N || (!TB && inside(ldb, N, j0 + BN)));
             if constexpr (A_REG) ra.load(A, lda, i0, k0, M, kend, vec, wa, t);
             else if constexpr (TA) load_tile<T, BK, BM, NT>(As, A, lda, k0, i0, kend, M, vec, wa, t);
             else load_tile<T, BM, BK, NT>(As, A, lda, i0, k0, M, kend, vec, wa, t);
@@ -377,7 +385,7 @@ gemm_best(int M, int N, int K, T alpha, const T* __restrict__ A, int lda, const 
             for (int n = 0; n < TN; ++n) acc[m][n] = 0;
         T a[2][KS][TM], b[2][KS][TN];  // two buffers of the operands of KS steps of k
         k_loop<T, TA, TB, XT, BM, BN, BK, KS, NT, STAGES>(
-            reinterpret_cast<T*>(smem_raw), M, N, i0, j0, kbeg, kend, A, lda, B, ldb, vec,
+            reinterpret_cast<T*>(smem_raw), M, N, K, i0, j0, kbeg, kend, A, lda, B, ldb, vec,
             [&](const T* As, const T* Bs, int kk, int buf) {
                 if constexpr (A_MN) {
 #pragma unroll
@@ -462,7 +470,7 @@ gemm_tf32(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
                 for (int r = 0; r < 4; ++r) acc[mi][ni][r] = 0.f;
         unsigned a[2][MI][4], b[2][NI][2];  // two buffers of the fragments of 8 steps of k
         k_loop<float, TA, TB, false, BM, BN, BK, 8, NT, STAGES>(
-            reinterpret_cast<float*>(smem_raw), M, N, i0, j0, kbeg, kend, A, lda, B, ldb, vec,
+            reinterpret_cast<float*>(smem_raw), M, N, K, i0, j0, kbeg, kend, A, lda, B, ldb, vec,
             [&](const float* As, const float* Bs, int kk, int buf) {
                 auto a_at = [&](int m, int k) { return TA ? As[k * (BM + V) + m] : As[m * (BK + V) + k]; };
                 auto b_at = [&](int k, int n) { return TB ? Bs[n * (BK + V) + k] : Bs[k * (BN + V) + n]; };
