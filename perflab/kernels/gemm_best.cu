@@ -282,33 +282,18 @@ __device__ __forceinline__ void for_each_share(int M, int N, int K, T alpha, T b
         return;
     }
     __shared__ int arrived;
-    // tiles / blocks whole tiles a block first, as a grid of one tile a block would take them (no
-    // partial sums where the tiles make whole waves), then the K steps of the tiles left over
-    // dealt out in equal shares (Schedule): `it` below the block's first share counts its whole
-    // tiles' K steps, from there the shares' iterations
-    const int tiles_n = (N + BN - 1) / BN, steps = (K + BK - 1) / BK, tiles = (M + BM - 1) / BM * tiles_n;
-    const int whole = tiles / (int)gridDim.x, rest = tiles - whole * (int)gridDim.x;
-    const Schedule s{rest * steps / (int)gridDim.x, rest * steps % (int)gridDim.x};
+    const int tiles_n = (N + BN - 1) / BN, steps = (K + BK - 1) / BK, iters = (M + BM - 1) / BM * tiles_n * steps;
+    const Schedule s{iters / (int)gridDim.x, iters % (int)gridDim.x};
     const int end = s.start(blockIdx.x + 1);
-    struct Share {
-        int tile, t0, s0, s1;  // the tile; `it` at its K step 0; the steps [s0, s1) this block takes
-    };
-    auto share = [&](int it) {
-        const int begin = s.start(blockIdx.x);
-        if (it < begin) return Share{(int)blockIdx.x + (whole + (it - begin) / steps) * (int)gridDim.x, it, 0, steps};
-        const int t0 = it / steps * steps;
-        return Share{whole * (int)gridDim.x + it / steps, t0, it - t0, min(steps, end - t0)};
-    };
-    for (int it = s.start(blockIdx.x) - whole * steps; it < end;) {
+    for (int it = s.start(blockIdx.x); it < end;) {
         {
-            const Share sh = share(it);
-            body((sh.tile / tiles_n) * BM, (sh.tile % tiles_n) * BN, sh.s0 * BK, min(K, sh.s1 * BK));
+            const int tile = it / steps, t0 = tile * steps;
+            body((tile / tiles_n) * BM, (tile % tiles_n) * BN, (it - t0) * BK, min(K, min(steps, end - t0) * BK));
         }
         // the share's numbers again from `it` alone, hidden from the compiler so that it keeps
         // no more than `it` in registers through the K loop
         asm volatile("" : "+r"(it));
-        const Share sh = share(it);
-        const int tile = sh.tile, t0 = sh.t0, s0 = sh.s0, s1 = sh.s1;
+        const int tile = it / steps, t0 = tile * steps, s0 = it - t0, s1 = min(steps, end - t0);
         const int i0 = (tile / tiles_n) * BM, j0 = (tile % tiles_n) * BN;
         it = t0 + s1;
         if (s0 == 0 && s1 == steps) {
