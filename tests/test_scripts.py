@@ -55,3 +55,68 @@ def test_ncu_gemm_names_an_unknown_shape_before_it_needs_a_gpu():
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert "unknown shape(s) ['fwd1 H=500 B=800']: the shapes are ['fwd1 H=512 B=800', 'bwd3 H=512 B=800'" in proc.stderr
+
+
+def timeline_script():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gemm_timeline", PROJECT_ROOT / "scripts" / "gemm_timeline.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gemm_timeline_names_an_unknown_shape_before_it_needs_a_gpu():
+    proc = subprocess.run([sys.executable, str(PROJECT_ROOT / "scripts" / "gemm_timeline.py"), "bwd3 H=500 B=800"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "unknown shape(s) ['bwd3 H=500 B=800']: the shapes are ['fwd1 H=512 B=800'" in proc.stderr
+
+
+@pytest.mark.timeout(300)
+def test_gemm_timeline_probes_fit_the_shipped_kernel_and_compile(tmp_path):
+    """The probes' anchors are in gemm_best.cu once each (a moved one is named), and the
+    instrumented copy compiles, with a tile a block, shared tiles and the TF32 kernel."""
+    import shutil
+
+    from perflab.kernels import KERNEL_DIR
+    timeline = timeline_script()
+    source = (KERNEL_DIR / "gemm_best.cu").read_text()
+    probed = timeline.instrument(source)
+    assert probed.count("trace_now()") == 7 and probed.count("trace_start(") == 3
+    with pytest.raises(SystemExit, match="the probe anchor 'body\\(i0, j0, 0, K\\);' is not there once"):
+        timeline.instrument(source.replace("body(i0, j0, 0, K);", "body(i0, j0, 0, K );"))
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.fail("nvcc is not on PATH: CI must compile the CUDA kernels (install the CUDA toolkit)")
+    (tmp_path / "timeline.cu").write_text(probed)
+    names = ["gemm_best<float, false, false, 0, true, 64, 64, 16, 32, 32, 8, 4, 3, 0, 4>",
+             "gemm_best<float, false, true, 0, false, 64, 64, 16, 32, 32, 8, 4, 3, 0, 4>",
+             "gemm_tf32<false, false, 0, true, 64, 64, 16, 32, 32, 4>"]
+    unit = tmp_path / "unit.cu"
+    unit.write_text('#include "timeline.cu"\nstatic void* instances[] = {' + ", ".join(f"(void*)&{n}" for n in names)
+                    + "};\nvoid* keep() { return instances; }\n")
+    proc = subprocess.run([nvcc, "-std=c++17", "-arch=sm_90", "-c", f"-I{KERNEL_DIR}", str(unit), "-o",
+                           str(tmp_path / "unit.o")], capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_gemm_timeline_counts_idle_sms_ages_and_edge_tiles(tmp_path):
+    """On a made-up launch: 2 SMs, a tile a block; SM 1 is done at half the span, so a quarter of
+    the SMs' time is idle; the second block on each SM (by start, then number) is age 1."""
+    import numpy as np
+    timeline = timeline_script()
+    # 2 x 2 tiles of 64 x 64: tiles 1, 2 and 3 touch the last row or column
+    assert timeline.edge_blocks(4, 128, 128, 64, 64, 64, 16).tolist() == [False, True, True, True]
+    # 3 x 2 tiles, 4 K steps each, 12 blocks of 2 steps: block c covers tile c // 2
+    assert timeline.edge_blocks(12, 192, 128, 64, 64, 64, 16).tolist() == [False, False, True, True, False, False,
+                                                                          True, True, True, True, True, True]
+    t = np.zeros((4, 8), np.uint64)  # start, SM, K-loop ends x 3, sum start, end, shares (ns)
+    for block, (start, sm, k_end, end) in enumerate([(0, 0, 800, 1000), (0, 0, 900, 1000), (0, 1, 400, 500),
+                                                     (100, 1, 300, 400)]):
+        t[block, [0, 1, 2, 6, 7]] = start, sm, k_end, end, 1
+    text = timeline.summary("made up", t, 128, 128, 64, 64, 64, 16)
+    assert "4 blocks, span 1.0 us, SMs idle 25.0% of it; last start 0.1 us" in text
+    assert "age 0 on its SM, inner tiles: 1 blocks, K loops end median 0.8 us" in text
+    assert "age 1 on its SM, edge tiles: 2 blocks, K loops end median 0.6 us, max 0.9" in text
+    timeline.plot({"made up": (t, timeline.edge_blocks(4, 128, 128, 64, 64, 64, 16))}, str(tmp_path / "t.png"))
+    assert (tmp_path / "t.png").stat().st_size > 1000
