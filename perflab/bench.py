@@ -29,6 +29,14 @@ def gemm_shapes(hidden=(512, 1024, 2048), batches=(800, 3200, 12000)):
             yield f"bwd2 H={h} B={b}", h, C, b, True, False
 
 
+def gemm_operands(cp, rng, M: int, K: int, N: int, ta: bool, tb: bool, dtype="float32"):
+    """Random a (M x K) and b (K x N) in [-1, 1), stored as the training step stores them
+    (transposed views where gemm_shapes says so), on the GPU."""
+    a = cp.asarray(rng.uniform(-1, 1, (K, M) if ta else (M, K)).astype(dtype))
+    b = cp.asarray(rng.uniform(-1, 1, (N, K) if tb else (K, N)).astype(dtype))
+    return (a.T if ta else a), (b.T if tb else b)
+
+
 def device_peak_flops(cp) -> tuple[float, dict]:
     """FP32 FMA peak: SMs x 128 lanes x 2 FLOPs x clock (the clock read off the device)."""
     dev = cp.cuda.Device()
@@ -99,11 +107,7 @@ def bench_gemm(variants=("naive", "tiled", "regblock", "best", "tf32", "cublas")
         # enough input sets that together they overflow L2, so repeats do not run from cache
         sets = max(2, math.ceil(3 * 50e6 / ((M * K + K * N) * 4)))
         sets = min(sets, 8)
-        inputs = []
-        for _ in range(sets):
-            a = cp.asarray(rng.uniform(-1, 1, (K, M) if ta else (M, K)).astype(dtype))
-            b = cp.asarray(rng.uniform(-1, 1, (N, K) if tb else (K, N)).astype(dtype))
-            inputs.append((a.T if ta else a, b.T if tb else b))
+        inputs = [gemm_operands(cp, rng, M, K, N, ta, tb, dtype) for _ in range(sets)]
         out = cp.empty((M, N), dtype)
         work = kernels.workspace(M, N, dtype)  # allocated outside the graph
         flops = 2.0 * M * N * K

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 from perflab import kernels
-from perflab.bench import gemm_shapes, time_graph_ms
+from perflab.bench import gemm_operands, gemm_shapes, time_graph_ms
 from perflab.results import machine_metadata, write_rows
 
 
@@ -40,9 +40,7 @@ def main(candidates):
     for name, M, K, N, ta, tb in gemm_shapes():
         if not name.startswith(("fwd1", "bwd3")):
             continue
-        a = cp.asarray(rng.uniform(-1, 1, (K, M) if ta else (M, K)).astype("float32"))
-        b = cp.asarray(rng.uniform(-1, 1, (N, K) if tb else (K, N)).astype("float32"))
-        a, b = (a.T if ta else a), (b.T if tb else b)
+        a, b = gemm_operands(cp, rng, M, K, N, ta, tb)
         out, work = cp.empty((M, N), "float32"), kernels.workspace(M, N, "float32")
         ref = a.astype("float64") @ b.astype("float64")
         t_cublas = time_graph_ms(cp, lambda: kernels.gemm(a, b, out=out, variant="cublas"))

@@ -15,7 +15,7 @@ import tempfile
 
 import numpy as np
 
-from perflab.bench import gemm_shapes
+from perflab.bench import gemm_operands, gemm_shapes
 from perflab.kernels import KERNEL_DIR
 
 DEFAULT_SHAPES = ("bwd3 H=1024 B=12000", "bwd3 H=512 B=12000")
@@ -151,9 +151,7 @@ def main(shapes: list):
     for name, M, K, N, ta, tb in gemm_shapes():
         if name not in shapes:
             continue
-        a = cp.asarray(rng.uniform(-1, 1, (K, M) if ta else (M, K)).astype("float32"))
-        b = cp.asarray(rng.uniform(-1, 1, (N, K) if tb else (K, N)).astype("float32"))
-        a, b = (a.T if ta else a), (b.T if tb else b)
+        a, b = gemm_operands(cp, rng, M, K, N, ta, tb)
         out_m, work = cp.empty((M, N), "float32"), kernels.workspace(M, N, "float32")
         config, blocks = kernels.tune(a, b, out_m, "best", work)  # the shipped kernel's choice
         kernels.source_file = timeline

@@ -5,7 +5,7 @@ import sys
 
 import numpy as np
 
-from perflab.bench import gemm_shapes
+from perflab.bench import gemm_operands, gemm_shapes
 
 SHAPES = sys.argv[1:] or ("fwd1 H=512 B=3200", "bwd3 H=512 B=12000", "fwd1 H=2048 B=12000", "bwd3 H=2048 B=12000")
 KNOWN = [s[0] for s in gemm_shapes()]
@@ -20,9 +20,7 @@ rng = np.random.default_rng(0)
 for name, M, K, N, ta, tb in gemm_shapes():
     if name not in SHAPES:
         continue
-    a = cp.asarray(rng.uniform(-1, 1, (K, M) if ta else (M, K)).astype("float32"))
-    b = cp.asarray(rng.uniform(-1, 1, (N, K) if tb else (K, N)).astype("float32"))
-    a, b = (a.T if ta else a), (b.T if tb else b)
+    a, b = gemm_operands(cp, rng, M, K, N, ta, tb)
     out, work = cp.empty((M, N), "float32"), kernels.workspace(M, N, "float32")
     print(name, "best config, blocks:", kernels.tune(a, b, out, "best", work))
     kernels.gemm(a, b, out=out, variant="cublas")

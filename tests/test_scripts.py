@@ -120,3 +120,17 @@ def test_gemm_timeline_counts_idle_sms_ages_and_edge_tiles(tmp_path):
     assert "age 1 on its SM, edge tiles: 2 blocks, K loops end median 0.6 us, max 0.9" in text
     timeline.plot({"made up": (t, timeline.edge_blocks(4, 128, 128, 64, 64, 64, 16))}, str(tmp_path / "t.png"))
     assert (tmp_path / "t.png").stat().st_size > 1000
+
+
+def test_gemm_operands_are_stored_as_training_stores_them():
+    """bench.gemm_operands (NumPy standing in for CuPy): a is M x K, b is K x N, each a transposed
+    view exactly where gemm_shapes marks it, values in [-1, 1)."""
+    import numpy as np
+
+    from perflab.bench import gemm_operands, gemm_shapes
+    for name, M, K, N, ta, tb in gemm_shapes(hidden=(5,), batches=(3,)):
+        a, b = gemm_operands(np, np.random.default_rng(0), M, K, N, ta, tb)
+        assert a.shape == (M, K) and b.shape == (K, N), name
+        assert (a.flags.f_contiguous and not a.flags.c_contiguous) == ta, name
+        assert (b.flags.f_contiguous and not b.flags.c_contiguous) == tb, name
+        assert a.dtype == np.float32 and -1 <= a.min() and a.max() < 1, name
