@@ -95,8 +95,8 @@ __device__ __forceinline__ void load_tile(T* s, const T* __restrict__ g, int ld,
         const T* src = g + (size_t)gr * ld + gc;
         if (vec && gr < rlim && gc + V <= clim) {
             cp_async16(dst, src);
-        } else if (gr >= rlim || gc >= clim) {  // wholly outside: one 16-byte zero fill (element-wise
-            cp_async_zfill<16>(dst, g, false);  // fills made the N-edge tiles' K loop 10% slower)
+        } else if (gr >= rlim || gc >= clim) {  // wholly outside: one 16-byte zero fill (four 4-byte
+            cp_async_zfill<16>(dst, g, false);  // ones made the edge tiles' K loops 8-12% slower)
         } else {
 #pragma unroll
             for (int v = 0; v < V; ++v) {
@@ -177,8 +177,8 @@ __device__ __forceinline__ void k_loop(T* smem, int M, int N, int K, int i0, int
             const int k0 = kbeg + step * BK;
             // a tile past the m (n) edge of an m- (n-) contiguous operand takes the whole path too where
             // its rows' overhang (the next rows' first elements) lies inside the matrix: those only
-            // feed sums past the edge, which nobody writes (checks and zero fills had made the
-            // K loop of the backward GEMMs' edge tiles 7-11% slower)
+            // feed sums past the edge, which nobody writes (the checks and zero fills had left the
+            // backward GEMMs' edge tiles' K loops 4-8% slower; scripts/gemm_timeline.py)
             auto inside = [&](int ld, int cols, int c_end) {  // row k0 + BK - 1 up to column c_end - 1
                 return (long long)(k0 + BK - 1) * ld + c_end <= (long long)(K - 1) * ld + cols;
             };
