@@ -31,7 +31,7 @@ def gemm_shapes(hidden=(512, 1024, 2048), batches=(800, 3200, 12000)):
 
 def gemm_operands(cp, rng, M: int, K: int, N: int, ta: bool, tb: bool, dtype="float32"):
     """Random a (M x K) and b (K x N) in [-1, 1), stored as the training step stores them
-    (transposed views where gemm_shapes says so), on the GPU."""
+    (transposed views where gemm_shapes says so), as cp's arrays (CuPy; NumPy in the tests)."""
     a = cp.asarray(rng.uniform(-1, 1, (K, M) if ta else (M, K)).astype(dtype))
     b = cp.asarray(rng.uniform(-1, 1, (N, K) if tb else (K, N)).astype(dtype))
     return (a.T if ta else a), (b.T if tb else b)
