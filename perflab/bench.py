@@ -29,6 +29,15 @@ def gemm_shapes(hidden=(512, 1024, 2048), batches=(800, 3200, 12000)):
             yield f"bwd2 H={h} B={b}", h, C, b, True, False
 
 
+def named_gemm_shapes(names) -> list:
+    """The gemm_shapes names asked for, each checked (the device scripts' argument): an unknown one
+    is named with the ones there are, before anything needs a GPU."""
+    known = [s[0] for s in gemm_shapes()]
+    if unknown := [n for n in names if n not in known]:
+        raise SystemExit(f"unknown shape(s) {unknown}: the shapes are {known}")
+    return list(names)
+
+
 def gemm_operands(cp, rng, M: int, K: int, N: int, ta: bool, tb: bool, dtype="float32"):
     """Random a (M x K) and b (K x N) in [-1, 1), stored as the training step stores them
     (transposed views where gemm_shapes says so), as cp's arrays (CuPy; NumPy in the tests)."""

@@ -5,12 +5,10 @@ import sys
 
 import numpy as np
 
-from perflab.bench import gemm_operands, gemm_shapes
+from perflab.bench import gemm_operands, gemm_shapes, named_gemm_shapes
 
-SHAPES = sys.argv[1:] or ("fwd1 H=512 B=3200", "bwd3 H=512 B=12000", "fwd1 H=2048 B=12000", "bwd3 H=2048 B=12000")
-KNOWN = [s[0] for s in gemm_shapes()]
-if unknown := [s for s in SHAPES if s not in KNOWN]:  # named before anything needs a GPU
-    raise SystemExit(f"unknown shape(s) {unknown}: the shapes are {KNOWN}")
+SHAPES = named_gemm_shapes(sys.argv[1:] or ("fwd1 H=512 B=3200", "bwd3 H=512 B=12000", "fwd1 H=2048 B=12000",
+                                             "bwd3 H=2048 B=12000"))  # before anything needs a GPU
 
 import cupy as cp  # noqa: E402
 
