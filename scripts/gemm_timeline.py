@@ -7,6 +7,8 @@ loops' ends by the block's age on its SM and by whether its tiles touch the matr
 writes $OUT/gemm_timeline.npz and gemm_timeline.png (one line a block, SM by SM).
 Why: Nsight Compute counts idle SM cycles, not which blocks cause them; this found the edge
 tiles' slow K loop (results/nvidia-h100-80gb-hbm3/gemm_experiments/README.md, session 8).
+A shape may name its config and number of blocks instead of the tuned ones, "NAME/CONFIG/BLOCKS"
+(e.g. "fwd1 H=512 B=800/128x64x16_w64x32_t8x8_s3_xt_b3/260": cuBLAS's decomposition there).
 Usage: OUT=/tmp/out python3 scripts/gemm_timeline.py ["bwd3 H=512 B=12000" ...]"""
 import json
 import os
@@ -55,6 +57,22 @@ PROBES = [
 WHOLE_END = ("        each([&](int r, int c, const T* v) { store(i0 + r, j0 + c, v, Int<G>{}); });\n"
              "        if (threadIdx.x == 0) tr[6] = trace_now();\n        return;\n")
 SHARED_END = "    if (threadIdx.x == 0) { tr[6] = trace_now(); tr[7] = shares; }\n}\n\n// KV: "
+
+
+def parse_runs(args: list) -> list:
+    """[(shape name, config or None, blocks or None)] from "NAME" or "NAME/CONFIG/BLOCKS", each
+    checked here, before anything needs a GPU."""
+    from perflab.kernels import tile_configs
+    runs = []
+    for arg in args:
+        name, *choice = arg.split("/")
+        if choice and (len(choice) != 2 or choice[0] not in tile_configs("best", "float")
+                       or not choice[1].isdigit() or int(choice[1]) < 1):
+            raise SystemExit(f"{arg!r}: after the shape name give /CONFIG/BLOCKS, a config of "
+                             f"{list(tile_configs('best', 'float'))} and a number of blocks >= 1")
+        runs.append((name, choice[0] if choice else None, int(choice[1]) if choice else None))
+    named_gemm_shapes([r[0] for r in runs])
+    return runs
 
 
 def instrument(source: str) -> str:
@@ -129,7 +147,7 @@ def plot(traces: dict, path: str) -> None:
     fig.savefig(path, dpi=120)
 
 
-def main(shapes: list):
+def main(runs: list):
     import cupy as cp
 
     from perflab import kernels
@@ -142,12 +160,13 @@ def main(shapes: list):
     timeline = lambda v: os.path.join(tmp, "gemm_timeline.cu") if v in kernels.TILED_VARIANTS else shipped(v)  # noqa: E731
     rng = np.random.default_rng(0)
     traces, text = {}, []
-    for name, M, K, N, ta, tb in gemm_shapes():
-        if name not in shapes:
-            continue
+    shapes = {s[0]: s[1:] for s in gemm_shapes()}
+    for name, config, blocks in runs:
+        M, K, N, ta, tb = shapes[name]
         a, b = gemm_operands(cp, rng, M, K, N, ta, tb)
         out_m, work = cp.empty((M, N), "float32"), kernels.workspace(M, N, "float32")
-        config, blocks = kernels.tune(a, b, out_m, "best", work)  # the shipped kernel's choice
+        if config is None:
+            config, blocks = kernels.tune(a, b, out_m, "best", work)  # the shipped kernel's choice
         kernels.source_file = timeline
         kernels.module.cache_clear()
         kernels.gemm_function.cache_clear()
@@ -174,4 +193,4 @@ def main(shapes: list):
 
 
 if __name__ == "__main__":
-    main(named_gemm_shapes(sys.argv[1:] or DEFAULT_SHAPES))
+    main(parse_runs(sys.argv[1:] or list(DEFAULT_SHAPES)))

@@ -72,6 +72,18 @@ def test_gemm_timeline_names_an_unknown_shape_before_it_needs_a_gpu():
     assert "unknown shape(s) ['bwd3 H=500 B=800']: the shapes are ['fwd1 H=512 B=800'" in proc.stderr
 
 
+def test_gemm_timeline_takes_a_config_and_blocks_after_the_shape_and_checks_them():
+    timeline = timeline_script()
+    assert timeline.parse_runs(["fwd1 H=512 B=800", "fwd1 H=512 B=800/128x64x16_w64x32_t8x8_s3_xt_b3/260"]) == [
+        ("fwd1 H=512 B=800", None, None), ("fwd1 H=512 B=800", "128x64x16_w64x32_t8x8_s3_xt_b3", 260)]
+    for bad in ("fwd1 H=512 B=800/128x64/260", "fwd1 H=512 B=800/128x64x16_w64x32_t8x8_s3_xt_b3/0",
+                "fwd1 H=512 B=800/128x64x16_w64x32_t8x8_s3_xt_b3"):
+        with pytest.raises(SystemExit, match="after the shape name give /CONFIG/BLOCKS, a config of"):
+            timeline.parse_runs([bad])
+    with pytest.raises(SystemExit, match=r"unknown shape\(s\) \['fwd1 H=500 B=800'\]"):
+        timeline.parse_runs(["fwd1 H=500 B=800/128x64x16_w64x32_t8x8_s3_xt_b3/260"])
+
+
 @pytest.mark.timeout(300)
 def test_gemm_timeline_probes_fit_the_shipped_kernel_and_compile(tmp_path):
     """The probes' anchors are in gemm_best.cu once each (a moved one is named), and the
