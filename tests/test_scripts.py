@@ -130,6 +130,11 @@ def test_gemm_timeline_counts_idle_sms_ages_and_edge_tiles(tmp_path):
     assert "4 blocks, span 1.0 us, SMs idle 25.0% of it; last start 0.1 us" in text
     assert "age 0 on its SM, inner tiles: 1 blocks, K loops end median 0.8 us" in text
     assert "age 1 on its SM, edge tiles: 2 blocks, K loops end median 0.6 us, max 0.9" in text
+    assert "after the last K loop, blocks that sum no tile: median 0.10 us" in text and "sums of shared" not in text
+    t[0, 5] = 850  # block 0 sums a shared tile from 0.85 us on
+    text = timeline.summary("made up", t, 128, 128, 64, 64, 64, 16)
+    assert "blocks that sum no tile: median 0.10 us" in text
+    assert "1 sums of shared tiles: from the K loop's end to the sum median 0.05 us, the sum median 0.15 us" in text
     timeline.plot({"made up": (t, timeline.edge_blocks(4, 128, 128, 64, 64, 64, 16))}, str(tmp_path / "t.png"))
     assert (tmp_path / "t.png").stat().st_size > 1000
 
