@@ -107,8 +107,9 @@ def summary(name: str, t: np.ndarray, M: int, N: int, K: int, bm: int, bn: int, 
                 lines.append(f"  age {a} on its SM, {'edge' if e else 'inner'} tiles: {sel.sum()} blocks, K loops end "
                              f"median {np.median(k_end[sel]):.1f} us, max {k_end[sel].max():.1f}")
     fixup = t[:, 5] > t[:, 0]  # (a record left by an earlier launch is older than this launch's start)
-    lines.append(f"  after the last K loop, blocks that sum no tile: median {np.median((end - k_end)[~fixup]):.2f} us "
-                 "(D's write, or a part's write and the arrival)")
+    if not fixup.all():
+        lines.append(f"  after the last K loop, blocks that sum no tile: median {np.median((end - k_end)[~fixup]):.2f} us "
+                     "(D's write, or a part's write and the arrival)")
     if fixup.any():
         to_sum = (t[fixup, 5] - t0) / 1e3 - k_end[fixup]
         lines.append(f"  {fixup.sum()} sums of shared tiles: from the K loop's end to the sum median {np.median(to_sum):.2f} "

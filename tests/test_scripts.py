@@ -135,6 +135,8 @@ def test_gemm_timeline_counts_idle_sms_ages_and_edge_tiles(tmp_path):
     text = timeline.summary("made up", t, 128, 128, 64, 64, 64, 16)
     assert "blocks that sum no tile: median 0.10 us" in text
     assert "1 sums of shared tiles: from the K loop's end to the sum median 0.05 us, the sum median 0.15 us" in text
+    t[1:, 5] = t[1:, 0] + 1  # every block sums one: no line for the others (no median of nothing)
+    assert "blocks that sum no tile" not in timeline.summary("made up", t, 128, 128, 64, 64, 64, 16)
     timeline.plot({"made up": (t, timeline.edge_blocks(4, 128, 128, 64, 64, 64, 16))}, str(tmp_path / "t.png"))
     assert (tmp_path / "t.png").stat().st_size > 1000
 
