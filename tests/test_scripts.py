@@ -50,11 +50,16 @@ def test_gemm_sweep_names_a_bad_config_before_it_needs_a_gpu(arg):
     assert f"a config is 10 non-negative integers (BM, BN, BK, WM, WN, TM, TN, STAGES, KV, MINB), got {arg!r}" in proc.stderr
 
 
-def test_ncu_gemm_names_an_unknown_shape_before_it_needs_a_gpu():
-    proc = subprocess.run([sys.executable, str(PROJECT_ROOT / "scripts" / "ncu_gemm.py"), "fwd1 H=500 B=800"],
+@pytest.mark.parametrize("script, shape, message", [
+    ("ncu_gemm.py", "fwd1 H=500 B=800",
+     "unknown shape(s) ['fwd1 H=500 B=800']: the shapes are ['fwd1 H=512 B=800', 'bwd3 H=512 B=800'"),
+    ("gemm_timeline.py", "bwd3 H=500 B=800", "unknown shape(s) ['bwd3 H=500 B=800']: the shapes are ['fwd1 H=512 B=800'"),
+])
+def test_device_scripts_name_an_unknown_shape_before_they_need_a_gpu(script, shape, message):
+    proc = subprocess.run([sys.executable, str(PROJECT_ROOT / "scripts" / script), shape],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
-    assert "unknown shape(s) ['fwd1 H=500 B=800']: the shapes are ['fwd1 H=512 B=800', 'bwd3 H=512 B=800'" in proc.stderr
+    assert message in proc.stderr
 
 
 def timeline_script():
@@ -63,13 +68,6 @@ def timeline_script():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def test_gemm_timeline_names_an_unknown_shape_before_it_needs_a_gpu():
-    proc = subprocess.run([sys.executable, str(PROJECT_ROOT / "scripts" / "gemm_timeline.py"), "bwd3 H=500 B=800"],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 1
-    assert "unknown shape(s) ['bwd3 H=500 B=800']: the shapes are ['fwd1 H=512 B=800'" in proc.stderr
 
 
 def test_gemm_timeline_takes_a_config_and_blocks_after_the_shape_and_checks_them():
