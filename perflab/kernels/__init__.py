@@ -31,13 +31,16 @@ TILED_VARIANTS = ("best", "tf32")  # the cp.async tile kernels of gemm_best.cu, 
 # tiles, split-K and stream-K; chosen greedily for the geometric mean over the training shapes):
 # 128x64 blocks of 8x8 thread tiles held to 3 blocks an SM (the backward GEMMs' long K, by
 # stream-K), 64x128 for the large forward GEMMs a tile a block, and 64x64 blocks, mostly
-# by stream-K, for the small batches. The first config is the untuned choice for shapes that
-# fill the chip. (A 64x64 config at BK = 32 was dropped on 2026-11-23: after the edge-tile and
+# by stream-K, for the small batches. 128x128 of 256 threads, one block an SM, came last
+# (2026-11-23, gemm_experiments/ab_128x128.csv): stream-K over one wave, it is the fastest at
+# the forward GEMM (512 x 784)(784 x 3200). The first config is the untuned choice for shapes
+# that fill the chip. (A 64x64 config at BK = 32 was dropped on 2026-11-23: after the edge-tile and
 # epilogue changes it was the fastest at none of the 18 shapes, nor within a point of it:
 # results/nvidia-h100-80gb-hbm3/gemm_experiments/ab_edge_zero_fill.csv.)
 TILE_CONFIGS = {
     ("best", "float"): [(128, 64, 16, 64, 32, 8, 8, 3, 0, 3), (64, 128, 16, 32, 64, 8, 8, 3, 0, 2),
-                        (64, 64, 16, 32, 64, 8, 8, 3, 0, 4), (64, 64, 16, 32, 32, 8, 4, 3, 0, 4)],
+                        (64, 64, 16, 32, 64, 8, 8, 3, 0, 4), (64, 64, 16, 32, 32, 8, 4, 3, 0, 4),
+                        (128, 128, 16, 64, 32, 8, 8, 3, 0, 1)],
     ("best", "double"): [(64, 64, 8, 32, 32, 4, 8, 3, 2, 1), (128, 64, 8, 32, 32, 4, 8, 3, 2, 1)],
     ("tf32", "float"): [(128, 128, 16, 64, 32, 3), (128, 64, 16, 64, 32, 3), (64, 64, 16, 32, 32, 4)],
 }

@@ -310,16 +310,18 @@ __device__ __forceinline__ void for_each_share(int M, int N, int K, T alpha, T b
             vstore<T, G>(mine + r * BN + c, w);
         });
         const int first = s.owner(t0), last = s.owner(t0 + steps - 1);
-        __threadfence();
-        __syncthreads();
+        __syncthreads();  // the block's part is written: thread 0's release below covers it (CUTLASS's barrier)
         if (threadIdx.x == 0) {  // one counter a shared tile, at its first block (whose last tile it is)
             int* count = reinterpret_cast<int*>(work) + first;
+            asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
             arrived = atomicAdd(count, 1);
-            if (arrived == last - first) *count = 0;  // ready for the next launch
+            if (arrived == last - first) {
+                *count = 0;  // ready for the next launch
+                asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // the others' parts are visible after the barrier
+            }
         }
         __syncthreads();
         if (arrived != last - first) continue;
-        __threadfence();
         // the whole tile, 16 bytes a thread at a time: U of them a part, two parts in flight (the
         // parts' latency, not their bytes, is what this costs)
         constexpr int V = 16 / sizeof(T), U = BM * BN / (NT * V) < 8 ? BM * BN / (NT * V) : 8;
