@@ -88,8 +88,8 @@ def test_tune_tries_shared_tiles_only_where_k_and_the_workspace_allow():
     small = SimpleNamespace(size=workspace_elements("best", "float", config, 2 * tiles))
     assert {b for c, b in tile_choices("best", "float", 64, 64, 4000, small, sms=132) if c == config} == {tiles, 2 * tiles}
     # the kernel counts a shared schedule's tiles x K steps in an int: none offered past that
-    huge = {(c, b) for c, b in tile_choices("best", "float", 2**16, 2**16, 2**16, big, sms=132)}
-    assert huge == {(c, tile_grid("best", "float", c, 2**16, 2**16, 2**16)[0]) for c in configs}
+    huge = {(c, b) for c, b in tile_choices("best", "float", 2**17, 2**17, 2**17, big, sms=132)}
+    assert huge == {(c, tile_grid("best", "float", c, 2**17, 2**17, 2**17)[0]) for c in configs}
 
 
 def test_a_block_count_the_kernel_cannot_run_is_refused_by_name():

@@ -8,6 +8,11 @@ from perflab.bench import gemm_shapes, time_graph_ms
 from perflab.results import machine_metadata, write_rows
 
 kernels.SPLITS = (1, 2, 3, 4, 5, 6, 7, 8)
+# EXTRA_CONFIGS="64,64,16,32,32,8,4,3,0,5;...": candidate tile configs beside TILE_CONFIGS
+if os.environ.get("EXTRA_CONFIGS"):
+    kernels.TILE_CONFIGS[("best", "float")] = kernels.TILE_CONFIGS[("best", "float")] + [
+        tuple(map(int, c.split(","))) for c in os.environ["EXTRA_CONFIGS"].split(";")]
+    kernels.tile_configs.cache_clear()
 
 def use(variant):
     f = f"../../diag/ab/{variant}.cu"
@@ -22,6 +27,8 @@ data = {}
 for name, M, K, N, ta, tb in gemm_shapes():
     if not name.startswith(("fwd1", "bwd3")) or (only and name not in only.split(",")):
         continue
+    if os.environ.get("FWD1_NN") and name.startswith("fwd1"):  # X stored 784 x N: fwd1's b n-contiguous
+        tb, name = False, name + " nn"
     a = cp.asarray(rng.uniform(-1, 1, (K, M) if ta else (M, K)).astype("float32"))
     b = cp.asarray(rng.uniform(-1, 1, (N, K) if tb else (K, N)).astype("float32"))
     data[name] = (M, K, N, a.T if ta else a, b.T if tb else b)
@@ -33,7 +40,7 @@ for variant in variants:
         ref = a.astype("float64") @ b.astype("float64")
         t_cublas = time_graph_ms(cp, lambda: kernels.gemm(a, b, out=out, variant="cublas"))
         for cfg, blocks in kernels.tile_choices("best", "float", M, N, K, work, kernels.multiprocessors()):
-            if os.environ.get("CONFIG") and cfg != os.environ["CONFIG"]:
+            if os.environ.get("CONFIG") and cfg not in os.environ["CONFIG"].split(","):
                 continue
             out.fill(np.nan)
             run = lambda: kernels.gemm(a, b, out=out, variant="best", config=cfg, blocks=blocks, work=work)  # noqa
