@@ -46,6 +46,12 @@ def gemm_operands(cp, rng, M: int, K: int, N: int, ta: bool, tb: bool, dtype="fl
     return (a.T if ta else a), (b.T if tb else b)
 
 
+def input_sets(M: int, K: int, N: int, itemsize: int = 4) -> int:
+    """Operand sets the GEMM bench rotates among: enough that together they overflow L2 (50 MB,
+    three times over), so repeats do not run from cache."""
+    return min(8, max(2, math.ceil(3 * 50e6 / ((M * K + K * N) * itemsize))))
+
+
 def device_peak_flops(cp) -> tuple[float, dict]:
     """FP32 FMA peak: SMs x 128 lanes x 2 FLOPs x clock (the clock read off the device)."""
     dev = cp.cuda.Device()
@@ -101,21 +107,22 @@ def device_copy_rate(cp, nbytes: int = 1 << 30) -> float:
 
 
 def bench_gemm(variants=("naive", "tiled", "regblock", "best", "tf32", "cublas"), dtype="float32", hidden=(512, 1024, 2048),
-               batches=(800, 3200, 12000), repeats=20, progress=True):
-    """Rows: one per (shape, variant) with ms, TFLOP/s, % of cuBLAS, % of peak, GB/s."""
+               batches=(800, 3200, 12000), repeats=20, progress=True, peers=("pytorch", "jax"), log=print):
+    """Rows: one per (shape, variant) with ms, TFLOP/s, % of cuBLAS, % of the fastest SGEMM peer
+    (cuBLAS, PyTorch, JAX: perflab.gemm_peers, float32 only), % of peak, GB/s."""
     import cupy as cp
     from tqdm.auto import tqdm
 
     from . import kernels
     peak, dev = device_peak_flops(cp)
     copy_rate = device_copy_rate(cp)
-    rng = np.random.default_rng(0)
+    from .gemm_peers import run_gemm_peers
+    peer_times = run_gemm_peers(peers, hidden, batches, repeats, log) if dtype == "float32" and peers else {}
     rows = []
     shapes = list(gemm_shapes(hidden, batches))
     for name, M, K, N, ta, tb in tqdm(shapes, disable=not progress, desc="gemm shapes"):
-        # enough input sets that together they overflow L2, so repeats do not run from cache
-        sets = max(2, math.ceil(3 * 50e6 / ((M * K + K * N) * 4)))
-        sets = min(sets, 8)
+        rng = np.random.default_rng(0)  # each shape's own draw, so the peers' processes make the same
+        sets = input_sets(M, K, N)
         inputs = [gemm_operands(cp, rng, M, K, N, ta, tb, dtype) for _ in range(sets)]
         out = cp.empty((M, N), dtype)
         work = kernels.workspace(M, N, dtype)  # allocated outside the graph
@@ -141,17 +148,21 @@ def bench_gemm(variants=("naive", "tiled", "regblock", "best", "tf32", "cublas")
             kernels.gemm(a0, b0, out=out, variant=variant)
             err = float(np.linalg.norm(out.get() - reference) / np.linalg.norm(reference))
             ms = time_graph_ms(cp, call, calls=2 * sets, repeats=repeats)
-            base[variant] = ms
+            schedule = (kernels.schedule_name(variant, kernels.ctype(dtype), choice[0], M, N, K, choice[1])
+                        if variant in kernels.TILED_VARIANTS else "")
+            base[variant] = (ms, err, choice[0], choice[1], schedule)
+        for peer, times in peer_times.items():
+            base[peer] = (*times[name], "", None, "")
+        fastest_peer = min((base[p][0] for p in ("cublas", *peer_times) if p in base), default=float("nan"))
+        for variant, (ms, err, config, blocks, schedule) in base.items():
             rows.append({"shape": name, "M": M, "K": K, "N": N, "variant": variant, "dtype": dtype, "ms": ms,
                          "tflops": flops / ms / 1e9, "pct_peak": 100 * flops / (ms * 1e-3) / peak,
                          "gbps": nbytes / ms / 1e6, "pct_copy_rate": 100 * nbytes / (ms * 1e-3) / copy_rate,
                          "rel_error": err, "gpu": dev["gpu"], "peak_tflops": peak / 1e12,
-                         "copy_rate_gbps": copy_rate / 1e9, "config": choice[0], "blocks": choice[1],
-                         "schedule": (kernels.schedule_name(variant, kernels.ctype(dtype), choice[0], M, N, K, choice[1])
-                                      if variant in kernels.TILED_VARIANTS else ""),
-                         "checked": bool(err <= TOLERANCE[variant if variant == "tf32" else dtype])})
-        for row in rows[-len(base):]:
-            row["pct_cublas"] = 100 * base["cublas"] / row["ms"] if "cublas" in base else float("nan")
+                         "copy_rate_gbps": copy_rate / 1e9, "config": config, "blocks": blocks, "schedule": schedule,
+                         "checked": bool(err <= TOLERANCE[variant if variant == "tf32" else dtype]),
+                         "pct_cublas": 100 * base["cublas"][0] / ms if "cublas" in base else float("nan"),
+                         "pct_fastest_peer": 100 * fastest_peer / ms})
     return rows
 
 
@@ -167,6 +178,13 @@ def summarize_gemm(rows) -> str:
             lines.append(f"{variant} vs cuBLAS SGEMM at the H x 784 shapes: geometric mean "
                          f"{math.exp(np.log(ratio).mean()):.3f}, worst {ratio.min():.3f} "
                          f"({ours.loc[ratio.idxmin(), 'shape']}), best {ratio.max():.3f}")
+    ours = df[(df["variant"] == "best") & (df["shape"].str.startswith(("fwd1", "bwd3")))]
+    peers = sorted(set(df["variant"]) & {"cublas", "pytorch", "jax"})
+    if len(ours) and len(peers) > 1:
+        ratio = ours.pct_fastest_peer / 100
+        lines.append(f"best vs the fastest of {', '.join(peers)} at each H x 784 shape: geometric mean "
+                     f"{math.exp(np.log(ratio).mean()):.3f}, worst {ratio.min():.3f} "
+                     f"({ours.loc[ratio.idxmin(), 'shape']}), best {ratio.max():.3f}")
     return "\n".join(lines)
 
 

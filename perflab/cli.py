@@ -214,7 +214,8 @@ def save_rows(name: str, rows: list[dict], out: str | None = None) -> str:
 def cmd_bench_gemm(args, comm) -> dict:
     from . import bench
     rows = bench.bench_gemm(variants=args.variants, dtype=args.dtype, hidden=args.hidden, batches=args.batches,
-                            repeats=args.repeats, progress=not args.json)
+                            repeats=args.repeats, progress=not args.json, peers=args.peers,
+                            log=(lambda m: None) if args.json else print)
     saved = save_rows(f"bench_gemm_{args.dtype}", rows, args.out)
     if not args.json:
         print(bench.summarize_gemm(rows))
@@ -535,11 +536,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="benchmarks: perflab beside its peers in one run (GPU)")
     bsub = p.add_subparsers(dest="bench_command", required=True, metavar="WHAT")
+    from .gemm_peers import GEMM_PEERS
     from .kernels import GEMM_VARIANTS
-    b = bsub.add_parser("gemm", help="every GEMM variant and cuBLAS at the training shapes",
-                        description="Times each GEMM variant and cuBLAS (calls captured in a CUDA graph and replayed "
-                                    "between CUDA events, median, inputs rotated past L2) at the forward/backward shapes for H x B; prints TFLOP/s, % of cuBLAS, "
-                                    "% of the FP32 peak; writes results/<machine>/bench_gemm_<dtype>.csv.")
+    b = bsub.add_parser("gemm", help="every GEMM variant beside cuBLAS, PyTorch and JAX at the training shapes",
+                        description="Times each GEMM variant, cuBLAS and the installed SGEMM peers (calls captured in a "
+                                    "CUDA graph and replayed between CUDA events, median, inputs rotated past L2) at the "
+                                    "forward/backward shapes for H x B; prints TFLOP/s, % of cuBLAS and of the fastest "
+                                    "peer, % of the FP32 peak; writes results/<machine>/bench_gemm_<dtype>.csv.")
     b.add_argument("--variants", nargs="+", choices=GEMM_VARIANTS, default=list(GEMM_VARIANTS),
                    help="default: all")
     b.add_argument("--dtype", choices=DTYPES, default="float32", help="default float32")
@@ -548,6 +551,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--batches", nargs="+", type=positive, default=[800, 3200, 12000], metavar="B",
                    help="batch sizes of the training shapes (default 800 3200 12000)")
     b.add_argument("--repeats", type=positive, default=20, help="timed repeats, median kept (default %(default)s)")
+    b.add_argument("--peers", nargs="*", choices=GEMM_PEERS, default=list(GEMM_PEERS), metavar="PEER",
+                   help=f"SGEMM peers beside cuBLAS, float32 only, each in its own process; a missing one is skipped "
+                        f"with a message (default: {' '.join(GEMM_PEERS)}; none: --peers alone)")
     outputs(b)
     b.set_defaults(run=cmd_bench_gemm)
     from .peers import PEERS

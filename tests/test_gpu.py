@@ -342,3 +342,23 @@ def test_gpu_training_with_the_forward_pass_unfused_matches_reference(dtype):
                           progress=False).params
     for a, b in zip(got, reference):
         assert rel(a, b) <= TOL[dtype]
+
+
+def test_bench_gemm_sets_best_beside_every_installed_peer():
+    """Every variant and peer checked against float64 at each shape; the fastest peer is the
+    one pct_fastest_peer measures against."""
+    import importlib.util
+
+    from perflab import bench
+    said = []
+    rows = bench.bench_gemm(variants=("best", "cublas"), hidden=(37,), batches=(101,), repeats=2, progress=False,
+                            log=said.append)
+    peers = {"cublas"} | {p for p, module in (("pytorch", "torch"), ("jax", "jax"))
+                          if importlib.util.find_spec(module)}
+    assert len({r["shape"] for r in rows}) == 5, said
+    for shape in {r["shape"] for r in rows}:
+        got = {r["variant"]: r for r in rows if r["shape"] == shape}
+        assert set(got) == {"best"} | peers, said
+        assert all(r["checked"] and r["ms"] > 0 for r in got.values()), got
+        assert max(got[p]["pct_fastest_peer"] for p in peers) == pytest.approx(100)
+        assert got["best"]["pct_fastest_peer"] <= got["best"]["pct_cublas"] + 1e-9

@@ -1,0 +1,153 @@
+"""The training shapes' GEMMs in PyTorch and JAX, for `perflab bench gemm`: `best` has to beat
+the fastest SGEMM a practitioner would reach for, not only CuPy's cuBLAS call.
+
+Both run float32 with TF32 off, on the bench's inputs (the same seed, storage and rotation past
+L2), checked against the float64 product. Each peer runs in a process of its own
+(`python -m perflab.gemm_peers '[peer, hidden, batches, repeats]'`): JAX's and PyTorch's memory
+pools stay out of CuPy's way and out of each other's numbers.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from .bench import gemm_operands, gemm_shapes, input_sets
+from .peers import PeerMissing
+
+GEMM_PEERS = ("pytorch", "jax")
+
+
+def stored(x) -> tuple[np.ndarray, bool]:
+    """(the array as memory holds it, transposed?): a transposed view goes over as its base."""
+    return (x, False) if x.flags.c_contiguous else (np.ascontiguousarray(x.T), True)
+
+
+def shape_inputs(M, K, N, ta, tb):
+    """The bench's operand sets and the float64 product of the first (bench_gemm's own draw)."""
+    rng = np.random.default_rng(0)
+    inputs = [gemm_operands(np, rng, M, K, N, ta, tb) for _ in range(input_sets(M, K, N))]
+    a0, b0 = inputs[0]
+    return inputs, a0.astype(np.float64) @ b0.astype(np.float64)
+
+
+def rel_error(out, reference) -> float:
+    return float(np.linalg.norm(out - reference) / np.linalg.norm(reference))
+
+
+def pytorch_gemm(shapes, repeats: int) -> dict:
+    """{shape: (ms, rel_error)}: torch.matmul(a, b, out=...) over the rotated inputs, captured in
+    a CUDA graph and replayed between CUDA events, median of `repeats`."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise PeerMissing(f"PyTorch not installed ({exc})") from None
+    if not torch.cuda.is_available():
+        raise PeerMissing("PyTorch sees no GPU")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    got = {}
+    for name, M, K, N, ta, tb in shapes:
+        inputs, reference = shape_inputs(M, K, N, ta, tb)
+
+        def put(x):
+            base, transposed = stored(x)
+            t = torch.from_numpy(base).cuda()
+            return t.T if transposed else t
+        pairs = [(put(a), put(b)) for a, b in inputs]
+        out = torch.empty((M, N), device="cuda")
+        torch.matmul(*pairs[0], out=out)
+        err = rel_error(out.cpu().numpy(), reference)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up off the default stream, as capture wants
+            for a, b in pairs:
+                torch.matmul(a, b, out=out)
+        torch.cuda.current_stream().wait_stream(side)
+        graph, calls = torch.cuda.CUDAGraph(), 2 * len(pairs)
+        with torch.cuda.graph(graph):
+            for i in range(calls):
+                torch.matmul(*pairs[i % len(pairs)], out=out)
+        graph.replay()
+        times = []
+        for _ in range(repeats):
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            stop.record()
+            stop.synchronize()
+            times.append(start.elapsed_time(stop) / calls)
+        got[name] = (statistics.median(times), err)
+    return got
+
+
+def jax_gemm(shapes, repeats: int, queued: int = 10) -> dict:
+    """{shape: (ms, rel_error)}: one jitted function multiplies every input set (precision
+    highest). JAX gives no device events, so the clock is the host's around `queued` calls
+    queued back to back, the device kept busy; the host's one dispatch latency is shared by
+    queued x sets products (a few percent at the smallest shape, against JAX)."""
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError as exc:
+        raise PeerMissing(f"JAX not installed ({exc})") from None
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        raise PeerMissing("JAX sees no GPU")
+    jax.config.update("jax_default_matmul_precision", "highest")
+    got = {}
+    for name, M, K, N, ta, tb in shapes:
+        inputs, reference = shape_inputs(M, K, N, ta, tb)
+        pairs = [tuple(jnp.asarray(stored(x)[0]) for x in pair) for pair in inputs]
+        products = jax.jit(lambda ps: [(a.T if ta else a) @ (b.T if tb else b) for a, b in ps])
+        first = jax.block_until_ready(products(pairs))[0]  # compiles and autotunes
+        err = rel_error(np.asarray(first), reference)
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for _ in range(queued):
+                outs = products(pairs)
+            jax.block_until_ready(outs)
+            times.append(1e3 * (time.perf_counter() - t0) / (queued * len(pairs)))
+        got[name] = (statistics.median(times), err)
+    return got
+
+
+def run_gemm_peers(peers, hidden, batches, repeats: int, log=print, timeout: int = 900) -> dict:
+    """{peer: {shape: (ms, rel_error)}} for the peers that ran; a missing or failing one is
+    skipped with a message, as bench train does."""
+    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    got = {}
+    for peer in peers:
+        cmd = [sys.executable, "-m", "perflab.gemm_peers", json.dumps([peer, list(hidden), list(batches), repeats])]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            log(f"peer skipped: {peer} (no result within {timeout} s)")
+            continue
+        answer = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+        if proc.returncode != 0 or not answer.startswith("{"):
+            log(f"peer skipped: {peer} ({(proc.stderr.strip().splitlines() or ['failed'])[-1][:300]})")
+            continue
+        result = json.loads(answer)
+        if "missing" in result:
+            log(f"peer skipped: {peer} ({result['missing']})")
+            continue
+        got[peer] = {shape: tuple(v) for shape, v in result.items()}
+    return got
+
+
+if __name__ == "__main__":
+    peer, hidden, batches, repeats = json.loads(sys.argv[1])
+    if peer not in GEMM_PEERS:
+        raise SystemExit(f"unknown GEMM peer {peer!r}: the peers are {GEMM_PEERS}")
+    try:
+        run = {"pytorch": pytorch_gemm, "jax": jax_gemm}[peer]
+        print(json.dumps(run(list(gemm_shapes(hidden, batches)), repeats)))
+    except PeerMissing as exc:
+        print(json.dumps({"missing": str(exc)}))
