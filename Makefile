@@ -34,6 +34,7 @@ test: $(VENV)/.installed-dev
 	$(PY) -m pytest
 
 gpu-test: $(VENV)/.installed-dev
+	$(PY) -m perflab compile
 	$(PY) -m pytest -m gpu
 
 lint: $(VENV)/.installed-dev

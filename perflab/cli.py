@@ -262,6 +262,20 @@ def cmd_bench_step(args, comm) -> dict:
     return {"rows": rows, "saved": saved}
 
 
+def cmd_compile(args, comm) -> dict:
+    from . import kernels
+    from .backend import cupy_or_none
+    if cupy_or_none() is None:
+        raise CLIError("compile builds perflab's CUDA kernels into CuPy's cache: it needs CuPy and a GPU")
+    import time
+    t0 = time.perf_counter()
+    count = kernels.compile_all(args.processes, progress=not args.json)
+    seconds = time.perf_counter() - t0
+    if not args.json:
+        print(f"{count} modules compiled or found in CuPy's cache in {seconds:.0f} s")
+    return {"modules": count, "seconds": seconds}
+
+
 def cmd_ceilings(args, comm) -> dict:
     from . import ceilings
     from .backend import cupy_or_none
@@ -533,6 +547,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-log2-size", type=positive, default=26, help="largest buffer, 2**K bytes (default %(default)s)")
     outputs(p)
     p.set_defaults(run=cmd_ceilings)
+
+    p = sub.add_parser("compile", help="compile every CUDA kernel into CuPy's cache now, in parallel (GPU)",
+                       description="perflab's kernels are compiled (NVRTC) at first use, one module at a time: "
+                                   "minutes on a fresh machine. This compiles all of them in parallel processes into "
+                                   "CuPy's kernel cache (CUPY_CACHE_DIR, default ~/.cupy/kernel_cache), so later runs "
+                                   "start at once.")
+    p.add_argument("--processes", type=positive, help="compiler processes (default: one a CPU core)")
+    outputs(p, folder=False)
+    p.set_defaults(run=cmd_compile)
 
     p = sub.add_parser("bench", help="benchmarks: perflab beside its peers in one run (GPU)")
     bsub = p.add_subparsers(dest="bench_command", required=True, metavar="WHAT")

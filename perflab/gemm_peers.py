@@ -125,6 +125,7 @@ def run_gemm_peers(peers, hidden, batches, repeats: int, log=print, timeout: int
     got = {}
     for peer in peers:
         cmd = [sys.executable, "-m", "perflab.gemm_peers", json.dumps([peer, list(hidden), list(batches), repeats])]
+        t0 = time.perf_counter()
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
         except subprocess.TimeoutExpired:
@@ -139,6 +140,7 @@ def run_gemm_peers(peers, hidden, batches, repeats: int, log=print, timeout: int
             log(f"peer skipped: {peer} ({result['missing']})")
             continue
         got[peer] = {shape: tuple(v) for shape, v in result.items()}
+        log(f"peer {peer}: {len(result)} shapes timed in {time.perf_counter() - t0:.0f} s")
     return got
 
 

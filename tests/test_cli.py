@@ -71,6 +71,14 @@ def test_bench_train_configs_are_validated(capsys, bench):
     assert info.value.code == 2 and "expected H,B with two positive integers like 512,3200, got '512x3200'" in capsys.readouterr().err
 
 
+def test_compile_without_a_gpu_says_what_it_needs(capsys, monkeypatch):
+    monkeypatch.setattr("perflab.backend.cupy_or_none", lambda: None)
+    with pytest.raises(SystemExit) as info:
+        main(["compile"])
+    assert info.value.code == 2 and "compile builds perflab's CUDA kernels into CuPy's cache: it needs CuPy and a GPU" \
+        in capsys.readouterr().err
+
+
 def test_bench_allreduce_needs_several_ranks(capsys):
     with pytest.raises(SystemExit) as info:
         main(["bench", "allreduce"])

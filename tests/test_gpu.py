@@ -362,3 +362,10 @@ def test_bench_gemm_sets_best_beside_every_installed_peer():
         assert all(r["checked"] and r["ms"] > 0 for r in got.values()), got
         assert max(got[p]["pct_fastest_peer"] for p in peers) == pytest.approx(100)
         assert got["best"]["pct_fastest_peer"] <= got["best"]["pct_cublas"] + 1e-9
+
+
+def test_compile_all_builds_every_module_in_parallel():
+    """(make gpu-test runs `perflab compile` first, so here the modules come from CuPy's cache.)"""
+    assert kernels.compile_all(processes=2, progress=False) == len(kernels.modules())
+    sources = {source for source, _ in kernels.modules()}
+    assert sources == {"gemm_naive.cu", "gemm_tiled.cu", "gemm_regblock.cu", "gemm_best.cu", "elementwise.cu"}
