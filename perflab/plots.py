@@ -102,9 +102,10 @@ def predicted_vs_measured(table, title=""):
 
 
 def gemm_progression(bench, peak_tflops: float, shapes=("fwd1 H=512 B=3200", "fwd1 H=2048 B=12000", "bwd3 H=512 B=3200")):
-    """SGEMM_CUDA-style progression: TFLOP/s of naive -> tiled -> regblock -> best -> cuBLAS."""
+    """SGEMM_CUDA-style progression: TFLOP/s of naive -> tiled -> regblock -> best, then the SGEMM
+    peers (cuBLAS, and PyTorch and JAX where the bench ran them)."""
     fig, ax = new_figure()
-    order = [v for v in ("naive", "tiled", "regblock", "best", "cublas") if v in set(bench["variant"])]
+    order = [v for v in ("naive", "tiled", "regblock", "best", "cublas", "pytorch", "jax") if v in set(bench["variant"])]
     for i, shape in enumerate(s for s in shapes if s in set(bench["shape"])):
         rows = bench[bench["shape"] == shape].set_index("variant").reindex(order)
         ax.plot(order, rows["tflops"], "o-", label=shape, color=f"C{i}")

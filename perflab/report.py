@@ -83,20 +83,16 @@ def train_table(path: Path) -> str:
 
 
 def gemm_table(path: Path) -> str:
-    import math
-
     import pandas as pd
+
+    from .bench import gemm_ratios
     t = pd.read_csv(path)
     big = t[t["shape"].str.startswith(("fwd1", "bwd3"))]
     wide = big.pivot_table(index="shape", columns="variant", values="tflops", sort=False).round(2)
-    lines = [fmt(wide.reset_index()), ""]
-    for variant in ("best", "tf32"):
-        ratio = big[big.variant == variant].set_index("shape")["pct_cublas"] / 100
-        if len(ratio):
-            geo = math.exp(ratio.apply(math.log).mean())
-            lines.append(f"- `{variant}` against cuBLAS SGEMM at the H x 784 shapes: geometric mean {geo:.2f}, "
-                         f"worst {ratio.min():.2f} ({ratio.idxmin()}), best {ratio.max():.2f} ({ratio.idxmax()}).")
-    return "\n".join(lines) + "\n\nTFLOP/s; tf32 rounds its inputs to TF32 (tensor cores), every other column is FP32."
+    lines = [fmt(wide.reset_index()), "", *(f"- {line}." for line in gemm_ratios(t))]
+    return "\n".join(lines) + ("\n\nTFLOP/s; tf32 rounds its inputs to TF32 (tensor cores), every other column is "
+                               "FP32. pytorch and jax: their SGEMM with TF32 off, each in a process of its own; JAX "
+                               "gives no device events, so its time is the host's over calls queued back to back.")
 
 
 def step_prediction(steps, train):

@@ -328,8 +328,9 @@ for path in sorted(RESULTS_ROOT.glob("*/bench_gemm_float32.csv")):
     display(bench.pivot_table(index="shape", columns="variant", values="tflops", sort=False).round(2))
     fig = plots.gemm_progression(bench, bench.peak_tflops.iloc[0])
     display(Image(str(plots.save(fig, f"gemm_progression_{path.parent.name}",
-        f"FP32 GEMM rate of perflab's kernels naive -> tiled -> regblock -> best against cuBLAS at three training shapes "
-        f"on {bench.gpu.iloc[0]}, device time from CUDA-graph replays; dashed: the FP32 peak. Source: {path.parent.name}/{path.name}."))))
+        f"FP32 GEMM rate of perflab's kernels naive -> tiled -> regblock -> best against the SGEMM of cuBLAS (and of "
+        f"PyTorch and JAX where the file has them, TF32 off) at three training shapes "
+        f"on {bench.gpu.iloc[0]}, device time from CUDA-graph replays (JAX: the host's over calls queued back to back); dashed: the FP32 peak. Source: {path.parent.name}/{path.name}."))))
 for path in sorted(RESULTS_ROOT.glob("*/bench_train.csv")):
     fig = plots.train_peers(pd.read_csv(path))
     display(Image(str(plots.save(fig, f"train_peers_{path.parent.name}",
