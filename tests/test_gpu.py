@@ -119,6 +119,61 @@ def test_shared_tiles_are_deterministic_and_replay_in_a_graph(rng, schedule):
     assert int(cp.count_nonzero(flags)) == 0
 
 
+@pytest.mark.parametrize("variant, dtype", [("best", "float64"), ("best", "float32"), ("tf32", "float32")])
+def test_back_to_back_gemms_each_wait_for_the_one_before(rng, variant, dtype):
+    """A chain of GEMMs, each reading what the one before wrote, launched back to back with no
+    sync (on sm_90 the next may start early; gemm_best.cu makes its blocks wait), eagerly and
+    from a CUDA graph; stream-K and a tile a block alternate on one workspace. Every output
+    starts as NaN, so a read before the write shows."""
+    M, K, n = 257, 301, 6
+    x, hx = operand(rng, M, K, False, dtype)
+    weights = [operand(rng, K, K, i % 2 == 1, dtype) for i in range(n)]
+    outs = [cp.empty((M, K), dtype) for _ in range(n)]
+    work = kernels.workspace(M, K, dtype)
+    config = next(iter(kernels.tile_configs(variant, kernels.ctype(dtype))))
+    stream_k = blocks_for(config, M, K, K, dtype, ("stream", 1.7), variant)
+    want = hx
+    for _, hw in weights:
+        want = (want @ hw) / K
+
+    def chain():
+        src = x
+        for i, ((w, _), out) in enumerate(zip(weights, outs)):
+            kernels.gemm(src, w, out=out, alpha=1 / K, variant=variant, config=config,
+                         blocks=stream_k if i % 2 == 0 else None, work=work)
+            src = out
+
+    tol = 5e-3 if variant == "tf32" else 10 * TOL[dtype]
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        for out in outs:
+            out.fill(np.nan)
+        chain()
+        assert rel(outs[-1].get(), want) <= tol
+        stream.begin_capture()
+        chain()
+        graph = stream.end_capture()
+        for _ in range(3):
+            for out in outs:
+                out.fill(np.nan)
+            graph.launch(stream)
+            assert rel(outs[-1].get(), want) <= tol
+
+
+def test_tile_kernels_launch_dependent_on_sm90_and_name_a_failed_launch():
+    if int(cp.cuda.Device().compute_capability) < 90:
+        assert kernels.driver_launch() is None
+        return
+    assert kernels.driver_launch() is not None, "no programmatic dependent launch on an sm_90 GPU"
+    config = next(iter(kernels.tile_configs("best", "float")))
+    kernel = kernels.gemm_function("best", "float", False, False, 0, config)
+    a, one = cp.ones((8, 8), cp.float32), kernels.i32(8)
+    args = (one, one, one, np.float32(1), a, one, a, one, np.float32(0), a, one, a, one, a, a, kernels.i32(1))
+    with pytest.raises(kernels.KernelError, match=r"cuLaunchKernelEx failed: CUDA_ERROR_INVALID_VALUE .*block \(4096,\)"):
+        kernels.launch_tile(kernel, (1,), (4096,), args, 0)  # 4096 threads a block: more than there can be
+    cp.cuda.Device().synchronize()  # and the context is still usable
+
+
 def test_gemm_rejects_a_block_count_it_cannot_use():
     a, b = cp.ones((64, 32), cp.float32), cp.ones((32, 64), cp.float32)
     config = next(iter(kernels.tile_configs("best", "float")))

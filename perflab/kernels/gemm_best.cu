@@ -352,6 +352,17 @@ __device__ __forceinline__ void for_each_share(int M, int N, int K, T alpha, T b
 // their index arithmetic needs more registers, and they give up a block an SM rather than
 // spill (training shares tiles in these orientations for the GEMMs with C = 10 in them).
 // vec: the rows of A and B are 16-byte aligned (16-byte copies).
+// Programmatic dependent launch (sm_90 on): perflab launches the tile kernels so that the next
+// one in the stream may start while this one finishes (kernels.launch_tile). Its blocks let the
+// next launch begin at once, then wait here, before touching global memory, until the grid
+// before them has completed and its writes are visible. Launched plainly, both are no-ops.
+__device__ __forceinline__ void after_previous_grid() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 template <typename T, bool TA, bool TB, int EPI, bool SHARED, int BM, int BN, int BK, int WM, int WN, int TM, int TN,
           int STAGES, int KV, int MINB>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, ((TA && TB) || (SHARED && (TA || TB))) && MINB > 1 ? MINB - 1 : MINB)
@@ -363,6 +374,7 @@ gemm_best(int M, int N, int K, T alpha, const T* __restrict__ A, int lda, const 
     constexpr int KS = XT ? 1 : KV;                                   // steps of k a read covers
     static_assert(WTR * WTC == 32 && TM % V == 0 && TN % V == 0 && BK % V == 0 && V % KS == 0, "bad tile shape");
     extern __shared__ __align__(16) unsigned char smem_raw[];
+    after_previous_grid();
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int wm = (warp / (BN / WN)) * WM, wn = (warp % (BN / WN)) * WN;
@@ -450,6 +462,7 @@ gemm_tf32(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
     constexpr int NT = (BM / WM) * (BN / WN) * 32, V = 4, MI = WM / 16, NI = WN / 8;
     static_assert(WM % 16 == 0 && WN % 8 == 0 && BK % 8 == 0, "bad tile shape");
     extern __shared__ __align__(16) unsigned char smem_raw[];
+    after_previous_grid();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
     const int wm = (warp / (BN / WN)) * WM, wn = (warp % (BN / WN)) * WN;
 
