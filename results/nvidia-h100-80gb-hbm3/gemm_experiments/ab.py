@@ -14,10 +14,15 @@ if os.environ.get("EXTRA_CONFIGS"):
         tuple(map(int, c.split(","))) for c in os.environ["EXTRA_CONFIGS"].split(";")]
     kernels.tile_configs.cache_clear()
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pdl_launch
+
 def use(variant):
     f = f"../../diag/ab/{variant}.cu"
     kernels.source_file = lambda v: f if v in kernels.TILED_VARIANTS else f"gemm_{v}.cu"
-    kernels.module.cache_clear(); kernels.gemm_function.cache_clear()
+    # PDL="pdl,pdl2": these variants launch with programmatic dependent launch
+    pdl_launch.install(kernels, variant in os.environ.get("PDL", "").split(","))
+    kernels.module.cache_clear(); kernels._plain_gemm_function.cache_clear()
 
 variants = sys.argv[1:]
 only = os.environ.get("SHAPES")
