@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
 import numpy as np
 
 from .bench import gemm_operands, gemm_shapes, input_sets
-from .peers import PeerMissing
+from .peers import PeerMissing, fp32_jax, fp32_torch, run_peer_process
 
 GEMM_PEERS = ("pytorch", "jax")
 
@@ -43,14 +42,7 @@ def rel_error(out, reference) -> float:
 def pytorch_gemm(shapes, repeats: int) -> dict:
     """{shape: (ms, rel_error)}: torch.matmul(a, b, out=...) over the rotated inputs, captured in
     a CUDA graph and replayed between CUDA events, median of `repeats`."""
-    try:
-        import torch
-    except ImportError as exc:
-        raise PeerMissing(f"PyTorch not installed ({exc})") from None
-    if not torch.cuda.is_available():
-        raise PeerMissing("PyTorch sees no GPU")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
+    torch = fp32_torch()
     got = {}
     for name, M, K, N, ta, tb in shapes:
         inputs, reference = shape_inputs(M, K, N, ta, tb)
@@ -92,14 +84,7 @@ def jax_gemm(shapes, repeats: int, queued: int = 10) -> dict:
     queued back to back, the device kept busy; the host's one dispatch latency is shared by
     queued x sets products (a few percent at the smallest shape, against JAX)."""
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    try:
-        import jax
-        import jax.numpy as jnp
-    except ImportError as exc:
-        raise PeerMissing(f"JAX not installed ({exc})") from None
-    if not any(d.platform == "gpu" for d in jax.devices()):
-        raise PeerMissing("JAX sees no GPU")
-    jax.config.update("jax_default_matmul_precision", "highest")
+    jax, jnp = fp32_jax()
     got = {}
     for name, M, K, N, ta, tb in shapes:
         inputs, reference = shape_inputs(M, K, N, ta, tb)
@@ -121,23 +106,12 @@ def jax_gemm(shapes, repeats: int, queued: int = 10) -> dict:
 def run_gemm_peers(peers, hidden, batches, repeats: int, log=print, timeout: int = 900) -> dict:
     """{peer: {shape: (ms, rel_error)}} for the peers that ran; a missing or failing one is
     skipped with a message, as bench train does."""
-    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     got = {}
     for peer in peers:
-        cmd = [sys.executable, "-m", "perflab.gemm_peers", json.dumps([peer, list(hidden), list(batches), repeats])]
         t0 = time.perf_counter()
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-        except subprocess.TimeoutExpired:
-            log(f"peer skipped: {peer} (no result within {timeout} s)")
-            continue
-        answer = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
-        if proc.returncode != 0 or not answer.startswith("{"):
-            log(f"peer skipped: {peer} ({(proc.stderr.strip().splitlines() or ['failed'])[-1][:300]})")
-            continue
-        result = json.loads(answer)
-        if "missing" in result:
-            log(f"peer skipped: {peer} ({result['missing']})")
+        result, why = run_peer_process("perflab.gemm_peers", [peer, list(hidden), list(batches), repeats], timeout)
+        if result is None:
+            log(f"peer skipped: {peer} ({why})")
             continue
         got[peer] = {shape: tuple(v) for shape, v in result.items()}
         log(f"peer {peer}: {len(result)} shapes timed in {time.perf_counter() - t0:.0f} s")

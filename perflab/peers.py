@@ -58,16 +58,22 @@ def perflab_epoch(X, y, H, B, lr, reg, warmup=2, repeats=5, gemm="cublas", graph
 
 
 # ----------------------------------------------------------------------------- PyTorch
-def torch_setup(X, y, H, lr, reg):
+def fp32_torch():
+    """torch, on a GPU, with TF32 off (every peer computes in FP32), or PeerMissing saying why not."""
     try:
         import torch
     except ImportError as exc:
         raise PeerMissing(f"PyTorch not installed ({exc})") from None
     if not torch.cuda.is_available():
-        raise PeerMissing("PyTorch sees no CUDA device")
+        raise PeerMissing("PyTorch sees no GPU")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
+    return torch
+
+
+def torch_setup(X, y, H, lr, reg):
+    torch = fp32_torch()
     dev = torch.device("cuda")
     W1, b1, W2, b2 = (torch.tensor(p, device=dev, requires_grad=True) for p in initial(X.shape[1], H, 10))
     Xd, yd = torch.tensor(X, device=dev), torch.tensor(y, device=dev)
@@ -136,7 +142,8 @@ def torch_graph(X, y, H, B, lr, reg, warmup=2, repeats=5):
 
 
 # ----------------------------------------------------------------------------- JAX
-def jax_setup(X, y, H, lr, reg):
+def fp32_jax():
+    """(jax, jax.numpy), on a GPU, matmuls at full FP32 precision, or PeerMissing saying why not."""
     try:
         import jax
         import jax.numpy as jnp
@@ -145,6 +152,11 @@ def jax_setup(X, y, H, lr, reg):
     jax.config.update("jax_default_matmul_precision", "highest")
     if not any(d.platform == "gpu" for d in jax.devices()):
         raise PeerMissing("JAX sees no GPU")
+    return jax, jnp
+
+
+def jax_setup(X, y, H, lr, reg):
+    jax, jnp = fp32_jax()
     params = [jnp.asarray(p) for p in initial(X.shape[1], H, 10)]
 
     def loss(params, xb, yb):
@@ -252,35 +264,42 @@ def run_peer(name: str, H: int, B: int, N: int, lr: float, reg: float, warmup: i
     return PEERS[name](X, y, H, B, lr, reg, warmup=warmup, repeats=repeats)
 
 
+def run_peer_process(module: str, args: list, timeout: int):
+    """(the JSON answer of `python -m module '<args as JSON>'`, None), or (None, why there is
+    none: a timeout, the crash's last line of stderr, or the peer's own "missing" message). Each
+    peer runs in a process of its own: one framework's memory pool, allocator or crash cannot
+    touch the next one's numbers."""
+    import json
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    try:
+        proc = subprocess.run([sys.executable, "-m", module, json.dumps(args)], capture_output=True, text=True,
+                              timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return None, f"no result within {timeout} s"
+    answer = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    if proc.returncode != 0 or not answer.startswith("{"):
+        return None, (proc.stderr.strip().splitlines() or ["failed"])[-1][:300]
+    result = json.loads(answer)
+    return (None, result["missing"]) if "missing" in result else (result, None)
+
+
 def bench_train(configs=((512, 3200), (1024, 3200), (2048, 12000)), N=60000, lr=0.1, reg=1e-4, peers=None,
                 warmup=2, repeats=5, log=print, timeout=300, on_config=None):
     """Rows: one per (config, peer) with the median epoch in ms and its ratio to perflab.
     Each peer runs in a process of its own: one framework's memory pool, allocator or crash
     cannot touch the next one's numbers. on_config(rows so far) runs after each config, so a
     run cut short keeps what it finished."""
-    import json
-    import os
-    import subprocess
-    import sys
-    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     rows = []
     for H, B in configs:
         flops = 4 * N * H * 784 + 6 * N * H * 10
         got = {}
         for name in peers or PEERS:
-            cmd = [sys.executable, "-m", "perflab.peers", json.dumps([name, H, B, N, lr, reg, warmup, repeats])]
-            try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-            except subprocess.TimeoutExpired:
-                log(f"skip {name}: no result within {timeout} s")
-                continue
-            answer = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
-            if proc.returncode != 0 or not answer.startswith("{"):
-                log(f"skip {name}: {(proc.stderr.strip().splitlines() or ['failed'])[-1][:300]}")
-                continue
-            result = json.loads(answer)
-            if "missing" in result:
-                log(f"skip {name}: {result['missing']}")
+            result, why = run_peer_process("perflab.peers", [name, H, B, N, lr, reg, warmup, repeats], timeout)
+            if result is None:
+                log(f"peer skipped: {name} ({why})")
                 continue
             got[name] = result["epoch_ms"]
             log(f"H={H} B={B} {name}: {got[name]:.3f} ms/epoch")

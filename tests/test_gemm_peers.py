@@ -41,3 +41,9 @@ def test_an_unknown_peer_is_named_with_the_peers_there_are():
     proc = subprocess.run([sys.executable, "-m", "perflab.gemm_peers", json.dumps(["torch", [7], [9], 1])],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "unknown GEMM peer 'torch': the peers are ('pytorch', 'jax')" in proc.stderr
+
+
+def test_a_crashing_peer_process_gives_its_last_error_line():
+    from perflab.peers import run_peer_process
+    result, why = run_peer_process("perflab.no_such_peer", [1], timeout=60)
+    assert result is None and "No module named perflab.no_such_peer" in why
