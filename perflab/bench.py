@@ -107,9 +107,11 @@ def device_copy_rate(cp, nbytes: int = 1 << 30) -> float:
 
 
 def bench_gemm(variants=("naive", "tiled", "regblock", "best", "tf32", "cublas"), dtype="float32", hidden=(512, 1024, 2048),
-               batches=(800, 3200, 12000), repeats=20, progress=True, peers=("pytorch", "jax"), log=print):
+               batches=(800, 3200, 12000), repeats=20, progress=True, peers=("pytorch", "jax"), log=print,
+               on_shape=None):
     """Rows: one per (shape, variant) with ms, TFLOP/s, % of cuBLAS, % of the fastest SGEMM peer
-    (cuBLAS, PyTorch, JAX: perflab.gemm_peers, float32 only), % of peak, GB/s."""
+    (cuBLAS, PyTorch, JAX: perflab.gemm_peers, float32 only), % of peak, GB/s. on_shape(rows so
+    far) runs after each shape, so a run cut short keeps what it finished."""
     import cupy as cp
     from tqdm.auto import tqdm
 
@@ -163,6 +165,8 @@ def bench_gemm(variants=("naive", "tiled", "regblock", "best", "tf32", "cublas")
                          "checked": bool(err <= TOLERANCE[variant if variant == "tf32" else dtype]),
                          "pct_cublas": 100 * base["cublas"][0] / ms if "cublas" in base else float("nan"),
                          "pct_fastest_peer": 100 * fastest_peer / ms})
+        if on_shape is not None:
+            on_shape(rows)
     return rows
 
 

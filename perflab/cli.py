@@ -215,7 +215,8 @@ def cmd_bench_gemm(args, comm) -> dict:
     from . import bench
     rows = bench.bench_gemm(variants=args.variants, dtype=args.dtype, hidden=args.hidden, batches=args.batches,
                             repeats=args.repeats, progress=not args.json, peers=args.peers,
-                            log=(lambda m: None) if args.json else print)
+                            log=(lambda m: None) if args.json else print,
+                            on_shape=lambda so_far: save_rows(f"bench_gemm_{args.dtype}", so_far, args.out))
     saved = save_rows(f"bench_gemm_{args.dtype}", rows, args.out)
     if not args.json:
         print(bench.summarize_gemm(rows))
@@ -565,7 +566,8 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Times each GEMM variant, cuBLAS and the installed SGEMM peers (calls captured in a "
                                     "CUDA graph and replayed between CUDA events, median, inputs rotated past L2) at the "
                                     "forward/backward shapes for H x B; prints TFLOP/s, % of cuBLAS and of the fastest "
-                                    "peer, % of the FP32 peak; writes results/<machine>/bench_gemm_<dtype>.csv.")
+                                    "peer, % of the FP32 peak; writes results/<machine>/bench_gemm_<dtype>.csv after each "
+                                    "shape.")
     b.add_argument("--variants", nargs="+", choices=GEMM_VARIANTS, default=list(GEMM_VARIANTS),
                    help="default: all")
     b.add_argument("--dtype", choices=DTYPES, default="float32", help="default float32")

@@ -405,12 +405,13 @@ def test_bench_gemm_sets_best_beside_every_installed_peer():
     import importlib.util
 
     from perflab import bench
-    said = []
+    said, so_far = [], []
     rows = bench.bench_gemm(variants=("best", "cublas"), hidden=(37,), batches=(101,), repeats=2, progress=False,
-                            log=said.append)
+                            log=said.append, on_shape=lambda r: so_far.append(len(r)))
     peers = {"cublas"} | {p for p, module in (("pytorch", "torch"), ("jax", "jax"))
                           if importlib.util.find_spec(module)}
     assert len({r["shape"] for r in rows}) == 5, said
+    assert so_far == [len(rows) * (i + 1) // 5 for i in range(5)]  # saved after each shape
     for shape in {r["shape"] for r in rows}:
         got = {r["variant"]: r for r in rows if r["shape"] == shape}
         assert set(got) == {"best"} | peers, said
