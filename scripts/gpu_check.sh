@@ -4,12 +4,13 @@
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 XLA_PYTHON_CLIENT_PREALLOCATE=false
 OUT=${OUT:-/tmp/perflab-out}; mkdir -p "$OUT"
-stages=${*:-"info tests gemm check train"}
+stages=${*:-"info compile tests gemm check train"}
 for stage in $stages; do
   echo "=== $stage $(date +%T)"
   case $stage in
     info) nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
           python3 -c "import cupy, numpy; print('cupy', cupy.__version__, 'numpy', numpy.__version__)" ;;
+    compile) python3 -m perflab compile 2>&1 | tail -1 ;;  # every kernel at once, in parallel: the rest starts warm
     tests) python3 -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -25 ;;
     gemm) python3 -m perflab bench gemm --out "$OUT" 2>&1 | tail -60 ;;
     check) for dt in float32 float64; do
