@@ -82,7 +82,8 @@ def jax_gemm(shapes, repeats: int, queued: int = 10) -> dict:
     """{shape: (ms, rel_error)}: one jitted function multiplies every input set (precision
     highest). JAX gives no device events, so the clock is the host's around `queued` calls
     queued back to back, the device kept busy; the host's one dispatch latency is shared by
-    queued x sets products (a few percent at the smallest shape, against JAX)."""
+    queued x sets products (its share is largest at the smallest shape, and it counts against
+    JAX)."""
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     jax, jnp = fp32_jax()
     got = {}
