@@ -52,6 +52,11 @@ def input_sets(M: int, K: int, N: int, itemsize: int = 4) -> int:
     return min(8, max(2, math.ceil(3 * 50e6 / ((M * K + K * N) * itemsize))))
 
 
+def rel_error(out, reference) -> float:
+    """Relative Frobenius error of a product against its float64 reference (NumPy arrays)."""
+    return float(np.linalg.norm(out - reference) / np.linalg.norm(reference))
+
+
 def device_peak_flops(cp) -> tuple[float, dict]:
     """FP32 FMA peak: SMs x 128 lanes x 2 FLOPs x clock (the clock read off the device)."""
     dev = cp.cuda.Device()
@@ -148,7 +153,7 @@ def bench_gemm(variants=("naive", "tiled", "regblock", "best", "tf32", "cublas")
                 reference = cp.asnumpy(a0).astype(np.float64) @ cp.asnumpy(b0).astype(np.float64)
             a0, b0 = inputs[0]
             kernels.gemm(a0, b0, out=out, variant=variant)
-            err = float(np.linalg.norm(out.get() - reference) / np.linalg.norm(reference))
+            err = rel_error(out.get(), reference)
             ms = time_graph_ms(cp, call, calls=2 * sets, repeats=repeats)
             schedule = (kernels.schedule_name(variant, kernels.ctype(dtype), choice[0], M, N, K, choice[1])
                         if variant in kernels.TILED_VARIANTS else "")

@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from .bench import gemm_operands, gemm_shapes, input_sets
+from .bench import gemm_operands, gemm_shapes, input_sets, rel_error
 from .peers import PeerMissing, fp32_jax, fp32_torch, run_peer_process
 
 GEMM_PEERS = ("pytorch", "jax")
@@ -33,10 +33,6 @@ def shape_inputs(M, K, N, ta, tb):
     inputs = [gemm_operands(np, rng, M, K, N, ta, tb) for _ in range(input_sets(M, K, N))]
     a0, b0 = inputs[0]
     return inputs, a0.astype(np.float64) @ b0.astype(np.float64)
-
-
-def rel_error(out, reference) -> float:
-    return float(np.linalg.norm(out - reference) / np.linalg.norm(reference))
 
 
 def pytorch_gemm(shapes, repeats: int) -> dict:

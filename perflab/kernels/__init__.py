@@ -419,6 +419,7 @@ def driver_launch():
 
 
 PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+SCALAR_CTYPES = {np.int32: ctypes.c_int32, np.float32: ctypes.c_float, np.float64: ctypes.c_double}
 
 
 def launch_tile(kernel, grid: tuple, block: tuple, args: tuple, shared_mem: int):
@@ -437,9 +438,7 @@ def launch_tile(kernel, grid: tuple, block: tuple, args: tuple, shared_mem: int)
     config = LaunchConfig((ctypes.c_uint * 3)(*grid, *(1,) * (3 - len(grid))),
                           (ctypes.c_uint * 3)(*block, *(1,) * (3 - len(block))), shared_mem,
                           cp.cuda.get_current_stream().ptr, ctypes.pointer(attr), 1)
-    values = [ctypes.c_void_p(x.data.ptr) if isinstance(x, cp.ndarray) else
-              {np.int32: ctypes.c_int32, np.float32: ctypes.c_float, np.float64: ctypes.c_double}[type(x)](x)
-              for x in args]
+    values = [ctypes.c_void_p(x.data.ptr) if isinstance(x, cp.ndarray) else SCALAR_CTYPES[type(x)](x) for x in args]
     params = (ctypes.c_void_p * len(values))(*(ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values))
     status = launch(ctypes.byref(config), ctypes.c_void_p(kernel.kernel.ptr), params, None)
     if status != 0:

@@ -345,13 +345,6 @@ __device__ __forceinline__ void for_each_share(int M, int N, int K, T alpha, T b
     }
 }
 
-// KV: steps of k read at once along a k-contiguous tile (KV = 16 bytes' worth reads least,
-// smaller KV holds fewer registers), or 0: k-contiguous tiles are stored transposed (XT) and
-// read one k at a time along m and n; MINB: blocks an SM must fit (caps the registers), one
-// fewer where both operands are transposed, or either is and blocks share tiles (SHARED):
-// their index arithmetic needs more registers, and they give up a block an SM rather than
-// spill (training shares tiles in these orientations for the GEMMs with C = 10 in them).
-// vec: the rows of A and B are 16-byte aligned (16-byte copies).
 // Programmatic dependent launch (sm_90 on): perflab launches the tile kernels so that the next
 // one in the stream may start while this one finishes (kernels.launch_tile). Its blocks let the
 // next launch begin at once, then wait here, before touching global memory, until the grid
@@ -363,6 +356,13 @@ __device__ __forceinline__ void after_previous_grid() {
 #endif
 }
 
+// KV: steps of k read at once along a k-contiguous tile (KV = 16 bytes' worth reads least,
+// smaller KV holds fewer registers), or 0: k-contiguous tiles are stored transposed (XT) and
+// read one k at a time along m and n; MINB: blocks an SM must fit (caps the registers), one
+// fewer where both operands are transposed, or either is and blocks share tiles (SHARED):
+// their index arithmetic needs more registers, and they give up a block an SM rather than
+// spill (training shares tiles in these orientations for the GEMMs with C = 10 in them).
+// vec: the rows of A and B are 16-byte aligned (16-byte copies).
 template <typename T, bool TA, bool TB, int EPI, bool SHARED, int BM, int BN, int BK, int WM, int WN, int TM, int TN,
           int STAGES, int KV, int MINB>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, ((TA && TB) || (SHARED && (TA || TB))) && MINB > 1 ? MINB - 1 : MINB)
