@@ -71,6 +71,13 @@ def test_bench_train_configs_are_validated(capsys, bench):
     assert info.value.code == 2 and "expected H,B with two positive integers like 512,3200, got '512x3200'" in capsys.readouterr().err
 
 
+def test_bench_gemm_peers_are_named_with_the_ones_there_are(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["bench", "gemm", "--peers", "torch"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "argument --peers: invalid choice: 'torch'" in err and "pytorch" in err
+
+
 def test_compile_without_a_gpu_says_what_it_needs(capsys, monkeypatch):
     monkeypatch.setattr("perflab.backend.cupy_or_none", lambda: None)
     with pytest.raises(SystemExit) as info:
@@ -90,6 +97,7 @@ def test_bench_allreduce_needs_several_ranks(capsys):
     (["sweep", "--hidden", "big"], "argument --hidden: expected a positive integer, got 'big'"),
     (["ceilings", "--max-log2-size", "-3"], "argument --max-log2-size: expected a positive integer, got '-3'"),
     (["bench", "gemm", "--repeats", "0"], "argument --repeats: expected a positive integer, got '0'"),
+    (["compile", "--processes", "0"], "argument --processes: expected a positive integer, got '0'"),
     (["bench", "allreduce", "--sizes", "65536", "-4"], "argument --sizes: expected a positive integer, got '-4'"),
     (["bench", "allreduce", "--repeats", "0"], "argument --repeats: expected a positive integer, got '0'"),
     (["predict", "--inter-bw", "0"], "argument --inter-bw: expected a positive number, got '0'"),
