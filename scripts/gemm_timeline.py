@@ -43,9 +43,9 @@ __device__ __forceinline__ unsigned long long* trace_start(int block) {
 # (anchor in gemm_best.cu, what goes in after it): each anchor must occur exactly once
 PROBES = [
     ('#include "common.cuh"\n', TRACE),
-    ("        const int i0 = blockIdx.y * BM, j0 = blockIdx.x * BN;\n",
-     "        unsigned long long* tr = trace_start(blockIdx.y * gridDim.x + blockIdx.x);\n"),
-    ("        body(i0, j0, 0, K);\n", "        if (threadIdx.x == 0) { tr[2] = trace_now(); tr[7] = 1; }\n"),
+    ("        const int i0 = (first + id % per % rows) * BM, j0 = (id % per / rows) * BN;\n",
+     "        unsigned long long* tr = trace_start(id);\n"),
+    ("        body(i0, j0, 0, K, 0);\n", "        if (threadIdx.x == 0) { tr[2] = trace_now(); tr[7] = 1; }\n"),
     ("        each([&](int r, int c, const T* v) { store(i0 + r, j0 + c, v, Int<G>{}); });\n        return;\n",
      None),  # replaced below: the end of a tile a block
     ("    const int end = s.start(blockIdx.x + 1);\n",
@@ -123,9 +123,12 @@ def edge_blocks(blocks: int, M: int, N: int, K: int, bm: int, bn: int, bk: int) 
     """Which blocks have a tile in the last row or column of tiles (as gemm_best.cu deals them)."""
     tiles_m, tiles_n, steps = -(-M // bm), -(-N // bn), -(-K // bk)
     tiles = tiles_m * tiles_n
-    if blocks == tiles:
-        ids = np.arange(blocks)
-        return (ids // tiles_n == tiles_m - 1) | (ids % tiles_n == tiles_n - 1)
+    if blocks == tiles:  # in groups of GROUP = 8 rows of tiles, column by column, as for_each_share
+        ids, group = np.arange(blocks), 8
+        first = ids // (group * tiles_n) * group
+        rows = np.minimum(tiles_m - first, group)
+        row, col = first + ids % (group * tiles_n) % rows, ids % (group * tiles_n) // rows
+        return (row == tiles_m - 1) | (col == tiles_n - 1)
     per, rem = divmod(tiles * steps, blocks)
     first = np.array([c * per + min(c, rem) for c in range(blocks + 1)])
     out = np.zeros(blocks, bool)

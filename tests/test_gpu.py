@@ -227,6 +227,40 @@ def test_every_best_config_storage_order_and_split(rng, dtype):
             assert err <= TOL[dtype], f"{config} ta={ta} tb={tb} offset={offset} {schedule}: {err:.2e}"
 
 
+@pytest.mark.parametrize("variant, dtype, M, K, N", [("best", "float32", 259, 9001, 785),
+                                                     ("tf32", "float32", 259, 9001, 785),
+                                                     ("best", "float64", 131, 15001, 97)])
+def test_rotated_shares_where_the_operands_overflow_l2(rng, variant, dtype, M, K, N):
+    """Operands past gemm_best.cu's L2_BYTES (25 MiB): shared tiles' blocks take their K steps
+    rotated, the short last step of K falling mid-share, and still add up to the product."""
+    assert (M + N) * K * np.dtype(dtype).itemsize > 25 << 20
+    a, ha = operand(rng, M, K, False, dtype)
+    b, hb = operand(rng, K, N, False, dtype)
+    work = kernels.workspace(M, N, dtype)
+    tol = 5e-3 if variant == "tf32" else TOL[dtype]
+    for config in kernels.tile_configs(variant, kernels.ctype(dtype)):
+        for schedule in (("split", 3), ("stream", 0.37), ("stream", 2.6)):
+            out = cp.full((M, N), np.nan, dtype=dtype)
+            blocks = blocks_for(config, M, N, K, dtype, schedule, variant)
+            kernels.gemm(a, b, out=out, variant=variant, config=config, blocks=blocks, work=work)
+            err = rel(out.get(), ha @ hb)
+            assert err <= tol, f"{variant} {config} {schedule}: {err:.2e}"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_tile_a_block_in_groups_of_rows(rng, dtype):
+    """A block a tile walks the tiles in groups of 8 rows: row-tile counts below, at and past a
+    group, not a multiple of it, each tile written once."""
+    for M in (70, 8 * 64, 1100):
+        a, ha = operand(rng, M, 37, False, dtype)
+        b, hb = operand(rng, 37, 301, True, dtype)
+        for config in kernels.tile_configs("best", kernels.ctype(dtype)):
+            out = cp.full((M, 301), np.nan, dtype=dtype)
+            kernels.gemm(a, b, out=out, variant="best", config=config, blocks=blocks_for(config, M, 301, 37, dtype, "tile"))
+            err = rel(out.get(), ha @ hb)
+            assert err <= TOL[dtype], f"M={M} {config}: {err:.2e}"
+
+
 def test_tune_remembers_the_fastest_choice_and_stays_correct(rng):
     a, ha = operand(rng, 300, 784, False, "float32")
     b, hb = operand(rng, 784, 700, True, "float32")

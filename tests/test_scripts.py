@@ -93,8 +93,8 @@ def test_gemm_timeline_probes_fit_the_shipped_kernel_and_compile(tmp_path):
     source = (KERNEL_DIR / "gemm_best.cu").read_text()
     probed = timeline.instrument(source)
     assert probed.count("trace_now()") == 7 and probed.count("trace_start(") == 3
-    with pytest.raises(SystemExit, match="the probe anchor 'body\\(i0, j0, 0, K\\);' is not there once"):
-        timeline.instrument(source.replace("body(i0, j0, 0, K);", "body(i0, j0, 0, K );"))
+    with pytest.raises(SystemExit, match="the probe anchor 'body\\(i0, j0, 0, K, 0\\);' is not there once"):
+        timeline.instrument(source.replace("body(i0, j0, 0, K, 0);", "body(i0, j0, 0, K , 0);"))
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         pytest.fail("nvcc is not on PATH: CI must compile the CUDA kernels (install the CUDA toolkit)")
@@ -117,6 +117,11 @@ def test_gemm_timeline_counts_idle_sms_ages_and_edge_tiles(tmp_path):
     timeline = timeline_script()
     # 2 x 2 tiles of 64 x 64: tiles 1, 2 and 3 touch the last row or column
     assert timeline.edge_blocks(4, 128, 128, 64, 64, 64, 16).tolist() == [False, True, True, True]
+    # 10 x 2 tiles, a block each, in groups of 8 rows taken column by column: blocks 0-15 cover rows
+    # 0-7 (8-15 the last column), blocks 16-19 rows 8 and 9 (17 and 19 the last row, 18 and 19
+    # the last column)
+    edge = timeline.edge_blocks(20, 640, 128, 64, 64, 64, 16)
+    assert np.flatnonzero(edge).tolist() == [*range(8, 16), 17, 18, 19]
     # 3 x 2 tiles, 4 K steps each, 12 blocks of 2 steps: block c covers tile c // 2
     assert timeline.edge_blocks(12, 192, 128, 64, 64, 64, 16).tolist() == [False, False, True, True, False, False,
                                                                           True, True, True, True, True, True]

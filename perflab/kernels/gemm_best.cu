@@ -20,6 +20,10 @@
 //   stream-K (a whole number of blocks an SM, persistent) are one code path. A block that
 //   covers part of a tile writes its partial sum to the workspace; the last of a tile's blocks
 //   to arrive adds them up in block order (the same bits whoever is last) and writes D.
+// - The order of the work keeps DRAM traffic down, which under the H100's 700 W cap is clock
+//   gained (held for seconds at bwd3 H=2048 B=12000 the SM clock fell to 1800 MHz, cuBLAS's
+//   stayed near 1970): a block a tile walks the tiles in groups of rows, and a shared tile's
+//   blocks start their shares' steps rotated (gemm_experiments/power_ab_holds.csv).
 #include "common.cuh"
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
@@ -155,12 +159,12 @@ struct Staged {
 // first operands are read while it runs. With XT a k-contiguous operand goes through registers
 // (Staged; loaded at the start of a step, stored transposed just before that barrier); the
 // other copies go straight to shared memory with cp.async. The block covers k in [kbeg, kend)
-// of the tile at (i0, j0).
+// of the tile at (i0, j0), its steps taken from the rot-th on, wrapping round.
 template <typename T, bool TA, bool TB, bool XT, int BM, int BN, int BK, int KS, int NT, int STAGES, typename R,
           typename F>
 __device__ __forceinline__ void k_loop(T* smem, int M, int N, int K, int i0, int j0, int kbeg, int kend,
                                        const T* __restrict__ A, int lda, const T* __restrict__ B, int ldb, bool vec,
-                                       R&& read, F&& fma) {
+                                       int rot, R&& read, F&& fma) {
     static_assert(STAGES >= 2 && BK % KS == 0 && (BK / KS) % 2 == 0, "an even number of reads a step");
     constexpr int V = 16 / sizeof(T);
     constexpr bool A_REG = XT && !TA, B_REG = XT && TB;  // operands staged in registers
@@ -174,7 +178,7 @@ __device__ __forceinline__ void k_loop(T* smem, int M, int N, int K, int i0, int
         if (step < nk) {
             T* As = slot(step);
             T* Bs = As + A_ELEMS;
-            const int k0 = kbeg + step * BK;
+            const int from = step + rot, k0 = kbeg + (from < nk ? from : from - nk) * BK;
             // a tile past the m (n) edge of an m- (n-) contiguous operand takes the whole path too where
             // its rows' overhang (the next rows' first elements) lies inside the matrix: those only
             // feed sums past the edge, which nobody writes (the checks and zero fills had left the
@@ -246,6 +250,7 @@ struct Schedule {
 // The workspace: FLAG_SLOTS counters (ints, zero between launches), then two BM x BN partial
 // sums a block (for its first and its last tile).
 constexpr int FLAG_SLOTS = 1 << 16;
+constexpr long long L2_BYTES = 25 << 20;  // half of the H100's L2: one of its two partitions
 
 // Runs body(i0, j0, kbeg, kend) for each tile share of this block, then finishes it: a whole
 // tile goes to D; a part is written to the workspace, and the last block of the tile to
@@ -276,8 +281,14 @@ __device__ __forceinline__ void for_each_share(int M, int N, int K, T alpha, T b
         }
     };
     if constexpr (!SHARED) {
-        const int i0 = blockIdx.y * BM, j0 = blockIdx.x * BN;
-        body(i0, j0, 0, K);
+        // the tiles in groups of GROUP rows, taken column by column: the blocks the SMs hold at once
+        // then read the same columns of b, from L2, where in row order each row of tiles streams
+        // all of b from DRAM again (Triton's and CUTLASS's swizzle)
+        constexpr int GROUP = 8;
+        const int id = blockIdx.y * gridDim.x + blockIdx.x, per = GROUP * gridDim.x, first = id / per * GROUP;
+        const int rows = min((int)gridDim.y - first, GROUP);
+        const int i0 = (first + id % per % rows) * BM, j0 = (id % per / rows) * BN;
+        body(i0, j0, 0, K, 0);
         each([&](int r, int c, const T* v) { store(i0 + r, j0 + c, v, Int<G>{}); });
         return;
     }
@@ -287,8 +298,15 @@ __device__ __forceinline__ void for_each_share(int M, int N, int K, T alpha, T b
     const int end = s.start(blockIdx.x + 1);
     for (int it = s.start(blockIdx.x); it < end;) {
         {
-            const int tile = it / steps, t0 = tile * steps;
-            body((tile / tiles_n) * BM, (tile % tiles_n) * BN, (it - t0) * BK, min(K, min(steps, end - t0) * BK));
+            const int tile = it / steps, t0 = tile * steps, nk = min(steps, end - t0) - (it - t0);
+            // the share's steps rotated so that at its n-th step every block is at a step of its
+            // tile = n (mod the longest share, L): the blocks on a row (column) of tiles read the
+            // same k slices of A (B) at once, from L2, where unrotated each read its own from DRAM.
+            // Only where the operands overflow L2 do the reads reach DRAM: elsewhere the rotation
+            // cost 1% (fwd1 H=512 B=3200), so it is left out
+            const bool rotate = (M + N) * (long long)K * sizeof(T) > L2_BYTES;
+            const int L = s.per + (s.rem > 0), rot = rotate ? ((t0 - s.start(blockIdx.x)) % L + L) % L % nk : 0;
+            body((tile / tiles_n) * BM, (tile % tiles_n) * BN, (it - t0) * BK, min(K, min(steps, end - t0) * BK), rot);
         }
         // the share's numbers again from `it` alone, hidden from the compiler so that it keeps
         // no more than `it` in registers through the K loop
@@ -392,14 +410,14 @@ gemm_best(int M, int N, int K, T alpha, const T* __restrict__ A, int lda, const 
 #pragma unroll
             for (int n = 0; n < TN; n += G) f(row(m), col(n), &acc[m][n]);
     };
-    auto body = [&](int i0, int j0, int kbeg, int kend) {
+    auto body = [&](int i0, int j0, int kbeg, int kend, int rot) {
 #pragma unroll
         for (int m = 0; m < TM; ++m)
 #pragma unroll
             for (int n = 0; n < TN; ++n) acc[m][n] = 0;
         T a[2][KS][TM], b[2][KS][TN];  // two buffers of the operands of KS steps of k
         k_loop<T, TA, TB, XT, BM, BN, BK, KS, NT, STAGES>(
-            reinterpret_cast<T*>(smem_raw), M, N, K, i0, j0, kbeg, kend, A, lda, B, ldb, vec,
+            reinterpret_cast<T*>(smem_raw), M, N, K, i0, j0, kbeg, kend, A, lda, B, ldb, vec, rot,
             [&](const T* As, const T* Bs, int kk, int buf) {
                 if constexpr (A_MN) {
 #pragma unroll
@@ -476,7 +494,7 @@ gemm_tf32(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
                 for (int r = 0; r < 4; r += 2)  // c0, c1: row g; c2, c3: row g + 8; columns 2q, 2q + 1
                     f(wm + mi * 16 + g + (r / 2) * 8, wn + ni * 8 + 2 * q, &acc[mi][ni][r]);
     };
-    auto body = [&](int i0, int j0, int kbeg, int kend) {
+    auto body = [&](int i0, int j0, int kbeg, int kend, int rot) {
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
@@ -485,7 +503,7 @@ gemm_tf32(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
                 for (int r = 0; r < 4; ++r) acc[mi][ni][r] = 0.f;
         unsigned a[2][MI][4], b[2][NI][2];  // two buffers of the fragments of 8 steps of k
         k_loop<float, TA, TB, false, BM, BN, BK, 8, NT, STAGES>(
-            reinterpret_cast<float*>(smem_raw), M, N, K, i0, j0, kbeg, kend, A, lda, B, ldb, vec,
+            reinterpret_cast<float*>(smem_raw), M, N, K, i0, j0, kbeg, kend, A, lda, B, ldb, vec, rot,
             [&](const float* As, const float* Bs, int kk, int buf) {
                 auto a_at = [&](int m, int k) { return TA ? As[k * (BM + V) + m] : As[m * (BK + V) + k]; };
                 auto b_at = [&](int k, int n) { return TB ? Bs[n * (BK + V) + k] : Bs[k * (BN + V) + n]; };
