@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import math
 import statistics
+import tempfile
+import time
+from pathlib import Path
 
 import numpy as np
 
@@ -65,9 +68,10 @@ def device_peak_flops(cp) -> tuple[float, dict]:
     return sms * 128 * 2 * clock_khz * 1e3, {"sms": sms, "clock_mhz": clock_khz / 1e3, "gpu": props["name"].decode()}
 
 
-def time_graph_ms(cp, fn, calls: int = 10, repeats: int = 10) -> float:
-    """Median device milliseconds of one fn() call: `calls` calls captured in a CUDA graph and
-    replayed between events, so the host's launch overhead is not in the number."""
+def graph_replays_ms(cp, fn, calls: int, done) -> list[float]:
+    """Device milliseconds of one fn() call in each replay: `calls` calls captured in a CUDA graph
+    and replayed between events (so the host's launch overhead is not in the number) until
+    done(replays so far) is true."""
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
         fn()
@@ -77,14 +81,19 @@ def time_graph_ms(cp, fn, calls: int = 10, repeats: int = 10) -> float:
         graph = stream.end_capture()
         graph.launch(stream)
         times = []
-        for _ in range(repeats):
+        while not done(len(times)):
             start, stop = cp.cuda.Event(), cp.cuda.Event()
             start.record(stream)
             graph.launch(stream)
             stop.record(stream)
             stop.synchronize()
             times.append(cp.cuda.get_elapsed_time(start, stop) / calls)
-    return statistics.median(times)
+    return times
+
+
+def time_graph_ms(cp, fn, calls: int = 10, repeats: int = 10) -> float:
+    """Median device milliseconds of one fn() call over `repeats` graph replays."""
+    return statistics.median(graph_replays_ms(cp, fn, calls, lambda n: n >= repeats))
 
 
 def time_ms(cp, fn, repeats: int = 20, warmup: int = 3) -> float:
@@ -173,6 +182,54 @@ def bench_gemm(variants=("naive", "tiled", "regblock", "best", "tf32", "cublas")
         if on_shape is not None:
             on_shape(rows)
     return rows
+
+
+HOLD_SHAPES = ("bwd3 H=2048 B=12000", "fwd1 H=2048 B=12000", "fwd1 H=512 B=3200")
+
+
+def bench_hold(shapes=HOLD_SHAPES, seconds: float = 2.0, rounds: int = 2, progress=True) -> tuple[list[dict], list[dict]]:
+    """best (tuned) and cuBLAS each replayed on a shape for `seconds`, alternating, `rounds` times,
+    while nvidia-smi samples the SM clock and power (perflab.power). A burst after idle runs at the
+    boost clock; held, a large GEMM runs at what the power cap leaves it, which depends on the
+    kernel's energy a cycle. Rows: the first replays' and the held second half's ms, % of cuBLAS
+    held in the same round, and clock and power over that half. Also returns the samples."""
+    import cupy as cp
+    from tqdm.auto import tqdm
+
+    from . import kernels, power
+    known = {s[0]: s for s in gemm_shapes()}
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch, power.Sampler(Path(scratch) / "smi.csv", cp.cuda.Device().pci_bus_id) \
+            as sampler:
+        for name in tqdm(named_gemm_shapes(shapes), disable=not progress, desc="held shapes"):
+            _, M, K, N, ta, tb = known[name]
+            rng = np.random.default_rng(0)
+            sets = input_sets(M, K, N)
+            inputs = [gemm_operands(cp, rng, M, K, N, ta, tb) for _ in range(sets)]
+            out, work = cp.empty((M, N), np.float32), kernels.workspace(M, N, "float32")
+            config, blocks = kernels.tune(*inputs[0], out, variant="best", work=work)
+            for turn_round in range(rounds):
+                for variant in ("best", "cublas"):
+                    turn = iter(range(10**9))
+
+                    def call():
+                        a, b = inputs[next(turn) % sets]
+                        kernels.gemm(a, b, out=out, variant=variant, work=work)
+                    t0 = time.time()
+                    ms = graph_replays_ms(cp, call, 2 * sets, lambda n: time.time() - t0 >= seconds)
+                    t1, held = time.time(), statistics.median(ms[len(ms) // 2:])
+                    rows.append({"shape": name, "M": M, "K": K, "N": N, "variant": variant, "round": turn_round,
+                                 "config": config if variant == "best" else "",
+                                 "schedule": kernels.schedule_name("best", "float", config, M, N, K, blocks)
+                                 if variant == "best" else "", "seconds": seconds, "replays": len(ms),
+                                 "ms_first": statistics.median(ms[:5]), "ms_held": held,
+                                 "tflops_held": 2 * M * N * K / held / 1e9, "t0": t0, "t_mid": (t0 + t1) / 2,
+                                 "t1": t1})
+    for row in rows:
+        row.update(power.summarize(sampler.samples, row["t_mid"], row["t1"], settle=0))
+        cublas = next(r for r in rows if (r["shape"], r["round"], r["variant"]) == (row["shape"], row["round"], "cublas"))
+        row["pct_cublas_held"] = 100 * cublas["ms_held"] / row["ms_held"]
+    return rows, sampler.samples
 
 
 def gemm_ratios(df) -> list[str]:

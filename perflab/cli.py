@@ -223,6 +223,25 @@ def cmd_bench_gemm(args, comm) -> dict:
     return {"rows": len(rows), "saved": saved}
 
 
+def cmd_bench_hold(args, comm) -> dict:
+    from . import bench
+    from .backend import cupy_or_none
+    if cupy_or_none() is None:
+        raise CLIError("bench hold replays GEMMs on the GPU while nvidia-smi samples it: it needs CuPy and a GPU")
+    try:
+        rows, samples = bench.bench_hold(args.shapes, seconds=args.seconds, rounds=args.rounds, progress=not args.json)
+    except RuntimeError as error:  # no nvidia-smi
+        raise CLIError(str(error)) from None
+    saved = save_rows("bench_hold", rows, args.out)
+    save_rows("bench_hold_samples", samples, args.out)
+    if not args.json:
+        import pandas as pd
+        table = pd.DataFrame(rows).groupby(["shape", "variant"], sort=False)[
+            ["ms_first", "ms_held", "tflops_held", "pct_cublas_held", "clock_mhz", "power_w"]].median()
+        print(table.round(4).to_string())
+    return {"rows": len(rows), "saved": saved}
+
+
 def cmd_bench_train(args, comm) -> dict:
     from . import peers
     rows = peers.bench_train(configs=args.configs, N=args.train_size, peers=args.peers, repeats=args.repeats,
@@ -423,6 +442,23 @@ def positive_float(text: str) -> float:
     return value
 
 
+def hold_seconds(text: str) -> float:
+    """argparse type: seconds a hold lasts, 0.2 to 60 (shorter leaves no clock samples to speak of)."""
+    value = positive_float(text)
+    if not 0.2 <= value <= 60:
+        raise argparse.ArgumentTypeError(f"expected seconds from 0.2 to 60, got {text!r}")
+    return value
+
+
+def gemm_shape(text: str) -> str:
+    """argparse type: a training GEMM shape as bench gemm names it ("fwd1 H=512 B=3200")."""
+    from .bench import gemm_shapes
+    names = [s[0] for s in gemm_shapes()]
+    if text not in names:
+        raise argparse.ArgumentTypeError(f"unknown shape {text!r}: expected one of {', '.join(names)}")
+    return text
+
+
 def hidden_batch(text: str) -> tuple[int, int]:
     """'512,3200' -> (512, 3200), for --configs."""
     try:
@@ -581,6 +617,20 @@ def build_parser() -> argparse.ArgumentParser:
                         f"with a message (default: {' '.join(GEMM_PEERS)}; none: --peers alone)")
     outputs(b)
     b.set_defaults(run=cmd_bench_gemm)
+    from .bench import HOLD_SHAPES
+    b = bsub.add_parser("hold", help="best and cuBLAS held on a shape for seconds, with the SM clock and power",
+                        description="Replays best (tuned) and cuBLAS in turn on each shape for --seconds, --rounds times, "
+                                    "while nvidia-smi samples the SM clock, power and clock event reasons every 50 ms. "
+                                    "A short burst runs at the boost clock; held, a large GEMM runs at what the power "
+                                    "cap leaves it. Writes results/<machine>/bench_hold.csv (ms of the first replays and "
+                                    "of the held second half, % of cuBLAS held, clock and power) and "
+                                    "bench_hold_samples.csv (every sample).")
+    b.add_argument("--shapes", nargs="+", type=gemm_shape, default=list(HOLD_SHAPES), metavar="SHAPE",
+                   help=f"shapes as bench gemm names them (default: {'; '.join(HOLD_SHAPES)})")
+    b.add_argument("--seconds", type=hold_seconds, default=2.0, help="seconds each hold lasts, 0.2-60 (default 2)")
+    b.add_argument("--rounds", type=positive, default=2, help="times best and cuBLAS alternate a shape (default 2)")
+    outputs(b)
+    b.set_defaults(run=cmd_bench_hold)
     from .peers import PEERS
     b = bsub.add_parser("train", help="an epoch of perflab beside PyTorch, JAX and the cuBLAS floor",
                         description="Median ms per epoch (N samples, resident on the GPU, FP32, TF32 off) for perflab "

@@ -118,6 +118,31 @@ def gemm_progression(bench, peak_tflops: float, shapes=("fwd1 H=512 B=3200", "fw
     return fig
 
 
+def held_clocks(holds, samples):
+    """The SM clock (top) and board power (bottom) while `perflab bench hold` replayed best and
+    cuBLAS on each shape: each hold shaded, labelled with its held TFLOP/s."""
+    import matplotlib.pyplot as plt
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 5.6), sharex=True)
+    start = min(samples["t"].min(), holds["t0"].min())
+    for ax, column, label in ((top, "clock_mhz", "SM clock (MHz)"), (bottom, "power_w", "power (W)")):
+        ax.plot(samples["t"] - start, samples[column], color="k", lw=0.8)
+        ax.set_ylabel(label)
+        ax.grid(True, alpha=0.3)
+    for _, h in holds.iterrows():
+        best = h["variant"] == "best"
+        for ax in (top, bottom):
+            ax.axvspan(h["t0"] - start, h["t1"] - start, color="tab:blue" if best else "tab:orange", alpha=0.2, lw=0)
+        top.text((h["t0"] + h["t1"]) / 2 - start, 1.01 if best else 1.08, f"{h['tflops_held']:.1f}", fontsize=6,
+                 ha="center", va="bottom", color="tab:blue" if best else "tab:orange",
+                 transform=top.get_xaxis_transform())
+    for shape, group in holds.groupby("shape", sort=False):
+        bottom.text((group["t0"].min() + group["t1"].max()) / 2 - start, 0.02, shape, fontsize=7, ha="center",
+                    va="bottom", transform=bottom.get_xaxis_transform())
+    top.set_title("held TFLOP/s above each hold: best (blue), cuBLAS (orange)", fontsize=9, pad=22)
+    bottom.set_xlabel("seconds")
+    return fig
+
+
 def convergence(losses_by_label: dict, ylabel="training loss", xlabel="epoch", logy=True):
     fig, ax = new_figure()
     for label, (x, y) in losses_by_label.items():

@@ -18,5 +18,6 @@ for stage in $stages; do
            done 2>&1 | tee "$OUT/gpu_check_mnist.log" ;;
     train) python3 -m perflab bench train --peers perflab "perflab (tf32 gemm)" "cublas 5-gemm floor" "jax scan epoch" --out "$OUT" 2>&1 | tail -30 ;;
     peers) python3 -m perflab bench train --out "$OUT" 2>&1 | tail -40 ;;
+    hold) python3 -m perflab bench hold --out "$OUT" 2>&1 | tail -20 ;;  # clock and power under load
   esac
 done

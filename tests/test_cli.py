@@ -86,6 +86,14 @@ def test_compile_without_a_gpu_says_what_it_needs(capsys, monkeypatch):
         in capsys.readouterr().err
 
 
+def test_bench_hold_without_a_gpu_says_what_it_needs(capsys, monkeypatch):
+    monkeypatch.setattr("perflab.backend.cupy_or_none", lambda: None)
+    with pytest.raises(SystemExit) as info:
+        main(["bench", "hold", "--seconds", "0.5"])
+    assert info.value.code == 2 and "bench hold replays GEMMs on the GPU while nvidia-smi samples it" \
+        in capsys.readouterr().err
+
+
 def test_bench_allreduce_needs_several_ranks(capsys):
     with pytest.raises(SystemExit) as info:
         main(["bench", "allreduce"])
@@ -100,6 +108,11 @@ def test_bench_allreduce_needs_several_ranks(capsys):
     (["compile", "--processes", "0"], "argument --processes: expected a positive integer, got '0'"),
     (["bench", "allreduce", "--sizes", "65536", "-4"], "argument --sizes: expected a positive integer, got '-4'"),
     (["bench", "allreduce", "--repeats", "0"], "argument --repeats: expected a positive integer, got '0'"),
+    (["bench", "hold", "--rounds", "0"], "argument --rounds: expected a positive integer, got '0'"),
+    (["bench", "hold", "--seconds", "0"], "argument --seconds: expected a positive number, got '0'"),
+    (["bench", "hold", "--seconds", "90"], "argument --seconds: expected seconds from 0.2 to 60, got '90'"),
+    (["bench", "hold", "--shapes", "fwd1 H=512 B=801"], "argument --shapes: unknown shape 'fwd1 H=512 B=801': "
+                                                         "expected one of fwd1 H=512 B=800, bwd3 H=512 B=800"),
     (["predict", "--inter-bw", "0"], "argument --inter-bw: expected a positive number, got '0'"),
     (["data", "fetch", "mnist", "--timeout", "-1"], "argument --timeout: expected a positive number, got '-1'"),
 ])

@@ -459,3 +459,16 @@ def test_compile_all_builds_every_module_in_parallel():
     assert kernels.compile_all(processes=2, progress=False) == len(kernels.modules())
     sources = {source for source, _ in kernels.modules()}
     assert sources == {"gemm_naive.cu", "gemm_tiled.cu", "gemm_regblock.cu", "gemm_best.cu", "elementwise.cu"}
+
+
+def test_bench_hold_samples_the_clock_beside_best_and_cublas():
+    """perflab bench hold: best and cuBLAS replayed in turn while nvidia-smi samples the GPU; each
+    hold has its replays, its clock and power from samples inside it, and % of cuBLAS held."""
+    from perflab import bench
+    rows, samples = bench.bench_hold(["fwd1 H=512 B=800"], seconds=0.6, rounds=1, progress=False)
+    assert [r["variant"] for r in rows] == ["best", "cublas"]
+    assert len(samples) >= 10 and all(300 < s["clock_mhz"] < 4000 and s["power_w"] > 0 for s in samples)
+    for row in rows:
+        assert row["replays"] >= 20 and 0 < row["ms_held"] < 1 and row["samples"] >= 2 and row["clock_mhz"] > 300
+        assert row["t0"] < row["t_mid"] < row["t1"]
+    assert rows[1]["pct_cublas_held"] == 100 and 50 < rows[0]["pct_cublas_held"] < 200
