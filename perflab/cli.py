@@ -224,13 +224,13 @@ def cmd_bench_gemm(args, comm) -> dict:
 
 
 def cmd_bench_hold(args, comm) -> dict:
-    from . import bench
+    from . import bench, power
     from .backend import cupy_or_none
     if cupy_or_none() is None:
         raise CLIError("bench hold replays GEMMs on the GPU while nvidia-smi samples it: it needs CuPy and a GPU")
     try:
         rows, samples = bench.bench_hold(args.shapes, seconds=args.seconds, rounds=args.rounds, progress=not args.json)
-    except RuntimeError as error:  # no nvidia-smi
+    except power.SamplingError as error:
         raise CLIError(str(error)) from None
     saved = save_rows("bench_hold", rows, args.out)
     save_rows("bench_hold_samples", samples, args.out)

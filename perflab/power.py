@@ -16,6 +16,10 @@ REASONS = {0x1: "idle", 0x2: "application clocks", 0x4: "software power cap", 0x
            0x80: "hardware power brake", 0x100: "display clock"}
 
 
+class SamplingError(RuntimeError):
+    """nvidia-smi is missing, or gave no samples (its first line says why)."""
+
+
 def reason_names(mask: int) -> list[str]:
     """The named reasons in a bit mask, then any bits NVML had no name for here, in hex."""
     unknown = mask & ~sum(REASONS)
@@ -40,7 +44,7 @@ def parse_samples(lines) -> list[dict]:
 
 def summarize(samples: list[dict], t0: float, t1: float, settle: float = 0.2) -> dict:
     """Clock and power over [t0 + settle, t1]: medians, the lowest clock, the highest power and
-    temperature, and every clock event reason seen (empty where no sample falls inside)."""
+    temperature, and every clock event reason seen; only {"samples": 0} where none falls inside."""
     inside = [s for s in samples if t0 + settle <= s["t"] <= t1]
     if not inside:
         return {"samples": 0}
@@ -60,7 +64,7 @@ class Sampler:
 
     def __init__(self, path, gpu: str, interval_ms: int = 50, smi: str = "nvidia-smi"):
         if shutil.which(smi) is None:
-            raise RuntimeError(f"{smi!r} is not on PATH: sampling the GPU's clock and power needs NVIDIA's driver tools")
+            raise SamplingError(f"{smi!r} is not on PATH: sampling the GPU's clock and power needs NVIDIA's driver tools")
         self.path, self.command = path, [smi, f"--query-gpu={QUERY}", "--format=csv,noheader,nounits",
                                          "-lms", str(interval_ms), "-i", gpu]
         self.samples: list[dict] = []
@@ -75,5 +79,9 @@ class Sampler:
         self.process.wait(timeout=10)
         self.file.close()
         with open(self.path) as f:
-            self.samples = parse_samples(f)
+            lines = f.readlines()
+        self.samples = parse_samples(lines)
+        if not self.samples and exc[0] is None:
+            said = lines[0].strip() if lines else "nothing"
+            raise SamplingError(f"nvidia-smi gave no samples of {QUERY} (an older driver may lack a field); it said: {said}")
         return False

@@ -55,9 +55,15 @@ def test_sampler_runs_nvidia_smi_and_reads_its_samples(tmp_path):
     assert power.summarize(sampler.samples, start, time.time())["reasons"] == "software power cap"
 
 
-def test_sampler_without_nvidia_smi_says_so(tmp_path):
-    with pytest.raises(RuntimeError, match="'no-such-smi' is not on PATH"):
+def test_sampler_without_nvidia_smi_or_its_samples_says_so(tmp_path):
+    with pytest.raises(power.SamplingError, match="'no-such-smi' is not on PATH"):
         power.Sampler(tmp_path / "smi.csv", "0", smi="no-such-smi")
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text('#!/bin/sh\necho \'Field "clocks_event_reasons.active" is not a valid field to query.\'\nexit 2\n')
+    fake.chmod(0o755)
+    with pytest.raises(power.SamplingError, match='gave no samples .* it said: Field "clocks_event_reasons.active" is not'):
+        with power.Sampler(tmp_path / "smi.csv", "0", smi=str(fake)):
+            time.sleep(0.2)
 
 
 def test_held_clocks_figure_draws_from_the_tables(tmp_path):
