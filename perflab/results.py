@@ -43,13 +43,18 @@ def gpu_info() -> dict:
 
 
 def git_commit() -> str:
-    """HEAD of the checkout, or PERFLAB_GIT_COMMIT where the tree travelled without .git
-    (the GPU machines get a copy of the working tree)."""
+    """HEAD of the checkout, "-dirty" after it where the code (perflab/, scripts/) differs from
+    HEAD, so a number is never credited to a commit that did not make it (a copied tree can
+    carry a stale .git); or PERFLAB_GIT_COMMIT where the tree travelled without .git (the GPU
+    machines get a copy of the working tree)."""
     if os.environ.get("PERFLAB_GIT_COMMIT"):
         return os.environ["PERFLAB_GIT_COMMIT"]
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=5)
-        return out.stdout.strip() or "unknown"
+        def git(*args):
+            return subprocess.run(["git", *args], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=5).stdout
+        head = git("rev-parse", "HEAD").strip()
+        changed = git("status", "--porcelain", "--untracked-files=no", "--", "perflab", "scripts").strip()
+        return (head + "-dirty" * bool(changed)) if head else "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 

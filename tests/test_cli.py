@@ -126,3 +126,30 @@ def test_predict_names_a_missing_calibration_file(capsys):
     with pytest.raises(SystemExit) as info:
         main(["predict", "--calibration", "nope.jsonl", "--name", "unused"])
     assert info.value.code == 2 and "--calibration nope.jsonl: no such file in" in capsys.readouterr().err
+
+
+def test_git_commit_says_dirty_where_the_code_differs_from_head(tmp_path, monkeypatch):
+    """Results name the commit that made them: HEAD, with -dirty where perflab/ or scripts/ has
+    changed since (results/ changing, as a run rewrites it, does not count)."""
+    from perflab import results
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+    (tmp_path / "perflab").mkdir()
+    (tmp_path / "results").mkdir()
+    (tmp_path / "perflab" / "x.py").write_text("a = 1\n")
+    (tmp_path / "results" / "r.csv").write_text("a\n1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "first")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
+    monkeypatch.delenv("PERFLAB_GIT_COMMIT", raising=False)
+    monkeypatch.setattr(results, "PROJECT_ROOT", tmp_path)
+    assert results.git_commit() == head
+    (tmp_path / "results" / "r.csv").write_text("a\n2\n")
+    assert results.git_commit() == head
+    (tmp_path / "perflab" / "x.py").write_text("a = 2\n")
+    assert results.git_commit() == head + "-dirty"
+    monkeypatch.setenv("PERFLAB_GIT_COMMIT", "abc123")
+    assert results.git_commit() == "abc123"
