@@ -191,6 +191,36 @@ def allreduce_section() -> list[str]:
     return out
 
 
+def held_section() -> list[str]:
+    """best against cuBLAS held for seconds under load (`perflab bench hold`), the gap split into
+    the clock (which the power cap sets from a kernel's energy a cycle) and the work per clock."""
+    import pandas as pd
+    out = []
+    for path in sorted(RESULTS_ROOT.glob("*/bench_hold.csv")):
+        t = pd.read_csv(path)
+        per = t.groupby(["shape", "variant"], sort=False).agg(
+            ms_first=("ms_first", "median"), ms_held=("ms_held", "median"), tflops_held=("tflops_held", "median"),
+            clock_mhz=("clock_mhz", "median"), power_w=("power_w", "median"),
+            reasons=("reasons", lambda r: ", ".join(sorted({x for v in r.dropna() for x in str(v).split(", ")}))))
+        rows = []
+        for shape in dict.fromkeys(t["shape"]):
+            best, cublas = per.loc[(shape, "best")], per.loc[(shape, "cublas")]
+            held, clock = best.tflops_held / cublas.tflops_held, best.clock_mhz / cublas.clock_mhz
+            rows.append({"shape": shape, "best / cuBLAS held": held, "clock ratio": clock, "per clock": held / clock})
+        split = pd.DataFrame(rows)
+        per[["clock_mhz", "power_w"]] = per[["clock_mhz", "power_w"]].round().astype(int)
+        out += ["", f"## The best GEMM against cuBLAS held under load, {path.parent.name}", "",
+                f"Source: {source(path)}.", "", fmt(per.reset_index().round(4)), "", fmt(split.round(3)), "",
+                f"Each GEMM replayed for {t.seconds.iloc[0]:g} s at a time, best and cuBLAS in turn, "
+                f"{t['round'].nunique()} rounds a shape; the times and nvidia-smi's samples (every 50 ms) are "
+                "taken over each hold's second half. A burst after idle runs at the boost clock. Held, a kernel "
+                "that reaches the board's power limit runs at the clock the limit leaves it, which falls as the "
+                "kernel's energy per cycle rises. The ratio held is the clock ratio times the work done per clock: "
+                "the first is the share of the gap that is energy (DRAM traffic, instructions that are not FMAs), "
+                "the second the share that is issue. Where neither kernel reaches the limit, the clocks are equal."]
+    return out
+
+
 def prediction_check_section() -> list[str]:
     """The eight-GPU prediction (results/predictions/p8.json) at the p it shares with a measured
     GPU parallel.csv (N = 60000, same H and b per GPU)."""
@@ -390,6 +420,7 @@ def analysis_markdown() -> str:
     out += step_section()
     out += parallel_section()
     out += allreduce_section()
+    out += held_section()
     out += prediction_check_section()
     scaling = analysis.scaling_rows()
     if len(scaling):

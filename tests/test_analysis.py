@@ -88,6 +88,22 @@ def test_allreduce_section_ratios(tmp_path, monkeypatch):
     assert "takes 40 times NCCL's time" in text  # median of 30 and 50
 
 
+def test_held_section_splits_the_gap_into_clock_and_work_per_clock(tmp_path, monkeypatch):
+    from perflab import report
+    rows = [{"shape": shape, "variant": variant, "round": r, "seconds": 2.0, "ms_first": 1.0, "ms_held": 1.0,
+             "tflops_held": tflops, "clock_mhz": clock, "power_w": 690.4, "reasons": reasons}
+            for r in (0, 1) for shape, variant, tflops, clock, reasons in [
+                ("capped", "best", 40.0, 1800.0, "software power cap"), ("capped", "cublas", 45.0, 1980.0, None),
+                ("free", "best", 36.0, 1980.0, None), ("free", "cublas", 34.0, 1980.0, None)]]
+    write_result(tmp_path / "gpu-box", "bench_hold", rows, {"gpu": "test gpu"})
+    monkeypatch.setattr(report, "RESULTS_ROOT", tmp_path)
+    text = "\n".join(report.held_section())
+    assert "| capped | 0.889 | 0.909 | 0.978 |" in text  # 40/45 = (1800/1980) x 0.978
+    assert "| free | 1.06 | 1 | 1.06 |" in text
+    assert "| capped | best | 1 | 1 | 40 | 1800 | 690 | software power cap |" in text
+    assert "2 s at a time, best and cuBLAS in turn, 2 rounds a shape" in text
+
+
 def test_prediction_checked_against_gpu_parallel_runs(tmp_path, monkeypatch):
     import json
 
