@@ -4,7 +4,7 @@
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 XLA_PYTHON_CLIENT_PREALLOCATE=false
 OUT=${OUT:-/tmp/perflab-out}; mkdir -p "$OUT"
-stages=${*:-"info compile tests gemm check train"}
+stages=${*:-"info compile tests gemm hold check train"}
 for stage in $stages; do
   echo "=== $stage $(date +%T)"
   case $stage in
