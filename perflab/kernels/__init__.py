@@ -303,7 +303,10 @@ def tune(a, b, out, variant: str = "best", work=None, repeats: int = 5) -> tuple
     launch overhead and bias small shapes against it) and remember the fastest for this shape,
     so later gemm() calls, also inside CUDA graph capture, use it. Outside capture only: it
     synchronizes. A shape tuned before returns its choice at once. `out` is overwritten; `work`
-    (from workspace()) allows the choices that share tiles."""
+    (from workspace()) allows the choices that share tiles. The timings are bursts at the boost
+    clock: where a GEMM runs long enough to meet the power cap, a choice that moves less data can
+    win instead (bwd3 H=2048 B=12000: split-K 5 held 1% faster than the stream-K tune() picks,
+    gemm_experiments/power_ab_holds.csv; `perflab bench hold` measures the held rate)."""
     from ..bench import time_graph_ms
     cp = cupy()
     T = ctype(a.dtype)
