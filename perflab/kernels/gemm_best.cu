@@ -252,7 +252,7 @@ struct Schedule {
 constexpr int FLAG_SLOTS = 1 << 16;
 constexpr long long L2_BYTES = 25 << 20;  // half of the H100's L2: one of its two partitions
 
-// Runs body(i0, j0, kbeg, kend) for each tile share of this block, then finishes it: a whole
+// Runs body(i0, j0, kbeg, kend, rot) for each tile share of this block, then finishes it: a whole
 // tile goes to D; a part is written to the workspace, and the last block of the tile to
 // arrive sums the parts from there in block order (the same bits whoever is last) and writes
 // D. each(f) calls f(r, c, v) for every G elements side by side in a row that the thread holds
