@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 import tempfile
@@ -53,6 +54,19 @@ def input_sets(M: int, K: int, N: int, itemsize: int = 4) -> int:
     """Operand sets the GEMM bench rotates among: enough that together they overflow L2 (50 MB,
     three times over), so repeats do not run from cache."""
     return min(8, max(2, math.ceil(3 * 50e6 / ((M * K + K * N) * itemsize))))
+
+
+def operand_sets(xp, M: int, K: int, N: int, ta: bool, tb: bool, dtype="float32") -> list:
+    """The (a, b) sets a GEMM bench rotates among, each shape its own draw (seed 0), so that the
+    peers' processes (perflab.gemm_peers) draw the same ones."""
+    rng = np.random.default_rng(0)
+    return [gemm_operands(xp, rng, M, K, N, ta, tb, dtype) for _ in range(input_sets(M, K, N))]
+
+
+def rotating(inputs, gemm):
+    """A call that runs gemm(a, b) on the next operand set each time, so replays do not run from L2."""
+    turn = itertools.cycle(inputs)
+    return lambda: gemm(*next(turn))
 
 
 def rel_error(out, reference) -> float:
@@ -137,9 +151,7 @@ def bench_gemm(variants=("naive", "tiled", "regblock", "best", "tf32", "cublas")
     rows = []
     shapes = list(gemm_shapes(hidden, batches))
     for name, M, K, N, ta, tb in tqdm(shapes, disable=not progress, desc="gemm shapes"):
-        rng = np.random.default_rng(0)  # each shape's own draw, so the peers' processes make the same
-        sets = input_sets(M, K, N)
-        inputs = [gemm_operands(cp, rng, M, K, N, ta, tb, dtype) for _ in range(sets)]
+        inputs = operand_sets(cp, M, K, N, ta, tb, dtype)
         out = cp.empty((M, N), dtype)
         work = kernels.workspace(M, N, dtype)  # allocated outside the graph
         flops = 2.0 * M * N * K
@@ -151,11 +163,7 @@ def bench_gemm(variants=("naive", "tiled", "regblock", "best", "tf32", "cublas")
                 continue
             choice = (kernels.tune(*inputs[0], out, variant=variant, work=work)
                       if variant in kernels.TILED_VARIANTS else ("", None))
-            turn = iter(range(10**9))
-
-            def call():
-                a, b = inputs[next(turn) % sets]
-                kernels.gemm(a, b, out=out, variant=variant, work=work)
+            call = rotating(inputs, lambda a, b: kernels.gemm(a, b, out=out, variant=variant, work=work))
             call()
             if reference is None:
                 a0, b0 = inputs[0]
@@ -163,7 +171,7 @@ def bench_gemm(variants=("naive", "tiled", "regblock", "best", "tf32", "cublas")
             a0, b0 = inputs[0]
             kernels.gemm(a0, b0, out=out, variant=variant)
             err = rel_error(out.get(), reference)
-            ms = time_graph_ms(cp, call, calls=2 * sets, repeats=repeats)
+            ms = time_graph_ms(cp, call, calls=2 * len(inputs), repeats=repeats)
             schedule = (kernels.schedule_name(variant, kernels.ctype(dtype), choice[0], M, N, K, choice[1])
                         if variant in kernels.TILED_VARIANTS else "")
             base[variant] = (ms, err, choice[0], choice[1], schedule)
@@ -203,20 +211,14 @@ def bench_hold(shapes=HOLD_SHAPES, seconds: float = 2.0, rounds: int = 2, progre
             as sampler:
         for name in tqdm(named_gemm_shapes(shapes), disable=not progress, desc="held shapes"):
             _, M, K, N, ta, tb = known[name]
-            rng = np.random.default_rng(0)
-            sets = input_sets(M, K, N)
-            inputs = [gemm_operands(cp, rng, M, K, N, ta, tb) for _ in range(sets)]
+            inputs = operand_sets(cp, M, K, N, ta, tb)
             out, work = cp.empty((M, N), np.float32), kernels.workspace(M, N, "float32")
             config, blocks = kernels.tune(*inputs[0], out, variant="best", work=work)
             for turn_round in range(rounds):
                 for variant in ("best", "cublas"):
-                    turn = iter(range(10**9))
-
-                    def call():
-                        a, b = inputs[next(turn) % sets]
-                        kernels.gemm(a, b, out=out, variant=variant, work=work)
+                    call = rotating(inputs, lambda a, b: kernels.gemm(a, b, out=out, variant=variant, work=work))
                     t0 = time.time()
-                    ms = graph_replays_ms(cp, call, 2 * sets, lambda n: time.time() - t0 >= seconds)
+                    ms = graph_replays_ms(cp, call, 2 * len(inputs), lambda n: time.time() - t0 >= seconds)
                     t1, held = time.time(), statistics.median(ms[len(ms) // 2:])
                     rows.append({"shape": name, "M": M, "K": K, "N": N, "variant": variant, "round": turn_round,
                                  "config": config if variant == "best" else "",

@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from .bench import gemm_operands, gemm_shapes, input_sets, rel_error
+from .bench import gemm_shapes, operand_sets, rel_error
 from .peers import PeerMissing, fp32_jax, fp32_torch, run_peer_process
 
 GEMM_PEERS = ("pytorch", "jax")
@@ -29,8 +29,7 @@ def stored(x) -> tuple[np.ndarray, bool]:
 
 def shape_inputs(M, K, N, ta, tb):
     """The bench's operand sets and the float64 product of the first (bench_gemm's own draw)."""
-    rng = np.random.default_rng(0)
-    inputs = [gemm_operands(np, rng, M, K, N, ta, tb) for _ in range(input_sets(M, K, N))]
+    inputs = operand_sets(np, M, K, N, ta, tb)
     a0, b0 = inputs[0]
     return inputs, a0.astype(np.float64) @ b0.astype(np.float64)
 
