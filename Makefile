@@ -24,7 +24,7 @@ $(VENV)/.installed-notebooks: pyproject.toml | $(PY)
 roofline: $(VENV)/.installed-notebooks
 	$(PERFLAB) notebook roofline $(ROOFLINE_ARGS)
 	$(PERFLAB) report
-	@echo "outputs: results/notebooks/roofline.ipynb (executed), results/figures/*.pdf|png, results/report.pdf"
+	@echo "outputs in this machine's run folder, runs/<machine key>/ (git-ignored): roofline.csv, notebooks/roofline.ipynb (executed), figures/, report.pdf"
 
 notebooks: $(VENV)/.installed-notebooks
 	for nb in $(NOTEBOOKS); do $(PERFLAB) notebook $$nb || exit 1; done

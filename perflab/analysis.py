@@ -16,6 +16,11 @@ def load(path) -> pd.DataFrame:
     return pd.read_csv(path)
 
 
+def measured(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows that are measurements: a sweep writes failed points (diverged) as status 'failed'."""
+    return table[table["status"].fillna("measured") == "measured"] if "status" in table else table
+
+
 def machines(root: Path | None = None) -> dict[str, dict]:
     """Result folders and their metadata (GPU machines first)."""
     out = {}

@@ -136,7 +136,7 @@ def cmd_train(args, comm) -> dict:
         meta = results.machine_metadata()
         fixed = {k: v for k, v in summary.items() if k not in ("final_loss", "test_precision", "epoch_seconds")}
         fixed["hidden_sizes"] = " ".join(map(str, cfg.hidden_sizes))
-        folder = results.RESULTS_ROOT / results.machine_name(meta)
+        folder = results.run_dir(meta)
         path = results.write_rows(folder / f"{args.save}.csv", [{**fixed, **row} for row in history.epochs],
                                   meta, append=False)
         summary["saved"] = str(path)
@@ -207,7 +207,7 @@ def parallel_option(parser, default: str) -> None:
 def save_rows(name: str, rows: list[dict], out: str | None = None) -> str:
     from . import results
     meta = results.machine_metadata()
-    folder = results.RESULTS_ROOT / results.machine_name(meta) if out is None else __import__("pathlib").Path(out)
+    folder = results.run_dir(meta) if out is None else __import__("pathlib").Path(out)
     return str(results.write_rows(folder / f"{name}.csv", rows, meta, append=False))
 
 
@@ -333,7 +333,7 @@ def cmd_sweep(args, comm) -> dict:
         return {"sbatch": args.emit_sbatch}
     points = sweep.grid(hidden=args.hidden, batch=args.batch, ranks=args.ranks, per_rank_batch=args.per_rank_batch,
                         parallel=args.parallel, backend=args.backend, mode=args.mode, gemm=args.gemm,
-                        dtype=args.dtype, N=args.train_size, epochs=args.num_epochs)
+                        dtype=args.dtype, N=args.train_size, epochs=args.num_epochs, learning_rate=args.learning_rate)
     too_big = [pt["p"] for pt in points if pt["p"] > comm.size]
     if too_big:
         raise CLIError(f"the grid has points with p={max(too_big)} but {comm.size} rank(s) are running; "
@@ -349,23 +349,27 @@ NOTEBOOKS = ("roofline", "correctness", "convergence", "scaling", "kernels")
 
 
 def cmd_notebook(args, comm) -> dict:
-    """Execute a notebook end to end with papermill; the executed copy lands in results/notebooks/."""
+    """Execute notebooks/NAME.py (Jupytext percent format, the one source) end to end with
+    papermill; the executed copy lands in <run folder>/notebooks/NAME.ipynb."""
     import ast
 
+    import jupytext
     import papermill
 
+    from . import results
     from .data import PROJECT_ROOT
-    from .results import RESULTS_ROOT
     params = {}
     for k, v in args.parameter or []:
         try:
             params[k] = ast.literal_eval(v)
         except (ValueError, SyntaxError):
             params[k] = v
-    source = PROJECT_ROOT / "notebooks" / f"{args.name}.ipynb"
-    out = RESULTS_ROOT / "notebooks" / f"{args.name}.ipynb"
+    source = PROJECT_ROOT / "notebooks" / f"{args.name}.py"
+    out = results.run_dir() / "notebooks" / f"{args.name}.ipynb"
     out.parent.mkdir(parents=True, exist_ok=True)
-    papermill.execute_notebook(str(source), str(out), parameters=params, cwd=str(source.parent),
+    notebook = jupytext.read(source)
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    papermill.execute_notebook(notebook, str(out), parameters=params, cwd=str(source.parent),
                                progress_bar=not args.json, kernel_name="python3")
     if not args.json:
         print(f"executed {source} -> {out}")
@@ -387,7 +391,12 @@ def cmd_report(args, comm) -> dict:
         if not args.json:
             print("README results block " + ("updated" if changed else "already up to date"))
         return {"readme_changed": changed}
-    path = report.build(args.out)
+    if args.folder and not __import__("pathlib").Path(args.folder).is_dir():
+        raise CLIError(f"--folder {args.folder}: no such folder (a run folder holds roofline.csv and figures/)")
+    try:
+        path = report.build(args.out, args.folder)
+    except FileNotFoundError as exc:
+        raise CLIError(str(exc)) from None
     if not args.json:
         print(f"wrote {path}")
     return {"report": str(path)}
@@ -473,7 +482,7 @@ def hidden_batch(text: str) -> tuple[int, int]:
 def outputs(parser, folder: bool = True):
     """The output options most commands share: --out DIR for the result CSV, and --json."""
     if folder:
-        parser.add_argument("--out", metavar="DIR", help="folder for the CSV (default results/<machine>)")
+        parser.add_argument("--out", metavar="DIR", help="folder for the CSV (default this machine's run folder, runs/<machine key>/)")
     parser.add_argument("--json", action="store_true", help="print one JSON object on the last line")
 
 
@@ -494,7 +503,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", action="store_true",
                    help="time every phase (the seeds' NVTX names), synchronizing the device at phase edges; prints an "
                         "Nsight-like summary and P_flops/P_pci/P_mpi. Without it only whole epochs are timed.")
-    p.add_argument("--save", metavar="NAME", help="write the per-epoch table to results/<machine>/NAME.csv (+ .json metadata)")
+    p.add_argument("--save", metavar="NAME", help="write the per-epoch table to <run folder>/NAME.csv (+ .json metadata)")
     outputs(p, folder=False)
     p.set_defaults(run=cmd_train)
 
@@ -509,7 +518,7 @@ def build_parser() -> argparse.ArgumentParser:
     outputs(p, folder=False)
     p.set_defaults(run=cmd_check)
 
-    p = sub.add_parser("sweep", help="measure a grid of points (H, B, p, mode, ...) into results/<machine>/NAME.csv",
+    p = sub.add_parser("sweep", help="measure a grid of points (H, B, p, mode, ...) into <run folder>/NAME.csv",
                        description="Each point trains (N samples, E epochs) unprofiled for the epoch time and once "
                                    "profiled for the phase medians; its row is written as soon as it finishes, and a "
                                    "rerun skips points already in the file. Run under mpiexec -n P (P >= largest p); "
@@ -533,6 +542,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-epochs", type=positive, default=1, help="timed epochs a point, after one warm-up "
                                                                   "(default %(default)s)")
     p.add_argument("--dataset", choices=DATASETS, default="synthetic", help="default synthetic (any size)")
+    p.add_argument("--learning-rate", type=float, default=0.1, help="SGD step of every point (default %(default)s); a "
+                                                                    "point whose loss diverges is written as failed")
     p.add_argument("--emit-sbatch", metavar="FILE", help="instead of running: write a Slurm script that runs this sweep "
                                                          "with one rank per GPU on --nodes x --gpus-per-node")
     p.add_argument("--nodes", type=int, default=1, help="with --emit-sbatch (default 1)")
@@ -542,7 +553,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_sweep)
 
     p = sub.add_parser("notebook", help="run a workbook notebook end to end (papermill)",
-                       description="Execute notebooks/NAME.ipynb with parameters; the executed copy and its figures "
+                       description="Execute notebooks/NAME.py (Jupytext percent format: open it in Jupyter with jupytext "
+                                   "installed, or edit it as text) with parameters; the executed copy and its figures "
                                    "go to results/. Example: perflab notebook roofline -p engines 4 -p backend cupy")
     p.add_argument("name", choices=NOTEBOOKS)
     p.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
@@ -550,11 +562,16 @@ def build_parser() -> argparse.ArgumentParser:
     outputs(p, folder=False)
     p.set_defaults(run=cmd_notebook)
 
-    p = sub.add_parser("report", help="assemble results/figures and their captions into one PDF")
-    p.add_argument("--out", metavar="PDF", help="default results/report.pdf")
+    p = sub.add_parser("report", help="the report PDF of a run: the seeds' questions answered from its results, its figures",
+                       description="Writes <run folder>/report.pdf: FLOPs and bytes, effective rates, rooflines with "
+                                   "their points, predicted against measured, scaling, convergence, correctness, each "
+                                   "with tables and a text generated from the numbers.")
+    p.add_argument("--out", metavar="PDF", help="default <run folder>/report.pdf")
     p.add_argument("--readme", action="store_true", help="instead: regenerate the README's results block from results/")
     p.add_argument("--markdown", action="store_true", help="instead: write results/REPORT.md (the seeds' questions "
                                                            "answered from the committed GPU results)")
+    p.add_argument("--folder", metavar="DIR", help="the run folder to report on (default: this machine's, "
+                                                    "runs/<machine key>/; a committed one: results/nvidia-h200)")
     outputs(p, folder=False)
     p.set_defaults(run=cmd_report)
 
@@ -576,7 +593,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_predict)
 
     p = sub.add_parser("ceilings", help="measure this machine's ceilings (GEMM rate, PCIe, MPI/NCCL all-reduce)",
-                       description="Microbenchmarks for the rooflines, saved to results/<machine>/ceilings_p<P>.csv with "
+                       description="Microbenchmarks for the rooflines, saved to <run folder>/ceilings_p<P>.csv with "
                                    "machine metadata: BLAS GEMM at the training shapes, and on a GPU cuBLAS and perflab's "
                                    "GEMM, host<->device bandwidth (pageable, pinned) and the device copy rate; under "
                                    "mpiexec -n P also MPI (and on GPUs NCCL) all-reduce bandwidth against size.")
@@ -602,7 +619,7 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Times each GEMM variant, cuBLAS and the installed SGEMM peers (calls captured in a "
                                     "CUDA graph and replayed between CUDA events, median, inputs rotated past L2) at the "
                                     "forward/backward shapes for H x B; prints TFLOP/s, % of cuBLAS and of the fastest "
-                                    "peer, % of the FP32 peak; writes results/<machine>/bench_gemm_<dtype>.csv after each "
+                                    "peer, % of the FP32 peak; writes <run folder>/bench_gemm_<dtype>.csv after each "
                                     "shape.")
     b.add_argument("--variants", nargs="+", choices=GEMM_VARIANTS, default=list(GEMM_VARIANTS),
                    help="default: all")
@@ -622,7 +639,7 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Replays best (tuned) and cuBLAS in turn on each shape for --seconds, --rounds times, "
                                     "while nvidia-smi samples the SM clock, power and clock event reasons every 50 ms. "
                                     "A short burst runs at the boost clock; held, a large GEMM runs at what the power "
-                                    "cap leaves it. Writes results/<machine>/bench_hold.csv (ms of the first replays and "
+                                    "cap leaves it. Writes <run folder>/bench_hold.csv (ms of the first replays and "
                                     "of the held second half, % of cuBLAS held, clock and power) and "
                                     "bench_hold_samples.csv (every sample).")
     b.add_argument("--shapes", nargs="+", type=gemm_shape, default=list(HOLD_SHAPES), metavar="SHAPE",
@@ -646,7 +663,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = bsub.add_parser("step", help="each kernel of one training step, timed alone (where the time goes)",
                         description="Device ms of every kernel of perflab's training step at H x B (and of the unfused "
                                     "backward kernels), graph-timed, with bytes moved and % of the device-copy rate; "
-                                    "writes results/<machine>/bench_step.csv.")
+                                    "writes <run folder>/bench_step.csv.")
     b.add_argument("--configs", nargs="+", type=hidden_batch, default=[(512, 3200), (2048, 12000)], metavar="H,B")
     outputs(b)
     b.set_defaults(run=cmd_bench_step)
@@ -656,7 +673,7 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Run under mpirun, one rank per GPU. Device ms of one float32 all-reduce (CUDA events "
                                     "around 10 back-to-back calls, median) through perflab's NCCL, perflab's host-staged "
                                     "MPI (host-timed) and torch.distributed's NCCL, with bus bandwidth and the ratio to the "
-                                    "fastest peer; writes results/<machine>/bench_allreduce_p<P>.csv.")
+                                    "fastest peer; writes <run folder>/bench_allreduce_p<P>.csv.")
     b.add_argument("--sizes", nargs="+", type=positive, default=list(ALLREDUCE_SIZES), metavar="BYTES",
                    help="buffer sizes in bytes (default: 64 KiB to 64 MiB, with the H=512 and H=2048 gradients)")
     b.add_argument("--repeats", type=positive, default=10, help="timed repeats per size; the median is kept "
@@ -698,7 +715,8 @@ def main(argv=None) -> int:
     try:
         summary = args.run(args, comm)
     except (ConfigError, DataError, CLIError, RuntimeError) as exc:
-        deterministic = isinstance(exc, ConfigError)
+        from .train import Diverged
+        deterministic = isinstance(exc, (ConfigError, Diverged))
         if comm.rank == 0 or not deterministic:
             where = f"rank {comm.rank}: " if comm.size > 1 else ""
             print(f"perflab: error: {where}{exc}", file=sys.stderr, flush=True)

@@ -1,6 +1,6 @@
 """Figures for the report: they read result tables and never run training.
 
-Each figure is saved as results/figures/<name>.pdf (report) and .png (README), its caption
+Each figure is saved as <run folder>/figures/<name>.pdf (report) and .png (README), its caption
 written under the plot and into <name>.txt, so it stands on its own.
 """
 from __future__ import annotations
@@ -9,10 +9,12 @@ from pathlib import Path
 
 import numpy as np
 
-from . import perfmodel
-from .results import RESULTS_ROOT
+from . import perfmodel, results
 
-FIGURES = RESULTS_ROOT / "figures"
+
+def figures_dir() -> Path:
+    """This run's figures: <run folder>/figures (results/figures for the committed campaign)."""
+    return results.run_dir() / "figures"
 
 
 def new_figure(width=7.0, height=4.8):
@@ -25,7 +27,7 @@ def new_figure(width=7.0, height=4.8):
 def save(fig, name: str, caption: str, folder: Path | None = None) -> Path:
     """PDF + PNG + caption text; returns the PNG path."""
     import textwrap
-    folder = Path(folder or FIGURES)
+    folder = Path(folder or figures_dir())
     folder.mkdir(parents=True, exist_ok=True)
     fig.text(0.01, 0.005, "\n".join(textwrap.wrap(caption, 120)), fontsize=7, va="bottom", ha="left")
     fig.tight_layout(rect=(0, 0.03 + 0.018 * caption.count(" ") / 18, 1, 1))

@@ -1,7 +1,14 @@
 """Result files: tidy CSV rows appended as they come, a JSON of machine metadata beside them.
 
-`results/<machine>/<experiment>.csv` + `.json`. Rows are appended and flushed one batch at
-a time, so a crash loses at most the point in flight and a rerun can skip what is done.
+Two places, never mixed:
+- a run's own folder, `runs/<machine key>/` (git-ignored; `PERFLAB_RUN_DIR` overrides): what
+  this machine measures and draws (`<experiment>.csv` + `.json`, `figures/`, `notebooks/`,
+  `report.pdf`). The key tells machines apart, so another machine's runs are never resumed as
+  this one's; a rerun on the same machine resumes point by point.
+- `results/` (`PERFLAB_RESULTS` overrides): the committed campaign, read by the report and the
+  README, written only by developers who copy a run folder there.
+Rows are appended and flushed one batch at a time, so a crash loses at most the point in
+flight and a rerun can skip what is done.
 """
 from __future__ import annotations
 
@@ -18,6 +25,7 @@ from pathlib import Path
 from .data import PROJECT_ROOT, atomic_write
 
 RESULTS_ROOT = Path(os.environ.get("PERFLAB_RESULTS", PROJECT_ROOT / "results"))
+RUNS_ROOT = PROJECT_ROOT / "runs"
 
 
 def cpu_model() -> str:
@@ -63,7 +71,8 @@ def machine_metadata() -> dict:
     import numpy
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "host": platform.node(), "cpu": cpu_model(), "cpu_count": os.cpu_count(),
-            "python": sys.version.split()[0], "numpy": numpy.__version__, "git_commit": git_commit()}
+            "python": sys.version.split()[0], "numpy": numpy.__version__, "git_commit": git_commit(),
+            "fingerprint": host_fingerprint()}
     try:
         from mpi4py import MPI
         meta["mpi"] = MPI.Get_library_version().splitlines()[0].strip().strip("\x00")
@@ -73,11 +82,39 @@ def machine_metadata() -> dict:
     return meta
 
 
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60]
+
+
 def machine_name(meta: dict | None = None) -> str:
-    """A folder name for this machine: the GPU model where there is one, else the CPU's."""
+    """The committed campaign's folder name: the GPU model where there is one, else the CPU's."""
     meta = meta or machine_metadata()
-    name = meta.get("gpu") or f"cpu-{meta['cpu']}"
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:60]
+    return slug(meta.get("gpu") or f"cpu-{meta['cpu']}")
+
+
+def host_fingerprint() -> str:
+    """Six hex digits from the host name and /etc/machine-id: two machines of one model differ."""
+    import hashlib
+    try:
+        machine_id = Path("/etc/machine-id").read_text().strip()
+    except OSError:
+        machine_id = ""
+    return hashlib.sha256(f"{platform.node()}|{machine_id}".encode()).hexdigest()[:6]
+
+
+def machine_key(meta: dict | None = None) -> str:
+    """This machine's run-folder name: GPU model and count (or CPU model), cores, host fingerprint,
+    e.g. `nvidia-h100-80gb-hbm3-x1-16c-3f9a1c` or `cpu-amd-epyc-2c-5be02d`."""
+    meta = meta or machine_metadata()
+    gpus = f"-x{meta.get('gpu_count', 1)}" if meta.get("gpu") else ""
+    return f"{machine_name(meta)}{gpus}-{meta['cpu_count']}c-{meta.get('fingerprint') or host_fingerprint()}"
+
+
+def run_dir(meta: dict | None = None) -> Path:
+    """Where this machine's run writes: PERFLAB_RUN_DIR, else runs/<machine key>/."""
+    if os.environ.get("PERFLAB_RUN_DIR"):
+        return Path(os.environ["PERFLAB_RUN_DIR"])
+    return RUNS_ROOT / machine_key(meta)
 
 
 def write_rows(path, rows: list[dict], meta: dict | None = None, append: bool = True) -> Path:

@@ -5,8 +5,11 @@ measured twice on p ranks: an unprofiled run for the epoch time (`epoch_seconds`
 `epochs` epochs after one warm-up epoch; nothing synchronizes inside an epoch) and a profiled
 epoch for the per-phase medians the roofline needs (`t_<phase>`: device synchronized at every
 phase edge). Rows go to
-`results/<machine>/<name>.csv` (+ machine metadata .json) one point at a time, so a crash
-loses at most the point in flight; a rerun skips the points already there.
+`<run folder>/<name>.csv` (+ machine metadata .json) one point at a time, so a crash
+loses at most the point in flight; a rerun skips the points already there. A point whose
+training diverges is written as `status = failed` with the reason, never as a measurement.
+Two sweeps writing one file at once claim each point under a file lock (`<name>.claims`), so
+each measures what the other has not.
 
 Two ways to run the same grid:
   mpiexec -n 4 perflab sweep ...      every rank runs `run_grid_mpi` (batch jobs, clusters)
@@ -15,14 +18,19 @@ Points with p smaller than the world run on a sub-communicator of the first p ra
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import itertools
+import json
+import os
+import platform
 from pathlib import Path
 
 KEY = ("H", "B", "p", "parallel", "backend", "mode", "gemm", "dtype", "N", "epochs")
 
 
 def grid(hidden=(512,), batch=(3200,), ranks=(1,), per_rank_batch=None, parallel=("data",), backend=("numpy",),
-         mode=("resident",), gemm=("cublas",), dtype=("float32",), N=38400, epochs=1) -> list[dict]:
+         mode=("resident",), gemm=("cublas",), dtype=("float32",), N=38400, epochs=1, learning_rate=0.1) -> list[dict]:
     """All combinations; with per_rank_batch, B = p * B/p (the seeds' weak-scaling sweep)."""
     points = []
     batches = per_rank_batch if per_rank_batch else batch
@@ -31,7 +39,7 @@ def grid(hidden=(512,), batch=(3200,), ranks=(1,), per_rank_batch=None, parallel
         if be == "numpy" and (mo != "resident" or ge != "cublas"):
             continue  # mode and GEMM variant exist only on the GPU
         points.append({"H": H, "B": B, "p": p, "parallel": par, "backend": be, "mode": mo, "gemm": ge,
-                       "dtype": dt, "N": N, "epochs": epochs})
+                       "dtype": dt, "N": N, "epochs": epochs, "learning_rate": learning_rate})
     return points
 
 
@@ -40,22 +48,96 @@ def key(point: dict) -> tuple:
 
 
 def done_keys(path: Path) -> set:
-    if not Path(path).exists():
+    """Keys of the points in the file, measured or failed (a failed point is not retried)."""
+    if not Path(path).exists() or Path(path).stat().st_size == 0:
         return set()
     import pandas as pd
     table = pd.read_csv(path)
     return {tuple(str(v) for v in row) for row in table[list(KEY)].itertuples(index=False)} if len(table) else set()
 
 
+class Claims:
+    """The points sweeps are measuring now, in `<name>.claims` beside the result file, read and
+    written under an exclusive lock on `<name>.lock`: a sweep measures a point only after claiming
+    it, so two sweeps on one file split the grid instead of measuring every point twice. A claim
+    whose process is gone (same host) no longer counts."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.claims = self.path.with_suffix(".claims")
+        self.lock = self.path.with_suffix(".lock")
+
+    @contextlib.contextmanager
+    def locked(self):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.lock, "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _live(self) -> list[dict]:
+        if not self.claims.exists():
+            return []
+        entries = [json.loads(line) for line in self.claims.read_text().splitlines() if line.strip()]
+        return [e for e in entries if e["host"] != platform.node() or pid_alive(e["pid"])]
+
+    def _write(self, entries: list[dict]) -> None:
+        if entries:
+            self.claims.write_text("".join(json.dumps(e) + "\n" for e in entries))
+        else:
+            self.claims.unlink(missing_ok=True)
+
+    def claim(self, point: dict) -> bool:
+        """True when this process may measure the point: not in the file, not claimed by a live sweep."""
+        k = list(key(point))
+        with self.locked():
+            live = self._live()
+            if tuple(k) in done_keys(self.path) or any(e["key"] == k for e in live):
+                return False
+            self._write(live + [{"key": k, "pid": os.getpid(), "host": platform.node()}])
+            return True
+
+    def finish(self, point: dict, row: dict | None, meta: dict) -> None:
+        """Write the point's row (if any) and drop its claim, in one locked step."""
+        from . import results
+        k = list(key(point))
+        with self.locked():
+            if row is not None:
+                results.write_rows(self.path, [row], meta)
+            self._write([e for e in self._live() if not (e["key"] == k and e["pid"] == os.getpid())])
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def measure_point(point: dict, comm, dataset: str = "synthetic") -> dict | None:
-    """Run one point on `comm` (exactly p ranks); rank 0 returns its row."""
+    """Run one point on `comm` (exactly p ranks); rank 0 returns its row. A point whose training
+    diverges (the same on every rank: the loss is all-reduced) gives a row marked failed."""
+    from .train import Diverged
+    try:
+        return measure_trained_point(point, comm, dataset)
+    except Diverged as exc:
+        return {**point, "status": "failed", "error": str(exc)} if comm.rank == 0 else None
+
+
+def measure_trained_point(point: dict, comm, dataset: str) -> dict | None:
     import numpy as np
 
     from . import perfmodel
     from .config import Config
     from .runner import Device, train_on_ranks
     cfg = Config(dataset=dataset, hidden_sizes=(point["H"],), batch_size=point["B"], train_size=point["N"],
-                 num_epochs=point["epochs"], dtype=point["dtype"], test_size=0, learning_rate=0.1)
+                 num_epochs=point["epochs"], dtype=point["dtype"], test_size=0,
+                 learning_rate=point.get("learning_rate", 0.1))
     device = Device(backend=point["backend"], mode=point["mode"], gemm=point["gemm"],
                     comm="mpi" if point["mode"] == "staged" else "nccl")
     # one extra epoch first, dropped: it pays for kernel compilation, library handles and graph capture
@@ -72,7 +154,7 @@ def measure_point(point: dict, comm, dataset: str = "synthetic") -> dict | None:
                            dtype=cfg.dtype, staged=point["backend"] == "numpy" or point["mode"] == "staged",
                            host_allreduce=point["backend"] == "numpy" or device.comm == "mpi", N=cfg.train_size)
     by = perfmodel.phase_bytes(w)
-    row = {**point, "epoch_seconds": float(np.median([e["seconds"] for e in history.epochs])),
+    row = {**point, "status": "measured", "epoch_seconds": float(np.median([e["seconds"] for e in history.epochs])),
            "flops_per_batch": perfmodel.seeds_flops(w)["batch"], "exact_flops_per_batch": sum(perfmodel.phase_flops(w).values()),
            "bytes_pcie": by["pcie_gradients"], "bytes_images": by["pcie_images"], "bytes_mpi": by["mpi_seeds"],
            "ai": perfmodel.arithmetic_intensity(w), "batches": cfg.num_batches, "final_loss": history.final_loss}
@@ -111,26 +193,49 @@ def run_point_on_world(point: dict, dataset: str = "synthetic"):
 
 def output_path(name: str, root: Path | None = None) -> Path:
     from . import results
-    return Path(root or results.RESULTS_ROOT / results.machine_name()) / f"{name}.csv"
+    return Path(root or results.run_dir()) / f"{name}.csv"
+
+
+def pending(points, path: Path, log) -> list[dict]:
+    """The points not yet in the file; says how many are there already and which of those failed."""
+    done = done_keys(path)
+    todo = [pt for pt in points if key(pt) not in done]
+    if len(todo) < len(points):
+        log(f"{len(points) - len(todo)} of {len(points)} points already in {path}; running the other {len(todo)}")
+    return todo
+
+
+def report_failed(path: Path, log) -> None:
+    import pandas as pd
+    if Path(path).exists() and Path(path).stat().st_size:
+        table = pd.read_csv(path)
+        if "status" in table:
+            for _, row in table[table.status == "failed"].iterrows():
+                log(f"point H={row['H']} B={row['B']} p={row['p']} {row['backend']} {row['mode']} failed: {row['error']}")
 
 
 def run_grid_mpi(points, name, out: Path | None = None, dataset="synthetic", progress=True, log=print):
-    """Every rank of `mpiexec -n P perflab sweep` calls this; rank 0 writes."""
+    """Every rank of `mpiexec -n P perflab sweep` calls this; rank 0 claims the points and writes."""
     from tqdm.auto import tqdm
 
     from . import results
     from .comm import world
     w = world()
     path = output_path(name, out) if w.rank == 0 else None
-    done = w.bcast(done_keys(path) if w.rank == 0 else None)
-    todo = [pt for pt in points if key(pt) not in done]
-    if w.rank == 0 and len(todo) < len(points):
-        log(f"{len(points) - len(todo)} of {len(points)} points already in {path}; running the other {len(todo)}")
+    todo = w.bcast(pending(points, path, log) if w.rank == 0 else None)
+    claims = Claims(path) if w.rank == 0 else None
     meta = results.machine_metadata() if w.rank == 0 else None
     for point in tqdm(todo, disable=not progress or w.rank != 0, desc=name, unit="point"):
-        row = run_point_on_world(point, dataset)
-        if w.rank == 0:
-            results.write_rows(path, [row], meta)
+        if not w.bcast(claims.claim(point) if w.rank == 0 else None):
+            continue  # measured or being measured by another sweep
+        row = None
+        try:
+            row = run_point_on_world(point, dataset)
+        finally:
+            if w.rank == 0:
+                claims.finish(point, row, meta)
+    if w.rank == 0:
+        report_failed(path, log)
     return path
 
 
@@ -141,12 +246,16 @@ def run_grid_engines(view, points, name, out: Path | None = None, dataset="synth
 
     from . import results
     path = output_path(name, out)
-    done = done_keys(path)
-    todo = [pt for pt in points if key(pt) not in done]
-    if len(todo) < len(points):
-        log(f"{len(points) - len(todo)} of {len(points)} points already in {path}; running the other {len(todo)}")
+    todo = pending(points, path, log)
+    claims = Claims(path)
     meta = results.machine_metadata()
     for point in tqdm(todo, disable=not progress, desc=name, unit="point"):
-        rows = [r for r in view.apply_sync(run_point_on_world, point, dataset) if r is not None]
-        results.write_rows(path, rows, meta)
+        if not claims.claim(point):
+            continue
+        rows = []
+        try:
+            rows = [r for r in view.apply_sync(run_point_on_world, point, dataset) if r is not None]
+        finally:
+            claims.finish(point, rows[0] if rows else None, meta)
+    report_failed(path, log)
     return path

@@ -16,6 +16,16 @@ from .config import Config
 from .profile import phase
 
 
+class Diverged(RuntimeError):
+    """The loss left the finite numbers: training has failed, so nothing after it is a measurement."""
+
+    def __init__(self, epoch: int, batch: int, batches: int, learning_rate: float, loss: float):
+        self.epoch, self.batch, self.learning_rate, self.loss = epoch, batch, learning_rate, loss
+        super().__init__(f"training diverged: the loss was {loss} at epoch {epoch}, batch {batch}/{batches} "
+                         f"(learning rate {learning_rate:g}); lower --learning-rate (the seeds train with 1e-4 "
+                         f"to 1.0) or check the data")
+
+
 class Sequential:
     """The reference: the whole mini-batch on one process."""
 
@@ -96,7 +106,8 @@ def fit(cfg: Config, trainer, test=None, progress: bool = True, log=None, sync=l
         validation=None) -> History:
     """Train for cfg.num_epochs; `log(msg)` receives the loss lines, `sync()` waits for the
     device so epoch times are honest on a GPU. Precision on the test (and validation) set is
-    measured after each epoch, outside the epoch's time."""
+    measured after each epoch, outside the epoch's time. A non-finite loss (checked wherever it
+    is computed: every `print_every` batches and each epoch's last) raises Diverged."""
     from tqdm.auto import tqdm
 
     history = History()
@@ -115,6 +126,9 @@ def fit(cfg: Config, trainer, test=None, progress: bool = True, log=None, sync=l
             with phase("batch iteration"):
                 batch_loss = trainer.batch(index)
             if batch_loss is not None:
+                if not np.isfinite(batch_loss):
+                    bar.close()
+                    raise Diverged(epoch, i + 1, len(batches), cfg.learning_rate, float(batch_loss))
                 history.losses.append({"epoch": epoch, "batch": i, "step": step, "loss": batch_loss})
                 if log and (i + 1) % every == 0:
                     log(f"epoch {epoch} batch {i + 1}/{len(batches)} loss {batch_loss:.6f}")

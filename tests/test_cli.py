@@ -41,11 +41,13 @@ def test_help_explains_defaults():
 
 def test_save_writes_csv_and_metadata(tmp_path, monkeypatch, capsys):
     from perflab import results
-    monkeypatch.setattr(results, "RESULTS_ROOT", tmp_path)
+    monkeypatch.delenv("PERFLAB_RUN_DIR", raising=False)
+    monkeypatch.setattr(results, "RUNS_ROOT", tmp_path)
     main(["train", "--dataset", "synthetic", "--input-size", "10", "--hidden-size", "4", "--train-size", "40",
           "--batch-size", "10", "--test-size", "10", "--save", "demo", "--json"])
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    csv_path = tmp_path.joinpath(*summary["saved"].split("/")[-2:])
+    csv_path = tmp_path / results.machine_key() / "demo.csv"
+    assert summary["saved"] == str(csv_path)
     assert csv_path.exists() and csv_path.with_suffix(".json").exists()
     meta = json.loads(csv_path.with_suffix(".json").read_text())
     assert meta["cpu"] and meta["git_commit"]

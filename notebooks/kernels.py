@@ -1,0 +1,38 @@
+# %% [markdown]
+# # Kernels: each GEMM variant against cuBLAS
+#
+# Reads `results/*/bench_gemm_float32.csv` (from `perflab bench gemm` on a GPU),
+# `results/*/bench_train.csv`, `bench_step.csv` and `bench_hold.csv` (the
+# clock and power under load); runs nothing.
+
+# %%
+import pandas as pd
+from IPython.display import Image, display
+from perflab import plots
+from perflab.results import RESULTS_ROOT
+for path in sorted(RESULTS_ROOT.glob("*/bench_gemm_float32.csv")):
+    bench = pd.read_csv(path)
+    display(bench.pivot_table(index="shape", columns="variant", values="tflops", sort=False).round(2))
+    fig = plots.gemm_progression(bench, bench.peak_tflops.iloc[0])
+    display(Image(str(plots.save(fig, f"gemm_progression_{path.parent.name}",
+        f"FP32 GEMM rate of perflab's kernels naive -> tiled -> regblock -> best against the SGEMM of cuBLAS (and of "
+        f"PyTorch and JAX where the file has them, TF32 off) at three training shapes "
+        f"on {bench.gpu.iloc[0]}, device time from CUDA-graph replays (JAX: the host's over calls queued back to back); dashed: the FP32 peak. Source: {path.parent.name}/{path.name}."))))
+for path in sorted(RESULTS_ROOT.glob("*/bench_train.csv")):
+    fig = plots.train_peers(pd.read_csv(path))
+    display(Image(str(plots.save(fig, f"train_peers_{path.parent.name}",
+        f"Epoch time of perflab and its peers (median of 5 epochs) on {path.parent.name}. Source: {path.name}."))))
+for path in sorted(RESULTS_ROOT.glob("*/bench_step.csv")):
+    fig = plots.step_breakdown(pd.read_csv(path))
+    display(Image(str(plots.save(fig, f"step_breakdown_{path.parent.name}",
+        f"Each kernel of one training step timed alone (CUDA-graph replays) on {path.parent.name}: perflab's step "
+        f"(fused backward) and the unfused kernels it replaces. Source: {path.name}."))))
+for path in sorted(RESULTS_ROOT.glob("*/bench_hold.csv")):
+    holds, samples = pd.read_csv(path), pd.read_csv(path.with_name("bench_hold_samples.csv"))
+    display(holds.groupby(["shape", "variant"], sort=False)[["ms_first", "ms_held", "pct_cublas_held", "clock_mhz",
+                                                            "power_w"]].median().round(3))
+    fig = plots.held_clocks(holds, samples)
+    display(Image(str(plots.save(fig, f"held_clocks_{path.parent.name}",
+        f"SM clock and board power (nvidia-smi every 50 ms) while perflab's best GEMM and cuBLAS were replayed in turn, "
+        f"{holds.seconds.iloc[0]:g} s each, on {path.parent.name}. Where both draw the power limit, the clock is set by "
+        f"the energy a kernel spends a cycle, so the held rate can differ from a short burst's. Source: {path.name}."))))

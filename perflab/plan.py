@@ -1,0 +1,140 @@
+"""What the main job runs on this machine: backend, engines and sweep sizes picked from what the
+machine has, and how long that should take, said before anything starts.
+
+The roofline notebook's parameters default to "auto" and None; `roofline_plan` turns them into
+concrete values, so a user on a GPU machine gets CuPy with one engine per GPU without knowing
+to ask, and a user on a laptop gets a NumPy sweep sized to finish in minutes.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+MAX_CPU_ENGINES = 4  # NumPy ranks beyond this mostly fight over memory bandwidth on a laptop
+
+# sweep sizes per backend: the seeds' points on a CPU (minutes on 2 cores), their GPU sizes on a GPU
+SIZES = {
+    "numpy": {"hidden": [512, 1024, 2048], "per_rank_batch": 1600, "batch_sweep": [800, 3200, 12000], "N": 38400,
+              "modes": ["resident"], "epochs": 1},
+    "cupy": {"hidden": [512, 1024, 2048], "per_rank_batch": 3000, "batch_sweep": [800, 3200, 12000], "N": 60000,
+             "modes": ["resident", "staged"], "epochs": 5},
+}
+
+
+class PlanError(ValueError):
+    pass
+
+
+def gpu_count() -> int:
+    from .backend import cupy_or_none
+    cp = cupy_or_none()
+    return cp.cuda.runtime.getDeviceCount() if cp is not None else 0
+
+
+def resolve_backend(backend: str, gpus: int) -> str:
+    if backend not in ("auto", "numpy", "cupy"):
+        raise PlanError(f"backend must be 'auto', 'numpy' or 'cupy', got {backend!r}")
+    if backend == "cupy" and gpus == 0:
+        raise PlanError("backend 'cupy' needs CuPy and a visible NVIDIA GPU; none was found (nvidia-smi, "
+                        "pip install 'perflab[gpu]'), or pass backend 'auto' or 'numpy'")
+    return backend if backend != "auto" else ("cupy" if gpus else "numpy")
+
+
+def resolve_engines(engines, backend: str, gpus: int, cores: int) -> int:
+    """'auto': one engine per GPU on CuPy, else one per core up to MAX_CPU_ENGINES (at least 1)."""
+    if engines == "auto":
+        return gpus if backend == "cupy" else max(1, min(cores, MAX_CPU_ENGINES))
+    if not isinstance(engines, int) or isinstance(engines, bool) or engines < 1:
+        raise PlanError(f"engines must be 'auto' or a whole number >= 1, got {engines!r}")
+    if backend == "cupy" and engines > gpus:
+        raise PlanError(f"engines={engines} on CuPy needs one GPU per engine, but {gpus} GPU(s) are visible")
+    return engines
+
+
+def powers_of_two_upto(n: int) -> list[int]:
+    return [p for p in (1, 2, 4, 8, 16, 32, 64) if p <= n]
+
+
+def gemm_rate(backend: str, seconds: float = 0.2) -> float:
+    """FLOP/s of one (512 x 784)(784 x 1600) float32 GEMM on this machine, timed for ~`seconds`:
+    the estimate's only measurement, so the plan costs a fraction of a second."""
+    import numpy as np
+    xp = np
+    if backend == "cupy":
+        import cupy as xp
+    a, b = xp.ones((512, 784), xp.float32), xp.ones((784, 1600), xp.float32)
+    a @ b
+    count, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        a @ b
+        count += 1
+        if backend == "cupy":
+            xp.cuda.Device().synchronize()
+    return 2 * 512 * 784 * 1600 * count / (time.perf_counter() - start)
+
+
+@dataclass
+class Plan:
+    backend: str
+    engines: int
+    gpus: int
+    cores: int
+    hidden: list
+    ranks: list
+    per_rank_batch: int
+    batch_sweep: list
+    N: int
+    modes: list
+    epochs: int = 1
+    points: list = field(default_factory=list)
+    estimate_s: float = float("nan")
+
+    def describe(self) -> str:
+        found = f"{self.cores} CPU cores, " + (f"{self.gpus} GPU(s)" if self.gpus else "no GPU")
+        minutes = self.estimate_s / 60
+        return (f"found: {found}\n"
+                f"will run: {len(self.points)} points on {self.backend}, {self.engines} MPI engine(s); "
+                f"H {self.hidden}, p {self.ranks} with B/p = {self.per_rank_batch}, a B sweep {self.batch_sweep} "
+                f"at p = 1, N = {self.N}, modes {self.modes}, median of {self.epochs} epoch(s) a point\n"
+                f"should take about {minutes:.1f} min (from a {self.backend} GEMM timed just now"
+                + (", plus kernel compilation on a first GPU run)" if self.backend == "cupy" else ")"))
+
+
+def estimate_seconds(points: list[dict], rate: float, per_point_s: float, shared: bool) -> float:
+    """Each point runs epochs + 2 epochs (warm-up, timed, profiled) of N/B batches, a rank's share
+    at the GEMM rate (split over the ranks where they `shared` one CPU), plus a fixed cost per
+    point (engine set-up, imports; graph capture on a GPU)."""
+    from . import perfmodel
+    total = 0.0
+    for pt in points:
+        w = perfmodel.Workload(layers=(784, pt["H"], 10), B=pt["B"], p=pt["p"], N=pt["N"])
+        batches = -(-pt["N"] // pt["B"])
+        rank_rate = rate / pt["p"] if shared else rate
+        total += (pt["epochs"] + 2) * batches * perfmodel.seeds_flops(w)["batch"] / rank_rate + per_point_s
+    return total
+
+
+def roofline_plan(backend="auto", engines="auto", hidden=None, ranks=None, per_rank_batch=None, batch_sweep=None,
+                  N=None, modes=None, epochs=None, estimate=True) -> Plan:
+    """The roofline notebook's sweep for this machine; None means the backend's size."""
+    from . import sweep
+    gpus, cores = gpu_count(), os.cpu_count() or 1
+    backend = resolve_backend(backend, gpus)
+    engines = resolve_engines(engines, backend, gpus, cores)
+    size = SIZES[backend]
+    plan = Plan(backend=backend, engines=engines, gpus=gpus, cores=cores,
+                hidden=list(hidden or size["hidden"]), ranks=list(ranks or powers_of_two_upto(engines)),
+                per_rank_batch=per_rank_batch or size["per_rank_batch"], batch_sweep=list(batch_sweep or size["batch_sweep"]),
+                N=N or size["N"], modes=list(modes or size["modes"]), epochs=epochs or size["epochs"])
+    if max(plan.ranks) > engines:
+        raise PlanError(f"ranks {plan.ranks} need {max(plan.ranks)} engines but engines={engines}")
+    plan.points = sweep.grid(hidden=plan.hidden, per_rank_batch=[plan.per_rank_batch], ranks=plan.ranks, backend=[backend],
+                             mode=plan.modes, N=plan.N, epochs=plan.epochs)
+    plan.points += [pt for pt in sweep.grid(hidden=plan.hidden[:1], batch=plan.batch_sweep, ranks=[1], backend=[backend],
+                                            mode=plan.modes, N=plan.N, epochs=plan.epochs)
+                    if pt["B"] <= plan.N and sweep.key(pt) not in {sweep.key(q) for q in plan.points}]
+    if estimate:
+        plan.estimate_s = estimate_seconds(plan.points, gemm_rate(backend), per_point_s=3.0 if backend == "cupy" else 1.0,
+                                           shared=backend == "numpy")
+    return plan

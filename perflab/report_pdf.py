@@ -1,0 +1,238 @@
+"""`perflab report`: a run folder as a report a student could hand in, organized by the seeds'
+questions (FLOPs and bytes, effective rates, rooflines, predicted against measured, scaling,
+convergence, correctness), each with a text written from the numbers, real tables and its figures.
+
+ReportLab lays it out (real tables and paragraphs, not Matplotlib pages of text); `invariant`
+keeps the PDF's bytes the same for the same inputs (no timestamps, fixed document id).
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+SEEDS_RATES = {"P_flops": 1.63e12, "P_pci": 12.7e9, "P_mpi": 7.95e9}  # RTX 6000, the seeds' solution
+
+# figure name prefixes by the section they belong to, in report order
+FIGURE_SECTIONS = [
+    ("Rooflines with measured points", ("roofline_",)),
+    ("Predicted against measured", ("predicted_vs_measured",)),
+    ("Scaling", ("scaling", "allreduce")),
+    ("Convergence", ("convergence",)),
+    ("Correctness against the sequential reference", ("correctness",)),
+    ("Kernels and steps", ("gemm_", "train_peers", "step_breakdown", "held_clocks")),
+]
+
+
+def number(value) -> str:
+    """Three significant digits, plain where that reads better."""
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    if isinstance(value, (int, np.integer)):
+        return str(value)
+    if isinstance(value, (float, np.floating)):
+        if not math.isfinite(value):
+            return "-"
+        if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
+            return f"{value:.3g}"
+        return f"{value:.4g}"
+    return str(value)
+
+
+class Document:
+    """A flowing list of ReportLab elements with the few styles the report uses."""
+
+    def __init__(self):
+        from reportlab.lib import colors
+        from reportlab.lib.styles import ParagraphStyle, getSampleStyleSheet
+        sheet = getSampleStyleSheet()
+        self.colors = colors
+        self.styles = {"title": sheet["Title"], "h1": sheet["Heading1"], "h2": sheet["Heading2"],
+                       "body": ParagraphStyle("body", parent=sheet["BodyText"], fontSize=9.5, leading=12.5),
+                       "small": ParagraphStyle("small", parent=sheet["BodyText"], fontSize=7.5, leading=9.5),
+                       "cell": ParagraphStyle("cell", parent=sheet["BodyText"], fontSize=7.5, leading=9)}
+        self.story = []
+        self.figures = 0
+
+    def heading(self, text: str, level: int | str = 1) -> None:
+        from reportlab.platypus import Paragraph
+        self.story.append(Paragraph(text, self.styles[level if level == "title" else f"h{level}"]))
+
+    def text(self, text: str, style: str = "body") -> None:
+        from reportlab.platypus import Paragraph, Spacer
+        self.story += [Paragraph(text, self.styles[style]), Spacer(1, 4)]
+
+    def table(self, frame: pd.DataFrame, caption: str | None = None) -> None:
+        from reportlab.lib.units import cm
+        from reportlab.platypus import Paragraph, Spacer, Table, TableStyle
+        cells = [[Paragraph(f"<b>{c}</b>", self.styles["cell"]) for c in frame.columns]]
+        cells += [[Paragraph(number(v), self.styles["cell"]) for v in row] for row in frame.itertuples(index=False)]
+        width = 17 * cm / max(1, len(frame.columns))
+        table = Table(cells, colWidths=[width] * len(frame.columns), repeatRows=1, hAlign="LEFT")
+        table.setStyle(TableStyle([("GRID", (0, 0), (-1, -1), 0.3, self.colors.grey),
+                                   ("BACKGROUND", (0, 0), (-1, 0), self.colors.whitesmoke),
+                                   ("VALIGN", (0, 0), (-1, -1), "TOP")]))
+        self.story += [table, Spacer(1, 4)]
+        if caption:
+            self.text(caption, "small")
+
+    def figure(self, png: Path) -> None:
+        from reportlab.lib.units import cm
+        from reportlab.lib.utils import ImageReader
+        from reportlab.platypus import Image, KeepTogether, Paragraph
+        width, height = ImageReader(str(png)).getSize()
+        shown = 16.5 * cm
+        self.figures += 1
+        label = Paragraph(f"<b>Figure {self.figures}.</b> {png.stem} (caption under the plot; "
+                          f"source files named there)", self.styles["small"])
+        self.story.append(KeepTogether([Image(str(png), width=shown, height=shown * height / width), label]))
+
+    def save(self, out: Path, title: str) -> Path:
+        from reportlab.lib.pagesizes import A4
+        from reportlab.lib.units import cm
+        from reportlab.platypus import SimpleDocTemplate
+
+        def footer(canvas, doc):
+            canvas.setFont("Helvetica", 7.5)
+            canvas.drawString(2 * cm, 1.2 * cm, f"{title}  -  page {doc.page}")
+
+        doc = SimpleDocTemplate(str(out), pagesize=A4, leftMargin=2 * cm, rightMargin=2 * cm, topMargin=1.8 * cm,
+                                bottomMargin=2 * cm, title=title, author="perflab", invariant=1)
+        doc.build(self.story, onFirstPage=footer, onLaterPages=footer)
+        return out
+
+
+def listed(column) -> str:
+    return ", ".join(number(v.item() if hasattr(v, "item") else v) for v in sorted(column.unique()))
+
+
+def machine_line(meta: dict) -> str:
+    gpu = f"{meta['gpu']} x{meta.get('gpu_count', 1)}, " if meta.get("gpu") else "no GPU, "
+    return (f"{gpu}{meta.get('cpu', '?')} ({meta.get('cpu_count', '?')} cores), host {meta.get('host', '?')}; "
+            f"git {str(meta.get('git_commit', '?'))[:12]}, measured {meta.get('date', '?')}; "
+            f"MPI {meta.get('mpi', '?')}, NumPy {meta.get('numpy', '?')}"
+            + (f", CuPy {meta['cupy']}" if meta.get("cupy") else ""))
+
+
+def sweep_section(doc: Document, path: Path) -> None:
+    """The seeds' questions 2.1-2.6 from one roofline sweep."""
+    from . import analysis, perfmodel
+    meta = json.loads(path.with_suffix(".json").read_text()) if path.with_suffix(".json").exists() else {}
+    table = pd.read_csv(path)
+    failed = table[table["status"] == "failed"] if "status" in table else table.iloc[:0]
+    table = analysis.measured(table)
+    if not len(table):
+        doc.text(f"{path.name} holds no measured point yet.")
+        return
+    staged = table[table["mode"] == "staged"] if (table["mode"] == "staged").any() else table
+    backend = ", ".join(sorted(table.backend.unique()))
+    doc.heading("What was measured", 2)
+    doc.text(f"Machine: {machine_line(meta)}. Source: <i>{path.name}</i>, {len(table)} measured points on {backend} "
+             f"(H {listed(table.H)}, B {listed(table.B)}, p {listed(table.p)}, modes {listed(table['mode'])})" + (f"; {len(failed)} point(s) failed and are left out: "
+             + "; ".join(failed.error.astype(str)) if len(failed) else "") + ". Times are medians: epoch_ms over "
+             "the unprofiled epochs after a warm-up, batch_ms the median batch iteration of a profiled epoch (the "
+             "device synchronized at every phase edge).")
+    shown = table.assign(epoch_ms=1e3 * table.epoch_seconds, batch_ms=1e3 * table["t_batch iteration"],
+                         TFLOPs=table.flops_per_batch / table["t_batch iteration"] / 1e12)
+    doc.table(shown[["H", "B", "p", "backend", "mode", "epoch_ms", "batch_ms", "TFLOPs"]].rename(
+        columns={"TFLOPs": "TFLOP/s (seeds' count)"}))
+
+    doc.heading("Questions 2.1 and 2.3: FLOPs and bytes per batch", 2)
+    fb = analysis.flops_bytes_table(staged)
+    first = fb.iloc[0]
+    local_batch = int(first["B'"])
+    gradient_mb = perfmodel.gradient_buffer_bytes(int(first["H"])) / 1e6
+    doc.text(f"Per rank and batch the two dominant GEMM passes cost the seeds' 4B'H(D+C) FLOPs: "
+             f"{first['forward GFLOP'] + first['backward GFLOP']:.3g} GFLOP at H = {int(first['H'])}, B' = {local_batch}. "
+             f"The gradient that crosses PCIe twice and the all-reduce once is {gradient_mb:.3g} MB at H = {int(first['H'])} "
+             "and grows with H as the FLOPs do, so the arithmetic intensity (FLOPs per gradient byte) changes only with B/p: "
+             f"{fb['AI (FLOP/B)'].min():.3g} to {fb['AI (FLOP/B)'].max():.3g} FLOP/byte here.")
+    doc.table(fb)
+
+    doc.heading("Question 2.4: effective rates", 2)
+    rates = analysis.reference_rates(staged)
+    rows = [{"rate": k, "measured": rates[k], "seeds' RTX 6000": SEEDS_RATES[k], "ratio": rates[k] / SEEDS_RATES[k]}
+            for k in SEEDS_RATES if k in rates]
+    doc.text(f"The seeds' formulas over the profiled phase medians of the reference point ({rates['reference']}): "
+             "P_flops = GEMM FLOPs / GEMM time, P_pci = bytes copied / copy time, P_mpi = 2 x gradient bytes / all-reduce "
+             "time." + (" On the CPU nothing crosses PCIe: the exchange is the MPI all-reduce alone." if "P_pci" not in rates
+                        else ""))
+    doc.table(pd.DataFrame(rows))
+
+    if "P_pci" in rates or "P_mpi" in rates:
+        bw = rates.get("P_pci", rates.get("P_mpi"))
+        exchanged = staged[staged.p > 1]
+        if len(exchanged):
+            place = analysis.roofline_placement(exchanged, {**rates, "P_pci": bw})
+            ridge = rates["P_flops"] / bw
+            doc.heading("Questions 2.5 and 2.6: where the points fall on the modified roofline", 2)
+            doc.text(f"The modified (serial) roofline AI / (AI / P_flops + 1 / BW), BW = {'P_pci' if 'P_pci' in rates else 'P_mpi'} "
+                     f"= {bw:.3g} B/s, has its ridge at AI = {ridge:.3g} FLOP/byte. {int((place.AI < ridge).sum())} of "
+                     f"{len(place)} points with p > 1 lie left of it, where moving the gradient takes "
+                     f"{place['bytes share'].min():.0%} to {place['bytes share'].max():.0%} of the bound's time. They reach "
+                     f"{place['of serial'].min():.2f} to {place['of serial'].max():.2f} of the bound: above 1 where a "
+                     "point's GEMMs run faster than the reference point's P_flops (the seeds' method takes every rate "
+                     "from one point), below 1 where costs the roofline leaves out (elementwise kernels, launches, "
+                     "synchronization) weigh more.")
+            doc.table(place)
+
+    pred = analysis.prediction_table(staged, rates)
+    doc.heading("Predicted against measured time per batch (the seeds' serial model)", 2)
+    worst = pred.iloc[pred.error.abs().argmax()]
+    doc.text(f"GEMM FLOPs / P_flops + bytes / P_pci + bytes / P_mpi, every rate from the reference point: median "
+             f"|error| {analysis.median_abs_error(pred):.0%}, worst {worst.error:+.0%} at H = {int(worst.H)}, "
+             f"B = {int(worst.B)}, p = {int(worst.p)}. The model charges every GEMM at the reference point's rate, so points whose GEMMs run "
+             "nearer the peak come out slower than predicted and the small ones faster.")
+    doc.table(pred)
+    if {"staged", "resident"} <= set(table["mode"]):
+        both = table.pivot_table(index=["H", "B", "p"], columns="mode", values="t_batch iteration") * 1e3
+        both["staged / resident"] = both["staged"] / both["resident"]
+        doc.heading("The seeds' path (staged) against data on the GPU (resident), ms per batch", 2)
+        doc.text(f"Copying each batch host to device and the gradient through host MPI costs "
+                 f"{both['staged / resident'].min():.2f}x to {both['staged / resident'].max():.2f}x the resident batch.")
+        doc.table(both.reset_index())
+
+
+def figure_sections(doc: Document, figures: list[Path], level: int = 1) -> None:
+    used = set()
+    for section, prefixes in FIGURE_SECTIONS + [("Other figures", ("",))]:
+        chosen = [f for f in figures if f.name.startswith(prefixes) and f not in used]
+        if chosen:
+            doc.heading(section, level)
+            for f in chosen:
+                doc.figure(f)
+            used.update(chosen)
+
+
+def build(out: str | None = None, folder: Path | None = None) -> Path:
+    """The report of one run folder (this machine's by default): its sweeps' questions answered,
+    then its figures by section."""
+    from . import results
+    folder = Path(folder or results.run_dir())
+    out = Path(out or folder / "report.pdf")
+    figures = sorted((folder / "figures").glob("*.png"))
+    sweeps = sorted(p for p in folder.glob("roofline*.csv"))
+    if not figures and not sweeps:
+        raise FileNotFoundError(f"nothing to report in {folder}: run `perflab notebook roofline` first")
+    doc = Document()
+    title = f"perflab report: {folder.name}"
+    doc.heading(title, "title")
+    doc.text("Data-parallel training of the seeds' 784-H-10 sigmoid MLP (softmax, cross-entropy, L2, SGD), measured by "
+             "perflab on the machine named below. Every number comes from the result files in this folder, each "
+             "with its machine metadata and git commit; the sections follow the seeds' questions.")
+    for path in sweeps:
+        doc.heading(f"The roofline sweep ({path.stem})", 1)
+        sweep_section(doc, path)
+    committed = {d.name for d in results.RESULTS_ROOT.iterdir() if d.is_dir()} if results.RESULTS_ROOT.is_dir() else set()
+    others = [f for f in figures if any(f.stem.endswith("_" + name) for name in committed)]
+    figure_sections(doc, [f for f in figures if f not in others])
+    if others:
+        doc.heading("The committed campaigns, for comparison", 1)
+        doc.text("Other machines' results committed under results/ (each figure names its machine and commit), drawn by "
+                 "the same code beside this machine's.")
+        figure_sections(doc, others, level=2)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return doc.save(out, title)

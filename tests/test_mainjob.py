@@ -1,0 +1,172 @@
+"""The main job as a newcomer runs it: it measures this machine (never another's results), uses
+what the machine has, stops on a diverged run, lets two sweeps share a file, and leaves the
+clone clean."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from perflab import plan, results, sweep
+from perflab.data import PROJECT_ROOT
+
+META = {"cpu": "AMD EPYC 7763", "cpu_count": 2, "fingerprint": "abc123"}
+
+
+def test_machine_key_tells_machines_apart():
+    gpu = {**META, "cpu_count": 16, "gpu": "NVIDIA H100 80GB HBM3", "gpu_count": 1}
+    assert results.machine_key(META) == "cpu-amd-epyc-7763-2c-abc123"
+    assert results.machine_key(gpu) == "nvidia-h100-80gb-hbm3-x1-16c-abc123"
+    variants = [{**META, "cpu_count": 4}, {**META, "fingerprint": "def456"}, {**gpu, "gpu_count": 2}, gpu, META]
+    assert len({results.machine_key(m) for m in variants}) == len(variants)
+    assert results.machine_key(dict(META)) == results.machine_key(META)  # the same machine resumes its own runs
+
+
+def test_a_run_writes_to_its_own_folder_never_the_committed_results(monkeypatch, tmp_path):
+    monkeypatch.delenv("PERFLAB_RUN_DIR", raising=False)
+    here = results.run_dir()
+    assert here.parent == results.RUNS_ROOT and here.name == results.machine_key()
+    assert results.RESULTS_ROOT not in here.parents
+    assert sweep.output_path("roofline") == here / "roofline.csv"
+    committed = {p.name for p in results.RESULTS_ROOT.iterdir() if p.is_dir()}
+    assert here.name not in committed  # so committed points are never taken for this machine's
+    monkeypatch.setenv("PERFLAB_RUN_DIR", str(tmp_path))
+    assert results.run_dir() == tmp_path
+
+
+def test_runs_folder_is_ignored_by_git():
+    out = subprocess.run(["git", "check-ignore", "runs/some-machine/roofline.csv"], cwd=PROJECT_ROOT,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, "runs/ must be git-ignored"
+
+
+def test_plan_picks_backend_and_engines_from_the_machine(monkeypatch):
+    monkeypatch.setattr(plan, "gpu_count", lambda: 0)
+    monkeypatch.setattr(plan.os, "cpu_count", lambda: 2)
+    cpu = plan.roofline_plan()
+    assert (cpu.backend, cpu.engines, cpu.ranks, cpu.modes) == ("numpy", 2, [1, 2], ["resident"])
+    assert cpu.estimate_s > 0 and "no GPU" in cpu.describe() and "min" in cpu.describe()
+    assert len({sweep.key(p) for p in cpu.points}) == len(cpu.points) == 9
+    monkeypatch.setattr(plan, "gpu_count", lambda: 2)
+    monkeypatch.setattr(plan.os, "cpu_count", lambda: 32)
+    gpu = plan.roofline_plan(estimate=False)
+    assert (gpu.backend, gpu.engines, gpu.ranks, gpu.N) == ("cupy", 2, [1, 2], 60000)
+    assert {p["mode"] for p in gpu.points} == {"resident", "staged"} and all(p["backend"] == "cupy" for p in gpu.points)
+    assert plan.roofline_plan(backend="numpy", engines=1, estimate=False).ranks == [1]
+    monkeypatch.setattr(plan.os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(plan, "gpu_count", lambda: 0)
+    assert plan.roofline_plan(estimate=False).engines == plan.MAX_CPU_ENGINES
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"backend": "tpu"}, "backend must be"),
+    ({"backend": "cupy"}, "needs CuPy and a visible NVIDIA GPU"),
+    ({"engines": 0}, "engines must be 'auto' or a whole number"),
+    ({"engines": "four"}, "engines must be"),
+    ({"engines": 1, "ranks": [1, 2]}, "need 2 engines"),
+])
+def test_plan_rejects_bad_values_naming_them(monkeypatch, kwargs, message):
+    monkeypatch.setattr(plan, "gpu_count", lambda: 0)
+    with pytest.raises(plan.PlanError, match=message):
+        plan.roofline_plan(estimate=False, **kwargs)
+
+
+def run_cli(*args, env=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "perflab", *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def test_diverged_training_stops_with_a_message_naming_epoch_batch_and_rate():
+    proc = run_cli("train", "--learning-rate", "1e6", "--test-size", "0", "--train-size", "6400")
+    assert proc.returncode == 2
+    assert "training diverged" in proc.stderr and "epoch 0, batch 2/2" in proc.stderr
+    assert "learning rate 1e+06" in proc.stderr and "final loss" not in proc.stdout
+
+
+def test_sweep_marks_a_diverged_point_failed_not_measured(tmp_path):
+    proc = run_cli("sweep", "--hidden", "8", "16", "--batch", "100", "--train-size", "400", "--learning-rate", "1e6",
+                   "--out", str(tmp_path), "--name", "wild")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    table = pd.read_csv(tmp_path / "wild.csv")
+    assert list(table.status) == ["failed", "failed"] and table.error.str.contains("training diverged").all()
+    assert "epoch_seconds" not in table or table.epoch_seconds.isna().all()
+    from perflab import analysis
+    assert len(analysis.measured(table)) == 0
+    assert "failed: training diverged" in proc.stdout
+    again = run_cli("sweep", "--hidden", "8", "16", "--batch", "100", "--train-size", "400", "--learning-rate", "1e6",
+                    "--out", str(tmp_path), "--name", "wild")
+    assert "2 of 2 points already in" in again.stdout and len(pd.read_csv(tmp_path / "wild.csv")) == 2
+
+
+def test_claims_skip_points_a_live_sweep_holds_and_free_dead_ones(tmp_path):
+    path = tmp_path / "grid.csv"
+    point = sweep.grid(hidden=(8,), batch=(50,), N=100)[0]
+    claims = sweep.Claims(path)
+    assert claims.claim(point)
+    assert not claims.claim(point)  # claimed by a live process (this one)
+    claims.finish(point, {**point, "status": "measured"}, {"cpu": "x"})
+    assert not claims.claim(point)  # now in the file
+    other = sweep.grid(hidden=(9,), batch=(50,), N=100)[0]
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    entry = {"key": list(sweep.key(other)), "pid": int(dead.stdout), "host": __import__("platform").node()}
+    claims.claims.write_text(json.dumps(entry) + "\n")
+    assert claims.claim(other)  # the claim of a process that is gone does not count
+
+
+def test_two_sweeps_on_one_file_split_the_grid(tmp_path):
+    args = [sys.executable, "-m", "perflab", "sweep", "--hidden", "8", "12", "16", "20", "24", "28", "--batch", "100",
+            "--train-size", "2000", "--out", str(tmp_path), "--name", "shared", "--json"]
+    procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-2000:]
+    table = pd.read_csv(tmp_path / "shared.csv")
+    assert sorted(table.H) == [8, 12, 16, 20, 24, 28]  # each point once: no duplicate rows
+    assert not (tmp_path / "shared.claims").exists()
+
+
+@pytest.mark.mpi
+def test_main_job_in_a_fresh_clone_measures_this_machine_and_leaves_git_status_clean(tmp_path):
+    """The README's `make roofline` (perflab notebook roofline, perflab report) with small sizes in a
+    copy of this tree committed as a fresh clone: outputs land in runs/<machine key>/ and
+    `git status --porcelain` stays empty."""
+    clone = tmp_path / "clone"
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=PROJECT_ROOT,
+                            capture_output=True, text=True, check=True).stdout.split("\0")
+    for name in filter(None, listed):
+        source = PROJECT_ROOT / name
+        if source.is_file():
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, clone / name)
+    git = lambda *a: subprocess.run(["git", *a], cwd=clone, capture_output=True, text=True, check=True).stdout
+    git("init", "-q")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-q", "-m", "clone")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PERFLAB_")}
+    env["PYTHONPATH"] = str(clone)  # the clone's package, as its own `pip install -e .` would give (kernel, engines)
+    small = ["-p", "hidden", "[32, 64]", "-p", "per_rank_batch", "100", "-p", "batch_sweep", "[100, 400]",
+             "-p", "N", "800", "-p", "engines", "2"]
+    for command in (["notebook", "roofline", *small, "--json"], ["report", "--json"]):
+        proc = subprocess.run([sys.executable, "-m", "perflab", *command], cwd=clone, capture_output=True, text=True,
+                              timeout=600, env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = list((clone / "runs").iterdir())
+    assert [r.name for r in runs] == [results.machine_key()]
+    run = runs[0]
+    executed = json.loads((run / "notebooks" / "roofline.ipynb").read_text())
+    errors = [o for c in executed["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors
+    printed = "".join(t for c in executed["cells"] for o in c.get("outputs", []) for t in o.get("text", ""))
+    assert "found: " in printed and "will run: 5 points on numpy, 2 MPI engine(s)" in printed and "should take about" in printed
+    table = pd.read_csv(run / "roofline.csv")
+    assert len(table) == 5 and (table.status == "measured").all()
+    figures = sorted(p.name for p in (run / "figures").iterdir())
+    assert f"roofline_serial_{run.name}.png" in figures and f"predicted_vs_measured_{run.name}.png" in figures
+    for f in (run / "figures").glob("*.png"):
+        assert f.stat().st_size > 10_000, f"{f.name} looks empty"
+        assert f.with_suffix(".txt").read_text().strip(), f"{f.name} has no caption"
+    assert (run / "report.pdf").stat().st_size > 50_000
+    assert git("status", "--porcelain") == ""
