@@ -173,10 +173,11 @@ def sweep_section(doc: Document, path: Path) -> None:
                      f"= {bw:.3g} B/s, has its ridge at AI = {ridge:.3g} FLOP/byte. {int((place.AI < ridge).sum())} of "
                      f"{len(place)} points with p > 1 lie left of it, where moving the gradient takes "
                      f"{place['bytes share'].min():.0%} to {place['bytes share'].max():.0%} of the bound's time. They reach "
-                     f"{place['of serial'].min():.2f} to {place['of serial'].max():.2f} of the bound: above 1 where a "
-                     "point's GEMMs run faster than the reference point's P_flops (the seeds' method takes every rate "
-                     "from one point), below 1 where costs the roofline leaves out (elementwise kernels, launches, "
-                     "synchronization) weigh more.")
+                     f"{place['of serial'].min():.2f} to {place['of serial'].max():.2f} of the bound."
+                     + (" Points above 1 run their GEMMs faster than the reference point's P_flops (the seeds' method "
+                        "takes every rate from one point)." if (place["of serial"] > 1).any() else "")
+                     + (" Points below 1 pay what the roofline leaves out: elementwise kernels, launches, the "
+                        "synchronization at each profiled phase edge." if (place["of serial"] < 1).any() else ""))
             doc.table(place)
 
     pred = analysis.prediction_table(staged, rates)
