@@ -260,11 +260,10 @@ def summarize_gemm(rows) -> str:
     return "\n".join([table, *gemm_ratios(df)])
 
 
-def step_breakdown(H: int = 2048, B: int = 12000, dtype: str = "float32", repeats: int = 20):
-    """Device milliseconds of each kernel of one perflab training step at H x B (resident,
-    cuBLAS GEMMs), each timed alone in a replayed CUDA graph, with the bytes it must move and
-    the rate that makes; the unfused backward kernels too, for comparison with the fused one.
-    Where the epoch's time over the cuBLAS floor goes."""
+def step_kernels(H: int, B: int, dtype: str = "float32") -> list[tuple]:
+    """(kernel, call, bytes it must move at least) for every kernel of one perflab training step
+    at H x B on random operands (resident, cuBLAS GEMMs): the fused step, then what the unfused
+    step (a profiled run) runs instead of its fused kernels ("unfused: ")."""
     import cupy as cp
 
     from . import kernels
@@ -299,9 +298,18 @@ def step_breakdown(H: int = 2048, B: int = 12000, dtype: str = "float32", repeat
         ("unfused: sigmoid'", lambda: kernels.sigmoid_backward(da1, a1), 3 * hb),
         ("unfused: db1 row sums", lambda: kernels.row_sum(da1, db1), hb),
     ]
+    return steps
+
+
+def step_breakdown(H: int = 2048, B: int = 12000, dtype: str = "float32", repeats: int = 20):
+    """Device milliseconds of each kernel of one perflab training step at H x B (resident,
+    cuBLAS GEMMs), each timed alone in a replayed CUDA graph, with the bytes it must move and
+    the rate that makes; the unfused backward kernels too, for comparison with the fused one.
+    Where the epoch's time over the cuBLAS floor goes."""
+    import cupy as cp
     copy_rate = device_copy_rate(cp)
     rows = []
-    for name, call, nbytes in steps:
+    for name, call, nbytes in step_kernels(H, B, dtype):
         ms = time_graph_ms(cp, call, calls=5, repeats=repeats)
         rows.append({"kernel": name, "H": H, "B": B, "dtype": dtype, "ms": ms, "bytes": nbytes,
                      "gbps": nbytes / ms / 1e6, "pct_copy_rate": 100 * nbytes / (ms * 1e-3) / copy_rate})

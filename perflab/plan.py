@@ -56,22 +56,39 @@ def powers_of_two_upto(n: int) -> list[int]:
     return [p for p in (1, 2, 4, 8, 16, 32, 64) if p <= n]
 
 
-def gemm_rate(backend: str, seconds: float = 0.2) -> float:
-    """FLOP/s of one (512 x 784)(784 x 1600) float32 GEMM on this machine, timed for ~`seconds`:
-    the estimate's only measurement, so the plan costs a fraction of a second."""
+def step_rate(backend: str, H: int = 512, batch: int = 1600, seconds: float = 0.3) -> float:
+    """Seeds' FLOPs per second of this machine: on NumPy the reference's forward and backward at
+    H x batch (its elementwise work included), on CuPy one (H x 784)(784 x batch) float32 GEMM,
+    timed for ~`seconds`: the estimate's only compute measurement."""
     import numpy as np
-    xp = np
     if backend == "cupy":
-        import cupy as xp
-    a, b = xp.ones((512, 784), xp.float32), xp.ones((784, 1600), xp.float32)
-    a @ b
+        import cupy as cp
+        a, b = cp.ones((H, 784), cp.float32), cp.ones((784, batch), cp.float32)
+        step = lambda: (a @ b, cp.cuda.Device().synchronize())  # noqa: E731
+        flops = 2 * H * 784 * batch
+    else:
+        from . import model
+        params = model.init_params((784, H, 10), "float32", 0)
+        X, y = np.random.default_rng(0).random((784, batch), np.float32), np.zeros(batch, np.int64)
+        step = lambda: model.backward(params, model.forward(params, X), y, batch)  # noqa: E731
+        flops = 4 * 2 * H * (784 + 10) * batch
+    step()
     count, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
-        a @ b
+        step()
         count += 1
-        if backend == "cupy":
-            xp.cuda.Device().synchronize()
-    return 2 * 512 * 784 * 1600 * count / (time.perf_counter() - start)
+    return flops * count / (time.perf_counter() - start)
+
+
+def data_seconds(N: int) -> float:
+    """Seconds to make one synthetic training set of N samples (each point makes it twice)."""
+    import numpy as np
+
+    from . import data
+    small = min(N, 4000)
+    start = time.perf_counter()
+    data.synthetic(small, 784, 10, np.float32, 0)
+    return (time.perf_counter() - start) * N / small
 
 
 @dataclass
@@ -97,7 +114,7 @@ class Plan:
                 f"will run: {len(self.points)} points on {self.backend}, {self.engines} MPI engine(s); "
                 f"H {self.hidden}, p {self.ranks} with B/p = {self.per_rank_batch}, a B sweep {self.batch_sweep} "
                 f"at p = 1, N = {self.N}, modes {self.modes}, median of {self.epochs} epoch(s) a point\n"
-                f"should take about {minutes:.1f} min (from a {self.backend} GEMM timed just now"
+                f"should take about {minutes:.1f} min (from a {self.backend} step and data set timed just now"
                 + (", plus kernel compilation on a first GPU run)" if self.backend == "cupy" else ")"))
 
 
@@ -135,6 +152,7 @@ def roofline_plan(backend="auto", engines="auto", hidden=None, ranks=None, per_r
                                             mode=plan.modes, N=plan.N, epochs=plan.epochs)
                     if pt["B"] <= plan.N and sweep.key(pt) not in {sweep.key(q) for q in plan.points}]
     if estimate:
-        plan.estimate_s = estimate_seconds(plan.points, gemm_rate(backend), per_point_s=3.0 if backend == "cupy" else 1.0,
+        fixed = 2 * data_seconds(plan.N) + (3.0 if backend == "cupy" else 2.0)  # data twice, engines, graphs
+        plan.estimate_s = estimate_seconds(plan.points, step_rate(backend, batch=plan.per_rank_batch), per_point_s=fixed,
                                            shared=backend == "numpy")
     return plan
