@@ -137,7 +137,7 @@ def check_on_world(cfg_dict: dict, parallel: str, p: int, backend: str = "numpy"
         result = check(cfg, parallel, comm, Device(backend=backend))
         if comm.comm is not w.comm:
             comm.comm.Free()
-    w.barrier()
+    w.idle_barrier()
     return result if (comm is not None and comm.rank == 0) else None
 
 

@@ -30,6 +30,25 @@ def array_module(backend: str):
     return cp or np
 
 
+def cpu_threads(comm) -> int:
+    """BLAS threads for one rank: this node's cores shared out among its ranks. Each rank's BLAS
+    otherwise starts a thread per core, and two ranks on 2 cores ran their steps 4-7x slower than
+    one rank per core would."""
+    import os
+    local = 1
+    if comm.size > 1:
+        node = comm.comm.Split_type(comm.MPI.COMM_TYPE_SHARED)
+        local = node.Get_size()
+        node.Free()
+    return max(1, (os.cpu_count() or 1) // local)
+
+
+def blas_threads(comm):
+    """A context in which NumPy's BLAS uses cpu_threads(comm) threads."""
+    from threadpoolctl import threadpool_limits
+    return threadpool_limits(cpu_threads(comm), user_api="blas")
+
+
 def xp_of(array):
     """The module an array belongs to, so one function serves both backends."""
     return np if isinstance(array, np.ndarray) else __import__("cupy").get_array_module(array)

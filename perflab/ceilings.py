@@ -8,6 +8,15 @@ Rows (tidy): ceiling, size_bytes or shape, ranks, value, unit. Measured where th
   mpi_allreduce    host MPI all-reduce against size and p: algorithm bandwidth S/t and the
                    bus bandwidth 2(p-1)/p * S/t (the nccl-tests definition)
   nccl_allreduce   the same through NCCL on device buffers (several GPUs)
+  step_kernel      each kernel of perflab's training step timed alone over a grid of hidden
+                   sizes H and per-rank batches B (GPU: device time in a replayed graph; CPU:
+                   the reference's forward, backward and update, on every rank at once, so the
+                   ranks' contention for cores is in the number)
+  step_floor       the host's floor of one step, at a size where the GPU finishes first: one
+                   graph replay of the fused step, the fused step launched kernel by kernel
+  staged_images    the staged path's per-batch input copy, host -> device (seconds against B)
+  staged_allreduce the staged path's gradient exchange (device -> host, MPI, host -> device)
+The predictor (perflab.predictor) composes a training step from these rows alone.
 """
 from __future__ import annotations
 
@@ -17,6 +26,10 @@ import time
 import numpy as np
 
 SIZES = [2**k for k in range(12, 29, 2)]  # 4 KiB .. 256 MiB
+HIDDEN_GRID = (256, 512, 1024, 2048, 4096)             # the step's kernels are timed at every (H, B)
+BATCH_GRID = (400, 800, 1600, 3200, 6400, 12800)       # per-rank batch B' = B / p
+CPU_HIDDEN_GRID = (128, 512, 1024, 2048)
+CPU_BATCH_GRID = (200, 800, 1600, 3200, 12800)
 TRAINING_SHAPES = [(512, 784, 3200), (1024, 784, 3200), (2048, 784, 12000), (512, 3200, 784)]
 
 
@@ -121,12 +134,161 @@ def nccl_allreduce(comm, sizes=SIZES, repeats=20) -> list[dict]:
     return rows
 
 
-def measure(comm, gpu: bool, sizes=SIZES, log=print) -> list[dict]:
+def kernel_row(device: str, name: str, H: int, B: int, seconds: float, ranks: int = 1, nbytes: float = 0) -> dict:
+    return {"ceiling": "step_kernel", "device": device, "impl": name, "dtype": "float32", "shape": f"H={H} B={B}",
+            "H": H, "B": B, "size_bytes": nbytes, "ranks": ranks, "seconds": seconds, "value": seconds, "unit": "s"}
+
+
+def gpu_step_kernels(hidden=HIDDEN_GRID, batches=BATCH_GRID, repeats: int = 10, progress: bool = False) -> list[dict]:
+    """Device seconds of every kernel of the training step (fused and unfused) at each (H, B')."""
+    import cupy as cp
+    from tqdm.auto import tqdm
+
+    from .bench import step_kernels, time_graph_ms
+    rows = []
+    for H, B in tqdm([(H, B) for H in hidden for B in batches], desc="step kernels", disable=not progress):
+        for name, call, nbytes in step_kernels(H, B):
+            rows.append(kernel_row("gpu", name, H, B, time_graph_ms(cp, call, calls=5, repeats=repeats) * 1e-3,
+                                   nbytes=nbytes))
+        cp.get_default_memory_pool().free_all_blocks()
+    return rows
+
+
+def gpu_step_floors(steps: int = 200) -> list[dict]:
+    """Host seconds per step where the host, not the GPU, is the bound (H = B = 16): the fused step
+    replayed as one graph, and launched kernel by kernel (the staged path launches it so)."""
+    import cupy as cp
+
+    from .bench import step_kernels
+    calls = [call for name, call, _ in step_kernels(16, 16) if not name.startswith("unfused")]
+    stream = cp.cuda.Stream(non_blocking=True)
+
+    def eager():
+        for call in calls:
+            call()
+    with stream:
+        eager()
+        stream.begin_capture()
+        eager()
+        graph = stream.end_capture()
+        rows = []
+        for name, step in (("graph replay", lambda: graph.launch(stream)), ("eager launch", eager)):
+            step()
+            stream.synchronize()
+            start = time.perf_counter()
+            for _ in range(steps):
+                step()
+            stream.synchronize()
+            rows.append({"ceiling": "step_floor", "device": "gpu", "impl": name, "dtype": "float32", "shape": "",
+                         "size_bytes": 0, "ranks": 1, "kernels": len(calls),
+                         "seconds": (time.perf_counter() - start) / steps, "unit": "s"})
+            rows[-1]["value"] = rows[-1]["seconds"]
+    return rows
+
+
+def trainer_floor(comm, mode: str = "resident", batches: int = 400) -> list[dict]:
+    """Seconds per batch of perflab's trainer itself at H = 16 and 16 samples a rank, on every rank
+    of comm: its host cost per step (the loop, the graph replay or the eager launches and the
+    copies' latency; on several GPUs the all-reduce and update) where the GPU work is negligible."""
+    from .config import Config
+    from .runner import Device, train_on_ranks
+    cfg = Config(dataset="synthetic", hidden_sizes=(16,), batch_size=16 * comm.size, train_size=16 * comm.size * batches,
+                 num_epochs=3, test_size=0, learning_rate=0.01)
+    history, _ = train_on_ranks(cfg, "data", comm, Device(backend="cupy", mode=mode,
+                                                           comm="nccl" if mode == "resident" else "mpi"), log=None)
+    seconds = statistics.median(e["seconds"] for e in history.epochs[1:]) / cfg.num_batches
+    return [{"ceiling": "step_floor", "device": "gpu", "impl": f"trainer {mode}", "dtype": "float32", "shape": "",
+             "size_bytes": 0, "ranks": comm.size, "seconds": seconds, "value": seconds, "unit": "s"}]
+
+
+def trainer_floors(comm) -> list[dict]:
+    """The trainer's floor alone on rank 0 (resident and staged), then resident on all ranks."""
+    from .comm import Serial
+    rows = trainer_floor(Serial()) + trainer_floor(Serial(), "staged") if comm.rank == 0 else []
+    comm.idle_barrier()
+    if comm.size > 1:
+        on_all = trainer_floor(comm)
+        rows += on_all if comm.rank == 0 else []
+    return rows
+
+
+def staged_images(batches=BATCH_GRID, N: int = 60000, repeats: int = 7) -> list[dict]:
+    """Seconds of the staged path's per-batch input copy, made as the trainer makes it: a batch of
+    columns of a D x N pageable host array (the data set's layout) and its labels, host -> device,
+    each repeat a different batch (a hot buffer copies about twice as fast as the data set does)."""
+    import cupy as cp
+    rng = np.random.default_rng(0)
+    X, y = np.asfortranarray(rng.random((784, N), dtype=np.float32)), rng.integers(0, 10, N)
+    stream = cp.cuda.Stream(non_blocking=True)
+    rows = []
+    for B in batches:
+        Xb, yb = cp.empty((784, B), cp.float32, order="F"), cp.empty(B, cp.int64)
+        times = []
+        for r in range(repeats + 1):
+            start_col = (r * B) % (N - B)
+            start = time.perf_counter()
+            Xb.set(np.asfortranarray(X[:, start_col:start_col + B]), stream=stream)
+            yb.set(np.ascontiguousarray(y[start_col:start_col + B]), stream=stream)
+            stream.synchronize()
+            times.append(time.perf_counter() - start)
+        t = statistics.median(times[1:])
+        rows.append({"ceiling": "staged_images", "device": "gpu", "impl": "pageable", "dtype": "float32", "shape": "",
+                     "B": B, "size_bytes": 784 * B * 4 + 8 * B, "ranks": 1, "seconds": t, "value": t, "unit": "s"})
+    return rows
+
+
+def staged_allreduce(comm, sizes=SIZES, repeats: int = 10) -> list[dict]:
+    """The staged path's gradient exchange, the very call training makes (MPIComm.allreduce of a
+    device buffer: device -> host, MPI_Allreduce, host -> device), host seconds against size."""
+    import cupy as cp
+    rows = []
+    for size in sizes:
+        buf = cp.ones(size // 4, cp.float32)
+        t = median_seconds(lambda: comm.allreduce(buf), repeats, sync=lambda: (cp.cuda.Device().synchronize(), comm.barrier()))
+        rows.append({"ceiling": "staged_allreduce", "device": "gpu", "impl": "mpi", "dtype": "float32", "shape": "",
+                     "size_bytes": size, "ranks": comm.size, "seconds": t, "value": size / t, "unit": "B/s"})
+    return rows
+
+
+def cpu_step_kernels(comm, hidden=CPU_HIDDEN_GRID, batches=CPU_BATCH_GRID, repeats: int = 3) -> list[dict]:
+    """The NumPy reference's forward, backward (+ L2) and update at each (H, B'), timed on every rank
+    at once (a barrier starts each) with the BLAS threads training gives a rank, so p ranks
+    sharing the cores show in the times."""
+    from .backend import blas_threads
+    with blas_threads(comm):
+        return cpu_step_kernel_rows(comm, hidden, batches, repeats)
+
+
+def cpu_step_kernel_rows(comm, hidden, batches, repeats) -> list[dict]:
+    from . import model
+    rng = np.random.default_rng(comm.rank)
+    X_all = rng.random((784, 2 * max(batches)), dtype=np.float32)
+    rows = []
+    for H in hidden:
+        params = model.init_params((784, H, 10), "float32", 0)
+        for B in batches:
+            X, y = X_all[:, :B], rng.integers(0, 10, B)
+            acts = model.forward(params, X)
+            grads = model.backward(params, acts, y, B)
+            parts = {"forward": lambda: model.forward(params, X),
+                     "backward": lambda: (model.backward(params, acts, y, B, out=grads),
+                                          model.add_regularization(grads, params, 1e-4)),
+                     "step": lambda: model.sgd_step(params, grads, 0.0)}
+            for name, call in parts.items():
+                comm.barrier()
+                rows.append(kernel_row("cpu", name, H, B, median_seconds(call, repeats, warmup=1), ranks=comm.size))
+    return rows
+
+
+def measure(comm, gpu: bool, sizes=SIZES, log=print, kernels: bool = True) -> list[dict]:
     """Everything that applies here; rank 0's rows are the ones kept."""
     rows = []
     if comm.rank == 0:
         log("CPU GEMM ...")
         rows += cpu_gemm()
+    if kernels and not gpu:
+        log("the reference's step over H x B ...") if comm.rank == 0 else None
+        rows += cpu_step_kernels(comm)
     if comm.size > 1:
         log("MPI all-reduce ...") if comm.rank == 0 else None
         rows += mpi_allreduce(comm, sizes)
@@ -137,6 +299,12 @@ def measure(comm, gpu: bool, sizes=SIZES, log=print) -> list[dict]:
         if comm.rank == 0:
             log("GPU GEMM, copies ...")
             rows += gpu_ceilings(sizes)
+            if kernels:
+                log("the step's kernels over H x B, the host's floor, the staged copies ...")
+                rows += gpu_step_kernels(progress=True) + gpu_step_floors() + staged_images()
+        if kernels:
+            rows += trainer_floors(comm)
         if comm.size > 1:
             rows += nccl_allreduce(for_gpu(comm, "nccl"), sizes)
+            rows += staged_allreduce(comm, sizes)
     return rows

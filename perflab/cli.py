@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from .config import ACCURACY, DTYPES, Config, ConfigError
 from .data import DATASETS, MIRRORS, DataError
@@ -301,7 +302,8 @@ def cmd_ceilings(args, comm) -> dict:
     from .backend import cupy_or_none
     gpu = {"auto": cupy_or_none() is not None, "cupy": True, "numpy": False}[args.backend]
     sizes = [2**k for k in range(12, args.max_log2_size + 1, 2)]
-    rows = ceilings.measure(comm, gpu, sizes, log=(lambda m: None) if args.json or comm.rank else print)
+    rows = ceilings.measure(comm, gpu, sizes, log=(lambda m: None) if args.json or comm.rank else print,
+                            kernels=not args.no_step_kernels)
     if comm.rank != 0:
         return {}
     import pandas as pd
@@ -400,6 +402,57 @@ def cmd_report(args, comm) -> dict:
     if not args.json:
         print(f"wrote {path}")
     return {"report": str(path)}
+
+
+def cmd_validate(args, comm) -> dict:
+    """Predicted (from ceilings alone) against measured time per batch for every sweep point of
+    this machine's run folder, or with --committed of every committed machine folder."""
+    from . import results, validation
+    folders = validation.committed_folders() if args.committed else [Path(args.folder or results.run_dir())]
+    summary = {}
+    for folder in folders:
+        if not folder.is_dir():
+            raise CLIError(f"--folder {folder}: no such folder")
+        table, path = validation.validate_folder(folder, args.out)
+        summary[folder.name] = validation.summary(table)
+        if not args.json:
+            print(f"{folder.name}: {validation.describe(table)}; wrote {path}")
+    return summary
+
+
+def cmd_whatif(args, comm) -> dict:
+    """Predict a grid of points from one ceilings file alone (any machine's, measured or described)."""
+    import json
+
+    import pandas as pd
+
+    from . import predictor, results, sweep
+    from .data import atomic_write
+    path = Path(args.ceilings)
+    if not path.is_file():
+        raise CLIError(f"--ceilings {args.ceilings}: no such file (perflab ceilings writes <run folder>/ceilings_p<P>.csv)")
+    ceilings = predictor.Ceilings.load(path)
+    points = sweep.grid(hidden=args.hidden, per_rank_batch=args.per_rank_batch, ranks=args.ranks,
+                        backend=[args.backend], mode=args.mode, N=args.train_size)
+    rows = []
+    for point in points:
+        try:
+            pred = predictor.predict_point(point, ceilings)
+        except predictor.PredictionError as exc:
+            raise CLIError(str(exc)) from None
+        rows.append({k: point[k] for k in ("H", "B", "p", "backend", "mode", "N")}
+                    | {"b": point["B"] // point["p"], "batch_ms": 1e3 * pred["batch_s"], "epoch_ms": 1e3 * pred["epoch_s"],
+                       "composition": pred["composition"]} | {k: 1e3 * v for k, v in pred.items() if k.startswith("t_")})
+    meta = json.loads(path.with_suffix(".json").read_text()) if path.with_suffix(".json").exists() else {}
+    out = Path(args.out or results.run_dir()) / f"{args.name}.json"
+    made = {"method": "perflab.predictor from the ceilings file alone (no training run)", "ceilings": str(path),
+            "ceilings_machine": {k: meta.get(k) for k in ("gpu", "gpu_count", "cpu", "cpu_count", "git_commit", "date")},
+            "predicted_by": results.git_commit(), "rows": rows}
+    atomic_write(out, (json.dumps(made, indent=1) + "\n").encode())
+    if not args.json:
+        print(pd.DataFrame(rows).drop(columns=["composition"]).round(3).to_string(index=False))
+        print(f"wrote {out}")
+    return {"saved": str(out), "rows": rows}
 
 
 def cmd_predict(args, comm) -> dict:
@@ -575,6 +628,34 @@ def build_parser() -> argparse.ArgumentParser:
     outputs(p, folder=False)
     p.set_defaults(run=cmd_report)
 
+    p = sub.add_parser("validate", help="the predictor against every measured sweep point (ceilings alone, no fit)",
+                       description="For each sweep point (roofline*.csv, parallel.csv) of a run folder: the time per batch "
+                                   "the predictor composes from the folder's ceilings_p<P>.csv (perflab ceilings) against "
+                                   "the measured unprofiled epoch over its batches; writes validation.csv beside them "
+                                   "with the ceilings file each prediction used.")
+    p.add_argument("--folder", metavar="DIR", help="default this machine's run folder, runs/<machine key>/")
+    p.add_argument("--committed", action="store_true", help="every machine folder under results/ instead (developers: "
+                                                            "rewrites their validation.csv)")
+    p.add_argument("--out", metavar="CSV", help="with --folder: write here instead of <folder>/validation.csv")
+    p.add_argument("--json", action="store_true", help="print one JSON object on the last line")
+    p.set_defaults(run=cmd_validate)
+
+    p = sub.add_parser("whatif", help="predict points from a ceilings file alone (perflab.predictor; no training run)",
+                       description="Time per batch and per epoch of every (H, b, p, mode) point composed from one "
+                                   "ceilings file (perflab ceilings on that machine): commit the prediction before the "
+                                   "run that tests it. Writes <run folder>/NAME.json (or --out DIR) naming the file used.")
+    p.add_argument("--ceilings", required=True, metavar="CSV", help="a ceilings_p<P>.csv (P >= the largest --ranks)")
+    p.add_argument("--hidden", nargs="+", type=positive, default=[512], metavar="H")
+    p.add_argument("--per-rank-batch", nargs="+", type=positive, default=[3000], metavar="b", help="samples per rank per step")
+    p.add_argument("--ranks", nargs="+", type=positive, default=[1], metavar="P")
+    p.add_argument("--backend", choices=("numpy", "cupy"), default="cupy")
+    p.add_argument("--mode", nargs="+", choices=("resident", "staged"), default=["resident"])
+    p.add_argument("--train-size", type=positive, default=60000, metavar="N")
+    p.add_argument("--name", default="whatif", help="file name (default %(default)s)")
+    p.add_argument("--out", metavar="DIR", help="folder (default this machine's run folder)")
+    p.add_argument("--json", action="store_true", help="print one JSON object on the last line")
+    p.set_defaults(run=cmd_whatif)
+
     p = sub.add_parser("predict", help="predict scaling to p GPUs from the committed H200 measurements",
                        description="Projected epoch time and efficiency (data parallel, model parallel; H in {512, 2048}, "
                                    "b in {800, 3000} per GPU, N = 60000) for p GPUs, from the NCCL all-reduce fit and the "
@@ -596,8 +677,12 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Microbenchmarks for the rooflines, saved to <run folder>/ceilings_p<P>.csv with "
                                    "machine metadata: BLAS GEMM at the training shapes, and on a GPU cuBLAS and perflab's "
                                    "GEMM, host<->device bandwidth (pageable, pinned) and the device copy rate; under "
-                                   "mpiexec -n P also MPI (and on GPUs NCCL) all-reduce bandwidth against size.")
+                                   "mpiexec -n P also MPI (and on GPUs NCCL) all-reduce bandwidth against size; and what "
+                                   "the predictor composes a step from: every kernel of the step over an H x B grid, the "
+                                   "host's floor of a step, the staged path's host gather (perflab validate).")
     p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto")
+    p.add_argument("--no-step-kernels", action="store_true", help="skip the step's kernels over H x B (the predictor "
+                                                                   "needs them; they take about a minute)")
     p.add_argument("--max-log2-size", type=positive, default=26, help="largest buffer, 2**K bytes (default %(default)s)")
     outputs(p)
     p.set_defaults(run=cmd_ceilings)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import data, model, profile, train
-from .backend import to_numpy
+from .backend import blas_threads, to_numpy
 from .config import Config, ConfigError
 from .parallel import make_trainer
 
@@ -72,7 +72,8 @@ def train_on_ranks(cfg: Config, parallel: str, comm, device: Device | None = Non
     cuda = None
     if profiled and device.backend == "cupy":
         import cupy as cuda
-    with profile.profiling(comm.rank, cuda) if profiled else contextlib.nullcontext() as prof:
+    threads = blas_threads(comm) if device.backend == "numpy" else contextlib.nullcontext()
+    with threads, profile.profiling(comm.rank, cuda) if profiled else contextlib.nullcontext() as prof:
         with profile.phase("train setup"):
             trainer, test_set, validation, sync = setup(cfg, parallel, comm, device)
         history = train.fit(cfg, trainer, test_set, progress=progress and comm.rank == 0,

@@ -187,7 +187,7 @@ def run_point_on_world(point: dict, dataset: str = "synthetic"):
     row = measure_point(point, comm, dataset) if comm is not None else None
     if hasattr(comm, "comm") and comm.comm is not w.comm:
         comm.comm.Free()
-    w.barrier()
+    w.idle_barrier()
     return row
 
 

@@ -1,0 +1,196 @@
+"""The bottom-up predictor: time per batch and per epoch of any sweep point, composed from the
+step perflab actually executes, every term read from a ceilings file (`perflab ceilings`) and
+nothing fitted to training runs.
+
+Terms (seconds per batch, one rank):
+  kernels   each kernel of the step timed alone over an (H, B') grid, interpolated log-log
+            (GPU: the fused step unprofiled, the unfused one profiled; CPU: the reference's
+            forward, backward and update, timed with p ranks sharing the cores)
+  host      the host's floor of a step: perflab's trainer itself, alone, at H = 16 and 16 samples,
+            where the GPU's work is negligible (resident, plus two eager launches on several
+            GPUs; staged)
+  images    staged: the batch's columns and labels copied host -> device from pageable memory
+  exchange  p > 1: NCCL all-reduce (resident), device -> host, MPI all-reduce, host -> device
+            (staged), MPI alone (numpy); each from a latency-bandwidth fit t = a + S / b to the
+            measured times of that very call against size at p ranks
+Composition follows the code: where the host enqueues work the GPU runs later, the two overlap
+(max); copies that block the host and the host all-reduce run in series (sum), as in the seeds'
+serial model. Each prediction names the ceilings file it used.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import perfmodel
+
+FUSED_STEP = ("forward GEMM 1 (cuBLAS)", "fused forward: sigmoid, GEMM 2, softmax", "db2 row sums",
+              "fused backward: dz1, dW2, db1", "backward GEMM 3 (cuBLAS)")
+UPDATE = "SGD + L2 update"
+
+
+class PredictionError(ValueError):
+    pass
+
+
+def loglog(xs, ys, x: float) -> float:
+    """Interpolate y(x) linearly in log-log; extrapolate from the two nearest points."""
+    xs, ys = np.log(np.asarray(xs, float)), np.log(np.maximum(np.asarray(ys, float), 1e-12))
+    order = np.argsort(xs)
+    xs, ys = xs[order], ys[order]
+    if len(xs) == 1:
+        return float(np.exp(ys[0]))
+    lx = math.log(x)
+    i = int(np.clip(np.searchsorted(xs, lx) - 1, 0, len(xs) - 2))
+    slope = (ys[i + 1] - ys[i]) / (xs[i + 1] - xs[i])
+    return float(np.exp(ys[i] + slope * (lx - xs[i])))
+
+
+def alpha_beta(sizes, seconds) -> tuple[float, float]:
+    """Least-squares t = alpha + S / beta over the measured sizes (alpha >= 0)."""
+    S, t = np.asarray(sizes, float), np.asarray(seconds, float)
+    A = np.vstack([np.ones_like(S), S]).T
+    (alpha, inv_beta), *_ = np.linalg.lstsq(A / t[:, None], np.ones_like(t), rcond=None)  # relative error
+    return max(float(alpha), 0.0), 1 / max(float(inv_beta), 1e-30)
+
+
+@dataclass
+class Ceilings:
+    """A ceilings table (one file) and the look-ups the predictor makes in it."""
+    table: pd.DataFrame
+    source: str = ""
+
+    @classmethod
+    def load(cls, path) -> "Ceilings":
+        path = Path(path)
+        return cls(pd.read_csv(path), source=str(path))
+
+    def rows(self, ceiling: str, **match) -> pd.DataFrame:
+        t = self.table[self.table.ceiling == ceiling]
+        for k, v in match.items():
+            t = t[t[k] == v]
+        return t
+
+    def kernel(self, device: str, name: str, H: float, B: float) -> float:
+        """Seconds of one kernel at (H, B'): log-log in B at the two grid H around H, then in H."""
+        t = self.rows("step_kernel", device=device, impl=name)
+        if not len(t):
+            raise PredictionError(f"{self.source} has no {device} step_kernel rows for {name!r}: "
+                                  "measure them with `perflab ceilings` (perflab 0.1 + the predictor)")
+        at_h = {h: loglog(g.B, g.seconds, B) for h, g in t.groupby("H")}
+        return loglog(list(at_h), list(at_h.values()), H)
+
+    def floor(self, name: str) -> float:
+        """A step floor measured on one rank (ceilings under mpiexec also time the resident
+        trainer on all ranks: at H = 16 that took longer per step than real points at H = 512 on
+        two H200, so it is recorded, not used)."""
+        t = self.rows("step_floor", impl=name)
+        t = t[t.ranks == 1]
+        if not len(t):
+            raise PredictionError(f"{self.source} has no step_floor row {name!r}: measure it with `perflab ceilings`")
+        return float(t.seconds.iloc[0])
+
+    def launch(self) -> float:
+        """Host seconds to launch one kernel eagerly: the eager step's floor over its kernels."""
+        t = self.rows("step_floor", impl="eager launch")
+        if not len(t):
+            raise PredictionError(f"{self.source} has no step_floor row 'eager launch': measure it with `perflab ceilings`")
+        return float(t.seconds.iloc[0] / t.kernels.iloc[0])
+
+    def copy(self, direction: str, kind: str, nbytes: float) -> float:
+        t = self.rows(direction, impl=kind)
+        return loglog(t.size_bytes, t.size_bytes / t.value, nbytes) if nbytes > 0 else 0.0
+
+    def staged_images(self, B: float) -> float:
+        t = self.rows("staged_images")
+        if not len(t):
+            raise PredictionError(f"{self.source} has no staged_images rows: measure them with `perflab ceilings`")
+        return loglog(t.B, t.seconds, B)
+
+    def allreduce(self, ceiling: str, p: int, nbytes: float) -> float:
+        """From t = a + S / b fitted to the measured sizes within 16x of S (the path's protocol
+        changes with size, so one line through 4 KiB..256 MiB misses the gradient's size)."""
+        t = self.rows(ceiling, ranks=p)
+        if not len(t):
+            raise PredictionError(f"{self.source} has no {ceiling} rows at p={p}: run `mpiexec -n {p} perflab ceilings`")
+        near = t[(t.size_bytes >= nbytes / 16) & (t.size_bytes <= nbytes * 16)]
+        t = near if len(near) >= 2 else t
+        seconds = t.seconds if "seconds" in t and t.seconds.notna().all() else t.size_bytes / t.value
+        alpha, beta = alpha_beta(t.size_bytes, seconds)
+        return alpha + nbytes / beta
+
+
+def predict_point(point: dict, c: Ceilings) -> dict:
+    """Seconds per batch (and its terms) and per epoch of one sweep point, from ceilings alone."""
+    H, B, p, N = int(point["H"]), int(point["B"]), int(point["p"]), int(point["N"])
+    if point.get("parallel", "data") != "data" or point.get("dtype", "float32") != "float32" \
+            or point.get("gemm", "cublas") != "cublas":
+        raise PredictionError("the predictor covers data-parallel float32 points with cuBLAS GEMMs so far; got "
+                              f"{point.get('parallel')} {point.get('dtype')} {point.get('gemm')}")
+    Bl = B / p
+    w = perfmodel.Workload(layers=(784, H, 10), B=B, p=p, N=N)
+    gradient = perfmodel.gradient_buffer_bytes(H)
+    terms = {}
+    if point["backend"] == "numpy":
+        terms["kernels"] = sum(c.kernel("cpu", k, H, Bl) for k in ("forward", "backward", "step"))
+        terms["exchange"] = c.allreduce("mpi_allreduce", p, gradient) if p > 1 else 0.0
+        batch = terms["kernels"] + terms["exchange"]
+        composition = "kernels + MPI all-reduce (serial)"
+    else:
+        fwd_bwd = sum(c.kernel("gpu", k, H, Bl) for k in FUSED_STEP)
+        terms["kernels"] = fwd_bwd + c.kernel("gpu", UPDATE, H, Bl)
+        if point["mode"] == "resident":
+            # on several GPUs the all-reduce and the update launch one by one after the graph
+            terms["host"] = c.floor("trainer resident") + (2 * c.launch() if p > 1 else 0.0)
+            terms["exchange"] = c.allreduce("nccl_allreduce", p, gradient) if p > 1 else 0.0
+            batch = max(terms["kernels"] + terms["exchange"], terms["host"])
+            composition = "max(kernels + NCCL all-reduce, the trainer's host floor + launches)"
+        else:
+            terms["host"] = c.floor("trainer staged")
+            terms["images"] = c.staged_images(Bl)
+            terms["exchange"] = c.allreduce("staged_allreduce", p, gradient) if p > 1 else 0.0
+            batch = terms["images"] + max(terms["kernels"], terms["host"]) + terms["exchange"]
+            composition = "images + max(kernels, the trainer's host floor) + exchange (serial)"
+    return {"batch_s": batch, "epoch_s": batch * w.batches_per_epoch, "composition": composition,
+            **{f"t_{k}": v for k, v in terms.items()}}
+
+
+def measured_batch_seconds(row) -> float:
+    """The unprofiled epoch's median over its batches: what a user's epoch costs per batch."""
+    return float(row["epoch_seconds"]) / int(row["batches"])
+
+
+def ceilings_for(folder: Path, p: int) -> Path | None:
+    """The ceilings file of a machine folder that covers p ranks: ceilings_p<p>, else the
+    smallest larger one (its single-GPU rows are the same; its all-reduce is at its own p)."""
+    files = sorted(Path(folder).glob("ceilings_p*.csv"), key=lambda f: int(f.stem.split("_p")[1]))
+    exact = [f for f in files if int(f.stem.split("_p")[1]) == p]
+    larger = [f for f in files if int(f.stem.split("_p")[1]) >= p]
+    return (exact or larger or [None])[0]
+
+
+def validate(points: pd.DataFrame, folder: Path, ceilings_folder: Path | None = None) -> pd.DataFrame:
+    """Predicted against measured per point, each with the ceilings file it used; points the
+    predictor does not cover, or whose ceilings are missing, say why in `skipped`."""
+    rows = []
+    for _, r in points.iterrows():
+        point = r.to_dict()
+        base = {k: point[k] for k in ("H", "B", "p", "backend", "mode", "parallel", "dtype") if k in point}
+        measured = measured_batch_seconds(point)
+        path = ceilings_for(ceilings_folder or folder, int(point["p"]))
+        if path is None:
+            rows.append({**base, "measured_ms": 1e3 * measured, "skipped": f"no ceilings file in {folder}"})
+            continue
+        try:
+            pred = predict_point(point, Ceilings.load(path))
+        except PredictionError as exc:
+            rows.append({**base, "measured_ms": 1e3 * measured, "skipped": str(exc), "ceilings": path.name})
+            continue
+        rows.append({**base, "measured_ms": 1e3 * measured, "predicted_ms": 1e3 * pred["batch_s"],
+                     "error": pred["batch_s"] / measured - 1, "composition": pred["composition"],
+                     **{k: 1e3 * v for k, v in pred.items() if k.startswith("t_")}, "ceilings": path.name})
+    return pd.DataFrame(rows)

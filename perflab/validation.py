@@ -1,0 +1,63 @@
+"""`perflab validate`: the predictor (perflab.predictor) against every measured sweep point of a
+machine folder, per point, with the ceilings file each prediction used; tidy CSV beside them."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from . import analysis, predictor, results
+
+SWEEPS = ("roofline*.csv", "parallel.csv", "mainjob/roofline.csv", "prediction_check*.csv")
+
+
+def committed_folders() -> list[Path]:
+    """The machine folders under results/ that hold sweep points."""
+    return sorted(d for d in results.RESULTS_ROOT.iterdir() if d.is_dir() and sweep_files(d))
+
+
+def sweep_files(folder: Path) -> list[Path]:
+    return sorted({f for pattern in SWEEPS for f in Path(folder).glob(pattern) if f.name != "validation.csv"})
+
+
+def validate_folder(folder: Path, out: str | None = None) -> tuple[pd.DataFrame, Path]:
+    folder = Path(folder)
+    tables = []
+    for path in sweep_files(folder):
+        points = analysis.measured(pd.read_csv(path))
+        if "epoch_seconds" not in points or not len(points):
+            continue
+        meta = json.loads(path.with_suffix(".json").read_text()) if path.with_suffix(".json").exists() else {}
+        table = predictor.validate(points, folder)
+        table.insert(0, "source", str(path.relative_to(folder)))
+        table["measured_git"] = str(meta.get("git_commit", "?"))[:12]
+        tables.append(table)
+    table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+    used = sorted(set(table.get("ceilings", pd.Series(dtype=str)).dropna()))
+    meta = {"folder": str(folder), "ceilings": {}, "summary": summary(table)}
+    for name in used:
+        ceilings_meta = folder / name.replace(".csv", ".json")
+        if ceilings_meta.exists():
+            m = json.loads(ceilings_meta.read_text())
+            meta["ceilings"][name] = {k: m.get(k) for k in ("gpu", "gpu_count", "cpu", "cpu_count", "git_commit", "date")}
+    path = Path(out) if out else folder / "validation.csv"
+    results.write_rows(path, table.to_dict("records"), meta, append=False)
+    return table, path
+
+
+def summary(table: pd.DataFrame) -> dict:
+    done = table[table["error"].notna()] if "error" in table else table.iloc[:0]
+    if not len(done):
+        return {"points": 0, "skipped": int(len(table))}
+    return {"points": int(len(done)), "skipped": int(len(table) - len(done)),
+            "median_abs_error": float(done.error.abs().median()), "worst_abs_error": float(done.error.abs().max())}
+
+
+def describe(table: pd.DataFrame) -> str:
+    s = summary(table)
+    if not s["points"]:
+        reasons = sorted(set(table.get("skipped", pd.Series(dtype=str)).dropna()))[:2]
+        return f"no point predicted ({s['skipped']} skipped: {'; '.join(reasons)})"
+    return (f"{s['points']} points, median |error| {s['median_abs_error']:.0%}, worst {s['worst_abs_error']:.0%}"
+            + (f", {s['skipped']} skipped" if s["skipped"] else ""))
