@@ -262,7 +262,7 @@ def cpu_step_kernels(comm, hidden=CPU_HIDDEN_GRID, batches=CPU_BATCH_GRID, repea
 def cpu_step_kernel_rows(comm, hidden, batches, repeats) -> list[dict]:
     from . import model
     rng = np.random.default_rng(comm.rank)
-    X_all = rng.random((784, 2 * max(batches)), dtype=np.float32)
+    X_all = np.asfortranarray(rng.random((784, 2 * max(batches)), dtype=np.float32))  # the data set's layout
     rows = []
     for H in hidden:
         params = model.init_params((784, H, 10), "float32", 0)

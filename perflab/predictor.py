@@ -124,20 +124,26 @@ class Ceilings:
         return alpha + nbytes / beta
 
 
-def predict_point(point: dict, c: Ceilings) -> dict:
-    """Seconds per batch (and its terms) and per epoch of one sweep point, from ceilings alone."""
-    H, B, p, N = int(point["H"]), int(point["B"]), int(point["p"]), int(point["N"])
-    if point.get("parallel", "data") != "data" or point.get("dtype", "float32") != "float32" \
-            or point.get("gemm", "cublas") != "cublas":
-        raise PredictionError("the predictor covers data-parallel float32 points with cuBLAS GEMMs so far; got "
-                              f"{point.get('parallel')} {point.get('dtype')} {point.get('gemm')}")
+def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
+    """Seconds of one batch of B samples (over the point's ranks) and its terms, from ceilings alone."""
+    H, p = int(point["H"]), int(point["p"])
+    parallel = point.get("parallel", "data")
+    if point.get("dtype", "float32") != "float32" or point.get("gemm", "cublas") != "cublas" \
+            or (parallel == "model" and point["backend"] != "numpy"):
+        raise PredictionError("the predictor covers float32 points with cuBLAS GEMMs, data parallel (and model parallel "
+                              f"on NumPy) so far; got {parallel} {point.get('dtype')} {point.get('gemm')} on "
+                              f"{point['backend']}")
     Bl = B / p
-    w = perfmodel.Workload(layers=(784, H, 10), B=B, p=p, N=N)
     gradient = perfmodel.gradient_buffer_bytes(H)
     terms = {}
     if point["backend"] == "numpy":
-        terms["kernels"] = sum(c.kernel("cpu", k, H, Bl) for k in ("forward", "backward", "step"))
-        terms["exchange"] = c.allreduce("mpi_allreduce", p, gradient) if p > 1 else 0.0
+        if parallel == "model":  # a rank: H/p hidden units of the whole batch; the C x B logits all-reduced
+            terms["kernels"] = sum(c.kernel("cpu", k, H / p, B) for k in ("forward", "backward", "step"))
+            exchanged = 10 * B * 4
+        else:
+            terms["kernels"] = sum(c.kernel("cpu", k, H, Bl) for k in ("forward", "backward", "step"))
+            exchanged = gradient
+        terms["exchange"] = c.allreduce("mpi_allreduce", p, exchanged) if p > 1 else 0.0
         batch = terms["kernels"] + terms["exchange"]
         composition = "kernels + MPI all-reduce (serial)"
     else:
@@ -155,8 +161,17 @@ def predict_point(point: dict, c: Ceilings) -> dict:
             terms["exchange"] = c.allreduce("staged_allreduce", p, gradient) if p > 1 else 0.0
             batch = terms["images"] + max(terms["kernels"], terms["host"]) + terms["exchange"]
             composition = "images + max(kernels, the trainer's host floor) + exchange (serial)"
-    return {"batch_s": batch, "epoch_s": batch * w.batches_per_epoch, "composition": composition,
-            **{f"t_{k}": v for k, v in terms.items()}}
+    return {"batch_s": batch, "composition": composition, **{f"t_{k}": v for k, v in terms.items()}}
+
+
+def predict_point(point: dict, c: Ceilings) -> dict:
+    """Seconds per epoch of one sweep point and per batch averaged over the epoch (its last batch
+    holds N mod B samples when B does not divide N), with the full batch's terms."""
+    B, N = int(point["B"]), int(point["N"])
+    full, rest = divmod(N, B)
+    pred = predict_batch(point, B, c)
+    epoch = full * pred["batch_s"] + (predict_batch(point, rest, c)["batch_s"] if rest else 0.0)
+    return {**pred, "full_batch_s": pred["batch_s"], "batch_s": epoch / (full + bool(rest)), "epoch_s": epoch}
 
 
 def measured_batch_seconds(row) -> float:
