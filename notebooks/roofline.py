@@ -35,6 +35,20 @@ cluster_started, client, view = cluster.engines(job.engines)
 print(f"{len(client.ids)} MPI engines running")
 
 # %% [markdown]
+# ## This machine's ceilings, and the prediction made from them before the sweep
+#
+# `perflab ceilings` on the engines: every kernel of the training step timed alone at the sweep's
+# shapes, the trainer's host floor, the copies and all-reduces against size. The predictor
+# (`perflab.predictor`) composes each point's time per batch from these alone; no constant is
+# fitted to the sweep it predicts. Both files land in the run folder before the sweep starts.
+
+# %%
+from perflab import validation
+ceiling_files = plan.measure_ceilings(view, job, results.run_dir())
+predicted = plan.predict(job, results.run_dir())
+display(predicted[["H", "B", "p", "backend", "mode", "predicted_ms", "composition"]].round(3))
+
+# %% [markdown]
 # ## Sweeps (each point is written as it finishes; rerunning skips finished points)
 
 # %%
@@ -43,6 +57,40 @@ table = analysis.measured(analysis.load(path))
 table = table[(table.B <= job.N) & (table.backend == job.backend)]
 display(table[["H", "B", "p", "mode", "epoch_seconds", "t_batch iteration", "P_flops"] + [c for c in ("P_mpi", "P_pci") if c in table]])
 staged = table[table["mode"] == "staged"] if (table["mode"] == "staged").any() else table
+
+# %% [markdown]
+# ## Predicted (from the ceilings, before the sweep) against measured time per batch
+
+# %%
+checked, _ = validation.validate_folder(results.run_dir())
+checked = checked[checked.source == path.name]
+print(validation.describe(checked))
+display(checked[["H", "B", "p", "mode", "measured_ms", "predicted_ms", "error", "composition"]].round(3))
+machine = results.machine_key()
+png = plots.save(plots.predicted_vs_measured(checked, title=f"Bottom-up predictor vs measurement, {machine}"),
+    f"predictor_vs_measured_{machine}",
+    f"Time per batch predicted by perflab.predictor from this machine's ceilings alone ({', '.join(f.name for f in ceiling_files)}, "
+    f"measured before the sweep) against the measured unprofiled epoch over its batches on {machine}; labels give the "
+    f"error. Source: {path.name}, validation.csv.")
+display(Image(str(png)))
+
+# %% [markdown]
+# ## The roofline whose roofs are this machine's ceilings
+#
+# P_flops is the fastest GEMM the ceilings measured, and each data path's bandwidth its fastest
+# measured links; every point lies under its path's curve (a test checks every committed one).
+
+# %%
+from perflab import analysis as an
+roofs = an.folder_roofs(results.run_dir(), "gpu" if job.backend == "cupy" else "cpu")
+bounds = an.ceiling_bounds(table[table.gemm == "cublas"], roofs)
+display(bounds.round(3))
+png = plots.save(plots.ceiling_roofline(bounds, roofs, title=f"Roofline from measured ceilings, {machine}"),
+    f"roofline_ceilings_{machine}",
+    f"Roofs from this machine's ceilings files: P_flops {roofs['P_flops'] / 1e12:.3g} TFLOP/s (fastest GEMM measured), "
+    f"each path's serial bound with its fastest measured links; points: the seeds' FLOPs per batch over the measured "
+    f"time per batch (unprofiled epochs). Source: {path.name}.")
+display(Image(str(png)))
 
 # %% [markdown]
 # ## Question 2.1 / 2.3: FLOPs and bytes per batch per rank (B' = B/p)
@@ -59,13 +107,16 @@ print({k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in rates.items()}
 print("the seeds' RTX 6000: P_flops 1.63e12, P_pci 1.27e10, P_mpi 7.95e9")
 
 # %% [markdown]
-# ## Question 2.5 / 2.6: rooflines with the experimental points
+# ## Question 2.5 / 2.6: the seeds' effective-rate rooflines with the experimental points
+#
+# The seeds' method: P_flops, P_pci, P_mpi are the effective rates of one reference point, not the
+# machine's ceilings, so points whose GEMMs run faster than the reference's can cross this line
+# (the roofline above, from ceilings, is the bound).
 #
 # On the CPU there is no PCIe: the exchange goes through MPI only, so the modified roofline uses
 # P_mpi as its bandwidth. A GPU run (staged mode) adds P_pci and the combined form.
 
 # %%
-machine = results.machine_key()
 bw = rates.get("P_pci", rates.get("P_mpi"))
 exchanged = staged[staged.p > 1]
 fig = plots.roofline(exchanged if len(exchanged) else staged, rates["P_flops"], bw or 1e10, kind="serial",
@@ -81,14 +132,14 @@ if "P_pci" in rates and "P_mpi" in rates:
 display(Image(str(png)))
 
 # %% [markdown]
-# ## Predicted against measured time per batch
+# ## The seeds' serial model against measured time per batch (rates from the reference point)
 
 # %%
 pred = analysis.prediction_table(staged, rates)
 display(pred.round(3))
 print(f"median |error| = {100 * analysis.median_abs_error(pred):.1f}%")
-fig = plots.predicted_vs_measured(pred, title=f"Serial model vs measurement, {machine}")
-png = plots.save(fig, f"predicted_vs_measured_{machine}",
+fig = plots.predicted_vs_measured(pred, title=f"The seeds' serial model vs measurement, {machine}")
+png = plots.save(fig, f"seeds_model_vs_measured_{machine}",
     f"Time per batch predicted by the serial model (GEMM FLOPs / P_flops + bytes / P_pci + bytes / P_mpi, rates from "
     f"{rates['reference']}) against the measured median batch iteration on {machine}; labels give the error. "
     f"Source: {path.name}.")
@@ -135,10 +186,13 @@ for folder, meta in (analysis.machines() if compare_committed else {}).items():
             f"{r['reference']}. Source: {folder}/{gpu_table.name}."))))
     pred = analysis.prediction_table(staged, r)
     print(f"{folder}: median |error| {100 * analysis.median_abs_error(pred):.1f}% (staged points)")
-    display(Image(str(plots.save(plots.predicted_vs_measured(pred, title=f"Serial model vs measurement, {label}"),
-        f"predicted_vs_measured_{folder}",
+    display(Image(str(plots.save(plots.predicted_vs_measured(pred, title=f"The seeds' serial model vs measurement, {label}"),
+        f"seeds_model_vs_measured_{folder}",
         f"Time per batch predicted by the serial model (rates from {r['reference']}) against the measured median "
         f"batch iteration, staged mode on {label}. Source: {folder}/{gpu_table.name}."))))
+    checked_there = results.RESULTS_ROOT / folder / "validation.csv"
+    if checked_there.exists():
+        print(f"{folder}: the bottom-up predictor from its ceilings:", validation.describe(pd.read_csv(checked_there)))
     both = t.pivot_table(index=["H", "B", "p"], columns="mode", values="t_batch iteration") * 1e3
     display(both.round(3))
 

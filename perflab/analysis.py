@@ -167,3 +167,50 @@ def scaling_rows(root: Path | None = None) -> pd.DataFrame:
         t["efficiency"] = [base.get((m, peer), np.nan) / (p * ms) for m, peer, p, ms in
                            zip(t.machine, t.peer, t.p, t.epoch_ms)]
     return t
+
+
+def folder_roofs(folder: Path, device: str) -> dict:
+    """machine_roofs over every ceilings file of a machine folder (the machine's fastest rates)."""
+    files = sorted(Path(folder).glob("ceilings_p*.csv"))
+    return machine_roofs(pd.concat([pd.read_csv(f) for f in files], ignore_index=True), device)
+
+
+def machine_roofs(ceilings: pd.DataFrame, device: str) -> dict:
+    """The roofs a machine's ceilings file sets, as the seeds' formulas count them: P_flops the
+    fastest GEMM it measured (BLAS on the CPU; cuBLAS, and the step's cuBLAS GEMMs over the H x B
+    grid, on the GPU), P_pci the fastest pinned copy, P_mpi = max 2S / t of the all-reduce."""
+    gemm = ceilings[(ceilings.ceiling == "gemm_flops") & (ceilings.device == device)]
+    rates = list(gemm[gemm.impl.isin(["cublas", "numpy BLAS"])].value)
+    kernels = ceilings[(ceilings.ceiling == "step_kernel") & (ceilings.device == "gpu")] if device == "gpu" else gemm.iloc[:0]
+    for name in ("forward GEMM 1 (cuBLAS)", "backward GEMM 3 (cuBLAS)"):
+        k = kernels[kernels.impl == name]
+        rates += list(2 * k.H * 784 * k.B / k.seconds)
+    copies = ceilings[ceilings.impl == "pinned"]
+    mpi = ceilings[ceilings.ceiling == "mpi_allreduce"]
+    nccl = ceilings[ceilings.ceiling == "nccl_allreduce"]
+    return {"P_flops": max(rates), "P_pci": float(copies.value.max()) if len(copies) else math.inf,
+            "P_mpi": float((2 * mpi.value).max()) if len(mpi) else math.inf,
+            "P_nccl": float((2 * nccl.value).max()) if len(nccl) else math.inf}
+
+
+def ceiling_bounds(points: pd.DataFrame, roofs: dict) -> pd.DataFrame:
+    """Each point's FLOP rate (the seeds' FLOPs over its measured time per batch) against the bound
+    the ceilings set on its own path: the seeds' FLOPs at P_flops, plus what it moves at the
+    fastest measured rate (the gradient over PCIe twice and through MPI on the staged GPU path,
+    through MPI alone on the CPU, through NCCL on the resident path), in series. The seeds count
+    no more FLOPs than the step's GEMMs execute and no more bytes than it moves, so no point can
+    lie above it (a test checks every committed one)."""
+    rows = []
+    for _, r in points.iterrows():
+        w = workload(r)
+        flops = perfmodel.seeds_flops(w)["batch"] / (r["p"] if r["parallel"] == "model" else 1)  # a rank's share
+        by = perfmodel.phase_bytes(w)
+        host_path = r["backend"] == "numpy" or r["mode"] == "staged"
+        moved = by["mpi_seeds"] / roofs["P_mpi" if host_path else "P_nccl"] if r["p"] > 1 else 0.0
+        if r["backend"] != "numpy":
+            moved += by["pcie_gradients"] / roofs["P_pci"]
+        bound = flops / (flops / roofs["P_flops"] + moved)
+        achieved = flops / (r["epoch_seconds"] / r["batches"])
+        rows.append({"H": r["H"], "B": r["B"], "p": r["p"], "mode": r["mode"], "backend": r["backend"], "ai": r["ai"],
+                     "achieved": achieved, "bound": bound, "of bound": achieved / bound})
+    return pd.DataFrame(rows)

@@ -134,6 +134,21 @@ def nccl_allreduce(comm, sizes=SIZES, repeats=20) -> list[dict]:
     return rows
 
 
+def measure_on_world(p: int, grid, sizes=SIZES) -> list[dict] | None:
+    """On every MPI engine: the ceilings of the first p ranks (GPU where CuPy sees one), the step's
+    kernels at `grid`; rank 0 returns the rows, the others None (the notebook's entry point)."""
+    from .backend import cupy_or_none
+    from .comm import world
+    from .sweep import sub_world
+    w = world()
+    comm = sub_world(w, p)
+    rows = measure(comm, cupy_or_none() is not None, sizes, log=lambda m: None, grid=grid) if comm is not None else None
+    if hasattr(comm, "comm") and comm.comm is not w.comm:
+        comm.comm.Free()
+    w.idle_barrier()
+    return rows if comm is not None and comm.rank == 0 else None
+
+
 def kernel_row(device: str, name: str, H: int, B: int, seconds: float, ranks: int = 1, nbytes: float = 0) -> dict:
     return {"ceiling": "step_kernel", "device": device, "impl": name, "dtype": "float32", "shape": f"H={H} B={B}",
             "H": H, "B": B, "size_bytes": nbytes, "ranks": ranks, "seconds": seconds, "value": seconds, "unit": "s"}
@@ -280,15 +295,18 @@ def cpu_step_kernel_rows(comm, hidden, batches, repeats) -> list[dict]:
     return rows
 
 
-def measure(comm, gpu: bool, sizes=SIZES, log=print, kernels: bool = True) -> list[dict]:
-    """Everything that applies here; rank 0's rows are the ones kept."""
+def measure(comm, gpu: bool, sizes=SIZES, log=print, kernels: bool = True, grid=None) -> list[dict]:
+    """Everything that applies here; rank 0's rows are the ones kept. `grid` = (hidden sizes,
+    per-rank batches) at which the step's kernels are timed (default the module's grids)."""
+    hidden, batches = grid or ((HIDDEN_GRID, BATCH_GRID) if gpu else (CPU_HIDDEN_GRID, CPU_BATCH_GRID))
     rows = []
     if comm.rank == 0:
         log("CPU GEMM ...")
         rows += cpu_gemm()
+    comm.idle_barrier()  # the other ranks wait without taking a core from the GEMM
     if kernels and not gpu:
         log("the reference's step over H x B ...") if comm.rank == 0 else None
-        rows += cpu_step_kernels(comm)
+        rows += cpu_step_kernels(comm, hidden, batches)
     if comm.size > 1:
         log("MPI all-reduce ...") if comm.rank == 0 else None
         rows += mpi_allreduce(comm, sizes)
@@ -301,7 +319,7 @@ def measure(comm, gpu: bool, sizes=SIZES, log=print, kernels: bool = True) -> li
             rows += gpu_ceilings(sizes)
             if kernels:
                 log("the step's kernels over H x B, the host's floor, the staged copies ...")
-                rows += gpu_step_kernels(progress=True) + gpu_step_floors() + staged_images()
+                rows += gpu_step_kernels(hidden, batches, progress=True) + gpu_step_floors() + staged_images(batches)
         if kernels:
             rows += trainer_floors(comm)
         if comm.size > 1:

@@ -156,3 +156,49 @@ def roofline_plan(backend="auto", engines="auto", hidden=None, ranks=None, per_r
         plan.estimate_s = estimate_seconds(plan.points, step_rate(backend, batch=plan.per_rank_batch), per_point_s=fixed,
                                            shared=backend == "numpy")
     return plan
+
+
+ALLREDUCE_SIZES = [2 ** k for k in range(12, 25, 2)]  # 4 KiB .. 16 MiB: around every gradient the sweep sends
+
+
+def kernel_grid(plan: Plan) -> tuple[list, list]:
+    """The (H, per-rank batch) shapes of the sweep: the step's kernels are timed at these."""
+    return sorted({pt["H"] for pt in plan.points}), sorted({pt["B"] // pt["p"] for pt in plan.points})
+
+
+def measure_ceilings(view, plan: Plan, folder, log=print) -> list:
+    """This machine's ceilings at every p of the plan, on the MPI engines, into
+    <folder>/ceilings_p<P>.csv (kept when there: a rerun resumes)."""
+    from pathlib import Path
+
+    from . import ceilings, results
+    paths = []
+    for p in plan.ranks:
+        path = Path(folder) / f"ceilings_p{p}.csv"
+        if not path.exists():
+            log(f"measuring this machine's ceilings on {p} rank(s) ...")
+            rows = next(r for r in view.apply_sync(ceilings.measure_on_world, p, kernel_grid(plan), ALLREDUCE_SIZES) if r)
+            results.write_rows(path, rows, results.machine_metadata(), append=False)
+        paths.append(path)
+    return paths
+
+
+def predict(plan: Plan, folder):
+    """Every point's time per batch from the ceilings alone, written to <folder>/predictions.csv
+    before the sweep measures them (the file's metadata names the ceilings files)."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from . import predictor, results
+    rows = []
+    for pt in plan.points:
+        path = predictor.ceilings_for(Path(folder), pt["p"])
+        pred = predictor.predict_point(pt, predictor.Ceilings.load(path))
+        rows.append({**{k: pt[k] for k in ("H", "B", "p", "backend", "mode")}, "predicted_ms": 1e3 * pred["batch_s"],
+                     "composition": pred["composition"], "ceilings": path.name,
+                     **{k: 1e3 * v for k, v in pred.items() if k.startswith("t_")}})
+    table = pd.DataFrame(rows)
+    meta = {**results.machine_metadata(), "ceilings": sorted(set(table.ceilings))}
+    results.write_rows(Path(folder) / "predictions.csv", rows, meta, append=False)
+    return table

@@ -210,3 +210,35 @@ def allreduce(bench, title=""):
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     return fig
+
+
+def ceiling_roofline(bounds, roofs: dict, title: str = ""):
+    """The roofline whose roofs are this machine's measured ceilings: P_flops the fastest GEMM it
+    ran, and for each data path in the points the serial bound AI / (AI / P_flops + 1 / BW) with BW
+    its fastest measured links (staged GPU: PCIe and host MPI; CPU: MPI; resident: NCCL). Points
+    (FLOP/s of the seeds' FLOPs over the measured batch) lie under their path's curve."""
+    fig, ax = new_figure()
+    paths = {"staged (PCIe + host MPI)": 2 / (1 / roofs["P_pci"] + 1 / roofs["P_mpi"]),
+             "NumPy (host MPI)": 2 * roofs["P_mpi"], "resident (NCCL)": roofs["P_nccl"]}
+    path_of = lambda r: "NumPy (host MPI)" if r["backend"] == "numpy" else (  # noqa: E731
+        "staged (PCIe + host MPI)" if r["mode"] == "staged" else "resident (NCCL)")
+    shown = bounds[np.isfinite(bounds.ai)]
+    ais = list(shown.ai) or [1.0]
+    x = np.logspace(np.log10(min(ais) / 10), np.log10(max(ais) * 100), 200)
+    ax.axhline(roofs["P_flops"], color="k", ls=":", lw=1)
+    ax.text(x[0], roofs["P_flops"] * 1.08, f"P_flops = {roofs['P_flops'] / 1e12:.3g} TFLOP/s (fastest GEMM measured)",
+            fontsize=8)
+    for i, (path, group) in enumerate(shown.groupby(shown.apply(path_of, axis=1))):
+        bw = paths[path]
+        ax.loglog(x, [perfmodel.roofline_serial(a, roofs["P_flops"], bw) for a in x], "-", color=f"C{i}", lw=2,
+                  label=f"{path}: BW = {bw / 1e9:.3g} GB/s")
+        ax.loglog(group.ai, group.achieved, "o", color=f"C{i}", ms=7)
+        for _, r in group.iterrows():
+            ax.annotate(f"H={r['H']} B={r['B']} p={r['p']}", (r["ai"], r["achieved"]), fontsize=6,
+                        xytext=(4, -8), textcoords="offset points")
+    ax.set_xlabel("arithmetic intensity (seeds' FLOPs / byte moved over PCIe + MPI)")
+    ax.set_ylabel("FLOP/s")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    return fig

@@ -72,7 +72,7 @@ class Ceilings:
     def rows(self, ceiling: str, **match) -> pd.DataFrame:
         t = self.table[self.table.ceiling == ceiling]
         for k, v in match.items():
-            t = t[t[k] == v]
+            t = t[t[k] == v] if k in t else t.iloc[:0]
         return t
 
     def kernel(self, device: str, name: str, H: float, B: float) -> float:

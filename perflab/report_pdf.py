@@ -19,7 +19,7 @@ SEEDS_RATES = {"P_flops": 1.63e12, "P_pci": 12.7e9, "P_mpi": 7.95e9}  # RTX 6000
 # figure name prefixes by the section they belong to, in report order
 FIGURE_SECTIONS = [
     ("Rooflines with measured points", ("roofline_",)),
-    ("Predicted against measured", ("predicted_vs_measured",)),
+    ("Predicted against measured", ("predictor_vs_measured", "seeds_model_vs_measured", "predicted_vs_measured")),
     ("Scaling", ("scaling", "allreduce")),
     ("Convergence", ("convergence",)),
     ("Correctness against the sequential reference", ("correctness",)),
@@ -180,6 +180,19 @@ def sweep_section(doc: Document, path: Path) -> None:
                         "synchronization at each profiled phase edge." if (place["of serial"] < 1).any() else ""))
             doc.table(place)
 
+    checked = path.parent / "validation.csv"
+    if checked.exists():
+        from . import validation
+        v = pd.read_csv(checked)
+        v = v[(v.source == path.name) & v.error.notna()] if "error" in v else v.iloc[:0]
+        if len(v):
+            worst = v.iloc[v.error.abs().argmax()]
+            doc.heading("Predicted from the ceilings, before the sweep, against measured time per batch", 2)
+            doc.text(f"perflab.predictor composes each point's step from this machine's ceilings files alone "
+                     f"({', '.join(sorted(set(v.ceilings)))}): every kernel of the step timed alone, the trainer's host "
+                     f"floor, the copies and all-reduces against size. {validation.describe(v)}; the worst, "
+                     f"{worst.error:+.0%}, at H = {int(worst.H)}, B = {int(worst.B)}, p = {int(worst.p)} ({worst['mode']}).")
+            doc.table(v[["H", "B", "p", "mode", "measured_ms", "predicted_ms", "error", "composition"]])
     pred = analysis.prediction_table(staged, rates)
     doc.heading("Predicted against measured time per batch (the seeds' serial model)", 2)
     worst = pred.iloc[pred.error.abs().argmax()]

@@ -21,7 +21,9 @@ def sweep_files(folder: Path) -> list[Path]:
     return sorted({f for pattern in SWEEPS for f in Path(folder).glob(pattern) if f.name != "validation.csv"})
 
 
-def validate_folder(folder: Path, out: str | None = None) -> tuple[pd.DataFrame, Path]:
+def validate_folder(folder: Path, out: str | None = None, write: bool = True) -> tuple[pd.DataFrame, Path | None]:
+    """Every sweep point of the folder predicted from its ceilings; written to validation.csv
+    (+ .json naming the ceilings files and their machines) unless `write` is False."""
     folder = Path(folder)
     tables = []
     for path in sweep_files(folder):
@@ -34,6 +36,8 @@ def validate_folder(folder: Path, out: str | None = None) -> tuple[pd.DataFrame,
         table["measured_git"] = str(meta.get("git_commit", "?"))[:12]
         tables.append(table)
     table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+    if not write:
+        return table, None
     used = sorted(set(table.get("ceilings", pd.Series(dtype=str)).dropna()))
     meta = {"folder": str(folder), "ceilings": {}, "summary": summary(table)}
     for name in used:

@@ -164,7 +164,11 @@ def test_main_job_in_a_fresh_clone_measures_this_machine_and_leaves_git_status_c
     table = pd.read_csv(run / "roofline.csv")
     assert len(table) == 5 and (table.status == "measured").all()
     figures = sorted(p.name for p in (run / "figures").iterdir())
-    assert f"roofline_serial_{run.name}.png" in figures and f"predicted_vs_measured_{run.name}.png" in figures
+    for name in ("roofline_serial", "roofline_ceilings", "predictor_vs_measured", "seeds_model_vs_measured"):
+        assert f"{name}_{run.name}.png" in figures, name
+    assert {"ceilings_p1.csv", "ceilings_p2.csv", "predictions.csv", "validation.csv"} <= {p.name for p in run.iterdir()}
+    checked = pd.read_csv(run / "validation.csv")
+    assert len(checked) == 5 and checked.error.notna().all()  # every point predicted from this run's ceilings
     for f in (run / "figures").glob("*.png"):
         assert f.stat().st_size > 10_000, f"{f.name} looks empty"
         assert f.with_suffix(".txt").read_text().strip(), f"{f.name} has no caption"

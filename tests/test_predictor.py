@@ -1,0 +1,160 @@
+"""The bottom-up predictor: its look-ups, its composition of a step, and its committed validation."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from perflab import ceilings, perfmodel, predictor, validation
+from perflab.comm import Serial
+from perflab.results import RESULTS_ROOT
+
+
+def test_loglog_hits_the_grid_and_is_a_power_law_between():
+    xs, ys = [100, 1000, 10000], [1.0, 10.0, 50.0]
+    assert predictor.loglog(xs, ys, 1000) == pytest.approx(10.0)
+    assert predictor.loglog(xs, ys, 316.2278) == pytest.approx(10 ** 0.5, rel=1e-4)  # slope 1 in log-log
+    assert predictor.loglog(xs, ys, 100000) == pytest.approx(50 * 5, rel=1e-6)       # the last slope, extended
+
+
+def test_alpha_beta_recovers_latency_and_bandwidth():
+    sizes = np.array([2.0 ** k for k in range(12, 26, 2)])
+    alpha, beta = predictor.alpha_beta(sizes, 20e-6 + sizes / 40e9)
+    assert alpha == pytest.approx(20e-6, rel=1e-6) and beta == pytest.approx(40e9, rel=1e-6)
+
+
+def table(**extra) -> predictor.Ceilings:
+    """A ceilings table whose kernels take a known time: (H x B') x 10 ps per kernel."""
+    rows = []
+    for device, names in (("cpu", ("forward", "backward", "step")), ("gpu", predictor.FUSED_STEP + (predictor.UPDATE,))):
+        for H in (256, 4096):
+            for B in (100, 20000):
+                for name in names:
+                    rows.append({"ceiling": "step_kernel", "device": device, "impl": name, "H": H, "B": B, "ranks": 1,
+                                 "seconds": H * B * 1e-11})
+    for p in (2,):
+        for ceiling in ("mpi_allreduce", "nccl_allreduce", "staged_allreduce"):
+            for size in (2 ** 16, 2 ** 20, 2 ** 24):
+                rows.append({"ceiling": ceiling, "ranks": p, "size_bytes": size, "seconds": 1e-5 + size / 1e10,
+                             "value": size / (1e-5 + size / 1e10)})
+    rows += [{"ceiling": "step_floor", "impl": "trainer resident", "ranks": 1, "seconds": 3e-5},
+             {"ceiling": "step_floor", "impl": "trainer staged", "ranks": 1, "seconds": 2e-4},
+             {"ceiling": "step_floor", "impl": "eager launch", "ranks": 1, "seconds": 6e-5, "kernels": 6}]
+    rows += [{"ceiling": "staged_images", "B": B, "seconds": B * 1e-7, "ranks": 1} for B in (100, 20000)]
+    return predictor.Ceilings(pd.DataFrame(rows), source="made-up")
+
+
+def point(**kw):
+    return {"H": 1024, "B": 4000, "p": 1, "N": 8000, "parallel": "data", "dtype": "float32", "gemm": "cublas",
+            "backend": "cupy", "mode": "resident", **kw}
+
+
+def test_each_path_composes_its_terms_as_the_code_runs_them():
+    c = table()
+    kernel = 1024 * 4000 * 1e-11
+    grad = perfmodel.gradient_buffer_bytes(1024)
+    resident = predictor.predict_point(point(), c)
+    assert resident["t_kernels"] == pytest.approx(6 * kernel) and resident["batch_s"] == pytest.approx(6 * kernel)
+    tiny = predictor.predict_point(point(H=256, B=100, N=200), c)
+    assert tiny["batch_s"] == pytest.approx(3e-5)  # the host's floor bounds a tiny step
+    staged = predictor.predict_point(point(mode="staged", p=2, B=8000, N=16000), c)
+    exchange = 1e-5 + grad / 1e10
+    assert staged["t_exchange"] == pytest.approx(exchange, rel=1e-6)
+    assert staged["batch_s"] == pytest.approx(4000 * 1e-7 + max(6 * kernel, 2e-4) + exchange, rel=1e-6)
+    numpy2 = predictor.predict_point(point(backend="numpy", p=2, B=8000, N=16000), c)
+    assert numpy2["batch_s"] == pytest.approx(3 * kernel + exchange, rel=1e-6)
+    model = predictor.predict_point(point(backend="numpy", p=2, parallel="model", B=4000, N=8000), c)
+    assert model["t_kernels"] == pytest.approx(3 * 512 * 4000 * 1e-11)  # H/p units of the whole batch
+    assert model["t_exchange"] == pytest.approx(1e-5 + 10 * 4000 * 4 / 1e10, rel=1e-6)
+
+
+def test_an_epoch_counts_its_short_last_batch():
+    c = table()
+    pred = predictor.predict_point(point(N=10000), c)  # batches of 4000, 4000, 2000
+    full, short = 6 * 1024 * 4000e-11, 6 * 1024 * 2000e-11
+    assert pred["epoch_s"] == pytest.approx(2 * full + short) and pred["batch_s"] == pytest.approx((2 * full + short) / 3)
+
+
+def test_what_the_predictor_does_not_cover_is_named():
+    with pytest.raises(predictor.PredictionError, match="best"):
+        predictor.predict_point(point(gemm="best"), table())
+    with pytest.raises(predictor.PredictionError, match="got model float32 cublas on cupy"):
+        predictor.predict_point(point(parallel="model"), table())
+    empty = predictor.Ceilings(pd.DataFrame({"ceiling": ["gemm_flops"], "impl": ["x"]}), source="old.csv")
+    with pytest.raises(predictor.PredictionError, match="old.csv has no gpu step_kernel rows"):
+        predictor.predict_point(point(), empty)
+
+
+def test_cpu_step_kernels_give_rows_the_predictor_reads():
+    rows = ceilings.cpu_step_kernels(Serial(), hidden=(16, 32), batches=(20, 40), repeats=1)
+    c = predictor.Ceilings(pd.DataFrame(rows + [{"ceiling": "x", "ranks": 1}]))
+    t = c.kernel("cpu", "forward", 24, 30)
+    assert len(rows) == 12 and all(r["seconds"] > 0 for r in rows) and t > 0
+
+
+def test_committed_validation_is_what_the_predictor_says_now_and_meets_the_cpu_targets():
+    """The committed validation.csv files are reproduced from their ceilings and sweeps (so a change
+    to the predictor must come with them), and the CPU folder meets the issue's targets."""
+    for folder in validation.committed_folders():
+        committed = pd.read_csv(folder / "validation.csv")
+        fresh, _ = validation.validate_folder(folder, write=False)
+        assert len(fresh) == len(committed), folder.name
+        if "error" in committed:
+            assert np.allclose(fresh["error"].astype(float), committed["error"].astype(float), equal_nan=True), folder.name
+    cpu = validation.summary(pd.read_csv(RESULTS_ROOT / "cpu-amd-epyc" / "validation.csv"))
+    assert cpu["points"] >= 30 and cpu["median_abs_error"] <= 0.10 and cpu["worst_abs_error"] <= 0.25
+
+
+def test_validation_names_the_ceilings_file_of_every_prediction():
+    v = pd.read_csv(RESULTS_ROOT / "nvidia-h200" / "validation.csv")
+    assert set(v.ceilings.dropna()) == {"ceilings_p2.csv"} and v.error.notna().all()
+    meta = json.loads((RESULTS_ROOT / "nvidia-h200" / "validation.json").read_text())
+    assert meta["ceilings"]["ceilings_p2.csv"]["gpu"] == "NVIDIA H200"
+
+
+def test_the_committed_prediction_came_before_its_measurement():
+    made = json.loads((RESULTS_ROOT / "predictions" / "h200x2_h1536_b2000.json").read_text())
+    measured = json.loads((RESULTS_ROOT / "nvidia-h200" / "prediction_check_h1536.json").read_text())
+    log = subprocess.run(["git", "log", "--format=%H", "--", "results/predictions/h200x2_h1536_b2000.json"],
+                         cwd=RESULTS_ROOT.parent, capture_output=True, text=True).stdout.split()
+    if log:  # a clone with history: the prediction's commit is an ancestor of the one that measured it
+        ancestor = subprocess.run(["git", "merge-base", "--is-ancestor", log[-1], measured["git_commit"]],
+                                  cwd=RESULTS_ROOT.parent, capture_output=True)
+        assert ancestor.returncode == 0
+    assert made["ceilings"].endswith("nvidia-h200/ceilings_p2.csv") and len(made["rows"]) == 4
+
+
+def test_whatif_and_validate_reject_bad_input_naming_it(tmp_path):
+    run = lambda *a: subprocess.run([sys.executable, "-m", "perflab", *a], capture_output=True, text=True, timeout=120)
+    proc = run("whatif", "--ceilings", str(tmp_path / "nope.csv"))
+    assert proc.returncode == 2 and "nope.csv: no such file" in proc.stderr
+    proc = run("whatif", "--ceilings", str(RESULTS_ROOT / "nvidia-h200" / "ceilings_p2.csv"), "--ranks", "4")
+    assert proc.returncode == 2 and "no nccl_allreduce rows at p=4" in proc.stderr
+    proc = run("validate", "--folder", str(tmp_path / "missing"))
+    assert proc.returncode == 2 and "no such folder" in proc.stderr
+    out = tmp_path / "w"
+    proc = run("whatif", "--ceilings", str(RESULTS_ROOT / "cpu-amd-epyc" / "ceilings_p2.csv"), "--backend", "numpy",
+               "--hidden", "700", "--per-rank-batch", "1000", "--ranks", "1", "2", "--out", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads((out / "whatif.json").read_text())["rows"]
+    assert len(rows) == 2 and all(r["batch_ms"] > 0 for r in rows)
+
+
+def test_no_committed_point_lies_above_the_roofs_its_machine_measured():
+    from perflab import analysis
+    checked = 0
+    for folder in validation.committed_folders():
+        files = list(folder.glob("ceilings_p*.csv"))
+        if not any((pd.read_csv(f).ceiling == "step_kernel").any() for f in files):
+            continue  # a ceilings file from before the predictor (four H200): no GEMM-grid roof to test
+        for path in validation.sweep_files(folder):
+            points = analysis.measured(pd.read_csv(path))
+            points = points[points.gemm == "cublas"] if "gemm" in points else points
+            for device, group in points.groupby(points.backend.map({"numpy": "cpu", "cupy": "gpu"})):
+                bounds = analysis.ceiling_bounds(group, analysis.folder_roofs(folder, device))
+                above = bounds[bounds["of bound"] > 1]
+                assert not len(above), f"{folder.name}/{path.name}: above the roof:\n{above}"
+                checked += len(bounds)
+    assert checked >= 60
