@@ -68,8 +68,9 @@ def calibration(results: Path, N: int = 60000, scaling: str = DEFAULT_CALIBRATIO
     session's scaling.jsonl), so the committed prediction stays reproducible as scaling.jsonl
     gains newer runs; `scaling` names another scaling file of that folder)."""
     folder = Path(results) / "nvidia-h200"
-    alpha, bw = fit_allreduce(pd.read_csv(folder / "ceilings_p2.csv"))
-    sweep = pd.read_csv(folder / "roofline.csv")
+    inputs = folder / "projection_inputs"  # the ceilings and sweep of the time, kept as they were when newer runs came
+    alpha, bw = fit_allreduce(pd.read_csv(inputs / "ceilings_p2.csv"))
+    sweep = pd.read_csv(inputs / "roofline.csv")
     one = sweep[(sweep["mode"] == "resident") & (sweep.p == 1)]
     measured = {int(r.H): (r.epoch_seconds / r.batches, int(r.B)) for r in one.itertuples()}
     runs = [json.loads(line) for line in (folder / scaling).read_text().splitlines() if line.startswith("{")]
@@ -81,7 +82,8 @@ def calibration(results: Path, N: int = 60000, scaling: str = DEFAULT_CALIBRATIO
     t_eager = p2["epoch_ms"] * 1e-3 / math.ceil(N / (p2["b"] * 2)) - step_seconds(step1, b1, p2["b"]) \
         - allreduce_seconds(S, 2, alpha, bw)
     return {"alpha": alpha, "bw": bw, "measured": measured, "t_eager": max(t_eager, 0.0),
-            "inputs": [f"results/nvidia-h200/{n}" for n in ("ceilings_p2.csv", "roofline.csv", scaling)]}
+            "inputs": [f"results/nvidia-h200/{n}" for n in ("projection_inputs/ceilings_p2.csv",
+                                                              "projection_inputs/roofline.csv", scaling)]}
 
 
 def predictions(results: Path, hidden=(512, 2048), per_gpu=(800, 3000), ranks=(1, 2, 4, 8), N=60000,
