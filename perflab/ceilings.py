@@ -201,19 +201,26 @@ def gpu_step_floors(steps: int = 200) -> list[dict]:
     return rows
 
 
-def trainer_floor(comm, mode: str = "resident", batches: int = 400) -> list[dict]:
-    """Seconds per batch of perflab's trainer itself at H = 16 and 16 samples a rank, on every rank
-    of comm: its host cost per step (the loop, the graph replay or the eager launches and the
-    copies' latency; on several GPUs the all-reduce and update) where the GPU work is negligible."""
+def trainer_floor(comm, mode: str = "resident", batches=(20, 400)) -> list[dict]:
+    """perflab's trainer itself at H = 16 and 16 samples a rank, on every rank of comm, where the
+    GPU's work is negligible: epochs of two lengths give its host cost per step (the loop, the
+    graph replay or the eager launches and the copies' latency; on several GPUs the all-reduce
+    and update) and per epoch (the synchronizations and the loss at its end)."""
     from .config import Config
     from .runner import Device, train_on_ranks
-    cfg = Config(dataset="synthetic", hidden_sizes=(16,), batch_size=16 * comm.size, train_size=16 * comm.size * batches,
-                 num_epochs=3, test_size=0, learning_rate=0.01)
-    history, _ = train_on_ranks(cfg, "data", comm, Device(backend="cupy", mode=mode,
-                                                           comm="nccl" if mode == "resident" else "mpi"), log=None)
-    seconds = statistics.median(e["seconds"] for e in history.epochs[1:]) / cfg.num_batches
-    return [{"ceiling": "step_floor", "device": "gpu", "impl": f"trainer {mode}", "dtype": "float32", "shape": "",
-             "size_bytes": 0, "ranks": comm.size, "seconds": seconds, "value": seconds, "unit": "s"}]
+    epochs = []
+    for n in batches:
+        cfg = Config(dataset="synthetic", hidden_sizes=(16,), batch_size=16 * comm.size, train_size=16 * comm.size * n,
+                     num_epochs=4, test_size=0, learning_rate=0.01)
+        history, _ = train_on_ranks(cfg, "data", comm, Device(backend="cupy", mode=mode,
+                                                               comm="nccl" if mode == "resident" else "mpi"), log=None)
+        epochs.append(statistics.median(e["seconds"] for e in history.epochs[1:]))
+    step = (epochs[1] - epochs[0]) / (batches[1] - batches[0])
+    row = {"ceiling": "step_floor", "device": "gpu", "dtype": "float32", "shape": "", "size_bytes": 0, "ranks": comm.size,
+           "unit": "s"}
+    per_epoch = max(epochs[0] - batches[0] * step, 0.0)
+    return [{**row, "impl": f"trainer {mode}", "seconds": step, "value": step},
+            {**row, "impl": f"trainer {mode} epoch", "seconds": per_epoch, "value": per_epoch}]
 
 
 def trainer_floors(comm) -> list[dict]:

@@ -8,7 +8,8 @@ Terms (seconds per batch, one rank):
             forward, backward and update, timed with p ranks sharing the cores)
   host      the host's floor of a step: perflab's trainer itself, alone, at H = 16 and 16 samples,
             where the GPU's work is negligible (resident, plus two eager launches on several
-            GPUs; staged)
+            GPUs; staged); and its fixed cost per epoch (synchronizations, the loss), from epochs
+            of two lengths
   images    staged: the batch's columns and labels copied host -> device from pageable memory
   exchange  p > 1: NCCL all-reduce (resident), device -> host, MPI all-reduce, host -> device
             (staged), MPI alone (numpy); each from a latency-bandwidth fit t = a + S / b to the
@@ -94,6 +95,12 @@ class Ceilings:
             raise PredictionError(f"{self.source} has no step_floor row {name!r}: measure it with `perflab ceilings`")
         return float(t.seconds.iloc[0])
 
+    def optional_floor(self, name: str) -> float:
+        """A floor that older ceilings files lack: 0 there."""
+        t = self.rows("step_floor", impl=name)
+        t = t[t.ranks == 1]
+        return float(t.seconds.iloc[0]) if len(t) else 0.0
+
     def launch(self) -> float:
         """Host seconds to launch one kernel eagerly: the eager step's floor over its kernels."""
         t = self.rows("step_floor", impl="eager launch")
@@ -171,6 +178,9 @@ def predict_point(point: dict, c: Ceilings) -> dict:
     full, rest = divmod(N, B)
     pred = predict_batch(point, B, c)
     epoch = full * pred["batch_s"] + (predict_batch(point, rest, c)["batch_s"] if rest else 0.0)
+    if point["backend"] != "numpy":  # the trainer's cost per epoch (its synchronizations, the loss), where measured
+        pred["t_epoch_fixed"] = c.optional_floor(f"trainer {point['mode']} epoch")
+        epoch += pred["t_epoch_fixed"]
     return {**pred, "full_batch_s": pred["batch_s"], "batch_s": epoch / (full + bool(rest)), "epoch_s": epoch}
 
 

@@ -31,7 +31,10 @@ def validate_folder(folder: Path, out: str | None = None, write: bool = True) ->
         if "epoch_seconds" not in points or not len(points):
             continue
         meta = json.loads(path.with_suffix(".json").read_text()) if path.with_suffix(".json").exists() else {}
-        table = predictor.validate(points, folder)
+        own = path.parent if list(path.parent.glob("ceilings_p*.csv")) else folder  # a run's own ceilings first
+        table = predictor.validate(points, own)
+        if "ceilings" in table:  # named from the machine folder: mainjob/ceilings_p1.csv
+            table["ceilings"] = [str((own / n).relative_to(folder)) if isinstance(n, str) else n for n in table.ceilings]
         table.insert(0, "source", str(path.relative_to(folder)))
         table["measured_git"] = str(meta.get("git_commit", "?"))[:12]
         tables.append(table)
