@@ -192,7 +192,7 @@ def sweep_section(doc: Document, path: Path) -> None:
                      f"({', '.join(sorted(set(v.ceilings)))}): every kernel of the step timed alone, the trainer's host "
                      f"floor, the copies and all-reduces against size. {validation.describe(v)}; the worst, "
                      f"{worst.error:+.0%}, at H = {int(worst.H)}, B = {int(worst.B)}, p = {int(worst.p)} ({worst['mode']}).")
-            doc.table(v[["H", "B", "p", "mode", "measured_ms", "predicted_ms", "error", "composition"]])
+            doc.table(v[["H", "B", "p", "mode", "measured_ms", "predicted_ms", "error"]])
     pred = analysis.prediction_table(staged, rates)
     doc.heading("Predicted against measured time per batch (the seeds' serial model)", 2)
     worst = pred.iloc[pred.error.abs().argmax()]
