@@ -221,3 +221,26 @@ def validate(points: pd.DataFrame, folder: Path, ceilings_folder: Path | None = 
                      "error": pred["batch_s"] / measured - 1, "composition": pred["composition"],
                      **{k: 1e3 * v for k, v in pred.items() if k.startswith("t_")}, "ceilings": path.name})
     return pd.DataFrame(rows)
+
+
+def ceilings_from_rates(P_flops: float, P_pci: float, P_mpi: float, p: int, hidden, batches) -> pd.DataFrame:
+    """A ceilings table for a machine known only by the seeds' three effective rates (a what-if):
+    each GEMM of the step at P_flops (the elementwise work, which the rates do not describe, at
+    zero), the staged copies at P_pci, the all-reduce at P_mpi, host floors at zero. The seeds'
+    formulas count the gradient's bytes twice on each link, so the exchange of S bytes takes
+    2S / P_pci (down and up) + 2S / P_mpi."""
+    D, C = 784, 10
+    gemms = {"forward GEMM 1 (cuBLAS)": lambda H, B: 2 * H * D * B, "fused forward: sigmoid, GEMM 2, softmax":
+             lambda H, B: 2 * C * H * B, "fused backward: dz1, dW2, db1": lambda H, B: 4 * C * H * B,
+             "backward GEMM 3 (cuBLAS)": lambda H, B: 2 * H * D * B}
+    rows = [{"ceiling": "step_kernel", "device": "gpu", "impl": name, "H": H, "B": B, "ranks": 1,
+             "seconds": (flops(H, B) / P_flops) if flops else 1e-12}
+            for H in hidden for B in batches
+            for name, flops in {**gemms, "db2 row sums": None, UPDATE: None}.items()]
+    rows += [{"ceiling": "staged_images", "B": B, "ranks": 1, "seconds": (D * 4 + 8) * B / P_pci} for B in batches]
+    sizes = [2.0 ** k for k in range(16, 27)]
+    rows += [{"ceiling": "staged_allreduce", "ranks": p, "size_bytes": S, "seconds": 2 * S / P_pci + 2 * S / P_mpi,
+              "value": S / (2 * S / P_pci + 2 * S / P_mpi)} for S in sizes]
+    rows += [{"ceiling": "step_floor", "impl": name, "ranks": 1, "seconds": 0.0, "kernels": 6}
+             for name in ("trainer resident", "trainer staged", "eager launch")]
+    return pd.DataFrame(rows)

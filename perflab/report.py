@@ -313,6 +313,17 @@ def predictor_sections() -> list[str]:
                    f"then measured: {source(checks[0])}.\n\n"
                    + fmt(both[["H", "b", "p", "mode", "batch_ms", "measured_ms", "error"]].rename(
                        columns={"batch_ms": "predicted ms/batch", "measured_ms": "measured ms/batch"}).round(3)))
+    seeds_check = RESULTS_ROOT / "seeds-rtx6000" / "whatif_check.csv"
+    if seeds_check.exists():
+        t = pd.read_csv(seeds_check)
+        t["error"] = t.error.map(lambda e: f"{e:+.0%}")
+        out.append("### The seeds' machine from its three rates (a what-if)\n\n"
+                   "A ceilings file built from the seeds' P_flops, P_pci and P_mpi alone (RTX 6000, two ranks, H = 512, "
+                   "B = 3000; `perflab.seeds_machine`), its prediction beside the seeds' own phase medians (final "
+                   "assignment, Figure 11). The copies and the all-reduce come back by construction (the rates were "
+                   "taken from those medians); one P_flops for every GEMM overcharges the large ones and undercharges "
+                   "the small, and the work three rates do not describe (elementwise kernels, launches) is what the "
+                   "batch misses. Source: `results/seeds-rtx6000/whatif_check.csv`.\n\n" + fmt(t.round(1)))
     return out
 
 

@@ -160,3 +160,18 @@ def test_no_committed_point_lies_above_the_roofs_its_machine_measured():
                 assert not len(above), f"{folder.name}/{path.name}: above the roof:\n{above}"
                 checked += len(bounds)
     assert checked >= 60
+
+
+def test_the_seeds_machine_what_if_is_reproduced_from_their_rates(tmp_path):
+    from perflab import seeds_machine
+    fresh = seeds_machine.check(tmp_path)
+    committed = pd.read_csv(seeds_machine.FOLDER / "whatif_check.csv")
+    assert list(fresh.phase) == list(committed.phase)
+    assert np.allclose(fresh.predicted_us, committed.predicted_us)
+    row = fresh.set_index("phase")
+    # the rates were derived from these medians, so the exchange comes back exactly; the GEMM sum too
+    assert abs(row.loc["MPI_Allreduce", "error"]) < 1e-3
+    assert abs(row.loc["cudaMemcpyDeviceToHost + cudaMemcpyHostToDevice", "error"]) < 1e-3
+    gemms = ["forward GEMM 1", "forward GEMM 2", "backward GEMM 1", "backward GEMM 3"]
+    assert row.loc[gemms, "predicted_us"].sum() == pytest.approx(row.loc[gemms, "seeds_median_us"].sum(), rel=1e-3)
+    assert -0.5 < row.loc["batch iteration", "error"] < 0  # what three rates leave out: the elementwise work
