@@ -79,11 +79,15 @@ def roofline(points, P_flops: float, bandwidth: float, kind: str = "serial", P_m
                       color=f"C{int(np.log2(max(r['p'], 1)))}", mfc="none" if r["p"] == 1 else None)
             ax.annotate(f"H={H} B={r['B']} p={r['p']}", (r["ai"], point_rate(r)), fontsize=6,
                         xytext=(4, -8), textcoords="offset points")
-    ax.set_xlabel("arithmetic intensity (FLOPs / byte moved over PCIe + MPI)")
+    return finish_roofline(fig, ax, "arithmetic intensity (FLOPs / byte moved over PCIe + MPI)", title)
+
+
+def finish_roofline(fig, ax, xlabel: str, title: str):
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("FLOP/s")
     ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=7, loc="lower right")
     return fig
 
 
@@ -236,9 +240,4 @@ def ceiling_roofline(bounds, roofs: dict, title: str = ""):
         for _, r in group.iterrows():
             ax.annotate(f"H={r['H']} B={r['B']} p={r['p']}", (r["ai"], r["achieved"]), fontsize=6,
                         xytext=(4, -8), textcoords="offset points")
-    ax.set_xlabel("arithmetic intensity (seeds' FLOPs / byte moved over PCIe + MPI)")
-    ax.set_ylabel("FLOP/s")
-    ax.set_title(title, fontsize=10)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
-    return fig
+    return finish_roofline(fig, ax, "arithmetic intensity (seeds' FLOPs / byte moved over PCIe + MPI)", title)
