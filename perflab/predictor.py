@@ -223,6 +223,53 @@ def validate(points: pd.DataFrame, folder: Path, ceilings_folder: Path | None = 
     return pd.DataFrame(rows)
 
 
+# the profiled run's phases (the seeds' NVTX names; unfused kernels, the device synchronized at each
+# edge) and the kernels of the ceilings that run inside each
+GPU_PHASES = {"forward GEMM 1": ("forward GEMM 1 (cuBLAS)", "unfused: bias + sigmoid"),  # cuBLAS, then its epilogue
+              "forward GEMM 2": ("unfused: forward GEMM 2 (cuBLAS)",),
+              "backward GEMM 1": ("unfused: backward GEMM 1 (cuBLAS)",),
+              "backward GEMM 2": ("unfused: backward GEMM 2 (cuBLAS)",),
+              "backward GEMM 3": ("backward GEMM 3 (cuBLAS)",), "step": (UPDATE,)}
+CPU_PHASES = {"forward": ("forward",), "step": ("step",)}
+
+
+def predict_phases(point: dict, c: Ceilings) -> dict:
+    """Seconds of each profiled phase of one batch that the ceilings time directly. On the GPU the
+    profiler synchronizes the device at each phase edge, so a phase's kernels start only as the
+    host launches them: each adds its eager launch cost (the ceilings' eager step over its kernels)."""
+    H, p, B = int(point["H"]), int(point["p"]), int(point["B"])
+    if point["backend"] == "numpy":
+        Hl, Bl = (H / p, B) if point.get("parallel") == "model" else (H, B / p)
+        return {phase: sum(c.kernel("cpu", k, Hl, Bl) for k in kernels) for phase, kernels in CPU_PHASES.items()}
+    launch = c.launch()
+    out = {phase: sum(c.kernel("gpu", k, H, B / p) + launch for k in kernels) for phase, kernels in GPU_PHASES.items()}
+    if point["mode"] == "staged":
+        out["copying images host -> device"] = c.staged_images(B / p)
+    return out
+
+
+def validate_phases(points: pd.DataFrame, folder: Path) -> pd.DataFrame:
+    """Predicted against the profiled medians (`t_<phase>`) of every phase the ceilings time,
+    tidy: one row per point and phase."""
+    rows = []
+    for _, r in points.iterrows():
+        point = r.to_dict()
+        path = ceilings_for(folder, int(point["p"]))
+        if path is None:
+            continue
+        try:
+            phases = predict_phases(point, Ceilings.load(path))
+        except PredictionError:
+            continue
+        for phase, seconds in phases.items():
+            measured = point.get(f"t_{phase}")
+            if measured is not None and np.isfinite(measured) and measured > 0:
+                rows.append({k: point[k] for k in ("H", "B", "p", "backend", "mode", "parallel") if k in point}
+                            | {"phase": phase, "measured_ms": 1e3 * measured, "predicted_ms": 1e3 * seconds,
+                               "error": seconds / measured - 1, "ceilings": path.name})
+    return pd.DataFrame(rows)
+
+
 def ceilings_from_rates(P_flops: float, P_pci: float, P_mpi: float, p: int, hidden, batches) -> pd.DataFrame:
     """A ceilings table for a machine known only by the seeds' three effective rates (a what-if):
     each GEMM of the step at P_flops (the elementwise work, which the rates do not describe, at

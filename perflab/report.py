@@ -273,6 +273,15 @@ def markdown() -> str:
     return "\n\n".join(parts) + "\n"
 
 
+def phase_error(path: Path) -> str:
+    """Median |error| over the profiled phases the ceilings time, and how many (point, phase) pairs."""
+    import pandas as pd
+    if not path.exists():
+        return "-"
+    t = pd.read_csv(path)
+    return f"{t.error.abs().median():.0%} ({len(t)})"
+
+
 def predictor_sections() -> list[str]:
     """The bottom-up predictor against every committed point (validation.csv per machine folder),
     and the prediction committed before its run (results/predictions/*.json with its check)."""
@@ -291,13 +300,15 @@ def predictor_sections() -> list[str]:
                      "median abs error": f"{s['median_abs_error']:.0%}" if s["points"] else "-",
                      "worst": f"{s['worst_abs_error']:.0%}" if s["points"] else "-",
                      "resident": by_mode.get("resident", "-"), "staged": by_mode.get("staged", "-"),
+                     "profiled phases": phase_error(path.with_name("validation_phases.csv")),
                      "sources": ", ".join(sorted(set(done.source))) if len(done) else "no ceilings with the step's kernels"})
     if not rows:
         return []
     out = ["### The bottom-up predictor against every committed point\n\n"
            "Time per batch composed from each machine's ceilings files alone (`perflab ceilings`; `perflab.predictor`), "
            "against the measured unprofiled epoch over its batches. Sources: `results/<folder>/validation.csv` "
-           "(`perflab validate --committed`), each row naming the ceilings file it used.\n\n" + fmt(pd.DataFrame(rows))]
+           "(`perflab validate --committed`), each row naming the ceilings file it used; the profiled phases (the "
+           "seeds' NVTX names, each GEMM, the update, the image copy) in `validation_phases.csv`.\n\n" + fmt(pd.DataFrame(rows))]
     for made_path in sorted((RESULTS_ROOT / "predictions").glob("*_h*_b*.json")):
         made = json.loads(made_path.read_text())
         checks = list(RESULTS_ROOT.glob(f"*/prediction_check_{made_path.stem.split('_', 1)[1].split('_b')[0]}.csv"))

@@ -23,9 +23,10 @@ def sweep_files(folder: Path) -> list[Path]:
 
 def validate_folder(folder: Path, out: str | None = None, write: bool = True) -> tuple[pd.DataFrame, Path | None]:
     """Every sweep point of the folder predicted from its ceilings; written to validation.csv
-    (+ .json naming the ceilings files and their machines) unless `write` is False."""
+    (+ .json naming the ceilings files and their machines) unless `write` is False, and every
+    profiled phase the ceilings time to validation_phases.csv."""
     folder = Path(folder)
-    tables = []
+    tables, phase_tables = [], []
     for path in sweep_files(folder):
         points = analysis.measured(pd.read_csv(path))
         if "epoch_seconds" not in points or not len(points):
@@ -38,6 +39,10 @@ def validate_folder(folder: Path, out: str | None = None, write: bool = True) ->
         table.insert(0, "source", str(path.relative_to(folder)))
         table["measured_git"] = str(meta.get("git_commit", "?"))[:12]
         tables.append(table)
+        phases = predictor.validate_phases(points, own)
+        if len(phases):
+            phases.insert(0, "source", str(path.relative_to(folder)))
+            phase_tables.append(phases)
     table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
     if not write:
         return table, None
@@ -50,6 +55,9 @@ def validate_folder(folder: Path, out: str | None = None, write: bool = True) ->
             meta["ceilings"][name] = {k: m.get(k) for k in ("gpu", "gpu_count", "cpu", "cpu_count", "git_commit", "date")}
     path = Path(out) if out else folder / "validation.csv"
     results.write_rows(path, table.to_dict("records"), meta, append=False)
+    if phase_tables:
+        phases = pd.concat(phase_tables, ignore_index=True)
+        results.write_rows(path.with_name(path.stem + "_phases.csv"), phases.to_dict("records"), meta, append=False)
     return table, path
 
 

@@ -104,6 +104,12 @@ def test_committed_validation_is_what_the_predictor_says_now_and_meets_the_cpu_m
         assert len(fresh) == len(committed), folder.name
         if "error" in committed:
             assert np.allclose(fresh["error"].astype(float), committed["error"].astype(float), equal_nan=True), folder.name
+    for folder in validation.committed_folders():
+        phases = folder / "validation_phases.csv"
+        if phases.exists():
+            t = pd.read_csv(phases)
+            assert len(t) and t.error.notna().all() and set(t.phase) <= set(predictor.GPU_PHASES) | set(
+                predictor.CPU_PHASES) | {"copying images host -> device"}
     cpu = validation.summary(pd.read_csv(RESULTS_ROOT / "cpu-amd-epyc" / "validation.csv"))
     assert cpu["points"] >= 30 and cpu["median_abs_error"] <= 0.10
 
