@@ -6,7 +6,7 @@ parts, and its end (%globaltimer). Prints the launch's span, the SMs' idle share
 loops' ends by the block's age on its SM and by whether its tiles touch the matrix's edge;
 writes $OUT/gemm_timeline.npz and gemm_timeline.png (one line a block, SM by SM).
 Why: Nsight Compute counts idle SM cycles, not which blocks cause them; this found the edge
-tiles' slow K loop (results/nvidia-h100-80gb-hbm3/gemm_experiments/README.md, session 8).
+tiles' slow K loop (results/nvidia-h100-80gb-hbm3/gemm_experiments/README.md, session 8; the patch is experiments/gemm/timeline/timeline.patch).
 A shape may name its config and number of blocks instead of the tuned ones, "NAME/CONFIG/BLOCKS"
 (e.g. "fwd1 H=512 B=800/128x64x16_w64x32_t8x8_s3_xt_b3/260": cuBLAS's decomposition there).
 Usage: OUT=/tmp/out python3 scripts/gemm_timeline.py ["bwd3 H=512 B=12000" ...]"""
