@@ -408,6 +408,9 @@ def cmd_validate(args, comm) -> dict:
     """Predicted (from ceilings alone) against measured time per batch for every sweep point of
     this machine's run folder, or with --committed of every committed machine folder."""
     from . import results, validation
+    if args.committed and (args.folder or args.out):
+        raise CLIError("--committed validates every folder under results/ and writes each one's validation.csv; "
+                       "--folder and --out name a single run folder instead: give one or the other")
     folders = validation.committed_folders() if args.committed else [Path(args.folder or results.run_dir())]
     summary = {}
     for folder in folders:
@@ -595,7 +598,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-epochs", type=positive, default=1, help="timed epochs a point, after one warm-up "
                                                                   "(default %(default)s)")
     p.add_argument("--dataset", choices=DATASETS, default="synthetic", help="default synthetic (any size)")
-    p.add_argument("--learning-rate", type=float, default=0.1, help="SGD step of every point (default %(default)s); a "
+    p.add_argument("--learning-rate", type=positive_float, default=0.1, help="SGD step of every point (default %(default)s); a "
                                                                     "point whose loss diverges is written as failed")
     p.add_argument("--emit-sbatch", metavar="FILE", help="instead of running: write a Slurm script that runs this sweep "
                                                          "with one rank per GPU on --nodes x --gpus-per-node")

@@ -174,3 +174,15 @@ def test_main_job_in_a_fresh_clone_measures_this_machine_and_leaves_git_status_c
         assert f.with_suffix(".txt").read_text().strip(), f"{f.name} has no caption"
     assert (run / "report.pdf").stat().st_size > 50_000
     assert git("status", "--porcelain") == ""
+
+
+@pytest.mark.parametrize("args, message", [
+    (["sweep", "--learning-rate", "0"], "argument --learning-rate: expected a positive number, got '0'"),
+    (["sweep", "--learning-rate", "fast"], "expected a positive number, got 'fast'"),
+    (["report", "--folder", "/no/such/run"], "--folder /no/such/run: no such folder"),
+    (["validate", "--committed", "--out", "x.csv"], "--committed validates every folder"),
+    (["notebook", "roofline", "-p", "backend", "tpu"], "backend must be 'auto', 'numpy' or 'cupy', got 'tpu'"),
+])
+def test_new_options_reject_bad_values_naming_them(tmp_path, args, message):
+    proc = run_cli(*args, env={"PERFLAB_RUN_DIR": str(tmp_path)})
+    assert proc.returncode != 0 and message in proc.stderr + proc.stdout, (proc.stdout[-1500:], proc.stderr[-1500:])

@@ -156,3 +156,9 @@ def test_gemm_operands_are_stored_as_training_stores_them():
         assert (a.flags.f_contiguous and not a.flags.c_contiguous) == ta, name
         assert (b.flags.f_contiguous and not b.flags.c_contiguous) == tb, name
         assert a.dtype == np.float32 and -1 <= a.min() and a.max() < 1, name
+
+
+def test_results_hold_data_not_code():
+    """Experiments' code lives in experiments/; results/ is data and figures."""
+    code = [p for p in (PROJECT_ROOT / "results").rglob("*") if p.suffix in (".py", ".patch", ".cu", ".sh", ".ipy")]
+    assert not code, f"code under results/: {code[:5]}"
