@@ -640,7 +640,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--committed", action="store_true", help="every machine folder under results/ instead (developers: "
                                                             "rewrites their validation.csv)")
     p.add_argument("--out", metavar="CSV", help="with --folder: write here instead of <folder>/validation.csv")
-    p.add_argument("--json", action="store_true", help="print one JSON object on the last line")
+    outputs(p, folder=False)
     p.set_defaults(run=cmd_validate)
 
     p = sub.add_parser("whatif", help="predict points from a ceilings file alone (perflab.predictor; no training run)",
@@ -656,7 +656,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train-size", type=positive, default=60000, metavar="N")
     p.add_argument("--name", default="whatif", help="file name (default %(default)s)")
     p.add_argument("--out", metavar="DIR", help="folder (default this machine's run folder)")
-    p.add_argument("--json", action="store_true", help="print one JSON object on the last line")
+    outputs(p, folder=False)
     p.set_defaults(run=cmd_whatif)
 
     p = sub.add_parser("predict", help="predict scaling to p GPUs from the committed H200 measurements",

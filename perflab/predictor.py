@@ -200,20 +200,26 @@ def ceilings_for(folder: Path, p: int) -> Path | None:
     return (exact or larger or [None])[0]
 
 
-def validate(points: pd.DataFrame, folder: Path, ceilings_folder: Path | None = None) -> pd.DataFrame:
+def loader():
+    """Ceilings.load that reads each file once per call site (a sweep has one or two files)."""
+    loaded = {}
+    return lambda path: loaded.get(path) or loaded.setdefault(path, Ceilings.load(path))
+
+
+def validate(points: pd.DataFrame, folder: Path) -> pd.DataFrame:
     """Predicted against measured per point, each with the ceilings file it used; points the
     predictor does not cover, or whose ceilings are missing, say why in `skipped`."""
-    rows = []
+    rows, load = [], loader()
     for _, r in points.iterrows():
         point = r.to_dict()
         base = {k: point[k] for k in ("H", "B", "p", "backend", "mode", "parallel", "dtype") if k in point}
         measured = measured_batch_seconds(point)
-        path = ceilings_for(ceilings_folder or folder, int(point["p"]))
+        path = ceilings_for(folder, int(point["p"]))
         if path is None:
             rows.append({**base, "measured_ms": 1e3 * measured, "skipped": f"no ceilings file in {folder}"})
             continue
         try:
-            pred = predict_point(point, Ceilings.load(path))
+            pred = predict_point(point, load(path))
         except PredictionError as exc:
             rows.append({**base, "measured_ms": 1e3 * measured, "skipped": str(exc), "ceilings": path.name})
             continue
@@ -251,14 +257,14 @@ def predict_phases(point: dict, c: Ceilings) -> dict:
 def validate_phases(points: pd.DataFrame, folder: Path) -> pd.DataFrame:
     """Predicted against the profiled medians (`t_<phase>`) of every phase the ceilings time,
     tidy: one row per point and phase."""
-    rows = []
+    rows, load = [], loader()
     for _, r in points.iterrows():
         point = r.to_dict()
         path = ceilings_for(folder, int(point["p"]))
         if path is None:
             continue
         try:
-            phases = predict_phases(point, Ceilings.load(path))
+            phases = predict_phases(point, load(path))
         except PredictionError:
             continue
         for phase, seconds in phases.items():

@@ -311,7 +311,8 @@ def predictor_sections() -> list[str]:
            "seeds' NVTX names, each GEMM, the update, the image copy) in `validation_phases.csv`.\n\n" + fmt(pd.DataFrame(rows))]
     for made_path in sorted((RESULTS_ROOT / "predictions").glob("*_h*_b*.json")):
         made = json.loads(made_path.read_text())
-        checks = list(RESULTS_ROOT.glob(f"*/prediction_check_{made_path.stem.split('_', 1)[1].split('_b')[0]}.csv"))
+        checks = [c for c in RESULTS_ROOT.glob("*/prediction_check_*.csv")  # prediction_check_h1536 for *_h1536_b2000
+                  if f"_{c.stem.removeprefix('prediction_check_')}_" in made_path.stem]
         if not checks:
             continue
         measured = pd.read_csv(checks[0])

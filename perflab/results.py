@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import functools
 import json
 import os
 import platform
@@ -105,9 +106,17 @@ def host_fingerprint() -> str:
 def machine_key(meta: dict | None = None) -> str:
     """This machine's run-folder name: GPU model and count (or CPU model), cores, host fingerprint,
     e.g. `nvidia-h100-80gb-hbm3-x1-16c-3f9a1c` or `cpu-amd-epyc-2c-5be02d`."""
-    meta = meta or machine_metadata()
+    if meta is None:
+        return this_machine_key()
     gpus = f"-x{meta.get('gpu_count', 1)}" if meta.get("gpu") else ""
     return f"{machine_name(meta)}{gpus}-{meta['cpu_count']}c-{meta.get('fingerprint') or host_fingerprint()}"
+
+
+@functools.lru_cache(maxsize=1)
+def this_machine_key() -> str:
+    """machine_key of this process's machine, worked out once (the metadata asks git, MPI and the
+    GPU; every figure saved asks for the run folder)."""
+    return machine_key(machine_metadata())
 
 
 def run_dir(meta: dict | None = None) -> Path:
