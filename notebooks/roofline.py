@@ -20,7 +20,7 @@ ranks = None            # p sweep with B/p constant; default 1, 2, 4, ... up to 
 per_rank_batch = None   # B/p (NumPy 1600, CuPy 3000)
 batch_sweep = None      # B sweep at p = 1 and the first H; default 800, 3200, 12000
 N = None                # samples an epoch (NumPy 38400, the seeds' N; CuPy 60000)
-modes = None            # GPU data paths: resident and staged (the seeds' path)
+modes = None            # GPU data paths: resident, staged (the seeds' path) and pipelined (it, overlapped)
 name = "roofline"       # <run folder>/<name>.csv
 compare_committed = True  # also draw the committed GPU campaigns under results/
 
@@ -91,6 +91,29 @@ png = plots.save(plots.ceiling_roofline(bounds, roofs, title=f"Roofline from mea
     f"each path's serial bound with its fastest measured links; points: the seeds' FLOPs per batch over the measured "
     f"time per batch (unprofiled epochs). Source: {path.name}.")
 display(Image(str(png)))
+
+# %% [markdown]
+# ## Serial against pipelined: the staged path's two rooflines
+#
+# The seeds' path moves images and gradients through the host. Run in series (`staged`), copies,
+# MPI and compute take turns: its bound is the seeds' serial roofline AI / (AI/P_flops + 1/BW).
+# Pipelined on streams, they overlap, and the bound is the standard min(P_flops, AI BW). Same
+# links (BW from this machine's pinned copies and host all-reduce), same run; each point says
+# which roof it meets.
+
+# %%
+both = an.overlap_bounds(table[table.gemm == "cublas"], roofs)
+if len(both):
+    display(both.drop(columns=["BW"]).round(3))
+    png = plots.save(plots.overlap_roofline(both, roofs["P_flops"], title=f"The staged path, serial and pipelined, {machine}"),
+        f"roofline_pipelined_{machine}",
+        f"Seeds' FLOPs per batch over the measured time per batch (unprofiled epochs) of the staged (serial) and "
+        f"pipelined points at p > 1, under the standard and the seeds' serial roofline with P_flops "
+        f"{roofs['P_flops'] / 1e12:.3g} TFLOP/s and BW = 2 / (1/P_pci + 1/P_mpi) = {both.BW.iloc[0] / 1e9:.3g} GB/s "
+        f"from this machine's ceilings. Source: {path.name}.")
+    display(Image(str(png)))
+else:
+    print("no staged or pipelined GPU points with p > 1 in this run (one GPU, or the CPU): nothing is exchanged")
 
 # %% [markdown]
 # ## Question 2.1 / 2.3: FLOPs and bytes per batch per rank (B' = B/p)

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from . import perfmodel
+from .config import HOST_STAGED
 from .results import RESULTS_ROOT
 
 
@@ -35,8 +36,8 @@ def machines(root: Path | None = None) -> dict[str, dict]:
 def workload(row) -> perfmodel.Workload:
     return perfmodel.Workload(layers=(784, int(row["H"]), 10), B=int(row["B"]), p=int(row["p"]),
                               parallel=row["parallel"], dtype=row["dtype"],
-                              staged=row["backend"] == "numpy" or row["mode"] == "staged",
-                              host_allreduce=row["backend"] == "numpy" or row["mode"] == "staged",
+                              staged=row["backend"] == "numpy" or row["mode"] in HOST_STAGED,
+                              host_allreduce=row["backend"] == "numpy" or row["mode"] in HOST_STAGED,
                               N=int(row["N"]))
 
 
@@ -205,7 +206,7 @@ def ceiling_bounds(points: pd.DataFrame, roofs: dict) -> pd.DataFrame:
         w = workload(r)
         flops = perfmodel.seeds_flops(w)["batch"] / (r["p"] if r["parallel"] == "model" else 1)  # a rank's share
         by = perfmodel.phase_bytes(w)
-        host_path = r["backend"] == "numpy" or r["mode"] == "staged"
+        host_path = r["backend"] == "numpy" or r["mode"] in HOST_STAGED
         moved = by["mpi_seeds"] / roofs["P_mpi" if host_path else "P_nccl"] if r["p"] > 1 else 0.0
         if r["backend"] != "numpy":
             moved += by["pcie_gradients"] / roofs["P_pci"]
@@ -213,4 +214,23 @@ def ceiling_bounds(points: pd.DataFrame, roofs: dict) -> pd.DataFrame:
         achieved = flops / (r["epoch_seconds"] / r["batches"])
         rows.append({"H": r["H"], "B": r["B"], "p": r["p"], "mode": r["mode"], "backend": r["backend"], "ai": r["ai"],
                      "achieved": achieved, "bound": bound, "of bound": achieved / bound})
+    return pd.DataFrame(rows)
+
+
+def overlap_bounds(points: pd.DataFrame, roofs: dict) -> pd.DataFrame:
+    """The host-staged GPU points with an exchange (p > 1) against the two rooflines of the staged
+    path's links (BW = 2 / (1/P_pci + 1/P_mpi), as the seeds combine them): the seeds' serial one,
+    AI / (AI/P_flops + 1/BW), where copies and compute take turns, and the standard one,
+    min(P_flops, AI BW), where they overlap. `meets` names the nearer (in ratio) of the two."""
+    bw = 2 / (1 / roofs["P_pci"] + 1 / roofs["P_mpi"])
+    rows = []
+    for _, r in points[(points.backend == "cupy") & points["mode"].isin(HOST_STAGED) & (points.p > 1)].iterrows():
+        flops = perfmodel.seeds_flops(workload(r))["batch"]
+        achieved = flops / (r["epoch_seconds"] / r["batches"])
+        serial, standard = perfmodel.roofline_serial(r["ai"], roofs["P_flops"], bw), \
+            perfmodel.roofline_standard(r["ai"], roofs["P_flops"], bw)
+        nearer = "serial" if abs(math.log(achieved / serial)) <= abs(math.log(achieved / standard)) else "standard"
+        rows.append({"H": r["H"], "B": r["B"], "p": r["p"], "mode": r["mode"], "ai": r["ai"], "achieved": achieved,
+                     "serial_bound": serial, "standard_bound": standard, "of serial": achieved / serial,
+                     "of standard": achieved / standard, "meets": nearer, "BW": bw})
     return pd.DataFrame(rows)

@@ -358,6 +358,16 @@ def bench_allreduce(comm, sizes=ALLREDUCE_SIZES, calls: int = 10, repeats: int =
         stop.synchronize()
         return cp.cuda.get_elapsed_time(start, stop)
 
+    def host_ms(call):
+        call()
+        times = []
+        for _ in range(repeats):
+            comm.barrier()
+            start = time.perf_counter()
+            call()
+            times.append(1e3 * (time.perf_counter() - start))
+        return statistics.median(times)
+
     impls = {}
     for size in sizes:
         with stream:  # the comms work on the current stream
@@ -368,24 +378,48 @@ def bench_allreduce(comm, sizes=ALLREDUCE_SIZES, calls: int = 10, repeats: int =
                 stream.synchronize()
             impls.setdefault(size, {})["perflab nccl"] = events_ms(lambda: nccl.allreduce(buf), cupy_record,
                                                                    cupy_elapsed)
-            perflab_staged()
-            staged = []
-            for _ in range(repeats):
-                comm.barrier()
-                start = time.perf_counter()
-                perflab_staged()
-                staged.append(1e3 * (time.perf_counter() - start))
-            impls[size]["perflab staged mpi"] = statistics.median(staged)
+            impls[size]["perflab staged mpi"] = host_ms(perflab_staged)
+            impls[size].update(host_allreduces(comm, buf, stream, host_ms))
     impls_torch = torch_allreduce(comm, local, sizes, events_ms)
     rows = []
     for size in sizes:
         got = {**impls[size], **impls_torch.get(size, {})}
-        best_peer = min((ms for name, ms in got.items() if not name.startswith("perflab")), default=float("nan"))
+        best_peer = min(impls_torch.get(size, {}).values(), default=float("nan"))  # the peers: other libraries
         for name, ms in got.items():
             rows.append({"impl": name, "size_bytes": size, "ranks": comm.size, "ms": ms,
                          "bus_GBps": 2 * (comm.size - 1) / comm.size * size / (ms * 1e-3) / 1e9,
                          "ratio_to_best_peer": ms / best_peer})
     return rows if comm.rank == 0 else []
+
+
+def host_allreduces(comm, buf, stream, host_ms) -> dict:
+    """What the staged path's host all-reduce could be (issue: pick the fastest and say why), each
+    on a pinned host copy of `buf`: MPI_Allreduce alone, reduce-scatter + all-gather alone, and the
+    staged exchange with pinned copies in series (device -> host, MPI_Allreduce, host -> device)."""
+    from .comm import share
+    from .gpu import pinned_copy
+    MPI, world = comm.MPI, comm.comm
+    host = pinned_copy(np.ones(buf.size, np.float32))
+    counts = [share(buf.size, comm.size, r)[1] - share(buf.size, comm.size, r)[0] for r in range(comm.size)]
+    starts = [share(buf.size, comm.size, r)[0] for r in range(comm.size)]
+    mine = np.empty(counts[comm.rank], np.float32)
+
+    def allreduce():
+        world.Allreduce(MPI.IN_PLACE, host, op=MPI.SUM)
+
+    def scatter_gather():
+        world.Reduce_scatter(host, mine, counts, op=MPI.SUM)
+        world.Allgatherv(mine, [host, counts, starts, MPI.FLOAT])
+
+    def staged_pinned():
+        buf.get(out=host, stream=stream)
+        stream.synchronize()
+        allreduce()
+        buf.set(host, stream=stream)
+        stream.synchronize()
+    return {"host MPI_Allreduce (pinned buffer)": host_ms(allreduce),
+            "host reduce-scatter + all-gather (pinned buffer)": host_ms(scatter_gather),
+            "staged, pinned copies, in series": host_ms(staged_pinned)}
 
 
 def torch_allreduce(comm, local_rank: int, sizes, events_ms) -> dict:

@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from .config import ACCURACY, DTYPES, Config, ConfigError
+from .config import ACCURACY, DTYPES, HOST_STAGED, MODES, Config, ConfigError
 from .data import DATASETS, MIRRORS, DataError
 
 DEFAULTS = Config()
@@ -52,9 +52,11 @@ def device_options(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("device", "where the math runs (GPU options need CuPy and an NVIDIA GPU)")
     g.add_argument("--backend", choices=("numpy", "cupy", "auto"), default="numpy",
                    help="numpy: the CPU reference; cupy: one GPU per rank; auto: cupy when a GPU is there (default %(default)s)")
-    g.add_argument("--mode", choices=("resident", "staged"), default="resident",
+    g.add_argument("--mode", choices=MODES, default="resident",
                    help="resident: data copied to the GPU once, gradients all-reduced on the GPU, each step a CUDA graph; "
-                        "staged: the seeds' path, each batch copied host->device, gradients through host MPI (default %(default)s)")
+                        "staged: the seeds' path, each batch copied host->device, gradients through host MPI, in series; "
+                        "pipelined: the staged path on streams, the next batch's copy and each gradient piece's copies "
+                        "and host all-reduce overlapped with compute (default %(default)s)")
     g.add_argument("--gemm", choices=GEMM_VARIANTS, default="cublas",
                    help="GEMM on the GPU: cuBLAS (called so it can sit in CUDA graphs; the fastest measured) or one of "
                         "perflab's kernels (default %(default)s)")
@@ -68,6 +70,9 @@ def device_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--overlap", action="store_true",
                    help="NCCL on several GPUs: all-reduce the gradients in chunks on a second stream while backward "
                         "GEMM 3 still runs (slower than one exchange after it on two H200: results/nvidia-h200)")
+    g.add_argument("--chunks", type=positive, default=4, metavar="K",
+                   help="dW1 is exchanged in K row chunks, each as soon as its part of backward GEMM 3 is done "
+                        "(--overlap, --mode pipelined; default %(default)s)")
 
 
 def device_from_args(args):
@@ -91,10 +96,12 @@ def device_from_args(args):
             require_cuda_aware_mpi()
         except ValueError as exc:
             raise CLIError(str(exc)) from None
-    if args.mode == "staged" and comm in ("nccl", "cuda-mpi"):
-        raise CLIError("--mode staged exchanges gradients through the host: use --comm mpi or hierarchical")
-    return Device(backend=backend, mode=args.mode, gemm=args.gemm, comm=comm,
-                  graphs=not args.no_graphs, pinned=args.pinned, overlap=args.overlap)
+    if args.mode != "resident" and comm in ("nccl", "cuda-mpi"):
+        raise CLIError(f"--mode {args.mode} exchanges gradients through the host: use --comm mpi or hierarchical")
+    if args.mode == "pipelined" and backend == "numpy":
+        raise CLIError("--mode pipelined overlaps host <-> GPU copies with GPU compute: it needs --backend cupy")
+    return Device(backend=backend, mode=args.mode, gemm=args.gemm, comm=comm, graphs=not args.no_graphs,
+                  pinned=args.pinned, overlap=args.overlap, chunks=args.chunks)
 
 
 def config_from_args(args) -> Config:
@@ -154,7 +161,7 @@ def phase_report(phases, cfg, parallel, ranks, device, quiet) -> dict:
     from . import perfmodel, profile
     table = profile.summary(phases[phases.phase != "train setup"])
     w = perfmodel.Workload(layers=cfg.layer_sizes, B=cfg.batch_size, p=ranks, parallel=parallel if parallel != "sequential" else "data",
-                           dtype=cfg.dtype, staged=device.backend == "numpy" or device.mode == "staged",
+                           dtype=cfg.dtype, staged=device.backend == "numpy" or device.mode in HOST_STAGED,
                            host_allreduce=device.backend == "numpy" or device.comm != "nccl", N=cfg.train_size)
     rates = perfmodel.effective_rates(w, table["median"].to_dict())
     if not quiet:
@@ -188,6 +195,33 @@ def cmd_check(args, comm) -> dict:
     if not result["passed"]:
         args.exit_code = 1
     return result
+
+
+def cmd_timeline(args, comm) -> dict:
+    from . import plots, timeline
+    from .backend import cupy_or_none
+    if cupy_or_none() is None:
+        raise CLIError("perflab timeline records CUDA streams: it needs CuPy and one GPU per rank")
+    cfg = config_from_args(args)
+    table = timeline.record(cfg, comm, args.modes, args.gemm, args.chunks, log=None if args.json or comm.rank else print)
+    import pandas as pd
+    table = pd.concat(comm.allgather(table), ignore_index=True)
+    if comm.rank != 0:
+        return {}
+    name = f"timeline_H{cfg.hidden_size}_b{cfg.batch_size // comm.size}_p{comm.size}"
+    saved = save_rows(name, table.to_dict("records"), args.out)
+    lanes = timeline.lanes(table)
+    busy = timeline.busy(lanes)
+    figure = plots.save(plots.timeline(lanes, title=f"H={cfg.hidden_size}, b={cfg.batch_size // comm.size} a GPU, "
+                                                    f"p={comm.size}: the second epoch"), name,
+                        "Where each phase of the staged path ran, rank 0, from CUDA events on each stream (the host "
+                        "all-reduce from the host clock), nothing synchronized: in series each lane waits for the one "
+                        "before; pipelined, the copies and the host all-reduce run while the GPU computes.",
+                        Path(saved).parent / "figures")
+    if not args.json:
+        print(busy[busy["rank"] == 0].pivot_table(index="lane", columns="mode", values="busy_ms").round(3).to_string())
+        print(f"wrote {saved}\nwrote {figure}")
+    return {"saved": saved, "figure": str(figure), "busy": busy.to_dict("records")}
 
 
 def cmd_data_fetch(args, comm) -> dict:
@@ -589,7 +623,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ranks", nargs="+", type=positive, default=[1], metavar="P", help="process counts (default 1)")
     p.add_argument("--parallel", nargs="+", choices=("data", "model"), default=["data"], help="default data")
     p.add_argument("--backend", nargs="+", choices=("numpy", "cupy"), default=["numpy"], help="default numpy")
-    p.add_argument("--mode", nargs="+", choices=("resident", "staged"), default=["resident"],
+    p.add_argument("--mode", nargs="+", choices=MODES, default=["resident"],
                    help="GPU data and exchange path (default resident)")
     p.add_argument("--gemm", nargs="+", choices=variants, default=["cublas"], help="GPU GEMM variants (default cublas)")
     p.add_argument("--dtype", nargs="+", choices=DTYPES, default=["float32"], help="default float32")
@@ -607,6 +641,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nsys", action="store_true", help="with --emit-sbatch: profile each rank with Nsight Systems")
     outputs(p)
     p.set_defaults(run=cmd_sweep)
+
+    p = sub.add_parser("timeline", help="a few steps of the staged and pipelined paths drawn lane by lane (GPU)",
+                       description="Train two short epochs per mode with every phase's start and end recorded on its "
+                                   "CUDA stream (and the host all-reduce on the host clock), nothing synchronized; "
+                                   "writes <run folder>/timeline_H<H>_b<b>_p<p>.csv and a figure of the second epoch. "
+                                   "Keep the epoch to a few batches (--train-size a few times --batch-size). Run under "
+                                   "mpiexec -n P for the host all-reduce.")
+    hyperparameter_options(p)
+    from .kernels import GEMM_VARIANTS
+    p.add_argument("--modes", nargs="+", choices=MODES, default=["staged", "pipelined"], help="default staged pipelined")
+    p.add_argument("--gemm", choices=GEMM_VARIANTS, default="cublas", help="as for train (default %(default)s)")
+    p.add_argument("--chunks", type=positive, default=4, metavar="K", help="as for train (default %(default)s)")
+    outputs(p)
+    p.set_defaults(run=cmd_timeline)
 
     p = sub.add_parser("notebook", help="run a workbook notebook end to end (papermill)",
                        description="Execute notebooks/NAME.py (Jupytext percent format: open it in Jupyter with jupytext "
@@ -652,7 +700,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--per-rank-batch", nargs="+", type=positive, default=[3000], metavar="b", help="samples per rank per step")
     p.add_argument("--ranks", nargs="+", type=positive, default=[1], metavar="P")
     p.add_argument("--backend", choices=("numpy", "cupy"), default="cupy")
-    p.add_argument("--mode", nargs="+", choices=("resident", "staged"), default=["resident"])
+    p.add_argument("--mode", nargs="+", choices=MODES, default=["resident"])
     p.add_argument("--train-size", type=positive, default=60000, metavar="N")
     p.add_argument("--name", default="whatif", help="file name (default %(default)s)")
     p.add_argument("--out", metavar="DIR", help="folder (default this machine's run folder)")

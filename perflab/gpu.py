@@ -18,12 +18,10 @@ from __future__ import annotations
 import numpy as np
 
 from . import kernels, model, profile
-from .config import Config, ConfigError
+from .config import MODES, Config, ConfigError
 from .parallel import check_batch_split, local_part
 from .profile import phase
 from .train import Sequential
-
-MODES = ("resident", "staged")
 
 
 class GPUError(ConfigError):
@@ -72,8 +70,8 @@ class FusedGPU(Sequential):
         import cupy as cp
         if len(cfg.hidden_sizes) != 1:
             raise GPUError("the fused GPU trainer takes one hidden layer; use --gemm cublas-generic for deeper nets")
-        if mode not in MODES:
-            raise GPUError(f"--mode must be one of {MODES}, got {mode!r}")
+        if mode not in MODES[:2]:
+            raise GPUError(f"FusedGPU runs modes {MODES[:2]}, got {mode!r} (pipelined: perflab.pipelined.Pipelined)")
         check_batch_split(cfg, comm.size)
         self.cp, self.cfg, self.comm, self.mode, self.variant = cp, cfg, comm, mode, gemm
         # fuse_backward: backward GEMMs 1 and 2, sigmoid' and the bias sums in one pass over a1.
@@ -152,6 +150,9 @@ class FusedGPU(Sequential):
     def exchange_and_update(self):
         if self.comm.size > 1 and not self.overlap:
             self.comm.allreduce(self.G)
+        self.update()
+
+    def update(self):
         with phase("step"):
             kernels.sgd_update(self.P, self.G[:-1], self.cfg.learning_rate, self.ends, self.regs)
 
@@ -191,11 +192,15 @@ class FusedGPU(Sequential):
                 kernels.row_sum(da1, db1)
             if want_loss:  # the CE slot is all-reduced with the gradients; stale when unused
                 cp.sum(self.ce[:n], out=self.G[-1:].reshape(()))
-            if self.overlap:
-                self.dW1_overlapped(da1, Xb, dW1)
-            else:
-                with phase("backward GEMM 3"):
-                    self.gemm(da1, Xb.T, dW1)
+            self.backward_gemm3(da1, Xb, dW1)
+
+    def backward_gemm3(self, da1, Xb, dW1):
+        """dW1 = dz1 X^T, the step's last GEMM (in chunks, each exchanged as it is done, with --overlap)."""
+        if self.overlap:
+            self.dW1_overlapped(da1, Xb, dW1)
+        else:
+            with phase("backward GEMM 3"):
+                self.gemm(da1, Xb.T, dW1)
 
     def dW1_overlapped(self, da1, Xb, dW1):
         """Backward GEMM 3 in row chunks; the all-reduce of all other gradients (b1, W2, b2, the CE
@@ -229,25 +234,29 @@ class FusedGPU(Sequential):
                     Xb.set(np.asfortranarray(self.X[:, part]), stream=self.stream)
                     yb.set(np.ascontiguousarray(self.y[part]), stream=self.stream)
                 self.step(Xb, yb, global_b, want)
-            elif not self.graphs or profile.ACTIVE is not None:  # a graph cannot be timed phase by phase
+            elif not self.graphs or profile.recording():  # a graph cannot be timed phase by phase
                 self.step(self.X[:, part], self.y[part], global_b, want)
             else:
                 whole = self.comm.size == 1  # one GPU: the update is in the graph too
-                run = self.step if whole else self.gradients
-                key = (part.start, part.stop, want)
-                graph = self.cache.get(key)
-                if graph is None:
-                    saved = self.P.copy()  # a warm-up pass loads every kernel before capture...
-                    run(self.X[:, part], self.y[part], global_b, want)
-                    self.P[...] = saved    # ...and is undone, so the replay below is the only step
-                    self.stream.begin_capture()
-                    run(self.X[:, part], self.y[part], global_b, want)
-                    graph = self.cache[key] = self.stream.end_capture()
-                graph.launch(self.stream)
+                self.replay((part.start, part.stop, want), self.step if whole else self.gradients,
+                            self.X[:, part], self.y[part], global_b, want)
                 if not whole:
                     self.exchange_and_update()
-        if not want:
-            return None
+        return self.batch_loss(global_b) if want else None
+
+    def replay(self, key, run, *args):
+        """Launch the CUDA graph of run(*args) on self.stream, captured on first use."""
+        graph = self.cache.get(key)
+        if graph is None:
+            saved = self.P.copy()  # a warm-up pass loads every kernel before capture...
+            run(*args)
+            self.P[...] = saved    # ...and is undone, so the replay below is the only step
+            self.stream.begin_capture()
+            run(*args)
+            graph = self.cache[key] = self.stream.end_capture()
+        graph.launch(self.stream)
+
+    def batch_loss(self, global_b: int) -> float:
         self.stream.synchronize()
         return float(self.G[-1]) / global_b + model.l2_penalty(self.params, self.cfg.reg)
 

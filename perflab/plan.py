@@ -18,7 +18,7 @@ SIZES = {
     "numpy": {"hidden": [512, 1024, 2048], "per_rank_batch": 1600, "batch_sweep": [800, 3200, 12000], "N": 38400,
               "modes": ["resident"], "epochs": 1},
     "cupy": {"hidden": [512, 1024, 2048], "per_rank_batch": 3000, "batch_sweep": [800, 3200, 12000], "N": 60000,
-             "modes": ["resident", "staged"], "epochs": 5},
+             "modes": ["resident", "staged", "pipelined"], "epochs": 5},
 }
 
 

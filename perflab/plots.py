@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from . import perfmodel, results
+from .config import HOST_STAGED
 
 
 def figures_dir() -> Path:
@@ -225,7 +226,7 @@ def ceiling_roofline(bounds, roofs: dict, title: str = ""):
     paths = {"staged (PCIe + host MPI)": 2 / (1 / roofs["P_pci"] + 1 / roofs["P_mpi"]),
              "NumPy (host MPI)": 2 * roofs["P_mpi"], "resident (NCCL)": roofs["P_nccl"]}
     path_of = lambda r: "NumPy (host MPI)" if r["backend"] == "numpy" else (  # noqa: E731
-        "staged (PCIe + host MPI)" if r["mode"] == "staged" else "resident (NCCL)")
+        "staged (PCIe + host MPI)" if r["mode"] in HOST_STAGED else "resident (NCCL)")
     shown = bounds[np.isfinite(bounds.ai)]
     ais = list(shown.ai) or [1.0]
     x = np.logspace(np.log10(min(ais) / 10), np.log10(max(ais) * 100), 200)
@@ -240,4 +241,51 @@ def ceiling_roofline(bounds, roofs: dict, title: str = ""):
         for _, r in group.iterrows():
             ax.annotate(f"H={r['H']} B={r['B']} p={r['p']}", (r["ai"], r["achieved"]), fontsize=6,
                         xytext=(4, -8), textcoords="offset points")
+    return finish_roofline(fig, ax, "arithmetic intensity (seeds' FLOPs / byte moved over PCIe + MPI)", title)
+
+
+def timeline(lanes, rank: int = 0, title: str = ""):
+    """A few training steps per mode, one row per lane (`perflab timeline`): in series each lane
+    waits for the one before; pipelined, the copies and the host all-reduce run under compute."""
+    import matplotlib.pyplot as plt
+
+    from .timeline import LANES
+    t = lanes[lanes["rank"] == rank]
+    modes = list(dict.fromkeys(t["mode"]))
+    order = list(dict.fromkeys(LANES.values()))
+    fig, axes = plt.subplots(len(modes), 1, figsize=(9, 1.2 + 1.4 * len(modes)), sharex=True, squeeze=False)
+    colors = {lane: plt.cm.tab10(i) for i, lane in enumerate(order)}
+    for ax, mode in zip(axes[:, 0], modes):
+        m = t[t["mode"] == mode]
+        for y, lane in enumerate(order):
+            g = m[m.lane == lane]
+            ax.broken_barh(list(zip(g.start_ms, g.end_ms - g.start_ms)), (y - 0.4, 0.8), color=colors[lane])
+        for _, g in m.groupby("batch"):  # where each step's compute starts
+            ax.axvline(g[g.lane == "compute"].start_ms.min(), color="0.6", lw=0.5, ls=":")
+        ax.set_yticks(range(len(order)), order, fontsize=7)
+        ax.invert_yaxis()
+        ax.set_title(f"{mode} (rank {rank})", fontsize=9, loc="left")
+        ax.grid(True, axis="x", alpha=0.3)
+    axes[-1, 0].set_xlabel("milliseconds (CUDA events on each stream; the host all-reduce on the host clock)")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def overlap_roofline(bounds, P_flops: float, title: str = ""):
+    """The staged path's two rooflines (`analysis.overlap_bounds`) with the serial and the pipelined
+    points of one run: the seeds' serial roofline, where copies, MPI and compute take turns, under
+    the standard one, where they overlap."""
+    fig, ax = new_figure()
+    bw = float(bounds.BW.iloc[0])
+    x = np.logspace(np.log10(bounds.ai.min() / 30), np.log10(max(bounds.ai.max(), P_flops / bw) * 30), 200)
+    ax.loglog(x, [perfmodel.roofline_standard(a, P_flops, bw) for a in x], "k-", lw=2,
+              label=f"standard: min(P_flops, AI BW), BW = {bw / 1e9:.3g} GB/s")
+    ax.loglog(x, [perfmodel.roofline_serial(a, P_flops, bw) for a in x], "k--", lw=2, label="seeds' serial: AI / (AI/P_flops + 1/BW)")
+    for i, (mode, group) in enumerate(bounds.groupby("mode")):
+        ax.loglog(group.ai, group.achieved, "os"[i % 2], color=f"C{i}", ms=8, label=f"{mode} (measured)")
+        for _, r in group.iterrows():
+            ax.annotate(f"H={r['H']} p={r['p']}: {r['of standard']:.2f} of standard", (r["ai"], r["achieved"]),
+                        fontsize=6, xytext=(5, -9), textcoords="offset points")
     return finish_roofline(fig, ax, "arithmetic intensity (seeds' FLOPs / byte moved over PCIe + MPI)", title)

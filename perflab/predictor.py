@@ -10,13 +10,15 @@ Terms (seconds per batch, one rank):
             where the GPU's work is negligible (resident, plus two eager launches on several
             GPUs; staged); and its fixed cost per epoch (synchronizations, the loss), from epochs
             of two lengths
-  images    staged: the batch's columns and labels copied host -> device from pageable memory
+  images    staged: the batch's columns and labels copied host -> device from pageable memory;
+            pipelined: from pinned memory, on a stream of its own under the step before
   exchange  p > 1: NCCL all-reduce (resident), device -> host, MPI all-reduce, host -> device
             (staged), MPI alone (numpy); each from a latency-bandwidth fit t = a + S / b to the
             measured times of that very call against size at p ranks
 Composition follows the code: where the host enqueues work the GPU runs later, the two overlap
 (max); copies that block the host and the host all-reduce run in series (sum), as in the seeds'
-serial model. Each prediction names the ceilings file it used.
+serial model; the pipelined mode's streams overlap, so its terms compose by max over a little
+pipeline of gradient pieces (`pipelined_batch`). Each prediction names the ceilings file it used.
 """
 from __future__ import annotations
 
@@ -162,13 +164,59 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
             terms["exchange"] = c.allreduce("nccl_allreduce", p, gradient) if p > 1 else 0.0
             batch = max(terms["kernels"] + terms["exchange"], terms["host"])
             composition = "max(kernels + NCCL all-reduce, the trainer's host floor + launches)"
-        else:
+        elif point["mode"] == "staged":
             terms["host"] = c.floor("trainer staged")
             terms["images"] = c.staged_images(Bl)
             terms["exchange"] = c.allreduce("staged_allreduce", p, gradient) if p > 1 else 0.0
             batch = terms["images"] + max(terms["kernels"], terms["host"]) + terms["exchange"]
             composition = "images + max(kernels, the trainer's host floor) + exchange (serial)"
+        else:
+            return pipelined_batch(H, Bl, p, int(point.get("chunks", 4)), c, terms)
     return {"batch_s": batch, "composition": composition, **{f"t_{k}": v for k, v in terms.items()}}
+
+
+def pipeline_end(ready: list[float], stages: list[list[float]], free: list[float] | None = None) -> float:
+    """When the last piece leaves the last stage of a pipeline: piece j enters at ready[j]; stage s
+    takes stages[s][j], serves one piece at a time, in order (a stream, or the host's MPI), and is
+    free from free[s] on (default 0)."""
+    done = list(free or [0.0] * len(stages))
+    for j, start in enumerate(ready):
+        for s, times in enumerate(stages):
+            start = done[s] = max(start, done[s]) + times[j]
+    return start
+
+
+def pipelined_batch(H: int, Bl: float, p: int, chunks: int, c: Ceilings, terms: dict) -> dict:
+    """perflab.pipelined's step: the next batch's images (pinned) copy on their own stream under
+    compute; on several GPUs G's tail, then each of `chunks` dW1 row blocks as backward GEMM 3 makes
+    it, flows device -> host -> MPI -> host -> device (pinned copies, host MPI, each one piece at a
+    time; the host reaches its MPI loop only once it has launched the whole step) and the update
+    waits for the last. The step is the longest of: that chain, the host -> device link's load
+    (images + gradients up), and the device -> host link's."""
+    D = 784
+    terms["images"] = c.copy("h2d", "pinned", (D * 4 + 8) * Bl)
+    if p == 1:  # one GPU: the whole step a graph, as resident, its input copied under the step before
+        terms["host"] = c.floor("trainer resident")
+        batch = max(terms["kernels"], terms["images"], terms["host"])
+        return {"batch_s": batch, "composition": "max(kernels, pinned images under the step, the host floor)",
+                **{f"t_{k}": v for k, v in terms.items()}}
+    rows = -(-H // chunks)
+    sizes = [4 * (H + 10 * H + 10 + 1)] + [4 * D * (min(r + rows, H) - r) for r in range(0, H, rows)]
+    chunk_gemm = [c.kernel("gpu", "backward GEMM 3 (cuBLAS)", n / (4 * D), Bl) for n in sizes[1:]]
+    update = c.kernel("gpu", UPDATE, H, Bl)
+    before = terms["kernels"] - c.kernel("gpu", "backward GEMM 3 (cuBLAS)", H, Bl) - update
+    ready = [before] + [before + float(t) for t in np.cumsum(chunk_gemm)]
+    down = [c.copy("d2h", "pinned", n) for n in sizes]
+    mpi = [c.allreduce("mpi_allreduce", p, n) for n in sizes]
+    up = [c.copy("h2d", "pinned", n) for n in sizes]
+    terms["host"] = c.floor("trainer staged") + (chunks - 1) * c.launch()  # an eager step, GEMM 3 in chunks
+    terms["kernels"] = ready[-1] + update
+    terms["exchange"] = pipeline_end(ready, [down, mpi, up], free=[0.0, terms["host"], 0.0]) - ready[-1]
+    terms["mpi"] = sum(mpi)
+    batch = max(terms["kernels"] + terms["exchange"], terms["images"] + sum(up), sum(down))
+    return {"batch_s": batch, "composition": "max(compute, then the exposed tail of the down/MPI/up pipeline of "
+                                             "gradient pieces; host->device load; device->host load)",
+            **{f"t_{k}": v for k, v in terms.items()}}
 
 
 def predict_point(point: dict, c: Ceilings) -> dict:
@@ -251,6 +299,8 @@ def predict_phases(point: dict, c: Ceilings) -> dict:
     out = {phase: sum(c.kernel("gpu", k, H, B / p) + launch for k in kernels) for phase, kernels in GPU_PHASES.items()}
     if point["mode"] == "staged":
         out["copying images host -> device"] = c.staged_images(B / p)
+    elif point["mode"] == "pipelined":
+        out["copying images host -> device"] = c.copy("h2d", "pinned", (784 * 4 + 8) * B / p)
     return out
 
 

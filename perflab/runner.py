@@ -41,12 +41,13 @@ def check_agreement(comm, cfg: Config, split: data.Split) -> None:
 class Device:
     """Where and how a run executes: numpy, or cupy with a data mode, GEMM and all-reduce."""
     backend: str = "numpy"
-    mode: str = "resident"   # resident | staged (GPU only)
+    mode: str = "resident"   # resident | staged | pipelined (GPU only)
     gemm: str = "cublas"     # cublas (fastest measured) or a perflab GEMM variant (GPU only)
     comm: str = "nccl"       # nccl | mpi | hierarchical (gradient exchange; the CPU path takes mpi or hierarchical)
     graphs: bool = True      # capture each batch's step as a CUDA graph (resident mode)
     pinned: bool = False     # staged mode: page-locked host copy of the data
     overlap: bool = False    # NCCL, several GPUs: exchange gradient chunks while backward GEMM 3 runs
+    chunks: int = 4          # dW1 row chunks exchanged one by one (overlap, pipelined)
 
 
 def make_gpu_trainer(cfg: Config, parallel: str, comm, device: Device, train_set):
@@ -55,25 +56,35 @@ def make_gpu_trainer(cfg: Config, parallel: str, comm, device: Device, train_set
     gpu.select_device(comm)
     gpu.check_memory(cfg, device.mode == "resident")
     comm = for_gpu(comm, device.comm)
+    if device.mode == "pipelined":
+        if parallel == "model" or len(cfg.hidden_sizes) != 1:
+            raise gpu.GPUError("--mode pipelined runs data parallel with one hidden layer; got --parallel "
+                               f"{parallel}, hidden sizes {list(cfg.hidden_sizes)}")
+        from .pipelined import Pipelined
+        return Pipelined(cfg, train_set.X, train_set.y, comm, device.gemm, device.graphs, device.chunks)
     if parallel in ("sequential", "data") and len(cfg.hidden_sizes) == 1:
         return gpu.FusedGPU(cfg, train_set.X, train_set.y, comm, device.mode, device.gemm, device.graphs, device.pinned,
-                            overlap=device.overlap)
+                            overlap=device.overlap, overlap_chunks=device.chunks)
     import cupy as cp  # model parallel and deeper nets: the shared math on CuPy arrays
     params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed, xp=cp)
     return make_trainer(parallel, cfg, params, cp.asarray(train_set.X), cp.asarray(train_set.y), comm)
 
 
 def train_on_ranks(cfg: Config, parallel: str, comm, device: Device | None = None, log=print, progress=False,
-                   profiled: bool = False):
+                   profiled: bool = False, timeline: bool = False):
     """Load, check agreement, train; returns (history, trainer). Output from rank 0 only.
     With `profiled`, every phase is timed (device synchronized at phase edges) and
-    history.phases holds the tidy table."""
+    history.phases holds the tidy table; with `timeline` (GPU), each phase's start and end on its
+    stream and on the host, nothing synchronized (profile.Timeline), in history.phases."""
     device = device or Device()
     cuda = None
-    if profiled and device.backend == "cupy":
+    if (profiled or timeline) and device.backend == "cupy":
         import cupy as cuda
+    if timeline and cuda is None:
+        raise ConfigError("a timeline records CUDA streams: it needs --backend cupy")
     threads = blas_threads(comm) if device.backend == "numpy" else contextlib.nullcontext()
-    with threads, profile.profiling(comm.rank, cuda) if profiled else contextlib.nullcontext() as prof:
+    recorder = profile.profiling(comm.rank, cuda) if profiled else profile.timeline(comm.rank, cuda) if timeline else None
+    with threads, recorder or contextlib.nullcontext() as prof:
         with profile.phase("train setup"):
             trainer, test_set, validation, sync = setup(cfg, parallel, comm, device)
         history = train.fit(cfg, trainer, test_set, progress=progress and comm.rank == 0,

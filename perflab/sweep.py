@@ -133,13 +133,13 @@ def measure_trained_point(point: dict, comm, dataset: str) -> dict | None:
     import numpy as np
 
     from . import perfmodel
-    from .config import Config
+    from .config import HOST_STAGED, Config
     from .runner import Device, train_on_ranks
     cfg = Config(dataset=dataset, hidden_sizes=(point["H"],), batch_size=point["B"], train_size=point["N"],
                  num_epochs=point["epochs"], dtype=point["dtype"], test_size=0,
                  learning_rate=point.get("learning_rate", 0.1))
     device = Device(backend=point["backend"], mode=point["mode"], gemm=point["gemm"],
-                    comm="mpi" if point["mode"] == "staged" else "nccl")
+                    comm="mpi" if point["mode"] in HOST_STAGED else "nccl")
     # one extra epoch first, dropped: it pays for kernel compilation, library handles and graph capture
     history, _ = train_on_ranks(cfg.replace(num_epochs=cfg.num_epochs + 1), point["parallel"], comm, device, log=None)
     history.epochs = history.epochs[1:]
@@ -151,7 +151,7 @@ def measure_trained_point(point: dict, comm, dataset: str) -> dict | None:
     table = pd.concat(phases, ignore_index=True)
     medians = table[table.phase != "train setup"].groupby("phase")["seconds"].median()
     w = perfmodel.Workload(layers=cfg.layer_sizes, B=cfg.batch_size, p=comm.size, parallel=point["parallel"],
-                           dtype=cfg.dtype, staged=point["backend"] == "numpy" or point["mode"] == "staged",
+                           dtype=cfg.dtype, staged=point["backend"] == "numpy" or point["mode"] in HOST_STAGED,
                            host_allreduce=point["backend"] == "numpy" or device.comm == "mpi", N=cfg.train_size)
     by = perfmodel.phase_bytes(w)
     row = {**point, "status": "measured", "epoch_seconds": float(np.median([e["seconds"] for e in history.epochs])),

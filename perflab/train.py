@@ -31,6 +31,7 @@ class Sequential:
 
     name = "sequential"
     want_loss = True  # the loop sets it per batch: compute the loss only when it is printed
+    upcoming = None   # and the batch after this one (None after the last), which a trainer may prefetch
 
     def __init__(self, cfg: Config, params, X, y):
         self.cfg, self.params, self.X, self.y = cfg, params, X, y
@@ -115,14 +116,17 @@ def fit(cfg: Config, trainer, test=None, progress: bool = True, log=None, sync=l
     total = cfg.num_epochs * cfg.num_batches
     bar = tqdm(total=total, unit="batch", disable=not progress, leave=False)
     step = 0
+    following = batch_indices(cfg, 0)
     for epoch in range(cfg.num_epochs):
-        batches = batch_indices(cfg, epoch)
+        batches = following
+        following = batch_indices(cfg, epoch + 1) if epoch + 1 < cfg.num_epochs else [None]
         sync()
         start = time.perf_counter()
         for i, index in enumerate(batches):
             trainer.want_loss = (i + 1) % every == 0 or i + 1 == len(batches)
-            if profile.ACTIVE is not None:
-                profile.ACTIVE.batch = step
+            trainer.upcoming = batches[i + 1] if i + 1 < len(batches) else following[0]  # for a prefetching trainer
+            if profile.current() is not None:
+                profile.current().batch = step
             with phase("batch iteration"):
                 batch_loss = trainer.batch(index)
             if batch_loss is not None:

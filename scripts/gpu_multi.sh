@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call on a several-GPU machine: multi-GPU checks, ceilings, roofline sweep, scaling,
-# data against model parallel, the all-reduce bench, and the single-GPU benchmarks (stages: info check
-# ceilings sweep scaling parallel allreduce bench).
+# data against model parallel, the all-reduce bench, the pipelined staged path beside the serial one, and the
+# single-GPU benchmarks (stages: info check ceilings sweep scaling parallel allreduce pipeline bench).
 # Every command has a time limit, so one hang cannot eat the call. Usage:
 #   OUT=/tmp/out P=2 bash scripts/gpu_multi.sh [stage...]
 set -uo pipefail
@@ -22,7 +22,7 @@ for stage in $stages; do
           python3 -c "from perflab.comm import cuda_aware_mpi; print('CUDA-aware MPI:', cuda_aware_mpi())" ;;
     check)
       for args in "data float32 resident" "data float32 resident --overlap" "data float32 staged" "data float64 resident" \
-                  "model float32 resident"; do
+                  "model float32 resident" "data float32 pipelined" "data float64 pipelined" "data float32 pipelined --shuffle"; do
         set -- $args
         $MPI -n $P python3 -m perflab check --backend cupy --parallel $1 --dtype $2 --mode $3 ${4:-} $SMALL --json 2>"$OUT/err.txt" | show "p=$P $args"
         tail -2 "$OUT/err.txt" | cut -c1-300
@@ -37,6 +37,14 @@ for stage in $stages; do
       done
       LIMIT=120 $MPI -n $P python3 -m perflab sweep --name roofline --hidden 512 --batch 800 12000 --ranks 1 \
         --backend cupy --mode staged --gemm cublas --train-size 38400 --num-epochs 3 --out "$OUT" 2>&1 | tail -2 ;;
+    pipeline)  # issue 30: resident, serial staged and pipelined side by side in one sweep; their timelines; the host all-reduce
+      LIMIT=400 $MPI -n $P python3 -m perflab sweep --name pipeline --hidden 2048 --per-rank-batch 3000 --ranks $RANKS \
+        --backend cupy --mode resident staged pipelined --gemm cublas --train-size 60000 --num-epochs 5 --out "$OUT" 2>&1 | tail -2
+      for n in $RANKS; do
+        LIMIT=120 $MPI -n $n python3 -m perflab timeline --dataset synthetic --hidden-size 2048 --batch-size $((3000 * n)) \
+          --train-size $((18000 * n)) --test-size 0 --out "$OUT" 2>&1 | tail -9
+      done
+      LIMIT=150 $MPI -n $P python3 -m perflab bench allreduce --out "$OUT" 2>&1 | tail -12 ;;
     parallel)  # data against model parallel on the GPUs (REPORT.md "Data against model parallel")
       LIMIT=240 $MPI -n $P python3 -m perflab sweep --name parallel --parallel data model --hidden 512 2048 \
         --per-rank-batch 800 3000 --ranks $RANKS --backend cupy --mode resident --train-size 60000 --num-epochs 3 --out "$OUT" 2>&1 | tail -2 ;;

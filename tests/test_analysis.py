@@ -1,7 +1,7 @@
 import pandas as pd
 import pytest
 
-from perflab import analysis
+from perflab import analysis, plots
 
 
 def table():
@@ -152,3 +152,24 @@ def test_roofline_placement_bounds_and_byte_share():
     assert t.loc[0, "bytes share"] == (1 / 1e10) / (800 / 1.6e13 + 1 / 1e10)  # 2/3: left of the ridge at 1600
     assert t.loc[0, "of combined"] == 2e12 / perfmodel.roofline_combined(800.0, 1.6e13, 1e10, 5e9)
     assert pd.isna(t.loc[1, "of combined"])  # one rank: no all-reduce to charge
+
+
+def test_overlap_bounds_say_which_roof_each_staged_point_meets():
+    from perflab import perfmodel
+    roofs = {"P_flops": 50e12, "P_pci": 50e9, "P_mpi": 8e9}
+    bw = 2 / (1 / 50e9 + 1 / 8e9)
+    rows = []
+    for mode, roof in (("staged", perfmodel.roofline_serial), ("pipelined", perfmodel.roofline_standard)):
+        point = {"H": 2048, "B": 6000, "p": 2, "N": 60000, "parallel": "data", "dtype": "float32", "backend": "cupy",
+                 "mode": mode, "gemm": "cublas", "batches": 10}
+        w = analysis.workload(point)
+        ai = perfmodel.arithmetic_intensity(w)
+        flops = perfmodel.seeds_flops(w)["batch"]
+        rows.append({**point, "ai": ai, "epoch_seconds": 10 * flops / (0.97 * roof(ai, 50e12, bw))})
+    rows.append({**rows[0], "p": 1, "mode": "staged"})  # nothing exchanged: not on these roofs
+    b = analysis.overlap_bounds(pd.DataFrame(rows), roofs).set_index("mode")
+    assert list(b.index) == ["staged", "pipelined"]
+    assert b.loc["staged", "meets"] == "serial" and b.loc["pipelined", "meets"] == "standard"
+    assert b.loc["staged", "of serial"] == pytest.approx(0.97) and b.loc["pipelined", "of standard"] == pytest.approx(0.97)
+    assert (b.serial_bound < b.standard_bound).all()
+    assert plots.overlap_roofline(b.reset_index(), roofs["P_flops"]).axes[0].get_xscale() == "log"

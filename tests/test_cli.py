@@ -26,6 +26,8 @@ def test_train_json_last_line(capsys):
     (["--gemm", "tf32"], "--gemm tf32 runs perflab's CUDA kernels: it needs --backend cupy"),
     (["--overlap"], "--overlap overlaps an NCCL all-reduce with the backward pass: it needs --comm nccl"),
     (["--comm", "cuda-mpi"], "--comm cuda-mpi needs --backend cupy"),
+    (["--mode", "pipelined"], "--mode pipelined overlaps host <-> GPU copies with GPU compute: it needs --backend cupy"),
+    (["--mode", "pipelined", "--comm", "nccl"], "--comm nccl needs --backend cupy"),
 ])
 def test_train_bad_values_exit_2_with_message(capsys, args, message):
     with pytest.raises(SystemExit) as info:
@@ -96,6 +98,13 @@ def test_bench_hold_without_a_gpu_says_what_it_needs(capsys, monkeypatch):
         in capsys.readouterr().err
 
 
+def test_timeline_without_a_gpu_says_what_it_needs(capsys, monkeypatch):
+    monkeypatch.setattr("perflab.backend.cupy_or_none", lambda: None)
+    with pytest.raises(SystemExit) as info:
+        main(["timeline", "--dataset", "synthetic"])
+    assert info.value.code == 2 and "perflab timeline records CUDA streams: it needs CuPy" in capsys.readouterr().err
+
+
 def test_bench_allreduce_needs_several_ranks(capsys):
     with pytest.raises(SystemExit) as info:
         main(["bench", "allreduce"])
@@ -110,6 +119,7 @@ def test_bench_allreduce_needs_several_ranks(capsys):
     (["compile", "--processes", "0"], "argument --processes: expected a positive integer, got '0'"),
     (["bench", "allreduce", "--sizes", "65536", "-4"], "argument --sizes: expected a positive integer, got '-4'"),
     (["bench", "allreduce", "--repeats", "0"], "argument --repeats: expected a positive integer, got '0'"),
+    (["train", "--chunks", "0"], "argument --chunks: expected a positive integer, got '0'"),
     (["bench", "hold", "--rounds", "0"], "argument --rounds: expected a positive integer, got '0'"),
     (["bench", "hold", "--seconds", "0"], "argument --seconds: expected a positive number, got '0'"),
     (["bench", "hold", "--seconds", "90"], "argument --seconds: expected seconds from 0.2 to 60, got '90'"),

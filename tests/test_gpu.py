@@ -320,7 +320,8 @@ def test_sgd_update_one_launch(rng):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("gemm", ["best", "cublas", "tiled"])
-@pytest.mark.parametrize("mode, graphs", [("resident", True), ("resident", False), ("staged", False)])
+@pytest.mark.parametrize("mode, graphs", [("resident", True), ("resident", False), ("staged", False),
+                                         ("pipelined", True), ("pipelined", False)])
 def test_gpu_training_matches_reference(dtype, gemm, mode, graphs):
     from perflab.comm import Serial
     from perflab.config import Config
@@ -329,6 +330,34 @@ def test_gpu_training_matches_reference(dtype, gemm, mode, graphs):
                  batch_size=100, num_epochs=2, learning_rate=0.5, test_size=50, dtype=dtype)
     result = check(cfg, "data", Serial(), Device(backend="cupy", mode=mode, gemm=gemm, graphs=graphs, comm="mpi"))
     assert result["max_rel_error"] <= TOL[dtype], result["errors"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_pipelined_shuffled_batches_gather_on_the_host_and_match(dtype):
+    from perflab.comm import Serial
+    from perflab.config import Config
+    from perflab.runner import Device, check
+    cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=(61,), num_classes=7, train_size=517, shuffle=True,
+                 batch_size=100, num_epochs=3, learning_rate=0.5, test_size=50, dtype=dtype)
+    result = check(cfg, "data", Serial(), Device(backend="cupy", mode="pipelined", comm="mpi"))
+    assert result["max_rel_error"] <= TOL[dtype], result["errors"]
+
+
+def test_timeline_puts_the_pipelined_copies_on_a_stream_of_their_own():
+    from perflab import timeline
+    from perflab.comm import Serial
+    from perflab.config import Config
+    cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=(61,), num_classes=7, train_size=500,
+                 batch_size=100, learning_rate=0.5, test_size=0)
+    t = timeline.record(cfg, Serial(), modes=("staged", "pipelined"))
+    assert set(t["mode"]) == {"staged", "pipelined"} and set(t.batch) == set(range(5))  # the second epoch's steps
+    assert (t.device_end >= t.device_start).all() and (t.host_end >= t.host_start).all()
+    for mode, g in t.groupby("mode"):
+        copies = set(g[g.phase == "copying images host -> device"].stream)
+        compute = set(g[g.phase == "forward"].stream)
+        assert copies and compute and (copies.isdisjoint(compute) if mode == "pipelined" else copies == compute)
+    lanes = timeline.lanes(t)
+    assert set(lanes.lane) >= {"compute", "images host -> device"}
 
 
 def test_gpu_training_with_tf32_gemms_stays_within_tf32_tolerance():

@@ -54,7 +54,7 @@ def test_plan_picks_backend_and_engines_from_the_machine(monkeypatch):
     monkeypatch.setattr(plan.os, "cpu_count", lambda: 32)
     gpu = plan.roofline_plan(estimate=False)
     assert (gpu.backend, gpu.engines, gpu.ranks, gpu.N) == ("cupy", 2, [1, 2], 60000)
-    assert {p["mode"] for p in gpu.points} == {"resident", "staged"} and all(p["backend"] == "cupy" for p in gpu.points)
+    assert {p["mode"] for p in gpu.points} == {"resident", "staged", "pipelined"} and all(p["backend"] == "cupy" for p in gpu.points)
     assert plan.roofline_plan(backend="numpy", engines=1, estimate=False).ranks == [1]
     monkeypatch.setattr(plan.os, "cpu_count", lambda: 64)
     monkeypatch.setattr(plan, "gpu_count", lambda: 0)

@@ -70,6 +70,31 @@ def test_each_path_composes_its_terms_as_the_code_runs_them():
     assert model["t_exchange"] == pytest.approx(1e-5 + 10 * 4000 * 4 / 1e10, rel=1e-6)
 
 
+def test_a_pipeline_of_pieces_is_bound_by_its_slowest_stage_and_its_fill():
+    assert predictor.pipeline_end([0.0], [[1.0], [2.0], [3.0]]) == pytest.approx(6.0)  # one piece: in series
+    # four pieces ready at once, stages of 1, 2, 1: the fill (1) + 4 x the slowest (2) + the drain (1)
+    assert predictor.pipeline_end([0.0] * 4, [[1.0] * 4, [2.0] * 4, [1.0] * 4]) == pytest.approx(10.0)
+    # pieces that come late wait for nothing else; a stage busy until 5 delays the first piece through it
+    assert predictor.pipeline_end([0.0, 10.0], [[1.0, 1.0], [1.0, 1.0]]) == pytest.approx(12.0)
+    assert predictor.pipeline_end([0.0], [[1.0], [1.0]], free=[0.0, 5.0]) == pytest.approx(6.0)
+
+
+def test_the_pipelined_path_overlaps_what_the_staged_path_runs_in_series():
+    rows = [{"ceiling": d, "impl": "pinned", "size_bytes": s, "value": 2e10} for d in ("h2d", "d2h") for s in (2 ** 12, 2 ** 26)]
+    c = predictor.Ceilings(pd.concat([table().table, pd.DataFrame(rows)], ignore_index=True), source="made-up")
+    one = predictor.predict_point(point(mode="pipelined"), c)
+    assert one["batch_s"] == pytest.approx(max(6 * 1024 * 4000e-11, (784 * 4 + 8) * 4000 / 2e10, 3e-5))
+    staged = predictor.predict_point(point(mode="staged", p=2, B=8000, N=16000), c)
+    piped = predictor.predict_point(point(mode="pipelined", p=2, B=8000, N=16000), c)
+    assert piped["batch_s"] < staged["batch_s"]
+    mpi = sum(c.allreduce("mpi_allreduce", 2, n) for n in [4 * (1024 * 11 + 11)] + [4 * 784 * 256] * 4)
+    assert piped["t_mpi"] == pytest.approx(mpi, rel=1e-9)
+    # never faster than any one resource alone: compute, the host's MPI, either PCIe direction
+    assert piped["batch_s"] >= max(piped["t_kernels"], mpi, piped["t_images"]) - 1e-12
+    fewer = predictor.predict_point(point(mode="pipelined", p=2, B=8000, N=16000, chunks=1), c)
+    assert fewer["t_exchange"] > piped["t_exchange"]  # one dW1 piece: nothing of it overlaps GEMM 3
+
+
 def test_an_epoch_counts_its_short_last_batch():
     c = table()
     pred = predictor.predict_point(point(N=10000), c)  # batches of 4000, 4000, 2000

@@ -1,0 +1,65 @@
+"""Timelines of a few training steps: where each phase ran, on which stream, overlapping what.
+
+`record` trains a short run per mode under a profile.Timeline (nothing synchronized, the fast
+path as it runs unobserved) and keeps the second epoch's steps; `lanes` sorts the ranges into
+the lanes a reader compares between the serial and the pipelined staged path: compute, the
+images' copy, the gradients down, the host all-reduce, the gradients up.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+LANES = {"forward": "compute", "backward": "compute", "step": "compute",
+         "copying images host -> device": "images host -> device",
+         "cudaMemcpyDeviceToHost": "gradients device -> host",
+         "MPI_Allreduce": "MPI all-reduce (host)",
+         "cudaMemcpyHostToDevice": "gradients host -> device"}
+HOST_PHASES = ("MPI_Allreduce",)  # run by the host: its clock, not a stream's events, says when
+
+
+def record(cfg, comm, modes=("staged", "pipelined"), gemm: str = "cublas", chunks: int = 4, log=None) -> pd.DataFrame:
+    """Every rank's phase ranges of the second of two epochs (the first pays for compilation and
+    warm-up), one run per mode; on every rank (the caller keeps rank 0's or all)."""
+    from .runner import Device, train_on_ranks
+    tables = []
+    for mode in modes:
+        device = Device(backend="cupy", mode=mode, gemm=gemm, comm="nccl" if mode == "resident" else "mpi", chunks=chunks)
+        history, _ = train_on_ranks(cfg.replace(num_epochs=2), "data", comm, device, log=None, timeline=True)
+        t = history.phases
+        t = t[t.batch >= cfg.num_batches].assign(mode=mode, batch=lambda d: d.batch - cfg.num_batches)
+        tables.append(t.assign(epoch_seconds=history.epochs[-1]["seconds"]))
+        if log:
+            log(f"{mode}: {len(t)} ranges, epoch {1e3 * history.epochs[-1]['seconds']:.2f} ms")
+    return pd.concat(tables, ignore_index=True)
+
+
+def lanes(table: pd.DataFrame) -> pd.DataFrame:
+    """The ranges that belong to a lane, in milliseconds from each (mode, rank)'s first start:
+    columns mode, rank, batch, lane, phase, start_ms, end_ms."""
+    t = table[table.phase.isin(LANES)].copy()
+    host = t.phase.isin(HOST_PHASES)
+    t["start_ms"] = 1e3 * t.device_start.where(~host, t.host_start)
+    t["end_ms"] = 1e3 * t.device_end.where(~host, t.host_end)
+    t["lane"] = t.phase.map(LANES)
+    t = t[t.end_ms >= t.start_ms]
+    origin = t.groupby(["mode", "rank"]).start_ms.transform("min")
+    t["start_ms"] -= origin
+    t["end_ms"] -= origin
+    return t[["mode", "rank", "batch", "lane", "phase", "start_ms", "end_ms"]].reset_index(drop=True)
+
+
+def busy(lanes_table: pd.DataFrame) -> pd.DataFrame:
+    """Per mode and lane: milliseconds busy (ranges merged, so nested ones count once) and the span of
+    all lanes, from which overlap reads off: in series the lanes' sum is the span, overlapped it is more."""
+    rows = []
+    for (mode, rank, lane), g in lanes_table.groupby(["mode", "rank", "lane"]):
+        total, end = 0.0, -float("inf")
+        for s, e in sorted(zip(g.start_ms, g.end_ms)):
+            s = max(s, end)
+            if e > s:
+                total += e - s
+            end = max(end, e)
+        rows.append({"mode": mode, "rank": rank, "lane": lane, "busy_ms": total})
+    out = pd.DataFrame(rows)
+    span = lanes_table.groupby(["mode", "rank"]).end_ms.max().rename("span_ms")
+    return out.merge(span.reset_index(), on=["mode", "rank"])

@@ -1,0 +1,48 @@
+"""Timelines: ranges sorted into lanes, busy time merged, the figure drawn (GPU recording: test_gpu)."""
+import pandas as pd
+import pytest
+
+from perflab import plots, timeline
+
+
+def ranges(mode, rows):
+    """rows: (phase, batch, start, end) in seconds; device and host clocks agree."""
+    return pd.DataFrame([{"phase": ph, "batch": b, "rank": 0, "stream": 1, "device_start": s, "device_end": e,
+                          "host_start": s, "host_end": e, "mode": mode} for ph, b, s, e in rows])
+
+
+def made_up() -> pd.DataFrame:
+    serial = ranges("staged", [("copying images host -> device", 0, 1.0, 1.2), ("forward", 0, 1.2, 1.4),
+                               ("backward", 0, 1.4, 1.6), ("backward GEMM 3", 0, 1.5, 1.6),
+                               ("cudaMemcpyDeviceToHost", 0, 1.6, 1.7), ("MPI_Allreduce", 0, 1.7, 2.0),
+                               ("cudaMemcpyHostToDevice", 0, 2.0, 2.1), ("step", 0, 2.1, 2.11)])
+    piped = ranges("pipelined", [("copying images host -> device", 0, 5.0, 5.2), ("forward", 0, 5.0, 5.2),
+                                 ("backward", 0, 5.2, 5.4), ("cudaMemcpyDeviceToHost", 0, 5.3, 5.35),
+                                 ("cudaMemcpyDeviceToHost", 0, 5.34, 5.4), ("MPI_Allreduce", 0, 5.35, 5.5),
+                                 ("cudaMemcpyHostToDevice", 0, 5.5, 5.52), ("step", 0, 5.52, 5.53)])
+    return pd.concat([serial, piped], ignore_index=True)
+
+
+def test_lanes_start_each_mode_at_zero_and_keep_only_lane_phases():
+    lanes = timeline.lanes(made_up())
+    assert "backward GEMM 3" not in set(lanes.phase)  # nested in backward: drawn once
+    assert lanes.groupby("mode").start_ms.min().tolist() == [0.0, 0.0]
+    serial = lanes[lanes["mode"] == "staged"]
+    mpi = serial[serial.lane == "MPI all-reduce (host)"]
+    assert mpi.start_ms.iloc[0] == pytest.approx(700.0) and mpi.end_ms.iloc[0] == pytest.approx(1000.0)
+
+
+def test_busy_merges_overlapping_ranges_and_shows_the_overlap():
+    busy = timeline.busy(timeline.lanes(made_up())).set_index(["mode", "lane"])
+    assert busy.loc[("pipelined", "gradients device -> host"), "busy_ms"] == pytest.approx(100.0)  # 5.30-5.40 merged
+    assert busy.loc[("staged", "compute"), "busy_ms"] == pytest.approx(410.0)
+    for mode in ("staged", "pipelined"):
+        lanes_sum = busy.loc[mode].busy_ms.sum()
+        span = busy.loc[mode].span_ms.iloc[0]
+        assert (lanes_sum <= span + 1e-9) if mode == "staged" else (lanes_sum > span)
+
+
+def test_the_timeline_figure_has_a_panel_per_mode(tmp_path):
+    fig = plots.timeline(timeline.lanes(made_up()), title="made up")
+    assert [ax.get_title(loc="left") for ax in fig.axes] == ["staged (rank 0)", "pipelined (rank 0)"]
+    assert plots.save(fig, "timeline_test", "made-up ranges", tmp_path).exists()
