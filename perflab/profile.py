@@ -63,38 +63,60 @@ class Profiler:
 
 class Timeline:
     """Where each phase ran, without changing how the step runs (no synchronization): device
-    start and end from CUDA events on the phase's stream, host start and end from the clock, both
-    in seconds from one origin (an event the host waited for)."""
+    start and end from CUDA events on the phase's stream, host start and end from the clock, all
+    in seconds from the first phase's host time. Each GPU gets its own origin event (the host waits
+    for it once), as a rank picks its GPU after the first phase began; a phase that began on one
+    GPU and ended on another (the setup) keeps its host times only."""
 
     def __init__(self, rank: int = 0, cuda=None):
         self.rank, self.cuda, self.batch = rank, cuda, -1
-        self.pending = []
-        cuda.cuda.Device().synchronize()
-        self.origin = cuda.cuda.Event()
-        self.origin.record()
-        self.origin.synchronize()
+        self.pending, self.origins = [], {}
         self.host_origin = time.perf_counter()
+
+    def device(self) -> int:
+        """The current GPU, with its origin event recorded on first use."""
+        cuda = self.cuda.cuda
+        device = cuda.Device().id
+        if device not in self.origins:
+            cuda.Device().synchronize()
+            origin = cuda.Event()
+            origin.record()
+            origin.synchronize()
+            self.origins[device] = (origin, time.perf_counter() - self.host_origin)
+        return device
 
     @contextlib.contextmanager
     def phase(self, name: str):
         Event, stream = self.cuda.cuda.Event, self.cuda.cuda.get_current_stream()
+        first = self.device()
         start = Event()
         start.record(stream)
         host_start = time.perf_counter()
         try:
             yield
         finally:
+            stream = self.cuda.cuda.get_current_stream()
+            last = self.device()
             stop = Event()
             stop.record(stream)
-            self.pending.append((name, self.batch, stream.ptr, start, stop, host_start, time.perf_counter()))
+            self.pending.append((name, self.batch, stream.ptr, start, stop, host_start, time.perf_counter(),
+                                 first if first == last else None))
 
     def table(self):
         import pandas as pd
-        self.cuda.cuda.Device().synchronize()
-        since = lambda event: self.cuda.cuda.get_elapsed_time(self.origin, event) * 1e-3
-        rows = [{"phase": name, "batch": batch, "rank": self.rank, "stream": stream, "device_start": since(start),
-                 "device_end": since(stop), "host_start": h0 - self.host_origin, "host_end": h1 - self.host_origin}
-                for name, batch, stream, start, stop, h0, h1 in self.pending]
+        cuda = self.cuda.cuda
+
+        def since(device, event):
+            if device is None:
+                return float("nan")
+            origin, at = self.origins[device]
+            with cuda.Device(device):
+                return at + cuda.get_elapsed_time(origin, event) * 1e-3
+        for device in self.origins:
+            cuda.Device(device).synchronize()
+        rows = [{"phase": name, "batch": batch, "rank": self.rank, "stream": stream, "device_start": since(device, start),
+                 "device_end": since(device, stop), "host_start": h0 - self.host_origin, "host_end": h1 - self.host_origin}
+                for name, batch, stream, start, stop, h0, h1, device in self.pending]
         return pd.DataFrame(rows, columns=["phase", "batch", "rank", "stream", "device_start", "device_end",
                                            "host_start", "host_end"])
 
