@@ -393,8 +393,8 @@ def bench_allreduce(comm, sizes=ALLREDUCE_SIZES, calls: int = 10, repeats: int =
 
 
 def host_allreduces(comm, buf, stream, host_ms) -> dict:
-    """What the staged path's host all-reduce could be (issue: pick the fastest and say why), each
-    on a pinned host copy of `buf`: MPI_Allreduce alone, reduce-scatter + all-gather alone, and the
+    """What the staged path's host all-reduce could be, beside what the host can do: a copy and a sum
+    of the buffer in NumPy (every rank at once), MPI_Allreduce, reduce-scatter + all-gather, and the
     staged exchange with pinned copies in series (device -> host, MPI_Allreduce, host -> device)."""
     from .comm import share
     from .gpu import pinned_copy
@@ -417,7 +417,10 @@ def host_allreduces(comm, buf, stream, host_ms) -> dict:
         allreduce()
         buf.set(host, stream=stream)
         stream.synchronize()
-    return {"host MPI_Allreduce (pinned buffer)": host_ms(allreduce),
+    other = np.ones_like(host)
+    return {"host memcpy (one rank's copy, numpy)": host_ms(lambda: np.copyto(other, host)),
+            "host sum of two buffers (numpy)": host_ms(lambda: np.add(host, other, out=other)),
+            "host MPI_Allreduce (pinned buffer)": host_ms(allreduce),
             "host reduce-scatter + all-gather (pinned buffer)": host_ms(scatter_gather),
             "staged, pinned copies, in series": host_ms(staged_pinned)}
 

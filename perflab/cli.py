@@ -198,26 +198,36 @@ def cmd_check(args, comm) -> dict:
 
 
 def cmd_timeline(args, comm) -> dict:
+    import pandas as pd
+
     from . import plots, timeline
     from .backend import cupy_or_none
-    if cupy_or_none() is None:
-        raise CLIError("perflab timeline records CUDA streams: it needs CuPy and one GPU per rank")
-    cfg = config_from_args(args)
-    table = timeline.record(cfg, comm, args.modes, args.gemm, args.chunks, log=None if args.json or comm.rank else print)
-    import pandas as pd
-    table = pd.concat(comm.allgather(table), ignore_index=True)
-    if comm.rank != 0:
-        return {}
-    name = f"timeline_H{cfg.hidden_size}_b{cfg.batch_size // comm.size}_p{comm.size}"
-    saved = save_rows(name, table.to_dict("records"), args.out)
+    if args.redraw:
+        saved = Path(args.redraw)
+        if not saved.is_file():
+            raise CLIError(f"--from {args.redraw}: no such file (perflab timeline writes <run folder>/timeline_H<H>_b<b>_p<p>.csv)")
+        table = pd.read_csv(saved)
+        name, ranks = saved.stem, int(table["rank"].max()) + 1
+        title = saved.stem.replace("timeline_", "").replace("_", " ")
+    else:
+        if cupy_or_none() is None:
+            raise CLIError("perflab timeline records CUDA streams: it needs CuPy and one GPU per rank")
+        cfg = config_from_args(args)
+        table = timeline.record(cfg, comm, args.modes, args.gemm, args.chunks, log=None if args.json or comm.rank else print)
+        table = pd.concat(comm.allgather(table), ignore_index=True)
+        if comm.rank != 0:
+            return {}
+        name, ranks = f"timeline_H{cfg.hidden_size}_b{cfg.batch_size // comm.size}_p{comm.size}", comm.size
+        saved = save_rows(name, table.to_dict("records"), args.out)
+        title = f"H={cfg.hidden_size}, b={cfg.batch_size // comm.size} a GPU, p={ranks}"
     lanes = timeline.lanes(table)
     busy = timeline.busy(lanes)
-    figure = plots.save(plots.timeline(lanes, title=f"H={cfg.hidden_size}, b={cfg.batch_size // comm.size} a GPU, "
-                                                    f"p={comm.size}: the second epoch"), name,
+    folder = Path(args.out) if args.out else Path(saved).parent
+    figure = plots.save(plots.timeline(lanes, title=f"{title}: the second epoch"), name,
                         "Where each phase of the staged path ran, rank 0, from CUDA events on each stream (the host "
                         "all-reduce from the host clock), nothing synchronized: in series each lane waits for the one "
-                        "before; pipelined, the copies and the host all-reduce run while the GPU computes.",
-                        Path(saved).parent / "figures")
+                        f"before; pipelined, the copies and the host all-reduce run while the GPU computes ({ranks} "
+                        f"rank(s)). Source: {Path(saved).name}.", folder / "figures")
     if not args.json:
         print(busy[busy["rank"] == 0].pivot_table(index="lane", columns="mode", values="busy_ms").round(3).to_string())
         print(f"wrote {saved}\nwrote {figure}")
@@ -651,6 +661,7 @@ def build_parser() -> argparse.ArgumentParser:
     hyperparameter_options(p)
     from .kernels import GEMM_VARIANTS
     p.add_argument("--modes", nargs="+", choices=MODES, default=["staged", "pipelined"], help="default staged pipelined")
+    p.add_argument("--from", dest="redraw", metavar="CSV", help="redraw the figure of a recorded timeline (no GPU needed)")
     p.add_argument("--gemm", choices=GEMM_VARIANTS, default="cublas", help="as for train (default %(default)s)")
     p.add_argument("--chunks", type=positive, default=4, metavar="K", help="as for train (default %(default)s)")
     outputs(p)

@@ -157,6 +157,68 @@ def allreduce_section() -> list[str]:
                 + ". The staged path (device -> pageable host, Open MPI, host -> device: the seeds' path) takes "
                 f"{(wide['perflab staged mpi'] / wide['perflab nccl']).median():.0f} times NCCL's time (median over "
                 "the sizes)."]
+        out += host_allreduce_text(wide)
+    return out
+
+
+def host_allreduce_text(wide) -> list[str]:
+    """Which host all-reduce the staged paths should use, from the host rows of bench allreduce."""
+    allreduce, split = "host MPI_Allreduce (pinned buffer)", "host reduce-scatter + all-gather (pinned buffer)"
+    if allreduce not in wide or split not in wide:
+        return []
+    size = gradient_buffer_bytes(2048)
+    row = wide.loc[size] if size in wide.index else wide.iloc[-1]
+    pinned = "staged, pinned copies, in series"
+    return ["", f"The host all-reduce alone (what the staged paths hand MPI): MPI_Allreduce takes {row[allreduce]:.2f} ms "
+            f"for the H=2048 gradient ({size / row[allreduce] / 1e6:.2f} GB/s of buffer), reduce-scatter + all-gather "
+            f"{row[split]:.2f} ms: Open MPI's own all-reduce is the faster, at every size measured "
+            f"({'yes' if (wide[allreduce] <= wide[split]).all() else 'no'}), so perflab keeps MPI_Allreduce. With "
+            f"pinned copies in series the whole staged exchange takes {row[pinned]:.2f} ms against "
+            f"{row['perflab staged mpi']:.2f} ms through pageable memory."]
+
+
+def pipelined_section() -> list[str]:
+    """The seeds' staged path in series and pipelined beside resident, one run per machine (the
+    prediction checks named *pipelined*), with the roof each exchanged point meets."""
+    import json
+
+    import pandas as pd
+
+    from . import analysis, timeline
+    out = []
+    for path in sorted(RESULTS_ROOT.glob("*/prediction_check_*pipelined*.csv")):
+        t = pd.read_csv(path)
+        made = json.loads((RESULTS_ROOT / "predictions" / f"{path.stem.removeprefix('prediction_check_')}.json").read_text())
+        pred = pd.DataFrame(made["rows"])[["H", "B", "p", "mode", "epoch_ms"]].rename(columns={"epoch_ms": "predicted_ms"})
+        both = t.assign(measured_ms=1e3 * t.epoch_seconds).merge(pred, on=["H", "B", "p", "mode"])
+        both["error"] = (both.predicted_ms / both.measured_ms - 1).map(lambda e: f"{e:+.0%}")
+        wide = both.pivot_table(index="p", columns="mode", values="measured_ms")
+        lines = [f"p={p}: pipelined {row.pipelined / row.resident:.2f}x the resident epoch, "
+                 f"{row.staged / row.pipelined:.2f}x faster than in series" for p, row in wide.iterrows()]
+        copy = both[both["mode"] == "pipelined"].iloc[0]
+        roofs = analysis.folder_roofs(path.parent, "gpu")
+        p_pci = copy["bytes_images"] / copy["t_copying images host -> device"]
+        out += ["", f"## The seeds' path pipelined, {path.parent.name}", "",
+                f"Source: {source(path)}, predicted before the run in `{Path('results/predictions') / (path.stem.removeprefix('prediction_check_') + '.json')}` "
+                f"from `{made['ceilings']}`. Epochs of 60000 samples, H=2048, 3000 samples a GPU per step; median "
+                "of the unprofiled epochs.", "",
+                fmt(both[["H", "B", "p", "mode", "measured_ms", "predicted_ms", "error"]].round(2)), "",
+                "; ".join(lines) + f". The pipelined images copy, profiled alone: {p_pci / 1e9:.1f} GB/s, "
+                f"{p_pci / roofs['P_pci']:.2f} of the fastest pinned host -> device copy the ceilings measured."]
+        bounds = analysis.overlap_bounds(t, roofs)
+        if len(bounds):
+            out += ["", "Where the exchanged points fall: the seeds' serial roofline AI / (AI/P_flops + 1/BW) against "
+                    "the standard min(P_flops, AI BW), BW = 2 / (1/P_pci + 1/P_mpi) = "
+                    f"{bounds.BW.iloc[0] / 1e9:.3g} GB/s from this machine's ceilings.", "",
+                    fmt(bounds[["H", "p", "mode", "ai", "achieved", "of serial", "of standard", "meets"]].round(3))]
+        for tl in sorted(path.parent.glob("timeline_*.csv")):
+            busy = timeline.busy(timeline.lanes(pd.read_csv(tl)))
+            busy = busy[busy["rank"] == 0]
+            wide = busy.pivot_table(index="lane", columns="mode", values="busy_ms")
+            spans = busy.groupby("mode").span_ms.first()
+            out += ["", f"Lanes busy over the second epoch of `{tl.name}` (rank 0; ms, ranges merged), beside its span: "
+                    + ", ".join(f"{m} {v:.2f} ms" for m, v in spans.items()) + f". Source: {source(tl)}.", "",
+                    fmt(wide.reset_index().round(3))]
     return out
 
 
@@ -315,8 +377,7 @@ def predictor_sections() -> list[str]:
            "committed before its run.\n\n" + fmt(pd.DataFrame(rows))]
     for made_path in sorted((RESULTS_ROOT / "predictions").glob("*_h*_b*.json")):
         made = json.loads(made_path.read_text())
-        checks = [c for c in RESULTS_ROOT.glob("*/prediction_check_*.csv")  # prediction_check_h1536 for *_h1536_b2000
-                  if f"_{c.stem.removeprefix('prediction_check_')}_" in made_path.stem]
+        checks = sorted(RESULTS_ROOT.glob(f"*/prediction_check_{made_path.stem}.csv"))  # each names its prediction
         if not checks:
             continue
         measured = pd.read_csv(checks[0])
@@ -461,6 +522,7 @@ def analysis_markdown() -> str:
     out += step_section()
     out += parallel_section()
     out += allreduce_section()
+    out += pipelined_section()
     out += held_section()
     out += prediction_check_section()
     scaling = analysis.scaling_rows()

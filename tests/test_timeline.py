@@ -46,3 +46,15 @@ def test_the_timeline_figure_has_a_panel_per_mode(tmp_path):
     fig = plots.timeline(timeline.lanes(made_up()), title="made up")
     assert [ax.get_title(loc="left") for ax in fig.axes] == ["staged (rank 0)", "pipelined (rank 0)"]
     assert plots.save(fig, "timeline_test", "made-up ranges", tmp_path).exists()
+
+
+def test_timeline_from_a_recorded_csv_redraws_without_a_gpu(tmp_path, capsys):
+    from perflab.cli import main
+    path = tmp_path / "timeline_H8_b4_p1.csv"
+    made_up().to_csv(path, index=False)
+    main(["timeline", "--from", str(path), "--out", str(tmp_path / "drawn")])
+    assert (tmp_path / "drawn" / "figures" / "timeline_H8_b4_p1.png").exists()
+    assert "compute" in capsys.readouterr().out  # the busy table
+    with pytest.raises(SystemExit) as info:
+        main(["timeline", "--from", str(tmp_path / "missing.csv")])
+    assert info.value.code == 2 and "--from" in capsys.readouterr().err
