@@ -15,10 +15,12 @@ batch = 100
 # %%
 import pandas as pd
 from IPython.display import Image, display
-from perflab import plots
-from perflab.comm import Serial
+
 from perflab.config import Config
-from perflab.runner import train_on_ranks
+from perflab.report import plots
+from perflab.train.comm import Serial
+from perflab.train.runner import train_on_ranks
+
 
 def run(**kw):
     cfg = Config(train_size=N, test_size=test_size, num_epochs=epochs, batch_size=batch, reg=1e-6, dtype="float32",

@@ -8,8 +8,10 @@
 # %%
 import pandas as pd
 from IPython.display import Image, display
-from perflab import plots
+
+from perflab.report import plots
 from perflab.results import RESULTS_ROOT
+
 for path in sorted(RESULTS_ROOT.glob("*/bench_gemm_float32.csv")):
     bench = pd.read_csv(path)
     display(bench.pivot_table(index="shape", columns="variant", values="tflops", sort=False).round(2))

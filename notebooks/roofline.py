@@ -27,7 +27,12 @@ compare_committed = True  # also draw the committed GPU campaigns under results/
 # %%
 import pandas as pd
 from IPython.display import Image, display
-from perflab import analysis, cluster, plan, plots, results, sweep
+
+from perflab import results
+from perflab.analysis import roofline
+from perflab.report import plots
+from perflab.workbook import cluster, plan, sweep
+
 job = plan.roofline_plan(backend, engines, hidden, ranks, per_rank_batch, batch_sweep, N, modes)
 print(job.describe())
 print("results go to", sweep.output_path(name))
@@ -39,11 +44,12 @@ print(f"{len(client.ids)} MPI engines running")
 #
 # `perflab ceilings` on the engines: every kernel of the training step timed alone at the sweep's
 # shapes, the trainer's host floor, the copies and all-reduces against size. The predictor
-# (`perflab.predictor`) composes each point's time per batch from these alone; no constant is
+# (`perflab.analysis.predictor`) composes each point's time per batch from these alone; no constant is
 # fitted to the sweep it predicts. Both files land in the run folder before the sweep starts.
 
 # %%
-from perflab import validation
+from perflab.analysis import validation
+
 ceiling_files = plan.measure_ceilings(view, job, results.run_dir())
 predicted = plan.predict(job, results.run_dir())
 display(predicted[["H", "B", "p", "backend", "mode", "predicted_ms", "composition"]].round(3))
@@ -53,7 +59,7 @@ display(predicted[["H", "B", "p", "backend", "mode", "predicted_ms", "compositio
 
 # %%
 path = sweep.run_grid_engines(view, job.points, name)
-table = analysis.measured(analysis.load(path))
+table = roofline.measured(roofline.load(path))
 table = table[(table.B <= job.N) & (table.backend == job.backend)]
 display(table[["H", "B", "p", "mode", "epoch_seconds", "t_batch iteration", "P_flops"] + [c for c in ("P_mpi", "P_pci") if c in table]])
 staged = table[table["mode"] == "staged"] if (table["mode"] == "staged").any() else table
@@ -69,7 +75,7 @@ display(checked[["H", "B", "p", "mode", "measured_ms", "predicted_ms", "error", 
 machine = results.machine_key()
 png = plots.save(plots.predicted_vs_measured(checked, title=f"Bottom-up predictor vs measurement, {machine}"),
     f"predictor_vs_measured_{machine}",
-    f"Time per batch predicted by perflab.predictor from this machine's ceilings alone ({', '.join(f.name for f in ceiling_files)}, "
+    f"Time per batch predicted by perflab.analysis.predictor from this machine's ceilings alone ({', '.join(f.name for f in ceiling_files)}, "
     f"measured before the sweep) against the measured unprofiled epoch over its batches on {machine}; labels give the "
     f"error. Source: {path.name}, validation.csv.")
 display(Image(str(png)))
@@ -81,9 +87,9 @@ display(Image(str(png)))
 # measured links; every point lies under its path's curve (a test checks every committed one).
 
 # %%
-from perflab import analysis as an
-roofs = an.folder_roofs(results.run_dir(), "gpu" if job.backend == "cupy" else "cpu")
-bounds = an.ceiling_bounds(table[table.gemm == "cublas"], roofs)
+
+roofs = roofline.folder_roofs(results.run_dir(), "gpu" if job.backend == "cupy" else "cpu")
+bounds = roofline.ceiling_bounds(table[table.gemm == "cublas"], roofs)
 display(bounds.round(3))
 png = plots.save(plots.ceiling_roofline(bounds, roofs, title=f"Roofline from measured ceilings, {machine}"),
     f"roofline_ceilings_{machine}",
@@ -102,7 +108,7 @@ display(Image(str(png)))
 # which roof it meets.
 
 # %%
-both = an.overlap_bounds(table[table.gemm == "cublas"], roofs)
+both = roofline.overlap_bounds(table[table.gemm == "cublas"], roofs)
 if len(both):
     display(both.drop(columns=["BW"]).round(3))
     png = plots.save(plots.overlap_roofline(both, roofs["P_flops"], title=f"The staged path, serial and pipelined, {machine}"),
@@ -119,13 +125,13 @@ else:
 # ## Question 2.1 / 2.3: FLOPs and bytes per batch per rank (B' = B/p)
 
 # %%
-display(analysis.flops_bytes_table(staged).round(4))
+display(roofline.flops_bytes_table(staged).round(4))
 
 # %% [markdown]
 # ## Question 2.4: effective rates from the reference point's medians
 
 # %%
-rates = analysis.reference_rates(staged)
+rates = roofline.reference_rates(staged)
 print({k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in rates.items()})
 print("the seeds' RTX 6000: P_flops 1.63e12, P_pci 1.27e10, P_mpi 7.95e9")
 
@@ -158,9 +164,9 @@ display(Image(str(png)))
 # ## The seeds' serial model against measured time per batch (rates from the reference point)
 
 # %%
-pred = analysis.prediction_table(staged, rates)
+pred = roofline.prediction_table(staged, rates)
 display(pred.round(3))
-print(f"median |error| = {100 * analysis.median_abs_error(pred):.1f}%")
+print(f"median |error| = {100 * roofline.median_abs_error(pred):.1f}%")
 fig = plots.predicted_vs_measured(pred, title=f"The seeds' serial model vs measurement, {machine}")
 png = plots.save(fig, f"seeds_model_vs_measured_{machine}",
     f"Time per batch predicted by the serial model (GEMM FLOPs / P_flops + bytes / P_pci + bytes / P_mpi, rates from "
@@ -185,14 +191,15 @@ display(Image(str(png)))
 
 # %%
 import json
-for folder, meta in (analysis.machines() if compare_committed else {}).items():
+
+for folder, meta in (roofline.machines() if compare_committed else {}).items():
     gpu_table = results.RESULTS_ROOT / folder / f"{name}.csv"
     if "gpu" not in meta or not gpu_table.exists():
         continue
     meta = json.loads(gpu_table.with_suffix(".json").read_text())  # this table's own machine and commit
-    t = analysis.load(gpu_table)
+    t = roofline.load(gpu_table)
     staged = t[t["mode"] == "staged"] if (t["mode"] == "staged").any() else t
-    r = analysis.reference_rates(staged)
+    r = roofline.reference_rates(staged)
     print(folder, {k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in r.items()})
     ex = staged[staged.p > 1] if (staged.p > 1).any() else staged
     label = f"{meta['gpu']} x{meta.get('gpu_count', 1)} (git {meta.get('git_commit', '?')[:8]})"
@@ -207,8 +214,8 @@ for folder, meta in (analysis.machines() if compare_committed else {}).items():
         display(Image(str(plots.save(fig, f"roofline_combined_{folder}",
             f"Combined roofline AI / (AI/P_flops + (1/P_pci + 1/P_mpi)/2) on {label}, staged mode, rates from "
             f"{r['reference']}. Source: {folder}/{gpu_table.name}."))))
-    pred = analysis.prediction_table(staged, r)
-    print(f"{folder}: median |error| {100 * analysis.median_abs_error(pred):.1f}% (staged points)")
+    pred = roofline.prediction_table(staged, r)
+    print(f"{folder}: median |error| {100 * roofline.median_abs_error(pred):.1f}% (staged points)")
     display(Image(str(plots.save(plots.predicted_vs_measured(pred, title=f"The seeds' serial model vs measurement, {label}"),
         f"seeds_model_vs_measured_{folder}",
         f"Time per batch predicted by the serial model (rates from {r['reference']}) against the measured median "

@@ -6,8 +6,11 @@
 
 # %%
 from IPython.display import Image, display
-from perflab import analysis, plots
-t = analysis.scaling_rows()
+
+from perflab.analysis import roofline
+from perflab.report import plots
+
+t = roofline.scaling_rows()
 display(t)
 
 # %%
@@ -29,7 +32,9 @@ if len(t):
 
 # %%
 import pandas as pd
+
 from perflab.results import RESULTS_ROOT
+
 for path in sorted(RESULTS_ROOT.glob("*/bench_allreduce_p*.csv")):
     bench = pd.read_csv(path)
     display(bench.pivot_table(index="size_bytes", columns="impl", values="ms"))
@@ -48,7 +53,7 @@ for path in sorted(RESULTS_ROOT.glob("*/bench_allreduce_p*.csv")):
 #
 #     ipcluster start -n 16 --engines=slurm --ip='*'
 #
-# The notebooks then find the running cluster (`perflab.cluster.engines` connects before it starts
+# The notebooks then find the running cluster (`perflab.workbook.cluster.engines` connects before it starts
 # its own), and `sweep.run_grid_engines(view, points, name)` runs each point on the first p engines.
 # Engines must be started by an MPI-aware launcher (srun with the PMI the MPI was built for, or
 # mpiexec), else each engine is an MPI world of one. For batch jobs instead:

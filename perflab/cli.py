@@ -6,8 +6,8 @@ import json
 import sys
 from pathlib import Path
 
-from .config import ACCURACY, DTYPES, HOST_STAGED, MODES, Config, ConfigError
-from .data import DATASETS, MIRRORS, DataError
+from perflab.config import ACCURACY, DTYPES, HOST_STAGED, MODES, Config, ConfigError
+from perflab.data import DATASETS, MIRRORS, DataError
 
 DEFAULTS = Config()
 
@@ -48,7 +48,7 @@ def hyperparameter_options(parser: argparse.ArgumentParser) -> None:
 
 
 def device_options(parser: argparse.ArgumentParser) -> None:
-    from .kernels import GEMM_VARIANTS
+    from perflab.kernels import GEMM_VARIANTS
     g = parser.add_argument_group("device", "where the math runs (GPU options need CuPy and an NVIDIA GPU)")
     g.add_argument("--backend", choices=("numpy", "cupy", "auto"), default="numpy",
                    help="numpy: the CPU reference; cupy: one GPU per rank; auto: cupy when a GPU is there (default %(default)s)")
@@ -76,8 +76,8 @@ def device_options(parser: argparse.ArgumentParser) -> None:
 
 
 def device_from_args(args):
-    from .backend import array_module
-    from .runner import Device
+    from perflab.backend import array_module
+    from perflab.train.runner import Device
     backend = "numpy" if array_module(args.backend).__name__ == "numpy" else "cupy"
     if args.backend == "auto" and getattr(args, "json", False) is False:
         print(f"backend: {backend}", file=sys.stderr)
@@ -91,7 +91,7 @@ def device_from_args(args):
         raise CLIError(f"--overlap overlaps an NCCL all-reduce with the backward pass: it needs --comm nccl "
                        f"(--backend cupy --mode resident), got --comm {comm}")
     if comm == "cuda-mpi":
-        from .comm import require_cuda_aware_mpi
+        from perflab.train.comm import require_cuda_aware_mpi
         try:
             require_cuda_aware_mpi()
         except ValueError as exc:
@@ -113,7 +113,8 @@ def config_from_args(args) -> Config:
 
 
 def cmd_train(args, comm) -> dict:
-    from . import results, runner
+    from perflab import results
+    from perflab.train import runner
 
     cfg = config_from_args(args)
     parallel = args.parallel if args.parallel != "auto" else ("data" if comm.size > 1 else "sequential")
@@ -158,7 +159,8 @@ def cmd_train(args, comm) -> dict:
 
 def phase_report(phases, cfg, parallel, ranks, device, quiet) -> dict:
     """Nsight-like summary of a --profile run and the seeds' effective rates from its medians."""
-    from . import perfmodel, profile
+    from perflab.analysis import perfmodel
+    from perflab.train import profile
     table = profile.summary(phases[phases.phase != "train setup"])
     w = perfmodel.Workload(layers=cfg.layer_sizes, B=cfg.batch_size, p=ranks, parallel=parallel if parallel != "sequential" else "data",
                            dtype=cfg.dtype, staged=device.backend == "numpy" or device.mode in HOST_STAGED,
@@ -180,7 +182,7 @@ def device_summary(device) -> dict:
 
 
 def cmd_check(args, comm) -> dict:
-    from . import runner
+    from perflab.train import runner
 
     device = device_from_args(args)
     result = runner.check(config_from_args(args), args.parallel, comm, device)
@@ -200,8 +202,9 @@ def cmd_check(args, comm) -> dict:
 def cmd_timeline(args, comm) -> dict:
     import pandas as pd
 
-    from . import plots, timeline
-    from .backend import cupy_or_none
+    from perflab.backend import cupy_or_none
+    from perflab.measure import timeline
+    from perflab.report import plots
     if args.redraw:
         saved = Path(args.redraw)
         if not saved.is_file():
@@ -235,7 +238,7 @@ def cmd_timeline(args, comm) -> dict:
 
 
 def cmd_data_fetch(args, comm) -> dict:
-    from . import data
+    from perflab import data
     folder = data.fetch(args.name, dest=args.dest, mirrors=args.mirror, timeout=args.timeout,
                         log=(lambda m: None) if args.json else print)
     return {"dataset": args.name, "folder": str(folder)}
@@ -250,14 +253,14 @@ def parallel_option(parser, default: str) -> None:
 
 
 def save_rows(name: str, rows: list[dict], out: str | None = None) -> str:
-    from . import results
+    from perflab import results
     meta = results.machine_metadata()
     folder = results.run_dir(meta) if out is None else __import__("pathlib").Path(out)
     return str(results.write_rows(folder / f"{name}.csv", rows, meta, append=False))
 
 
 def cmd_bench_gemm(args, comm) -> dict:
-    from . import bench
+    from perflab.measure import bench
     rows = bench.bench_gemm(variants=args.variants, dtype=args.dtype, hidden=args.hidden, batches=args.batches,
                             repeats=args.repeats, progress=not args.json, peers=args.peers,
                             log=(lambda m: None) if args.json else print,
@@ -269,8 +272,8 @@ def cmd_bench_gemm(args, comm) -> dict:
 
 
 def cmd_bench_hold(args, comm) -> dict:
-    from . import bench, power
-    from .backend import cupy_or_none
+    from perflab.backend import cupy_or_none
+    from perflab.measure import bench, power
     if cupy_or_none() is None:
         raise CLIError("bench hold replays GEMMs on the GPU while nvidia-smi samples it: it needs CuPy and a GPU")
     try:
@@ -288,7 +291,7 @@ def cmd_bench_hold(args, comm) -> dict:
 
 
 def cmd_bench_train(args, comm) -> dict:
-    from . import peers
+    from perflab.measure import peers
     rows = peers.bench_train(configs=args.configs, N=args.train_size, peers=args.peers, repeats=args.repeats,
                              log=(lambda m: None) if args.json else print,
                              on_config=lambda so_far: save_rows("bench_train", so_far, args.out))
@@ -300,8 +303,8 @@ def cmd_bench_train(args, comm) -> dict:
 
 
 def cmd_bench_allreduce(args, comm) -> dict:
-    from . import bench
-    from .backend import cupy_or_none
+    from perflab.backend import cupy_or_none
+    from perflab.measure import bench
     if comm.size < 2:
         raise CLIError(f"bench allreduce needs several ranks, one per GPU: mpirun -n P perflab bench allreduce "
                        f"(P >= 2); got {comm.size} rank")
@@ -318,7 +321,7 @@ def cmd_bench_allreduce(args, comm) -> dict:
 
 
 def cmd_bench_step(args, comm) -> dict:
-    from . import bench
+    from perflab.measure import bench
     rows = [row for H, B in args.configs for row in bench.step_breakdown(H, B)]
     saved = save_rows("bench_step", rows, args.out)
     if not args.json:
@@ -328,8 +331,8 @@ def cmd_bench_step(args, comm) -> dict:
 
 
 def cmd_compile(args, comm) -> dict:
-    from . import kernels
-    from .backend import cupy_or_none
+    from perflab import kernels
+    from perflab.backend import cupy_or_none
     if cupy_or_none() is None:
         raise CLIError("compile builds perflab's CUDA kernels into CuPy's cache: it needs CuPy and a GPU")
     import time
@@ -342,8 +345,8 @@ def cmd_compile(args, comm) -> dict:
 
 
 def cmd_ceilings(args, comm) -> dict:
-    from . import ceilings
-    from .backend import cupy_or_none
+    from perflab.backend import cupy_or_none
+    from perflab.measure import ceilings
     gpu = {"auto": cupy_or_none() is not None, "cupy": True, "numpy": False}[args.backend]
     sizes = [2**k for k in range(12, args.max_log2_size + 1, 2)]
     rows = ceilings.measure(comm, gpu, sizes, log=(lambda m: None) if args.json or comm.rank else print,
@@ -360,9 +363,9 @@ def cmd_ceilings(args, comm) -> dict:
 
 
 def cmd_sweep(args, comm) -> dict:
-    from . import sweep
+    from perflab.workbook import sweep
     if args.emit_sbatch:
-        from . import slurm
+        from perflab.workbook import slurm
         argv = list(args.argv)
         for flag, takes in (("--emit-sbatch", 1), ("--nodes", 1), ("--gpus-per-node", 1), ("--nsys", 0), ("--json", 0)):
             while flag in argv:
@@ -402,8 +405,8 @@ def cmd_notebook(args, comm) -> dict:
     import jupytext
     import papermill
 
-    from . import results
-    from .data import PROJECT_ROOT
+    from perflab import results
+    from perflab.data import PROJECT_ROOT
     params = {}
     for k, v in args.parameter or []:
         try:
@@ -423,24 +426,24 @@ def cmd_notebook(args, comm) -> dict:
 
 
 def cmd_report(args, comm) -> dict:
-    from . import report
-    from .data import PROJECT_ROOT
+    from perflab.data import PROJECT_ROOT
+    from perflab.report import markdown
     if args.markdown:
-        from .results import RESULTS_ROOT
+        from perflab.results import RESULTS_ROOT
         path = RESULTS_ROOT / "REPORT.md"
-        path.write_text(report.analysis_markdown())
+        path.write_text(markdown.analysis_markdown())
         if not args.json:
             print(f"wrote {path}")
         return {"report": str(path)}
     if args.readme:
-        changed = report.update_readme(PROJECT_ROOT / "README.md")
+        changed = markdown.update_readme(PROJECT_ROOT / "README.md")
         if not args.json:
             print("README results block " + ("updated" if changed else "already up to date"))
         return {"readme_changed": changed}
     if args.folder and not __import__("pathlib").Path(args.folder).is_dir():
         raise CLIError(f"--folder {args.folder}: no such folder (a run folder holds roofline.csv and figures/)")
     try:
-        path = report.build(args.out, args.folder)
+        path = markdown.build(args.out, args.folder)
     except FileNotFoundError as exc:
         raise CLIError(str(exc)) from None
     if not args.json:
@@ -451,7 +454,8 @@ def cmd_report(args, comm) -> dict:
 def cmd_validate(args, comm) -> dict:
     """Predicted (from ceilings alone) against measured time per batch for every sweep point of
     this machine's run folder, or with --committed of every committed machine folder."""
-    from . import results, validation
+    from perflab import results
+    from perflab.analysis import validation
     if args.committed and (args.folder or args.out):
         raise CLIError("--committed validates every folder under results/ and writes each one's validation.csv; "
                        "--folder and --out name a single run folder instead: give one or the other")
@@ -473,8 +477,10 @@ def cmd_whatif(args, comm) -> dict:
 
     import pandas as pd
 
-    from . import predictor, results, sweep
-    from .data import atomic_write
+    from perflab import results
+    from perflab.analysis import predictor
+    from perflab.data import atomic_write
+    from perflab.workbook import sweep
     path = Path(args.ceilings)
     if not path.is_file():
         raise CLIError(f"--ceilings {args.ceilings}: no such file (perflab ceilings writes <run folder>/ceilings_p<P>.csv)")
@@ -492,7 +498,7 @@ def cmd_whatif(args, comm) -> dict:
                        "composition": pred["composition"]} | {k: 1e3 * v for k, v in pred.items() if k.startswith("t_")})
     meta = json.loads(path.with_suffix(".json").read_text()) if path.with_suffix(".json").exists() else {}
     out = Path(args.out or results.run_dir()) / f"{args.name}.json"
-    made = {"method": "perflab.predictor from the ceilings file alone (no training run)", "ceilings": str(path),
+    made = {"method": "perflab.analysis.predictor from the ceilings file alone (no training run)", "ceilings": str(path),
             "ceilings_machine": {k: meta.get(k) for k in ("gpu", "gpu_count", "cpu", "cpu_count", "git_commit", "date")},
             "predicted_by": results.git_commit(), "rows": rows}
     atomic_write(out, (json.dumps(made, indent=1) + "\n").encode())
@@ -505,9 +511,9 @@ def cmd_whatif(args, comm) -> dict:
 def cmd_predict(args, comm) -> dict:
     import json
 
-    from . import projection
-    from .data import atomic_write
-    from .results import RESULTS_ROOT
+    from perflab.analysis import projection
+    from perflab.data import atomic_write
+    from perflab.results import RESULTS_ROOT
     if not (RESULTS_ROOT / "nvidia-h200" / args.calibration).exists():
         raise CLIError(f"--calibration {args.calibration}: no such file in {RESULTS_ROOT / 'nvidia-h200'}")
     if args.multinode:
@@ -561,7 +567,7 @@ def hold_seconds(text: str) -> float:
 
 def gemm_shape(text: str) -> str:
     """argparse type: a training GEMM shape as bench gemm names it ("fwd1 H=512 B=3200")."""
-    from .bench import gemm_shapes
+    from perflab.measure.gemm_inputs import gemm_shapes
     names = [s[0] for s in gemm_shapes()]
     if text not in names:
         raise argparse.ArgumentTypeError(f"unknown shape {text!r}: expected one of {', '.join(names)}")
@@ -590,7 +596,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="perflab",
         description="Train the seeds' MLP (784-H-10, sigmoid, softmax + cross-entropy, L2, SGD) and measure it.")
-    from . import __version__
+    from perflab import __version__
     parser.add_argument("--version", action="version", version=f"perflab {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -623,7 +629,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "profiled for the phase medians; its row is written as soon as it finishes, and a "
                                    "rerun skips points already in the file. Run under mpiexec -n P (P >= largest p); "
                                    "points with fewer ranks use the first p.")
-    from .kernels import GEMM_VARIANTS as variants
+    from perflab.kernels import GEMM_VARIANTS as variants
     p.add_argument("--name", default="sweep", help="result file name (default %(default)s)")
     p.add_argument("--hidden", nargs="+", type=positive, default=[512], metavar="H", help="hidden sizes (default 512)")
     p.add_argument("--batch", nargs="+", type=positive, default=[3200], metavar="B",
@@ -659,7 +665,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "Keep the epoch to a few batches (--train-size a few times --batch-size). Run under "
                                    "mpiexec -n P for the host all-reduce.")
     hyperparameter_options(p)
-    from .kernels import GEMM_VARIANTS
+    from perflab.kernels import GEMM_VARIANTS
     p.add_argument("--modes", nargs="+", choices=MODES, default=["staged", "pipelined"], help="default staged pipelined")
     p.add_argument("--from", dest="redraw", metavar="CSV", help="redraw the figure of a recorded timeline (no GPU needed)")
     p.add_argument("--gemm", choices=GEMM_VARIANTS, default="cublas", help="as for train (default %(default)s)")
@@ -702,7 +708,7 @@ def build_parser() -> argparse.ArgumentParser:
     outputs(p, folder=False)
     p.set_defaults(run=cmd_validate)
 
-    p = sub.add_parser("whatif", help="predict points from a ceilings file alone (perflab.predictor; no training run)",
+    p = sub.add_parser("whatif", help="predict points from a ceilings file alone (perflab.analysis.predictor; no training run)",
                        description="Time per batch and per epoch of every (H, b, p, mode) point composed from one "
                                    "ceilings file (perflab ceilings on that machine): commit the prediction before the "
                                    "run that tests it. Writes <run folder>/NAME.json (or --out DIR) naming the file used.")
@@ -760,8 +766,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="benchmarks: perflab beside its peers in one run (GPU)")
     bsub = p.add_subparsers(dest="bench_command", required=True, metavar="WHAT")
-    from .gemm_peers import GEMM_PEERS
-    from .kernels import GEMM_VARIANTS
+    from perflab.kernels import GEMM_VARIANTS
+    from perflab.measure.gemm_peers import GEMM_PEERS
     b = bsub.add_parser("gemm", help="every GEMM variant beside cuBLAS, PyTorch and JAX at the training shapes",
                         description="Times each GEMM variant, cuBLAS and the installed SGEMM peers (calls captured in a "
                                     "CUDA graph and replayed between CUDA events, median, inputs rotated past L2) at the "
@@ -781,7 +787,7 @@ def build_parser() -> argparse.ArgumentParser:
                         f"with a message (default: {' '.join(GEMM_PEERS)}; none: --peers alone)")
     outputs(b)
     b.set_defaults(run=cmd_bench_gemm)
-    from .bench import HOLD_SHAPES
+    from perflab.measure.bench import HOLD_SHAPES
     b = bsub.add_parser("hold", help="best and cuBLAS held on a shape for seconds, with the SM clock and power",
                         description="Replays best (tuned) and cuBLAS in turn on each shape for --seconds, --rounds times, "
                                     "while nvidia-smi samples the SM clock, power and clock event reasons every 50 ms. "
@@ -795,7 +801,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--rounds", type=positive, default=2, help="times best and cuBLAS alternate a shape (default 2)")
     outputs(b)
     b.set_defaults(run=cmd_bench_hold)
-    from .peers import PEERS
+    from perflab.measure.peers import PEERS
     b = bsub.add_parser("train", help="an epoch of perflab beside PyTorch, JAX and the cuBLAS floor",
                         description="Median ms per epoch (N samples, resident on the GPU, FP32, TF32 off) for perflab "
                                     "and every installed peer; a missing peer is skipped with a message.")
@@ -815,7 +821,7 @@ def build_parser() -> argparse.ArgumentParser:
     outputs(b)
     b.set_defaults(run=cmd_bench_step)
 
-    from .bench import ALLREDUCE_SIZES
+    from perflab.measure.bench import ALLREDUCE_SIZES
     b = bsub.add_parser("allreduce", help="the gradient all-reduce: perflab's NCCL and staged MPI beside torch.distributed",
                         description="Run under mpirun, one rank per GPU. Device ms of one float32 all-reduce (CUDA events "
                                     "around 10 back-to-back calls, median) through perflab's NCCL, perflab's host-staged "
@@ -847,7 +853,7 @@ def main(argv=None) -> int:
     """Parse, run on this rank, print once. A failure on one rank ends them all: a bad
     value (the same on every rank) exits 2 with one message; anything else prints the
     rank's error and aborts the MPI job, so no rank waits forever in a collective."""
-    from .comm import world
+    from perflab.train.comm import world
 
     comm = world()
     parser = build_parser()
@@ -862,7 +868,7 @@ def main(argv=None) -> int:
     try:
         summary = args.run(args, comm)
     except (ConfigError, DataError, CLIError, RuntimeError) as exc:
-        from .train import Diverged
+        from perflab.train.loop import Diverged
         deterministic = isinstance(exc, (ConfigError, Diverged))
         if comm.rank == 0 or not deterministic:
             where = f"rank {comm.rank}: " if comm.size > 1 else ""

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 
 DTYPES = ("float32", "float64")
-MODES = ("resident", "staged", "pipelined")  # GPU data paths (perflab.gpu, perflab.pipelined)
+MODES = ("resident", "staged", "pipelined")  # GPU data paths (perflab.train.gpu, perflab.train.pipelined)
 HOST_STAGED = ("staged", "pipelined")         # the modes whose images and gradients pass through the host
 DATASET_SHAPES = {"mnist": (784, 10, 60000, 10000), "fashion-mnist": (784, 10, 60000, 10000)}
 

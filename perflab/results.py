@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .data import PROJECT_ROOT, atomic_write
+from perflab.data import PROJECT_ROOT, atomic_write
 
 RESULTS_ROOT = Path(os.environ.get("PERFLAB_RESULTS", PROJECT_ROOT / "results"))
 RUNS_ROOT = PROJECT_ROOT / "runs"
@@ -41,7 +41,7 @@ def cpu_model() -> str:
 
 def gpu_info() -> dict:
     """Name, driver and count of the visible NVIDIA GPUs (empty when there are none)."""
-    from .backend import cupy_or_none
+    from perflab.backend import cupy_or_none
     cp = cupy_or_none()
     if cp is None:
         return {}

@@ -70,7 +70,7 @@ int main() {
             time_gemm<Simt<RM, CM, 128, 64, 8, 64, 32, 3>>(name, "128x64x8_w64x32_s3", M, N, K, A, K, B, K, D, s);
             time_gemm<Simt<RM, CM, 64, 64, 8, 32, 32, 4>>(name, "64x64x8_w32x32_s4", M, N, K, A, K, B, K, D, s);
         }
-        // bwd3: (H x B)(B x 784) with A column-major and B row-major (training's bwd3, bench.gemm_shapes,
+        // bwd3: (H x B)(B x 784) with A column-major and B row-major (training's bwd3, gemm_inputs.gemm_shapes,
         // has A row-major: this is the same product in another layout)
         snprintf(name, 64, "bwd3_H=%d_B=%d", H, Bt);
         M = H; N = 784; K = Bt;

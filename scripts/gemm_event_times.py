@@ -1,7 +1,7 @@
 """cuBLAS SGEMM (CuPy matmul) and perflab's best GEMM (tuned) at the training shapes with H x 784
 in them, timed as scripts/cutlass_simt_sgemm.cu times CUTLASS (median of 20-launch loops timed
 by CUDA events), so the three compare in one device call. The layouts are the CUTLASS program's:
-fwd1 as training calls it, bwd3 with A column-major (training's bwd3, bench.gemm_shapes, has A
+fwd1 as training calls it, bwd3 with A column-major (training's bwd3, gemm_inputs.gemm_shapes, has A
 row-major), so its bwd3 lines compare the three in a layout training does not use.
 Usage: python3 scripts/gemm_event_times.py"""
 import cupy as cp

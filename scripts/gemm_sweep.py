@@ -14,8 +14,9 @@ import sys
 import numpy as np
 
 from perflab import kernels
-from perflab.bench import gemm_operands, gemm_shapes, time_graph_ms
+from perflab.measure.gemm_inputs import gemm_operands, gemm_shapes
 from perflab.results import machine_metadata, write_rows
+from perflab.timing import time_graph_ms
 
 
 def config(text: str) -> tuple:

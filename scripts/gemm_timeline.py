@@ -17,8 +17,8 @@ import tempfile
 
 import numpy as np
 
-from perflab.bench import gemm_operands, gemm_shapes, named_gemm_shapes
 from perflab.kernels import KERNEL_DIR
+from perflab.measure.gemm_inputs import gemm_operands, gemm_shapes, named_gemm_shapes
 
 DEFAULT_SHAPES = ("bwd3 H=1024 B=12000", "bwd3 H=512 B=12000")
 

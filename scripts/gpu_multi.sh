@@ -19,7 +19,7 @@ for stage in $stages; do
   echo "=== $stage $(date +%T)"
   case $stage in
     info) nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nvidia-smi topo -m | head -6
-          python3 -c "from perflab.comm import cuda_aware_mpi; print('CUDA-aware MPI:', cuda_aware_mpi())" ;;
+          python3 -c "from perflab.train.comm import cuda_aware_mpi; print('CUDA-aware MPI:', cuda_aware_mpi())" ;;
     check)
       for args in "data float32 resident" "data float32 resident --overlap" "data float32 staged" "data float64 resident" \
                   "model float32 resident" "data float32 pipelined" "data float64 pipelined" "data float32 pipelined --shuffle"; do
@@ -53,14 +53,14 @@ for stage in $stages; do
       timeout 150 python3 -m perflab bench step --out "$OUT" 2>&1 | tail -14
       timeout 400 python3 -m perflab bench train --peers perflab "perflab (output layer unfused)" "perflab (unfused)" "jax scan epoch" \
         "torch.compile default" "torch.compile reduce-overhead" "pytorch cuda graph" "cublas 5-gemm floor" --out "$OUT" 2>&1 | tail -12 ;;
-    scaling)  # every peer in one harness (perflab.peers_multi): same warm-up, median of the same epochs
+    scaling)  # every peer in one harness (perflab.measure.peers_multi): same warm-up, median of the same epochs
       for hb in "2048 3000"; do set -- $hb; H=$1; b=$2
         for n in $RANKS; do
           for flags in "" overlap no-graphs staged; do
-            $MPI -n $n python3 -m perflab.peers_multi perflab $H $b 60000 $flags 2>/dev/null | tail -1
+            $MPI -n $n python3 -m perflab.measure.peers_multi perflab $H $b 60000 $flags 2>/dev/null | tail -1
           done
-          $MPI -n $n python3 -m perflab.peers_multi ddp $H $b 60000 2>/dev/null | tail -1
-          timeout 120 python3 -m perflab.peers_multi jax $H $b 60000 $n 2>/dev/null | tail -1
+          $MPI -n $n python3 -m perflab.measure.peers_multi ddp $H $b 60000 2>/dev/null | tail -1
+          timeout 120 python3 -m perflab.measure.peers_multi jax $H $b 60000 $n 2>/dev/null | tail -1
         done
       done 2>&1 | tee "$OUT/scaling.jsonl" ;;
   esac

@@ -5,7 +5,7 @@ import sys
 
 import numpy as np
 
-from perflab.bench import gemm_operands, gemm_shapes, named_gemm_shapes
+from perflab.measure.gemm_inputs import gemm_operands, gemm_shapes, named_gemm_shapes
 
 SHAPES = named_gemm_shapes(sys.argv[1:] or ("fwd1 H=512 B=3200", "bwd3 H=512 B=12000", "fwd1 H=2048 B=12000",
                                              "bwd3 H=2048 B=12000"))  # before anything needs a GPU

@@ -1,7 +1,8 @@
 import pandas as pd
 import pytest
 
-from perflab import analysis, plots
+from perflab.analysis import roofline
+from perflab.report import plots
 
 
 def table():
@@ -13,20 +14,20 @@ def table():
 
 
 def test_reference_rates_take_largest_p_at_h512():
-    rates = analysis.reference_rates(table())
+    rates = roofline.reference_rates(table())
     assert rates["P_flops"] == 2e10 and rates["P_mpi"] == 1e9 and rates["reference"] == "H=512 B=1600 p=2"
 
 
 def test_prediction_table_errors():
-    pred = analysis.prediction_table(table(), {"P_flops": 2e10, "P_mpi": 1e9})
+    pred = roofline.prediction_table(table(), {"P_flops": 2e10, "P_mpi": 1e9})
     expected_p2 = (4 * 800 * 512 * 784 + 6 * 800 * 512 * 10) / 2e10 + 2 * 407050 * 4 / 1e9  # five GEMMs + MPI
     assert pred.loc[1, "predicted_ms"] == pytest.approx(1e3 * expected_p2, rel=1e-9)
     assert pred.loc[1, "error"] == pytest.approx(expected_p2 / 0.25 - 1)
-    assert analysis.median_abs_error(pred) == pytest.approx(pred["error"].abs().median())
+    assert roofline.median_abs_error(pred) == pytest.approx(pred["error"].abs().median())
 
 
 def test_flops_bytes_table():
-    t = analysis.flops_bytes_table(table())
+    t = roofline.flops_bytes_table(table())
     assert t.loc[1, "B'"] == 800 and t.loc[1, "forward GFLOP"] == pytest.approx(2 * 800 * 512 * 794 / 1e9)
     assert t.loc[0, "PCIe MB"] == 0 and t.loc[1, "PCIe MB"] == pytest.approx(2 * 407050 * 4 / 1e6)
 
@@ -36,7 +37,7 @@ def test_parallel_section_counts_where_model_parallel_wins(tmp_path, monkeypatch
 
     import pandas as pd
 
-    from perflab import report
+    from perflab.report import markdown
     folder = tmp_path / "some-machine"
     folder.mkdir()
     rows = [{"H": 512, "B": B, "p": p, "parallel": par, "epoch_seconds": sec, "t_MPI_Allreduce": 1e-3,
@@ -46,8 +47,8 @@ def test_parallel_section_counts_where_model_parallel_wins(tmp_path, monkeypatch
                                            (6000, 2, "data", 1.0, 3.2e6), (6000, 2, "model", 1.5, 6e5)]]
     pd.DataFrame(rows).to_csv(folder / "parallel.csv", index=False)
     (folder / "parallel.json").write_text(json.dumps({"cpu": "test cpu", "git_commit": "abc", "date": "today"}))
-    monkeypatch.setattr(report, "RESULTS_ROOT", tmp_path)
-    text = "\n".join(report.parallel_section())
+    monkeypatch.setattr(markdown, "RESULTS_ROOT", tmp_path)
+    text = "\n".join(markdown.parallel_section())
     assert "Model parallel was faster at 1 of the 2 points with p > 1" in text
     assert "the bytes differ 5 to 20 times" in text
 
@@ -55,13 +56,13 @@ def test_parallel_section_counts_where_model_parallel_wins(tmp_path, monkeypatch
 def test_epoch_predicted_as_the_sum_of_its_kernels():
     import pandas as pd
 
-    from perflab import report
+    from perflab.report import markdown
     steps = pd.DataFrame([{"H": 8, "B": 100, "kernel": k, "ms": ms} for k, ms in
                           [("forward GEMM 1", 1.0), ("fused forward: softmax", 0.25), ("fused backward: dz1", 0.5),
                            ("unfused: sigmoid'", 0.25), ("unfused: db1 row sums", 0.5)]])
     train = pd.DataFrame([{"H": 8, "B": 100, "N": 1000, "peer": "perflab", "epoch_ms": 16.0},
                           {"H": 8, "B": 100, "N": 1000, "peer": "perflab (unfused)", "epoch_ms": 17.5}])
-    table = report.step_prediction(steps, train).set_index("step")
+    table = markdown.step_prediction(steps, train).set_index("step")
     assert table.loc["perflab", "predicted_epoch_ms"] == 17.5  # (1.0 + 0.25 + 0.5) ms x 1000 / 100 steps
     assert table.loc["perflab (unfused)", "predicted_epoch_ms"] == 17.5  # no kernel named "fused ..."
     assert abs(table.loc["perflab", "error"] - 1.5 / 16) < 1e-12
@@ -77,27 +78,27 @@ def write_result(folder, name, rows, meta):
 
 
 def test_allreduce_section_ratios(tmp_path, monkeypatch):
-    from perflab import report
+    from perflab.report import markdown
     rows = [{"impl": impl, "size_bytes": size, "ranks": 2, "ms": ms} for size, impl, ms in
             [(1024, "perflab nccl", 0.01), (1024, "perflab staged mpi", 0.3), (1024, "torch.distributed nccl", 0.04),
              (4096, "perflab nccl", 0.02), (4096, "perflab staged mpi", 1.0), (4096, "torch.distributed nccl", 0.02)]]
     write_result(tmp_path / "gpu-box", "bench_allreduce_p2", rows, {"gpu": "test gpu"})
-    monkeypatch.setattr(report, "RESULTS_ROOT", tmp_path)
-    text = "\n".join(report.allreduce_section())
+    monkeypatch.setattr(markdown, "RESULTS_ROOT", tmp_path)
+    text = "\n".join(markdown.allreduce_section())
     assert "| 1024 | 0.01 | 0.3 | 0.04 | 0.25 |" in text and "| 4096 | 0.02 | 1 | 0.02 | 1 |" in text
     assert "takes 40 times NCCL's time" in text  # median of 30 and 50
 
 
 def test_held_section_splits_the_gap_into_clock_and_work_per_clock(tmp_path, monkeypatch):
-    from perflab import report
+    from perflab.report import markdown
     rows = [{"shape": shape, "variant": variant, "round": r, "seconds": 2.0, "ms_first": 1.0, "ms_held": 1.0,
              "tflops_held": tflops, "clock_mhz": clock, "power_w": 690.4, "reasons": reasons}
             for r in (0, 1) for shape, variant, tflops, clock, reasons in [
                 ("capped", "best", 40.0, 1800.0, "software power cap"), ("capped", "cublas", 45.0, 1980.0, None),
                 ("free", "best", 36.0, 1980.0, None), ("free", "cublas", 34.0, 1980.0, None)]]
     write_result(tmp_path / "gpu-box", "bench_hold", rows, {"gpu": "test gpu"})
-    monkeypatch.setattr(report, "RESULTS_ROOT", tmp_path)
-    text = "\n".join(report.held_section())
+    monkeypatch.setattr(markdown, "RESULTS_ROOT", tmp_path)
+    text = "\n".join(markdown.held_section())
     assert "| capped | 0.889 | 0.909 | 0.978 |" in text  # 40/45 = (1800/1980) x 0.978
     assert "| free | 1.06 | 1 | 1.06 |" in text
     assert "| capped | best | 1 | 1 | 40 | 1800 | 690 | software power cap |" in text
@@ -107,7 +108,7 @@ def test_held_section_splits_the_gap_into_clock_and_work_per_clock(tmp_path, mon
 def test_prediction_checked_against_gpu_parallel_runs(tmp_path, monkeypatch):
     import json
 
-    from perflab import report
+    from perflab.report import markdown
     (tmp_path / "predictions").mkdir()
     pred = [{"parallel": par, "H": 64, "b": 100, "p": p, "epoch_ms": ms} for par, p, ms in
             [("data", 1, 10.0), ("data", 2, 5.5), ("data", 4, 3.0), ("model", 2, 5.0), ("model", 4, 2.0)]]
@@ -115,25 +116,25 @@ def test_prediction_checked_against_gpu_parallel_runs(tmp_path, monkeypatch):
     measured = [{"parallel": par, "H": 64, "B": 100 * p, "p": p, "epoch_seconds": s, "bytes_mpi": 1e3} for par, p, s in
                 [("data", 1, 0.010), ("data", 2, 0.005), ("data", 4, 0.003), ("model", 1, 0.030), ("model", 2, 0.010)]]
     write_result(tmp_path / "gpu-box", "parallel", measured, {"gpu": "test gpu"})
-    monkeypatch.setattr(report, "RESULTS_ROOT", tmp_path)
-    text = "\n".join(report.prediction_check_section())
+    monkeypatch.setattr(markdown, "RESULTS_ROOT", tmp_path)
+    text = "\n".join(markdown.prediction_check_section())
     assert "| data | 64 | 100 | 2 | 5.5 | 5 | 0.1 |" in text and "| model | 64 | 100 | 2 | 5 | 10 | -0.5 |" in text
     assert "Median |error| data parallel 5%, model parallel 50%" in text  # (10% + 0%) / 2; model p=4 unmeasured
     assert "already 3.0 to 3.0 times slower at p=1" in text
-    assert "Not measured" in "\n".join(report.parallel_section()) and "H=64 b=100 p=4" in "\n".join(report.parallel_section())
+    assert "Not measured" in "\n".join(markdown.parallel_section()) and "H=64 b=100 p=4" in "\n".join(markdown.parallel_section())
 
 
 def test_ceiling_rates_in_the_seeds_terms():
     import pandas as pd
 
-    from perflab import analysis
+    from perflab.analysis import roofline
     rows = [("gemm_flops", "gpu", "cublas", 0, 1, 4e13), ("gemm_flops", "gpu", "cublas", 0, 1, 5e13),
             ("gemm_flops", "gpu", "best", 0, 1, 9e13), ("gemm_flops", "cpu", "numpy BLAS", 0, 1, 8e13),
             ("h2d", "gpu", "pageable", 1 << 20, 1, 12e9), ("d2h", "gpu", "pageable", 1 << 20, 1, 6e9),
             ("h2d", "gpu", "pageable", 1 << 26, 1, 99e9), ("h2d", "gpu", "pinned", 1 << 20, 1, 50e9),
             ("mpi_allreduce", "cpu", "Open", 1 << 20, 2, 3e9), ("mpi_allreduce", "cpu", "Open", 1 << 20, 4, 1e9)]
     table = pd.DataFrame(rows, columns=["ceiling", "device", "impl", "size_bytes", "ranks", "value"])
-    got = analysis.ceiling_rates(table, nbytes=1.5e6, p=2)
+    got = roofline.ceiling_rates(table, nbytes=1.5e6, p=2)
     assert got["P_flops"] == 5e13  # cuBLAS on the GPU only
     assert got["P_pci"] == 2 / (1 / 12e9 + 1 / 6e9)  # pageable, at the size nearest 1.5 MB
     assert got["P_mpi"] == 2 * 3e9  # the seeds count both directions; p=2's row
@@ -142,11 +143,11 @@ def test_ceiling_rates_in_the_seeds_terms():
 def test_roofline_placement_bounds_and_byte_share():
     import pandas as pd
 
-    from perflab import analysis, perfmodel
+    from perflab.analysis import perfmodel, roofline
     points = pd.DataFrame([{"H": 512, "B": 6400, "p": 2, "ai": 800.0, "flops_per_batch": 4e9, "t_batch iteration": 2e-3},
                            {"H": 2048, "B": 3200, "p": 1, "ai": 3200.0, "flops_per_batch": 8e9, "t_batch iteration": 1e-3}])
     rates = {"P_flops": 1.6e13, "P_pci": 1e10, "P_mpi": 5e9}
-    t = analysis.roofline_placement(points, rates)
+    t = roofline.roofline_placement(points, rates)
     serial = perfmodel.roofline_serial(800.0, 1.6e13, 1e10)
     assert t.loc[0, "of serial"] == 2e12 / serial
     assert t.loc[0, "bytes share"] == (1 / 1e10) / (800 / 1.6e13 + 1 / 1e10)  # 2/3: left of the ridge at 1600
@@ -155,19 +156,19 @@ def test_roofline_placement_bounds_and_byte_share():
 
 
 def test_overlap_bounds_say_which_roof_each_staged_point_meets():
-    from perflab import perfmodel
+    from perflab.analysis import perfmodel
     roofs = {"P_flops": 50e12, "P_pci": 50e9, "P_mpi": 8e9}
     bw = 2 / (1 / 50e9 + 1 / 8e9)
     rows = []
     for mode, roof in (("staged", perfmodel.roofline_serial), ("pipelined", perfmodel.roofline_standard)):
         point = {"H": 2048, "B": 6000, "p": 2, "N": 60000, "parallel": "data", "dtype": "float32", "backend": "cupy",
                  "mode": mode, "gemm": "cublas", "batches": 10}
-        w = analysis.workload(point)
+        w = roofline.workload(point)
         ai = perfmodel.arithmetic_intensity(w)
         flops = perfmodel.seeds_flops(w)["batch"]
         rows.append({**point, "ai": ai, "epoch_seconds": 10 * flops / (0.97 * roof(ai, 50e12, bw))})
     rows.append({**rows[0], "p": 1, "mode": "staged"})  # nothing exchanged: not on these roofs
-    b = analysis.overlap_bounds(pd.DataFrame(rows), roofs).set_index("mode")
+    b = roofline.overlap_bounds(pd.DataFrame(rows), roofs).set_index("mode")
     assert list(b.index) == ["staged", "pipelined"]
     assert b.loc["staged", "meets"] == "serial" and b.loc["pipelined", "meets"] == "standard"
     assert b.loc["staged", "of serial"] == pytest.approx(0.97) and b.loc["pipelined", "of standard"] == pytest.approx(0.97)

@@ -1,4 +1,4 @@
-"""perflab.gemm_peers without a GPU: the operands go over as stored, and a peer that cannot run
+"""perflab.measure.gemm_peers without a GPU: the operands go over as stored, and a peer that cannot run
 is skipped with its reason (test_gpu.py runs them on a GPU)."""
 import json
 import subprocess
@@ -6,8 +6,8 @@ import sys
 
 import numpy as np
 
-from perflab import gemm_peers
-from perflab.bench import gemm_operands, gemm_shapes, input_sets
+from perflab.measure import gemm_peers
+from perflab.measure.gemm_inputs import gemm_operands, gemm_shapes, input_sets
 
 
 def test_operands_go_over_as_memory_holds_them():
@@ -38,12 +38,12 @@ def test_a_peer_without_a_gpu_is_skipped_with_its_reason(monkeypatch):
 
 
 def test_an_unknown_peer_is_named_with_the_peers_there_are():
-    proc = subprocess.run([sys.executable, "-m", "perflab.gemm_peers", json.dumps(["torch", [7], [9], 1])],
+    proc = subprocess.run([sys.executable, "-m", "perflab.measure.gemm_peers", json.dumps(["torch", [7], [9], 1])],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "unknown GEMM peer 'torch': the peers are ('pytorch', 'jax')" in proc.stderr
 
 
 def test_a_crashing_peer_process_gives_its_last_error_line():
-    from perflab.peers import run_peer_process
+    from perflab.measure.peers import run_peer_process
     result, why = run_peer_process("perflab.no_such_peer", [1], timeout=60)
     assert result is None and "No module named perflab.no_such_peer" in why

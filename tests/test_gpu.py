@@ -7,8 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
-from perflab import model
 from perflab.backend import cupy_or_none
+from perflab.train import model
 
 cp = cupy_or_none()
 pytestmark = [pytest.mark.gpu,
@@ -323,9 +323,9 @@ def test_sgd_update_one_launch(rng):
 @pytest.mark.parametrize("mode, graphs", [("resident", True), ("resident", False), ("staged", False),
                                          ("pipelined", True), ("pipelined", False)])
 def test_gpu_training_matches_reference(dtype, gemm, mode, graphs):
-    from perflab.comm import Serial
     from perflab.config import Config
-    from perflab.runner import Device, check
+    from perflab.train.comm import Serial
+    from perflab.train.runner import Device, check
     cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=(61,), num_classes=7, train_size=517,
                  batch_size=100, num_epochs=2, learning_rate=0.5, test_size=50, dtype=dtype)
     result = check(cfg, "data", Serial(), Device(backend="cupy", mode=mode, gemm=gemm, graphs=graphs, comm="mpi"))
@@ -334,9 +334,9 @@ def test_gpu_training_matches_reference(dtype, gemm, mode, graphs):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_pipelined_shuffled_batches_gather_on_the_host_and_match(dtype):
-    from perflab.comm import Serial
     from perflab.config import Config
-    from perflab.runner import Device, check
+    from perflab.train.comm import Serial
+    from perflab.train.runner import Device, check
     cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=(61,), num_classes=7, train_size=517, shuffle=True,
                  batch_size=100, num_epochs=3, learning_rate=0.5, test_size=50, dtype=dtype)
     result = check(cfg, "data", Serial(), Device(backend="cupy", mode="pipelined", comm="mpi"))
@@ -344,9 +344,9 @@ def test_pipelined_shuffled_batches_gather_on_the_host_and_match(dtype):
 
 
 def test_timeline_puts_the_pipelined_copies_on_a_stream_of_their_own():
-    from perflab import timeline
-    from perflab.comm import Serial
     from perflab.config import Config
+    from perflab.measure import timeline
+    from perflab.train.comm import Serial
     cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=(61,), num_classes=7, train_size=500,
                  batch_size=100, learning_rate=0.5, test_size=0)
     t = timeline.record(cfg, Serial(), modes=("staged", "pipelined"))
@@ -361,9 +361,9 @@ def test_timeline_puts_the_pipelined_copies_on_a_stream_of_their_own():
 
 
 def test_gpu_training_with_tf32_gemms_stays_within_tf32_tolerance():
-    from perflab.comm import Serial
     from perflab.config import Config
-    from perflab.runner import Device, check
+    from perflab.train.comm import Serial
+    from perflab.train.runner import Device, check
     cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=(61,), num_classes=7, train_size=517,
                  batch_size=100, num_epochs=2, learning_rate=0.5, test_size=50, dtype="float32")
     result = check(cfg, "data", Serial(), Device(backend="cupy", gemm="tf32"))
@@ -371,9 +371,9 @@ def test_gpu_training_with_tf32_gemms_stays_within_tf32_tolerance():
 
 
 def test_gpu_model_parallel_and_deep_net_single_rank():
-    from perflab.comm import Serial
     from perflab.config import Config
-    from perflab.runner import Device, check
+    from perflab.train.comm import Serial
+    from perflab.train.runner import Device, check
     cfg = Config(dataset="synthetic", input_size=50, hidden_sizes=(31,), num_classes=5, train_size=300,
                  batch_size=64, num_epochs=2, learning_rate=0.5, test_size=0)
     assert check(cfg, "model", Serial(), Device(backend="cupy"))["passed"]
@@ -382,8 +382,8 @@ def test_gpu_model_parallel_and_deep_net_single_rank():
 
 
 def test_too_large_for_gpu_memory_is_named():
-    from perflab import gpu
     from perflab.config import Config
+    from perflab.train import gpu
     cfg = Config(dataset="synthetic", input_size=100000, hidden_sizes=(100000,), num_classes=10,
                  train_size=200000, batch_size=100000, test_size=0)
     with pytest.raises(gpu.GPUError, match=r"needs about .* GiB of GPU memory \(N=200000, B=100000"):
@@ -425,9 +425,9 @@ def test_fused_output_layer_and_backward(rng, dtype, C, H, n):
 
 
 def test_profiled_gpu_run_takes_the_unfused_path_and_matches():
-    from perflab.comm import Serial
     from perflab.config import Config
-    from perflab.runner import Device, train_on_ranks
+    from perflab.train.comm import Serial
+    from perflab.train.runner import Device, train_on_ranks
     cfg = Config(dataset="synthetic", input_size=50, hidden_sizes=(31,), num_classes=5, train_size=300,
                  batch_size=64, num_epochs=1, learning_rate=0.5, test_size=0)
     fused, _ = train_on_ranks(cfg, "data", Serial(), Device(backend="cupy"), log=None)
@@ -438,7 +438,7 @@ def test_profiled_gpu_run_takes_the_unfused_path_and_matches():
 
 
 def test_step_breakdown_times_every_kernel():
-    from perflab import bench
+    from perflab.measure import bench
     rows = bench.step_breakdown(H=37, B=101, repeats=3)
     assert len(rows) == 13 and len({r["kernel"] for r in rows}) == 13
     assert all(r["ms"] > 0 and r["gbps"] > 0 for r in rows)
@@ -446,17 +446,18 @@ def test_step_breakdown_times_every_kernel():
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_gpu_training_with_the_forward_pass_unfused_matches_reference(dtype):
-    from perflab import data, train
-    from perflab.comm import Serial
+    from perflab import data
     from perflab.config import Config
-    from perflab.gpu import FusedGPU
+    from perflab.train import loop
+    from perflab.train.comm import Serial
+    from perflab.train.gpu import FusedGPU
     cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=(61,), num_classes=7, train_size=517,
                  batch_size=100, num_epochs=2, learning_rate=0.5, test_size=0, dtype=dtype)
     split = data.load(cfg)[0]
     unfused = FusedGPU(cfg, split.X, split.y, Serial(), fuse_output=False)  # the default fuses it
     assert not unfused.fuse_output and unfused.fuse_backward
-    got = train.fit(cfg, unfused, progress=False, sync=unfused.sync).params
-    reference = train.fit(cfg, train.Sequential(cfg, model.init_params(cfg.layer_sizes, dtype, cfg.seed), split.X, split.y),
+    got = loop.fit(cfg, unfused, progress=False, sync=unfused.sync).params
+    reference = loop.fit(cfg, loop.Sequential(cfg, model.init_params(cfg.layer_sizes, dtype, cfg.seed), split.X, split.y),
                           progress=False).params
     for a, b in zip(got, reference):
         assert rel(a, b) <= TOL[dtype]
@@ -467,7 +468,7 @@ def test_bench_gemm_sets_best_beside_every_installed_peer():
     one pct_fastest_peer measures against."""
     import importlib.util
 
-    from perflab import bench
+    from perflab.measure import bench
     said, so_far = [], []
     rows = bench.bench_gemm(variants=("best", "cublas"), hidden=(37,), batches=(101,), repeats=2, progress=False,
                             log=said.append, on_shape=lambda r: so_far.append(len(r)))
@@ -493,7 +494,7 @@ def test_compile_all_builds_every_module_in_parallel():
 def test_bench_hold_samples_the_clock_beside_best_and_cublas():
     """perflab bench hold: best and cuBLAS replayed in turn while nvidia-smi samples the GPU; each
     hold has its replays, its clock and power from samples inside it, and % of cuBLAS held."""
-    from perflab import bench
+    from perflab.measure import bench
     rows, samples = bench.bench_hold(["fwd1 H=512 B=800"], seconds=0.6, rounds=1, progress=False)
     assert [r["variant"] for r in rows] == ["best", "cublas"]
     assert len(samples) >= 10 and all(300 < s["clock_mhz"] < 4000 and s["power_w"] > 0 for s in samples)

@@ -10,8 +10,9 @@ import sys
 import pandas as pd
 import pytest
 
-from perflab import plan, results, sweep
+from perflab import results
 from perflab.data import PROJECT_ROOT
+from perflab.workbook import plan, sweep
 
 META = {"cpu": "AMD EPYC 7763", "cpu_count": 2, "fingerprint": "abc123"}
 
@@ -93,8 +94,8 @@ def test_sweep_marks_a_diverged_point_failed_not_measured(tmp_path):
     table = pd.read_csv(tmp_path / "wild.csv")
     assert list(table.status) == ["failed", "failed"] and table.error.str.contains("training diverged").all()
     assert "epoch_seconds" not in table or table.epoch_seconds.isna().all()
-    from perflab import analysis
-    assert len(analysis.measured(table)) == 0
+    from perflab.analysis import roofline
+    assert len(roofline.measured(table)) == 0
     assert "failed: training diverged" in proc.stdout
     again = run_cli("sweep", "--hidden", "8", "16", "--batch", "100", "--train-size", "400", "--learning-rate", "1e6",
                     "--out", str(tmp_path), "--name", "wild")

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from perflab import model
+from perflab.train import model
 
 
 def numeric_gradient(f, p, eps=1e-6):

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from perflab.comm import share
-from perflab.parallel import local_part
+from perflab.train.comm import share
+from perflab.train.parallel import local_part
 
 pytestmark = pytest.mark.mpi
 MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
@@ -117,13 +117,13 @@ def test_nccl_on_the_cpu_is_refused(capsys):
 
 
 def test_cuda_aware_mpi_is_detected_from_the_library_itself():
-    from perflab import comm
+    from perflab.train import comm
     ok, name = comm.cuda_aware_mpi()
     assert isinstance(ok, bool) and name.startswith(("MPICH", "Open MPI", "Intel", "MVAPICH")), name
 
 
 def test_cuda_mpi_refused_where_the_library_is_not_cuda_aware(monkeypatch):
-    from perflab import comm
+    from perflab.train import comm
     monkeypatch.setattr(comm, "cuda_aware_mpi", lambda: (False, "Some MPI 9.1"))
     with pytest.raises(ValueError, match=r"needs a CUDA-aware MPI, and this one \(Some MPI 9.1\) says it is not"):
         comm.require_cuda_aware_mpi()
@@ -139,12 +139,12 @@ def test_bench_allreduce_needs_gpus_named():
 
 
 def test_scaling_harness_names_and_flags():
-    from perflab import peers_multi
+    from perflab.measure import peers_multi
     assert peers_multi.perflab_name(()) == "perflab resident"
     assert peers_multi.perflab_name(("overlap",)) == "perflab resident, overlap"
     assert peers_multi.perflab_name(("staged", "no-graphs")) == "perflab staged, no graphs"
     with pytest.raises(SystemExit, match=r"unknown perflab flag\(s\) \['fast'\]"):
         peers_multi.perflab_data_parallel(8, 4, 16, "fast")
-    proc = subprocess.run([sys.executable, "-m", "perflab.peers_multi", "tensorflow", "8", "4", "16"],
+    proc = subprocess.run([sys.executable, "-m", "perflab.measure.peers_multi", "tensorflow", "8", "4", "16"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "unknown peer 'tensorflow': perflab, ddp or jax" in proc.stderr

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from perflab import perfmodel as pm
+from perflab.analysis import perfmodel as pm
 
 SEEDS = pm.Workload(layers=(784, 512, 10), B=3000, p=2, dtype="float32")
 
@@ -74,6 +74,6 @@ def test_predict_adds_phases_and_scales_with_epoch():
 
 @pytest.mark.parametrize("H", [512, 2048])
 def test_gradient_buffer_is_every_parameter_and_the_loss_slot(H):
-    from perflab import model
+    from perflab.train import model
     params = model.init_params((784, H, 10), "float32", 0)
     assert pm.gradient_buffer_bytes(H) == 4 * (sum(p.size for p in params) + 1)

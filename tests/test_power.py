@@ -1,4 +1,4 @@
-"""Clock and power sampling (perflab.power) without a GPU: nvidia-smi's lines parsed, a window
+"""Clock and power sampling (perflab.measure.power) without a GPU: nvidia-smi's lines parsed, a window
 summarized, and the sampler's process driven through a stand-in nvidia-smi."""
 import datetime
 import os
@@ -7,7 +7,8 @@ import time
 import pandas as pd
 import pytest
 
-from perflab import plots, power
+from perflab.measure import power
+from perflab.report import plots
 
 
 def smi_line(t: float, clock: float, watts: float, reasons: int, temp: float = 60) -> str:

@@ -7,9 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perflab import ceilings, perfmodel, predictor, validation
-from perflab.comm import Serial
+from perflab.analysis import perfmodel, predictor, validation
+from perflab.measure import ceilings
 from perflab.results import RESULTS_ROOT
+from perflab.train.comm import Serial
 
 
 def test_loglog_hits_the_grid_and_is_a_power_law_between():
@@ -183,17 +184,17 @@ def test_whatif_and_validate_reject_bad_input_naming_it(tmp_path):
 
 
 def test_no_committed_point_lies_above_the_roofs_its_machine_measured():
-    from perflab import analysis
+    from perflab.analysis import roofline
     checked = 0
     for folder in validation.committed_folders():
         files = list(folder.glob("ceilings_p*.csv"))
         if not any((pd.read_csv(f).ceiling == "step_kernel").any() for f in files):
             continue  # a ceilings file from before the predictor (four H200): no GEMM-grid roof to test
         for path in validation.sweep_files(folder):
-            points = analysis.measured(pd.read_csv(path))
+            points = roofline.measured(pd.read_csv(path))
             points = points[points.gemm == "cublas"] if "gemm" in points else points
             for device, group in points.groupby(points.backend.map({"numpy": "cpu", "cupy": "gpu"})):
-                bounds = analysis.ceiling_bounds(group, analysis.folder_roofs(folder, device))
+                bounds = roofline.ceiling_bounds(group, roofline.folder_roofs(folder, device))
                 above = bounds[bounds["of bound"] > 1]
                 assert not len(above), f"{folder.name}/{path.name}: above the roof:\n{above}"
                 checked += len(bounds)
@@ -201,7 +202,7 @@ def test_no_committed_point_lies_above_the_roofs_its_machine_measured():
 
 
 def test_the_seeds_machine_what_if_is_reproduced_from_their_rates(tmp_path):
-    from perflab import seeds_machine
+    from perflab.analysis import seeds_machine
     fresh = seeds_machine.check(tmp_path)
     committed = pd.read_csv(seeds_machine.FOLDER / "whatif_check.csv")
     assert list(fresh.phase) == list(committed.phase)

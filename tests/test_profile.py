@@ -2,10 +2,11 @@ import json
 
 import pytest
 
-from perflab import ceilings, profile
-from perflab.comm import Serial
 from perflab.config import Config
-from perflab.runner import train_on_ranks
+from perflab.measure import ceilings
+from perflab.train import profile
+from perflab.train.comm import Serial
+from perflab.train.runner import train_on_ranks
 
 SMALL = Config(dataset="synthetic", input_size=40, hidden_sizes=(16,), num_classes=5, train_size=300,
                batch_size=64, test_size=0, learning_rate=0.5, num_epochs=2)

@@ -1,7 +1,7 @@
 import pandas as pd
 import pytest
 
-from perflab import projection
+from perflab.analysis import projection
 from perflab.results import RESULTS_ROOT
 
 

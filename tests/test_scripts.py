@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from perflab.data import PROJECT_ROOT
-from perflab.peers import PEERS
+from perflab.measure.peers import PEERS
 
 SCRIPTS = sorted((PROJECT_ROOT / "scripts").glob("*.sh"))
 
@@ -145,11 +145,11 @@ def test_gemm_timeline_counts_idle_sms_ages_and_edge_tiles(tmp_path):
 
 
 def test_gemm_operands_are_stored_as_training_stores_them():
-    """bench.gemm_operands (NumPy standing in for CuPy): a is M x K, b is K x N, each a transposed
+    """gemm_inputs.gemm_operands (NumPy standing in for CuPy): a is M x K, b is K x N, each a transposed
     view exactly where gemm_shapes marks it, values in [-1, 1)."""
     import numpy as np
 
-    from perflab.bench import gemm_operands, gemm_shapes
+    from perflab.measure.gemm_inputs import gemm_operands, gemm_shapes
     for name, M, K, N, ta, tb in gemm_shapes(hidden=(5,), batches=(3,)):
         a, b = gemm_operands(np, np.random.default_rng(0), M, K, N, ta, tb)
         assert a.shape == (M, K) and b.shape == (K, N), name

@@ -2,7 +2,8 @@
 import pandas as pd
 import pytest
 
-from perflab import plots, timeline
+from perflab.measure import timeline
+from perflab.report import plots
 
 
 def ranges(mode, rows):

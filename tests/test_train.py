@@ -2,14 +2,15 @@ import time
 
 import numpy as np
 
-from perflab import data, model, train
+from perflab import data
 from perflab.config import Config
+from perflab.train import loop, model
 
 
 def run(cfg, test=True):
     tr, te, _ = data.load(cfg)
     params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed)
-    return train.fit(cfg, train.Sequential(cfg, params, tr.X, tr.y), te if test else None, progress=False)
+    return loop.fit(cfg, loop.Sequential(cfg, params, tr.X, tr.y), te if test else None, progress=False)
 
 
 def test_mnist_end_to_end_reaches_090_quickly():
@@ -27,16 +28,16 @@ def test_last_partial_batch_is_trained_on():
     history = run(cfg, test=False)
     assert [row["batch"] for row in history.losses] == [0, 1, 2]
     # the last step (2 samples) moved the weights: repeating it by hand from before gives the same
-    assert train.batch_indices(cfg, 0)[-1] == slice(8, 10)
+    assert loop.batch_indices(cfg, 0)[-1] == slice(8, 10)
 
 
 def test_shuffle_is_a_seeded_permutation():
     cfg = Config(dataset="synthetic", input_size=4, hidden_sizes=(3,), num_classes=2, train_size=11,
                  batch_size=4, shuffle=True, test_size=0)
-    a, b = train.batch_indices(cfg, 0), train.batch_indices(cfg, 0)
+    a, b = loop.batch_indices(cfg, 0), loop.batch_indices(cfg, 0)
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
     assert sorted(np.concatenate(a).tolist()) == list(range(11))
-    assert not all(np.array_equal(x, y) for x, y in zip(a, train.batch_indices(cfg, 1)))
+    assert not all(np.array_equal(x, y) for x, y in zip(a, loop.batch_indices(cfg, 1)))
 
 
 def test_loss_decreases_on_synthetic():

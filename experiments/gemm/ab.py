@@ -1,11 +1,16 @@
 """A/B of gemm_best.cu variants in one process: for each variant (diag/ab/<name>.cu) every
 (config, blocks) tune() tries at the 18 H x 784 shapes, beside cuBLAS; writes $OUT/ab.csv."""
-import math, os, sys
-import numpy as np
+import math
+import os
+import sys
+
 import cupy as cp
+import numpy as np
+
 from perflab import kernels
-from perflab.bench import gemm_shapes, time_graph_ms
+from perflab.measure.gemm_inputs import gemm_shapes
 from perflab.results import machine_metadata, write_rows
+from perflab.timing import time_graph_ms
 
 kernels.SPLITS = (1, 2, 3, 4, 5, 6, 7, 8)
 # EXTRA_CONFIGS="64,64,16,32,32,8,4,3,0,5;...": candidate tile configs beside TILE_CONFIGS
@@ -16,6 +21,7 @@ if os.environ.get("EXTRA_CONFIGS"):
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pdl_launch
+
 
 def use(variant):
     f = f"../../diag/ab/{variant}.cu"

@@ -2,8 +2,9 @@
 CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, so a launch may start while the one
 before it on the stream finishes (its blocks wait in griddepcontrol.wait)."""
 import ctypes
-import numpy as np
+
 import cupy as cp
+import numpy as np
 
 cuda = ctypes.CDLL("libcuda.so.1")
 

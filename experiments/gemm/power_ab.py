@@ -56,7 +56,8 @@ def hold(cp, call, calls):
 
 def main():
     variants = sys.argv[1:]
-    from perflab import bench, kernels
+    from perflab import kernels
+    from perflab.measure import gemm_inputs
     configs = list(kernels.tile_configs("best", "float"))
     t = time.time()
     with ProcessPoolExecutor(15, mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -67,13 +68,13 @@ def main():
     smi = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,"
                             "clocks_throttle_reasons.active", "--format=csv,noheader,nounits", "-lms", "50"],
                            stdout=smi_file, stderr=subprocess.STDOUT)
-    shapes = {s[0]: s for s in bench.gemm_shapes()}
+    shapes = {s[0]: s for s in gemm_inputs.gemm_shapes()}
     bursts, holds = [], []
     for name in os.environ["SHAPES"].split(";"):
         _, M, K, N, ta, tb = shapes[name]
         rng = np.random.default_rng(0)
-        sets = bench.input_sets(M, K, N)
-        inputs = [bench.gemm_operands(cp, rng, M, K, N, ta, tb) for _ in range(sets)]
+        sets = gemm_inputs.input_sets(M, K, N)
+        inputs = [gemm_inputs.gemm_operands(cp, rng, M, K, N, ta, tb) for _ in range(sets)]
         out = cp.empty((M, N), cp.float32)
         work = kernels.workspace(M, N, cp.float32)
         a0, b0 = inputs[0]
@@ -86,7 +87,7 @@ def main():
                 out.fill(np.nan)
                 run()
                 err = float(cp.linalg.norm(out - ref) / cp.linalg.norm(ref))
-                ms = bench.time_graph_ms(cp, run, calls=5, repeats=5)
+                ms = timing.time_graph_ms(cp, run, calls=5, repeats=5)
                 bursts.append({"shape": name, "variant": variant, "config": config, "blocks": blocks, "ms": ms,
                                "schedule": kernels.schedule_name("best", "float", config, M, N, K, blocks),
                                "rel_error": err})

@@ -5,13 +5,13 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 
 import cupy as cp
 import numpy as np
 
-from perflab import bench, kernels
+from perflab import kernels, timing
+from perflab.measure import gemm_inputs
 
 OUT = os.environ.get("OUT", "/tmp/out")
 SHAPES = os.environ.get("SHAPES", "fwd1 H=2048 B=12000;bwd3 H=2048 B=12000;fwd1 H=1024 B=12000;fwd1 H=512 B=3200").split(";")
@@ -21,12 +21,12 @@ smi_file = open(f"{OUT}/power_smi.csv", "w")
 smi = subprocess.Popen(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits", "-lms", "50"],
                        stdout=smi_file, stderr=subprocess.STDOUT)
 phases, tunes = [], []
-shapes = {s[0]: s for s in bench.gemm_shapes()}
+shapes = {s[0]: s for s in gemm_inputs.gemm_shapes()}
 for name in SHAPES:
     _, M, K, N, ta, tb = shapes[name]
     rng = np.random.default_rng(0)
-    sets = bench.input_sets(M, K, N)
-    inputs = [bench.gemm_operands(cp, rng, M, K, N, ta, tb) for _ in range(sets)]
+    sets = gemm_inputs.input_sets(M, K, N)
+    inputs = [gemm_inputs.gemm_operands(cp, rng, M, K, N, ta, tb) for _ in range(sets)]
     out = cp.empty((M, N), cp.float32)
     work = kernels.workspace(M, N, cp.float32)
     a0, b0 = inputs[0]
@@ -35,7 +35,7 @@ for name in SHAPES:
             run = lambda: kernels.gemm(a0, b0, out=out, variant="best", config=config, blocks=blocks, work=work)
             tunes.append({"shape": name, "rep": rep, "config": config, "blocks": blocks,
                           "schedule": kernels.schedule_name("best", "float", config, M, N, K, blocks),
-                          "ms": bench.time_graph_ms(cp, run, calls=5, repeats=5)})
+                          "ms": timing.time_graph_ms(cp, run, calls=5, repeats=5)})
     choice = kernels.tune(a0, b0, out, variant="best", work=work)
     for variant in ("best", "cublas", "best", "cublas"):
         turn = iter(range(10**9))
@@ -91,6 +91,7 @@ for p in phases:
         p["reasons"] = sorted({s[4] for s in inside})
     p["samples"] = len(inside)
 import pandas as pd
+
 pd.DataFrame(phases).to_csv(f"{OUT}/power_phases.csv", index=False)
 pd.DataFrame(tunes).to_csv(f"{OUT}/power_tunes.csv", index=False)
 json.dump({"gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "commit": os.environ.get("PERFLAB_GIT_COMMIT"),

@@ -2,11 +2,14 @@
 an SM at skews of 0-6% (older blocks, c / 132, take more K steps), beside cuBLAS, each checked
 against the float64 product; writes $OUT/skew.csv. Usage: SHAPES=... CONFIG=... python3 diag/ab/skew.py"""
 import os
-import numpy as np
+
 import cupy as cp
+import numpy as np
+
 from perflab import kernels
-from perflab.bench import gemm_operands, gemm_shapes, time_graph_ms
+from perflab.measure.gemm_inputs import gemm_operands, gemm_shapes
 from perflab.results import machine_metadata, write_rows
+from perflab.timing import time_graph_ms
 
 kernels.source_file = lambda v: "../../diag/ab/v14.cu" if v in kernels.TILED_VARIANTS else f"gemm_{v}.cu"
 shapes = os.environ.get("SHAPES", "bwd3 H=1024 B=12000,bwd3 H=512 B=12000,bwd3 H=2048 B=12000").split(",")

@@ -1,7 +1,9 @@
 """Compile, in parallel processes, every module ab.py will load (CuPy's disk cache keeps them):
 argv = variants; env EXTRA_CONFIGS, CONFIG as for ab.py."""
-import os, sys
+import os
+import sys
 from concurrent.futures import ProcessPoolExecutor
+
 
 def one(job):
     variant, cfg = job

@@ -307,7 +307,7 @@ def tune(a, b, out, variant: str = "best", work=None, repeats: int = 5) -> tuple
     clock: where a GEMM runs long enough to meet the power cap, a choice that moves less data can
     win instead (bwd3 H=2048 B=12000: split-K 5 held 1% faster than the stream-K tune() picks,
     gemm_experiments/power_ab_holds.csv; `perflab bench hold` measures the held rate)."""
-    from ..bench import time_graph_ms
+    from perflab.timing import time_graph_ms
     cp = cupy()
     T = ctype(a.dtype)
     (M, K), N = a.shape, b.shape[1]

@@ -1,9 +1,9 @@
 """Per-block timeline (globaltimer) of diag/ab/v5.cu: where the SMs sit idle in a shared-tile launch."""
-import sys
-import numpy as np
 import cupy as cp
+import numpy as np
+
 from perflab import kernels
-from perflab.bench import time_graph_ms
+from perflab.timing import time_graph_ms
 
 kernels.source_file = lambda v: "../../diag/ab/" + __import__("os").environ.get("TRACE_VARIANT", "v5") + ".cu" if v in kernels.TILED_VARIANTS else f"gemm_{v}.cu"
 CASES = [(512, 12000, 784, "128x64x16_w64x32_t8x8_s3_xt_b3", 396), (512, 12000, 784, "128x64x16_w64x32_t8x8_s3_xt_b3", 260),

@@ -1,4 +1,4 @@
-"""Data-parallel and model-parallel trainers over a communicator (perflab.comm).
+"""Data-parallel and model-parallel trainers over a communicator (perflab.train.comm).
 
 Data parallel (seeds' HW6 Problem 1): parameters replicated; each global mini-batch of B is
 split over p ranks (sizes differ by at most one); each rank's gradient is divided by the
@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import model
-from .backend import xp_of
-from .comm import share
-from .config import Config, ConfigError
-from .profile import phase
-from .train import Sequential
+from perflab.backend import xp_of
+from perflab.config import Config, ConfigError
+from perflab.train import model
+from perflab.train.comm import share
+from perflab.train.loop import Sequential
+from perflab.train.profile import phase
 
 
 class ParallelError(ConfigError):
@@ -148,7 +148,7 @@ class ModelParallel:
 
     def full_params(self) -> list:
         """Every rank's shards gathered into the full [W1, b1, W2, b2] (on the host)."""
-        from .backend import to_numpy
+        from perflab.backend import to_numpy
         shards = self.comm.allgather([to_numpy(p) for p in self.params])
         return [np.concatenate([s[0] for s in shards], axis=0), np.concatenate([s[1] for s in shards]),
                 np.concatenate([s[2] for s in shards], axis=1), shards[0][3]]

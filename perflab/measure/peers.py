@@ -21,12 +21,12 @@ def batches(n: int, b: int):
 
 def timed_epochs(run_epoch, sync, warmup: int, repeats: int) -> float:
     """Median milliseconds of an epoch, the device synchronized around each."""
-    from .ceilings import median_seconds
+    from perflab.timing import median_seconds
     return 1e3 * median_seconds(run_epoch, repeats, warmup, sync)
 
 
 def initial(D, H, C, seed=0):
-    from . import model
+    from perflab.train import model
     return [p.astype(np.float32) for p in model.init_params((D, H, C), "float64", seed)]
 
 
@@ -35,9 +35,9 @@ def perflab_epoch(X, y, H, B, lr, reg, warmup=2, repeats=5, gemm="cublas", graph
                   fuse_backward=True, comm=None, mode="resident", overlap=False):
     """perflab's fused trainer; with an MPI comm (one rank a GPU), data parallel over its ranks,
     each epoch ended by a barrier so it times the slowest rank."""
-    from .comm import Serial
-    from .config import Config
-    from .gpu import FusedGPU
+    from perflab.config import Config
+    from perflab.train.comm import Serial
+    from perflab.train.gpu import FusedGPU
     comm = comm or Serial()
     N, D = X.shape
     cfg = Config(dataset="synthetic", input_size=D, hidden_sizes=(H,), num_classes=10, train_size=N,
@@ -214,7 +214,7 @@ def cublas_floor(X, y, H, B, lr, reg, warmup=2, repeats=5):
         import cupy as cp
     except ImportError as exc:
         raise PeerMissing(f"CuPy not installed ({exc})") from None
-    from . import kernels
+    from perflab import kernels
     Xd = cp.asarray(np.asfortranarray(X.T))  # D x N, as perflab keeps it
     W1, _, W2, _ = (cp.asarray(p) for p in initial(X.shape[1], H, 10))
     dW1, dW2 = cp.empty_like(W1), cp.empty_like(W2)
@@ -297,7 +297,7 @@ def bench_train(configs=((512, 3200), (1024, 3200), (2048, 12000)), N=60000, lr=
         flops = 4 * N * H * 784 + 6 * N * H * 10
         got = {}
         for name in peers or PEERS:
-            result, why = run_peer_process("perflab.peers", [name, H, B, N, lr, reg, warmup, repeats], timeout)
+            result, why = run_peer_process("perflab.measure.peers", [name, H, B, N, lr, reg, warmup, repeats], timeout)
             if result is None:
                 log(f"peer skipped: {name} ({why})")
                 continue
@@ -312,7 +312,7 @@ def bench_train(configs=((512, 3200), (1024, 3200), (2048, 12000)), N=60000, lr=
     return rows
 
 
-if __name__ == "__main__":  # one peer, one config: python -m perflab.peers '[name, H, B, N, lr, reg, warmup, repeats]'
+if __name__ == "__main__":  # one peer, one config: python -m perflab.measure.peers '[name, H, B, N, lr, reg, warmup, repeats]'
     import json
     import sys
     args = json.loads(sys.argv[1])

@@ -119,11 +119,11 @@ def machine_line(meta: dict) -> str:
 
 def sweep_section(doc: Document, path: Path) -> None:
     """The seeds' questions 2.1-2.6 from one roofline sweep."""
-    from . import analysis, perfmodel
+    from perflab.analysis import perfmodel, roofline
     meta = json.loads(path.with_suffix(".json").read_text()) if path.with_suffix(".json").exists() else {}
     table = pd.read_csv(path)
     failed = table[table["status"] == "failed"] if "status" in table else table.iloc[:0]
-    table = analysis.measured(table)
+    table = roofline.measured(table)
     if not len(table):
         doc.text(f"{path.name} holds no measured point yet.")
         return
@@ -141,7 +141,7 @@ def sweep_section(doc: Document, path: Path) -> None:
         columns={"TFLOPs": "TFLOP/s (seeds' count)"}))
 
     doc.heading("Questions 2.1 and 2.3: FLOPs and bytes per batch", 2)
-    fb = analysis.flops_bytes_table(staged)
+    fb = roofline.flops_bytes_table(staged)
     first = fb.iloc[0]
     local_batch = int(first["B'"])
     gradient_mb = perfmodel.gradient_buffer_bytes(int(first["H"])) / 1e6
@@ -153,7 +153,7 @@ def sweep_section(doc: Document, path: Path) -> None:
     doc.table(fb)
 
     doc.heading("Question 2.4: effective rates", 2)
-    rates = analysis.reference_rates(staged)
+    rates = roofline.reference_rates(staged)
     rows = [{"rate": k, "measured": rates[k], "seeds' RTX 6000": SEEDS_RATES[k], "ratio": rates[k] / SEEDS_RATES[k]}
             for k in SEEDS_RATES if k in rates]
     doc.text(f"The seeds' formulas over the profiled phase medians of the reference point ({rates['reference']}): "
@@ -166,7 +166,7 @@ def sweep_section(doc: Document, path: Path) -> None:
         bw = rates.get("P_pci", rates.get("P_mpi"))
         exchanged = staged[staged.p > 1]
         if len(exchanged):
-            place = analysis.roofline_placement(exchanged, {**rates, "P_pci": bw})
+            place = roofline.roofline_placement(exchanged, {**rates, "P_pci": bw})
             ridge = rates["P_flops"] / bw
             doc.heading("Questions 2.5 and 2.6: where the points fall on the modified roofline", 2)
             doc.text(f"The modified (serial) roofline AI / (AI / P_flops + 1 / BW), BW = {'P_pci' if 'P_pci' in rates else 'P_mpi'} "
@@ -182,22 +182,22 @@ def sweep_section(doc: Document, path: Path) -> None:
 
     checked = path.parent / "validation.csv"
     if checked.exists():
-        from . import validation
+        from perflab.analysis import validation
         v = pd.read_csv(checked)
         v = v[(v.source == path.name) & v.error.notna()] if "error" in v else v.iloc[:0]
         if len(v):
             worst = v.iloc[v.error.abs().argmax()]
             doc.heading("Predicted from the ceilings, before the sweep, against measured time per batch", 2)
-            doc.text(f"perflab.predictor composes each point's step from this machine's ceilings files alone "
+            doc.text(f"perflab.analysis.predictor composes each point's step from this machine's ceilings files alone "
                      f"({', '.join(sorted(set(v.ceilings)))}): every kernel of the step timed alone, the trainer's host "
                      f"floor, the copies and all-reduces against size. {validation.describe(v)}; the worst, "
                      f"{worst.error:+.0%}, at H = {int(worst.H)}, B = {int(worst.B)}, p = {int(worst.p)} ({worst['mode']}).")
             doc.table(v[["H", "B", "p", "mode", "measured_ms", "predicted_ms", "error"]])
-    pred = analysis.prediction_table(staged, rates)
+    pred = roofline.prediction_table(staged, rates)
     doc.heading("Predicted against measured time per batch (the seeds' serial model)", 2)
     worst = pred.iloc[pred.error.abs().argmax()]
     doc.text(f"GEMM FLOPs / P_flops + bytes / P_pci + bytes / P_mpi, every rate from the reference point: median "
-             f"|error| {analysis.median_abs_error(pred):.0%}, worst {worst.error:+.0%} at H = {int(worst.H)}, "
+             f"|error| {roofline.median_abs_error(pred):.0%}, worst {worst.error:+.0%} at H = {int(worst.H)}, "
              f"B = {int(worst.B)}, p = {int(worst.p)}. The model charges every GEMM at the reference point's rate, so points whose GEMMs run "
              "nearer the peak come out slower than predicted and the small ones faster.")
     doc.table(pred)
@@ -224,7 +224,7 @@ def figure_sections(doc: Document, figures: list[Path], level: int = 1) -> None:
 def build(out: str | None = None, folder: Path | None = None) -> Path:
     """The report of one run folder (this machine's by default): its sweeps' questions answered,
     then its figures by section."""
-    from . import results
+    from perflab import results
     folder = Path(folder or results.run_dir())
     out = Path(out or folder / "report.pdf")
     figures = sorted((folder / "figures").glob("*.png"))

@@ -3,7 +3,7 @@ the fastest SGEMM a practitioner would reach for, not only CuPy's cuBLAS call.
 
 Both run float32 with TF32 off, on the bench's inputs (the same seed, storage and rotation past
 L2), checked against the float64 product. Each peer runs in a process of its own
-(`python -m perflab.gemm_peers '[peer, hidden, batches, repeats]'`): JAX's and PyTorch's memory
+(`python -m perflab.measure.gemm_peers '[peer, hidden, batches, repeats]'`): JAX's and PyTorch's memory
 pools stay out of CuPy's way and out of each other's numbers.
 """
 from __future__ import annotations
@@ -16,8 +16,8 @@ import time
 
 import numpy as np
 
-from .bench import gemm_shapes, operand_sets, rel_error
-from .peers import PeerMissing, fp32_jax, fp32_torch, run_peer_process
+from perflab.measure.gemm_inputs import gemm_shapes, operand_sets, rel_error
+from perflab.measure.peers import PeerMissing, fp32_jax, fp32_torch, run_peer_process
 
 GEMM_PEERS = ("pytorch", "jax")
 
@@ -105,7 +105,7 @@ def run_gemm_peers(peers, hidden, batches, repeats: int, log=print, timeout: int
     got = {}
     for peer in peers:
         t0 = time.perf_counter()
-        result, why = run_peer_process("perflab.gemm_peers", [peer, list(hidden), list(batches), repeats], timeout)
+        result, why = run_peer_process("perflab.measure.gemm_peers", [peer, list(hidden), list(batches), repeats], timeout)
         if result is None:
             log(f"peer skipped: {peer} ({why})")
             continue

@@ -7,10 +7,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import data, model, profile, train
-from .backend import blas_threads, to_numpy
-from .config import Config, ConfigError
-from .parallel import make_trainer
+from perflab import data
+from perflab.backend import blas_threads, to_numpy
+from perflab.config import Config, ConfigError
+from perflab.train import loop, model, profile
+from perflab.train.parallel import make_trainer
 
 TOLERANCE = {"float64": 1e-12, "float32": 1e-5, "tf32": 5e-3}  # tf32: the tensor-core GEMM option
 
@@ -51,8 +52,8 @@ class Device:
 
 
 def make_gpu_trainer(cfg: Config, parallel: str, comm, device: Device, train_set):
-    from . import gpu
-    from .comm import for_gpu
+    from perflab.train import gpu
+    from perflab.train.comm import for_gpu
     gpu.select_device(comm)
     gpu.check_memory(cfg, device.mode == "resident")
     comm = for_gpu(comm, device.comm)
@@ -60,7 +61,7 @@ def make_gpu_trainer(cfg: Config, parallel: str, comm, device: Device, train_set
         if parallel == "model" or len(cfg.hidden_sizes) != 1:
             raise gpu.GPUError("--mode pipelined runs data parallel with one hidden layer; got --parallel "
                                f"{parallel}, hidden sizes {list(cfg.hidden_sizes)}")
-        from .pipelined import Pipelined
+        from perflab.train.pipelined import Pipelined
         return Pipelined(cfg, train_set.X, train_set.y, comm, device.gemm, device.graphs, device.chunks)
     if parallel in ("sequential", "data") and len(cfg.hidden_sizes) == 1:
         return gpu.FusedGPU(cfg, train_set.X, train_set.y, comm, device.mode, device.gemm, device.graphs, device.pinned,
@@ -87,7 +88,7 @@ def train_on_ranks(cfg: Config, parallel: str, comm, device: Device | None = Non
     with threads, recorder or contextlib.nullcontext() as prof:
         with profile.phase("train setup"):
             trainer, test_set, validation, sync = setup(cfg, parallel, comm, device)
-        history = train.fit(cfg, trainer, test_set, progress=progress and comm.rank == 0,
+        history = loop.fit(cfg, trainer, test_set, progress=progress and comm.rank == 0,
                             log=log if comm.rank == 0 else None, sync=sync, validation=validation)
     history.phases = prof.table() if prof is not None else None
     return history, trainer
@@ -97,7 +98,7 @@ def setup(cfg: Config, parallel: str, comm, device: Device):
     train_set, test_set, validation = data.load(cfg)
     check_agreement(comm, cfg, train_set)
     if device.backend == "numpy":
-        from .comm import with_strategy
+        from perflab.train.comm import with_strategy
         comm = with_strategy(comm, device.comm)
         params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed)
         trainer = make_trainer(parallel, cfg, params, train_set.X, train_set.y, comm)
@@ -130,7 +131,7 @@ def check(cfg: Config, parallel: str, comm, device: Device | None = None) -> dic
     if comm.rank == 0:
         train_set = data.load(cfg)[0]
         params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed)
-        reference = train.fit(cfg, train.Sequential(cfg, params, train_set.X, train_set.y), progress=False).params
+        reference = loop.fit(cfg, loop.Sequential(cfg, params, train_set.X, train_set.y), progress=False).params
         names = model.param_names(len(cfg.hidden_sizes) + 1)
         errors = {n: relative_error(p, r) for n, p, r in zip(names, mine, reference)}
         tolerance = TOLERANCE["tf32" if device is not None and device.gemm == "tf32" else cfg.dtype]

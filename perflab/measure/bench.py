@@ -2,11 +2,10 @@
 
 `perflab bench gemm`: every GEMM variant and cuBLAS at the training shapes.
 `perflab bench train`: perflab's training epoch beside PyTorch, JAX and the cuBLAS floor
-(perflab.peers).
+(perflab.measure.peers).
 """
 from __future__ import annotations
 
-import itertools
 import math
 import statistics
 import tempfile
@@ -15,63 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .perfmodel import gradient_buffer_bytes
-
-D, C = 784, 10
-TOLERANCE = {"float32": 1e-5, "float64": 1e-12, "tf32": 5e-3}  # relative error vs the float64 product
-
-
-def gemm_shapes(hidden=(512, 1024, 2048), batches=(800, 3200, 12000)):
-    """(name, M, K, N, a_transposed, b_transposed) as the training step calls them:
-    forward W1 X (X is F-ordered), backward dz1 X^T, da1 = W2^T delta, dW2 = delta a1^T, z2 = W2 a1."""
-    for h in hidden:
-        for b in batches:
-            yield f"fwd1 H={h} B={b}", h, D, b, False, True
-            yield f"bwd3 H={h} B={b}", h, b, D, False, False
-            yield f"fwd2 H={h} B={b}", C, h, b, False, False
-            yield f"bwd1 H={h} B={b}", C, b, h, False, True
-            yield f"bwd2 H={h} B={b}", h, C, b, True, False
-
-
-def named_gemm_shapes(names) -> list:
-    """The gemm_shapes names asked for, each checked (the device scripts' argument): an unknown one
-    is named with the ones there are, before anything needs a GPU."""
-    known = [s[0] for s in gemm_shapes()]
-    if unknown := [n for n in names if n not in known]:
-        raise SystemExit(f"unknown shape(s) {unknown}: the shapes are {known}")
-    return list(names)
-
-
-def gemm_operands(cp, rng, M: int, K: int, N: int, ta: bool, tb: bool, dtype="float32"):
-    """Random a (M x K) and b (K x N) in [-1, 1), stored as the training step stores them
-    (transposed views where gemm_shapes says so), as cp's arrays (CuPy; NumPy in the tests)."""
-    a = cp.asarray(rng.uniform(-1, 1, (K, M) if ta else (M, K)).astype(dtype))
-    b = cp.asarray(rng.uniform(-1, 1, (N, K) if tb else (K, N)).astype(dtype))
-    return (a.T if ta else a), (b.T if tb else b)
-
-
-def input_sets(M: int, K: int, N: int, itemsize: int = 4) -> int:
-    """Operand sets the GEMM bench rotates among: enough that together they overflow L2 (50 MB,
-    three times over), so repeats do not run from cache."""
-    return min(8, max(2, math.ceil(3 * 50e6 / ((M * K + K * N) * itemsize))))
-
-
-def operand_sets(xp, M: int, K: int, N: int, ta: bool, tb: bool, dtype="float32") -> list:
-    """The (a, b) sets a GEMM bench rotates among, each shape its own draw (seed 0), so that the
-    peers' processes (perflab.gemm_peers) draw the same ones."""
-    rng = np.random.default_rng(0)
-    return [gemm_operands(xp, rng, M, K, N, ta, tb, dtype) for _ in range(input_sets(M, K, N))]
-
-
-def rotating(inputs, gemm):
-    """A call that runs gemm(a, b) on the next operand set each time, so replays do not run from L2."""
-    turn = itertools.cycle(inputs)
-    return lambda: gemm(*next(turn))
-
-
-def rel_error(out, reference) -> float:
-    """Relative Frobenius error of a product against its float64 reference (NumPy arrays)."""
-    return float(np.linalg.norm(out - reference) / np.linalg.norm(reference))
+from perflab.analysis.perfmodel import gradient_buffer_bytes
+from perflab.measure.gemm_inputs import TOLERANCE, C, D, gemm_shapes, named_gemm_shapes, operand_sets, rel_error, rotating
+from perflab.timing import graph_replays_ms, time_graph_ms, time_ms
 
 
 def device_peak_flops(cp) -> tuple[float, dict]:
@@ -80,49 +25,6 @@ def device_peak_flops(cp) -> tuple[float, dict]:
     props = cp.cuda.runtime.getDeviceProperties(dev.id)
     sms, clock_khz = props["multiProcessorCount"], props["clockRate"]
     return sms * 128 * 2 * clock_khz * 1e3, {"sms": sms, "clock_mhz": clock_khz / 1e3, "gpu": props["name"].decode()}
-
-
-def graph_replays_ms(cp, fn, calls: int, done) -> list[float]:
-    """Device milliseconds of one fn() call in each replay: `calls` calls captured in a CUDA graph
-    and replayed between events (so the host's launch overhead is not in the number) until
-    done(replays so far) is true."""
-    stream = cp.cuda.Stream(non_blocking=True)
-    with stream:
-        fn()
-        stream.begin_capture()
-        for _ in range(calls):
-            fn()
-        graph = stream.end_capture()
-        graph.launch(stream)
-        times = []
-        while not done(len(times)):
-            start, stop = cp.cuda.Event(), cp.cuda.Event()
-            start.record(stream)
-            graph.launch(stream)
-            stop.record(stream)
-            stop.synchronize()
-            times.append(cp.cuda.get_elapsed_time(start, stop) / calls)
-    return times
-
-
-def time_graph_ms(cp, fn, calls: int = 10, repeats: int = 10) -> float:
-    """Median device milliseconds of one fn() call over `repeats` graph replays."""
-    return statistics.median(graph_replays_ms(cp, fn, calls, lambda n: n >= repeats))
-
-
-def time_ms(cp, fn, repeats: int = 20, warmup: int = 3) -> float:
-    """Median milliseconds of fn() between CUDA events."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop))
-    return statistics.median(times)
 
 
 def device_copy_rate(cp, nbytes: int = 1 << 30) -> float:
@@ -138,15 +40,15 @@ def bench_gemm(variants=("naive", "tiled", "regblock", "best", "tf32", "cublas")
                batches=(800, 3200, 12000), repeats=20, progress=True, peers=("pytorch", "jax"), log=print,
                on_shape=None):
     """Rows: one per (shape, variant) with ms, TFLOP/s, % of cuBLAS, % of the fastest SGEMM peer
-    (cuBLAS, PyTorch, JAX: perflab.gemm_peers, float32 only), % of peak, GB/s. on_shape(rows so
+    (cuBLAS, PyTorch, JAX: perflab.measure.gemm_peers, float32 only), % of peak, GB/s. on_shape(rows so
     far) runs after each shape, so a run cut short keeps what it finished."""
     import cupy as cp
     from tqdm.auto import tqdm
 
-    from . import kernels
+    from perflab import kernels
     peak, dev = device_peak_flops(cp)
     copy_rate = device_copy_rate(cp)
-    from .gemm_peers import run_gemm_peers
+    from perflab.measure.gemm_peers import run_gemm_peers
     peer_times = run_gemm_peers(peers, hidden, batches, repeats, log) if dtype == "float32" and peers else {}
     rows = []
     shapes = list(gemm_shapes(hidden, batches))
@@ -197,14 +99,15 @@ HOLD_SHAPES = ("bwd3 H=2048 B=12000", "fwd1 H=2048 B=12000", "fwd1 H=512 B=3200"
 
 def bench_hold(shapes=HOLD_SHAPES, seconds: float = 2.0, rounds: int = 2, progress=True) -> tuple[list[dict], list[dict]]:
     """best (tuned) and cuBLAS each replayed on a shape for `seconds`, alternating, `rounds` times,
-    while nvidia-smi samples the SM clock and power (perflab.power). A burst after idle runs at the
+    while nvidia-smi samples the SM clock and power (perflab.measure.power). A burst after idle runs at the
     boost clock; held, a large GEMM runs at what the power cap leaves it, which depends on the
     kernel's energy a cycle. Rows: the first replays' and the held second half's ms, % of cuBLAS
     held in the same round, and clock and power over that half. Also returns the samples."""
     import cupy as cp
     from tqdm.auto import tqdm
 
-    from . import kernels, power
+    from perflab import kernels
+    from perflab.measure import power
     known = {s[0]: s for s in gemm_shapes()}
     rows = []
     with tempfile.TemporaryDirectory() as scratch, power.Sampler(Path(scratch) / "smi.csv", cp.cuda.Device().pci_bus_id) \
@@ -266,7 +169,7 @@ def step_kernels(H: int, B: int, dtype: str = "float32") -> list[tuple]:
     step (a profiled run) runs instead of its fused kernels ("unfused: ")."""
     import cupy as cp
 
-    from . import kernels
+    from perflab import kernels
     rng = np.random.default_rng(0)
     dev = lambda *shape: cp.asarray(rng.uniform(0.05, 0.95, shape).astype(dtype))  # noqa: E731
     W1, b1, W2, b2 = dev(H, D), dev(H), dev(C, H), dev(C)
@@ -330,8 +233,8 @@ def bench_allreduce(comm, sizes=ALLREDUCE_SIZES, calls: int = 10, repeats: int =
 
     import cupy as cp
 
-    from .comm import NCCLComm
-    from .gpu import select_device
+    from perflab.train.comm import NCCLComm
+    from perflab.train.gpu import select_device
     local = select_device(comm)
     nccl = NCCLComm(comm)
     stream = cp.cuda.Stream(non_blocking=True)
@@ -396,8 +299,8 @@ def host_allreduces(comm, buf, stream, host_ms) -> dict:
     """What the staged path's host all-reduce could be, beside what the host can do: a copy and a sum
     of the buffer in NumPy (every rank at once), MPI_Allreduce, reduce-scatter + all-gather, and the
     staged exchange with pinned copies in series (device -> host, MPI_Allreduce, host -> device)."""
-    from .comm import share
-    from .gpu import pinned_copy
+    from perflab.train.comm import share
+    from perflab.train.gpu import pinned_copy
     MPI, world = comm.MPI, comm.comm
     host = pinned_copy(np.ones(buf.size, np.float32))
     counts = [share(buf.size, comm.size, r)[1] - share(buf.size, comm.size, r)[0] for r in range(comm.size)]

@@ -101,7 +101,7 @@ class Claims:
 
     def finish(self, point: dict, row: dict | None, meta: dict) -> None:
         """Write the point's row (if any) and drop its claim, in one locked step."""
-        from . import results
+        from perflab import results
         k = list(key(point))
         with self.locked():
             if row is not None:
@@ -122,7 +122,7 @@ def pid_alive(pid: int) -> bool:
 def measure_point(point: dict, comm, dataset: str = "synthetic") -> dict | None:
     """Run one point on `comm` (exactly p ranks); rank 0 returns its row. A point whose training
     diverges (the same on every rank: the loss is all-reduced) gives a row marked failed."""
-    from .train import Diverged
+    from perflab.train.loop import Diverged
     try:
         return measure_trained_point(point, comm, dataset)
     except Diverged as exc:
@@ -132,9 +132,9 @@ def measure_point(point: dict, comm, dataset: str = "synthetic") -> dict | None:
 def measure_trained_point(point: dict, comm, dataset: str) -> dict | None:
     import numpy as np
 
-    from . import perfmodel
-    from .config import HOST_STAGED, Config
-    from .runner import Device, train_on_ranks
+    from perflab.analysis import perfmodel
+    from perflab.config import HOST_STAGED, Config
+    from perflab.train.runner import Device, train_on_ranks
     cfg = Config(dataset=dataset, hidden_sizes=(point["H"],), batch_size=point["B"], train_size=point["N"],
                  num_epochs=point["epochs"], dtype=point["dtype"], test_size=0,
                  learning_rate=point.get("learning_rate", 0.1))
@@ -165,7 +165,7 @@ def measure_trained_point(point: dict, comm, dataset: str) -> dict | None:
 
 def sub_world(world, p: int):
     """The first p ranks of the MPI world as a communicator (None on the others)."""
-    from .comm import MPIComm
+    from perflab.train.comm import MPIComm
     if world.size == 1:
         return world if p == 1 else None
     if p > world.size:
@@ -181,7 +181,7 @@ def sub_world(world, p: int):
 def run_point_on_world(point: dict, dataset: str = "synthetic"):
     """Entry point on every rank (mpiexec or an ipyparallel engine): run one point on the first
     p ranks; rank 0 returns the row (JSON-serializable), the others None."""
-    from .comm import world
+    from perflab.train.comm import world
     w = world()
     comm = sub_world(w, point["p"])
     row = measure_point(point, comm, dataset) if comm is not None else None
@@ -192,7 +192,7 @@ def run_point_on_world(point: dict, dataset: str = "synthetic"):
 
 
 def output_path(name: str, root: Path | None = None) -> Path:
-    from . import results
+    from perflab import results
     return Path(root or results.run_dir()) / f"{name}.csv"
 
 
@@ -218,8 +218,8 @@ def run_grid_mpi(points, name, out: Path | None = None, dataset="synthetic", pro
     """Every rank of `mpiexec -n P perflab sweep` calls this; rank 0 claims the points and writes."""
     from tqdm.auto import tqdm
 
-    from . import results
-    from .comm import world
+    from perflab import results
+    from perflab.train.comm import world
     w = world()
     path = output_path(name, out) if w.rank == 0 else None
     todo = w.bcast(pending(points, path, log) if w.rank == 0 else None)
@@ -244,7 +244,7 @@ def run_grid_engines(view, points, name, out: Path | None = None, dataset="synth
     written here (rows travel back as plain dicts and land in CSV, never as pickles on disk)."""
     from tqdm.auto import tqdm
 
-    from . import results
+    from perflab import results
     path = output_path(name, out)
     todo = pending(points, path, log)
     claims = Claims(path)

@@ -1,4 +1,4 @@
-"""`perflab validate`: the predictor (perflab.predictor) against every measured sweep point of a
+"""`perflab validate`: the predictor (perflab.analysis.predictor) against every measured sweep point of a
 machine folder, per point, with the ceilings file each prediction used; tidy CSV beside them."""
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import analysis, predictor, results
+from perflab import results
+from perflab.analysis import predictor, roofline
 
 SWEEPS = ("roofline*.csv", "parallel.csv", "mainjob/roofline.csv", "prediction_check*.csv")
 
@@ -28,7 +29,7 @@ def validate_folder(folder: Path, out: str | None = None, write: bool = True) ->
     folder = Path(folder)
     tables, phase_tables = [], []
     for path in sweep_files(folder):
-        points = analysis.measured(pd.read_csv(path))
+        points = roofline.measured(pd.read_csv(path))
         if "epoch_seconds" not in points or not len(points):
             continue
         meta = json.loads(path.with_suffix(".json").read_text()) if path.with_suffix(".json").exists() else {}

@@ -27,7 +27,7 @@ class PlanError(ValueError):
 
 
 def gpu_count() -> int:
-    from .backend import cupy_or_none
+    from perflab.backend import cupy_or_none
     cp = cupy_or_none()
     return cp.cuda.runtime.getDeviceCount() if cp is not None else 0
 
@@ -67,7 +67,7 @@ def step_rate(backend: str, H: int = 512, batch: int = 1600, seconds: float = 0.
         step = lambda: (a @ b, cp.cuda.Device().synchronize())  # noqa: E731
         flops = 2 * H * 784 * batch
     else:
-        from . import model
+        from perflab.train import model
         params = model.init_params((784, H, 10), "float32", 0)
         X, y = np.random.default_rng(0).random((784, batch), np.float32), np.zeros(batch, np.int64)
         step = lambda: model.backward(params, model.forward(params, X), y, batch)  # noqa: E731
@@ -84,7 +84,7 @@ def data_seconds(N: int) -> float:
     """Seconds to make one synthetic training set of N samples (each point makes it twice)."""
     import numpy as np
 
-    from . import data
+    from perflab import data
     small = min(N, 4000)
     start = time.perf_counter()
     data.synthetic(small, 784, 10, np.float32, 0)
@@ -122,7 +122,7 @@ def estimate_seconds(points: list[dict], rate: float, per_point_s: float, shared
     """Each point runs epochs + 2 epochs (warm-up, timed, profiled) of N/B batches, a rank's share
     at the GEMM rate (split over the ranks where they `shared` one CPU), plus a fixed cost per
     point (engine set-up, imports; graph capture on a GPU)."""
-    from . import perfmodel
+    from perflab.analysis import perfmodel
     total = 0.0
     for pt in points:
         w = perfmodel.Workload(layers=(784, pt["H"], 10), B=pt["B"], p=pt["p"], N=pt["N"])
@@ -135,7 +135,7 @@ def estimate_seconds(points: list[dict], rate: float, per_point_s: float, shared
 def roofline_plan(backend="auto", engines="auto", hidden=None, ranks=None, per_rank_batch=None, batch_sweep=None,
                   N=None, modes=None, epochs=None, estimate=True) -> Plan:
     """The roofline notebook's sweep for this machine; None means the backend's size."""
-    from . import sweep
+    from perflab.workbook import sweep
     gpus, cores = gpu_count(), os.cpu_count() or 1
     backend = resolve_backend(backend, gpus)
     engines = resolve_engines(engines, backend, gpus, cores)
@@ -171,7 +171,8 @@ def measure_ceilings(view, plan: Plan, folder, log=print) -> list:
     <folder>/ceilings_p<P>.csv (kept when there: a rerun resumes)."""
     from pathlib import Path
 
-    from . import ceilings, results
+    from perflab import results
+    from perflab.measure import ceilings
     paths = []
     for p in plan.ranks:
         path = Path(folder) / f"ceilings_p{p}.csv"
@@ -190,7 +191,8 @@ def predict(plan: Plan, folder):
 
     import pandas as pd
 
-    from . import predictor, results
+    from perflab import results
+    from perflab.analysis import predictor
     rows = []
     for pt in plan.points:
         path = predictor.ceilings_for(Path(folder), pt["p"])

@@ -1,6 +1,6 @@
 """GPU training: the seeds' step on one GPU per rank, fused and graph-captured.
 
-Same math as perflab.model (checked against it), laid out for speed:
+Same math as perflab.train.model (checked against it), laid out for speed:
   forward   z1 = W1 X                          one GEMM
             a1 = sigmoid(z1 + b1), z2 = W2 a1  one pass over z1 (a1 written in place, z2 in row-block sums)
             delta = (softmax(z2 + b2) - Y)/B   one kernel, with the per-sample CE for the loss
@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import kernels, model, profile
-from .config import MODES, Config, ConfigError
-from .parallel import check_batch_split, local_part
-from .profile import phase
-from .train import Sequential
+from perflab import kernels
+from perflab.config import MODES, Config, ConfigError
+from perflab.train import model, profile
+from perflab.train.loop import Sequential
+from perflab.train.parallel import check_batch_split, local_part
+from perflab.train.profile import phase
 
 
 class GPUError(ConfigError):
@@ -71,7 +72,7 @@ class FusedGPU(Sequential):
         if len(cfg.hidden_sizes) != 1:
             raise GPUError("the fused GPU trainer takes one hidden layer; use --gemm cublas-generic for deeper nets")
         if mode not in MODES[:2]:
-            raise GPUError(f"FusedGPU runs modes {MODES[:2]}, got {mode!r} (pipelined: perflab.pipelined.Pipelined)")
+            raise GPUError(f"FusedGPU runs modes {MODES[:2]}, got {mode!r} (pipelined: perflab.train.pipelined.Pipelined)")
         check_batch_split(cfg, comm.size)
         self.cp, self.cfg, self.comm, self.mode, self.variant = cp, cfg, comm, mode, gemm
         # fuse_backward: backward GEMMs 1 and 2, sigmoid' and the bias sums in one pass over a1.

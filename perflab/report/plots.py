@@ -9,8 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import perfmodel, results
-from .config import HOST_STAGED
+from perflab import results
+from perflab.analysis import perfmodel
+from perflab.config import HOST_STAGED
 
 
 def figures_dir() -> Path:
@@ -249,7 +250,7 @@ def timeline(lanes, rank: int = 0, title: str = ""):
     waits for the one before; pipelined, the copies and the host all-reduce run under compute."""
     import matplotlib.pyplot as plt
 
-    from .timeline import LANES
+    from perflab.measure.timeline import LANES
     t = lanes[lanes["rank"] == rank]
     modes = list(dict.fromkeys(t["mode"]))
     order = list(dict.fromkeys(LANES.values()))

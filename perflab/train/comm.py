@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from .profile import phase
+from perflab.train.profile import phase
 
 MPI_LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS", "SLURM_STEP_ID")
 STRATEGIES = ("mpi", "nccl", "hierarchical", "cuda-mpi")

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .backend import xp_of
-from .profile import phase
+from perflab.backend import xp_of
+from perflab.train.profile import phase
 
 
 def param_names(num_layers: int) -> list[str]:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .perfmodel import gradient_buffer_bytes
-from .results import RESULTS_ROOT
+from perflab.analysis.perfmodel import gradient_buffer_bytes
+from perflab.results import RESULTS_ROOT
 
 
 def build(out: str | None = None, folder: Path | None = None) -> Path:
     """The report PDF of a run folder (this machine's by default): `report_pdf.build`."""
-    from . import report_pdf
-    return report_pdf.build(out, folder)
+    from perflab.report import pdf
+    return pdf.build(out, folder)
 
 
 # ------------------------------------------------------------------ tables from result files
@@ -54,7 +54,7 @@ def train_table(path: Path) -> str:
 def gemm_table(path: Path) -> str:
     import pandas as pd
 
-    from .bench import gemm_ratios
+    from perflab.measure.bench import gemm_ratios
     t = pd.read_csv(path)
     big = t[t["shape"].str.startswith(("fwd1", "bwd3"))]
     wide = big.pivot_table(index="shape", columns="variant", values="tflops", sort=False).round(2)
@@ -184,7 +184,8 @@ def pipelined_section() -> list[str]:
 
     import pandas as pd
 
-    from . import analysis, timeline
+    from perflab.analysis import roofline
+    from perflab.measure import timeline
     out = []
     for path in sorted(RESULTS_ROOT.glob("*/prediction_check_*pipelined*.csv")):
         t = pd.read_csv(path)
@@ -196,7 +197,7 @@ def pipelined_section() -> list[str]:
         lines = [f"p={p}: pipelined {row.pipelined / row.resident:.2f}x the resident epoch, "
                  f"{row.staged / row.pipelined:.2f}x faster than in series" for p, row in wide.iterrows()]
         copy = both[both["mode"] == "pipelined"].iloc[0]
-        roofs = analysis.folder_roofs(path.parent, "gpu")
+        roofs = roofline.folder_roofs(path.parent, "gpu")
         p_pci = copy["bytes_images"] / copy["t_copying images host -> device"]
         out += ["", f"## The seeds' path pipelined, {path.parent.name}", "",
                 f"Source: {source(path)}, predicted before the run in `{Path('results/predictions') / (path.stem.removeprefix('prediction_check_') + '.json')}` "
@@ -205,7 +206,7 @@ def pipelined_section() -> list[str]:
                 fmt(both[["H", "B", "p", "mode", "measured_ms", "predicted_ms", "error"]].round(2)), "",
                 "; ".join(lines) + f". The pipelined images copy, profiled alone: {p_pci / 1e9:.1f} GB/s, "
                 f"{p_pci / roofs['P_pci']:.2f} of the fastest pinned host -> device copy the ceilings measured."]
-        bounds = analysis.overlap_bounds(t, roofs)
+        bounds = roofline.overlap_bounds(t, roofs)
         if len(bounds):
             out += ["", "Where the exchanged points fall: the seeds' serial roofline AI / (AI/P_flops + 1/BW) against "
                     "the standard min(P_flops, AI BW), BW = 2 / (1/P_pci + 1/P_mpi) = "
@@ -351,7 +352,7 @@ def predictor_sections() -> list[str]:
 
     import pandas as pd
 
-    from . import validation
+    from perflab.analysis import validation
     rows = []
     for path in sorted(RESULTS_ROOT.glob("*/validation.csv")):
         v = pd.read_csv(path)
@@ -367,7 +368,7 @@ def predictor_sections() -> list[str]:
     if not rows:
         return []
     out = ["### The bottom-up predictor against every committed point\n\n"
-           "Time per batch composed from each machine's ceilings files alone (`perflab ceilings`; `perflab.predictor`), "
+           "Time per batch composed from each machine's ceilings files alone (`perflab ceilings`; `perflab.analysis.predictor`), "
            "against the measured unprofiled epoch over its batches. Sources: `results/<folder>/validation.csv` "
            "(`perflab validate --committed`), each row naming the ceilings file it used; the profiled phases (the "
            "seeds' NVTX names, each GEMM, the update, the image copy) in `validation_phases.csv`. No constant is fitted "
@@ -396,7 +397,7 @@ def predictor_sections() -> list[str]:
         t["error"] = t.error.map(lambda e: f"{e:+.0%}")
         out.append("### The seeds' machine from its three rates (a what-if)\n\n"
                    "A ceilings file built from the seeds' P_flops, P_pci and P_mpi alone (RTX 6000, two ranks, H = 512, "
-                   "B = 3000; `perflab.seeds_machine`), its prediction beside the seeds' own phase medians (final "
+                   "B = 3000; `perflab.analysis.seeds_machine`), its prediction beside the seeds' own phase medians (final "
                    "assignment, Figure 11). The copies and the all-reduce come back by construction (the rates were "
                    "taken from those medians); one P_flops for every GEMM overcharges the large ones and undercharges "
                    "the small, and the work three rates do not describe (elementwise kernels, launches) is what the "
@@ -460,7 +461,7 @@ def analysis_markdown() -> str:
     import numpy as np
     import pandas as pd
 
-    from . import analysis
+    from perflab.analysis import roofline
     out = ["# perflab report: the seeds' questions on measured GPUs",
            "", "Generated by `perflab report --markdown` from the committed result files named in each section."]
     for path in sorted(RESULTS_ROOT.glob("*/roofline.csv")):
@@ -487,7 +488,7 @@ def analysis_markdown() -> str:
             ceilings_file = min(path.parent.glob("ceilings_p*.csv"), default=None,
                                 key=lambda f: abs(int(f.stem.split("_p")[1]) - int(r["p"])))
             if ceilings_file is not None:
-                top = analysis.ceiling_rates(pd.read_csv(ceilings_file), gradient_buffer_bytes(int(r["H"])), int(r["p"]))
+                top = roofline.ceiling_rates(pd.read_csv(ceilings_file), gradient_buffer_bytes(int(r["H"])), int(r["p"]))
                 rates["machine ceiling"] = [top[k] for k in rates.rate]
                 rates["of ceiling"] = rates.measured / rates["machine ceiling"]
             out += ["", f"### Question 2.4: effective rates at H=512, B={r['B']}, p={r['p']}, staged (the seeds' path)", "",
@@ -501,12 +502,12 @@ def analysis_markdown() -> str:
                     "which is why they land near the seeds' numbers while P_flops is an order of magnitude higher."]
             rates_dict = {k: float(r[k]) for k in ("P_flops", "P_pci", "P_mpi") if np.isfinite(r[k])}
             if "P_pci" in rates_dict:  # the modified rooflines count gradient bytes: points that exchange them
-                out += roofline_text(analysis.roofline_placement(staged[staged.p > 1], rates_dict), rates_dict)
-            pred = analysis.prediction_table(staged, rates_dict)
+                out += roofline_text(roofline.roofline_placement(staged[staged.p > 1], rates_dict), rates_dict)
+            pred = roofline.prediction_table(staged, rates_dict)
             pred["mode"] = "staged"
             worst = pred[pred.error.abs() > 0.15]
             out += ["", "### Predicted (serial model, rates above) against measured time per batch, staged mode", "",
-                    fmt(pred.round(3)), "", f"Median |error| {100 * analysis.median_abs_error(pred):.0f}%. "
+                    fmt(pred.round(3)), "", f"Median |error| {100 * roofline.median_abs_error(pred):.0f}%. "
                     f"{len(worst)} of {len(pred)} points are off by more than 15%. The model charges GEMM FLOPs at one "
                     "P_flops and the image and gradient bytes at P_pci and P_mpi, all taken at the reference point. "
                     "Points below the prediction are the short batches (B = 800, and H = 512): fixed per-batch costs "
@@ -518,14 +519,14 @@ def analysis_markdown() -> str:
             both["staged / resident"] = both["staged"] / both["resident"]
             out += ["", "### Staged (the seeds' path) against resident (data on the GPU, NCCL), ms per batch", "",
                     fmt(both.reset_index().round(3))]
-    out += ["", "## The bottom-up predictor (perflab.predictor, from ceilings alone)", ""] + predictor_sections()
+    out += ["", "## The bottom-up predictor (perflab.analysis.predictor, from ceilings alone)", ""] + predictor_sections()
     out += step_section()
     out += parallel_section()
     out += allreduce_section()
     out += pipelined_section()
     out += held_section()
     out += prediction_check_section()
-    scaling = analysis.scaling_rows()
+    scaling = roofline.scaling_rows()
     if len(scaling):
         out += ["", "## Data-parallel scaling (H=2048, 3000 per GPU per step, 60000 an epoch)", "",
                 fmt(scaling[["machine", "peer", "p", "epoch_ms", "efficiency"]].round(3))]
@@ -559,9 +560,9 @@ def analysis_markdown() -> str:
                         "epochs pay NCCL's set-up (1.9 s, then about 48 ms, then 3.8 ms: "
                         "`results/nvidia-h200-x4/warmup_p4.log`, eager launches). The steady-state 3.8 ms would be "
                         "an efficiency of 0.74 and beat the JAX and DDP figures above. The harness now gives every "
-                        "peer 3 warm-up epochs and the median of 7 (`perflab.peers_multi`); the four-GPU machine was "
+                        "peer 3 warm-up epochs and the median of 7 (`perflab.measure.peers_multi`); the four-GPU machine was "
                         "withdrawn before it could be rerun."]
-    from .projection import CALIBRATIONS
+    from perflab.analysis.projection import CALIBRATIONS
     for name, scaling in CALIBRATIONS.items():  # the eight-GPU predictions (JSON)
         prediction = RESULTS_ROOT / "predictions" / f"{name}.json"
         if not prediction.exists():

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import perfmodel
+from perflab.analysis import perfmodel
 
 FUSED_STEP = ("forward GEMM 1 (cuBLAS)", "fused forward: sigmoid, GEMM 2, softmax", "db2 row sums",
               "fused backward: dz1, dW2, db1", "backward GEMM 3 (cuBLAS)")
@@ -187,7 +187,7 @@ def pipeline_end(ready: list[float], stages: list[list[float]], free: list[float
 
 
 def pipelined_batch(H: int, Bl: float, p: int, chunks: int, c: Ceilings, terms: dict) -> dict:
-    """perflab.pipelined's step: the next batch's images (pinned) copy on their own stream under
+    """perflab.train.pipelined's step: the next batch's images (pinned) copy on their own stream under
     compute; on several GPUs G's tail, then each of `chunks` dW1 row blocks as backward GEMM 3 makes
     it, flows device -> host -> MPI -> host -> device (pinned copies, host MPI, each one piece at a
     time; the host reaches its MPI loop only once it has launched the whole step) and the update

@@ -4,9 +4,9 @@ an epoch split over p GPUs (each does N/p), b = B/p samples per GPU per step; ea
 median of REPEATS epochs after WARMUP (the first epochs on several GPUs pay NCCL's set-up:
 results/nvidia-h200-x4/warmup_p4.log).
 
-    mpirun -n P python -m perflab.peers_multi perflab H b N [staged] [overlap] [no-graphs]
-    mpirun -n P python -m perflab.peers_multi ddp H b N        (one process a GPU)
-    python -m perflab.peers_multi jax H b N P                    (one process, P GPUs)
+    mpirun -n P python -m perflab.measure.peers_multi perflab H b N [staged] [overlap] [no-graphs]
+    mpirun -n P python -m perflab.measure.peers_multi ddp H b N        (one process a GPU)
+    python -m perflab.measure.peers_multi jax H b N P                    (one process, P GPUs)
 Each prints one JSON line {"peer", "H", "b", "p", "epoch_ms"} (from rank 0).
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 
-from .peers import initial, timed_epochs
+from perflab.measure.peers import initial, timed_epochs
 
 WARMUP, REPEATS = 3, 7
 PERFLAB_FLAGS = ("staged", "overlap", "no-graphs")
@@ -33,9 +33,9 @@ def perflab_data_parallel(H: int, b: int, N: int, *flags: str, lr=0.1, reg=1e-4,
     """perflab's fused data-parallel trainer, NCCL (host MPI when staged), one process a GPU."""
     from mpi4py import MPI
 
-    from .comm import MPIComm, for_gpu
-    from .gpu import select_device
-    from .peers import perflab_epoch
+    from perflab.measure.peers import perflab_epoch
+    from perflab.train.comm import MPIComm, for_gpu
+    from perflab.train.gpu import select_device
     odd = [f for f in flags if f not in PERFLAB_FLAGS]
     if odd:
         raise SystemExit(f"unknown perflab flag(s) {odd}; allowed: {PERFLAB_FLAGS}")

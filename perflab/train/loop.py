@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import model, profile
-from .config import Config
-from .profile import phase
+from perflab.config import Config
+from perflab.train import model, profile
+from perflab.train.profile import phase
 
 
 class Diverged(RuntimeError):

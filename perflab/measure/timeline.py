@@ -20,7 +20,7 @@ HOST_PHASES = ("MPI_Allreduce",)  # run by the host: its clock, not a stream's e
 def record(cfg, comm, modes=("staged", "pipelined"), gemm: str = "cublas", chunks: int = 4, log=None) -> pd.DataFrame:
     """Every rank's phase ranges of the second of two epochs (the first pays for compilation and
     warm-up), one run per mode; on every rank (the caller keeps rank 0's or all)."""
-    from .runner import Device, train_on_ranks
+    from perflab.train.runner import Device, train_on_ranks
     tables = []
     for mode in modes:
         device = Device(backend="cupy", mode=mode, gemm=gemm, comm="nccl" if mode == "resident" else "mpi", chunks=chunks)

@@ -16,7 +16,7 @@ Rows (tidy): ceiling, size_bytes or shape, ranks, value, unit. Measured where th
                    graph replay of the fused step, the fused step launched kernel by kernel
   staged_images    the staged path's per-batch input copy, host -> device (seconds against B)
   staged_allreduce the staged path's gradient exchange (device -> host, MPI, host -> device)
-The predictor (perflab.predictor) composes a training step from these rows alone.
+The predictor (perflab.analysis.predictor) composes a training step from these rows alone.
 """
 from __future__ import annotations
 
@@ -25,25 +25,14 @@ import time
 
 import numpy as np
 
+from perflab.timing import median_seconds
+
 SIZES = [2**k for k in range(12, 29, 2)]  # 4 KiB .. 256 MiB
 HIDDEN_GRID = (256, 512, 1024, 2048, 4096)             # the step's kernels are timed at every (H, B)
 BATCH_GRID = (400, 800, 1600, 3200, 6400, 12800)       # per-rank batch B' = B / p
 CPU_HIDDEN_GRID = (128, 512, 1024, 2048)
 CPU_BATCH_GRID = (200, 800, 1600, 3200, 12800)
 TRAINING_SHAPES = [(512, 784, 3200), (1024, 784, 3200), (2048, 784, 12000), (512, 3200, 784)]
-
-
-def median_seconds(fn, repeats: int = 10, warmup: int = 2, sync=lambda: None) -> float:
-    for _ in range(warmup):
-        fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def cpu_gemm(shapes=TRAINING_SHAPES, dtype="float32", repeats=5) -> list[dict]:
@@ -78,8 +67,9 @@ def mpi_allreduce(comm, sizes=SIZES, repeats=10) -> list[dict]:
 def gpu_ceilings(sizes=SIZES, shapes=TRAINING_SHAPES, repeats=10) -> list[dict]:
     import cupy as cp
 
-    from . import kernels
-    from .bench import device_copy_rate, time_ms
+    from perflab import kernels
+    from perflab.measure.bench import device_copy_rate
+    from perflab.timing import time_ms
     rows = []
     rng = np.random.default_rng(0)
     for M, K, N in shapes:
@@ -137,9 +127,9 @@ def nccl_allreduce(comm, sizes=SIZES, repeats=20) -> list[dict]:
 def measure_on_world(p: int, grid, sizes=SIZES) -> list[dict] | None:
     """On every MPI engine: the ceilings of the first p ranks (GPU where CuPy sees one), the step's
     kernels at `grid`; rank 0 returns the rows, the others None (the notebook's entry point)."""
-    from .backend import cupy_or_none
-    from .comm import world
-    from .sweep import sub_world
+    from perflab.backend import cupy_or_none
+    from perflab.train.comm import world
+    from perflab.workbook.sweep import sub_world
     w = world()
     comm = sub_world(w, p)
     rows = measure(comm, cupy_or_none() is not None, sizes, log=lambda m: None, grid=grid) if comm is not None else None
@@ -159,7 +149,8 @@ def gpu_step_kernels(hidden=HIDDEN_GRID, batches=BATCH_GRID, repeats: int = 10, 
     import cupy as cp
     from tqdm.auto import tqdm
 
-    from .bench import step_kernels, time_graph_ms
+    from perflab.measure.bench import step_kernels
+    from perflab.timing import time_graph_ms
     rows = []
     for H, B in tqdm([(H, B) for H in hidden for B in batches], desc="step kernels", disable=not progress):
         for name, call, nbytes in step_kernels(H, B):
@@ -174,7 +165,7 @@ def gpu_step_floors(steps: int = 200) -> list[dict]:
     replayed as one graph, and launched kernel by kernel (the staged path launches it so)."""
     import cupy as cp
 
-    from .bench import step_kernels
+    from perflab.measure.bench import step_kernels
     calls = [call for name, call, _ in step_kernels(16, 16) if not name.startswith("unfused")]
     stream = cp.cuda.Stream(non_blocking=True)
 
@@ -206,8 +197,8 @@ def trainer_floor(comm, mode: str = "resident", batches=(20, 400)) -> list[dict]
     GPU's work is negligible: epochs of two lengths give its host cost per step (the loop, the
     graph replay or the eager launches and the copies' latency; on several GPUs the all-reduce
     and update) and per epoch (the synchronizations and the loss at its end)."""
-    from .config import Config
-    from .runner import Device, train_on_ranks
+    from perflab.config import Config
+    from perflab.train.runner import Device, train_on_ranks
     epochs = []
     for n in batches:
         cfg = Config(dataset="synthetic", hidden_sizes=(16,), batch_size=16 * comm.size, train_size=16 * comm.size * n,
@@ -225,7 +216,7 @@ def trainer_floor(comm, mode: str = "resident", batches=(20, 400)) -> list[dict]
 
 def trainer_floors(comm) -> list[dict]:
     """The trainer's floor alone on rank 0 (resident and staged), then resident on all ranks."""
-    from .comm import Serial
+    from perflab.train.comm import Serial
     rows = trainer_floor(Serial()) + trainer_floor(Serial(), "staged") if comm.rank == 0 else []
     comm.idle_barrier()
     if comm.size > 1:
@@ -276,13 +267,13 @@ def cpu_step_kernels(comm, hidden=CPU_HIDDEN_GRID, batches=CPU_BATCH_GRID, repea
     """The NumPy reference's forward, backward (+ L2) and update at each (H, B'), timed on every rank
     at once (a barrier starts each) with the BLAS threads training gives a rank, so p ranks
     sharing the cores show in the times."""
-    from .backend import blas_threads
+    from perflab.backend import blas_threads
     with blas_threads(comm):
         return cpu_step_kernel_rows(comm, hidden, batches, repeats)
 
 
 def cpu_step_kernel_rows(comm, hidden, batches, repeats) -> list[dict]:
-    from . import model
+    from perflab.train import model
     rng = np.random.default_rng(comm.rank)
     X_all = np.asfortranarray(rng.random((784, 2 * max(batches)), dtype=np.float32))  # the data set's layout
     rows = []
@@ -318,8 +309,8 @@ def measure(comm, gpu: bool, sizes=SIZES, log=print, kernels: bool = True, grid=
         log("MPI all-reduce ...") if comm.rank == 0 else None
         rows += mpi_allreduce(comm, sizes)
     if gpu:
-        from .comm import for_gpu
-        from .gpu import select_device
+        from perflab.train.comm import for_gpu
+        from perflab.train.gpu import select_device
         select_device(comm)
         if comm.rank == 0:
             log("GPU GEMM, copies ...")

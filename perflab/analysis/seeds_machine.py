@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import perfmodel, predictor, results
+from perflab import results
+from perflab.analysis import perfmodel, predictor
 
 FOLDER = results.RESULTS_ROOT / "seeds-rtx6000"
 

@@ -18,10 +18,10 @@ import time
 
 import numpy as np
 
-from . import profile
-from .gpu import FusedGPU, pinned_copy
-from .parallel import local_part
-from .profile import phase
+from perflab.train import profile
+from perflab.train.gpu import FusedGPU, pinned_copy
+from perflab.train.parallel import local_part
+from perflab.train.profile import phase
 
 HOST_TO_DEVICE, DEVICE_TO_HOST = 1, 2  # cudaMemcpyKind
 

@@ -1,0 +1,65 @@
+"""Timing helpers below everything that times: the kernels' tuner, the benchmarks, the ceilings.
+
+Device time: CUDA events around a CUDA graph of many calls (the host's launch cost left out),
+or around single calls; host time: the monotonic clock with a caller's synchronization.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+
+def graph_replays_ms(cp, fn, calls: int, done) -> list[float]:
+    """Device milliseconds of one fn() call in each replay: `calls` calls captured in a CUDA graph
+    and replayed between events (so the host's launch overhead is not in the number) until
+    done(replays so far) is true."""
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        fn()
+        stream.begin_capture()
+        for _ in range(calls):
+            fn()
+        graph = stream.end_capture()
+        graph.launch(stream)
+        times = []
+        while not done(len(times)):
+            start, stop = cp.cuda.Event(), cp.cuda.Event()
+            start.record(stream)
+            graph.launch(stream)
+            stop.record(stream)
+            stop.synchronize()
+            times.append(cp.cuda.get_elapsed_time(start, stop) / calls)
+    return times
+
+
+def time_graph_ms(cp, fn, calls: int = 10, repeats: int = 10) -> float:
+    """Median device milliseconds of one fn() call over `repeats` graph replays."""
+    return statistics.median(graph_replays_ms(cp, fn, calls, lambda n: n >= repeats))
+
+
+def time_ms(cp, fn, repeats: int = 20, warmup: int = 3) -> float:
+    """Median milliseconds of fn() between CUDA events."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, stop))
+    return statistics.median(times)
+
+
+def median_seconds(fn, repeats: int = 10, warmup: int = 2, sync=lambda: None) -> float:
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)

@@ -1,0 +1,70 @@
+"""The package's shape: rooms by stage of the data flow, arrows one way, no import circle."""
+import ast
+from pathlib import Path
+
+import perflab
+
+PACKAGE = Path(perflab.__file__).parent
+LOWER = ("perflab.train", "perflab.kernels")  # what trains: it never reaches up into what measures or reports
+UPPER = ("perflab.measure", "perflab.analysis", "perflab.report", "perflab.workbook", "perflab.cli")
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for f in PACKAGE.rglob("*.py"):
+        parts = f.with_suffix("").relative_to(PACKAGE.parent).parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    return out
+
+
+def imports() -> dict[str, set[str]]:
+    """Every perflab module each module imports, at the top or inside a function (ast, not run)."""
+    mods, graph = modules(), {}
+    for name, f in mods.items():
+        package = name if f.name == "__init__.py" else name.rsplit(".", 1)[0]
+        edges = set()
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([node.module] if node.module else []))
+                for alias in node.names:
+                    sub = f"{base}.{alias.name}"
+                    edges.add(sub if sub in mods else base)
+            elif isinstance(node, ast.Import):
+                edges |= {a.name for a in node.names}
+        graph[name] = {e for e in edges if e in mods and e != name}
+    return graph
+
+
+def test_no_module_imports_itself_round_a_circle():
+    graph, state, circles = imports(), {}, []
+
+    def visit(node, path):
+        state[node] = "open"
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                circles.append(path[path.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = "done"
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert not circles, "import circles: " + "; ".join(" -> ".join(c) for c in circles)
+
+
+def test_training_and_kernels_never_import_what_measures_or_reports():
+    wrong = {(m, e) for m, edges in imports().items() if m.startswith(LOWER) for e in edges if e.startswith(UPPER)}
+    assert not wrong, sorted(wrong)
+
+
+def test_every_module_sits_in_a_room_or_below_them_all():
+    base = {"perflab", "perflab.__main__", "perflab.cli", "perflab.config", "perflab.data", "perflab.results",
+            "perflab.backend", "perflab.timing"}
+    rooms = LOWER + UPPER[:-1]
+    loose = [m for m in modules() if m not in base and not m.startswith(rooms)]
+    assert not loose, loose
+    below = {e for m in base - {"perflab.cli", "perflab.__main__"} for e in imports()[m]}
+    assert not {e for e in below if e.startswith(rooms)}, "the base modules must not import from the rooms"
