@@ -6,7 +6,7 @@ import perflab
 
 PACKAGE = Path(perflab.__file__).parent
 LOWER = ("perflab.train", "perflab.kernels")  # what trains: it never reaches up into what measures or reports
-UPPER = ("perflab.measure", "perflab.analysis", "perflab.report", "perflab.workbook", "perflab.cli")
+UPPER = ("perflab.measure", "perflab.analysis", "perflab.report", "perflab.workbook", "perflab.commands", "perflab.cli")
 
 
 def modules() -> dict[str, Path]:

@@ -1,0 +1,143 @@
+"""`perflab validate`, `whatif` and `predict`: the predictor against measurements, and ahead of them."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from perflab.commands.options import (
+    CLIError,
+    outputs,
+    positive,
+    positive_float,
+)
+from perflab.config import MODES
+
+
+def cmd_validate(args, comm) -> dict:
+    """Predicted (from ceilings alone) against measured time per batch for every sweep point of
+    this machine's run folder, or with --committed of every committed machine folder."""
+    from perflab import results
+    from perflab.analysis import validation
+    if args.committed and (args.folder or args.out):
+        raise CLIError("--committed validates every folder under results/ and writes each one's validation.csv; "
+                       "--folder and --out name a single run folder instead: give one or the other")
+    folders = validation.committed_folders() if args.committed else [Path(args.folder or results.run_dir())]
+    summary = {}
+    for folder in folders:
+        if not folder.is_dir():
+            raise CLIError(f"--folder {folder}: no such folder")
+        table, path = validation.validate_folder(folder, args.out)
+        summary[folder.name] = validation.summary(table)
+        if not args.json:
+            print(f"{folder.name}: {validation.describe(table)}; wrote {path}")
+    return summary
+
+
+def cmd_whatif(args, comm) -> dict:
+    """Predict a grid of points from one ceilings file alone (any machine's, measured or described)."""
+
+    import pandas as pd
+
+    from perflab import results
+    from perflab.analysis import predictor
+    from perflab.data import atomic_write
+    from perflab.workbook import sweep
+    path = Path(args.ceilings)
+    if not path.is_file():
+        raise CLIError(f"--ceilings {args.ceilings}: no such file (perflab ceilings writes <run folder>/ceilings_p<P>.csv)")
+    ceilings = predictor.Ceilings.load(path)
+    points = sweep.grid(hidden=args.hidden, per_rank_batch=args.per_rank_batch, ranks=args.ranks,
+                        backend=[args.backend], mode=args.mode, N=args.train_size)
+    rows = []
+    for point in points:
+        try:
+            pred = predictor.predict_point(point, ceilings)
+        except predictor.PredictionError as exc:
+            raise CLIError(str(exc)) from None
+        rows.append({k: point[k] for k in ("H", "B", "p", "backend", "mode", "N")}
+                    | {"b": point["B"] // point["p"], "batch_ms": 1e3 * pred["batch_s"], "epoch_ms": 1e3 * pred["epoch_s"],
+                       "composition": pred["composition"]} | {k: 1e3 * v for k, v in pred.items() if k.startswith("t_")})
+    meta = json.loads(path.with_suffix(".json").read_text()) if path.with_suffix(".json").exists() else {}
+    out = Path(args.out or results.run_dir()) / f"{args.name}.json"
+    made = {"method": "perflab.analysis.predictor from the ceilings file alone (no training run)", "ceilings": str(path),
+            "ceilings_machine": {k: meta.get(k) for k in ("gpu", "gpu_count", "cpu", "cpu_count", "git_commit", "date")},
+            "predicted_by": results.git_commit(), "rows": rows}
+    atomic_write(out, (json.dumps(made, indent=1) + "\n").encode())
+    if not args.json:
+        print(pd.DataFrame(rows).drop(columns=["composition"]).round(3).to_string(index=False))
+        print(f"wrote {out}")
+    return {"saved": str(out), "rows": rows}
+
+
+def cmd_predict(args, comm) -> dict:
+
+    from perflab.analysis import projection
+    from perflab.data import atomic_write
+    from perflab.results import RESULTS_ROOT
+    if not (RESULTS_ROOT / "nvidia-h200" / args.calibration).exists():
+        raise CLIError(f"--calibration {args.calibration}: no such file in {RESULTS_ROOT / 'nvidia-h200'}")
+    if args.multinode:
+        table = projection.multinode(RESULTS_ROOT, per_node=args.per_node, inter=(args.inter_latency, args.inter_bw),
+                                     scaling=args.calibration)
+        out = RESULTS_ROOT / "predictions" / f"{args.name}.csv"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(out, index=False)
+        if not args.json:
+            print(table.pivot_table(index="p", columns="strategy", values="efficiency").round(3).to_string())
+            print(f"wrote {out}")
+        return {"saved": str(out)}
+    prediction = projection.predictions(RESULTS_ROOT, ranks=args.ranks, scaling=args.calibration)
+    out = RESULTS_ROOT / "predictions" / f"{args.name}.json"
+    atomic_write(out, (json.dumps(prediction, indent=1) + "\n").encode())
+    if not args.json:
+        import pandas as pd
+        print(pd.DataFrame(prediction["rows"]).round(3).to_string(index=False))
+        print(f"wrote {out}")
+    return {"saved": str(out)}
+
+
+def register(sub) -> None:
+    p = sub.add_parser("validate", help="the predictor against every measured sweep point (ceilings alone, no fit)",
+                       description="For each sweep point (roofline*.csv, parallel.csv) of a run folder: the time per batch "
+                                   "the predictor composes from the folder's ceilings_p<P>.csv (perflab ceilings) against "
+                                   "the measured unprofiled epoch over its batches; writes validation.csv beside them "
+                                   "with the ceilings file each prediction used.")
+    p.add_argument("--folder", metavar="DIR", help="default this machine's run folder, runs/<machine key>/")
+    p.add_argument("--committed", action="store_true", help="every machine folder under results/ instead (developers: "
+                                                            "rewrites their validation.csv)")
+    p.add_argument("--out", metavar="CSV", help="with --folder: write here instead of <folder>/validation.csv")
+    outputs(p, folder=False)
+    p.set_defaults(run=cmd_validate)
+
+    p = sub.add_parser("whatif", help="predict points from a ceilings file alone (perflab.analysis.predictor; no training run)",
+                       description="Time per batch and per epoch of every (H, b, p, mode) point composed from one "
+                                   "ceilings file (perflab ceilings on that machine): commit the prediction before the "
+                                   "run that tests it. Writes <run folder>/NAME.json (or --out DIR) naming the file used.")
+    p.add_argument("--ceilings", required=True, metavar="CSV", help="a ceilings_p<P>.csv (P >= the largest --ranks)")
+    p.add_argument("--hidden", nargs="+", type=positive, default=[512], metavar="H")
+    p.add_argument("--per-rank-batch", nargs="+", type=positive, default=[3000], metavar="b", help="samples per rank per step")
+    p.add_argument("--ranks", nargs="+", type=positive, default=[1], metavar="P")
+    p.add_argument("--backend", choices=("numpy", "cupy"), default="cupy")
+    p.add_argument("--mode", nargs="+", choices=MODES, default=["resident"])
+    p.add_argument("--train-size", type=positive, default=60000, metavar="N")
+    p.add_argument("--name", default="whatif", help="file name (default %(default)s)")
+    p.add_argument("--out", metavar="DIR", help="folder (default this machine's run folder)")
+    outputs(p, folder=False)
+    p.set_defaults(run=cmd_whatif)
+
+    p = sub.add_parser("predict", help="predict scaling to p GPUs from the committed H200 measurements",
+                       description="Projected epoch time and efficiency (data parallel, model parallel; H in {512, 2048}, "
+                                   "b in {800, 3000} per GPU, N = 60000) for p GPUs, from the NCCL all-reduce fit and the "
+                                   "one-GPU steps measured on the H200s; written to results/predictions/NAME.json.")
+    p.add_argument("--ranks", nargs="+", type=positive, default=[1, 2, 4, 8], help="GPU counts (default 1 2 4 8)")
+    p.add_argument("--name", default="p8", help="result name under results/predictions/ (default %(default)s)")
+    p.add_argument("--calibration", default="scaling_calibration.jsonl", metavar="FILE",
+                   help="the scaling runs (in results/nvidia-h200/) that calibrate the per-step cost on several GPUs "
+                        "(default %(default)s, the eager steps p8.json was made from; scaling.jsonl: the latest)")
+    p.add_argument("--multinode", action="store_true",
+                   help="instead: project H=2048, 3000 per GPU to 64 GPUs on nodes joined by a network (CSV)")
+    p.add_argument("--per-node", type=positive, default=8, help="GPUs per node (default %(default)s)")
+    p.add_argument("--inter-bw", type=positive_float, default=25e9, help="network bandwidth per node, B/s (default %(default)s: 200 Gb/s)")
+    p.add_argument("--inter-latency", type=positive_float, default=5e-6, help="network latency per ring step, s (default %(default)s)")
+    outputs(p, folder=False)
+    p.set_defaults(run=cmd_predict)

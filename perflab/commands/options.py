@@ -1,0 +1,188 @@
+"""The options several commands share, and the argument types that name a bad value."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from perflab.config import ACCURACY, DTYPES, MODES, Config
+from perflab.data import DATASETS
+
+DEFAULTS = Config()
+
+
+class CLIError(Exception):
+    """Bad input caught after parsing; printed as `perflab: error: ...`, exit status 2."""
+
+
+def hyperparameter_options(parser: argparse.ArgumentParser) -> None:
+    d = DEFAULTS
+    g = parser.add_argument_group(
+        "hyperparameters",
+        "Defaults are the seeds' performance workload {D=784, H=512, C=10, reg=1e-4, lr=1e-4, "
+        "N=38400, epochs=1, B=3200}: the point the roofline analysis studies; they train too little "
+        "to classify well. For accuracy (test precision ~0.98 on MNIST): "
+        + " ".join(f"--{k.replace('_', '-').replace('hidden-sizes', 'hidden-size')} "
+                   f"{' '.join(map(str, v)) if isinstance(v, tuple) else v}"
+                   for k, v in ACCURACY.items() if k != "shuffle") + " --shuffle")
+    g.add_argument("--input-size", type=int, default=d.input_size, metavar="D", help="pixels per image (default %(default)s)")
+    g.add_argument("--hidden-size", type=int, nargs="+", default=list(d.hidden_sizes), metavar="H",
+                   help="hidden units; several values make a deeper net, e.g. 1024 1024 (default %(default)s)")
+    g.add_argument("--num-classes", type=int, default=d.num_classes, metavar="C", help="classes (default %(default)s)")
+    g.add_argument("--reg", type=float, default=d.reg, help="L2 weight: loss += reg/2 * sum ||W||^2 (default %(default)s)")
+    g.add_argument("--learning-rate", type=float, default=d.learning_rate, metavar="LR", help="SGD step (default %(default)s)")
+    g.add_argument("--train-size", type=int, default=d.train_size, metavar="N", help="training samples (default %(default)s)")
+    g.add_argument("--test-size", type=int, default=d.test_size, help="test samples for precision, 0 for none (default %(default)s)")
+    g.add_argument("--validation-size", type=int, default=d.validation_size, metavar="V",
+                   help="hold out V training samples (after the first N) and report their precision each epoch (default %(default)s)")
+    g.add_argument("--num-epochs", type=int, default=d.num_epochs, help="passes over the training set (default %(default)s)")
+    g.add_argument("--batch-size", type=int, default=d.batch_size, metavar="B",
+                   help="global mini-batch, split over MPI ranks; the last batch of an epoch keeps N %% B samples (default %(default)s)")
+    g.add_argument("--dtype", choices=DTYPES, default=d.dtype, help="float64 is the reference (default %(default)s)")
+    g.add_argument("--seed", type=int, default=d.seed, help="seed of the initial weights and of shuffling (default %(default)s)")
+    g.add_argument("--dataset", choices=DATASETS, default=d.dataset,
+                   help="mnist/fashion-mnist from data/ (verified); synthetic: learnable data of any D, C, N (default %(default)s)")
+    g.add_argument("--print-every", type=int, default=d.print_every, metavar="K", help="print the loss every K batches; 0: once an epoch")
+    g.add_argument("--shuffle", action="store_true", help="reshuffle the training set every epoch (same order on every rank)")
+
+
+def device_options(parser: argparse.ArgumentParser) -> None:
+    from perflab.kernels import GEMM_VARIANTS
+    g = parser.add_argument_group("device", "where the math runs (GPU options need CuPy and an NVIDIA GPU)")
+    g.add_argument("--backend", choices=("numpy", "cupy", "auto"), default="numpy",
+                   help="numpy: the CPU reference; cupy: one GPU per rank; auto: cupy when a GPU is there (default %(default)s)")
+    g.add_argument("--mode", choices=MODES, default="resident",
+                   help="resident: data copied to the GPU once, gradients all-reduced on the GPU, each step a CUDA graph; "
+                        "staged: the seeds' path, each batch copied host->device, gradients through host MPI, in series; "
+                        "pipelined: the staged path on streams, the next batch's copy and each gradient piece's copies "
+                        "and host all-reduce overlapped with compute (default %(default)s)")
+    g.add_argument("--gemm", choices=GEMM_VARIANTS, default="cublas",
+                   help="GEMM on the GPU: cuBLAS (called so it can sit in CUDA graphs; the fastest measured) or one of "
+                        "perflab's kernels (default %(default)s)")
+    g.add_argument("--comm", choices=("nccl", "mpi", "hierarchical", "cuda-mpi"), default=None,
+                   help="gradient all-reduce: nccl (GPU, on the device), mpi (host MPI; GPU buffers staged), cuda-mpi "
+                        "(GPU buffers straight to a CUDA-aware MPI, detected: an error where the MPI is not), hierarchical "
+                        "(reduce in each node, all-reduce across node leaders, broadcast; PERFLAB_RANKS_PER_NODE=k "
+                        "pretends nodes of k ranks). Default: nccl on GPUs (mpi in staged mode), mpi on the CPU")
+    g.add_argument("--no-graphs", action="store_true", help="launch kernels one by one instead of replaying CUDA graphs")
+    g.add_argument("--pinned", action="store_true", help="staged mode: keep the data in page-locked host memory")
+    g.add_argument("--overlap", action="store_true",
+                   help="NCCL on several GPUs: all-reduce the gradients in chunks on a second stream while backward "
+                        "GEMM 3 still runs (slower than one exchange after it on two H200: results/nvidia-h200)")
+    g.add_argument("--chunks", type=positive, default=4, metavar="K",
+                   help="dW1 is exchanged in K row chunks, each as soon as its part of backward GEMM 3 is done "
+                        "(--overlap, --mode pipelined; default %(default)s)")
+
+
+def device_from_args(args):
+    from perflab.backend import array_module
+    from perflab.train.runner import Device
+    backend = "numpy" if array_module(args.backend).__name__ == "numpy" else "cupy"
+    if args.backend == "auto" and getattr(args, "json", False) is False:
+        print(f"backend: {backend}", file=sys.stderr)
+    comm = args.comm or ("nccl" if backend == "cupy" and args.mode == "resident" else "mpi")
+    if backend == "numpy" and comm in ("nccl", "cuda-mpi"):
+        raise CLIError(f"--comm {comm} needs --backend cupy; on the CPU use mpi or hierarchical")
+    if backend == "numpy" and args.gemm != "cublas":
+        raise CLIError(f"--gemm {args.gemm} runs perflab's CUDA kernels: it needs --backend cupy (the NumPy "
+                       "backend multiplies with its BLAS)")
+    if args.overlap and comm != "nccl":
+        raise CLIError(f"--overlap overlaps an NCCL all-reduce with the backward pass: it needs --comm nccl "
+                       f"(--backend cupy --mode resident), got --comm {comm}")
+    if comm == "cuda-mpi":
+        from perflab.train.comm import require_cuda_aware_mpi
+        try:
+            require_cuda_aware_mpi()
+        except ValueError as exc:
+            raise CLIError(str(exc)) from None
+    if args.mode != "resident" and comm in ("nccl", "cuda-mpi"):
+        raise CLIError(f"--mode {args.mode} exchanges gradients through the host: use --comm mpi or hierarchical")
+    if args.mode == "pipelined" and backend == "numpy":
+        raise CLIError("--mode pipelined overlaps host <-> GPU copies with GPU compute: it needs --backend cupy")
+    return Device(backend=backend, mode=args.mode, gemm=args.gemm, comm=comm, graphs=not args.no_graphs,
+                  pinned=args.pinned, overlap=args.overlap, chunks=args.chunks)
+
+
+def config_from_args(args) -> Config:
+    return Config(input_size=args.input_size, hidden_sizes=tuple(args.hidden_size), num_classes=args.num_classes,
+                  reg=args.reg, learning_rate=args.learning_rate, train_size=args.train_size,
+                  num_epochs=args.num_epochs, batch_size=args.batch_size, dtype=args.dtype, seed=args.seed,
+                  test_size=args.test_size, validation_size=args.validation_size, print_every=args.print_every,
+                  dataset=args.dataset, shuffle=args.shuffle)
+
+
+def parallel_option(parser, default: str) -> None:
+    parser.add_argument("--parallel", choices=("auto", "sequential", "data", "model") if default == "auto"
+                        else ("data", "model"), default=default,
+                        help="data: batch split over ranks, one fused gradient all-reduce a batch; model: hidden "
+                             "units split over ranks (one hidden layer only), one all-reduce of the C x B logits; "
+                             "auto: data under mpiexec with several ranks, else sequential (default %(default)s)")
+
+
+def device_summary(device) -> dict:
+    import dataclasses
+    if device.backend == "numpy":
+        return {"backend": "numpy", "comm": device.comm}
+    return dataclasses.asdict(device)
+
+
+def save_rows(name: str, rows: list[dict], out: str | None = None) -> str:
+    from perflab import results
+    meta = results.machine_metadata()
+    folder = results.run_dir(meta) if out is None else __import__("pathlib").Path(out)
+    return str(results.write_rows(folder / f"{name}.csv", rows, meta, append=False))
+
+
+def outputs(parser, folder: bool = True):
+    """The output options most commands share: --out DIR for the result CSV, and --json."""
+    if folder:
+        parser.add_argument("--out", metavar="DIR", help="folder for the CSV (default this machine's run folder, runs/<machine key>/)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on the last line")
+
+
+def positive(text: str) -> int:
+    """argparse type: an integer >= 1, named in the error otherwise."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def hold_seconds(text: str) -> float:
+    """argparse type: seconds a hold lasts, 0.2 to 60 (shorter leaves no clock samples to speak of)."""
+    value = positive_float(text)
+    if not 0.2 <= value <= 60:
+        raise argparse.ArgumentTypeError(f"expected seconds from 0.2 to 60, got {text!r}")
+    return value
+
+
+def gemm_shape(text: str) -> str:
+    """argparse type: a training GEMM shape as bench gemm names it ("fwd1 H=512 B=3200")."""
+    from perflab.measure.gemm_inputs import gemm_shapes
+    names = [s[0] for s in gemm_shapes()]
+    if text not in names:
+        raise argparse.ArgumentTypeError(f"unknown shape {text!r}: expected one of {', '.join(names)}")
+    return text
+
+
+def hidden_batch(text: str) -> tuple[int, int]:
+    """'512,3200' -> (512, 3200), for --configs."""
+    try:
+        h, b = (int(v) for v in text.split(","))
+        if h > 0 and b > 0:
+            return h, b
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"expected H,B with two positive integers like 512,3200, got {text!r}")

@@ -1,0 +1,121 @@
+"""`perflab train` and `perflab check`: the trainers, run on every rank."""
+from __future__ import annotations
+
+import sys
+
+from perflab.commands.options import (
+    config_from_args,
+    device_from_args,
+    device_options,
+    device_summary,
+    hyperparameter_options,
+    outputs,
+    parallel_option,
+)
+from perflab.config import HOST_STAGED
+
+
+def cmd_train(args, comm) -> dict:
+    from perflab import results
+    from perflab.train import runner
+
+    cfg = config_from_args(args)
+    parallel = args.parallel if args.parallel != "auto" else ("data" if comm.size > 1 else "sequential")
+    quiet = args.json or comm.rank != 0
+    device = device_from_args(args)
+    history, _ = runner.train_on_ranks(cfg, parallel, comm, device, log=None if quiet else print,
+                                       progress=not quiet and sys.stderr.isatty(), profiled=args.profile)
+    summary = {"final_loss": history.final_loss, "test_precision": history.test_precision,
+               "epoch_seconds": history.epoch_seconds, "parallel": parallel, "ranks": comm.size,
+               "profiled": args.profile, **device_summary(device), **cfg.to_dict()}
+    if cfg.validation_size:
+        summary["validation_precision"] = history.epochs[-1]["validation_precision"]
+    phases = None
+    if args.profile:
+        import pandas as pd
+        tables = comm.allgather(history.phases)
+        phases = pd.concat(tables, ignore_index=True)
+        summary.update(phase_report(phases, cfg, parallel, comm.size, device, quiet))
+    if comm.rank != 0:
+        return summary
+    if not args.json:
+        precision = "n/a" if history.test_precision is None else f"{history.test_precision:.4f}"
+        if cfg.validation_size:
+            precision += f"  validation precision {summary['validation_precision']:.4f}"
+        print(f"final loss {history.final_loss:.6f}  test precision {precision}  "
+              f"time per epoch {history.epoch_seconds:.3f} s  ({parallel}, {comm.size} rank(s))")
+    if args.save:
+        meta = results.machine_metadata()
+        fixed = {k: v for k, v in summary.items() if k not in ("final_loss", "test_precision", "epoch_seconds")}
+        fixed["hidden_sizes"] = " ".join(map(str, cfg.hidden_sizes))
+        folder = results.run_dir(meta)
+        path = results.write_rows(folder / f"{args.save}.csv", [{**fixed, **row} for row in history.epochs],
+                                  meta, append=False)
+        summary["saved"] = str(path)
+        if phases is not None:
+            rows = [{**fixed, **row} for row in phases.to_dict("records")]
+            summary["saved_phases"] = str(results.write_rows(folder / f"{args.save}_phases.csv", rows, meta, append=False))
+        if not args.json:
+            print(f"wrote {path}")
+    return summary
+
+
+def phase_report(phases, cfg, parallel, ranks, device, quiet) -> dict:
+    """Nsight-like summary of a --profile run and the seeds' effective rates from its medians."""
+    from perflab.analysis import perfmodel
+    from perflab.train import profile
+    table = profile.summary(phases[phases.phase != "train setup"])
+    w = perfmodel.Workload(layers=cfg.layer_sizes, B=cfg.batch_size, p=ranks, parallel=parallel if parallel != "sequential" else "data",
+                           dtype=cfg.dtype, staged=device.backend == "numpy" or device.mode in HOST_STAGED,
+                           host_allreduce=device.backend == "numpy" or device.comm != "nccl", N=cfg.train_size)
+    rates = perfmodel.effective_rates(w, table["median"].to_dict())
+    if not quiet:
+        shown = table.assign(**{c: table[c] * 1e3 for c in ("total", "median", "min", "max")})
+        print("phase times in ms (device synchronized at phase edges; all ranks pooled):")
+        print(shown.round(4).to_string())
+        print("effective rates: " + ", ".join(f"{k} = {v:.4g}" for k, v in rates.items()))
+    return {"phase_medians": table["median"].to_dict(), **rates}
+
+
+def cmd_check(args, comm) -> dict:
+    from perflab.train import runner
+
+    device = device_from_args(args)
+    result = runner.check(config_from_args(args), args.parallel, comm, device)
+    result.update(device_summary(device))
+    if comm.rank == 0 and not args.json:
+        print(f"{args.parallel} parallel on {comm.size} rank(s), {result['dtype']}: "
+              f"relative error vs the sequential reference (tolerance {result['tolerance']:.0e})")
+        for name, err in result["errors"].items():
+            print(f"  {name:4s} {err:.3e}  {'ok' if err <= result['tolerance'] else 'TOO LARGE'}")
+        print(f"  replicas differ across ranks by at most {result['replica_max_abs_diff']:.3e}")
+        print("PASSED" if result["passed"] else "FAILED")
+    if not result["passed"]:
+        args.exit_code = 1
+    return result
+
+
+def register(sub) -> None:
+    p = sub.add_parser("train", help="train the MLP and print loss, test precision and time per epoch",
+                       description="Train the MLP: the sequential NumPy reference, or data/model parallel "
+                                   "over MPI ranks (mpiexec -n P perflab train --parallel data).")
+    hyperparameter_options(p)
+    parallel_option(p, "auto")
+    device_options(p)
+    p.add_argument("--profile", action="store_true",
+                   help="time every phase (the seeds' NVTX names), synchronizing the device at phase edges; prints an "
+                        "Nsight-like summary and P_flops/P_pci/P_mpi. Without it only whole epochs are timed.")
+    p.add_argument("--save", metavar="NAME", help="write the per-epoch table to <run folder>/NAME.csv (+ .json metadata)")
+    outputs(p, folder=False)
+    p.set_defaults(run=cmd_train)
+
+    p = sub.add_parser("check", help="compare a parallel run with the sequential reference (the seeds' test)",
+                       description="Train the parallel trainer and the sequential NumPy reference from the same "
+                                   "initial parameters on the same data; report per-parameter relative Frobenius "
+                                   "errors. Passes at <= 1e-12 (float64) or <= 1e-5 (float32); exit status 1 if not. "
+                                   "Run under mpiexec -n P.")
+    hyperparameter_options(p)
+    parallel_option(p, "data")
+    device_options(p)
+    outputs(p, folder=False)
+    p.set_defaults(run=cmd_check)

@@ -1,0 +1,120 @@
+"""`perflab sweep` and `perflab notebook`: grids of points, notebooks run end to end."""
+from __future__ import annotations
+
+from perflab.commands.options import (
+    CLIError,
+    outputs,
+    positive,
+    positive_float,
+)
+from perflab.config import DTYPES, MODES
+from perflab.data import DATASETS
+
+
+def cmd_sweep(args, comm) -> dict:
+    from perflab.workbook import sweep
+    if args.emit_sbatch:
+        from perflab.workbook import slurm
+        argv = list(args.argv)
+        for flag, takes in (("--emit-sbatch", 1), ("--nodes", 1), ("--gpus-per-node", 1), ("--nsys", 0), ("--json", 0)):
+            while flag in argv:
+                i = argv.index(flag)
+                del argv[i:i + 1 + takes]
+        try:
+            text = slurm.sbatch(argv, args.name, args.nodes, args.gpus_per_node, nsys=args.nsys)
+        except ValueError as exc:
+            raise CLIError(str(exc)) from None
+        with open(args.emit_sbatch, "w") as f:
+            f.write(text)
+        if not args.json:
+            print(f"wrote {args.emit_sbatch}: submit with sbatch {args.emit_sbatch}")
+        return {"sbatch": args.emit_sbatch}
+    points = sweep.grid(hidden=args.hidden, batch=args.batch, ranks=args.ranks, per_rank_batch=args.per_rank_batch,
+                        parallel=args.parallel, backend=args.backend, mode=args.mode, gemm=args.gemm,
+                        dtype=args.dtype, N=args.train_size, epochs=args.num_epochs, learning_rate=args.learning_rate)
+    too_big = [pt["p"] for pt in points if pt["p"] > comm.size]
+    if too_big:
+        raise CLIError(f"the grid has points with p={max(too_big)} but {comm.size} rank(s) are running; "
+                       f"start with mpiexec -n {max(too_big)} perflab sweep ...")
+    path = sweep.run_grid_mpi(points, args.name, args.out, args.dataset, progress=not args.json and comm.rank == 0,
+                              log=(lambda m: None) if args.json else print)
+    if comm.rank == 0 and not args.json:
+        print(f"wrote {path}")
+    return {"points": len(points), "saved": str(path)}
+
+
+NOTEBOOKS = ("roofline", "correctness", "convergence", "scaling", "kernels")
+
+
+def cmd_notebook(args, comm) -> dict:
+    """Execute notebooks/NAME.py (Jupytext percent format, the one source) end to end with
+    papermill; the executed copy lands in <run folder>/notebooks/NAME.ipynb."""
+    import ast
+
+    import jupytext
+    import papermill
+
+    from perflab import results
+    from perflab.data import PROJECT_ROOT
+    params = {}
+    for k, v in args.parameter or []:
+        try:
+            params[k] = ast.literal_eval(v)
+        except (ValueError, SyntaxError):
+            params[k] = v
+    source = PROJECT_ROOT / "notebooks" / f"{args.name}.py"
+    out = results.run_dir() / "notebooks" / f"{args.name}.ipynb"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    notebook = jupytext.read(source)
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    papermill.execute_notebook(notebook, str(out), parameters=params, cwd=str(source.parent),
+                               progress_bar=not args.json, kernel_name="python3")
+    if not args.json:
+        print(f"executed {source} -> {out}")
+    return {"notebook": str(out), "parameters": params}
+
+
+def register(sub) -> None:
+    p = sub.add_parser("sweep", help="measure a grid of points (H, B, p, mode, ...) into <run folder>/NAME.csv",
+                       description="Each point trains (N samples, E epochs) unprofiled for the epoch time and once "
+                                   "profiled for the phase medians; its row is written as soon as it finishes, and a "
+                                   "rerun skips points already in the file. Run under mpiexec -n P (P >= largest p); "
+                                   "points with fewer ranks use the first p.")
+    from perflab.kernels import GEMM_VARIANTS as variants
+    p.add_argument("--name", default="sweep", help="result file name (default %(default)s)")
+    p.add_argument("--hidden", nargs="+", type=positive, default=[512], metavar="H", help="hidden sizes (default 512)")
+    p.add_argument("--batch", nargs="+", type=positive, default=[3200], metavar="B",
+                   help="global mini-batch sizes, split over the ranks (default 3200)")
+    p.add_argument("--per-rank-batch", nargs="+", type=positive, metavar="B/p",
+                   help="instead of --batch: B = p * B/p, the seeds' sweep with B/p constant")
+    p.add_argument("--ranks", nargs="+", type=positive, default=[1], metavar="P", help="process counts (default 1)")
+    p.add_argument("--parallel", nargs="+", choices=("data", "model"), default=["data"], help="default data")
+    p.add_argument("--backend", nargs="+", choices=("numpy", "cupy"), default=["numpy"], help="default numpy")
+    p.add_argument("--mode", nargs="+", choices=MODES, default=["resident"],
+                   help="GPU data and exchange path (default resident)")
+    p.add_argument("--gemm", nargs="+", choices=variants, default=["cublas"], help="GPU GEMM variants (default cublas)")
+    p.add_argument("--dtype", nargs="+", choices=DTYPES, default=["float32"], help="default float32")
+    p.add_argument("--train-size", type=positive, default=38400, metavar="N",
+                   help="samples an epoch (default %(default)s, the seeds')")
+    p.add_argument("--num-epochs", type=positive, default=1, help="timed epochs a point, after one warm-up "
+                                                                  "(default %(default)s)")
+    p.add_argument("--dataset", choices=DATASETS, default="synthetic", help="default synthetic (any size)")
+    p.add_argument("--learning-rate", type=positive_float, default=0.1, help="SGD step of every point (default %(default)s); a "
+                                                                    "point whose loss diverges is written as failed")
+    p.add_argument("--emit-sbatch", metavar="FILE", help="instead of running: write a Slurm script that runs this sweep "
+                                                         "with one rank per GPU on --nodes x --gpus-per-node")
+    p.add_argument("--nodes", type=int, default=1, help="with --emit-sbatch (default 1)")
+    p.add_argument("--gpus-per-node", type=int, default=4, help="with --emit-sbatch (default 4)")
+    p.add_argument("--nsys", action="store_true", help="with --emit-sbatch: profile each rank with Nsight Systems")
+    outputs(p)
+    p.set_defaults(run=cmd_sweep)
+
+    p = sub.add_parser("notebook", help="run a workbook notebook end to end (papermill)",
+                       description="Execute notebooks/NAME.py (Jupytext percent format: open it in Jupyter with jupytext "
+                                   "installed, or edit it as text) with parameters; the executed copy and its figures "
+                                   "go to results/. Example: perflab notebook roofline -p engines 4 -p backend cupy")
+    p.add_argument("name", choices=NOTEBOOKS)
+    p.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                   help="override a parameter (Python literal)")
+    outputs(p, folder=False)
+    p.set_defaults(run=cmd_notebook)
