@@ -20,6 +20,18 @@ for path in sorted(RESULTS_ROOT.glob("*/bench_gemm_float32.csv")):
         f"FP32 GEMM rate of perflab's kernels naive -> tiled -> regblock -> best against the SGEMM of cuBLAS (and of "
         f"PyTorch and JAX where the file has them, TF32 off) at three training shapes "
         f"on {bench.gpu.iloc[0]}, device time from CUDA-graph replays (JAX: the host's over calls queued back to back); dashed: the FP32 peak. Source: {path.parent.name}/{path.name}."))))
+# %% [markdown]
+# ## The steps from naive to best, and what kept each
+#
+# One `.cu` file each for the first three; every later step is a section of `gemm_best.cu`
+# marked `// Step N:`. Each was kept (or its alternative dropped) by the measurement named.
+
+# %%
+from perflab.kernels import progression
+
+display(progression.table())
+
+# %%
 for path in sorted(RESULTS_ROOT.glob("*/bench_train.csv")):
     fig = plots.train_peers(pd.read_csv(path))
     display(Image(str(plots.save(fig, f"train_peers_{path.parent.name}",

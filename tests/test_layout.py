@@ -68,3 +68,31 @@ def test_every_module_sits_in_a_room_or_below_them_all():
     assert not loose, loose
     below = {e for m in base - {"perflab.cli", "perflab.__main__"} for e in imports()[m]}
     assert not {e for e in below if e.startswith(rooms)}, "the base modules must not import from the rooms"
+
+
+def test_the_gemm_story_is_readable_from_the_tree():
+    """Every step of the GEMM's progression is marked in its .cu file, in order, and kept by a
+    committed result file (perflab.kernels.progression; the kernels notebook prints it)."""
+    from perflab.kernels import KERNEL_DIR
+    from perflab.kernels.progression import STEPS, marker
+    from perflab.results import RESULTS_ROOT
+    assert [s[0] for s in STEPS] == list(range(1, len(STEPS) + 1))
+    for step, what, source, kept_by, _ in STEPS:
+        text = (KERNEL_DIR / source).read_text()
+        assert text.count(marker(step)) == 1, f"step {step} ({what}) is not marked once in {source}"
+        assert (RESULTS_ROOT / kept_by).exists(), kept_by
+    best = (KERNEL_DIR / "gemm_best.cu").read_text()
+    assert all(f"{marker(s[0])} {s[1].split(':')[0]}" in best for s in STEPS if s[2] == "gemm_best.cu")
+
+
+def test_the_readme_layout_names_every_room_and_module():
+    readme = (PACKAGE.parent / "README.md").read_text()
+    layout = readme[readme.index("## Layout"):]
+    layout = layout[:layout.index("\n## ")] if "\n## " in layout else layout
+    for name in modules():
+        parts = name.split(".")[1:]
+        if not parts or parts[-1] in ("__main__",):
+            continue
+        room = f"`{parts[0]}/`" if len(parts) > 1 else None
+        assert f"`{parts[-1]}`" in layout or (len(parts) == 1 and f"`{parts[0]}/`" in layout), name
+        assert room is None or room in layout, name

@@ -12,7 +12,7 @@ from perflab.measure.gemm_inputs import gemm_shapes
 from perflab.results import machine_metadata, write_rows
 from perflab.timing import time_graph_ms
 
-kernels.SPLITS = (1, 2, 3, 4, 5, 6, 7, 8)
+kernels.tiles.SPLITS = (1, 2, 3, 4, 5, 6, 7, 8)
 # EXTRA_CONFIGS="64,64,16,32,32,8,4,3,0,5;...": candidate tile configs beside TILE_CONFIGS
 if os.environ.get("EXTRA_CONFIGS"):
     kernels.TILE_CONFIGS[("best", "float")] = kernels.TILE_CONFIGS[("best", "float")] + [
@@ -25,7 +25,7 @@ import pdl_launch
 
 def use(variant):
     f = f"../../diag/ab/{variant}.cu"
-    kernels.source_file = lambda v: f if v in kernels.TILED_VARIANTS else f"gemm_{v}.cu"
+    kernels.dispatch.source_file = lambda v: f if v in kernels.TILED_VARIANTS else f"gemm_{v}.cu"
     # PDL="pdl,pdl2": these variants launch with programmatic dependent launch
     pdl_launch.install(kernels, variant in os.environ.get("PDL", "").split(","))
     kernels.module.cache_clear(); kernels._plain_gemm_function.cache_clear()

@@ -44,10 +44,10 @@ class PDL:
 def install(kernels, on: bool):
     """Wrap (or unwrap) kernels.gemm_function's tile kernels in PDL launches."""
     if not hasattr(kernels, "_plain_gemm_function"):
-        kernels._plain_gemm_function = kernels.gemm_function
+        kernels._plain_gemm_function = kernels.dispatch.gemm_function
     plain = kernels._plain_gemm_function
     if on:
-        kernels.gemm_function = lambda variant, *a, **k: (PDL(plain(variant, *a, **k)) if variant in kernels.TILED_VARIANTS
+        kernels.dispatch.gemm_function = lambda variant, *a, **k: (PDL(plain(variant, *a, **k)) if variant in kernels.TILED_VARIANTS
                                                           else plain(variant, *a, **k))
     else:
-        kernels.gemm_function = plain
+        kernels.dispatch.gemm_function = plain

@@ -20,7 +20,7 @@ HOLD = float(os.environ.get("HOLD", "1.5"))
 def use(variant):
     from perflab import kernels
     f = f"../../diag/ab/{variant}.cu"
-    kernels.source_file = lambda v: f if v in kernels.TILED_VARIANTS else f"gemm_{v}.cu"
+    kernels.dispatch.source_file = lambda v: f if v in kernels.TILED_VARIANTS else f"gemm_{v}.cu"
     kernels.gemm_function.cache_clear()
     kernels.TUNED.clear()
 

@@ -24,6 +24,13 @@
 //   gained (held for seconds at bwd3 H=2048 B=12000 the SM clock fell to 1800 MHz, cuBLAS's
 //   stayed near 1970): a block a tile walks the tiles in groups of rows, and a shared tile's
 //   blocks start their shares' steps rotated (gemm_experiments/power_ab_holds.csv).
+//
+// The steps past register blocking (gemm_regblock.cu), each a section marked `// Step N:` below,
+// each kept by a measurement (perflab/kernels/progression.py names the result file):
+//   4 cp.async ring in CUTLASS's order     5 k-contiguous tiles transposed through registers
+//   6 one schedule: tile / split-K / stream-K   7 serpentine FMA order   8 G-wide epilogue writes
+//   9 edge tiles without checks            10 CUTLASS's barrier at a shared tile
+//  11 programmatic dependent launch        12 DRAM-saving order (groups of rows, rotation)
 #include "common.cuh"
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
@@ -76,6 +83,7 @@ __device__ __forceinline__ void vstore(T* p, const T* r) {
     else *reinterpret_cast<double2*>(p) = make_double2(r[0], r[1]);
 }
 
+// Step 9: edge tiles: 16-byte zero fills, the overhang on the check-free path (load_tile, k_loop)
 // Starts the copy of the R x W tile at (r0, c0) of row-major g (W contiguous) into s[R][W + V];
 // elements at rows >= rlim or columns >= clim become 0.
 template <typename T, int R, int W, int NT>
@@ -111,6 +119,7 @@ __device__ __forceinline__ void load_tile(T* s, const T* __restrict__ g, int ld,
     }
 }
 
+// Step 5: k-contiguous tiles through registers, stored transposed (xt)
 // A k-contiguous R x W tile (R rows of m or n, W of k) at (r0, c0) of row-major g, held in
 // registers between its global load and its transposed store to s[W][R + V] (zeros past
 // rlim/clim): k_loop issues the load at the start of a step and stores it just before that
@@ -151,6 +160,7 @@ struct Staged {
     }
 };
 
+// Step 4: cp.async ring, STAGES deep, in CUTLASS's main-loop order (perflab.kernels.progression)
 // The K loop every tile kernel shares, ordered as CUTLASS's multistage main loop: tiles of op(A)
 // (BM x BK) and op(B) (BK x BN) for this block's share of K stream through a STAGES-deep ring
 // in shared memory; within a step, read(As, Bs, kk, buf) fills one of two register buffers
@@ -236,6 +246,7 @@ struct Int {  // a compile-time int a generic lambda can take
     static constexpr int value = N;
 };
 
+// Step 6: one schedule for a tile a block, split-K and stream-K
 // How the blocks share the work: the tiles (row-major, N fastest) times their K steps make
 // `iters` iterations (fewer than 2^31), and block c takes [start(c), start(c + 1)): equal
 // shares, give or take one, whatever the number of blocks (at most iters).
@@ -252,6 +263,7 @@ struct Schedule {
 constexpr int FLAG_SLOTS = 1 << 16;
 constexpr long long L2_BYTES = 25 << 20;  // half of the H100's L2: one of its two partitions
 
+// Step 8: G-wide writes of D and of the shared tiles' parts (each(f) below)
 // Runs body(i0, j0, kbeg, kend, rot) for each tile share of this block, then finishes it: a whole
 // tile goes to D; a part is written to the workspace, and the last block of the tile to
 // arrive sums the parts from there in block order (the same bits whoever is last) and writes
@@ -281,6 +293,7 @@ __device__ __forceinline__ void for_each_share(int M, int N, int K, T alpha, T b
         }
     };
     if constexpr (!SHARED) {
+        // Step 12: DRAM-saving order: tiles in groups of rows, shared tiles' K steps rotated (rot)
         // the tiles in groups of GROUP rows, taken column by column: the blocks the SMs hold at once
         // then read the same columns of b, from L2, where in row order each row of tiles streams
         // all of b from DRAM again (Triton's and CUTLASS's swizzle)
@@ -328,6 +341,7 @@ __device__ __forceinline__ void for_each_share(int M, int N, int K, T alpha, T b
             vstore<T, G>(mine + r * BN + c, w);
         });
         const int first = s.owner(t0), last = s.owner(t0 + steps - 1);
+        // Step 10: CUTLASS's barrier where blocks share a tile
         __syncthreads();  // the block's part is written: thread 0's release below covers it (CUTLASS's barrier)
         if (threadIdx.x == 0) {  // one counter a shared tile, at its first block (whose last tile it is)
             int* count = reinterpret_cast<int*>(work) + first;
@@ -367,6 +381,7 @@ __device__ __forceinline__ void for_each_share(int M, int N, int K, T alpha, T b
 // one in the stream may start while this one finishes (kernels.launch_tile). Its blocks let the
 // next launch begin at once, then wait here, before touching global memory, until the grid
 // before them has completed and its writes are visible. Launched plainly, both are no-ops.
+// Step 11: programmatic dependent launch
 __device__ __forceinline__ void after_previous_grid() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
@@ -454,6 +469,7 @@ gemm_best(int M, int N, int K, T alpha, const T* __restrict__ A, int lda, const 
 #pragma unroll
                     for (int m = 0; m < TM; ++m)
 #pragma unroll
+                        // Step 7: serpentine FMA order in the thread tile
                         for (int j = 0; j < TN; ++j) {  // serpentine: a row's last b is the next row's
                             // first, so consecutive FMAs share an operand (measured 0.93 -> 0.95 of cuBLAS)
                             const int n = m % 2 ? TN - 1 - j : j;

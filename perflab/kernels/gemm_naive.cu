@@ -1,3 +1,4 @@
+// Step 1: naive, a thread an output, operands from global memory (perflab/kernels/progression.py)
 // Algorithm 1 of the seeds (001, section 4.1): one thread per element of D.
 #include "common.cuh"
 

@@ -1,3 +1,4 @@
+// Step 3: register blocking, a thread a block of outputs (perflab/kernels/progression.py)
 // Section 4.2 of the seeds: 16 x 4 = 64 threads compute a 64 x 16 tile of D; each thread one
 // 1 x 16 row of it. Per step of 4 along k, the block stages a 4 x 16 tile of op(B) in shared
 // memory (one element a thread) and each thread keeps its 1 x 4 slice of op(A) in registers.

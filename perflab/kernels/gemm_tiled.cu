@@ -1,3 +1,4 @@
+// Step 2: tiled, operand tiles in shared memory (perflab/kernels/progression.py)
 // Algorithm 2 of the seeds: 32 x 32 thread blocks, each computes a 32 x 32 tile of D from
 // 32 x 32 tiles of op(A) and op(B) staged in shared memory. Loads are coalesced whichever
 // way an operand is stored (a transposed operand is written transposed into shared memory);

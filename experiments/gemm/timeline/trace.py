@@ -5,7 +5,7 @@ import numpy as np
 from perflab import kernels
 from perflab.timing import time_graph_ms
 
-kernels.source_file = lambda v: "../../diag/ab/" + __import__("os").environ.get("TRACE_VARIANT", "v5") + ".cu" if v in kernels.TILED_VARIANTS else f"gemm_{v}.cu"
+kernels.dispatch.source_file = lambda v: "../../diag/ab/" + __import__("os").environ.get("TRACE_VARIANT", "v5") + ".cu" if v in kernels.TILED_VARIANTS else f"gemm_{v}.cu"
 CASES = [(512, 12000, 784, "128x64x16_w64x32_t8x8_s3_xt_b3", 396), (512, 12000, 784, "128x64x16_w64x32_t8x8_s3_xt_b3", 260),
          (512, 12000, 784, "128x64x16_w64x32_t8x8_s3_xt_b3", 364),
          (2048, 12000, 784, "128x64x16_w64x32_t8x8_s3_xt_b3", 1040), (2048, 12000, 784, "128x64x16_w64x32_t8x8_s3_xt_b3", 396),

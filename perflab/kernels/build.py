@@ -1,0 +1,106 @@
+"""Compiling perflab's .cu files (NVRTC, through CuPy) and launching what they hold: the one place
+that talks to CUDA below the GEMMs (programmatic dependent launch through the driver API)."""
+from __future__ import annotations
+
+import ctypes
+import functools
+from pathlib import Path
+
+import numpy as np
+
+i32, u64 = np.int32, np.uint64  # kernel arguments must carry their C types (int, size_t)
+
+
+KERNEL_DIR = Path(__file__).resolve().parent
+
+
+class KernelError(RuntimeError):
+    """A kernel was called with operands it cannot take; the message says which and why."""
+
+
+def cupy():
+    import cupy as cp
+    return cp
+
+
+def ctype(dtype) -> str:
+    name = cupy().dtype(dtype).name
+    if name not in ("float32", "float64"):
+        raise KernelError(f"perflab kernels take float32 or float64 arrays, got {name}")
+    return {"float32": "float", "float64": "double"}[name]
+
+
+@functools.lru_cache(maxsize=None)
+def module(source: str, names: tuple):
+    """Compile one .cu file for the given template instantiations (cached per process)."""
+    cp = cupy()
+    code = (KERNEL_DIR / source).read_text()
+    return cp.RawModule(code=code, options=("-std=c++17", f"-I{KERNEL_DIR}"), name_expressions=names)
+
+
+def multiprocessors() -> int:
+    cp = cupy()
+    return sm_count(cp.cuda.Device().id)
+
+
+@functools.lru_cache(maxsize=None)
+def sm_count(device: int) -> int:
+    """Cached: cudaGetDeviceProperties costs about a millisecond, far more than a launch."""
+    return cupy().cuda.runtime.getDeviceProperties(device)["multiProcessorCount"]
+
+
+class LaunchAttribute(ctypes.Structure):  # cuda.h's CUlaunchAttribute: an id, padding to 8, a 64-byte union
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_int), ("value", ctypes.c_int * 16)]
+
+
+class LaunchConfig(ctypes.Structure):  # cuda.h's CUlaunchConfig
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared_mem", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(LaunchAttribute)), ("num_attrs", ctypes.c_uint)]
+
+
+@functools.lru_cache(maxsize=None)
+def driver_launch():
+    """(cuLaunchKernelEx, cuGetErrorName) through ctypes, or None where programmatic dependent
+    launch is not to be had: a GPU before sm_90, or a driver without it."""
+    if int(cupy().cuda.Device().compute_capability) < 90:
+        return None
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        launch, name = cuda.cuLaunchKernelEx, cuda.cuGetErrorName
+    except (OSError, AttributeError):
+        return None
+    launch.argtypes = [ctypes.POINTER(LaunchConfig), ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+    name.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+    return launch, name
+
+
+PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+
+
+SCALAR_CTYPES = {np.int32: ctypes.c_int32, np.float32: ctypes.c_float, np.float64: ctypes.c_double}
+
+
+def launch_tile(kernel, grid: tuple, block: tuple, args: tuple, shared_mem: int):
+    """Launch a tile kernel so that the next one in the stream may start its blocks while this
+    one finishes (each waits for the grid before it in gemm_best.cu): back-to-back GEMMs then
+    lose no launch gap between them (1.2 us of 26 at fwd1 H=512 B=800 on the H100,
+    results/nvidia-h100-80gb-hbm3/gemm_experiments/ab_pdl.csv). A plain launch where the GPU or
+    driver lacks it."""
+    found = driver_launch()
+    if found is None:
+        return kernel(grid, block, args, shared_mem=shared_mem)
+    launch, name = found
+    cp = cupy()
+    attr = LaunchAttribute(id=PROGRAMMATIC_STREAM_SERIALIZATION)
+    attr.value[0] = 1
+    config = LaunchConfig((ctypes.c_uint * 3)(*grid, *(1,) * (3 - len(grid))),
+                          (ctypes.c_uint * 3)(*block, *(1,) * (3 - len(block))), shared_mem,
+                          cp.cuda.get_current_stream().ptr, ctypes.pointer(attr), 1)
+    values = [ctypes.c_void_p(x.data.ptr) if isinstance(x, cp.ndarray) else SCALAR_CTYPES[type(x)](x) for x in args]
+    params = (ctypes.c_void_p * len(values))(*(ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values))
+    status = launch(ctypes.byref(config), ctypes.c_void_p(kernel.kernel.ptr), params, None)
+    if status != 0:
+        text = ctypes.c_char_p()
+        name(status, ctypes.byref(text))
+        raise KernelError(f"cuLaunchKernelEx failed: {(text.value or b'?').decode()} (CUresult {status}; grid "
+                          f"{grid}, block {block}, {shared_mem} bytes of shared memory)")

@@ -1,0 +1,52 @@
+"""Every module the package compiles, and compiling them all at once in parallel processes
+(`perflab compile`; CI compiles the same list with nvcc)."""
+from __future__ import annotations
+
+from perflab.kernels.build import module
+from perflab.kernels.dispatch import GEMM_VARIANTS, gemm_names, source_file
+from perflab.kernels.elementwise import elementwise_names
+from perflab.kernels.tiles import TILE_CONFIGS, TILED_VARIANTS, tile_configs
+
+
+def modules() -> list[tuple[str, tuple]]:
+    """(source, kernel names) of every module gemm_function() and elementwise() compile."""
+    out = []
+    for T in ("float", "double"):
+        for variant in GEMM_VARIANTS[:-1]:
+            if variant not in TILED_VARIANTS:
+                out.append((source_file(variant), gemm_names(variant, T)))
+            elif (variant, T) in TILE_CONFIGS:
+                out += [(source_file(variant), gemm_names(variant, T, config)) for config in tile_configs(variant, T)]
+        out.append(("elementwise.cu", elementwise_names(T)))
+    return out
+
+
+def instantiations() -> dict[str, tuple]:
+    """Every kernel name each .cu file is compiled for, by file (CI compiles them with nvcc)."""
+    out = {}
+    for source, names in modules():
+        out[source] = out.get(source, ()) + names
+    return {k: tuple(dict.fromkeys(v)) for k, v in out.items()}
+
+
+def compile_one(job: tuple[str, tuple]) -> str:
+    source, names = job
+    module(source, names).get_function(names[0])  # compiles (NVRTC) into CuPy's disk cache
+    return source
+
+
+def compile_all(processes: int | None = None, progress: bool = True) -> int:
+    """Compile every module into CuPy's kernel cache in parallel processes: NVRTC compiles one
+    module at a time, and a first run would otherwise wait minutes for them one by one.
+    Returns how many modules there are."""
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    from tqdm.auto import tqdm
+    jobs = modules()
+    workers = processes or max(1, min(len(jobs), os.cpu_count() or 1))
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for _ in tqdm(pool.map(compile_one, jobs), total=len(jobs), disable=not progress, desc="compiling kernels"):
+            pass
+    return len(jobs)

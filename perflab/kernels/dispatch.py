@@ -1,0 +1,171 @@
+"""gemm(): one call for every variant (naive, tiled, regblock, best, tf32, cublas), each kernel
+instantiated per operand storage and epilogue; tune() times the tile choices once per shape."""
+from __future__ import annotations
+
+import functools
+import math
+
+from perflab.kernels.build import KernelError, ctype, cupy, i32, launch_tile, module, multiprocessors
+from perflab.kernels.cublas import cublas_gemm
+from perflab.kernels.elementwise import bias_sigmoid
+from perflab.kernels.tiles import (
+    TILED_VARIANTS,
+    check_blocks,
+    heuristic_tiles,
+    tile_choices,
+    tile_configs,
+    tile_grid,
+    tile_launch,
+    workspace_elements,
+)
+
+GEMM_VARIANTS = ("naive", "tiled", "regblock", "best", "tf32", "cublas")
+
+
+def template_args(variant: str, T: str, config: str | None) -> str:
+    return "" if variant not in TILED_VARIANTS else "," + ",".join(map(str, tile_configs(variant, T)[config]))
+
+
+def source_file(variant: str) -> str:
+    return "gemm_best.cu" if variant in TILED_VARIANTS else f"gemm_{variant}.cu"
+
+
+def kernel_name(variant: str, T: str, ta: bool, tb: bool, epi: int, config: str | None, shared: bool = False) -> str:
+    """The C++ name of one instantiation (`shared`: the tile kernels' version whose blocks may
+    share tiles, for split-K and stream-K)."""
+    flags = [str(ta).lower(), str(tb).lower(), str(epi)]
+    if variant in TILED_VARIANTS:
+        flags.append(str(shared).lower())
+    dtype = "" if variant == "tf32" else f"{T},"
+    return f"gemm_{variant}<{dtype}{','.join(flags)}{template_args(variant, T, config)}>"
+
+
+def gemm_names(variant: str, T: str, config: str | None = None) -> tuple:
+    """Every instantiation one compile provides (transposes x epilogue, x shared tiles or not)."""
+    return tuple(kernel_name(variant, T, x, y, e, config, sh) for x in (False, True) for y in (False, True)
+                 for e in (0, 1) for sh in ((False, True) if variant in TILED_VARIANTS else (False,)))
+
+
+@functools.lru_cache(maxsize=None)
+def gemm_function(variant: str, T: str, ta: bool, tb: bool, epi: int, config: str | None = None, shared: bool = False):
+    """The kernel, cached, so each is one lasting object per process. A tile kernel is allowed
+    its dynamic shared memory here, once: over 48 KiB needs asking."""
+    mod = module(source_file(variant), gemm_names(variant, T, config))
+    kernel = mod.get_function(kernel_name(variant, T, ta, tb, epi, config, shared))
+    if variant in TILED_VARIANTS:
+        kernel.max_dynamic_shared_size_bytes = tile_launch(variant, T, config, ta, tb)[1]
+    return kernel
+
+
+def storage(x, name: str):
+    """(transposed?, leading dimension) of a 2D operand with one unit stride."""
+    if x.ndim != 2:
+        raise KernelError(f"{name} must be 2D, got shape {x.shape}")
+    item = x.itemsize
+    if x.strides[1] == item or x.shape[1] == 1:
+        return False, max(x.strides[0] // item, x.shape[1], 1)
+    if x.strides[0] == item or x.shape[0] == 1:
+        return True, max(x.strides[1] // item, x.shape[0], 1)
+    raise KernelError(f"{name} needs one unit stride (a C- or F-ordered matrix or a view of one), "
+                      f"got strides {x.strides}")
+
+
+TUNED: dict[tuple, tuple[str, int]] = {}  # (variant, T, M, N, K, ta, tb) -> (config, blocks), from tune()
+
+
+def tune(a, b, out, variant: str = "best", work=None, repeats: int = 5) -> tuple[str, int]:
+    """Time every tile config and number of blocks `variant` can take here (device time of
+    CUDA-graph replays, median of `repeats`: timing launches one by one would add the host's
+    launch overhead and bias small shapes against it) and remember the fastest for this shape,
+    so later gemm() calls, also inside CUDA graph capture, use it. Outside capture only: it
+    synchronizes. A shape tuned before returns its choice at once. `out` is overwritten; `work`
+    (from workspace()) allows the choices that share tiles. The timings are bursts at the boost
+    clock: where a GEMM runs long enough to meet the power cap, a choice that moves less data can
+    win instead (bwd3 H=2048 B=12000: split-K 5 held 1% faster than the stream-K tune() picks,
+    gemm_experiments/power_ab_holds.csv; `perflab bench hold` measures the held rate)."""
+    from perflab.timing import time_graph_ms
+    cp = cupy()
+    T = ctype(a.dtype)
+    (M, K), N = a.shape, b.shape[1]
+    ta, tb = storage(a, "a")[0], storage(b, "b")[0]
+    key = (variant, T, M, N, K, ta, tb)
+    if key in TUNED:
+        return TUNED[key]
+    timings = {}
+    for config, blocks in tile_choices(variant, T, M, N, K, work, multiprocessors()):
+        run = functools.partial(gemm, a, b, out=out, variant=variant, config=config, blocks=blocks, work=work)
+        timings[(config, blocks)] = time_graph_ms(cp, run, calls=5, repeats=repeats)
+    TUNED[key] = min(timings, key=timings.get)
+    return TUNED[key]
+
+
+def gemm(a, b, out=None, alpha=1.0, beta=0.0, c=None, bias=None, variant: str = "best",
+         config: str | None = None, blocks: int | None = None, work=None):
+    cp = cupy()
+    if variant not in GEMM_VARIANTS:
+        raise KernelError(f"GEMM variant must be one of {GEMM_VARIANTS}, got {variant!r}")
+    (M, K), (K2, N) = a.shape, b.shape
+    if K != K2:
+        raise KernelError(f"inner dimensions differ: a is {a.shape}, b is {b.shape}")
+    if a.dtype != b.dtype:
+        raise KernelError(f"a is {a.dtype} but b is {b.dtype}")
+    T = ctype(a.dtype)
+    if out is None:
+        out = cp.empty((M, N), dtype=a.dtype)
+    if out.shape != (M, N) or not out.flags.c_contiguous or out.dtype != a.dtype:
+        raise KernelError(f"out must be a C-contiguous {a.dtype} array of shape {(M, N)}, got "
+                          f"{out.dtype} {out.shape} (C-contiguous: {out.flags.c_contiguous})")
+    if beta != 0 and c is None:
+        c = out
+    if c is not None and c.shape != (M, N):
+        raise KernelError(f"c must have shape {(M, N)}, got {c.shape}")
+    if bias is not None and bias.shape != (M,):
+        raise KernelError(f"bias must have shape {(M,)}, got {bias.shape}")
+    if M == 0 or N == 0:
+        return out
+    ta, lda = storage(a, "a")
+    tb, ldb = storage(b, "b")
+    if variant == "cublas":
+        if c is not None and c is not out:
+            out[...] = c
+        cublas_gemm(M, N, K, alpha, a, ta, lda, b, tb, ldb, beta, out)
+        if bias is not None:
+            bias_sigmoid(out, bias)
+        return out
+    if c is not None:
+        c = cp.ascontiguousarray(c)
+    epi = 0 if bias is None else 1
+    scalar = a.dtype.type
+    cptr = c if c is not None else out
+    bptr = bias if bias is not None else out
+    if variant in TILED_VARIANTS:
+        if config is None:
+            config, auto_blocks = (TUNED.get((variant, T, M, N, K, ta, tb))
+                                   or heuristic_tiles(variant, T, M, N, K, multiprocessors()))
+            blocks = auto_blocks if blocks is None else blocks
+        tiles = tile_grid(variant, T, config, M, N, K)[0]
+        blocks = tiles if blocks is None else blocks
+        if blocks != tiles:  # a tile a block is always runnable: no second look at the grid
+            check_blocks(variant, T, config, M, N, K, blocks)
+        if blocks != tiles and (work is None or work.size < workspace_elements(variant, T, config, blocks)):
+            work = cp.zeros(workspace_elements(variant, T, config, blocks), dtype=a.dtype)
+        threads, smem = tile_launch(variant, T, config, ta, tb)
+        v = 16 // a.itemsize  # elements in a 16-byte chunk: vector copies need aligned rows
+        vec = all(x.data.ptr % 16 == 0 and ld % v == 0 for x, ld in ((a, lda), (b, ldb)))
+        shared = blocks != tiles
+        bm, bn = tile_configs(variant, T)[config][:2]
+        grid = (blocks,) if shared else (math.ceil(N / bn), math.ceil(M / bm))
+        launch_tile(gemm_function(variant, T, ta, tb, epi, config, shared), grid, (threads,),
+                    (i32(M), i32(N), i32(K), scalar(alpha), a, i32(lda), b, i32(ldb), scalar(beta), cptr, i32(N),
+                     out, i32(N), bptr, work if shared else out, i32(vec)), smem)
+        return out
+    kernel = gemm_function(variant, T, ta, tb, epi)
+    if variant == "naive":
+        grid, block = (math.ceil(N / 32), math.ceil(M / 8)), (32, 8)
+    elif variant == "tiled":
+        grid, block = (math.ceil(N / 32), math.ceil(M / 32)), (32, 32)
+    else:  # regblock: 16 x 4 threads, a 64 x 16 tile of D
+        grid, block = (math.ceil(N / 16), math.ceil(M / 64)), (16, 4)
+    kernel(grid, block, (i32(M), i32(N), i32(K), scalar(alpha), a, i32(lda), b, i32(ldb), scalar(beta),
+                         cptr, i32(N), out, i32(N), bptr))
+    return out

@@ -1,0 +1,128 @@
+"""The step's fused elementwise kernels (elementwise.cu): bias + sigmoid, softmax + cross-entropy
+gradient, sigmoid', row sums, the fused output layer forward and backward, the SGD + L2 update."""
+from __future__ import annotations
+
+import math
+
+from perflab.kernels.build import KernelError, ctype, i32, module, u64
+
+ELEMENTWISE = ("bias_sigmoid", "add_bias", "softmax_xent_grad", "sigmoid_backward", "row_sum", "sgd_update",
+               "output_backward_reduce")
+
+
+MAX_FUSED_CLASSES = 16  # output_layer and output_backward keep C values per thread in registers
+
+
+CLASS_BOUNDS = (4, 10, 16)  # both are compiled for these C bounds (the smallest that fits is used)
+
+
+BW_ROWS, BW_COLS = 2, 512  # output_backward: rows per warp (8 warps a block), columns a block, as in elementwise.cu
+
+
+FW_ROWS = 128  # output_forward: rows a block sums over, as in elementwise.cu
+
+
+def elementwise_names(T: str) -> tuple:
+    return tuple(f"{k}<{T}>" for k in ELEMENTWISE) + tuple(f"{kernel}<{T},{c}>" for kernel in ("output_forward", "output_backward")
+                                                           for c in CLASS_BOUNDS)
+
+
+def elementwise(name: str, dtype):
+    T = ctype(dtype)
+    mod = module("elementwise.cu", elementwise_names(T))
+    return mod.get_function(name if "<" in name else f"{name}<{T}>")
+
+
+def grid_1d(n: int, per: int = 256) -> tuple:
+    return (max(1, math.ceil(n / per)),)
+
+
+def bias_sigmoid(z, b):
+    """z <- sigmoid(z + b[:, None]) in place."""
+    rows, cols = z.shape
+    elementwise("bias_sigmoid", z.dtype)(grid_1d(z.size), (256,), (z, b, i32(rows), i32(cols)))
+    return z
+
+
+def add_bias(z, b):
+    rows, cols = z.shape
+    elementwise("add_bias", z.dtype)(grid_1d(z.size), (256,), (z, b, i32(rows), i32(cols)))
+    return z
+
+
+def softmax_xent_grad(z, b2, y, delta, norm, ce=None, groups=1):
+    """delta <- (softmax(z + b2) - onehot(y)) / norm; ce[j] <- -log yhat[y_j, j] if ce is given.
+    With groups > 1, z stacks that many partial sums of the logits, added (into the first) first."""
+    C, B = z.shape[0] // groups, z.shape[1]
+    elementwise("softmax_xent_grad", z.dtype)(
+        grid_1d(B, 128), (128,), (z, b2, y, delta, delta if ce is None else ce, i32(ce is not None),
+                                 i32(C), i32(B), z.dtype.type(1 / norm), i32(groups)))
+    return delta
+
+
+def sigmoid_backward(da, a):
+    """da <- da * a * (1 - a) in place."""
+    elementwise("sigmoid_backward", da.dtype)(grid_1d(da.size), (256,), (da, a, u64(da.size)))
+    return da
+
+
+def row_sum(x, out):
+    rows, cols = x.shape
+    elementwise("row_sum", x.dtype)((rows,), (256,), (x, out, i32(rows), i32(cols)))
+    return out
+
+
+def class_bound(C: int, kernel: str) -> int:
+    if C > MAX_FUSED_CLASSES:
+        raise KernelError(f"{kernel} takes at most {MAX_FUSED_CLASSES} classes, got C={C}")
+    return next(c for c in CLASS_BOUNDS if c >= C)
+
+
+def output_layer_partials(H: int, n: int, C: int) -> int:
+    """Elements of the workspace output_layer needs: one C x n partial sum per block of FW_ROWS rows."""
+    return math.ceil(H / FW_ROWS) * C * n
+
+
+def output_layer(W2, b1, b2, z1, y, delta, norm, part, ce=None):
+    """z1 <- a1 = sigmoid(z1 + b1) in place, and delta <- (softmax(W2 a1 + b2) - onehot(y)) / norm, with
+    the C x H by H x n GEMM done in the same pass over z1 (C <= 16; part: output_layer_partials
+    elements); ce[j] <- -log yhat[y_j, j] if ce is given."""
+    C, H = W2.shape
+    n = z1.shape[1]
+    bound = class_bound(C, "output_layer")
+    groups = math.ceil(H / FW_ROWS)
+    if part.size < groups * C * n:
+        raise KernelError(f"output_layer needs a workspace of {groups * C * n} elements, got {part.size}")
+    elementwise(f"output_forward<{ctype(z1.dtype)},{bound}>", z1.dtype)(
+        (max(1, math.ceil(n / 32)), groups), (256,), (W2, b1, z1, part, i32(C), i32(H), i32(n)))
+    return softmax_xent_grad(part[:groups * C * n].reshape(groups * C, n), b2, y, delta, norm, ce, groups=groups)
+
+
+def output_backward_partials(H: int, n: int, C: int) -> int:
+    """Elements of the workspace output_backward needs for an H x n hidden layer and C classes."""
+    return math.ceil(n / BW_COLS) * (C + 1) * H
+
+
+def output_backward(W2, delta, a1, dz1, dW2, db1, part):
+    """dz1 <- (W2^T delta) o a1 o (1 - a1), dW2 <- delta a1^T, db1 <- row sums of dz1: one pass
+    over a1 and a fixed-order reduction (C <= 16; part: output_backward_partials elements)."""
+    C, H = W2.shape
+    n = a1.shape[1]
+    bound = class_bound(C, "output_backward")
+    nb = math.ceil(n / BW_COLS)
+    if part.size < nb * (C + 1) * H:
+        raise KernelError(f"output_backward needs a workspace of {nb * (C + 1) * H} elements, got {part.size}")
+    elementwise(f"output_backward<{ctype(a1.dtype)},{bound}>", a1.dtype)(
+        (nb, math.ceil(H / (8 * BW_ROWS))), (256,),
+        (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n)))
+    elementwise("output_backward_reduce", a1.dtype)(grid_1d((C + 1) * H), (256,),
+                                                    (part, dW2, db1, i32(C), i32(H), i32(nb)))
+    return dz1
+
+
+def sgd_update(params, grads, learning_rate, ends, regs):
+    """params <- params - lr * (grads + regs[segment] * params), one launch for every parameter."""
+    elementwise("sgd_update", params.dtype)(grid_1d(params.size), (256,),
+                                            (params, grads, u64(params.size), params.dtype.type(learning_rate),
+                                             ends, regs, i32(ends.size)))
+    return params
