@@ -109,6 +109,34 @@ def test_hierarchical_allreduce_on_pretend_nodes(ranks, per_node, parallel):
     assert result["passed"] and result["comm"] == "hierarchical" and result["max_rel_error"] <= 1e-12
 
 
+@pytest.mark.parametrize("ranks, parallel", [(2, "data"), (3, "data"), (3, "model")])
+def test_shared_memory_allreduce_matches_the_reference(ranks, parallel):
+    result = last_json(mpirun(ranks, "check", "--comm", "shm", "--parallel", parallel, "--dtype", "float64", "--json",
+                              *SMALL))
+    assert result["passed"] and result["comm"] == "shm" and result["max_rel_error"] <= 1e-12
+
+
+def test_shared_memory_allreduce_sums_odd_sizes_to_the_same_bits_everywhere(tmp_path):
+    script = tmp_path / "shm.py"
+    script.write_text(
+        "import numpy as np\n"
+        "from perflab.train.comm import MPIComm, SharedMemoryComm\n"
+        "c = SharedMemoryComm(MPIComm())\n"
+        "out = []\n"
+        "for n in (1, 2, 7, 1001, 40000, 3):  # the window grows, then is reused for a smaller buffer\n"
+        "    x = np.random.default_rng([c.rank, n]).random(n)\n"
+        "    expected = sum(np.random.default_rng([r, n]).random(n) for r in range(c.size))\n"
+        "    c.reduce_host(x)\n"
+        "    out.append(bool(np.allclose(x, expected, rtol=1e-14)))\n"
+        "    every = c.comm.allgather(x.tobytes())\n"
+        "    out.append(all(e == every[0] for e in every))\n"
+        "ok = c.comm.allgather(all(out))\n"
+        "print(ok) if c.rank == 0 else None\n")
+    proc = subprocess.run([MPIEXEC, "-n", "3", sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[True, True, True]"
+
+
 def test_nccl_on_the_cpu_is_refused(capsys):
     from perflab.cli import main
     with pytest.raises(SystemExit) as info:

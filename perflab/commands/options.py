@@ -6,6 +6,7 @@ import sys
 
 from perflab.config import ACCURACY, DTYPES, MODES, Config
 from perflab.data import DATASETS
+from perflab.train.comm import STRATEGIES
 
 DEFAULTS = Config()
 
@@ -58,11 +59,13 @@ def device_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--gemm", choices=GEMM_VARIANTS, default="cublas",
                    help="GEMM on the GPU: cuBLAS (called so it can sit in CUDA graphs; the fastest measured) or one of "
                         "perflab's kernels (default %(default)s)")
-    g.add_argument("--comm", choices=("nccl", "mpi", "hierarchical", "cuda-mpi"), default=None,
+    g.add_argument("--comm", choices=STRATEGIES, default=None,
                    help="gradient all-reduce: nccl (GPU, on the device), mpi (host MPI; GPU buffers staged), cuda-mpi "
                         "(GPU buffers straight to a CUDA-aware MPI, detected: an error where the MPI is not), hierarchical "
                         "(reduce in each node, all-reduce across node leaders, broadcast; PERFLAB_RANKS_PER_NODE=k "
-                        "pretends nodes of k ranks). Default: nccl on GPUs (mpi in staged mode), mpi on the CPU")
+                        "pretends nodes of k ranks), shm (ranks of one node sum through memory they all map, no "
+                        "MPI message; host buffers, GPU ones staged). Default: nccl on GPUs (mpi in the staged modes), "
+                        "mpi on the CPU")
     g.add_argument("--no-graphs", action="store_true", help="launch kernels one by one instead of replaying CUDA graphs")
     g.add_argument("--pinned", action="store_true", help="staged mode: keep the data in page-locked host memory")
     g.add_argument("--overlap", action="store_true",

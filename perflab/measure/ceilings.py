@@ -48,20 +48,31 @@ def cpu_gemm(shapes=TRAINING_SHAPES, dtype="float32", repeats=5) -> list[dict]:
     return rows
 
 
-def mpi_allreduce(comm, sizes=SIZES, repeats=10) -> list[dict]:
-    """Host MPI all-reduce of float32 buffers; rank 0's median over repeats (barrier first)."""
+def mpi_allreduce(comm, sizes=SIZES, repeats=10, ceiling: str = "mpi_allreduce") -> list[dict]:
+    """Host all-reduce of float32 buffers as comm.reduce_host does it (MPI_Allreduce; with a
+    SharedMemoryComm, the sum through shared memory: ceiling shm_allreduce); rank 0's median over
+    repeats (barrier first)."""
     rows = []
     p = comm.size
+    impl = comm.MPI.Get_library_version().split()[0] if ceiling == "mpi_allreduce" else comm.strategy
     for size in sizes:
         buf = np.ones(size // 4, np.float32)
-        def call():
-            comm.comm.Allreduce(comm.MPI.IN_PLACE, buf, op=comm.MPI.SUM)
         comm.barrier()
-        t = median_seconds(call, repeats, sync=comm.barrier)
-        rows.append({"ceiling": "mpi_allreduce", "device": "cpu", "impl": comm.MPI.Get_library_version().split()[0],
+        t = median_seconds(lambda: comm.reduce_host(buf), repeats, sync=comm.barrier)
+        rows.append({"ceiling": ceiling, "device": "cpu", "impl": impl,
                      "dtype": "float32", "shape": "", "size_bytes": size, "ranks": p, "seconds": t,
                      "value": size / t, "bus_value": 2 * (p - 1) / p * size / t, "unit": "B/s"})
     return rows
+
+
+def shm_allreduce(comm, sizes=SIZES, repeats=10) -> list[dict]:
+    """The shared-memory host all-reduce (--comm shm) beside MPI's, where all ranks share a node."""
+    from perflab.train.comm import SharedMemoryComm
+    try:
+        shm = SharedMemoryComm(comm)
+    except ValueError:
+        return []
+    return mpi_allreduce(shm, sizes, repeats, ceiling="shm_allreduce")
 
 
 def gpu_ceilings(sizes=SIZES, shapes=TRAINING_SHAPES, repeats=10) -> list[dict]:
@@ -308,6 +319,7 @@ def measure(comm, gpu: bool, sizes=SIZES, log=print, kernels: bool = True, grid=
     if comm.size > 1:
         log("MPI all-reduce ...") if comm.rank == 0 else None
         rows += mpi_allreduce(comm, sizes)
+        rows += shm_allreduce(comm, sizes)
     if gpu:
         from perflab.train.comm import for_gpu
         from perflab.train.gpu import select_device

@@ -54,6 +54,8 @@ class Pipelined(FusedGPU):
             rows = -(-H // chunks)
             self.chunks = [(r, min(r + rows, H)) for r in range(0, H, rows)]
             self.hostG = pinned_copy(np.zeros(self.G.size, self.G.dtype))
+            if hasattr(comm, "reserve"):  # --comm shm: map the whole gradient's slots once, not piece by piece
+                comm.reserve(self.hostG.nbytes)
             self.down, self.up = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
             self.produced = [event() for _ in range(len(self.chunks) + 1)]
             self.arrived = [event() for _ in range(len(self.chunks) + 1)]
