@@ -22,7 +22,8 @@ for stage in $stages; do
           python3 -c "from perflab.train.comm import cuda_aware_mpi; print('CUDA-aware MPI:', cuda_aware_mpi())" ;;
     check)
       for args in "data float32 resident" "data float32 resident --overlap" "data float32 staged" "data float64 resident" \
-                  "model float32 resident" "data float32 pipelined" "data float64 pipelined" "data float32 pipelined --shuffle"; do
+                  "model float32 resident" "data float32 pipelined" "data float64 pipelined" "data float32 pipelined --shuffle" \
+                  "data float64 pipelined --comm shm" "data float64 staged --comm shm"; do
         set -- $args
         $MPI -n $P python3 -m perflab check --backend cupy --parallel $1 --dtype $2 --mode $3 ${4:-} $SMALL --json 2>"$OUT/err.txt" | show "p=$P $args"
         tail -2 "$OUT/err.txt" | cut -c1-300
@@ -44,7 +45,15 @@ for stage in $stages; do
         LIMIT=120 $MPI -n $n python3 -m perflab timeline --dataset synthetic --hidden-size 2048 --batch-size $((3000 * n)) \
           --train-size $((18000 * n)) --test-size 0 --out "$OUT" 2>&1 | tail -9
       done
-      LIMIT=150 $MPI -n $P python3 -m perflab bench allreduce --out "$OUT" 2>&1 | tail -12 ;;
+      LIMIT=150 $MPI -n $P python3 -m perflab bench allreduce --out "$OUT" 2>&1 | tail -12
+      # the host all-reduce (MPI_Allreduce or shared memory) and the dW1 chunks, each a run of 6 epochs at p = P
+      { python3 -c "import json; from perflab import results; print(json.dumps(results.machine_metadata()))"
+        for comm in mpi shm; do for mode in staged pipelined; do for k in $([ $mode = pipelined ] && echo 1 2 4 8 16 || echo 4); do
+          $MPI -n $P python3 -m perflab train --backend cupy --mode $mode --comm $comm --chunks $k --dataset synthetic \
+            --hidden-size 2048 --batch-size $((3000 * P)) --train-size 60000 --num-epochs 6 --test-size 0 \
+            --learning-rate 0.1 --json 2>/dev/null | tail -1 | python3 -c "import json,sys; d=json.loads(sys.stdin.read())
+print(json.dumps({k: d[k] for k in ('mode', 'comm', 'chunks', 'ranks', 'hidden_sizes', 'batch_size', 'train_size', 'epoch_seconds')}))"
+        done; done; done; } 2>&1 | tee "$OUT/pipeline_comm.jsonl" ;;
     parallel)  # data against model parallel on the GPUs (REPORT.md "Data against model parallel")
       LIMIT=240 $MPI -n $P python3 -m perflab sweep --name parallel --parallel data model --hidden 512 2048 \
         --per-rank-batch 800 3000 --ranks $RANKS --backend cupy --mode resident --train-size 60000 --num-epochs 3 --out "$OUT" 2>&1 | tail -2 ;;
