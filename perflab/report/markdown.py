@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from perflab.analysis.perfmodel import gradient_buffer_bytes
+from perflab.config import MODES
 from perflab.results import RESULTS_ROOT
 
 
@@ -362,7 +363,7 @@ def predictor_sections() -> list[str]:
         rows.append({"machine folder": path.parent.name, "points": s["points"], "skipped": s["skipped"],
                      "median abs error": f"{s['median_abs_error']:.0%}" if s["points"] else "-",
                      "worst": f"{s['worst_abs_error']:.0%}" if s["points"] else "-",
-                     "resident": by_mode.get("resident", "-"), "staged": by_mode.get("staged", "-"),
+                     **{mode: by_mode.get(mode, "-") for mode in MODES},
                      "profiled phases": phase_error(path.with_name("validation_phases.csv")),
                      "sources": ", ".join(sorted(set(done.source))) if len(done) else "no ceilings with the step's kernels"})
     if not rows:
@@ -374,8 +375,8 @@ def predictor_sections() -> list[str]:
            "seeds' NVTX names, each GEMM, the update, the image copy) in `validation_phases.csv`. No constant is fitted "
            "to these points, but they are not a blind test: most were measured before the ceilings that predict them "
            "were committed (the main jobs' predictions were written before their sweeps, in the same run), and the "
-           "predictor's terms were chosen while comparing with them. The blind test is the prediction below, "
-           "committed before its run.\n\n" + fmt(pd.DataFrame(rows))]
+           "predictor's terms were chosen while comparing with them. The blind tests are the predictions below, "
+           "each committed before its run.\n\n" + fmt(pd.DataFrame(rows))]
     for made_path in sorted((RESULTS_ROOT / "predictions").glob("*_h*_b*.json")):
         made = json.loads(made_path.read_text())
         checks = sorted(RESULTS_ROOT.glob(f"*/prediction_check_{made_path.stem}.csv"))  # each names its prediction
