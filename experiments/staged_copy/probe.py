@@ -35,7 +35,32 @@ for B in (800, 3000):
         rows.append({"H": H, "B": B, "how": how, "copy_ms": 1e3 * statistics.median(times[2:]),
                      "bytes": Xb.nbytes, **{k: machine_metadata().get(k) for k in ("gpu", "git_commit")}})
         print(rows[-1], flush=True)
+    # the staged trainer's own pattern on its own kind of stream: copy batch k, launch step k, next
+    # (a step of copy + launches, host-timed over the loop), with and without a synchronize first
+    for blocking in (False, True):
+        side = cp.cuda.Stream(non_blocking=True)
+        for sync in (False, True):
+            with side:
+                calls = [call for name, call, _ in step_kernels(H, B) if not name.startswith("unfused")]
+                copies, steps = [], []
+                for r in range(REPEATS + 2):
+                    cols = slice((r * B) % (N - B), (r * B) % (N - B) + B)
+                    if sync:
+                        side.synchronize()
+                    start = time.perf_counter()
+                    Xb.set(np.asfortranarray(X[:, cols]), stream=side if not blocking else None)
+                    copied = time.perf_counter()
+                    for call in calls:
+                        call()
+                    steps.append(time.perf_counter() - start)
+                    copies.append(copied - start)
+                side.synchronize()
+            how = f"training's loop, {'the null stream' if blocking else 'its stream'}, {'synchronized' if sync else 'unsynchronized'}"
+            rows.append({"H": H, "B": B, "how": how, "copy_ms": 1e3 * statistics.median(copies[2:]),
+                         "step_ms": 1e3 * statistics.median(steps[2:]), "bytes": Xb.nbytes,
+                         **{k: machine_metadata().get(k) for k in ("gpu", "git_commit")}})
+            print(rows[-1], flush=True)
 with open(os.path.join(os.environ.get("OUT", "."), "staged_copy_probe.csv"), "w", newline="") as f:
-    w = csv.DictWriter(f, fieldnames=list(rows[0]))
+    w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
     w.writeheader()
     w.writerows(rows)
