@@ -14,10 +14,11 @@ from perflab.results import machine_metadata
 
 N, H, REPEATS = 60000, 512, 25
 X = np.asfortranarray(np.random.default_rng(0).random((784, N), dtype=np.float32))
+y = np.random.default_rng(1).integers(0, 10, N)
 rows = []
 for B in (800, 3000):
     calls = [call for name, call, _ in step_kernels(H, B) if not name.startswith("unfused")]
-    Xb = cp.empty((784, B), cp.float32, order="F")
+    Xb, yb = cp.empty((784, B), cp.float32, order="F"), cp.empty(B, cp.int64)
     stream = cp.cuda.get_current_stream()
     for how in ("after a synchronize", "behind a launched step", "behind a finished step"):
         times = []
@@ -42,7 +43,7 @@ for B in (800, 3000):
         for sync in (False, True):
             with side:
                 calls = [call for name, call, _ in step_kernels(H, B) if not name.startswith("unfused")]
-                copies, steps = [], []
+                copies, labels, steps = [], [], []
                 for r in range(REPEATS + 2):
                     cols = slice((r * B) % (N - B), (r * B) % (N - B) + B)
                     if sync:
@@ -50,13 +51,17 @@ for B in (800, 3000):
                     start = time.perf_counter()
                     Xb.set(np.asfortranarray(X[:, cols]), stream=side if not blocking else None)
                     copied = time.perf_counter()
+                    yb.set(np.ascontiguousarray(y[cols]), stream=side if not blocking else None)
+                    labelled = time.perf_counter()
                     for call in calls:
                         call()
                     steps.append(time.perf_counter() - start)
                     copies.append(copied - start)
+                    labels.append(labelled - copied)
                 side.synchronize()
             how = f"training's loop, {'the null stream' if blocking else 'its stream'}, {'synchronized' if sync else 'unsynchronized'}"
             rows.append({"H": H, "B": B, "how": how, "copy_ms": 1e3 * statistics.median(copies[2:]),
+                         "labels_ms": 1e3 * statistics.median(labels[2:]),
                          "step_ms": 1e3 * statistics.median(steps[2:]), "bytes": Xb.nbytes,
                          **{k: machine_metadata().get(k) for k in ("gpu", "git_commit")}})
             print(rows[-1], flush=True)
