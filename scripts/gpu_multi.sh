@@ -22,7 +22,7 @@ for stage in $stages; do
           python3 -c "from perflab.train.comm import cuda_aware_mpi; print('CUDA-aware MPI:', cuda_aware_mpi())" ;;
     check)
       for args in "data float32 resident" "data float32 resident --overlap" "data float32 staged" "data float64 resident" \
-                  "model float32 resident" "data float32 pipelined" "data float64 pipelined" "data float32 pipelined --shuffle" \
+                  "model float32 resident" "model float64 resident" "data float32 pipelined" "data float64 pipelined" "data float32 pipelined --shuffle" \
                   "data float64 pipelined --comm shm" "data float64 staged --comm shm"; do
         set -- $args
         $MPI -n $P python3 -m perflab check --backend cupy --parallel $1 --dtype $2 --mode $3 ${4:-} $SMALL --json 2>"$OUT/err.txt" | show "p=$P $args"

@@ -381,6 +381,23 @@ def test_gpu_model_parallel_and_deep_net_single_rank():
     assert check(deep, "data", Serial(), Device(backend="cupy"))["passed"]
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("graphs", [True, False])
+def test_fused_model_parallel_on_one_rank_matches_reference(dtype, graphs):
+    from perflab import data
+    from perflab.config import Config
+    from perflab.train import gpu
+    from perflab.train.comm import Serial
+    from perflab.train.runner import Device, check, make_gpu_trainer
+    cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=(61,), num_classes=7, train_size=517,
+                 batch_size=100, num_epochs=2, learning_rate=0.5, test_size=50, dtype=dtype)
+    device = Device(backend="cupy", graphs=graphs)
+    trainer = make_gpu_trainer(cfg, "model", Serial(), device, data.load(cfg)[0])
+    assert isinstance(trainer, gpu.FusedModelParallel) and trainer.graphs == graphs
+    result = check(cfg, "model", Serial(), device)
+    assert result["max_rel_error"] <= TOL[dtype], result["errors"]
+
+
 def test_too_large_for_gpu_memory_is_named():
     from perflab.config import Config
     from perflab.train import gpu

@@ -73,8 +73,8 @@ class FusedGPU(Sequential):
             raise GPUError("the fused GPU trainer takes one hidden layer; use --gemm cublas-generic for deeper nets")
         if mode not in MODES[:2]:
             raise GPUError(f"FusedGPU runs modes {MODES[:2]}, got {mode!r} (pipelined: perflab.train.pipelined.Pipelined)")
-        check_batch_split(cfg, comm.size)
         self.cp, self.cfg, self.comm, self.mode, self.variant = cp, cfg, comm, mode, gemm
+        host_params, bmax = self.shard()
         # fuse_backward: backward GEMMs 1 and 2, sigmoid' and the bias sums in one pass over a1.
         # fuse_output: GEMM 1 leaves z1 = W1 X; bias + sigmoid (in place) and forward GEMM 2 are one pass
         # over it, then the softmax: 0.10 ms where the three kernels it replaces take 0.15 (H100, H=2048,
@@ -87,9 +87,8 @@ class FusedGPU(Sequential):
         # launch after it, one by one (an NCCL all-reduce captured with CuPy hung on two H200, twice:
         # results/nvidia-h200/nccl_graphs.log; a host-staged MPI exchange cannot be captured at all)
         self.graphs = graphs and mode == "resident" and not cfg.shuffle and not (overlap and comm.size > 1)
-        D, H, C = cfg.layer_sizes
+        (H, D), C = host_params[0].shape, cfg.num_classes
         dtype = np.dtype(cfg.dtype)
-        host_params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed)
         self.P = cp.asarray(np.concatenate([p.ravel() for p in host_params]))
         self.G = cp.zeros(self.P.size + 1, dtype=dtype)  # + 1 slot: the batch's CE sum
         shapes = [p.shape for p in host_params]
@@ -98,7 +97,6 @@ class FusedGPU(Sequential):
         sizes = np.cumsum([int(np.prod(s)) for s in shapes])
         self.ends = cp.asarray(sizes, dtype=np.int64)
         self.regs = cp.asarray([cfg.reg, 0.0] * (len(shapes) // 2), dtype=dtype)
-        bmax = -(-cfg.batch_size // comm.size)
         # activations as flat buffers: a batch of n takes a contiguous (rows x n) view of each
         self.a1, self.da1 = cp.empty(H * bmax, dtype), cp.empty(H * bmax, dtype)
         self.z2, self.delta = cp.empty(C * bmax, dtype), cp.empty(C * bmax, dtype)
@@ -125,6 +123,16 @@ class FusedGPU(Sequential):
         self.cache = {}
         self.tuned = set()  # GEMM operand layouts already tuned
         self.want_loss = True
+
+    def shard(self):
+        """(this rank's initial parameters on the host, the most samples a rank's step takes):
+        data parallel replicates the parameters and splits the batch."""
+        check_batch_split(self.cfg, self.comm.size)
+        return model.init_params(self.cfg.layer_sizes, self.cfg.dtype, self.cfg.seed), -(-self.cfg.batch_size // self.comm.size)
+
+    def local(self, index):
+        """This rank's samples of a global batch."""
+        return local_part(index, self.comm.rank, self.comm.size)
 
     @staticmethod
     def views(buffer, shapes):
@@ -179,6 +187,7 @@ class FusedGPU(Sequential):
                     self.gemm(W1, Xb, a1, bias=b1)          # + bias + sigmoid (in the epilogue)
                 with phase("forward GEMM 2"):
                     self.gemm(W2, a1, z2)
+                self.combine_logits(z2)
                 kernels.softmax_xent_grad(z2, b2, yb, delta, global_b, ce)
         with phase("backward"):
             kernels.row_sum(delta, db2)
@@ -194,6 +203,9 @@ class FusedGPU(Sequential):
             if want_loss:  # the CE slot is all-reduced with the gradients; stale when unused
                 cp.sum(self.ce[:n], out=self.G[-1:].reshape(()))
             self.backward_gemm3(da1, Xb, dW1)
+
+    def combine_logits(self, z2):
+        """z2 = W2 a1 holds the whole batch's logits here (model parallel sums its ranks' parts)."""
 
     def backward_gemm3(self, da1, Xb, dW1):
         """dW1 = dz1 X^T, the step's last GEMM (in chunks, each exchanged as it is done, with --overlap)."""
@@ -224,7 +236,7 @@ class FusedGPU(Sequential):
         main.wait_event(self.handoff)
 
     def batch(self, index):
-        part = local_part(index, self.comm.rank, self.comm.size)
+        part = self.local(index)
         global_b = (index.stop - index.start) if isinstance(index, slice) else len(index)
         want = self.want_loss
         with self.stream:
@@ -282,3 +294,62 @@ def pinned_copy(X: np.ndarray) -> np.ndarray:
     out = np.ndarray(X.shape, X.dtype, buffer=mem, order="F" if X.flags.f_contiguous else "C")
     out[...] = X
     return out
+
+
+class FusedModelParallel(FusedGPU):
+    """Model parallel on GPUs with the fused trainer's kernels (seeds' 001, section 4.3): W1's rows,
+    b1 and W2's columns split over the ranks, b2 and the data replicated. A step's one exchange is
+    the all-reduce of the C x B partial logits between forward GEMM 2 and the softmax; backward
+    needs none (each rank's dW1, db1, dW2 are its own shard's, db2 the same everywhere). One rank:
+    the data-parallel trainer's step exactly, a CUDA graph with the fused output layer; several:
+    the output layer unfused around the all-reduce, launched one by one."""
+
+    name = "model"
+
+    def __init__(self, cfg, X, y, comm, gemm="cublas", graphs=True):
+        from perflab.train.parallel import ParallelError
+        if cfg.hidden_size < comm.size:
+            raise ParallelError(f"model parallel over {comm.size} ranks needs at least {comm.size} hidden units, "
+                                f"got H={cfg.hidden_size}")
+        super().__init__(cfg, X, y, comm, "resident", gemm, graphs and comm.size == 1,
+                         fuse_output=comm.size == 1)
+
+    def shard(self):
+        from perflab.train.comm import share
+        W1, b1, W2, b2 = model.init_params(self.cfg.layer_sizes, self.cfg.dtype, self.cfg.seed)
+        rows = slice(*share(self.cfg.hidden_size, self.comm.size, self.comm.rank))
+        return [W1[rows].copy(), b1[rows].copy(), np.ascontiguousarray(W2[:, rows]), b2.copy()], self.cfg.batch_size
+
+    def local(self, index):
+        return index  # every rank takes the whole batch
+
+    def combine_logits(self, z2):
+        if self.comm.size > 1:
+            self.comm.allreduce(z2)
+
+    def exchange_and_update(self):
+        self.update()  # the gradients are this rank's own shard's
+
+    def batch_loss(self, global_b: int) -> float:
+        self.stream.synchronize()
+        squares = self.comm.allreduce_scalar(model.l2_penalty(self.params, self.cfg.reg))
+        return float(self.G[-1]) / global_b + squares
+
+    def predict(self, X, chunk: int = 8192):
+        cp = self.cp
+        W1, b1, W2, b2 = self.params
+        out = []
+        with self.stream:
+            for i in range(0, X.shape[1], chunk):
+                a1 = model.sigmoid(W1 @ cp.asarray(X[:, i:i + chunk]) + b1[:, None])
+                z2 = cp.ascontiguousarray(W2 @ a1)
+                self.combine_logits(z2)
+                out.append((z2 + b2[:, None]).argmax(axis=0))
+        self.stream.synchronize()
+        return cp.concatenate(out)
+
+    def full_params(self) -> list:
+        self.stream.synchronize()
+        shards = self.comm.allgather([p.get() for p in self.params])
+        return [np.concatenate([s[0] for s in shards], axis=0), np.concatenate([s[1] for s in shards]),
+                np.concatenate([s[2] for s in shards], axis=1), shards[0][3]]

@@ -63,6 +63,8 @@ def make_gpu_trainer(cfg: Config, parallel: str, comm, device: Device, train_set
                                f"{parallel}, hidden sizes {list(cfg.hidden_sizes)}")
         from perflab.train.pipelined import Pipelined
         return Pipelined(cfg, train_set.X, train_set.y, comm, device.gemm, device.graphs, device.chunks)
+    if parallel == "model" and len(cfg.hidden_sizes) == 1 and device.mode == "resident":
+        return gpu.FusedModelParallel(cfg, train_set.X, train_set.y, comm, device.gemm, device.graphs)
     if parallel in ("sequential", "data") and len(cfg.hidden_sizes) == 1:
         return gpu.FusedGPU(cfg, train_set.X, train_set.y, comm, device.mode, device.gemm, device.graphs, device.pinned,
                             overlap=device.overlap, overlap_chunks=device.chunks)
