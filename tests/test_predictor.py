@@ -96,6 +96,23 @@ def test_the_pipelined_path_overlaps_what_the_staged_path_runs_in_series():
     assert fewer["t_exchange"] > piped["t_exchange"]  # one dW1 piece: nothing of it overlaps GEMM 3
 
 
+def test_the_fused_model_parallel_step_splits_h_and_all_reduces_the_logits(tmp_path):
+    extra = [{"ceiling": "step_kernel", "device": "gpu", "impl": name, "H": H, "B": B, "ranks": 1, "seconds": H * B * 1e-11}
+             for name in predictor.MODEL_PARALLEL_STEP for H in (256, 4096) for B in (100, 20000)]
+    c = predictor.Ceilings(pd.concat([table().table, pd.DataFrame(extra)], ignore_index=True), source="made-up")
+    one = predictor.predict_point(point(parallel="model"), c)
+    assert one["batch_s"] == pytest.approx(predictor.predict_point(point(), c)["batch_s"])  # the data-parallel step
+    two = predictor.predict_point(point(parallel="model", p=2, B=8000, N=16000), c)
+    kernels = len(predictor.MODEL_PARALLEL_STEP) * 512 * 8000e-11  # H / p units, the whole batch
+    assert two["t_kernels"] == pytest.approx(kernels)
+    assert two["t_exchange"] == pytest.approx(1e-5 + 10 * 8000 * 4 / 1e10, rel=1e-6)  # the C x B logits
+    assert two["batch_s"] == pytest.approx(max(kernels + two["t_exchange"], two["t_host"]))
+    c.table.to_csv(tmp_path / "ceilings_p2.csv", index=False)
+    measured = {**point(parallel="model", p=2, B=8000, N=16000), "epoch_seconds": 2 * 0.01, "batches": 2}
+    v = predictor.validate(pd.DataFrame([measured, {**measured, "trainer": "FusedModelParallel"}]), tmp_path)
+    assert "generic trainer" in v.skipped.iloc[0] and v.predicted_ms.notna().tolist() == [False, True]
+
+
 def test_an_epoch_counts_its_short_last_batch():
     c = table()
     pred = predictor.predict_point(point(N=10000), c)  # batches of 4000, 4000, 2000
@@ -106,8 +123,8 @@ def test_an_epoch_counts_its_short_last_batch():
 def test_what_the_predictor_does_not_cover_is_named():
     with pytest.raises(predictor.PredictionError, match="best"):
         predictor.predict_point(point(gemm="best"), table())
-    with pytest.raises(predictor.PredictionError, match="got model float32 cublas on cupy"):
-        predictor.predict_point(point(parallel="model"), table())
+    with pytest.raises(predictor.PredictionError, match="got model float32 cublas on cupy staged"):
+        predictor.predict_point(point(parallel="model", mode="staged"), table())
     empty = predictor.Ceilings(pd.DataFrame({"ceiling": ["gemm_flops"], "impl": ["x"]}), source="old.csv")
     with pytest.raises(predictor.PredictionError, match="old.csv has no gpu step_kernel rows"):
         predictor.predict_point(point(), empty)

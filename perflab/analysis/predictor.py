@@ -138,10 +138,10 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
     H, p = int(point["H"]), int(point["p"])
     parallel = point.get("parallel", "data")
     if point.get("dtype", "float32") != "float32" or point.get("gemm", "cublas") != "cublas" \
-            or (parallel == "model" and point["backend"] != "numpy"):
+            or (parallel == "model" and point["backend"] != "numpy" and point.get("mode") != "resident"):
         raise PredictionError("the predictor covers float32 points with cuBLAS GEMMs, data parallel (and model parallel "
-                              f"on NumPy) so far; got {parallel} {point.get('dtype')} {point.get('gemm')} on "
-                              f"{point['backend']}")
+                              f"on NumPy, or resident on GPUs) so far; got {parallel} {point.get('dtype')} "
+                              f"{point.get('gemm')} on {point['backend']} {point.get('mode', '')}")
     Bl = B / p
     gradient = perfmodel.gradient_buffer_bytes(H)
     terms = {}
@@ -155,6 +155,8 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
         terms["exchange"] = c.allreduce("mpi_allreduce", p, exchanged) if p > 1 else 0.0
         batch = terms["kernels"] + terms["exchange"]
         composition = "kernels + MPI all-reduce (serial)"
+    elif parallel == "model":
+        return model_parallel_batch(H, B, p, c, terms)
     else:
         fwd_bwd = sum(c.kernel("gpu", k, H, Bl) for k in FUSED_STEP)
         terms["kernels"] = fwd_bwd + c.kernel("gpu", UPDATE, H, Bl)
@@ -173,6 +175,31 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
         else:
             return pipelined_batch(H, Bl, p, int(point.get("chunks", 4)), c, terms)
     return {"batch_s": batch, "composition": composition, **{f"t_{k}": v for k, v in terms.items()}}
+
+
+# the fused model-parallel step on several GPUs: the output layer unfused around the logits' all-reduce
+MODEL_PARALLEL_STEP = ("forward GEMM 1 (cuBLAS)", "unfused: bias + sigmoid", "unfused: forward GEMM 2 (cuBLAS)",
+                       "unfused: softmax + CE gradient", "db2 row sums", "fused backward: dz1, dW2, db1",
+                       "backward GEMM 3 (cuBLAS)", UPDATE)
+
+
+def model_parallel_batch(H: int, B: int, p: int, c: Ceilings, terms: dict) -> dict:
+    """perflab.train.gpu.FusedModelParallel's step: each rank H/p hidden units of the whole batch.
+    One GPU: the data-parallel step (a CUDA graph). Several: the output layer unfused, the C x B
+    logits all-reduced by NCCL between forward GEMM 2 and the softmax, every kernel launched by the
+    host one by one (no graph: the all-reduce sits inside the step)."""
+    if p == 1:
+        terms["kernels"] = sum(c.kernel("gpu", k, H, B) for k in FUSED_STEP + (UPDATE,))
+        terms["host"] = c.floor("trainer resident")
+        batch = max(terms["kernels"], terms["host"])
+        return {"batch_s": batch, "composition": "max(kernels, the trainer's host floor)",
+                **{f"t_{k}": v for k, v in terms.items()}}
+    terms["kernels"] = sum(c.kernel("gpu", k, H / p, B) for k in MODEL_PARALLEL_STEP)
+    terms["exchange"] = c.allreduce("nccl_allreduce", p, 10 * B * 4)
+    terms["host"] = c.floor("trainer resident") + (len(MODEL_PARALLEL_STEP) + 1) * c.launch()  # + the all-reduce
+    batch = max(terms["kernels"] + terms["exchange"], terms["host"])
+    return {"batch_s": batch, "composition": "max(kernels + NCCL all-reduce of the logits, host floor + eager launches)",
+            **{f"t_{k}": v for k, v in terms.items()}}
 
 
 def pipeline_end(ready: list[float], stages: list[list[float]], free: list[float] | None = None) -> float:
@@ -267,6 +294,10 @@ def validate(points: pd.DataFrame, folder: Path) -> pd.DataFrame:
             rows.append({**base, "measured_ms": 1e3 * measured, "skipped": f"no ceilings file in {folder}"})
             continue
         try:
+            if point["backend"] == "cupy" and point.get("parallel") == "model" \
+                    and point.get("trainer") != "FusedModelParallel":
+                raise PredictionError("a GPU model-parallel point measured by the generic trainer (before the fused one, "
+                                      "perflab.train.gpu.FusedModelParallel): not the step the predictor composes")
             pred = predict_point(point, load(path))
         except PredictionError as exc:
             rows.append({**base, "measured_ms": 1e3 * measured, "skipped": str(exc), "ceilings": path.name})

@@ -47,14 +47,14 @@ def cmd_whatif(args, comm) -> dict:
         raise CLIError(f"--ceilings {args.ceilings}: no such file (perflab ceilings writes <run folder>/ceilings_p<P>.csv)")
     ceilings = predictor.Ceilings.load(path)
     points = sweep.grid(hidden=args.hidden, per_rank_batch=args.per_rank_batch, ranks=args.ranks,
-                        backend=[args.backend], mode=args.mode, N=args.train_size)
+                        parallel=args.parallel, backend=[args.backend], mode=args.mode, N=args.train_size)
     rows = []
     for point in points:
         try:
             pred = predictor.predict_point(point, ceilings)
         except predictor.PredictionError as exc:
             raise CLIError(str(exc)) from None
-        rows.append({k: point[k] for k in ("H", "B", "p", "backend", "mode", "N")}
+        rows.append({k: point[k] for k in ("H", "B", "p", "parallel", "backend", "mode", "N")}
                     | {"b": point["B"] // point["p"], "batch_ms": 1e3 * pred["batch_s"], "epoch_ms": 1e3 * pred["epoch_s"],
                        "composition": pred["composition"]} | {k: 1e3 * v for k, v in pred.items() if k.startswith("t_")})
     meta = json.loads(path.with_suffix(".json").read_text()) if path.with_suffix(".json").exists() else {}
@@ -119,6 +119,8 @@ def register(sub) -> None:
     p.add_argument("--ranks", nargs="+", type=positive, default=[1], metavar="P")
     p.add_argument("--backend", choices=("numpy", "cupy"), default="cupy")
     p.add_argument("--mode", nargs="+", choices=MODES, default=["resident"])
+    p.add_argument("--parallel", nargs="+", choices=("data", "model"), default=["data"],
+                   help="data (B = p x b, split) or model (H split, every rank the whole B = p x b); default data")
     p.add_argument("--train-size", type=positive, default=60000, metavar="N")
     p.add_argument("--name", default="whatif", help="file name (default %(default)s)")
     p.add_argument("--out", metavar="DIR", help="folder (default this machine's run folder)")

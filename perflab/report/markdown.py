@@ -384,8 +384,8 @@ def predictor_sections() -> list[str]:
             continue
         measured = pd.read_csv(checks[0])
         pred = pd.DataFrame(made["rows"])
-        both = pred.merge(measured.assign(measured_ms=1e3 * measured.epoch_seconds / measured.batches),
-                          on=["H", "B", "p", "mode"])
+        keys = ["H", "B", "p", "mode"] + (["parallel"] if "parallel" in pred and "parallel" in measured else [])
+        both = pred.merge(measured.assign(measured_ms=1e3 * measured.epoch_seconds / measured.batches), on=keys)
         both["error"] = (both.batch_ms / both.measured_ms - 1).map(lambda e: f"{e:+.0%}")
         out.append(f"### A prediction committed before its run\n\nPredicted by `perflab whatif` at git "
                    f"{made['predicted_by'][:8]} from `{made['ceilings']}` alone (`{made_path.relative_to(RESULTS_ROOT.parent)}`), "

@@ -141,7 +141,7 @@ def measure_trained_point(point: dict, comm, dataset: str) -> dict | None:
     device = Device(backend=point["backend"], mode=point["mode"], gemm=point["gemm"],
                     comm="mpi" if point["mode"] in HOST_STAGED else "nccl")
     # one extra epoch first, dropped: it pays for kernel compilation, library handles and graph capture
-    history, _ = train_on_ranks(cfg.replace(num_epochs=cfg.num_epochs + 1), point["parallel"], comm, device, log=None)
+    history, trainer = train_on_ranks(cfg.replace(num_epochs=cfg.num_epochs + 1), point["parallel"], comm, device, log=None)
     history.epochs = history.epochs[1:]
     profiled, _ = train_on_ranks(cfg.replace(num_epochs=1), point["parallel"], comm, device, log=None, profiled=True)
     phases = [t for t in comm.allgather(profiled.phases)]
@@ -154,7 +154,7 @@ def measure_trained_point(point: dict, comm, dataset: str) -> dict | None:
                            dtype=cfg.dtype, staged=point["backend"] == "numpy" or point["mode"] in HOST_STAGED,
                            host_allreduce=point["backend"] == "numpy" or device.comm == "mpi", N=cfg.train_size)
     by = perfmodel.phase_bytes(w)
-    row = {**point, "status": "measured", "epoch_seconds": float(np.median([e["seconds"] for e in history.epochs])),
+    row = {**point, "status": "measured", "trainer": type(trainer).__name__, "epoch_seconds": float(np.median([e["seconds"] for e in history.epochs])),
            "flops_per_batch": perfmodel.seeds_flops(w)["batch"], "exact_flops_per_batch": sum(perfmodel.phase_flops(w).values()),
            "bytes_pcie": by["pcie_gradients"], "bytes_images": by["pcie_images"], "bytes_mpi": by["mpi_seeds"],
            "ai": perfmodel.arithmetic_intensity(w), "batches": cfg.num_batches, "final_loss": history.final_loss}
