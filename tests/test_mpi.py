@@ -116,6 +116,12 @@ def test_shared_memory_allreduce_matches_the_reference(ranks, parallel):
     assert result["passed"] and result["comm"] == "shm" and result["max_rel_error"] <= 1e-12
 
 
+def test_shared_memory_allreduce_on_several_nodes_is_refused_by_name():
+    proc = mpirun(2, "check", "--comm", "shm", *SMALL, env={"PERFLAB_RANKS_PER_NODE": "1"})
+    assert proc.returncode == 2 and "--comm shm sums through memory the ranks share" in proc.stderr
+    assert "this node holds 1 of 2 ranks" in proc.stderr
+
+
 def test_shared_memory_allreduce_sums_odd_sizes_to_the_same_bits_everywhere(tmp_path):
     script = tmp_path / "shm.py"
     script.write_text(

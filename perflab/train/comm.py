@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 
+from perflab.config import ConfigError
 from perflab.train.profile import phase
 
 MPI_LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS", "SLURM_STEP_ID")
@@ -244,12 +245,12 @@ class SharedMemoryComm(MPIComm):
 
     def __init__(self, mpi: MPIComm):
         super().__init__(mpi.comm)
-        node = self.comm.Split_type(self.MPI.COMM_TYPE_SHARED)
-        if node.Get_size() != self.size:
-            node.Free()
-            raise ValueError(f"--comm shm sums through memory the ranks share: it needs every rank on one node, but "
-                             f"this node holds {node.Get_size()} of {self.size} ranks; use --comm mpi or hierarchical")
-        self.node, self.window, self.slots = node, None, []
+        _, on_node = node_of(self)  # PERFLAB_RANKS_PER_NODE pretends nodes, as for hierarchical
+        if on_node != self.size:
+            raise ConfigError(f"--comm shm sums through memory the ranks share: it needs every rank on one node, but "
+                              f"this node holds {on_node} of {self.size} ranks; use --comm mpi or hierarchical")
+        self.node = self.comm.Split_type(self.MPI.COMM_TYPE_SHARED)
+        self.window, self.slots = None, []
 
     def reserve(self, nbytes: int) -> None:
         """A slot of nbytes (or more) for every rank, mapped by all (collective)."""
