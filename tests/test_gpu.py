@@ -51,6 +51,44 @@ def test_gemm_all_transposes(rng, variant, dtype, M, K, N):
             assert err <= TOL[dtype], f"{variant} {dtype} {M}x{K}x{N} ta={ta} tb={tb}: {err:.2e}"
 
 
+@pytest.mark.parametrize("M, K, N", SHAPES)
+def test_cublas_x3tf32_is_as_accurate_as_sgemm_in_every_storage_order(rng, M, K, N):
+    """The 3xTF32 reference (three cuBLAS TF32 products of split operands) within 2x of cuBLAS
+    SGEMM's error against float64, where plain TF32 is about a thousand times off."""
+    for ta in (False, True):
+        for tb in (False, True):
+            a, ha = operand(rng, M, K, ta, "float32")
+            b, hb = operand(rng, K, N, tb, "float32")
+            exact = ha.astype(np.float32).astype(np.float64) @ hb.astype(np.float32).astype(np.float64)
+            errors = {}
+            for variant in ("cublas", "cublas-x3tf32"):
+                out = cp.full((M, N), np.nan, dtype="float32")
+                kernels.gemm(a, b, out=out, variant=variant)
+                errors[variant] = rel(out.get(), exact)
+            assert errors["cublas-x3tf32"] <= max(2 * errors["cublas"], 1e-6), (M, K, N, ta, tb, errors)
+
+
+def test_cublas_x3tf32_takes_float32_only_and_leaves_cublas_in_fp32(rng):
+    a, _ = operand(rng, 33, 17, False, "float64")
+    with pytest.raises(kernels.KernelError, match="float32"):
+        kernels.gemm(a, a.T, variant="cublas-x3tf32")
+    x, hx = operand(rng, 257, 511, False, "float32")
+    kernels.gemm(x, x.T, variant="cublas-x3tf32")
+    out = (x @ x.T).get()  # CuPy's own matmul on the shared handle: still FP32 afterwards
+    exact = hx.astype(np.float32).astype(np.float64) @ hx.astype(np.float32).astype(np.float64).T
+    assert rel(out, exact) <= 1e-6
+
+
+def test_training_with_cublas_x3tf32_matches_the_reference_at_fp32_tolerance():
+    from perflab.config import Config
+    from perflab.train.comm import Serial
+    from perflab.train.runner import Device, check
+    cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=(61,), num_classes=7, train_size=517,
+                 batch_size=100, num_epochs=2, learning_rate=0.5, test_size=50, dtype="float32")
+    result = check(cfg, "data", Serial(), Device(backend="cupy", gemm="cublas-x3tf32", comm="mpi"))
+    assert result["max_rel_error"] <= TOL["float32"], result["errors"]
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("variant", ["naive", "tiled", "regblock", "best"])
 def test_gemm_alpha_beta_and_epilogue(rng, variant, dtype):

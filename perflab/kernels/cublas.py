@@ -28,13 +28,26 @@ def cublas_library():
     raise KernelError(f"libcublas not found (tried {candidates[:4]}...); use another --gemm variant")
 
 
-def cublas_gemm(M, N, K, alpha, a, ta, lda, b, tb, ldb, beta, out):
+DEFAULT_MATH, TF32_TENSOR_OP_MATH = 0, 3  # cublasMath_t
+
+
+def cublas_gemm(M, N, K, alpha, a, ta, lda, b, tb, ldb, beta, out, tf32: bool = False):
     """Row-major out = alpha op(a) op(b) + beta out, as the column-major cuBLAS call
-    out^T = op(b)^T op(a)^T, on the current CuPy stream."""
+    out^T = op(b)^T op(a)^T, on the current CuPy stream; FP32 (TF32 tensor cores with `tf32`,
+    the handle set back to FP32 after, as CuPy's own calls share it)."""
     cp = cupy()
     lib = cublas_library()
     handle = cp.cuda.device.get_cublas_handle()
     lib.cublasSetStream_v2(ctypes.c_void_p(handle), ctypes.c_void_p(cp.cuda.get_current_stream().ptr))
+    lib.cublasSetMathMode(ctypes.c_void_p(handle), ctypes.c_int(TF32_TENSOR_OP_MATH if tf32 else DEFAULT_MATH))
+    try:
+        call_gemm(lib, handle, M, N, K, alpha, a, ta, lda, b, tb, ldb, beta, out)
+    finally:
+        if tf32:
+            lib.cublasSetMathMode(ctypes.c_void_p(handle), ctypes.c_int(DEFAULT_MATH))
+
+
+def call_gemm(lib, handle, M, N, K, alpha, a, ta, lda, b, tb, ldb, beta, out):
     double = a.dtype == np.float64
     scalar = ctypes.c_double if double else ctypes.c_float
     fn = lib.cublasDgemm_v2 if double else lib.cublasSgemm_v2
@@ -45,3 +58,46 @@ def cublas_gemm(M, N, K, alpha, a, ta, lda, b, tb, ldb, beta, out):
                 ctypes.byref(scalar(beta)), ctypes.c_void_p(out.data.ptr), ctypes.c_int(N))
     if status != 0:
         raise KernelError(f"cuBLAS gemm failed with status {status} (M={M}, N={N}, K={K}, ta={ta}, tb={tb})")
+
+
+@functools.lru_cache(maxsize=None)
+def tf32_split_kernel():
+    """x -> (big, small): big is x rounded to TF32 (10 mantissa bits), small = x - big, so that
+    big*big + big*small + small*big carries x*y to about FP32's accuracy on TF32 tensor cores."""
+    return cupy().ElementwiseKernel(
+        "float32 x", "float32 big, float32 small",
+        "big = __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u); small = x - big",
+        "perflab_tf32_split")
+
+
+def split_buffers(x, cache: dict):
+    """(big, small) buffers in x's storage order (C- or F-contiguous), reused per shape and order:
+    allocated on first use, which is outside any CUDA graph capture (the trainers warm up first)."""
+    if not (x.flags.c_contiguous or x.flags.f_contiguous):
+        raise KernelError(f"cublas-x3tf32 splits C- or F-contiguous operands, got strides {x.strides} for {x.shape}")
+    key = (x.shape, x.flags.c_contiguous, x.dtype.str)
+    if key not in cache:
+        cache[key] = (cupy().empty_like(x), cupy().empty_like(x))
+    return cache[key]
+
+
+def leading(x, transposed: bool) -> int:
+    return max(x.strides[1 if transposed else 0] // x.itemsize, 1)
+
+
+SPLITS: dict = {}
+
+
+def cublas_x3tf32(M, N, K, alpha, a, ta, lda, b, tb, ldb, beta, out):
+    """The 3xTF32 reference: a and b split into TF32 big and small parts, out = alpha (a_small b_big +
+    a_big b_small + a_big b_big) + beta out by three cuBLAS TF32 calls (the small products first)."""
+    if a.dtype != np.float32:
+        raise KernelError(f"cublas-x3tf32 takes float32 operands, got {a.dtype}")
+    split = tf32_split_kernel()
+    (a_big, a_small), (b_big, b_small) = split_buffers(a, SPLITS), split_buffers(b, SPLITS)
+    split(a, a_big, a_small)
+    split(b, b_big, b_small)
+    lda, ldb = leading(a_big, ta), leading(b_big, tb)  # the split copies' own, dense
+    cublas_gemm(M, N, K, alpha, a_small, ta, lda, b_big, tb, ldb, beta, out, tf32=True)
+    cublas_gemm(M, N, K, alpha, a_big, ta, lda, b_small, tb, ldb, 1.0, out, tf32=True)
+    cublas_gemm(M, N, K, alpha, a_big, ta, lda, b_big, tb, ldb, 1.0, out, tf32=True)

@@ -6,7 +6,7 @@ import functools
 import math
 
 from perflab.kernels.build import KernelError, ctype, cupy, i32, launch_tile, module, multiprocessors
-from perflab.kernels.cublas import cublas_gemm
+from perflab.kernels.cublas import cublas_gemm, cublas_x3tf32
 from perflab.kernels.elementwise import bias_sigmoid
 from perflab.kernels.tiles import (
     TILED_VARIANTS,
@@ -19,7 +19,8 @@ from perflab.kernels.tiles import (
     workspace_elements,
 )
 
-GEMM_VARIANTS = ("naive", "tiled", "regblock", "best", "tf32", "cublas")
+GEMM_VARIANTS = ("naive", "tiled", "regblock", "best", "tf32", "cublas", "cublas-x3tf32")
+CUBLAS_VARIANTS = ("cublas", "cublas-x3tf32")  # cuBLAS itself (FP32), and the 3xTF32 reference on its TF32 GEMM
 
 
 def template_args(variant: str, T: str, config: str | None) -> str:
@@ -125,10 +126,10 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, c=None, bias=None, variant: str = 
         return out
     ta, lda = storage(a, "a")
     tb, ldb = storage(b, "b")
-    if variant == "cublas":
+    if variant in CUBLAS_VARIANTS:
         if c is not None and c is not out:
             out[...] = c
-        cublas_gemm(M, N, K, alpha, a, ta, lda, b, tb, ldb, beta, out)
+        (cublas_gemm if variant == "cublas" else cublas_x3tf32)(M, N, K, alpha, a, ta, lda, b, tb, ldb, beta, out)
         if bias is not None:
             bias_sigmoid(out, bias)
         return out

@@ -61,7 +61,7 @@ def bench_gemm(variants=("naive", "tiled", "regblock", "best", "tf32", "cublas")
         reference = None
         base = {}
         for variant in variants:
-            if (variant == "naive" and flops > 2e10) or (variant == "tf32" and dtype != "float32"):
+            if (variant == "naive" and flops > 2e10) or (variant in ("tf32", "cublas-x3tf32") and dtype != "float32"):
                 continue
             choice = (kernels.tune(*inputs[0], out, variant=variant, work=work)
                       if variant in kernels.TILED_VARIANTS else ("", None))
