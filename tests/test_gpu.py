@@ -67,7 +67,7 @@ def test_cublas_x3tf32_is_near_sgemm_accuracy_in_every_storage_order(rng, M, K, 
                 out = cp.full((M, N), np.nan, dtype="float32")
                 kernels.gemm(a, b, out=out, variant=variant)
                 errors[variant] = rel(out.get(), exact)
-            assert errors["cublas-x3tf32"] <= 5e-6 and errors["cublas-x3tf32"] <= errors["tf32"] / 20, \
+            assert errors["cublas-x3tf32"] <= 5e-6 and errors["cublas-x3tf32"] <= max(errors["tf32"] / 20, 1e-6), \
                 (M, K, N, ta, tb, errors)
 
 
