@@ -54,9 +54,8 @@ def test_gemm_all_transposes(rng, variant, dtype, M, K, N):
 @pytest.mark.parametrize("M, K, N", SHAPES)
 def test_cublas_x3tf32_is_near_sgemm_accuracy_in_every_storage_order(rng, M, K, N):
     """The 3xTF32 reference (three cuBLAS TF32 products of split operands) at FP32's level against
-    float64: within 5e-6, where one TF32 product (perflab's tf32 kernel) is off by about 1e-4.
-    Measured on an H100 it is 3-10x SGEMM's error, not the issue's 2x (the split parts are rounded
-    to TF32 again inside cuBLAS): results/nvidia-h100-80gb-hbm3/bench_gemm_x3tf32.csv."""
+    float64: within 5e-6, where one TF32 product (perflab's tf32 kernel) is off by about 1e-4. Square
+    operands (1 x 1 here) once shared one split buffer and came out wrong: a and b keep their own."""
     for ta in (False, True):
         for tb in (False, True):
             a, ha = operand(rng, M, K, ta, "float32")
