@@ -174,3 +174,15 @@ def test_overlap_bounds_say_which_roof_each_staged_point_meets():
     assert b.loc["staged", "of serial"] == pytest.approx(0.97) and b.loc["pipelined", "of standard"] == pytest.approx(0.97)
     assert (b.serial_bound < b.standard_bound).all()
     assert plots.overlap_roofline(b.reset_index(), roofs["P_flops"]).axes[0].get_xscale() == "log"
+
+
+def test_the_report_pdf_compares_the_pipelined_path_with_serial_and_resident():
+    """The committed H100 main job swept all three modes: its report section says how they compare."""
+    from perflab.report import pdf
+    from perflab.results import RESULTS_ROOT
+    doc = pdf.Document()
+    pdf.sweep_section(doc, RESULTS_ROOT / "nvidia-h100-80gb-hbm3" / "mainjob" / "roofline.csv")
+    texts = [getattr(f, "text", "") for f in doc.story]
+    assert "The seeds' path pipelined: ms per epoch, serial against overlapped" in texts
+    said = next(t for t in texts if t.startswith("The same copies and host all-reduce on CUDA streams"))
+    assert "the resident epoch" in said and "faster than in series" in said

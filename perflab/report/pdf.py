@@ -18,6 +18,7 @@ SEEDS_RATES = {"P_flops": 1.63e12, "P_pci": 12.7e9, "P_mpi": 7.95e9}  # RTX 6000
 
 # figure name prefixes by the section they belong to, in report order
 FIGURE_SECTIONS = [
+    ("The seeds' path, serial and pipelined", ("roofline_pipelined", "timeline_")),
     ("Rooflines with measured points", ("roofline_",)),
     ("Predicted against measured", ("predictor_vs_measured", "seeds_model_vs_measured", "predicted_vs_measured")),
     ("Scaling", ("scaling", "allreduce")),
@@ -208,6 +209,23 @@ def sweep_section(doc: Document, path: Path) -> None:
         doc.text(f"Copying each batch host to device and the gradient through host MPI costs "
                  f"{both['staged / resident'].min():.2f}x to {both['staged / resident'].max():.2f}x the resident batch.")
         doc.table(both.reset_index())
+    if {"staged", "pipelined", "resident"} <= set(table["mode"]):
+        epochs = table.pivot_table(index=["H", "B", "p"], columns="mode", values="epoch_seconds") * 1e3
+        epochs["pipelined / resident"] = epochs["pipelined"] / epochs["resident"]
+        epochs["staged / pipelined"] = epochs["staged"] / epochs["pipelined"]
+        doc.heading("The seeds' path pipelined: ms per epoch, serial against overlapped", 2)
+        doc.text(f"The same copies and host all-reduce on CUDA streams (--mode pipelined): the next batch copied from "
+                 f"pinned memory while this one computes, the gradient sent down, all-reduced and sent back in pieces "
+                 f"as backward makes them. Pipelined runs {epochs['pipelined / resident'].min():.2f}x to "
+                 f"{epochs['pipelined / resident'].max():.2f}x the resident epoch, {epochs['staged / pipelined'].min():.2f}x "
+                 f"to {epochs['staged / pipelined'].max():.2f}x faster than in series.")
+        doc.table(epochs.reset_index())
+        roofs_file = sorted(path.parent.glob("ceilings_p*.csv"))
+        bounds = roofline.overlap_bounds(table, roofline.folder_roofs(path.parent, "gpu")) if roofs_file else pd.DataFrame()
+        if len(bounds):
+            doc.text("Where the exchanged points fall: the seeds' serial roofline, where copies, MPI and compute take "
+                     "turns, against the standard one, where they overlap (the links from this machine's ceilings).")
+            doc.table(bounds.drop(columns=["BW"]))
 
 
 def figure_sections(doc: Document, figures: list[Path], level: int = 1) -> None:
