@@ -390,7 +390,8 @@ def predictor_sections() -> list[str]:
         out.append(f"### A prediction committed before its run\n\nPredicted by `perflab whatif` at git "
                    f"{made['predicted_by'][:8]} from `{made['ceilings']}` alone (`{made_path.relative_to(RESULTS_ROOT.parent)}`), "
                    f"then measured: {source(checks[0])}.\n\n"
-                   + fmt(both[["H", "b", "p", "mode", "batch_ms", "measured_ms", "error"]].rename(
+                   + fmt(both[["H", "b", "p", *(["parallel"] if "parallel" in keys else []), "mode", "batch_ms",
+                               "measured_ms", "error"]].rename(
                        columns={"batch_ms": "predicted ms/batch", "measured_ms": "measured ms/batch"}).round(3)))
     seeds_check = RESULTS_ROOT / "seeds-rtx6000" / "whatif_check.csv"
     if seeds_check.exists():
