@@ -170,12 +170,17 @@ def host_allreduce_text(wide) -> list[str]:
     size = gradient_buffer_bytes(2048)
     row = wide.loc[size] if size in wide.index else wide.iloc[-1]
     pinned = "staged, pinned copies, in series"
+    copy, add = "host memcpy (one rank's copy, numpy)", "host sum of two buffers (numpy)"
     return ["", f"The host all-reduce alone (what the staged paths hand MPI): MPI_Allreduce takes {row[allreduce]:.2f} ms "
             f"for the H=2048 gradient ({size / row[allreduce] / 1e6:.2f} GB/s of buffer), reduce-scatter + all-gather "
             f"{row[split]:.2f} ms: Open MPI's own all-reduce is the faster, at every size measured "
             f"({'yes' if (wide[allreduce] <= wide[split]).all() else 'no'}), so perflab keeps MPI_Allreduce. With "
             f"pinned copies in series the whole staged exchange takes {row[pinned]:.2f} ms against "
-            f"{row['perflab staged mpi']:.2f} ms through pageable memory."]
+            f"{row['perflab staged mpi']:.2f} ms through pageable memory."
+            + (f" What the host itself does with that buffer: NumPy copies it in {row[copy]:.2f} ms and adds two of them "
+               f"in {row[add]:.2f} ms (every rank at once), so MPI_Allreduce runs at about "
+               f"{row[copy] / row[allreduce]:.2f} of one copy's speed: the room a shared-memory sum (--comm shm) takes."
+               if copy in row and add in row else "")]
 
 
 def pipelined_section() -> list[str]:
