@@ -98,6 +98,23 @@ def test_bench_hold_without_a_gpu_says_what_it_needs(capsys, monkeypatch):
         in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--mode", "pipelined", "--comm", "nccl"], "--mode pipelined exchanges gradients through the host: use --comm mpi"),
+    (["--mode", "staged", "--comm", "cuda-mpi"], "--mode staged exchanges gradients through the host"),
+    (["--mode", "pipelined", "--parallel", "model"], "--mode pipelined exchanges gradients: it runs --parallel data"),
+    (["--gemm", "cublas-x3tf32", "--dtype", "float64"], "--gemm cublas-x3tf32 runs on TF32 tensor cores from float32 "
+                                                        "operands: it needs --dtype float32, got --dtype float64"),
+    (["--gemm", "tf32", "--dtype", "float64"], "--gemm tf32 runs on TF32 tensor cores"),
+])
+def test_gpu_options_that_cannot_go_together_are_refused_before_anything_runs(capsys, monkeypatch, args, message):
+    import types
+    monkeypatch.setattr("perflab.backend.cupy_or_none", lambda: types.ModuleType("cupy"))  # a GPU, as far as options go
+    monkeypatch.setattr("perflab.train.comm.require_cuda_aware_mpi", lambda: None)
+    with pytest.raises(SystemExit) as info:
+        main(["train", "--dataset", "synthetic", "--backend", "cupy", *args])
+    assert info.value.code == 2 and message in capsys.readouterr().err
+
+
 def test_timeline_without_a_gpu_says_what_it_needs(capsys, monkeypatch):
     monkeypatch.setattr("perflab.backend.cupy_or_none", lambda: None)
     with pytest.raises(SystemExit) as info:

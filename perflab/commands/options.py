@@ -101,6 +101,12 @@ def device_from_args(args):
         raise CLIError(f"--mode {args.mode} exchanges gradients through the host: use --comm mpi or hierarchical")
     if args.mode == "pipelined" and backend == "numpy":
         raise CLIError("--mode pipelined overlaps host <-> GPU copies with GPU compute: it needs --backend cupy")
+    if args.mode == "pipelined" and getattr(args, "parallel", "data") == "model":
+        raise CLIError("--mode pipelined exchanges gradients: it runs --parallel data (model parallel keeps the data "
+                       "on the GPU: --mode resident)")
+    if args.gemm in ("tf32", "cublas-x3tf32") and getattr(args, "dtype", "float32") != "float32":
+        raise CLIError(f"--gemm {args.gemm} runs on TF32 tensor cores from float32 operands: it needs --dtype float32, "
+                       f"got --dtype {args.dtype}")
     return Device(backend=backend, mode=args.mode, gemm=args.gemm, comm=comm, graphs=not args.no_graphs,
                   pinned=args.pinned, overlap=args.overlap, chunks=args.chunks)
 
