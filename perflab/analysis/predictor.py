@@ -155,7 +155,7 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
         terms["exchange"] = c.allreduce("mpi_allreduce", p, exchanged) if p > 1 else 0.0
         batch = terms["kernels"] + terms["exchange"]
         composition = "kernels + MPI all-reduce (serial)"
-    elif parallel == "model":
+    elif parallel == "model" and p > 1:  # one rank: FusedModelParallel runs the data-parallel step
         return model_parallel_batch(H, B, p, c, terms)
     else:
         fwd_bwd = sum(c.kernel("gpu", k, H, Bl) for k in FUSED_STEP)
@@ -184,16 +184,10 @@ MODEL_PARALLEL_STEP = ("forward GEMM 1 (cuBLAS)", "unfused: bias + sigmoid", "un
 
 
 def model_parallel_batch(H: int, B: int, p: int, c: Ceilings, terms: dict) -> dict:
-    """perflab.train.gpu.FusedModelParallel's step: each rank H/p hidden units of the whole batch.
-    One GPU: the data-parallel step (a CUDA graph). Several: the output layer unfused, the C x B
-    logits all-reduced by NCCL between forward GEMM 2 and the softmax, every kernel launched by the
-    host one by one (no graph: the all-reduce sits inside the step)."""
-    if p == 1:
-        terms["kernels"] = sum(c.kernel("gpu", k, H, B) for k in FUSED_STEP + (UPDATE,))
-        terms["host"] = c.floor("trainer resident")
-        batch = max(terms["kernels"], terms["host"])
-        return {"batch_s": batch, "composition": "max(kernels, the trainer's host floor)",
-                **{f"t_{k}": v for k, v in terms.items()}}
+    """perflab.train.gpu.FusedModelParallel's step on several GPUs: each rank H/p hidden units of the
+    whole batch, the output layer unfused, the C x B logits all-reduced by NCCL between forward GEMM 2
+    and the softmax, every kernel launched by the host one by one (no graph: the all-reduce sits
+    inside the step)."""
     terms["kernels"] = sum(c.kernel("gpu", k, H / p, B) for k in MODEL_PARALLEL_STEP)
     terms["exchange"] = c.allreduce("nccl_allreduce", p, 10 * B * 4)
     terms["host"] = c.floor("trainer resident") + (len(MODEL_PARALLEL_STEP) + 1) * c.launch()  # + the all-reduce

@@ -1,6 +1,7 @@
 """cuBLAS through ctypes, the yardstick: capturable in CUDA graphs, where CuPy's wrappers refuse."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 
@@ -31,17 +32,24 @@ def cublas_library():
 DEFAULT_MATH, TF32_TENSOR_OP_MATH = 0, 3  # cublasMath_t
 
 
-def cublas_gemm(M, N, K, alpha, a, ta, lda, b, tb, ldb, beta, out, tf32: bool = False):
+def cublas_gemm(M, N, K, alpha, a, ta, lda, b, tb, ldb, beta, out):
     """Row-major out = alpha op(a) op(b) + beta out, as the column-major cuBLAS call
-    out^T = op(b)^T op(a)^T, on the current CuPy stream; FP32 (TF32 tensor cores with `tf32`,
-    the handle set back to FP32 after, as CuPy's own calls share it)."""
+    out^T = op(b)^T op(a)^T, on the current CuPy stream, in FP32."""
+    with handle_on_stream() as (lib, handle):
+        call_gemm(lib, handle, M, N, K, alpha, a, ta, lda, b, tb, ldb, beta, out)
+
+
+@contextlib.contextmanager
+def handle_on_stream(tf32: bool = False):
+    """(libcublas, CuPy's cuBLAS handle) set to the current stream, FP32 or (`tf32`) TF32 tensor
+    cores; set back to FP32 after, as CuPy's own calls share the handle."""
     cp = cupy()
     lib = cublas_library()
     handle = cp.cuda.device.get_cublas_handle()
     lib.cublasSetStream_v2(ctypes.c_void_p(handle), ctypes.c_void_p(cp.cuda.get_current_stream().ptr))
     lib.cublasSetMathMode(ctypes.c_void_p(handle), ctypes.c_int(TF32_TENSOR_OP_MATH if tf32 else DEFAULT_MATH))
     try:
-        call_gemm(lib, handle, M, N, K, alpha, a, ta, lda, b, tb, ldb, beta, out)
+        yield lib, handle
     finally:
         if tf32:
             lib.cublasSetMathMode(ctypes.c_void_p(handle), ctypes.c_int(DEFAULT_MATH))
@@ -84,10 +92,6 @@ def split_buffers(x, cache: dict):
     return cache[key]
 
 
-def leading(x, transposed: bool) -> int:
-    return max(x.strides[1 if transposed else 0] // x.itemsize, 1)
-
-
 SPLITS_A: dict = {}  # a's and b's apart: a square a and b have the same shape and order
 SPLITS_B: dict = {}
 
@@ -101,7 +105,7 @@ def cublas_x3tf32(M, N, K, alpha, a, ta, lda, b, tb, ldb, beta, out):
     (a_big, a_small), (b_big, b_small) = split_buffers(a, SPLITS_A), split_buffers(b, SPLITS_B)
     split(a, a_big, a_small)
     split(b, b_big, b_small)
-    lda, ldb = leading(a_big, ta), leading(b_big, tb)  # the split copies' own, dense
-    cublas_gemm(M, N, K, alpha, a_small, ta, lda, b_big, tb, ldb, beta, out, tf32=True)
-    cublas_gemm(M, N, K, alpha, a_big, ta, lda, b_small, tb, ldb, 1.0, out, tf32=True)
-    cublas_gemm(M, N, K, alpha, a_big, ta, lda, b_big, tb, ldb, 1.0, out, tf32=True)
+    with handle_on_stream(tf32=True) as (lib, handle):  # the split copies keep a's and b's layout: same ld
+        call_gemm(lib, handle, M, N, K, alpha, a_small, ta, lda, b_big, tb, ldb, beta, out)
+        call_gemm(lib, handle, M, N, K, alpha, a_big, ta, lda, b_small, tb, ldb, 1.0, out)
+        call_gemm(lib, handle, M, N, K, alpha, a_big, ta, lda, b_big, tb, ldb, 1.0, out)

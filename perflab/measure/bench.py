@@ -303,8 +303,8 @@ def host_allreduces(comm, buf, stream, host_ms) -> dict:
     from perflab.train.gpu import pinned_copy
     MPI, world = comm.MPI, comm.comm
     host = pinned_copy(np.ones(buf.size, np.float32))
-    counts = [share(buf.size, comm.size, r)[1] - share(buf.size, comm.size, r)[0] for r in range(comm.size)]
-    starts = [share(buf.size, comm.size, r)[0] for r in range(comm.size)]
+    bounds = [share(buf.size, comm.size, r) for r in range(comm.size)]
+    counts, starts = [hi - lo for lo, hi in bounds], [lo for lo, _ in bounds]
     mine = np.empty(counts[comm.rank], np.float32)
 
     def allreduce():

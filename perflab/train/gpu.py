@@ -21,7 +21,7 @@ from perflab import kernels
 from perflab.config import MODES, Config, ConfigError
 from perflab.train import model, profile
 from perflab.train.loop import Sequential
-from perflab.train.parallel import check_batch_split, local_part
+from perflab.train.parallel import check_batch_split, gather_shards, local_part, sharded_logits
 from perflab.train.profile import phase
 
 
@@ -336,20 +336,12 @@ class FusedModelParallel(FusedGPU):
         return float(self.G[-1]) / global_b + squares
 
     def predict(self, X, chunk: int = 8192):
-        cp = self.cp
-        W1, b1, W2, b2 = self.params
-        out = []
         with self.stream:
-            for i in range(0, X.shape[1], chunk):
-                a1 = model.sigmoid(W1 @ cp.asarray(X[:, i:i + chunk]) + b1[:, None])
-                z2 = cp.ascontiguousarray(W2 @ a1)
-                self.combine_logits(z2)
-                out.append((z2 + b2[:, None]).argmax(axis=0))
+            out = self.cp.concatenate([sharded_logits(self.params, self.cp.asarray(X[:, i:i + chunk]), self.comm)[1]
+                                       .argmax(axis=0) for i in range(0, X.shape[1], chunk)])
         self.stream.synchronize()
-        return cp.concatenate(out)
+        return out
 
     def full_params(self) -> list:
         self.stream.synchronize()
-        shards = self.comm.allgather([p.get() for p in self.params])
-        return [np.concatenate([s[0] for s in shards], axis=0), np.concatenate([s[1] for s in shards]),
-                np.concatenate([s[2] for s in shards], axis=1), shards[0][3]]
+        return gather_shards(self.params, self.comm)

@@ -104,17 +104,7 @@ class ModelParallel:
         self.want_loss = True
 
     def logits(self, X):
-        """a1 of this rank's units and the full z2 (one all-reduce of the C x B partial sums)."""
-        W1, b1, W2, b2 = self.params
-        with phase("forward GEMM 1"):
-            z1 = W1 @ X
-        z1 += b1[:, None]
-        a1 = model.sigmoid(z1, out=z1)
-        with phase("forward GEMM 2"):
-            partial = W2 @ a1
-        z2 = self.comm.allreduce(partial)
-        z2 += b2[:, None]
-        return a1, z2
+        return sharded_logits(self.params, X, self.comm)
 
     def batch(self, index):
         Xb, yb = self.X[:, index], self.y[index]
@@ -147,11 +137,30 @@ class ModelParallel:
                                for i in range(0, X.shape[1], chunk)])
 
     def full_params(self) -> list:
-        """Every rank's shards gathered into the full [W1, b1, W2, b2] (on the host)."""
-        from perflab.backend import to_numpy
-        shards = self.comm.allgather([to_numpy(p) for p in self.params])
-        return [np.concatenate([s[0] for s in shards], axis=0), np.concatenate([s[1] for s in shards]),
-                np.concatenate([s[2] for s in shards], axis=1), shards[0][3]]
+        return gather_shards(self.params, self.comm)
+
+
+def sharded_logits(params, X, comm):
+    """a1 of this rank's hidden units and the full z2 (one all-reduce of the C x B partial sums);
+    every model-parallel trainer's forward pass, NumPy or CuPy."""
+    W1, b1, W2, b2 = params
+    with phase("forward GEMM 1"):
+        z1 = W1 @ X
+    z1 += b1[:, None]
+    a1 = model.sigmoid(z1, out=z1)
+    with phase("forward GEMM 2"):
+        partial = W2 @ a1
+    z2 = comm.allreduce(partial)
+    z2 += b2[:, None]
+    return a1, z2
+
+
+def gather_shards(params, comm) -> list:
+    """Every rank's shards [W1 rows, b1, W2 columns, b2] gathered into the full parameters (on the host)."""
+    from perflab.backend import to_numpy
+    shards = comm.allgather([to_numpy(p) for p in params])
+    return [np.concatenate([s[0] for s in shards], axis=0), np.concatenate([s[1] for s in shards]),
+            np.concatenate([s[2] for s in shards], axis=1), shards[0][3]]
 
 
 TRAINERS = {"sequential": Sequential, "data": DataParallel, "model": ModelParallel}

@@ -54,8 +54,6 @@ class Pipelined(FusedGPU):
             rows = -(-H // chunks)
             self.chunks = [(r, min(r + rows, H)) for r in range(0, H, rows)]
             self.hostG = pinned_copy(np.zeros(self.G.size, self.G.dtype))
-            if hasattr(comm, "reserve"):  # --comm shm: map the whole gradient's slots once, not piece by piece
-                comm.reserve(self.hostG.nbytes)
             self.down, self.up = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
             self.produced = [event() for _ in range(len(self.chunks) + 1)]
             self.arrived = [event() for _ in range(len(self.chunks) + 1)]
@@ -85,13 +83,11 @@ class Pipelined(FusedGPU):
         self.copied[slot].record(copy)
         self.prefetched = (part, slot)
 
-    @staticmethod
-    def memcpy(device, host: np.ndarray, kind: int, stream) -> None:
+    def memcpy(self, device, host: np.ndarray, kind: int, stream) -> None:
         """Asynchronous copy between a contiguous device array and pinned host memory of equal size."""
-        import cupy as cp
         assert device.nbytes == host.nbytes and (host.flags.c_contiguous or host.flags.f_contiguous)
         src, dst = (host.ctypes.data, device.data.ptr) if kind == HOST_TO_DEVICE else (device.data.ptr, host.ctypes.data)
-        cp.cuda.runtime.memcpyAsync(dst, src, host.nbytes, kind, stream.ptr)
+        self.cp.cuda.runtime.memcpyAsync(dst, src, host.nbytes, kind, stream.ptr)
 
     def ready(self, part) -> int:
         """The device buffer holding `part`: prefetched, or copied now."""
