@@ -107,6 +107,12 @@ def test_the_fused_model_parallel_step_splits_h_and_all_reduces_the_logits(tmp_p
     assert two["t_kernels"] == pytest.approx(kernels)
     assert two["t_exchange"] == pytest.approx(1e-5 + 10 * 8000 * 4 / 1e10, rel=1e-6)  # the C x B logits
     assert two["batch_s"] == pytest.approx(max(kernels + two["t_exchange"], two["t_host"]))
+    eager_host = 3e-5 + (len(predictor.MODEL_PARALLEL_STEP) + 1) * 1e-5  # the floor + a launch per kernel and NCCL
+    assert two["t_host"] == pytest.approx(eager_host) and "eager launches" in two["composition"]
+    graph = predictor.predict_point(point(parallel="model", p=2, B=8000, N=16000, step_graph=True), c)
+    assert graph["t_host"] == pytest.approx(3e-5) and "graph replay" in graph["composition"]  # one launch a step
+    small = predictor.predict_point(point(parallel="model", p=2, H=256, B=200, N=400, step_graph=True), c)
+    assert small["batch_s"] < predictor.predict_point(point(parallel="model", p=2, H=256, B=200, N=400), c)["batch_s"]
     c.table.to_csv(tmp_path / "ceilings_p2.csv", index=False)
     measured = {**point(parallel="model", p=2, B=8000, N=16000), "epoch_seconds": 2 * 0.01, "batches": 2}
     v = predictor.validate(pd.DataFrame([measured, {**measured, "trainer": "FusedModelParallel"}]), tmp_path)

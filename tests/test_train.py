@@ -47,3 +47,23 @@ def test_loss_decreases_on_synthetic():
     losses = [row["loss"] for row in history.epochs]
     assert losses[-1] < losses[0]
     assert history.test_precision > 0.8
+
+
+def test_a_gpu_trainer_frees_its_graphs_before_its_comm():
+    """Destroying an NCCL communicator while CUDA graphs hold its all-reduces hangs
+    (results/nvidia-h200/nccl_graph_capture.log); a trainer's attributes go in the order they were set,
+    the comm first, so the trainer frees its graphs itself. Checked without a GPU, on stand-ins."""
+    from perflab.train.gpu import FusedGPU
+    freed = []
+
+    class Noted:
+        def __init__(self, name):
+            self.name = name
+
+        def __del__(self):
+            freed.append(self.name)
+    trainer = FusedGPU.__new__(FusedGPU)
+    trainer.comm = Noted("communicator")
+    trainer.cache = {(0, 100, False): Noted("graph")}
+    del trainer
+    assert freed == ["graph", "communicator"]

@@ -156,7 +156,7 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
         batch = terms["kernels"] + terms["exchange"]
         composition = "kernels + MPI all-reduce (serial)"
     elif parallel == "model" and p > 1:  # one rank: FusedModelParallel runs the data-parallel step
-        return model_parallel_batch(H, B, p, c, terms)
+        return model_parallel_batch(H, B, p, c, terms, graph=bool(point.get("step_graph", False)))
     else:
         fwd_bwd = sum(c.kernel("gpu", k, H, Bl) for k in FUSED_STEP)
         terms["kernels"] = fwd_bwd + c.kernel("gpu", UPDATE, H, Bl)
@@ -183,16 +183,21 @@ MODEL_PARALLEL_STEP = ("forward GEMM 1 (cuBLAS)", "unfused: bias + sigmoid", "un
                        "backward GEMM 3 (cuBLAS)", UPDATE)
 
 
-def model_parallel_batch(H: int, B: int, p: int, c: Ceilings, terms: dict) -> dict:
+def model_parallel_batch(H: int, B: int, p: int, c: Ceilings, terms: dict, graph: bool) -> dict:
     """perflab.train.gpu.FusedModelParallel's step on several GPUs: each rank H/p hidden units of the
     whole batch, the output layer unfused, the C x B logits all-reduced by NCCL between forward GEMM 2
-    and the softmax, every kernel launched by the host one by one (no graph: the all-reduce sits
-    inside the step)."""
+    and the softmax; the whole step one CUDA graph (`graph`, the sweep's step_graph), or every
+    kernel launched by the host one by one (points measured before NCCL was captured)."""
     terms["kernels"] = sum(c.kernel("gpu", k, H / p, B) for k in MODEL_PARALLEL_STEP)
     terms["exchange"] = c.allreduce("nccl_allreduce", p, 10 * B * 4)
-    terms["host"] = c.floor("trainer resident") + (len(MODEL_PARALLEL_STEP) + 1) * c.launch()  # + the all-reduce
+    if graph:
+        terms["host"] = c.floor("trainer resident")
+        how = "the host floor of a graph replay"
+    else:
+        terms["host"] = c.floor("trainer resident") + (len(MODEL_PARALLEL_STEP) + 1) * c.launch()  # + the all-reduce
+        how = "host floor + eager launches"
     batch = max(terms["kernels"] + terms["exchange"], terms["host"])
-    return {"batch_s": batch, "composition": "max(kernels + NCCL all-reduce of the logits, host floor + eager launches)",
+    return {"batch_s": batch, "composition": f"max(kernels + NCCL all-reduce of the logits, {how})",
             **{f"t_{k}": v for k, v in terms.items()}}
 
 

@@ -50,6 +50,7 @@ def cmd_whatif(args, comm) -> dict:
                         parallel=args.parallel, backend=[args.backend], mode=args.mode, N=args.train_size)
     rows = []
     for point in points:
+        point["step_graph"] = point["backend"] == "cupy" and point["parallel"] == "model"  # as it runs today, NCCL
         try:
             pred = predictor.predict_point(point, ceilings)
         except predictor.PredictionError as exc:

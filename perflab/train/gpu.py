@@ -83,10 +83,7 @@ class FusedGPU(Sequential):
         # row (results/nvidia-h100-80gb-hbm3/bench_step_fused_forward.csv, ncu_output_forward.txt).
         self.fuse_backward = fuse_backward and cfg.num_classes <= kernels.MAX_FUSED_CLASSES
         self.fuse_output = fuse_output and cfg.num_classes <= kernels.MAX_FUSED_CLASSES
-        # On several GPUs the graph holds forward and backward only: the all-reduce and the update
-        # launch after it, one by one (an NCCL all-reduce captured with CuPy hung on two H200, twice:
-        # results/nvidia-h200/nccl_graphs.log; a host-staged MPI exchange cannot be captured at all)
-        self.graphs = graphs and mode == "resident" and not cfg.shuffle and not (overlap and comm.size > 1)
+        self.graphs = graphs and mode == "resident" and not cfg.shuffle
         (H, D), C = host_params[0].shape, cfg.num_classes
         dtype = np.dtype(cfg.dtype)
         self.P = cp.asarray(np.concatenate([p.ravel() for p in host_params]))
@@ -120,6 +117,12 @@ class FusedGPU(Sequential):
             self.handoff = cp.cuda.Event(disable_timing=True)
             rows = -(-H // overlap_chunks)
             self.chunks = [(r, min(r + rows, H)) for r in range(0, H, rows)]
+        # Whether the exchange and the update are in the step's graph too. On several GPUs without
+        # --overlap they launch after it: as fast as capturing them at H = 2048 and faster at H = 512
+        # (two H200). With --overlap the NCCL all-reduces of the chunks must be inside: launched one by
+        # one between the GEMM 3 chunks they were 1.2x (H = 2048) to 6x (H = 512) slower
+        # (results/nvidia-h200/nccl_graph_capture.log). A host MPI exchange cannot be captured at all.
+        self.whole_graph = comm.size == 1 or self.overlap
         self.cache = {}
         self.tuned = set()  # GEMM operand layouts already tuned
         self.want_loss = True
@@ -250,7 +253,7 @@ class FusedGPU(Sequential):
             elif not self.graphs or profile.recording():  # a graph cannot be timed phase by phase
                 self.step(self.X[:, part], self.y[part], global_b, want)
             else:
-                whole = self.comm.size == 1  # one GPU: the update is in the graph too
+                whole = self.whole_graph
                 self.replay((part.start, part.stop, want), self.step if whole else self.gradients,
                             self.X[:, part], self.y[part], global_b, want)
                 if not whole:
@@ -268,6 +271,15 @@ class FusedGPU(Sequential):
             run(*args)
             graph = self.cache[key] = self.stream.end_capture()
         graph.launch(self.stream)
+
+    def close(self):
+        """Free the CUDA graphs. They must go before the NCCL communicator whose all-reduces they
+        hold: destroying that communicator first hangs in ncclCommDestroy (NCCL 2.28, two H200:
+        results/nvidia-h200/nccl_graph_capture.log), and a trainer's attributes are freed in the order they
+        were set, the comm before the graphs."""
+        getattr(self, "cache", {}).clear()  # (none yet when __init__ failed)
+
+    __del__ = close
 
     def batch_loss(self, global_b: int) -> float:
         self.stream.synchronize()
@@ -302,7 +314,8 @@ class FusedModelParallel(FusedGPU):
     the all-reduce of the C x B partial logits between forward GEMM 2 and the softmax; backward
     needs none (each rank's dW1, db1, dW2 are its own shard's, db2 the same everywhere). One rank:
     the data-parallel trainer's step exactly, a CUDA graph with the fused output layer; several:
-    the output layer unfused around the all-reduce, launched one by one."""
+    the output layer unfused around the all-reduce, the whole step one CUDA graph with NCCL (launched
+    one by one with a CUDA-aware MPI, which a graph cannot hold)."""
 
     name = "model"
 
@@ -311,8 +324,9 @@ class FusedModelParallel(FusedGPU):
         if cfg.hidden_size < comm.size:
             raise ParallelError(f"model parallel over {comm.size} ranks needs at least {comm.size} hidden units, "
                                 f"got H={cfg.hidden_size}")
-        super().__init__(cfg, X, y, comm, "resident", gemm, graphs and comm.size == 1,
-                         fuse_output=comm.size == 1)
+        capturable = comm.size == 1 or getattr(comm, "strategy", "") == "nccl"
+        super().__init__(cfg, X, y, comm, "resident", gemm, graphs and capturable, fuse_output=comm.size == 1)
+        self.whole_graph = True  # the logits' all-reduce is inside the step; the update exchanges nothing
 
     def shard(self):
         from perflab.train.comm import share

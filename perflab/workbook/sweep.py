@@ -154,7 +154,9 @@ def measure_trained_point(point: dict, comm, dataset: str) -> dict | None:
                            dtype=cfg.dtype, staged=point["backend"] == "numpy" or point["mode"] in HOST_STAGED,
                            host_allreduce=point["backend"] == "numpy" or device.comm == "mpi", N=cfg.train_size)
     by = perfmodel.phase_bytes(w)
-    row = {**point, "status": "measured", "trainer": type(trainer).__name__, "epoch_seconds": float(np.median([e["seconds"] for e in history.epochs])),
+    step_graph = bool(getattr(trainer, "graphs", False) and getattr(trainer, "whole_graph", False))
+    row = {**point, "status": "measured", "trainer": type(trainer).__name__, "step_graph": step_graph,
+           "epoch_seconds": float(np.median([e["seconds"] for e in history.epochs])),
            "flops_per_batch": perfmodel.seeds_flops(w)["batch"], "exact_flops_per_batch": sum(perfmodel.phase_flops(w).values()),
            "bytes_pcie": by["pcie_gradients"], "bytes_images": by["pcie_images"], "bytes_mpi": by["mpi_seeds"],
            "ai": perfmodel.arithmetic_intensity(w), "batches": cfg.num_batches, "final_loss": history.final_loss}
