@@ -63,7 +63,7 @@ print(json.dumps({k: d[k] for k in ('mode', 'comm', 'chunks', 'ranks', 'hidden_s
       timeout 400 python3 -m perflab bench train --peers perflab "perflab (output layer unfused)" "perflab (unfused)" "jax scan epoch" \
         "torch.compile default" "torch.compile reduce-overhead" "pytorch cuda graph" "cublas 5-gemm floor" --out "$OUT" 2>&1 | tail -12 ;;
     scaling)  # every peer in one harness (perflab.measure.peers_multi): same warm-up, median of the same epochs
-      for hb in "2048 3000"; do set -- $hb; H=$1; b=$2
+      for hb in "2048 3000" "512 800"; do set -- $hb; H=$1; b=$2
         for n in $RANKS; do
           for flags in "" overlap no-graphs staged; do
             $MPI -n $n python3 -m perflab.measure.peers_multi perflab $H $b 60000 $flags 2>/dev/null | tail -1
