@@ -25,7 +25,7 @@ for stage in $stages; do
                   "model float32 resident" "model float64 resident" "data float32 pipelined" "data float64 pipelined" "data float32 pipelined --shuffle" \
                   "data float64 pipelined --comm shm" "data float64 staged --comm shm"; do
         set -- $args
-        $MPI -n $P python3 -m perflab check --backend cupy --parallel $1 --dtype $2 --mode $3 ${4:-} $SMALL --json 2>"$OUT/err.txt" | show "p=$P $args"
+        $MPI -n $P python3 -m perflab check --backend cupy --parallel $1 --dtype $2 --mode $3 "${@:4}" $SMALL --json 2>"$OUT/err.txt" | show "p=$P $args"
         tail -2 "$OUT/err.txt" | cut -c1-300
       done 2>&1 | tee "$OUT/gpu_check_multi.log"
       $MPI -n $P python3 -m perflab check --backend cupy --dtype float32 --test-size 0 --json 2>/dev/null | show "p=$P seeds MNIST float32" | tee -a "$OUT/gpu_check_multi.log" ;;
