@@ -177,8 +177,9 @@ def test_scaling_harness_names_and_flags():
     assert peers_multi.perflab_name(()) == "perflab resident"
     assert peers_multi.perflab_name(("overlap",)) == "perflab resident, overlap"
     assert peers_multi.perflab_name(("staged", "no-graphs")) == "perflab staged, no graphs"
+    assert peers_multi.perflab_name(("model",)) == "perflab resident, model parallel"
     with pytest.raises(SystemExit, match=r"unknown perflab flag\(s\) \['fast'\]"):
-        peers_multi.perflab_data_parallel(8, 4, 16, "fast")
+        peers_multi.perflab_on_gpus(8, 4, 16, "fast")
     proc = subprocess.run([sys.executable, "-m", "perflab.measure.peers_multi", "tensorflow", "8", "4", "16"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "unknown peer 'tensorflow': perflab, ddp or jax" in proc.stderr

@@ -32,18 +32,21 @@ def initial(D, H, C, seed=0):
 
 # ----------------------------------------------------------------------------- perflab
 def perflab_epoch(X, y, H, B, lr, reg, warmup=2, repeats=5, gemm="cublas", graphs=True, fuse_output=True,
-                  fuse_backward=True, comm=None, mode="resident", overlap=False):
-    """perflab's fused trainer; with an MPI comm (one rank a GPU), data parallel over its ranks,
-    each epoch ended by a barrier so it times the slowest rank."""
+                  fuse_backward=True, comm=None, mode="resident", overlap=False, parallel="data"):
+    """perflab's fused trainer; with an MPI comm (one rank a GPU), data (or model) parallel over its
+    ranks, each epoch ended by a barrier so it times the slowest rank."""
     from perflab.config import Config
     from perflab.train.comm import Serial
-    from perflab.train.gpu import FusedGPU
+    from perflab.train.gpu import FusedGPU, FusedModelParallel
     comm = comm or Serial()
     N, D = X.shape
     cfg = Config(dataset="synthetic", input_size=D, hidden_sizes=(H,), num_classes=10, train_size=N,
                  batch_size=B, learning_rate=lr, reg=reg, dtype="float32", test_size=0)
-    trainer = FusedGPU(cfg, np.asfortranarray(X.T), y, comm, mode, gemm, graphs,
-                       fuse_output=fuse_output, fuse_backward=fuse_backward, overlap=overlap)
+    if parallel == "model":
+        trainer = FusedModelParallel(cfg, np.asfortranarray(X.T), y, comm, gemm, graphs)
+    else:
+        trainer = FusedGPU(cfg, np.asfortranarray(X.T), y, comm, mode, gemm, graphs,
+                           fuse_output=fuse_output, fuse_backward=fuse_backward, overlap=overlap)
     trainer.want_loss = False
     slices = [slice(s, e) for s, e in batches(N, B)]
 

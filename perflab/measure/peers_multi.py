@@ -4,10 +4,12 @@ an epoch split over p GPUs (each does N/p), b = B/p samples per GPU per step; ea
 median of REPEATS epochs after WARMUP (the first epochs on several GPUs pay NCCL's set-up:
 results/nvidia-h200-x4/warmup_p4.log).
 
-    mpirun -n P python -m perflab.measure.peers_multi perflab H b N [staged] [overlap] [no-graphs]
+    mpirun -n P python -m perflab.measure.peers_multi perflab H b N [staged] [overlap] [no-graphs] [model]
     mpirun -n P python -m perflab.measure.peers_multi ddp H b N        (one process a GPU)
     python -m perflab.measure.peers_multi jax H b N P                    (one process, P GPUs)
-Each prints one JSON line {"peer", "H", "b", "p", "epoch_ms"} (from rank 0).
+Each prints one JSON line {"peer", "H", "b", "p", "epoch_ms"} (from rank 0). perflab's `model` flag
+runs model parallel (H split over the GPUs, every GPU the whole batch of p x b): the same samples
+per step and per epoch as data parallel, split the other way.
 """
 from __future__ import annotations
 
@@ -20,17 +22,20 @@ import numpy as np
 from perflab.measure.peers import initial, timed_epochs
 
 WARMUP, REPEATS = 3, 7
-PERFLAB_FLAGS = ("staged", "overlap", "no-graphs")
+PERFLAB_FLAGS = ("staged", "overlap", "no-graphs", "model")
 
 
 def perflab_name(flags) -> str:
-    """'perflab resident', 'perflab resident, overlap', 'perflab staged': the labels the report reads."""
+    """'perflab resident', 'perflab resident, overlap', 'perflab staged', 'perflab resident, model
+    parallel': the labels the report reads."""
     mode = "staged" if "staged" in flags else "resident"
-    return ", ".join([f"perflab {mode}", *(f.replace("-", " ") for f in flags if f != "staged")])
+    named = {"no-graphs": "no graphs", "model": "model parallel"}
+    return ", ".join([f"perflab {mode}", *(named.get(f, f) for f in flags if f != "staged")])
 
 
-def perflab_data_parallel(H: int, b: int, N: int, *flags: str, lr=0.1, reg=1e-4, warmup=WARMUP, repeats=REPEATS):
-    """perflab's fused data-parallel trainer, NCCL (host MPI when staged), one process a GPU."""
+def perflab_on_gpus(H: int, b: int, N: int, *flags: str, lr=0.1, reg=1e-4, warmup=WARMUP, repeats=REPEATS):
+    """perflab's fused trainer, data parallel (model parallel with the `model` flag), NCCL (host MPI
+    when staged), one process a GPU."""
     from mpi4py import MPI
 
     from perflab.measure.peers import perflab_epoch
@@ -46,7 +51,8 @@ def perflab_data_parallel(H: int, b: int, N: int, *flags: str, lr=0.1, reg=1e-4,
     rng = np.random.default_rng(0)
     X, y = rng.random((N, 784), dtype=np.float32), rng.integers(0, 10, N)
     ms = perflab_epoch(X, y, H, b * world.size, lr, reg, warmup, repeats, graphs="no-graphs" not in flags, comm=comm,
-                       mode="staged" if staged else "resident", overlap="overlap" in flags)
+                       mode="staged" if staged else "resident", overlap="overlap" in flags,
+                       parallel="model" if "model" in flags else "data")
     return ms if world.rank == 0 else None
 
 
@@ -131,7 +137,7 @@ if __name__ == "__main__":
     p = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", 1)))  # the MPI launchers' world size
     if kind == "perflab":
         H, b, N, *flags = args
-        ms, kind = perflab_data_parallel(int(H), int(b), int(N), *flags), perflab_name(flags)
+        ms, kind = perflab_on_gpus(int(H), int(b), int(N), *flags), perflab_name(flags)
     elif kind == "ddp":
         ms, kind = ddp(*map(int, args)), "pytorch ddp"
     elif kind == "jax":
