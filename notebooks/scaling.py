@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Scaling: time and efficiency against p; staged against resident
+# # Scaling: time and efficiency against p; data against model parallel; staged against resident
 #
 # Reads the committed multi-GPU results (`results/*/scaling.jsonl`, `results/*/roofline.csv`);
 # runs nothing. Efficiency is T1 / (p Tp) with the batch per GPU fixed (the seeds' Question 2.2).
@@ -14,15 +14,15 @@ t = roofline.scaling_rows()
 display(t)
 
 # %%
-if len(t):
+for (H, b), shape in t.groupby(["H", "b"]) if len(t) else []:
     fig, ax = plots.new_figure()
-    for peer, g in t.groupby("peer"):
+    for peer, g in shape.groupby("peer"):
         ax.plot(g.p, g.epoch_ms, "o-", label=peer)
     ax.set_xlabel("GPUs p"); ax.set_ylabel("ms per epoch (60000 samples)"); ax.set_yscale("log"); ax.legend(fontsize=8)
-    display(Image(str(plots.save(fig, "scaling_epoch",
-        "Epoch time against the number of GPUs, H=2048, 3000 samples per GPU per step, 60000 an epoch, FP32: perflab "
-        "resident (NCCL) and staged (host MPI, the seeds' path) beside PyTorch DDP and JAX's sharded scan. "
-        f"Machines: {', '.join(sorted(t.machine.unique()))}."))))
+    display(Image(str(plots.save(fig, f"scaling_epoch_H{H}_b{b}",
+        f"Epoch time against the number of GPUs, H={H}, {b} samples per GPU per step, 60000 an epoch, FP32: perflab "
+        "resident (NCCL) data and model parallel, and staged (host MPI, the seeds' path), beside PyTorch DDP and "
+        f"JAX's sharded scan. Machines: {', '.join(sorted(shape.machine.unique()))}."))))
 
 # %% [markdown]
 # ## The gradient all-reduce, perflab beside torch.distributed
@@ -77,7 +77,7 @@ if path.exists():
     for strategy, g in proj.groupby("strategy"):
         ax.plot(g.p, g.efficiency, "-", label=f"projected: {strategy}")
     if len(t):
-        ours = t[t.peer == "perflab resident"]
+        ours = t[(t.peer == "perflab resident") & (t.H == 2048) & (t.b == 3000)]
         ax.plot(ours.p, ours.efficiency, "ko", label="measured: perflab resident")
     ax.set_xscale("log", base=2); ax.set_xlabel("GPUs p"); ax.set_ylabel("efficiency T1 / (p Tp)"); ax.legend(fontsize=8)
     display(Image(str(plots.save(fig, "scaling_projection",

@@ -1,8 +1,10 @@
+import json
+
 import pandas as pd
 import pytest
 
 from perflab.analysis import roofline
-from perflab.report import plots
+from perflab.report import markdown, plots
 
 
 def table():
@@ -186,3 +188,20 @@ def test_the_report_pdf_compares_the_pipelined_path_with_serial_and_resident():
     assert "The seeds' path pipelined: ms per epoch, serial against overlapped" in texts
     said = next(t for t in texts if t.startswith("The same copies and host all-reduce on CUDA streams"))
     assert "the resident epoch" in said and "faster than in series" in said
+
+
+def test_scaling_efficiency_is_per_shape_and_the_story_names_both_parallels(tmp_path):
+    folder = tmp_path / "some-gpu"
+    folder.mkdir()
+    rows = [("perflab resident", 2048, 3000, 1, 10.0), ("perflab resident", 2048, 3000, 2, 6.0),
+            ("perflab resident", 512, 800, 1, 6.0), ("perflab resident", 512, 800, 2, 4.0),
+            ("perflab resident, model parallel", 512, 800, 1, 6.0), ("perflab resident, model parallel", 512, 800, 2, 3.0),
+            ("jax sharded scan", 512, 800, 1, 6.5), ("jax sharded scan", 512, 800, 2, 5.0)]
+    (folder / "scaling.jsonl").write_text("".join(
+        json.dumps({"peer": n, "H": H, "b": b, "p": p, "epoch_ms": ms}) + "\n" for n, H, b, p, ms in rows))
+    t = roofline.scaling_rows(tmp_path).set_index(["peer", "H", "p"])
+    assert t.efficiency[("perflab resident", 2048, 2)] == pytest.approx(10 / 12)  # against its own shape's p=1
+    assert t.efficiency[("perflab resident", 512, 2)] == pytest.approx(6 / 8)
+    text = "\n".join(markdown.scaling_story(roofline.scaling_rows(tmp_path)))
+    assert "perflab resident, model parallel: efficiency 1.00 at p=2, epoch 0.60 of the best peer's (jax sharded scan)" in text
+    assert "### H=2048, b=3000" in text and "### H=512, b=800" in text

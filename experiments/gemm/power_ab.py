@@ -56,7 +56,7 @@ def hold(cp, call, calls):
 
 def main():
     variants = sys.argv[1:]
-    from perflab import kernels
+    from perflab import kernels, timing
     from perflab.measure import gemm_inputs
     configs = list(kernels.tile_configs("best", "float"))
     t = time.time()

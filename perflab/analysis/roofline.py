@@ -132,10 +132,11 @@ def scaling_rows(root: Path | None = None) -> pd.DataFrame:
             if line.startswith("{"):
                 rows.append({**json.loads(line), "machine": path.parent.name})
     t = pd.DataFrame(rows)
-    if len(t):
-        base = t[t.p == 1].set_index(["machine", "peer"])["epoch_ms"]
-        t["efficiency"] = [base.get((m, peer), np.nan) / (p * ms) for m, peer, p, ms in
-                           zip(t.machine, t.peer, t.p, t.epoch_ms)]
+    if len(t):  # T1 / (p Tp) at the same (H, b): each peer against its own one-GPU epoch
+        keys = ["machine", "peer", "H", "b"]
+        base = t[t.p == 1].set_index(keys)["epoch_ms"]
+        t["efficiency"] = [base.get(k, np.nan) / (p * ms) for k, p, ms in
+                           zip(t[keys].itertuples(index=False, name=None), t.p, t.epoch_ms)]
     return t
 
 

@@ -70,7 +70,8 @@ def device_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--pinned", action="store_true", help="staged mode: keep the data in page-locked host memory")
     g.add_argument("--overlap", action="store_true",
                    help="NCCL on several GPUs: all-reduce the gradients in chunks on a second stream while backward "
-                        "GEMM 3 still runs (slower than one exchange after it on two H200: results/nvidia-h200)")
+                        "GEMM 3 still runs, all inside the step's CUDA graph (slower than one exchange after it on "
+                        "two H200: results/nvidia-h200/nccl_graph_capture.log)")
     g.add_argument("--chunks", type=positive, default=4, metavar="K",
                    help="dW1 is exchanged in K row chunks, each as soon as its part of backward GEMM 3 is done "
                         "(--overlap, --mode pipelined; default %(default)s)")
