@@ -184,8 +184,8 @@ def test_the_committed_predictions_came_before_their_measurements():
             ancestor = subprocess.run(["git", "merge-base", "--is-ancestor", log[-1], measured["git_commit"]],
                                       cwd=RESULTS_ROOT.parent, capture_output=True)
             assert ancestor.returncode == 0, made_path.name
-        ceilings = RESULTS_ROOT.parent / made["ceilings"]
-        # the machine's own ceilings: in its folder or a run folder inside it (mainjob/)
+        # the machine's own ceilings (its all-reduces at least): in its folder or a run folder inside it (mainjob/)
+        ceilings = RESULTS_ROOT.parent / made.get("exchange_ceilings", made["ceilings"])
         assert ceilings.exists() and checks[0].parent in ceilings.parents, made_path.name
         checked += 1
     assert checked >= 3
@@ -205,6 +205,41 @@ def test_whatif_and_validate_reject_bad_input_naming_it(tmp_path):
     assert proc.returncode == 0, proc.stderr
     rows = json.loads((out / "whatif.json").read_text())["rows"]
     assert len(rows) == 2 and all(r["batch_ms"] > 0 for r in rows)
+
+
+def test_a_larger_machine_takes_its_all_reduces_from_its_own_ceilings(tmp_path):
+    base = table()
+    four = pd.DataFrame([{"ceiling": c, "ranks": 4, "size_bytes": size, "seconds": 3e-5 + size / 5e9,
+                          "value": size / (3e-5 + size / 5e9)}
+                         for c in ("nccl_allreduce", "mpi_allreduce") for size in (2 ** 16, 2 ** 20, 2 ** 24)])
+    four = pd.concat([four, pd.DataFrame([{"ceiling": "gemm_flops", "ranks": 1, "value": 1.0}])])  # not taken
+    merged = predictor.with_exchange(base, predictor.Ceilings(four, source="x4.csv"))
+    assert "x4.csv" in merged.source and len(merged.rows("gemm_flops")) == 0
+    grad = perfmodel.gradient_buffer_bytes(1024)
+    at4 = predictor.predict_point(point(p=4, B=16000, N=32000), merged)
+    assert at4["t_exchange"] == pytest.approx(3e-5 + grad / 5e9, rel=1e-6)  # NCCL at p=4 from x4.csv
+    at2 = predictor.predict_point(point(p=2, B=8000, N=16000), merged)
+    assert at2["t_exchange"] == pytest.approx(1e-5 + grad / 1e10, rel=1e-6)  # p=2 still the base machine's
+    with pytest.raises(predictor.PredictionError, match="no pageable d2h"):  # the staged exchange needs its parts
+        predictor.predict_point(point(p=4, B=16000, N=32000, mode="staged"), merged)
+    copies = pd.DataFrame([{"ceiling": d, "impl": "pageable", "ranks": 1, "size_bytes": size, "value": 2e9}
+                           for d in ("d2h", "h2d") for size in (2 ** 16, 2 ** 24)])
+    merged = predictor.Ceilings(pd.concat([merged.table, copies], ignore_index=True), source="m")
+    staged = predictor.predict_point(point(p=4, B=16000, N=32000, mode="staged"), merged)
+    assert staged["t_exchange"] == pytest.approx(2 * grad / 2e9 + 3e-5 + grad / 5e9, rel=1e-4)  # copy, MPI, copy
+    with pytest.raises(predictor.PredictionError, match="no all-reduce rows"):
+        predictor.with_exchange(base, predictor.Ceilings(pd.DataFrame({"ceiling": ["h2d"], "ranks": [1]}), source="c"))
+    out = tmp_path / "w"
+    run = lambda *a: subprocess.run([sys.executable, "-m", "perflab", "whatif", *a], capture_output=True, text=True,
+                                    timeout=120)
+    h200 = RESULTS_ROOT / "nvidia-h200" / "mainjob" / "ceilings_p2.csv"
+    proc = run("--ceilings", str(h200), "--exchange-ceilings", str(RESULTS_ROOT / "nvidia-h200-x4" / "ceilings_p4.csv"),
+               "--ranks", "2", "4", "--out", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    made = json.loads((out / "whatif.json").read_text())
+    assert made["exchange_ceilings"].endswith("nvidia-h200-x4/ceilings_p4.csv") and len(made["rows"]) == 2
+    proc = run("--ceilings", str(h200), "--exchange-ceilings", str(tmp_path / "nope.csv"))
+    assert proc.returncode == 2 and "nope.csv: no such file" in proc.stderr
 
 
 def test_no_committed_point_lies_above_the_roofs_its_machine_measured():

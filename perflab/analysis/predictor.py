@@ -112,6 +112,8 @@ class Ceilings:
 
     def copy(self, direction: str, kind: str, nbytes: float) -> float:
         t = self.rows(direction, impl=kind)
+        if not len(t):
+            raise PredictionError(f"{self.source} has no {kind} {direction} rows: measure them with `perflab ceilings`")
         return loglog(t.size_bytes, t.size_bytes / t.value, nbytes) if nbytes > 0 else 0.0
 
     def staged_images(self, B: float) -> float:
@@ -131,6 +133,32 @@ class Ceilings:
         seconds = t.seconds if "seconds" in t and t.seconds.notna().all() else t.size_bytes / t.value
         alpha, beta = alpha_beta(t.size_bytes, seconds)
         return alpha + nbytes / beta
+
+
+    def staged_exchange(self, p: int, nbytes: float) -> float:
+        """The staged path's exchange (device -> host, MPI_Allreduce, host -> device, pageable, in
+        series) as timed whole, else composed from those three parts where a ceilings file has
+        them but not the whole (a machine whose exchange alone was measured: with_exchange)."""
+        if len(self.rows("staged_allreduce", ranks=p)):
+            return self.allreduce("staged_allreduce", p, nbytes)
+        return (self.copy("d2h", "pageable", nbytes) + self.allreduce("mpi_allreduce", p, nbytes)
+                + self.copy("h2d", "pageable", nbytes))
+
+
+EXCHANGES = ("nccl_allreduce", "mpi_allreduce", "staged_allreduce", "shm_allreduce")
+
+
+def with_exchange(base: Ceilings, exchange: Ceilings) -> Ceilings:
+    """base's kernels, floors and copies, with the all-reduces of `exchange` at the ranks it
+    measured (base's own at those ranks dropped): a machine with more of the same GPUs, whose
+    all-reduces were measured but not its step (the four-H200 run, before the step's kernels
+    were in `perflab ceilings`)."""
+    ex = exchange.table[exchange.table.ceiling.isin(EXCHANGES)]
+    if not len(ex):
+        raise PredictionError(f"{exchange.source} has no all-reduce rows ({', '.join(EXCHANGES)})")
+    replaced = base.table.ceiling.isin(EXCHANGES) & base.table.ranks.isin(set(ex.ranks))
+    return Ceilings(pd.concat([base.table[~replaced], ex], ignore_index=True),
+                    source=f"{base.source} with the all-reduces of {exchange.source}")
 
 
 def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
@@ -169,7 +197,7 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
         elif point["mode"] == "staged":
             terms["host"] = c.floor("trainer staged")
             terms["images"] = c.staged_images(Bl)
-            terms["exchange"] = c.allreduce("staged_allreduce", p, gradient) if p > 1 else 0.0
+            terms["exchange"] = c.staged_exchange(p, gradient) if p > 1 else 0.0
             batch = terms["images"] + max(terms["kernels"], terms["host"]) + terms["exchange"]
             composition = "images + max(kernels, the trainer's host floor) + exchange (serial)"
         else:

@@ -46,6 +46,14 @@ def cmd_whatif(args, comm) -> dict:
     if not path.is_file():
         raise CLIError(f"--ceilings {args.ceilings}: no such file (perflab ceilings writes <run folder>/ceilings_p<P>.csv)")
     ceilings = predictor.Ceilings.load(path)
+    exchange = Path(args.exchange_ceilings) if args.exchange_ceilings else None
+    if exchange is not None:
+        if not exchange.is_file():
+            raise CLIError(f"--exchange-ceilings {exchange}: no such file (a ceilings_p<P>.csv of the larger machine)")
+        try:
+            ceilings = predictor.with_exchange(ceilings, predictor.Ceilings.load(exchange))
+        except predictor.PredictionError as exc:
+            raise CLIError(str(exc)) from None
     points = sweep.grid(hidden=args.hidden, per_rank_batch=args.per_rank_batch, ranks=args.ranks,
                         parallel=args.parallel, backend=[args.backend], mode=args.mode, N=args.train_size)
     rows = []
@@ -60,9 +68,16 @@ def cmd_whatif(args, comm) -> dict:
                        "composition": pred["composition"]} | {k: 1e3 * v for k, v in pred.items() if k.startswith("t_")})
     meta = json.loads(path.with_suffix(".json").read_text()) if path.with_suffix(".json").exists() else {}
     out = Path(args.out or results.run_dir()) / f"{args.name}.json"
+    keys = ("gpu", "gpu_count", "cpu", "cpu_count", "git_commit", "date")
     made = {"method": "perflab.analysis.predictor from the ceilings file alone (no training run)", "ceilings": str(path),
-            "ceilings_machine": {k: meta.get(k) for k in ("gpu", "gpu_count", "cpu", "cpu_count", "git_commit", "date")},
+            "ceilings_machine": {k: meta.get(k) for k in keys},
             "predicted_by": results.git_commit(), "rows": rows}
+    if exchange is not None:
+        ex_meta = exchange.with_suffix(".json")
+        ex_meta = json.loads(ex_meta.read_text()) if ex_meta.exists() else {}
+        made |= {"method": "perflab.analysis.predictor from two ceilings files (no training run): the step, floors and "
+                           "copies from `ceilings`, the all-reduces at the ranks it measured from `exchange_ceilings`",
+                 "exchange_ceilings": str(exchange), "exchange_machine": {k: ex_meta.get(k) for k in keys}}
     atomic_write(out, (json.dumps(made, indent=1) + "\n").encode())
     if not args.json:
         print(pd.DataFrame(rows).drop(columns=["composition"]).round(3).to_string(index=False))
@@ -115,6 +130,9 @@ def register(sub) -> None:
                                    "ceilings file (perflab ceilings on that machine): commit the prediction before the "
                                    "run that tests it. Writes <run folder>/NAME.json (or --out DIR) naming the file used.")
     p.add_argument("--ceilings", required=True, metavar="CSV", help="a ceilings_p<P>.csv (P >= the largest --ranks)")
+    p.add_argument("--exchange-ceilings", metavar="CSV",
+                   help="the all-reduces from this ceilings file instead, at the ranks it measured: a machine with more "
+                        "of the same GPUs whose step kernels were never measured (the rest from --ceilings)")
     p.add_argument("--hidden", nargs="+", type=positive, default=[512], metavar="H")
     p.add_argument("--per-rank-batch", nargs="+", type=positive, default=[3000], metavar="b", help="samples per rank per step")
     p.add_argument("--ranks", nargs="+", type=positive, default=[1], metavar="P")
