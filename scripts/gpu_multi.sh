@@ -65,7 +65,7 @@ print(json.dumps({k: d[k] for k in ('mode', 'comm', 'chunks', 'ranks', 'hidden_s
     scaling)  # every peer in one harness (perflab.measure.peers_multi): same warm-up, median of the same epochs
       for hb in "2048 3000" "512 800"; do set -- $hb; H=$1; b=$2
         for n in $RANKS; do
-          for flags in "" overlap no-graphs staged model; do
+          for flags in "" overlap no-graphs staged pipelined model; do
             $MPI -n $n python3 -m perflab.measure.peers_multi perflab $H $b 60000 $flags 2>/dev/null | tail -1
           done
           $MPI -n $n python3 -m perflab.measure.peers_multi ddp $H $b 60000 2>/dev/null | tail -1

@@ -178,6 +178,7 @@ def test_scaling_harness_names_and_flags():
     assert peers_multi.perflab_name(("overlap",)) == "perflab resident, overlap"
     assert peers_multi.perflab_name(("staged", "no-graphs")) == "perflab staged, no graphs"
     assert peers_multi.perflab_name(("model",)) == "perflab resident, model parallel"
+    assert peers_multi.perflab_name(("pipelined",)) == "perflab pipelined"
     with pytest.raises(SystemExit, match=r"unknown perflab flag\(s\) \['fast'\]"):
         peers_multi.perflab_on_gpus(8, 4, 16, "fast")
     proc = subprocess.run([sys.executable, "-m", "perflab.measure.peers_multi", "tensorflow", "8", "4", "16"],

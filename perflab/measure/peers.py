@@ -44,6 +44,9 @@ def perflab_epoch(X, y, H, B, lr, reg, warmup=2, repeats=5, gemm="cublas", graph
                  batch_size=B, learning_rate=lr, reg=reg, dtype="float32", test_size=0)
     if parallel == "model":
         trainer = FusedModelParallel(cfg, np.asfortranarray(X.T), y, comm, gemm, graphs)
+    elif mode == "pipelined":
+        from perflab.train.pipelined import Pipelined
+        trainer = Pipelined(cfg, np.asfortranarray(X.T), y, comm, gemm, graphs)
     else:
         trainer = FusedGPU(cfg, np.asfortranarray(X.T), y, comm, mode, gemm, graphs,
                            fuse_output=fuse_output, fuse_backward=fuse_backward, overlap=overlap)
@@ -51,7 +54,8 @@ def perflab_epoch(X, y, H, B, lr, reg, warmup=2, repeats=5, gemm="cublas", graph
     slices = [slice(s, e) for s, e in batches(N, B)]
 
     def epoch():
-        for s in slices:
+        for i, s in enumerate(slices):
+            trainer.upcoming = slices[(i + 1) % len(slices)]  # the pipelined trainer copies it in meanwhile
             trainer.batch(s)
 
     def sync():

@@ -4,7 +4,7 @@ an epoch split over p GPUs (each does N/p), b = B/p samples per GPU per step; ea
 median of REPEATS epochs after WARMUP (the first epochs on several GPUs pay NCCL's set-up:
 results/nvidia-h200-x4/warmup_p4.log).
 
-    mpirun -n P python -m perflab.measure.peers_multi perflab H b N [staged] [overlap] [no-graphs] [model]
+    mpirun -n P python -m perflab.measure.peers_multi perflab H b N [staged|pipelined] [overlap] [no-graphs] [model]
     mpirun -n P python -m perflab.measure.peers_multi ddp H b N        (one process a GPU)
     python -m perflab.measure.peers_multi jax H b N P                    (one process, P GPUs)
 Each prints one JSON line {"peer", "H", "b", "p", "epoch_ms"} (from rank 0). perflab's `model` flag
@@ -22,20 +22,24 @@ import numpy as np
 from perflab.measure.peers import initial, timed_epochs
 
 WARMUP, REPEATS = 3, 7
-PERFLAB_FLAGS = ("staged", "overlap", "no-graphs", "model")
+PERFLAB_FLAGS = ("staged", "pipelined", "overlap", "no-graphs", "model")
+
+
+def perflab_mode(flags) -> str:
+    return "staged" if "staged" in flags else "pipelined" if "pipelined" in flags else "resident"
 
 
 def perflab_name(flags) -> str:
-    """'perflab resident', 'perflab resident, overlap', 'perflab staged', 'perflab resident, model
-    parallel': the labels the report reads."""
-    mode = "staged" if "staged" in flags else "resident"
+    """'perflab resident', 'perflab resident, overlap', 'perflab staged', 'perflab pipelined',
+    'perflab resident, model parallel': the labels the report reads."""
     named = {"no-graphs": "no graphs", "model": "model parallel"}
-    return ", ".join([f"perflab {mode}", *(named.get(f, f) for f in flags if f != "staged")])
+    return ", ".join([f"perflab {perflab_mode(flags)}",
+                      *(named.get(f, f) for f in flags if f not in ("staged", "pipelined"))])
 
 
 def perflab_on_gpus(H: int, b: int, N: int, *flags: str, lr=0.1, reg=1e-4, warmup=WARMUP, repeats=REPEATS):
     """perflab's fused trainer, data parallel (model parallel with the `model` flag), NCCL (host MPI
-    when staged), one process a GPU."""
+    when staged or pipelined), one process a GPU."""
     from mpi4py import MPI
 
     from perflab.measure.peers import perflab_epoch
@@ -46,12 +50,12 @@ def perflab_on_gpus(H: int, b: int, N: int, *flags: str, lr=0.1, reg=1e-4, warmu
         raise SystemExit(f"unknown perflab flag(s) {odd}; allowed: {PERFLAB_FLAGS}")
     world = MPIComm(MPI.COMM_WORLD)
     select_device(world)
-    staged = "staged" in flags
-    comm = for_gpu(world, "mpi" if staged else "nccl")
+    mode = perflab_mode(flags)
+    comm = for_gpu(world, "nccl" if mode == "resident" else "mpi")  # the host-staged modes exchange through MPI
     rng = np.random.default_rng(0)
     X, y = rng.random((N, 784), dtype=np.float32), rng.integers(0, 10, N)
     ms = perflab_epoch(X, y, H, b * world.size, lr, reg, warmup, repeats, graphs="no-graphs" not in flags, comm=comm,
-                       mode="staged" if staged else "resident", overlap="overlap" in flags,
+                       mode=mode, overlap="overlap" in flags,
                        parallel="model" if "model" in flags else "data")
     return ms if world.rank == 0 else None
 
