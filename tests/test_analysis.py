@@ -205,3 +205,20 @@ def test_scaling_efficiency_is_per_shape_and_the_story_names_both_parallels(tmp_
     text = "\n".join(markdown.scaling_story(roofline.scaling_rows(tmp_path)))
     assert "perflab resident, model parallel: efficiency 1.00 at p=2, epoch 0.60 of the best peer's (jax sharded scan)" in text
     assert "### H=2048, b=3000" in text and "### H=512, b=800" in text
+
+
+def test_missed_points_say_what_their_profiled_phases_and_other_runs_show(tmp_path):
+    base = {"H": 512, "B": 800, "p": 1, "mode": "staged", "parallel": "data"}
+    pd.DataFrame([{**base, "source": "a.csv", "predicted_ms": 0.8, "measured_ms": 1.2, "error": 0.8 / 1.2 - 1},
+                  {**base, "source": "b.csv", "predicted_ms": 0.8, "measured_ms": 0.75, "error": 0.8 / 0.75 - 1},
+                  {**base, "H": 2048, "source": "a.csv", "predicted_ms": 1.0, "measured_ms": 1.05, "error": -0.05}]
+                 ).to_csv(tmp_path / "validation.csv", index=False)
+    pd.DataFrame([{**base, "source": "a.csv", "phase": "forward GEMM 1", "measured_ms": 0.10, "predicted_ms": 0.11,
+                   "error": 0.1},
+                  {**base, "source": "a.csv", "phase": "copying images host -> device", "measured_ms": 0.5,
+                   "predicted_ms": 0.4, "error": -0.2}]).to_csv(tmp_path / "validation_phases.csv", index=False)
+    t = markdown.missed_points(tmp_path)
+    assert len(t) == 1 and t.source.iloc[0] == "a.csv" and t.error.iloc[0] == "-33%"
+    assert t["phase missed most"].iloc[0] == "copying images host -> device (+0.100 ms)"
+    assert t["phases: median abs error"].iloc[0] == "15% (2)"
+    assert t["same point, other runs (ms)"].iloc[0] == "0.75"
