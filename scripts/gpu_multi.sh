@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call on a several-GPU machine: multi-GPU checks, ceilings, roofline sweep, scaling,
 # data against model parallel, the all-reduce bench, the pipelined staged path beside the serial one, and the
-# single-GPU benchmarks (stages: info check ceilings sweep scaling parallel allreduce pipeline bench).
+# single-GPU benchmarks (stages: info check ceilings sweep scaling parallel allreduce pipeline bench x4).
+# Four GPUs (issue 33), one call: P=4 FLAGS="- overlap staged pipelined model" bash scripts/gpu_multi.sh x4 scaling ceilings allreduce
 # Every command has a time limit, so one hang cannot eat the call. Usage:
 #   OUT=/tmp/out P=2 bash scripts/gpu_multi.sh [stage...]
 set -uo pipefail
@@ -29,6 +30,18 @@ for stage in $stages; do
         tail -2 "$OUT/err.txt" | cut -c1-300
       done 2>&1 | tee "$OUT/gpu_check_multi.log"
       $MPI -n $P python3 -m perflab check --backend cupy --dtype float32 --test-size 0 --json 2>/dev/null | show "p=$P seeds MNIST float32" | tee -a "$OUT/gpu_check_multi.log" ;;
+    x4)  # issue 33 on four GPUs: the checks, then the runs of the predictions committed for them (results/predictions/h200x4_*)
+      for args in "data float32" "data float64" "model float32" "model float64"; do set -- $args
+        $MPI -n $P python3 -m perflab check --backend cupy --parallel $1 --dtype $2 --mode resident $SMALL --json 2>"$OUT/err.txt" | show "p=$P $args resident"
+      done 2>&1 | tee "$OUT/gpu_check_x4.log"
+      for hb in "2048 3000" "512 800"; do set -- $hb
+        LIMIT=200 $MPI -n $P python3 -m perflab sweep --name prediction_check_h200x4_data_h512_h2048_b800_b3000 --hidden $1 \
+          --per-rank-batch $2 --ranks $RANKS --backend cupy --mode resident staged pipelined --gemm cublas --train-size 60000 \
+          --num-epochs 3 --out "$OUT" 2>&1 | tail -1
+        LIMIT=120 $MPI -n $P python3 -m perflab sweep --name prediction_check_h200x4_model_h512_h2048_b800_b3000 --parallel model \
+          --hidden $1 --per-rank-batch $2 --ranks $RANKS --backend cupy --mode resident --train-size 60000 --num-epochs 3 \
+          --out "$OUT" 2>&1 | tail -1
+      done ;;
     allreduce) LIMIT=150 $MPI -n $P python3 -m perflab bench allreduce --out "$OUT" 2>&1 | tail -12 ;;
     ceilings) LIMIT=150 $MPI -n $P python3 -m perflab ceilings --out "$OUT" 2>&1 | grep -v "^ *mpi_allreduce\|^ *nccl_allreduce.* 0\.0" | tail -30 ;;
     sweep)
@@ -65,8 +78,8 @@ print(json.dumps({k: d[k] for k in ('mode', 'comm', 'chunks', 'ranks', 'hidden_s
     scaling)  # every peer in one harness (perflab.measure.peers_multi): same warm-up, median of the same epochs
       for hb in "2048 3000" "512 800"; do set -- $hb; H=$1; b=$2
         for n in $RANKS; do
-          for flags in "" overlap no-graphs staged pipelined model; do
-            $MPI -n $n python3 -m perflab.measure.peers_multi perflab $H $b 60000 $flags 2>/dev/null | tail -1
+          for flags in ${FLAGS:-- overlap no-graphs staged pipelined model}; do  # "-": resident, no flag
+            $MPI -n $n python3 -m perflab.measure.peers_multi perflab $H $b 60000 ${flags#-} 2>/dev/null | tail -1
           done
           $MPI -n $n python3 -m perflab.measure.peers_multi ddp $H $b 60000 2>/dev/null | tail -1
           timeout 120 python3 -m perflab.measure.peers_multi jax $H $b 60000 $n 2>/dev/null | tail -1
