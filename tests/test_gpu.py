@@ -522,6 +522,17 @@ def test_gpu_training_with_the_forward_pass_unfused_matches_reference(dtype):
         assert rel(a, b) <= TOL[dtype]
 
 
+def test_the_scaling_harness_times_every_perflab_path_on_one_gpu():
+    """perflab.measure.peers_multi's paths (resident, serial staged, pipelined, model parallel) on
+    one GPU: each runs its epochs and returns a time, the pipelined one prefetching each next batch."""
+    from perflab.measure.peers import perflab_epoch
+    rng = np.random.default_rng(5)
+    X, y = rng.random((517, 784), dtype=np.float32), rng.integers(0, 10, 517)
+    for mode, parallel in (("resident", "data"), ("staged", "data"), ("pipelined", "data"), ("resident", "model")):
+        ms = perflab_epoch(X, y, 61, 100, 0.1, 1e-4, warmup=1, repeats=2, mode=mode, parallel=parallel)
+        assert 0 < ms < 1e4, (mode, parallel, ms)
+
+
 def test_bench_gemm_sets_best_beside_every_installed_peer():
     """Every variant and peer checked against float64 at each shape; the fastest peer is the
     one pct_fastest_peer measures against."""
