@@ -7,6 +7,8 @@ Python stack and exits if it hangs. Variants:
   teardown-graphs-first, teardown-comm-first
                                 a small trainer with graphs holding the all-reduce, then the CUDA graphs and
                                 the NCCL communicator freed in that order, a line printed after each
+  time BYTES...                 median microseconds of one float32 all-reduce of each size (eager, CUDA events,
+                                200 back to back), under whatever NCCL_* settings the environment holds
   trainer[-overlap] H b N [K]   FusedGPU with the exchange and update inside the graph (whole_graph),
                                 against the same trainer with the exchange after the graph: parameters
                                 after an epoch must agree; then median epoch ms of both (K: dW1 chunks)
@@ -121,8 +123,30 @@ def teardown(graphs_first):
         say(stage=what)
 
 
+def time_allreduce(sizes):
+    uid = world.bcast(nccl.get_unique_id() if world.rank == 0 else None)
+    comm = nccl.NcclCommunicator(world.size, uid, world.rank)
+    s = cp.cuda.Stream(non_blocking=True)
+    for nbytes in sizes:
+        x = cp.ones(nbytes // 4, dtype=cp.float32)
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        runs = []
+        for _ in range(5):
+            world.Barrier()
+            start.record(s)
+            for _ in range(200):
+                comm.allReduce(x.data.ptr, x.data.ptr, x.size, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, s.ptr)
+            stop.record(s)
+            stop.synchronize()
+            runs.append(cp.cuda.get_elapsed_time(start, stop) * 1e3 / 200)
+        say(bytes=nbytes, us=float(np.median(runs)), p=world.size,
+            env={k: v for k, v in os.environ.items() if k.startswith("NCCL_")})
+
+
 if variant.startswith("raw"):
     raw()
+elif variant == "time":
+    time_allreduce([int(n) for n in sys.argv[2:]])
 elif variant.startswith("teardown"):
     teardown(variant == "teardown-graphs-first")
     say(stage="returning")
