@@ -222,3 +222,10 @@ def test_missed_points_say_what_their_profiled_phases_and_other_runs_show(tmp_pa
     assert t["phase missed most"].iloc[0] == "copying images host -> device (+0.100 ms)"
     assert t["phases: median abs error"].iloc[0] == "15% (2)"
     assert t["same point, other runs (ms)"].iloc[0] == "0.75"
+
+
+def test_an_epoch_graph_is_judged_by_the_step_against_the_host_floor():
+    from perflab.results import RESULTS_ROOT
+    text = " ".join(markdown.epoch_graph_text(RESULTS_ROOT / "nvidia-h200", 512, 800))
+    assert "the GPU is the bottleneck" in text and "ceilings_p" in text
+    assert markdown.epoch_graph_text(RESULTS_ROOT / "nvidia-h200-x4", 512, 800) == []  # no step kernels measured there

@@ -329,6 +329,25 @@ def markdown() -> str:
     return "\n\n".join(parts) + "\n"
 
 
+def epoch_graph_text(folder: Path, H: int, b: int) -> list[str]:
+    """Whether one CUDA graph for a whole epoch could pay at (H, b): only where the host's cost of
+    replaying a step's graph exceeds the step's kernels (from the folder's ceilings)."""
+    from perflab.analysis import predictor
+    path = predictor.ceilings_for(folder, 1)
+    if path is None:
+        return []
+    point = {"H": H, "B": b, "p": 1, "N": 60000, "backend": "cupy", "mode": "resident", "parallel": "data"}
+    try:
+        pred = predictor.predict_point(point, predictor.Ceilings.load(path))
+    except predictor.PredictionError:
+        return []
+    kernels, host = 1e6 * pred["t_kernels"], 1e6 * pred["t_host"]
+    verdict = ("the GPU is the bottleneck: a graph of the whole epoch would save launches the GPU already hides"
+               if kernels > host else "the host is the bottleneck: a graph of the whole epoch would pay here")
+    return ["", f"One GPU's step at H={H}, b={b}: its kernels {kernels:.0f} us against the host's {host:.0f} us to "
+                f"replay its graph (`{path.relative_to(RESULTS_ROOT.parent)}`): {verdict}."]
+
+
 def scaling_story(scaling) -> list[str]:
     """The scaling table per (H, b) and what it says about data against model parallel."""
     out = []
@@ -350,6 +369,7 @@ def scaling_story(scaling) -> list[str]:
                              + (f", epoch {top.epoch_ms[name] / peers.epoch_ms.min():.2f} of the best peer's ({best})"
                                 if best else ""))
         out += ["; ".join(lines) + "." if lines else ""]
+        out += epoch_graph_text(RESULTS_ROOT / machine, int(H), int(b))
     out += ["", "Data parallel all-reduces the whole gradient (6.5 MB at H=2048) after backward GEMM 3, the step's "
                 "last work, so nothing is left to hide it behind; model parallel all-reduces the C x B logits "
                 "(240 KB at B=6000) and its whole step, the NCCL all-reduce included, is one CUDA graph. "
