@@ -162,3 +162,16 @@ def test_results_hold_data_not_code():
     """Experiments' code lives in experiments/; results/ is data and figures."""
     code = [p for p in (PROJECT_ROOT / "results").rglob("*") if p.suffix in (".py", ".patch", ".cu", ".sh", ".ipy")]
     assert not code, f"code under results/: {code[:5]}"
+
+
+def test_every_prediction_check_a_device_script_runs_has_its_committed_prediction():
+    """A run named prediction_check_X tests results/predictions/X.json: a typo would measure points
+    no prediction preceded."""
+    import re
+    names = set()
+    for script in (PROJECT_ROOT / "scripts").glob("*.sh"):
+        names |= set(re.findall(r"--name (prediction_check_[\w]+)", script.read_text()))
+    assert names, "no device script runs a committed prediction's points"
+    for name in names:
+        made = PROJECT_ROOT / "results" / "predictions" / f"{name.removeprefix('prediction_check_')}.json"
+        assert made.exists(), f"{name}: no {made.relative_to(PROJECT_ROOT)}"
