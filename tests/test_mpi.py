@@ -181,6 +181,9 @@ def test_scaling_harness_names_and_flags():
     assert peers_multi.perflab_name(("pipelined",)) == "perflab pipelined"
     with pytest.raises(SystemExit, match=r"unknown perflab flag\(s\) \['fast'\]"):
         peers_multi.perflab_on_gpus(8, 4, 16, "fast")
+    for clash in (("staged", "pipelined"), ("model", "staged"), ("model", "overlap")):
+        with pytest.raises(SystemExit, match="do not go together"):
+            peers_multi.perflab_on_gpus(8, 4, 16, *clash)
     proc = subprocess.run([sys.executable, "-m", "perflab.measure.peers_multi", "tensorflow", "8", "4", "16"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "unknown peer 'tensorflow': perflab, ddp or jax" in proc.stderr

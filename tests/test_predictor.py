@@ -240,6 +240,10 @@ def test_a_larger_machine_takes_its_all_reduces_from_its_own_ceilings(tmp_path):
     assert made["exchange_ceilings"].endswith("nvidia-h200-x4/ceilings_p4.csv") and len(made["rows"]) == 2
     proc = run("--ceilings", str(h200), "--exchange-ceilings", str(tmp_path / "nope.csv"))
     assert proc.returncode == 2 and "nope.csv: no such file" in proc.stderr
+    copies_only = tmp_path / "copies.csv"
+    pd.DataFrame({"ceiling": ["h2d"], "ranks": [1]}).to_csv(copies_only, index=False)
+    proc = run("--ceilings", str(h200), "--exchange-ceilings", str(copies_only))
+    assert proc.returncode == 2 and "copies.csv has no all-reduce rows" in proc.stderr
 
 
 def test_no_committed_point_lies_above_the_roofs_its_machine_measured():

@@ -48,6 +48,10 @@ def perflab_on_gpus(H: int, b: int, N: int, *flags: str, lr=0.1, reg=1e-4, warmu
     odd = [f for f in flags if f not in PERFLAB_FLAGS]
     if odd:
         raise SystemExit(f"unknown perflab flag(s) {odd}; allowed: {PERFLAB_FLAGS}")
+    clash = [f for f in ("staged", "pipelined", "overlap") if f in flags]
+    if len(set(clash) & {"staged", "pipelined"}) > 1 or ("model" in flags and clash):
+        raise SystemExit(f"perflab flags {list(flags)} do not go together: staged and pipelined are two modes, and "
+                         "model parallel runs resident without overlap")
     world = MPIComm(MPI.COMM_WORLD)
     select_device(world)
     mode = perflab_mode(flags)
