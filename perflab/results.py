@@ -126,6 +126,14 @@ def run_dir(meta: dict | None = None) -> Path:
     return RUNS_ROOT / machine_key(meta)
 
 
+def made_on(path) -> dict:
+    """The machine and commit a result file came from, from the metadata JSON beside it (nulls where
+    there is none): what a prediction or a validation names for each file it used."""
+    meta_path = Path(path).with_suffix(".json")
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    return {k: meta.get(k) for k in ("gpu", "gpu_count", "cpu", "cpu_count", "git_commit", "date")}
+
+
 def write_rows(path, rows: list[dict], meta: dict | None = None, append: bool = True) -> Path:
     """Append (or replace) tidy rows in a CSV, flushed at once; write the metadata JSON.
     A row with a column the file lacks rewrites the file (atomically) with the union."""

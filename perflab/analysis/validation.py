@@ -50,10 +50,8 @@ def validate_folder(folder: Path, out: str | None = None, write: bool = True) ->
     used = sorted(set(table.get("ceilings", pd.Series(dtype=str)).dropna()))
     meta = {"folder": str(folder), "ceilings": {}, "summary": summary(table)}
     for name in used:
-        ceilings_meta = folder / name.replace(".csv", ".json")
-        if ceilings_meta.exists():
-            m = json.loads(ceilings_meta.read_text())
-            meta["ceilings"][name] = {k: m.get(k) for k in ("gpu", "gpu_count", "cpu", "cpu_count", "git_commit", "date")}
+        if (folder / name).with_suffix(".json").exists():
+            meta["ceilings"][name] = results.made_on(folder / name)
     path = Path(out) if out else folder / "validation.csv"
     results.write_rows(path, table.to_dict("records"), meta, append=False)
     if phase_tables:

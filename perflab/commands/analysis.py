@@ -66,18 +66,13 @@ def cmd_whatif(args, comm) -> dict:
         rows.append({k: point[k] for k in ("H", "B", "p", "parallel", "backend", "mode", "N")}
                     | {"b": point["B"] // point["p"], "batch_ms": 1e3 * pred["batch_s"], "epoch_ms": 1e3 * pred["epoch_s"],
                        "composition": pred["composition"]} | {k: 1e3 * v for k, v in pred.items() if k.startswith("t_")})
-    meta = json.loads(path.with_suffix(".json").read_text()) if path.with_suffix(".json").exists() else {}
     out = Path(args.out or results.run_dir()) / f"{args.name}.json"
-    keys = ("gpu", "gpu_count", "cpu", "cpu_count", "git_commit", "date")
     made = {"method": "perflab.analysis.predictor from the ceilings file alone (no training run)", "ceilings": str(path),
-            "ceilings_machine": {k: meta.get(k) for k in keys},
-            "predicted_by": results.git_commit(), "rows": rows}
+            "ceilings_machine": results.made_on(path), "predicted_by": results.git_commit(), "rows": rows}
     if exchange is not None:
-        ex_meta = exchange.with_suffix(".json")
-        ex_meta = json.loads(ex_meta.read_text()) if ex_meta.exists() else {}
         made |= {"method": "perflab.analysis.predictor from two ceilings files (no training run): the step, floors and "
                            "copies from `ceilings`, the all-reduces at the ranks it measured from `exchange_ceilings`",
-                 "exchange_ceilings": str(exchange), "exchange_machine": {k: ex_meta.get(k) for k in keys}}
+                 "exchange_ceilings": str(exchange), "exchange_machine": results.made_on(exchange)}
     atomic_write(out, (json.dumps(made, indent=1) + "\n").encode())
     if not args.json:
         print(pd.DataFrame(rows).drop(columns=["composition"]).round(3).to_string(index=False))

@@ -125,7 +125,7 @@ def parallel_section() -> list[str]:
         several = several[several.p > 1]
         wins = int((several["model / data (epoch)"] < 1).sum())
         ratio = several["bytes_mpi data"] / several["bytes_mpi model"]
-        how = ("fused model parallel, one CUDA graph a step, NCCL inside" if t.get("step_graph", pd.Series([False])).any()
+        how = ("fused model parallel, one CUDA graph a step, NCCL inside" if "step_graph" in t and t.step_graph.any()
                else "fused model parallel, launched kernel by kernel on several GPUs" if "trainer" in t else "")
         out += ["", f"## Data against model parallel (b = B/p per rank), {path.parent.name}"
                 + (f", {how}" if how else ""), "",
