@@ -1,105 +1,188 @@
-"""Check and time experiments/wgmma/wgmma_tf32.cu on an H100 (issue 32's first step), beside cuBLAS
-SGEMM, cuBLAS TF32 and perflab's mma.sync `tf32` kernel, at odd sizes and the training shapes.
+"""Check and time wgmma_gemm.cu (TF32 and 3xTF32 on Hopper's wgmma) on an H100, beside cuBLAS SGEMM,
+cuBLAS TF32, perflab's cuBLAS-composed 3xTF32 and (in a process of its own) JAX's TF32_TF32_F32_X3.
 
-    python3 experiments/wgmma/check.py [--out DIR]
+    python3 experiments/wgmma/check.py OUTDIR
 
-Prints one JSON line per shape: each kernel's relative error against float64 (outputs poisoned
-with NaN first) and median ms (CUDA events). Compiles with -arch=sm_90a (wgmma needs the 'a').
+Every kernel (families v2: all threads load; ws: warp-specialized) first runs the odd sizes against float64 (outputs poisoned with NaN); then every config
+and split-K count is timed at the training's two big GEMMs (forward GEMM 1: H x b x 784; backward
+GEMM 3: H x 784 x b), CUDA events around 10 back-to-back calls, median of 15. Writes OUTDIR/wgmma.jsonl.
 """
 import json
 import math
 import pathlib
+import statistics
 import subprocess
 import sys
+import time
 
-import cupy as cp
 import numpy as np
 
 HERE = pathlib.Path(__file__).parent
-BM, BN, STAGES = 64, 128, 3
-SMEM = STAGES * (BM + BN) * 32 * 4 + 1024  # + the round-up of the base to 1024 bytes
+BK = 32
+# family: (source, kernel, warpgroups beside the consumers, {X3: [(consumer warpgroups, BN, stages)]})
+FAMILIES = {
+    "v2": ("wgmma_gemm.cu", "wgmma_gemm", 0, {False: [(1, 256, 4), (2, 128, 4), (2, 256, 4)],
+                                              True: [(1, 128, 4), (2, 128, 4), (2, 64, 4)]}),
+    "ws": ("wgmma_ws.cu", "wgmma_ws_gemm", 1, {False: [(2, 256, 4), (2, 128, 4), (2, 128, 6), (1, 256, 4), (2, 64, 4),
+                                                       (1, 128, 6)],
+                                               True: [(2, 128, 3), (2, 64, 4), (1, 128, 4)]}),
+}
+ODD = [(1, 1, 4), (65, 129, 36), (100, 200, 788), (511, 3001, 784), (130, 260, 1000)]
+TRAINING = [("fwd1", 512, 3200, 784), ("fwd1", 1024, 3200, 784), ("fwd1", 2048, 12000, 784),
+            ("bwd3", 512, 784, 3200), ("bwd3", 1024, 784, 3200), ("bwd3", 2048, 784, 12000)]
 
 
-def kernel():
-    """NVRTC through CuPy first (what perflab uses); nvcc's cubin where NVRTC refuses sm_90a."""
-    code = (HERE / "wgmma_tf32.cu").read_text()
-    errors = []
-    for arch in ("-arch=sm_90a", "--gpu-architecture=sm_90a"):
-        try:
-            fn = cp.RawModule(code=code, options=("-std=c++17", arch)).get_function("wgmma_tf32_gemm")
-            fn.max_dynamic_shared_size_bytes = SMEM
-            print(json.dumps({"built_with": f"nvrtc {arch}"}), flush=True)
-            return fn
-        except Exception as exc:  # noqa: BLE001 - the compiler's message is what we need to see
-            errors.append(f"{arch}: {exc}")
-    print("\n".join(errors), flush=True)
-    cubin = pathlib.Path("/tmp/wgmma_tf32.cubin")
-    subprocess.run(["nvcc", "-gencode=arch=compute_90a,code=sm_90a", "-cubin", "-std=c++17", "-o", str(cubin),
-                    str(HERE / "wgmma_tf32.cu")], check=True)
-    fn = cp.RawModule(path=str(cubin)).get_function("wgmma_tf32_gemm")
-    fn.max_dynamic_shared_size_bytes = SMEM
-    print(json.dumps({"built_with": "nvcc cubin"}), flush=True)
-    return fn
+def smem(family, wgs, bn, stages, x3):
+    if family == "v2":
+        return stages * (64 * wgs + bn) * BK * 4 + (2 * bn * BK * 4 if x3 else 0) + 1024
+    return stages * (64 * wgs + bn) * BK * 4 * (2 if x3 else 1) + 16 * stages + 1024
 
 
-def wgmma_gemm(fn, A, Bt, C, alpha=1.0, beta=0.0):
-    """C = alpha A Bt^T + beta C (A: M x K, Bt: N x K, both row-major, K % 4 == 0)."""
+def label(family, cfg, x3):
+    return f"{family}-{'x3' if x3 else 'tf32'}-wg{cfg[0]}-n{cfg[1]}-s{cfg[2]}"
+
+
+def build(cp):
+    """{(family, cfg, x3): kernel}, and splitk_sum."""
+    fns, t0 = {}, time.time()
+    for family, (source, kernel, _, configs) in FAMILIES.items():
+        names = {(c, x3): f"{kernel}<{c[0]},{c[1]},{c[2]},{str(x3).lower()}>" for x3 in configs for c in configs[x3]}
+        mod = cp.RawModule(code=(HERE / source).read_text(), options=("-std=c++17", "-arch=sm_90a", f"-I{HERE}"),
+                           name_expressions=tuple(names.values()))
+        for (c, x3), n in names.items():
+            fn = mod.get_function(n)
+            fn.max_dynamic_shared_size_bytes = smem(family, *c, x3)
+            fns[(family, c, x3)] = fn
+        if family == "v2":
+            ssum = mod.get_function("splitk_sum")
+    print(json.dumps({"built": len(fns), "compile_s": round(time.time() - t0, 1)}), flush=True)
+    return fns, ssum
+
+
+def run(cp, fns, ssum, key, splits, A, Bt, C, work):
+    """C = A Bt^T with kernel `key` and `splits` k-splits (work: splits x M x N floats)."""
+    family, cfg, x3 = key
     M, K = A.shape
     N = Bt.shape[0]
-    assert K % 4 == 0 and A.flags.c_contiguous and Bt.flags.c_contiguous and C.flags.c_contiguous
-    grid = (math.ceil(N / BN), math.ceil(M / BM))
-    fn(grid, (128,), (np.int32(M), np.int32(N), np.int32(K), np.float32(alpha), A, np.int32(K), Bt, np.int32(K),
-                      np.float32(beta), C, np.int32(N)), shared_mem=SMEM)
+    kps = math.ceil(math.ceil(K / splits) / BK) * BK
+    z = math.ceil(K / kps)
+    grid = (math.ceil(N / cfg[1]), math.ceil(M / (64 * cfg[0])), z)
+    target = C if z == 1 else work
+    threads = 128 * (cfg[0] + FAMILIES[family][2])
+    fns[key](grid, (threads,), (np.int32(M), np.int32(N), np.int32(K), np.int32(kps), np.float32(1.0), A,
+                                np.int32(K), Bt, np.int32(K), np.float32(0.0), target, np.int32(N)),
+             shared_mem=smem(family, *cfg, x3))
+    if z > 1:
+        ssum((math.ceil(M * N / 256),), (256,), (np.int32(M), np.int32(N), np.int32(z), work, np.float32(0.0), C, np.int32(N)))
 
 
-def ms(run, repeats=20):
+def device_ms(cp, call, calls=10, repeats=15):
+    call()
     start, stop = cp.cuda.Event(), cp.cuda.Event()
-    run()
     times = []
     for _ in range(repeats):
         start.record()
-        run()
+        for _ in range(calls):
+            call()
         stop.record()
         stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop))
-    return float(np.median(times))
+        times.append(cp.cuda.get_elapsed_time(start, stop) / calls)
+    return statistics.median(times)
 
 
-def rel(x, ref):
+def rel(cp, x, ref):
     x = cp.asnumpy(x).astype(np.float64)
-    if not np.isfinite(x).all():
-        return float("nan")
-    return float(np.linalg.norm(x - ref) / np.linalg.norm(ref))
+    return float(np.linalg.norm(x - ref) / np.linalg.norm(ref)) if np.isfinite(x).all() else float("nan")
 
 
-def main():
+def operands(M, N, K, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.uniform(-1, 1, (M, K)) + 0.1, rng.uniform(-1, 1, (N, K)) + 0.1
+
+
+def jax_x3(out):
+    """JAX's TF32_TF32_F32_X3 dot at the training shapes: host clock around 10 queued calls."""
+    import jax
+    import jax.numpy as jnp
+    algo = jax.lax.DotAlgorithmPreset.TF32_TF32_F32_X3
+    for kind, M, N, K in TRAINING:
+        A, Bt = operands(M, N, K)
+        a, bt = jnp.asarray(A, jnp.float32), jnp.asarray(Bt, jnp.float32)
+        f = jax.jit(lambda a, bt: jax.lax.dot_general(a, bt, (((1,), (1,)), ((), ())), precision=algo,
+                                                       preferred_element_type=jnp.float32))
+        c = jax.block_until_ready(f(a, bt))
+        err = float(np.linalg.norm(np.asarray(c, np.float64) - A @ Bt.T) / np.linalg.norm(A @ Bt.T))
+        times = []
+        for _ in range(15):
+            t0 = time.perf_counter()
+            for _ in range(10):
+                c = f(a, bt)
+            jax.block_until_ready(c)
+            times.append((time.perf_counter() - t0) * 100)
+        ms = statistics.median(times)
+        out.write(json.dumps({"kind": kind, "M": M, "N": N, "K": K, "kernel": "jax-x3", "ms": ms, "err": err,
+                              "tflops": 2 * M * N * K / ms / 1e9}) + "\n")
+
+
+def main(outdir):
     sys.path.insert(0, str(HERE.parents[1]))
+    import cupy as cp
     from perflab import kernels
-    fn = kernel()
-    rng = np.random.default_rng(0)
-    shapes = [(64, 128, 32), (1, 1, 4), (65, 129, 36), (100, 200, 788), (511, 3001, 784),  # odd: edges, tails
-              (512, 3200, 784), (1024, 3200, 784), (2048, 12000, 784)]                  # forward GEMM 1
-    for M, N, K in shapes:
-        A = rng.uniform(-1, 1, (M, K)) + 0.1
-        Bt = rng.uniform(-1, 1, (N, K)) + 0.1
+    from perflab.kernels.cublas import call_gemm, handle_on_stream
+    fns, ssum = build(cp)
+    log = open(outdir / "wgmma.jsonl", "a")
+
+    def emit(row):
+        print(json.dumps(row), flush=True)
+        log.write(json.dumps(row) + "\n")
+    work = cp.empty(8 * 2048 * 12000, np.float32)
+    # correctness: every config, odd sizes, 1 and 3 splits
+    for M, N, K in ODD:
+        A, Bt = operands(M, N, K, seed=M)
         ref = A @ Bt.T
         a, bt = cp.asarray(A, np.float32), cp.asarray(Bt, np.float32)
-        row = {"M": M, "N": N, "K": K}
+        row = {"kind": "odd", "M": M, "N": N, "K": K}
+        for key in fns:
+            for splits in (1, 3):
+                c = cp.full((M, N), np.nan, np.float32)
+                run(cp, fns, ssum, key, splits, a, bt, c, work)
+                row[f"{label(*key)}-k{splits}"] = rel(cp, c, ref)
         c = cp.full((M, N), np.nan, np.float32)
-        wgmma_gemm(fn, a, bt, c)
-        cp.cuda.Device().synchronize()
-        row["wgmma_err"] = rel(c, ref)
-        row["wgmma_ms"] = ms(lambda: wgmma_gemm(fn, a, bt, c))
-        b = bt.T  # K x N, column-major: what cuBLAS and perflab's kernels take as is
-        for name, variant in (("sgemm", "cublas"), ("perflab_tf32", "tf32")):
-            out = cp.full((M, N), np.nan, np.float32)
-            kernels.gemm(a, b, out=out, variant=variant)
-            row[f"{name}_err"] = rel(out, ref)
-            row[f"{name}_ms"] = ms(lambda: kernels.gemm(a, b, out=out, variant=variant))
+        kernels.gemm(a, bt.T, out=c, variant="cublas")
+        row["sgemm"] = rel(cp, c, ref)
+        emit(row)
+    # timing: training shapes
+    for kind, M, N, K in TRAINING:
+        A, Bt = operands(M, N, K)
+        ref = A @ Bt.T
+        a, bt = cp.asarray(A, np.float32), cp.asarray(Bt, np.float32)
+        c = cp.full((M, N), np.nan, np.float32)
         flops = 2.0 * M * N * K
-        row |= {f"{k[:-3]}_tflops": flops / row[k] / 1e9 for k in list(row) if k.endswith("_ms")}
-        print(json.dumps(row), flush=True)
+
+        def record(kernel, call):
+            c[...] = np.nan
+            call()
+            ms = device_ms(cp, call)
+            emit({"kind": kind, "M": M, "N": N, "K": K, "kernel": kernel, "ms": ms, "err": rel(cp, c, ref),
+                  "tflops": flops / ms / 1e9})
+        record("cublas-sgemm", lambda: kernels.gemm(a, bt.T, out=c, variant="cublas"))
+
+        def cublas_tf32():
+            with handle_on_stream(tf32=True) as (lib, handle):
+                call_gemm(lib, handle, M, N, K, 1.0, a, False, K, bt.T, True, K, 0.0, c)
+        record("cublas-tf32", cublas_tf32)
+        record("cublas-x3tf32", lambda: kernels.gemm(a, bt.T, out=c, variant="cublas-x3tf32"))
+        for key in fns:
+            for splits in (1, 2, 4, 8):
+                if K / splits >= 4 * BK:
+                    record(f"{label(*key)}-k{splits}", lambda: run(cp, fns, ssum, key, splits, a, bt, c, work))
+    log.close()
+    subprocess.run([sys.executable, __file__, "--jax", str(outdir)], check=False)
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1] == "--jax":
+        with open(pathlib.Path(sys.argv[2]) / "wgmma.jsonl", "a") as out:
+            jax_x3(out)
+    else:
+        main(pathlib.Path(sys.argv[1]))

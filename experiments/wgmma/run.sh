@@ -1,12 +1,19 @@
 #!/bin/bash
-# One device call for the wgmma experiment: ptxas report and SASS of the kernel, then check.py.
-# Usage (device): bash experiments/wgmma/run.sh   (writes to $OUT)
-cd "$(dirname "$0")"
+# One device call for the wgmma experiment: ptxas report and SASS of the kernels, then check.py.
+# Usage (device, repository root): bash experiments/wgmma/run.sh   (writes to $OUT)
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-nvcc --version | tail -2
-for f in *.cu; do
-  nvcc -gencode=arch=compute_90a,code=sm_90a -cubin -std=c++17 -Xptxas -v -o /tmp/${f%.cu}.cubin $f 2>&1 | tee -a $OUT/ptxas.log
-  echo "$f: HGMMA in SASS: $(cuobjdump -sass /tmp/${f%.cu}.cubin | grep -c HGMMA)" | tee -a $OUT/ptxas.log
-done
+cd experiments/wgmma
+cat > /tmp/inst.cu <<'CU'
+#include "wgmma_gemm.cu"
+#include "wgmma_ws.cu"
+template __global__ void wgmma_gemm<2,128,4,false>(int,int,int,int,float,const float*,int,const float*,int,float,float*,int);
+template __global__ void wgmma_gemm<2,128,4,true>(int,int,int,int,float,const float*,int,const float*,int,float,float*,int);
+template __global__ void wgmma_ws_gemm<2,256,4,false>(int,int,int,int,float,const float*,int,const float*,int,float,float*,int);
+template __global__ void wgmma_ws_gemm<2,128,3,true>(int,int,int,int,float,const float*,int,const float*,int,float,float*,int);
+CU
+nvcc -gencode=arch=compute_90a,code=sm_90a -cubin -std=c++17 -I. -Xptxas -v -o /tmp/inst.cubin /tmp/inst.cu > $OUT/ptxas.log 2>&1
+echo "HGMMA in SASS: $(cuobjdump -sass /tmp/inst.cubin | grep -c HGMMA)" >> $OUT/ptxas.log
+grep -i "warn\|spill\|registers\|HGMMA" $OUT/ptxas.log
 cd ../..
-PYTHONUNBUFFERED=1 timeout ${CHECK_TIMEOUT:-300} python3 experiments/wgmma/check.py "$@" 2>&1 | tee $OUT/check.log
+PYTHONUNBUFFERED=1 timeout ${CHECK_TIMEOUT:-400} python3 experiments/wgmma/check.py $OUT 2>&1 | tee $OUT/check.log | cut -c1-300
+python3 experiments/wgmma/summary.py $OUT/wgmma.jsonl
