@@ -19,13 +19,12 @@ import numpy as np
 
 HERE = pathlib.Path(__file__).parent
 BK = 32
-# family: (source, kernel, warpgroups beside the consumers, {X3: [(consumer warpgroups, BN, stages)]})
+# family: (kernel, warpgroups beside the consumers, {X3: [(consumer warpgroups, BN, stages)]})
 FAMILIES = {
-    "v2": ("wgmma_gemm.cu", "wgmma_gemm", 0, {False: [(1, 256, 4), (2, 128, 4), (2, 256, 4)],
-                                              True: [(1, 128, 4), (2, 128, 4), (2, 64, 4)]}),
-    "ws": ("wgmma_ws.cu", "wgmma_ws_gemm", 1, {False: [(2, 256, 4), (2, 128, 4), (2, 128, 6), (1, 256, 4), (2, 64, 4),
-                                                       (1, 128, 6)],
-                                               True: [(2, 128, 3), (2, 64, 4), (1, 128, 4)]}),
+    "v2": ("wgmma_gemm", 0, {False: [(1, 256, 4), (2, 128, 4), (2, 256, 4)],
+                             True: [(2, 128, 3), (2, 64, 4), (1, 128, 4), (1, 64, 6)]}),
+    "ws": ("wgmma_ws_gemm", 1, {False: [(2, 256, 4), (2, 128, 6), (1, 256, 4), (2, 128, 4), (2, 64, 6)],
+                                True: [(1, 128, 4), (2, 64, 4), (1, 64, 6)]}),
 }
 ODD = [(1, 1, 4), (65, 129, 36), (100, 200, 788), (511, 3001, 784), (130, 260, 1000)]
 TRAINING = [("fwd1", 512, 3200, 784), ("fwd1", 1024, 3200, 784), ("fwd1", 2048, 12000, 784),
@@ -33,8 +32,6 @@ TRAINING = [("fwd1", 512, 3200, 784), ("fwd1", 1024, 3200, 784), ("fwd1", 2048, 
 
 
 def smem(family, wgs, bn, stages, x3):
-    if family == "v2":
-        return stages * (64 * wgs + bn) * BK * 4 + (2 * bn * BK * 4 if x3 else 0) + 1024
     return stages * (64 * wgs + bn) * BK * 4 * (2 if x3 else 1) + 16 * stages + 1024
 
 
@@ -44,33 +41,41 @@ def label(family, cfg, x3):
 
 def build(cp):
     """{(family, cfg, x3): kernel}, and splitk_sum."""
-    fns, t0 = {}, time.time()
-    for family, (source, kernel, _, configs) in FAMILIES.items():
-        names = {(c, x3): f"{kernel}<{c[0]},{c[1]},{c[2]},{str(x3).lower()}>" for x3 in configs for c in configs[x3]}
-        mod = cp.RawModule(code=(HERE / source).read_text(), options=("-std=c++17", "-arch=sm_90a", f"-I{HERE}"),
-                           name_expressions=tuple(names.values()))
-        for (c, x3), n in names.items():
-            fn = mod.get_function(n)
-            fn.max_dynamic_shared_size_bytes = smem(family, *c, x3)
-            fns[(family, c, x3)] = fn
-        if family == "v2":
-            ssum = mod.get_function("splitk_sum")
+    names = {(f, c, x3): f"{kernel}<{c[0]},{c[1]},{c[2]},{str(x3).lower()}>"
+             for f, (kernel, _, configs) in FAMILIES.items() for x3 in configs for c in configs[x3]}
+    t0 = time.time()
+    mod = cp.RawModule(code=(HERE / "wgmma_gemm.cu").read_text(), options=("-std=c++17", "-arch=sm_90a", f"-I{HERE}"),
+                       name_expressions=tuple(names.values()))
+    fns = {}
+    for key, n in names.items():
+        fns[key] = mod.get_function(n)
+        fns[key].max_dynamic_shared_size_bytes = smem(*key[0:1], *key[1], key[2])
     print(json.dumps({"built": len(fns), "compile_s": round(time.time() - t0, 1)}), flush=True)
-    return fns, ssum
+    return fns, mod.get_function("splitk_sum")
+
+
+def split(cp, x):
+    """(big, small) of x: perflab's TF32 split (the one cublas-x3tf32 uses)."""
+    from perflab.kernels.cublas import tf32_split_kernel
+    big, small = cp.empty_like(x), cp.empty_like(x)
+    tf32_split_kernel()(x, big, small)
+    return big, small
 
 
 def run(cp, fns, ssum, key, splits, A, Bt, C, work):
-    """C = A Bt^T with kernel `key` and `splits` k-splits (work: splits x M x N floats)."""
+    """C = A Bt^T with kernel `key` and `splits` k-splits (work: splits x M x N floats). A and Bt
+    are (big, small) pairs for X3 kernels."""
     family, cfg, x3 = key
-    M, K = A.shape
-    N = Bt.shape[0]
+    (a, a_small), (bt, bt_small) = (A, Bt) if x3 else ((A, A), (Bt, Bt))
+    M, K = a.shape
+    N = bt.shape[0]
     kps = math.ceil(math.ceil(K / splits) / BK) * BK
     z = math.ceil(K / kps)
     grid = (math.ceil(N / cfg[1]), math.ceil(M / (64 * cfg[0])), z)
     target = C if z == 1 else work
-    threads = 128 * (cfg[0] + FAMILIES[family][2])
-    fns[key](grid, (threads,), (np.int32(M), np.int32(N), np.int32(K), np.int32(kps), np.float32(1.0), A,
-                                np.int32(K), Bt, np.int32(K), np.float32(0.0), target, np.int32(N)),
+    threads = 128 * (cfg[0] + FAMILIES[family][1])
+    fns[key](grid, (threads,), (np.int32(M), np.int32(N), np.int32(K), np.int32(kps), np.float32(1.0), a, a_small,
+                                np.int32(K), bt, bt_small, np.int32(K), np.float32(0.0), target, np.int32(N)),
              shared_mem=smem(family, *cfg, x3))
     if z > 1:
         ssum((math.ceil(M * N / 256),), (256,), (np.int32(M), np.int32(N), np.int32(z), work, np.float32(0.0), C, np.int32(N)))
@@ -141,11 +146,12 @@ def main(outdir):
         A, Bt = operands(M, N, K, seed=M)
         ref = A @ Bt.T
         a, bt = cp.asarray(A, np.float32), cp.asarray(Bt, np.float32)
+        parts = {False: (a, bt), True: (split(cp, a), split(cp, bt))}
         row = {"kind": "odd", "M": M, "N": N, "K": K}
         for key in fns:
             for splits in (1, 3):
                 c = cp.full((M, N), np.nan, np.float32)
-                run(cp, fns, ssum, key, splits, a, bt, c, work)
+                run(cp, fns, ssum, key, splits, *parts[key[2]], c, work)
                 row[f"{label(*key)}-k{splits}"] = rel(cp, c, ref)
         c = cp.full((M, N), np.nan, np.float32)
         kernels.gemm(a, bt.T, out=c, variant="cublas")
@@ -157,6 +163,7 @@ def main(outdir):
         ref = A @ Bt.T
         a, bt = cp.asarray(A, np.float32), cp.asarray(Bt, np.float32)
         c = cp.full((M, N), np.nan, np.float32)
+        parts = {False: (a, bt), True: (split(cp, a), split(cp, bt))}
         flops = 2.0 * M * N * K
 
         def record(kernel, call):
@@ -175,7 +182,8 @@ def main(outdir):
         for key in fns:
             for splits in (1, 2, 4, 8):
                 if K / splits >= 4 * BK:
-                    record(f"{label(*key)}-k{splits}", lambda: run(cp, fns, ssum, key, splits, a, bt, c, work))
+                    record(f"{label(*key)}-k{splits}", lambda: run(cp, fns, ssum, key, splits, *parts[key[2]], c, work))
+        record("split-a-and-b", lambda: (split(cp, a), split(cp, bt)))
     log.close()
     subprocess.run([sys.executable, __file__, "--jax", str(outdir)], check=False)
 

@@ -5,11 +5,11 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 cd experiments/wgmma
 cat > /tmp/inst.cu <<'CU'
 #include "wgmma_gemm.cu"
-#include "wgmma_ws.cu"
-template __global__ void wgmma_gemm<2,128,4,false>(int,int,int,int,float,const float*,int,const float*,int,float,float*,int);
-template __global__ void wgmma_gemm<2,128,4,true>(int,int,int,int,float,const float*,int,const float*,int,float,float*,int);
-template __global__ void wgmma_ws_gemm<2,256,4,false>(int,int,int,int,float,const float*,int,const float*,int,float,float*,int);
-template __global__ void wgmma_ws_gemm<2,128,3,true>(int,int,int,int,float,const float*,int,const float*,int,float,float*,int);
+template __global__ void wgmma_gemm<2,256,4,false>(int,int,int,int,float,const float*,const float*,int,const float*,const float*,int,float,float*,int);
+template __global__ void wgmma_gemm<2,128,3,true>(int,int,int,int,float,const float*,const float*,int,const float*,const float*,int,float,float*,int);
+template __global__ void wgmma_ws_gemm<2,256,4,false>(int,int,int,int,float,const float*,const float*,int,const float*,const float*,int,float,float*,int);
+template __global__ void wgmma_ws_gemm<1,128,4,true>(int,int,int,int,float,const float*,const float*,int,const float*,const float*,int,float,float*,int);
+template __global__ void wgmma_ws_gemm<2,64,4,true>(int,int,int,int,float,const float*,const float*,int,const float*,const float*,int,float,float*,int);
 CU
 nvcc -gencode=arch=compute_90a,code=sm_90a -cubin -std=c++17 -I. -Xptxas -v -o /tmp/inst.cubin /tmp/inst.cu > $OUT/ptxas.log 2>&1
 echo "HGMMA in SASS: $(cuobjdump -sass /tmp/inst.cubin | grep -c HGMMA)" >> $OUT/ptxas.log
