@@ -13,7 +13,7 @@ template __global__ void wgmma_ws_gemm<2,64,4,true>(int,int,int,int,float,const 
 CU
 nvcc -gencode=arch=compute_90a,code=sm_90a -cubin -std=c++17 -I. -Xptxas -v -o /tmp/inst.cubin /tmp/inst.cu > $OUT/ptxas.log 2>&1
 echo "HGMMA in SASS: $(cuobjdump -sass /tmp/inst.cubin | grep -c HGMMA)" >> $OUT/ptxas.log
-grep -i "warn\|spill\|registers\|HGMMA" $OUT/ptxas.log
+grep -i "error\|warn\|spill\|registers\|HGMMA" $OUT/ptxas.log | head -30
 cd ../..
-PYTHONUNBUFFERED=1 timeout ${CHECK_TIMEOUT:-400} python3 experiments/wgmma/check.py $OUT 2>&1 | tee $OUT/check.log | cut -c1-300
+PYTHONUNBUFFERED=1 timeout ${CHECK_TIMEOUT:-400} python3 experiments/wgmma/check.py $OUT 2>&1 | tee $OUT/check.log | grep -v "\"kind\"" | cut -c1-400
 python3 experiments/wgmma/summary.py $OUT/wgmma.jsonl
