@@ -3,7 +3,7 @@ cuBLAS TF32, perflab's cuBLAS-composed 3xTF32 and (in a process of its own) JAX'
 
     python3 experiments/wgmma/check.py OUTDIR
 
-Every kernel (families v2: all threads load; ws: warp-specialized) first runs the odd sizes against float64 (outputs poisoned with NaN); then every config
+Every kernel (families v2: all threads load by cp.async; tma: warp-specialized, the copy engine loads) first runs the odd sizes against float64 (outputs poisoned with NaN); then every config
 and split-K count is timed at the training's two big GEMMs (forward GEMM 1: H x b x 784; backward
 GEMM 3: H x 784 x b), CUDA events around 10 back-to-back calls, median of 15. Writes OUTDIR/wgmma.jsonl.
 """
@@ -19,29 +19,29 @@ import numpy as np
 
 HERE = pathlib.Path(__file__).parent
 BK = 32
-# family: (kernel, warpgroups beside the consumers, {X3: [(consumer warpgroups, BN, stages)]})
+# family: (kernel, warpgroups beside the consumers, {X3: [(consumer warpgroups, BN, stages, promote every)]})
 FAMILIES = {
-    "v2": ("wgmma_gemm", 0, {False: [(1, 256, 4), (2, 128, 4), (2, 256, 4)],
-                             True: [(2, 128, 3), (2, 64, 4), (1, 128, 4), (1, 64, 6)]}),
-    "ws": ("wgmma_ws_gemm", 1, {False: [(2, 256, 4), (2, 128, 6), (1, 256, 4), (2, 128, 4), (2, 64, 6)],
-                                True: [(1, 128, 4), (2, 64, 4), (1, 64, 6)]}),
+    "v2": ("wgmma_gemm", 0, {False: [(2, 256, 4, 1), (2, 128, 4, 1)],
+                             True: [(2, 128, 3, 1), (2, 128, 3, 4), (2, 64, 4, 2)]}),
+    "tma": ("wgmma_tma_gemm", 1, {False: [(2, 256, 4, 1), (2, 128, 6, 1), (1, 256, 5, 1), (2, 128, 4, 1), (2, 64, 8, 1)],
+                                  True: [(2, 128, 3, 1), (2, 128, 3, 2), (2, 128, 3, 4), (1, 128, 4, 2), (2, 64, 4, 2)]}),
 }
 ODD = [(1, 1, 4), (65, 129, 36), (100, 200, 788), (511, 3001, 784), (130, 260, 1000)]
 TRAINING = [("fwd1", 512, 3200, 784), ("fwd1", 1024, 3200, 784), ("fwd1", 2048, 12000, 784),
             ("bwd3", 512, 784, 3200), ("bwd3", 1024, 784, 3200), ("bwd3", 2048, 784, 12000)]
 
 
-def smem(family, wgs, bn, stages, x3):
+def smem(family, wgs, bn, stages, promote, x3):
     return stages * (64 * wgs + bn) * BK * 4 * (2 if x3 else 1) + 16 * stages + 1024
 
 
 def label(family, cfg, x3):
-    return f"{family}-{'x3' if x3 else 'tf32'}-wg{cfg[0]}-n{cfg[1]}-s{cfg[2]}"
+    return f"{family}-{'x3' if x3 else 'tf32'}-wg{cfg[0]}-n{cfg[1]}-s{cfg[2]}" + (f"-p{cfg[3]}" if x3 else "")
 
 
 def build(cp):
     """{(family, cfg, x3): kernel}, and splitk_sum."""
-    names = {(f, c, x3): f"{kernel}<{c[0]},{c[1]},{c[2]},{str(x3).lower()}>"
+    names = {(f, c, x3): f"{kernel}<{c[0]},{c[1]},{c[2]},{str(x3).lower()},{c[3]}>"
              for f, (kernel, _, configs) in FAMILIES.items() for x3 in configs for c in configs[x3]}
     t0 = time.time()
     mod = cp.RawModule(code=(HERE / "wgmma_gemm.cu").read_text(), options=("-std=c++17", "-arch=sm_90a", f"-I{HERE}"),
@@ -62,6 +62,28 @@ def split(cp, x):
     return big, small
 
 
+MAPS = {}
+
+
+def tensor_map(cp, x, box_rows):
+    """The TMA descriptor of K-major x (rows x K, row-major) for boxes of 32 k x box_rows, 128-byte
+    swizzle, zeros past the edges, in device memory (cached per array and box)."""
+    import ctypes
+    key = (x.data.ptr, x.shape, box_rows)
+    if key not in MAPS:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        rows, K = x.shape
+        m = (ctypes.c_uint64 * 16)()
+        status = cuda.cuTensorMapEncodeTiled(
+            ctypes.byref(m), 7, 2, ctypes.c_void_p(x.data.ptr), (ctypes.c_uint64 * 2)(K, rows),
+            (ctypes.c_uint64 * 1)(x.strides[0]), (ctypes.c_uint32 * 2)(BK, box_rows), (ctypes.c_uint32 * 2)(1, 1),
+            0, 3, 2, 0)  # no interleave, 128-byte swizzle, 128-byte L2 promotion, zero fill
+        if status != 0:
+            raise RuntimeError(f"cuTensorMapEncodeTiled failed: CUresult {status} for {x.shape} box {box_rows}")
+        MAPS[key] = (cp.asarray(np.frombuffer(bytes(m), np.uint8)), x)
+    return MAPS[key][0]
+
+
 def run(cp, fns, ssum, key, splits, A, Bt, C, work):
     """C = A Bt^T with kernel `key` and `splits` k-splits (work: splits x M x N floats). A and Bt
     are (big, small) pairs for X3 kernels."""
@@ -74,9 +96,14 @@ def run(cp, fns, ssum, key, splits, A, Bt, C, work):
     grid = (math.ceil(N / cfg[1]), math.ceil(M / (64 * cfg[0])), z)
     target = C if z == 1 else work
     threads = 128 * (cfg[0] + FAMILIES[family][1])
-    fns[key](grid, (threads,), (np.int32(M), np.int32(N), np.int32(K), np.int32(kps), np.float32(1.0), a, a_small,
-                                np.int32(K), bt, bt_small, np.int32(K), np.float32(0.0), target, np.int32(N)),
-             shared_mem=smem(family, *cfg, x3))
+    head = (np.int32(M), np.int32(N), np.int32(K), np.int32(kps), np.float32(1.0))
+    tail = (np.float32(0.0), target, np.int32(N))
+    if family == "tma":
+        bm = 64 * cfg[0]
+        args = (tensor_map(cp, a, bm), tensor_map(cp, a_small, bm), tensor_map(cp, bt, cfg[1]), tensor_map(cp, bt_small, cfg[1]))
+    else:
+        args = (a, a_small, np.int32(K), bt, bt_small, np.int32(K))
+    fns[key](grid, (threads,), head + args + tail, shared_mem=smem(family, *cfg, x3))
     if z > 1:
         ssum((math.ceil(M * N / 256),), (256,), (np.int32(M), np.int32(N), np.int32(z), work, np.float32(0.0), C, np.int32(N)))
 

@@ -5,11 +5,10 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 cd experiments/wgmma
 cat > /tmp/inst.cu <<'CU'
 #include "wgmma_gemm.cu"
-template __global__ void wgmma_gemm<2,256,4,false>(int,int,int,int,float,const float*,const float*,int,const float*,const float*,int,float,float*,int);
-template __global__ void wgmma_gemm<2,128,3,true>(int,int,int,int,float,const float*,const float*,int,const float*,const float*,int,float,float*,int);
-template __global__ void wgmma_ws_gemm<2,256,4,false>(int,int,int,int,float,const float*,const float*,int,const float*,const float*,int,float,float*,int);
-template __global__ void wgmma_ws_gemm<1,128,4,true>(int,int,int,int,float,const float*,const float*,int,const float*,const float*,int,float,float*,int);
-template __global__ void wgmma_ws_gemm<2,64,4,true>(int,int,int,int,float,const float*,const float*,int,const float*,const float*,int,float,float*,int);
+template __global__ void wgmma_gemm<2,256,4,false,1>(int,int,int,int,float,const float*,const float*,int,const float*,const float*,int,float,float*,int);
+template __global__ void wgmma_gemm<2,128,3,true,4>(int,int,int,int,float,const float*,const float*,int,const float*,const float*,int,float,float*,int);
+template __global__ void wgmma_tma_gemm<2,256,4,false,1>(int,int,int,int,float,const void*,const void*,const void*,const void*,float,float*,int);
+template __global__ void wgmma_tma_gemm<2,128,3,true,2>(int,int,int,int,float,const void*,const void*,const void*,const void*,float,float*,int);
 CU
 nvcc -gencode=arch=compute_90a,code=sm_90a -cubin -std=c++17 -I. -Xptxas -v -o /tmp/inst.cubin /tmp/inst.cu > $OUT/ptxas.log 2>&1
 echo "HGMMA in SASS: $(cuobjdump -sass /tmp/inst.cubin | grep -c HGMMA)" >> $OUT/ptxas.log

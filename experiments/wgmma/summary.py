@@ -6,7 +6,7 @@ from collections import defaultdict
 rows = [json.loads(line) for line in open(sys.argv[1])]
 for r in rows:
     if r["kind"] == "odd":
-        bad = {k: v for k, v in r.items() if k.startswith(("v2", "ws")) and not v < (3e-6 if "x3" in k else 2e-3)}
+        bad = {k: v for k, v in r.items() if k.startswith(("v2", "ws", "tma")) and not v < (3e-6 if "x3" in k else 2e-3)}
         print(f"odd {r['M']}x{r['N']}x{r['K']}: sgemm {r['sgemm']:.1e}; x3 worst "
               f"{max(v for k, v in r.items() if 'x3' in k):.1e}; failing: {bad or 'none'}")
 best = defaultdict(dict)
@@ -14,7 +14,7 @@ for r in rows:
     if "kernel" not in r:
         continue
     k = r["kernel"]
-    family = "-".join(k.split("-")[:2]) if k.startswith(("v2", "ws")) else k
+    family = "-".join(k.split("-")[:2]) if k.startswith(("v2", "ws", "tma")) else k
     key = (r["kind"], r["M"], r["N"], r["K"])
     if family not in best[key] or r["ms"] < best[key][family]["ms"]:
         best[key][family] = r

@@ -14,10 +14,10 @@
 // small parts) in the 128-byte swizzle wgmma reads (row r's 16-byte chunk c at chunk c ^ (r % 8),
 // 8-row groups 1024 bytes apart). Consumer warpgroup g computes rows 64g..64g+63 of the tile.
 // Two kernels fill the stages:
-// - wgmma_gemm: every thread loads and computes; a stage is refilled PREFETCH = STAGES - 2 tiles
-//   ahead, after the CTA barrier that follows its MMAs' wait (wgmma.wait_group 1).
-// - wgmma_ws_gemm (warp-specialized): one producer warpgroup fills stages by cp.async, each
-//   completing on its stage's full mbarrier (cp.async.mbarrier.arrive.noinc); consumers wait on
+// - wgmma_gemm: every thread loads (cp.async) and computes; a stage is refilled PREFETCH =
+//   STAGES - 2 tiles ahead, after the CTA barrier that follows its MMAs' wait (wait_group 1).
+// - wgmma_tma_gemm (warp-specialized): one producer thread fills stages by the copy engine (TMA,
+//   tensor maps in global memory), each completing on its stage's full mbarrier; consumers wait on
 //   full, issue the MMAs, and arrive on the stage's empty mbarrier once its MMAs are done.
 //
 // Split-K: blockIdx.z takes k in [z kps, (z + 1) kps); with gridDim.z > 1 each split writes alpha
@@ -99,45 +99,30 @@ struct Tile {
 };
 
 // The consumer's loop over k-tiles, with the kernel's own wait for a tile and release of the last
-// one. X3 promotes each tile's sum into `total` (two accumulators alternate); else one accumulates.
-template <int BN, bool X3, class Ready, class Done, class Mmas>
+// one. X3 starts a fresh accumulator every PROMOTE tiles and adds it into `total` (FP32 registers)
+// once its MMAs are done (wait_group 0: ptxas serializes every wgmma where registers of running
+// MMAs are read); else d accumulates all of k and is copied to `total`.
+template <int BN, bool X3, int PROMOTE, class Ready, class Done, class Mmas>
 __device__ __forceinline__ void consume(int ktiles, float (&total)[BN / 2], Ready ready, Done done, Mmas mmas) {
+    float d[BN / 2];
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) total[i] = 0.0f;
-    if constexpr (X3) {
-        float d0[BN / 2], d1[BN / 2];
-        auto step = [&](int t, float (&cur)[BN / 2], float (&prev)[BN / 2]) {
-            ready(t);
-            mmas(cur, t, 0);
+    for (int i = 0; i < BN / 2; ++i) d[i] = total[i] = 0.0f;
+    for (int t = 0; t < ktiles; ++t) {
+        ready(t);
+        mmas(d, t, (X3 && t % PROMOTE == 0) ? 0 : 1);
+        if (X3 && (t % PROMOTE == PROMOTE - 1 || t == ktiles - 1)) {
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+            for (int i = 0; i < BN / 2; ++i) total[i] += d[i];
+        } else {
             asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-            if (t > 0) {
-#pragma unroll
-                for (int i = 0; i < BN / 2; ++i) total[i] += prev[i];
-                done(t - 1);
-            }
-        };
-        for (int t = 0; t < ktiles; t += 2) {
-            step(t, d0, d1);
-            if (t + 1 < ktiles) step(t + 1, d1, d0);
         }
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        if (ktiles > 0) {
-            if ((ktiles - 1) & 1) {
+        if (t > 0) done(t - 1);
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    if constexpr (!X3) {
 #pragma unroll
-                for (int i = 0; i < BN / 2; ++i) total[i] += d1[i];
-            } else {
-#pragma unroll
-                for (int i = 0; i < BN / 2; ++i) total[i] += d0[i];
-            }
-        }
-    } else {
-        for (int t = 0; t < ktiles; ++t) {
-            ready(t);
-            mmas(total, t, 1);
-            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-            if (t > 0) done(t - 1);
-        }
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        for (int i = 0; i < BN / 2; ++i) total[i] = d[i];
     }
 }
 
@@ -172,7 +157,7 @@ __device__ __forceinline__ void store(const float (&d)[BN / 2], int row0, int n0
 template <int WGS, int BN, int STAGES, bool X3>
 constexpr int smem_bytes() { return STAGES * Tile<64 * WGS, BN, X3>::BYTES + 16 * STAGES + 1024; }
 
-template <int WGS, int BN, int STAGES, bool X3>
+template <int WGS, int BN, int STAGES, bool X3, int PROMOTE>
 __global__ void __launch_bounds__(WGS * 128, 1)
 wgmma_gemm(int M, int N, int K, int kps, float alpha, const float* __restrict__ A, const float* __restrict__ As,
            int lda, const float* __restrict__ Bt, const float* __restrict__ Bs, int ldb, float beta,
@@ -201,50 +186,62 @@ wgmma_gemm(int M, int N, int K, int kps, float alpha, const float* __restrict__ 
     };
     const int wg = threadIdx.x >> 7;
     float total[BN / 2];
-    consume<BN, X3>(ktiles, total, ready, [](int) {},
+    consume<BN, X3, PROMOTE>(ktiles, total, ready, [](int) {},
                     [&](float (&d)[BN / 2], int t, int acc) { T::mmas(d, base + (t % STAGES) * T::BYTES, wg, acc); });
     store<BN>(total, o.m0 + wg * 64, o.n0, M, N, alpha, beta, C, ldc);
 }
 
-template <int WGS, int BN, int STAGES, bool X3>
+// a box of 32 k x rows of a K-major operand (its tensor map in global memory) into shared memory
+// at dst, by the copy engine, completing `bar`'s transaction count (rows or k past the edge: zeros)
+__device__ __forceinline__ void tma_load(unsigned dst, const void* map, int k, int row, unsigned bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+                 :: "r"(dst), "l"(map), "r"(k), "r"(row), "r"(bar) : "memory");
+}
+
+template <int WGS, int BN, int STAGES, bool X3, int PROMOTE>
 __global__ void __launch_bounds__((WGS + 1) * 128, 1)
-wgmma_ws_gemm(int M, int N, int K, int kps, float alpha, const float* __restrict__ A, const float* __restrict__ As,
-              int lda, const float* __restrict__ Bt, const float* __restrict__ Bs, int ldb, float beta,
-              float* __restrict__ C, int ldc) {
+wgmma_tma_gemm(int M, int N, int K, int kps, float alpha, const void* map_a, const void* map_as, const void* map_b,
+               const void* map_bs, float beta, float* __restrict__ C, int ldc) {
     using T = Tile<64 * WGS, BN, X3>;
+    constexpr int BM = 64 * WGS;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const unsigned base = (smem_u32(smem_raw) + 1023) & ~1023u;
     const unsigned full = base + STAGES * T::BYTES, empty = full + 8 * STAGES;
-    const int kbegin = blockIdx.z * kps;
-    const Operands o{A, As, Bt, Bs, lda, ldb, M, N, min(K, kbegin + kps), (int)blockIdx.y * 64 * WGS, (int)blockIdx.x * BN};
-    const int ktiles = o.kend > kbegin ? (o.kend - kbegin + BK - 1) / BK : 0;
+    const int kbegin = blockIdx.z * kps, kend = min(K, kbegin + kps);
+    const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+    const int ktiles = kend > kbegin ? (kend - kbegin + BK - 1) / BK : 0;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
-            mbar_init(full + 8 * s, 128);
+            mbar_init(full + 8 * s, 1);
             mbar_init(empty + 8 * s, 128 * WGS);
         }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
-    if (threadIdx.x < 128) {   // the producer warpgroup
-        for (int t = 0; t < ktiles; ++t) {
-            const int s = t % STAGES;
-            mbar_wait(empty + 8 * s, ((t / STAGES) & 1) ^ 1);   // a fresh barrier passes parity 1
-            for (int i = threadIdx.x; i < T::CHUNKS; i += 128) T::copy(base + s * T::BYTES, i, o, kbegin + t * BK);
-            asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(full + 8 * s) : "memory");
+    if (threadIdx.x < 128) {   // the producer warpgroup: one thread drives the copy engine
+        if (threadIdx.x == 0) {
+            for (int t = 0; t < ktiles; ++t) {
+                const int s = t % STAGES, k0 = kbegin + t * BK;
+                const unsigned stage = base + s * T::BYTES, bar = full + 8 * s;
+                mbar_wait(empty + 8 * s, ((t / STAGES) & 1) ^ 1);   // a fresh barrier passes parity 1
+                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(T::BYTES) : "memory");
+                tma_load(stage, map_a, k0, m0, bar);
+                tma_load(stage + T::A_BYTES, map_b, k0, n0, bar);
+                if constexpr (X3) {
+                    tma_load(stage + T::HALF, map_as, k0, m0, bar);
+                    tma_load(stage + T::HALF + T::A_BYTES, map_bs, k0, n0, bar);
+                }
+            }
         }
-        asm volatile("cp.async.wait_all;\n" ::: "memory");
         return;
     }
     const int wg = (threadIdx.x >> 7) - 1;
-    auto ready = [&](int t) {
-        mbar_wait(full + 8 * (t % STAGES), (t / STAGES) & 1);
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");   // the producer's cp.async writes, seen by wgmma
-    };
+    auto ready = [&](int t) { mbar_wait(full + 8 * (t % STAGES), (t / STAGES) & 1); };
     auto done = [&](int t) { mbar_arrive(empty + 8 * (t % STAGES)); };
     float total[BN / 2];
-    consume<BN, X3>(ktiles, total, ready, done,
-                    [&](float (&d)[BN / 2], int t, int acc) { T::mmas(d, base + (t % STAGES) * T::BYTES, wg, acc); });
-    store<BN>(total, o.m0 + wg * 64, o.n0, M, N, alpha, beta, C, ldc);
+    consume<BN, X3, PROMOTE>(ktiles, total, ready, done,
+                             [&](float (&d)[BN / 2], int t, int acc) { T::mmas(d, base + (t % STAGES) * T::BYTES, wg, acc); });
+    store<BN>(total, m0 + wg * 64, n0, M, N, alpha, beta, C, ldc);
 }
 
 // C = sum over the splits of work (splits x M x ldc) + beta C
