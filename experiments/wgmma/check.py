@@ -3,7 +3,7 @@ cuBLAS TF32, perflab's cuBLAS-composed 3xTF32 and (in a process of its own) JAX'
 
     python3 experiments/wgmma/check.py OUTDIR
 
-Every kernel (families v2: all threads load by cp.async; tma: warp-specialized, the copy engine loads) first runs the odd sizes against float64 (outputs poisoned with NaN); then every config
+Every kernel (tma: persistent, warp-specialized, the copy engine loads) first runs the odd sizes against float64 (outputs poisoned with NaN); then every config
 and split-K count is timed at the training's two big GEMMs (forward GEMM 1: H x b x 784; backward
 GEMM 3: H x 784 x b), CUDA events around 10 back-to-back calls, median of 15. Writes OUTDIR/wgmma.jsonl.
 """
@@ -21,8 +21,6 @@ HERE = pathlib.Path(__file__).parent
 BK = 32
 # family: (kernel, warpgroups beside the consumers, {X3: [(consumer warpgroups, BN, stages, promote every)]})
 FAMILIES = {
-    "v2": ("wgmma_gemm", 0, {False: [(2, 256, 4, 1), (2, 128, 4, 1)],
-                             True: [(2, 128, 3, 1), (2, 128, 3, 4), (2, 64, 4, 2)]}),
     "tma": ("wgmma_tma_gemm", 1, {False: [(2, 256, 4, 1), (2, 128, 6, 1), (1, 256, 5, 1), (2, 128, 4, 1), (2, 64, 8, 1)],
                                   True: [(2, 128, 3, 1), (2, 128, 3, 2), (2, 128, 3, 4), (1, 128, 4, 2), (2, 64, 4, 2)]}),
 }
@@ -63,6 +61,7 @@ def split(cp, x):
 
 
 MAPS = {}
+SMS = [132]
 
 
 def tensor_map(cp, x, box_rows):
@@ -93,16 +92,14 @@ def run(cp, fns, ssum, key, splits, A, Bt, C, work):
     N = bt.shape[0]
     kps = math.ceil(math.ceil(K / splits) / BK) * BK
     z = math.ceil(K / kps)
-    grid = (math.ceil(N / cfg[1]), math.ceil(M / (64 * cfg[0])), z)
+    tiles = math.ceil(N / cfg[1]) * math.ceil(M / (64 * cfg[0])) * z
+    grid = (min(tiles, SMS[0]),)   # persistent: a CTA per multiprocessor at most
     target = C if z == 1 else work
     threads = 128 * (cfg[0] + FAMILIES[family][1])
     head = (np.int32(M), np.int32(N), np.int32(K), np.int32(kps), np.float32(1.0))
     tail = (np.float32(0.0), target, np.int32(N))
-    if family == "tma":
-        bm = 64 * cfg[0]
-        args = (tensor_map(cp, a, bm), tensor_map(cp, a_small, bm), tensor_map(cp, bt, cfg[1]), tensor_map(cp, bt_small, cfg[1]))
-    else:
-        args = (a, a_small, np.int32(K), bt, bt_small, np.int32(K))
+    bm = 64 * cfg[0]
+    args = (tensor_map(cp, a, bm), tensor_map(cp, a_small, bm), tensor_map(cp, bt, cfg[1]), tensor_map(cp, bt_small, cfg[1]))
     fns[key](grid, (threads,), head + args + tail, shared_mem=smem(family, *cfg, x3))
     if z > 1:
         ssum((math.ceil(M * N / 256),), (256,), (np.int32(M), np.int32(N), np.int32(z), work, np.float32(0.0), C, np.int32(N)))
@@ -162,6 +159,7 @@ def main(outdir):
     from perflab import kernels
     from perflab.kernels.cublas import call_gemm, handle_on_stream
     fns, ssum = build(cp)
+    SMS[0] = cp.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"]
     log = open(outdir / "wgmma.jsonl", "a")
 
     def emit(row):

@@ -5,8 +5,6 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 cd experiments/wgmma
 cat > /tmp/inst.cu <<'CU'
 #include "wgmma_gemm.cu"
-template __global__ void wgmma_gemm<2,256,4,false,1>(int,int,int,int,float,const float*,const float*,int,const float*,const float*,int,float,float*,int);
-template __global__ void wgmma_gemm<2,128,3,true,4>(int,int,int,int,float,const float*,const float*,int,const float*,const float*,int,float,float*,int);
 template __global__ void wgmma_tma_gemm<2,256,4,false,1>(int,int,int,int,float,const void*,const void*,const void*,const void*,float,float*,int);
 template __global__ void wgmma_tma_gemm<2,128,3,true,2>(int,int,int,int,float,const void*,const void*,const void*,const void*,float,float*,int);
 CU

@@ -1,8 +1,9 @@
 // TF32 and 3xTF32 GEMMs on Hopper's warpgroup MMA (wgmma, sm_90a), for issue 32.
 //
 // C (M x N, row-major, ldc) = alpha A Bt^T + beta C with A (M x K, lda) and Bt (N x K, ldb) both
-// K-major (row-major), as TF32 wgmma requires; K, lda, ldb multiples of 4 and the operands 16-byte
-// aligned (16-byte cp.async); M and N free (rows past the edge load as zeros and are not stored).
+// K-major (row-major), as TF32 wgmma requires, each given by its TMA tensor map (the copy engine
+// needs 16-byte aligned operands and leading dimensions); M, N and K free (the copy engine reads
+// zeros past the edges; rows past them are not stored).
 //
 // X3 (3xTF32, FP32-accurate): the operands come split, x = big + small with big = tf32(x) and
 // small = tf32(x - big) (As, Bs: the small parts, A and Bt the big), and every k-step issues
@@ -13,15 +14,14 @@
 // Shared memory: stages of 32 k, a stage holding A's (64 WGS) x 32 and B's BN x 32 (X3: then their
 // small parts) in the 128-byte swizzle wgmma reads (row r's 16-byte chunk c at chunk c ^ (r % 8),
 // 8-row groups 1024 bytes apart). Consumer warpgroup g computes rows 64g..64g+63 of the tile.
-// Two kernels fill the stages:
-// - wgmma_gemm: every thread loads (cp.async) and computes; a stage is refilled PREFETCH =
-//   STAGES - 2 tiles ahead, after the CTA barrier that follows its MMAs' wait (wait_group 1).
-// - wgmma_tma_gemm (warp-specialized): one producer thread fills stages by the copy engine (TMA,
-//   tensor maps in global memory), each completing on its stage's full mbarrier; consumers wait on
-//   full, issue the MMAs, and arrive on the stage's empty mbarrier once its MMAs are done.
+// Warp-specialized and persistent: a CTA per multiprocessor walks the output tiles; one producer
+// thread fills the stages by the copy engine (TMA, tensor maps in global memory), each completing
+// on its stage's full mbarrier, running on into the next tile while the consumers store the last;
+// consumers wait on full, issue the MMAs, and arrive on the stage's empty mbarrier once its MMAs
+// are done.
 //
-// Split-K: blockIdx.z takes k in [z kps, (z + 1) kps); with gridDim.z > 1 each split writes alpha
-// times its part to C + z M ldc (a workspace; beta ignored), and splitk_sum adds them.
+// Split-K: split z takes k in [z kps, (z + 1) kps) (kps a multiple of 32); with several splits each
+// writes alpha times its part to C + z M ldc (a workspace; beta ignored), and splitk_sum adds them.
 #include "wgmma_ops.cuh"
 
 constexpr int BK = 32;
@@ -56,28 +56,9 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
                      : "=r"(done) : "r"(bar), "r"(parity) : "memory");
 }
 
-struct Operands {
-    const float *A, *As, *B, *Bs;
-    int lda, ldb, M, N, kend, m0, n0;
-};
-
 template <int BM, int BN, bool X3>
 struct Tile {
     static constexpr int A_BYTES = BM * BK * 4, HALF = (BM + BN) * BK * 4, BYTES = HALF * (X3 ? 2 : 1);
-    static constexpr int CHUNKS = BYTES / 16;
-
-    // cp.async of 16-byte chunk i (A big, B big, then A small, B small) of the k-tile from k0
-    static __device__ __forceinline__ void copy(unsigned stage, int i, const Operands& o, int k0) {
-        const bool small = X3 && i >= HALF / 16;
-        if (small) i -= HALF / 16;
-        const bool is_a = i < BM * 8;
-        const int r = is_a ? i >> 3 : (i >> 3) - BM, c = i & 7;
-        const int row = (is_a ? o.m0 : o.n0) + r, k = k0 + c * 4;
-        const int bytes = (row < (is_a ? o.M : o.N) && k < o.kend) ? min(16, (o.kend - k) * 4) : 0;
-        const float* from = is_a ? (small ? o.As : o.A) + (size_t)row * o.lda : (small ? o.Bs : o.B) + (size_t)row * o.ldb;
-        const unsigned to = stage + (small ? HALF : 0) + (is_a ? 0 : A_BYTES) + r * 128 + ((c ^ (r & 7)) << 4);
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(to), "l"(bytes ? from + k : o.A), "r"(bytes));
-    }
 
     // one warpgroup's MMAs of a stage (its 64 rows from a_row), into d; the first starts d afresh
     // unless `accumulate`
@@ -120,34 +101,43 @@ __device__ __forceinline__ void consume(int ktiles, float (&total)[BN / 2], Read
         if (t > 0) done(t - 1);
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    if (ktiles > 0) done(ktiles - 1);
     if constexpr (!X3) {
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) total[i] = d[i];
     }
 }
 
-// a warpgroup's 64 x BN accumulator to C: warp w holds rows 16w..16w+15; lane l rows l/4 and
-// l/4 + 8, and in each 8-column block j the columns 2(l%4) and 2(l%4) + 1
+// a warpgroup's 64 x BN accumulator to C (split: to split z's slice of the workspace C): warp w
+// holds rows 16w..16w+15; lane l rows l/4 and l/4 + 8, and in each 8-column block j the columns
+// 2(l%4) and 2(l%4) + 1, stored as one float2 where C allows
 template <int BN>
 __device__ __forceinline__ void store(const float (&d)[BN / 2], int row0, int n0, int M, int N, float alpha,
-                                      float beta, float* C, int ldc) {
-    const bool split = gridDim.z > 1;
-    float* out = split ? C + (size_t)blockIdx.z * M * ldc : C;
+                                      float beta, float* C, int ldc, int z, bool split) {
+    float* out = split ? C + (size_t)z * M * ldc : C;
+    const bool pairs = (ldc % 2 == 0) && (reinterpret_cast<size_t>(C) % 8 == 0);
     const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const int r0 = row0 + warp * 16 + (lane >> 2);
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
         const int col = n0 + j * 8 + (lane & 3) * 2;
+        if (col >= N) continue;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = r0 + h * 8;
             if (row >= M) continue;
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                if (col + e >= N) continue;
-                float* o = out + (size_t)row * ldc + col + e;
-                const float v = alpha * d[j * 4 + h * 2 + e];
-                *o = (split || beta == 0.0f) ? v : v + beta * *o;
+            float* o = out + (size_t)row * ldc + col;
+            float v0 = alpha * d[j * 4 + h * 2], v1 = alpha * d[j * 4 + h * 2 + 1];
+            if (pairs && col + 1 < N) {
+                if (!split && beta != 0.0f) {
+                    const float2 c = *reinterpret_cast<const float2*>(o);
+                    v0 += beta * c.x;
+                    v1 += beta * c.y;
+                }
+                *reinterpret_cast<float2*>(o) = make_float2(v0, v1);
+            } else {
+                o[0] = (split || beta == 0.0f) ? v0 : v0 + beta * o[0];
+                if (col + 1 < N) o[1] = (split || beta == 0.0f) ? v1 : v1 + beta * o[1];
             }
         }
     }
@@ -156,40 +146,6 @@ __device__ __forceinline__ void store(const float (&d)[BN / 2], int row0, int n0
 // shared memory a CTA needs: the stages, the mbarriers (ws), 1024 to align the base
 template <int WGS, int BN, int STAGES, bool X3>
 constexpr int smem_bytes() { return STAGES * Tile<64 * WGS, BN, X3>::BYTES + 16 * STAGES + 1024; }
-
-template <int WGS, int BN, int STAGES, bool X3, int PROMOTE>
-__global__ void __launch_bounds__(WGS * 128, 1)
-wgmma_gemm(int M, int N, int K, int kps, float alpha, const float* __restrict__ A, const float* __restrict__ As,
-           int lda, const float* __restrict__ Bt, const float* __restrict__ Bs, int ldb, float beta,
-           float* __restrict__ C, int ldc) {
-    using T = Tile<64 * WGS, BN, X3>;
-    constexpr int PREFETCH = STAGES - 2;
-    static_assert(PREFETCH >= 1, "STAGES >= 3");
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    const unsigned base = (smem_u32(smem_raw) + 1023) & ~1023u;
-    const int kbegin = blockIdx.z * kps;
-    const Operands o{A, As, Bt, Bs, lda, ldb, M, N, min(K, kbegin + kps), (int)blockIdx.y * 64 * WGS, (int)blockIdx.x * BN};
-    const int ktiles = o.kend > kbegin ? (o.kend - kbegin + BK - 1) / BK : 0;
-    auto load = [&](int t) {
-        for (int i = threadIdx.x; i < T::CHUNKS; i += WGS * 128) T::copy(base + (t % STAGES) * T::BYTES, i, o, kbegin + t * BK);
-    };
-    for (int t = 0; t < PREFETCH; ++t) {
-        if (t < ktiles) load(t);
-        asm volatile("cp.async.commit_group;\n" ::);
-    }
-    auto ready = [&](int t) {
-        asm volatile("cp.async.wait_group %0;\n" :: "n"(PREFETCH - 1));
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");   // cp.async's writes, seen by wgmma
-        __syncthreads();   // tile t is in; every warp is past the wait for the MMAs of tile t - 2
-        if (t + PREFETCH < ktiles) load(t + PREFETCH);                   // into tile t - 2's stage
-        asm volatile("cp.async.commit_group;\n" ::);
-    };
-    const int wg = threadIdx.x >> 7;
-    float total[BN / 2];
-    consume<BN, X3, PROMOTE>(ktiles, total, ready, [](int) {},
-                    [&](float (&d)[BN / 2], int t, int acc) { T::mmas(d, base + (t % STAGES) * T::BYTES, wg, acc); });
-    store<BN>(total, o.m0 + wg * 64, o.n0, M, N, alpha, beta, C, ldc);
-}
 
 // a box of 32 k x rows of a K-major operand (its tensor map in global memory) into shared memory
 // at dst, by the copy engine, completing `bar`'s transaction count (rows or k past the edge: zeros)
@@ -207,9 +163,18 @@ wgmma_tma_gemm(int M, int N, int K, int kps, float alpha, const void* map_a, con
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const unsigned base = (smem_u32(smem_raw) + 1023) & ~1023u;
     const unsigned full = base + STAGES * T::BYTES, empty = full + 8 * STAGES;
-    const int kbegin = blockIdx.z * kps, kend = min(K, kbegin + kps);
-    const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
-    const int ktiles = kend > kbegin ? (kend - kbegin + BK - 1) / BK : 0;
+    const int tiles_n = (N + BN - 1) / BN, tiles_m = (M + BM - 1) / BM, splits = (K + kps - 1) / kps;
+    const int tiles = tiles_n * tiles_m * splits;
+    struct Work { int m0, n0, z, kbegin, ktiles; };
+    auto work = [&](int tile) {   // N tiles fastest, then M, then the k-split
+        Work w;
+        w.n0 = (tile % tiles_n) * BN;
+        w.m0 = (tile / tiles_n % tiles_m) * BM;
+        w.z = tile / (tiles_n * tiles_m);
+        w.kbegin = w.z * kps;
+        w.ktiles = (min(K, w.kbegin + kps) - w.kbegin + BK - 1) / BK;
+        return w;
+    };
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full + 8 * s, 1);
@@ -218,30 +183,39 @@ wgmma_tma_gemm(int M, int N, int K, int kps, float alpha, const void* map_a, con
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
-    if (threadIdx.x < 128) {   // the producer warpgroup: one thread drives the copy engine
+    if (threadIdx.x < 128) {   // the producer warpgroup: one thread drives the copy engine, across tiles
         if (threadIdx.x == 0) {
-            for (int t = 0; t < ktiles; ++t) {
-                const int s = t % STAGES, k0 = kbegin + t * BK;
-                const unsigned stage = base + s * T::BYTES, bar = full + 8 * s;
-                mbar_wait(empty + 8 * s, ((t / STAGES) & 1) ^ 1);   // a fresh barrier passes parity 1
-                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(T::BYTES) : "memory");
-                tma_load(stage, map_a, k0, m0, bar);
-                tma_load(stage + T::A_BYTES, map_b, k0, n0, bar);
-                if constexpr (X3) {
-                    tma_load(stage + T::HALF, map_as, k0, m0, bar);
-                    tma_load(stage + T::HALF + T::A_BYTES, map_bs, k0, n0, bar);
+            int it = 0;
+            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+                const Work w = work(tile);
+                for (int t = 0; t < w.ktiles; ++t, ++it) {
+                    const int s = it % STAGES, k0 = w.kbegin + t * BK;
+                    const unsigned stage = base + s * T::BYTES, bar = full + 8 * s;
+                    mbar_wait(empty + 8 * s, ((it / STAGES) & 1) ^ 1);   // a fresh barrier passes parity 1
+                    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(T::BYTES) : "memory");
+                    tma_load(stage, map_a, k0, w.m0, bar);
+                    tma_load(stage + T::A_BYTES, map_b, k0, w.n0, bar);
+                    if constexpr (X3) {
+                        tma_load(stage + T::HALF, map_as, k0, w.m0, bar);
+                        tma_load(stage + T::HALF + T::A_BYTES, map_bs, k0, w.n0, bar);
+                    }
                 }
             }
         }
         return;
     }
     const int wg = (threadIdx.x >> 7) - 1;
-    auto ready = [&](int t) { mbar_wait(full + 8 * (t % STAGES), (t / STAGES) & 1); };
-    auto done = [&](int t) { mbar_arrive(empty + 8 * (t % STAGES)); };
-    float total[BN / 2];
-    consume<BN, X3, PROMOTE>(ktiles, total, ready, done,
-                             [&](float (&d)[BN / 2], int t, int acc) { T::mmas(d, base + (t % STAGES) * T::BYTES, wg, acc); });
-    store<BN>(total, m0 + wg * 64, n0, M, N, alpha, beta, C, ldc);
+    int it = 0;   // the stages' ring position, continued across tiles
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const Work w = work(tile);
+        auto ready = [&](int t) { mbar_wait(full + 8 * ((it + t) % STAGES), ((it + t) / STAGES) & 1); };
+        auto done = [&](int t) { mbar_arrive(empty + 8 * ((it + t) % STAGES)); };
+        float total[BN / 2];
+        consume<BN, X3, PROMOTE>(w.ktiles, total, ready, done,
+                                 [&](float (&d)[BN / 2], int t, int acc) { T::mmas(d, base + ((it + t) % STAGES) * T::BYTES, wg, acc); });
+        it += w.ktiles;
+        store<BN>(total, w.m0 + wg * 64, w.n0, M, N, alpha, beta, C, ldc, w.z, splits > 1);
+    }
 }
 
 // C = sum over the splits of work (splits x M x ldc) + beta C
