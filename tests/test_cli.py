@@ -105,6 +105,8 @@ def test_bench_hold_without_a_gpu_says_what_it_needs(capsys, monkeypatch):
     (["--gemm", "cublas-x3tf32", "--dtype", "float64"], "--gemm cublas-x3tf32 runs on TF32 tensor cores from float32 "
                                                         "operands: it needs --dtype float32, got --dtype float64"),
     (["--gemm", "tf32", "--dtype", "float64"], "--gemm tf32 runs on TF32 tensor cores"),
+    (["--gemm", "x3tf32", "--dtype", "float64"], "--gemm x3tf32 runs on TF32 tensor cores"),
+    (["--gemm", "wgmma", "--dtype", "float64"], "--gemm wgmma runs on TF32 tensor cores"),
 ])
 def test_gpu_options_that_cannot_go_together_are_refused_before_anything_runs(capsys, monkeypatch, args, message):
     import types

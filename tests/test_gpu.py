@@ -572,3 +572,98 @@ def test_bench_hold_samples_the_clock_beside_best_and_cublas():
         assert row["replays"] >= 20 and 0 < row["ms_held"] < 1 and row["samples"] >= 2 and row["clock_mhz"] > 300
         assert row["t0"] < row["t_mid"] < row["t1"]
     assert rows[1]["pct_cublas_held"] == 100 and 50 < rows[0]["pct_cublas_held"] < 200
+
+
+WGMMA = ("wgmma", "x3tf32")
+
+
+def wgmma_or_skip():
+    if int(cp.cuda.Device().compute_capability) != 90:
+        pytest.skip("the wgmma GEMMs are sm_90a code: this GPU is not a Hopper")
+
+
+@pytest.mark.parametrize("M, K, N", SHAPES + [(129, 3, 257), (64, 4, 128), (1000, 12001, 7)])
+def test_wgmma_gemms_in_every_storage_order_against_float64(rng, M, K, N):
+    """Both wgmma GEMMs at odd sizes, both operands row-major or transposed: wgmma within TF32's
+    error, x3tf32 within 2x of SGEMM's or under 5e-7 (3xTF32 keeps 22 of the 24 bits: 2.4e-7 at
+    any K, where SGEMM at tiny K is nearer 6e-8) and a hundred times below wgmma's."""
+    wgmma_or_skip()
+    for ta, tb in itertools.product((False, True), repeat=2):
+        a, ha = operand(rng, M, K, ta, "float32")
+        b, hb = operand(rng, K, N, tb, "float32")
+        exact = ha.astype(np.float32).astype(np.float64) @ hb.astype(np.float32).astype(np.float64)
+        errors = {}
+        for variant in ("cublas",) + WGMMA:
+            out = cp.full((M, N), np.nan, dtype="float32")
+            kernels.gemm(a, b, out=out, variant=variant)
+            errors[variant] = rel(out.get(), exact)
+        assert errors["wgmma"] <= 2e-3, (M, K, N, ta, tb, errors)
+        assert errors["x3tf32"] <= max(2 * errors["cublas"], 5e-7), (M, K, N, ta, tb, errors)
+        assert errors["x3tf32"] <= errors["wgmma"] / 100 or K < 8, (M, K, N, ta, tb, errors)
+
+
+@pytest.mark.parametrize("variant", WGMMA)
+def test_every_wgmma_config_and_split_with_alpha_beta_and_the_epilogue(rng, variant):
+    """Every (config, splits) tune() may pick, at an odd shape, with alpha and beta (out scaled in
+    place, split-K too) and the bias + sigmoid epilogue; a float64 operand is refused by name."""
+    wgmma_or_skip()
+    from perflab.kernels.wgmma import choices
+    M, K, N = 259, 1043, 389
+    a, ha = operand(rng, M, K, False, "float32")
+    b, hb = operand(rng, K, N, True, "float32")
+    c0 = rng.uniform(-1, 1, (M, N))
+    bias = rng.uniform(-1, 1, M)
+    tol = 2e-3 if variant == "wgmma" else 1e-6
+    for config, splits in choices(M, N, K, variant == "x3tf32"):
+        out = cp.asarray(c0.astype(np.float32))
+        kernels.gemm(a, b, out=out, alpha=0.5, beta=-2.0, variant=variant, config=config, blocks=splits)
+        assert rel(out.get(), 0.5 * ha @ hb - 2.0 * c0) <= tol, (config, splits)
+    out = cp.full((M, N), np.nan, dtype="float32")
+    kernels.gemm(a, b, out=out, bias=cp.asarray(bias.astype(np.float32)), variant=variant)
+    assert rel(out.get(), 1 / (1 + np.exp(-(ha @ hb + bias[:, None])))) <= tol
+    with pytest.raises(kernels.KernelError, match="float32"):
+        kernels.gemm(a.astype(cp.float64), b.astype(cp.float64), variant=variant)
+    with pytest.raises(kernels.KernelError, match="tile config"):
+        kernels.gemm(a, b, variant=variant, config="wg3-n96-s2")
+
+
+@pytest.mark.parametrize("variant", WGMMA)
+def test_wgmma_gemms_replay_in_a_graph_once_run_and_name_a_capture_before(rng, variant):
+    """A first call makes the tensor maps and K-major buffers, which capture does not allow: a
+    capture before it is refused by name; after it, replays compute the same product anew."""
+    wgmma_or_skip()
+    a, _ = operand(rng, 67, 301, False, "float32")
+    b, _ = operand(rng, 301, 97, False, "float32")  # row-major b: a K-major copy each call
+    out = cp.empty((67, 97), cp.float32)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        with pytest.raises(kernels.KernelError, match="capture"):
+            kernels.gemm(a, b, out=out, variant=variant)
+        stream.end_capture()
+    kernels.gemm(a, b, out=out, variant=variant)
+    first = out.get()
+    with stream:
+        stream.begin_capture()
+        kernels.gemm(a, b, out=out, variant=variant)
+        graph = stream.end_capture()
+    out.fill(np.nan)
+    a *= 2
+    graph.launch(stream)
+    stream.synchronize()
+    assert np.allclose(out.get(), 2 * first, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("gemm, tolerance", [("x3tf32", 1e-5), ("wgmma", 5e-3)])
+def test_training_with_the_wgmma_gemms_matches_the_reference(gemm, tolerance):
+    """x3tf32 trains at float32's tolerance against the float64 reference, wgmma at TF32's; in CUDA
+    graphs (resident) and launched one by one (staged, each batch copied: new operands each step)."""
+    wgmma_or_skip()
+    from perflab.config import Config
+    from perflab.train.comm import Serial
+    from perflab.train.runner import Device, check
+    cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=(61,), num_classes=7, train_size=517,
+                 batch_size=100, num_epochs=2, learning_rate=0.5, test_size=50, dtype="float32")
+    for mode in ("resident", "staged"):
+        result = check(cfg, "data", Serial(), Device(backend="cupy", gemm=gemm, comm="mpi", mode=mode))
+        assert result["tolerance"] == tolerance and result["passed"], (mode, result["errors"])

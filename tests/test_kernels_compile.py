@@ -6,6 +6,7 @@ import subprocess
 import pytest
 
 from perflab.kernels import KERNEL_DIR, instantiations
+from perflab.kernels.build import ARCH_OPTIONS
 
 NVCC = shutil.which("nvcc")
 
@@ -20,7 +21,8 @@ def test_kernel_compiles_for_sm90(tmp_path, source):
     unit.write_text(f'#include "{source}"\nstatic void* instances[] = {{\n'
                     + ",\n".join(f"    (void*)&{n}" for n in names) + "\n};\n"
                     "void* keep() { return instances; }\n")
-    proc = subprocess.run([NVCC, "-std=c++17", "-arch=sm_90", "-c", "-Xptxas", "-warn-spills", f"-I{KERNEL_DIR}",
+    arch = "-gencode=arch=compute_90a,code=sm_90a" if source in ARCH_OPTIONS else "-arch=sm_90"
+    proc = subprocess.run([NVCC, "-std=c++17", arch, "-c", "-Xptxas", "-warn-spills", f"-I{KERNEL_DIR}",
                            str(unit), "-o", str(tmp_path / "out.o")], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "spill" not in proc.stderr.lower(), proc.stderr[-3000:]
@@ -117,3 +119,53 @@ def test_schedule_names_say_how_blocks_share_the_tiles():
     assert schedule_name("best", "float", config, 512, 784, 3200, tiles) == "a tile a block"
     assert schedule_name("best", "float", config, 512, 784, 3200, 5 * tiles) == "split-K 5"
     assert schedule_name("best", "float", config, 512, 784, 3200, 5 * tiles + 1) == f"stream-K {5 * tiles + 1} blocks"
+
+
+def test_the_wgmma_wrappers_are_what_their_generator_writes():
+    """wgmma_ops.cuh is generated (each wrapper lists N/2 accumulators): it cannot drift from the script."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "scripts" / "gen_wgmma_ops.py"
+    spec = importlib.util.spec_from_file_location("gen_wgmma_ops", path)
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert (KERNEL_DIR / "wgmma_ops.cuh").read_text() == gen.header()
+
+
+def test_every_wgmma_config_fits_a_hopper_block():
+    """Each wgmma config's CTA (a producer warpgroup and its consumers) fits an H100/H200: at most
+    1024 threads, at most 227 KiB of shared memory, N a wgmma shape; at least 2 stages."""
+    from perflab.kernels.wgmma import CONFIGS, smem_bytes
+    for x3, configs in CONFIGS.items():
+        for wgs, bn, stages in configs:
+            assert 128 * (wgs + 1) <= 1024 and bn in (64, 128, 256) and stages >= 2
+            assert smem_bytes((wgs, bn, stages), x3) <= 227 * 1024, (x3, wgs, bn, stages)
+
+
+@pytest.mark.parametrize("M, N, K", [(1, 1, 1), (2048, 12000, 784), (512, 784, 3200), (130, 260, 1000), (7, 9, 33)])
+def test_wgmma_plans_cover_k_in_whole_stages_on_a_persistent_grid(M, N, K):
+    """Every split is whole 32-k stages, the splits cover K and none is empty; the grid is at most
+    a CTA an SM; the untuned choice fills the SMs or keeps 256 of K a split (pure Python)."""
+    from perflab.kernels.wgmma import CONFIGS, MIN_SPLIT_K, SPLITS, choices, heuristic, plan
+    for x3 in (False, True):
+        for _, splits in choices(M, N, K, x3):
+            assert splits == 1 or K // splits >= MIN_SPLIT_K
+        for config in CONFIGS[x3]:
+            for splits in SPLITS:
+                kps, z, grid = plan(M, N, K, config, splits, 132)
+                assert kps % 32 == 0 and z * kps >= K and (z - 1) * kps < K and z <= splits
+                assert 1 <= grid <= 132
+        config, splits = heuristic(M, N, K, x3, 132)
+        tiles = -(-N // config[1]) * -(-M // (64 * config[0]))
+        assert config == CONFIGS[x3][0]
+        assert splits == 1 or tiles * splits // 2 < 132 and K // splits >= MIN_SPLIT_K
+
+
+def test_wgmma_refuses_what_the_copy_engine_and_its_configs_cannot_take():
+    from perflab.kernels import KernelError
+    from perflab.kernels.wgmma import parse_config, tensor_map_fields
+    assert tensor_map_fields(100, 785, 3152, 128)["dims"] == (785, 100)
+    with pytest.raises(KernelError, match="16-byte aligned, got 3140 bytes"):
+        tensor_map_fields(100, 785, 3140, 128)
+    with pytest.raises(KernelError, match="wg2-n128-s3"):
+        parse_config("wg9-n1-s1", True)

@@ -42,7 +42,7 @@ def build(cp):
     names = {(f, c, x3): f"{kernel}<{c[0]},{c[1]},{c[2]},{str(x3).lower()},{c[3]}>"
              for f, (kernel, _, configs) in FAMILIES.items() for x3 in configs for c in configs[x3]}
     t0 = time.time()
-    mod = cp.RawModule(code=(HERE / "wgmma_gemm.cu").read_text(), options=("-std=c++17", "-arch=sm_90a", f"-I{HERE}"),
+    mod = cp.RawModule(code=(HERE / "wgmma_gemm.cu").read_text(), options=("-std=c++17", "-arch=sm_90a", f"-I{HERE}", f"-I{HERE.parents[1] / 'perflab' / 'kernels'}"),
                        name_expressions=tuple(names.values()))
     fns = {}
     for key, n in names.items():

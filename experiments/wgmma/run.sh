@@ -8,7 +8,7 @@ cat > /tmp/inst.cu <<'CU'
 template __global__ void wgmma_tma_gemm<2,256,4,false,1>(int,int,int,int,float,const void*,const void*,const void*,const void*,float,float*,int);
 template __global__ void wgmma_tma_gemm<2,128,3,true,2>(int,int,int,int,float,const void*,const void*,const void*,const void*,float,float*,int);
 CU
-nvcc -gencode=arch=compute_90a,code=sm_90a -cubin -std=c++17 -I. -Xptxas -v -o /tmp/inst.cubin /tmp/inst.cu > $OUT/ptxas.log 2>&1
+nvcc -gencode=arch=compute_90a,code=sm_90a -cubin -std=c++17 -I. -I../../perflab/kernels -Xptxas -v -o /tmp/inst.cubin /tmp/inst.cu > $OUT/ptxas.log 2>&1
 echo "HGMMA in SASS: $(cuobjdump -sass /tmp/inst.cubin | grep -c HGMMA)" >> $OUT/ptxas.log
 grep -i "error\|warn\|spill\|registers\|HGMMA" $OUT/ptxas.log | head -30
 cd ../..

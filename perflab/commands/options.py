@@ -57,8 +57,10 @@ def device_options(parser: argparse.ArgumentParser) -> None:
                         "pipelined: the staged path on streams, the next batch's copy and each gradient piece's copies "
                         "and host all-reduce overlapped with compute (default %(default)s)")
     g.add_argument("--gemm", choices=GEMM_VARIANTS, default="cublas",
-                   help="GEMM on the GPU: cuBLAS (called so it can sit in CUDA graphs; the fastest measured) or one of "
-                        "perflab's kernels (default %(default)s)")
+                   help="GEMM on the GPU: cuBLAS (called so it can sit in CUDA graphs; the fastest FP32 measured) or one "
+                        "of perflab's kernels; on TF32 tensor cores (float32 only): tf32 (mma.sync), wgmma (Hopper's "
+                        "warpgroup MMA), x3tf32 (3xTF32 on wgmma: FP32 accuracy at tensor-core speed, Hopper only), "
+                        "cublas-x3tf32 (3xTF32 by three cuBLAS TF32 calls) (default %(default)s)")
     g.add_argument("--comm", choices=STRATEGIES, default=None,
                    help="gradient all-reduce: nccl (GPU, on the device), mpi (host MPI; GPU buffers staged), cuda-mpi "
                         "(GPU buffers straight to a CUDA-aware MPI, detected: an error where the MPI is not), hierarchical "
@@ -79,6 +81,7 @@ def device_options(parser: argparse.ArgumentParser) -> None:
 
 def device_from_args(args):
     from perflab.backend import array_module
+    from perflab.kernels import TF32_VARIANTS
     from perflab.train.runner import Device
     backend = "numpy" if array_module(args.backend).__name__ == "numpy" else "cupy"
     if args.backend == "auto" and getattr(args, "json", False) is False:
@@ -105,7 +108,7 @@ def device_from_args(args):
     if args.mode == "pipelined" and getattr(args, "parallel", "data") == "model":
         raise CLIError("--mode pipelined exchanges gradients: it runs --parallel data (model parallel keeps the data "
                        "on the GPU: --mode resident)")
-    if args.gemm in ("tf32", "cublas-x3tf32") and getattr(args, "dtype", "float32") != "float32":
+    if args.gemm in TF32_VARIANTS and getattr(args, "dtype", "float32") != "float32":
         raise CLIError(f"--gemm {args.gemm} runs on TF32 tensor cores from float32 operands: it needs --dtype float32, "
                        f"got --dtype {args.dtype}")
     return Device(backend=backend, mode=args.mode, gemm=args.gemm, comm=comm, graphs=not args.no_graphs,

@@ -30,12 +30,16 @@ def ctype(dtype) -> str:
     return {"float32": "float", "float64": "double"}[name]
 
 
+ARCH_OPTIONS = {"gemm_wgmma.cu": ("-arch=sm_90a",)}  # wgmma and setmaxnreg exist for sm_90a only
+
+
 @functools.lru_cache(maxsize=None)
 def module(source: str, names: tuple):
     """Compile one .cu file for the given template instantiations (cached per process)."""
     cp = cupy()
     code = (KERNEL_DIR / source).read_text()
-    return cp.RawModule(code=code, options=("-std=c++17", f"-I{KERNEL_DIR}"), name_expressions=names)
+    options = ("-std=c++17", f"-I{KERNEL_DIR}") + ARCH_OPTIONS.get(source, ())
+    return cp.RawModule(code=code, options=options, name_expressions=names)
 
 
 def multiprocessors() -> int:

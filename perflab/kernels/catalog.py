@@ -6,19 +6,20 @@ from perflab.kernels.build import module
 from perflab.kernels.dispatch import CUBLAS_VARIANTS, GEMM_VARIANTS, gemm_names, source_file
 from perflab.kernels.elementwise import elementwise_names
 from perflab.kernels.tiles import TILE_CONFIGS, TILED_VARIANTS, tile_configs
+from perflab.kernels.wgmma import WGMMA_VARIANTS, hopper, wgmma_names
 
 
 def modules() -> list[tuple[str, tuple]]:
     """(source, kernel names) of every module gemm_function() and elementwise() compile."""
     out = []
     for T in ("float", "double"):
-        for variant in (v for v in GEMM_VARIANTS if v not in CUBLAS_VARIANTS):  # cuBLAS: nothing to compile
+        for variant in (v for v in GEMM_VARIANTS if v not in CUBLAS_VARIANTS + WGMMA_VARIANTS):  # cuBLAS: nothing to compile
             if variant not in TILED_VARIANTS:
                 out.append((source_file(variant), gemm_names(variant, T)))
             elif (variant, T) in TILE_CONFIGS:
                 out += [(source_file(variant), gemm_names(variant, T, config)) for config in tile_configs(variant, T)]
         out.append(("elementwise.cu", elementwise_names(T)))
-    return out
+    return out + [("gemm_wgmma.cu", wgmma_names())]
 
 
 def instantiations() -> dict[str, tuple]:
@@ -38,13 +39,13 @@ def compile_one(job: tuple[str, tuple]) -> str:
 def compile_all(processes: int | None = None, progress: bool = True) -> int:
     """Compile every module into CuPy's kernel cache in parallel processes: NVRTC compiles one
     module at a time, and a first run would otherwise wait minutes for them one by one.
-    Returns how many modules there are."""
+    Returns how many modules there are (the wgmma module on Hopper GPUs only: it is sm_90a code)."""
     import multiprocessing
     import os
     from concurrent.futures import ProcessPoolExecutor
 
     from tqdm.auto import tqdm
-    jobs = modules()
+    jobs = [job for job in modules() if job[0] != "gemm_wgmma.cu" or hopper()]
     workers = processes or max(1, min(len(jobs), os.cpu_count() or 1))
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         for _ in tqdm(pool.map(compile_one, jobs), total=len(jobs), disable=not progress, desc="compiling kernels"):

@@ -1,5 +1,6 @@
-"""gemm(): one call for every variant (naive, tiled, regblock, best, tf32, cublas), each kernel
-instantiated per operand storage and epilogue; tune() times the tile choices once per shape."""
+"""gemm(): one call for every variant (naive, tiled, regblock, best, tf32, wgmma, x3tf32, cublas,
+cublas-x3tf32), each kernel instantiated per operand storage and epilogue; tune() times the tile
+choices once per shape (for wgmma and x3tf32: a tile config and a split-K count, `blocks`)."""
 from __future__ import annotations
 
 import functools
@@ -18,9 +19,13 @@ from perflab.kernels.tiles import (
     tile_launch,
     workspace_elements,
 )
+from perflab.kernels.wgmma import WGMMA_VARIANTS, wgmma_gemm
+from perflab.kernels.wgmma import choices as wgmma_choices
 
-GEMM_VARIANTS = ("naive", "tiled", "regblock", "best", "tf32", "cublas", "cublas-x3tf32")
+GEMM_VARIANTS = ("naive", "tiled", "regblock", "best", "tf32", "wgmma", "x3tf32", "cublas", "cublas-x3tf32")
 CUBLAS_VARIANTS = ("cublas", "cublas-x3tf32")  # cuBLAS itself (FP32), and the 3xTF32 reference on its TF32 GEMM
+TF32_VARIANTS = ("tf32", "wgmma", "x3tf32", "cublas-x3tf32")  # on TF32 tensor cores: float32 operands only
+TUNABLE_VARIANTS = TILED_VARIANTS + WGMMA_VARIANTS  # a choice per shape, which tune() times
 
 
 def template_args(variant: str, T: str, config: str | None) -> str:
@@ -93,7 +98,9 @@ def tune(a, b, out, variant: str = "best", work=None, repeats: int = 5) -> tuple
     if key in TUNED:
         return TUNED[key]
     timings = {}
-    for config, blocks in tile_choices(variant, T, M, N, K, work, multiprocessors()):
+    options = (wgmma_choices(M, N, K, variant == "x3tf32") if variant in WGMMA_VARIANTS
+               else tile_choices(variant, T, M, N, K, work, multiprocessors()))
+    for config, blocks in options:
         run = functools.partial(gemm, a, b, out=out, variant=variant, config=config, blocks=blocks, work=work)
         timings[(config, blocks)] = time_graph_ms(cp, run, calls=5, repeats=repeats)
     TUNED[key] = min(timings, key=timings.get)
@@ -126,10 +133,15 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, c=None, bias=None, variant: str = 
         return out
     ta, lda = storage(a, "a")
     tb, ldb = storage(b, "b")
-    if variant in CUBLAS_VARIANTS:
+    if variant in CUBLAS_VARIANTS + WGMMA_VARIANTS:  # beta scales out in place; the epilogue is a pass of its own
         if c is not None and c is not out:
             out[...] = c
-        (cublas_gemm if variant == "cublas" else cublas_x3tf32)(M, N, K, alpha, a, ta, lda, b, tb, ldb, beta, out)
+        if variant in WGMMA_VARIANTS:
+            if config is None:
+                config, blocks = TUNED.get((variant, T, M, N, K, ta, tb), (None, blocks))
+            wgmma_gemm(a, b, out, alpha, beta, variant == "x3tf32", config, blocks)
+        else:
+            (cublas_gemm if variant == "cublas" else cublas_x3tf32)(M, N, K, alpha, a, ta, lda, b, tb, ldb, beta, out)
         if bias is not None:
             bias_sigmoid(out, bias)
         return out

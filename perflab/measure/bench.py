@@ -61,10 +61,10 @@ def bench_gemm(variants=("naive", "tiled", "regblock", "best", "tf32", "cublas")
         reference = None
         base = {}
         for variant in variants:
-            if (variant == "naive" and flops > 2e10) or (variant in ("tf32", "cublas-x3tf32") and dtype != "float32"):
+            if (variant == "naive" and flops > 2e10) or (variant in kernels.TF32_VARIANTS and dtype != "float32"):
                 continue
             choice = (kernels.tune(*inputs[0], out, variant=variant, work=work)
-                      if variant in kernels.TILED_VARIANTS else ("", None))
+                      if variant in kernels.TUNABLE_VARIANTS else ("", None))
             call = rotating(inputs, lambda a, b: kernels.gemm(a, b, out=out, variant=variant, work=work))
             call()
             if reference is None:
@@ -75,7 +75,8 @@ def bench_gemm(variants=("naive", "tiled", "regblock", "best", "tf32", "cublas")
             err = rel_error(out.get(), reference)
             ms = time_graph_ms(cp, call, calls=2 * len(inputs), repeats=repeats)
             schedule = (kernels.schedule_name(variant, kernels.ctype(dtype), choice[0], M, N, K, choice[1])
-                        if variant in kernels.TILED_VARIANTS else "")
+                        if variant in kernels.TILED_VARIANTS
+                        else f"split-K {choice[1]}" if variant in kernels.WGMMA_VARIANTS else "")
             base[variant] = (ms, err, choice[0], choice[1], schedule)
         for peer, times in peer_times.items():
             base[peer] = (*times[name], "", None, "")

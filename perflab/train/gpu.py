@@ -147,7 +147,7 @@ class FusedGPU(Sequential):
         return out
 
     def gemm(self, a, b, out, bias=None):
-        if self.variant in kernels.TILED_VARIANTS:
+        if self.variant in kernels.TUNABLE_VARIANTS:
             shape = (a.shape, a.strides, b.shape, b.strides)
             if shape not in self.tuned and not self.cp.cuda.get_current_stream().is_capturing():
                 kernels.tune(a, b, out, self.variant, self.work)  # once per shape, in the first (warm-up) step

@@ -1,0 +1,222 @@
+"""TF32 (`wgmma`) and 3xTF32 (`x3tf32`) GEMMs on Hopper's warpgroup MMA (gemm_wgmma.cu).
+
+The kernel reads two K-major operands through TMA tensor maps: A (M x K) and Bt = b^T (N x K), each
+row-major with 16-byte aligned rows. An operand stored so is read in place; any other (b as the
+trainer's forward GEMM 1 holds it is; a transposed view or an odd K is not) is first copied into
+a K-major buffer of this module's. x3tf32 always writes its operands' TF32 big and small parts
+into such buffers, in one pass each (the split of cublas-x3tf32). The buffers, the tensor maps and
+the split-K workspace are made on first use and kept per shape: a GEMM must run once outside CUDA
+graph capture before it is captured (the trainers and benchmarks warm up first).
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import math
+
+import numpy as np
+
+from perflab.kernels.build import KernelError, cupy, i32, module, multiprocessors
+
+WGMMA_VARIANTS = ("wgmma", "x3tf32")
+BK = 32  # k of a shared-memory stage: one 128-byte swizzle row of TF32
+# (consumer warpgroups, BN, stages) per kernel, X3 or not; tune() tries them all, the first is the
+# default (the fastest at the H100's training shapes, experiments/wgmma/logs/run6). A CTA's shared
+# memory stays within 227 KiB; an X3 stage holds both parts.
+CONFIGS = {False: ((2, 256, 4), (2, 128, 6), (2, 128, 4), (2, 64, 8)),
+           True: ((2, 128, 3), (1, 128, 4), (2, 64, 4))}
+SPLITS = (1, 2, 4)
+MIN_SPLIT_K = 256  # of K a split keeps, at least
+
+
+def config_name(config: tuple) -> str:
+    return "wg{}-n{}-s{}".format(*config)
+
+
+def parse_config(name: str, x3: bool) -> tuple:
+    for config in CONFIGS[x3]:
+        if config_name(config) == name:
+            return config
+    raise KernelError(f"{'x3tf32' if x3 else 'wgmma'} has no tile config {name!r}: "
+                      f"the configs are {[config_name(c) for c in CONFIGS[x3]]}")
+
+
+def smem_bytes(config: tuple, x3: bool) -> int:
+    """Shared memory of a CTA: the stages, their two mbarriers each, 1024 to align the base."""
+    wgs, bn, stages = config
+    return stages * (64 * wgs + bn) * BK * 4 * (2 if x3 else 1) + 16 * stages + 1024
+
+
+def kernel_name(x3: bool, config: tuple) -> str:
+    return "gemm_wgmma<{},{},{},{}>".format(*config, str(x3).lower())
+
+
+def wgmma_names() -> tuple:
+    return tuple(kernel_name(x3, c) for x3 in (False, True) for c in CONFIGS[x3]) + ("wgmma_splitk_sum",)
+
+
+def plan(M: int, N: int, K: int, config: tuple, splits: int, sms: int) -> tuple[int, int, int]:
+    """(k a split, splits, CTAs) of a launch: k a split rounded up to whole 32-k stages, and a
+    persistent grid of at most one CTA a multiprocessor."""
+    kps = math.ceil(math.ceil(K / splits) / BK) * BK
+    z = math.ceil(K / kps)
+    tiles = math.ceil(N / config[1]) * math.ceil(M / (64 * config[0])) * z
+    return kps, z, min(tiles, sms)
+
+
+def heuristic(M: int, N: int, K: int, x3: bool, sms: int) -> tuple[tuple, int]:
+    """Untuned: the first config, split-K into the fewest splits that give every multiprocessor a
+    tile, keeping MIN_SPLIT_K of K a split."""
+    config = CONFIGS[x3][0]
+    tiles = math.ceil(N / config[1]) * math.ceil(M / (64 * config[0]))
+    for splits in SPLITS:
+        if tiles * splits >= sms or K // (2 * splits) < MIN_SPLIT_K:
+            return config, splits
+    return config, SPLITS[-1]
+
+
+def choices(M: int, N: int, K: int, x3: bool):
+    """The (config name, splits) pairs tune() times."""
+    for config in CONFIGS[x3]:
+        for splits in SPLITS:
+            if splits == 1 or K // splits >= MIN_SPLIT_K:
+                yield config_name(config), splits
+
+
+@functools.lru_cache(maxsize=None)
+def kernel(x3: bool, config: tuple):
+    check_device()
+    mod = module("gemm_wgmma.cu", wgmma_names())
+    fn = mod.get_function(kernel_name(x3, config))
+    fn.max_dynamic_shared_size_bytes = smem_bytes(config, x3)
+    return fn
+
+
+@functools.lru_cache(maxsize=None)
+def splitk_sum():
+    return module("gemm_wgmma.cu", wgmma_names()).get_function("wgmma_splitk_sum")
+
+
+def hopper() -> bool:
+    return int(cupy().cuda.Device().compute_capability) == 90
+
+
+@functools.lru_cache(maxsize=None)
+def check_device():
+    if not hopper():
+        cc = int(cupy().cuda.Device().compute_capability)
+        raise KernelError(f"the wgmma and x3tf32 GEMMs need a Hopper GPU (sm_90a: H100, H200), this one is sm_{cc}: "
+                          f"use --gemm tf32 or cublas-x3tf32 there")
+
+
+def tensor_map_fields(rows: int, K: int, row_bytes: int, box_rows: int) -> dict:
+    """cuTensorMapEncodeTiled's arguments for a K-major operand (rows x K, row_bytes apart) read
+    in boxes of 32 k x box_rows: FP32, 128-byte swizzle (the layout wgmma reads), zeros past the
+    edges. The copy engine wants 16-byte aligned rows."""
+    if row_bytes % 16:
+        raise KernelError(f"a TMA operand's rows must be 16-byte aligned, got {row_bytes} bytes apart")
+    return {"dtype": 7, "rank": 2, "dims": (K, rows), "strides": (row_bytes,), "box": (BK, box_rows),
+            "element_strides": (1, 1), "interleave": 0, "swizzle": 3, "l2_promotion": 2, "oob_fill": 0}
+
+
+@functools.lru_cache(maxsize=None)
+def encode_tiled():
+    fn = ctypes.CDLL("libcuda.so.1").cuTensorMapEncodeTiled
+    fn.restype = ctypes.c_int
+    return fn
+
+
+MAPS: dict = {}  # (address, rows, K, row bytes, box rows) -> the tensor map in device memory
+
+
+def tensor_map(x, K: int, box_rows: int):
+    """The device-memory tensor map of K-major x (rows x >= K, 16-byte aligned rows), made once per
+    address and shape: kept for the process, since a captured graph may hold it."""
+    rows, row_bytes = x.shape[0], x.strides[0]
+    key = (x.data.ptr, rows, K, row_bytes, box_rows)
+    if key not in MAPS:
+        cp = cupy()
+        no_capture("a tensor map")
+        f = tensor_map_fields(rows, K, row_bytes, box_rows)
+        raw = (ctypes.c_uint64 * 16)()
+        status = encode_tiled()(ctypes.byref(raw), f["dtype"], f["rank"], ctypes.c_void_p(x.data.ptr),
+                                (ctypes.c_uint64 * 2)(*f["dims"]), (ctypes.c_uint64 * 1)(*f["strides"]),
+                                (ctypes.c_uint32 * 2)(*f["box"]), (ctypes.c_uint32 * 2)(*f["element_strides"]),
+                                f["interleave"], f["swizzle"], f["l2_promotion"], f["oob_fill"])
+        if status != 0:
+            raise KernelError(f"cuTensorMapEncodeTiled failed (CUresult {status}) for a {rows} x {K} operand, "
+                              f"rows {row_bytes} bytes apart, boxes of {BK} x {box_rows}")
+        MAPS[key] = cp.asarray(np.frombuffer(bytes(raw), np.uint8))
+    return MAPS[key]
+
+
+def no_capture(what: str):
+    if cupy().cuda.get_current_stream().is_capturing():
+        raise KernelError(f"the wgmma GEMMs make {what} on first use, which CUDA graph capture does not allow: "
+                          f"run the GEMM once outside capture first")
+
+
+BUFFERS: dict = {}  # (role, rows, K, parts) -> K-major buffers
+
+
+def buffers(role: str, rows: int, K: int, parts: int) -> list:
+    """`parts` K-major float32 buffers (rows x K, rows padded to 16 bytes), kept per role and shape."""
+    key = (role, rows, K, parts)
+    if key not in BUFFERS:
+        no_capture("K-major operand buffers")
+        padded = math.ceil(K / 4) * 4
+        BUFFERS[key] = [cupy().zeros((rows, padded), cupy().float32)[:, :K] for _ in range(parts)]
+    return BUFFERS[key]
+
+
+def k_major(x, role: str, x3: bool) -> tuple:
+    """x (rows x K, any strides) as the kernel reads it: (big, small) K-major parts for x3, else
+    (x, x) where x already is K-major with 16-byte aligned rows, or (copy, copy)."""
+    from perflab.kernels.cublas import tf32_split_kernel
+    rows, K = x.shape
+    if x3:
+        big, small = buffers(role, rows, K, 2)
+        tf32_split_kernel()(x, big, small)
+        return big, small
+    if x.strides[1] == 4 and x.strides[0] % 16 == 0 and x.data.ptr % 16 == 0:
+        return x, x
+    (copy,) = buffers(role, rows, K, 1)
+    copy[...] = x
+    return copy, copy
+
+
+def workspace(z: int, M: int, N: int):
+    key = ("split-k", z, M, N)
+    if key not in BUFFERS:
+        no_capture("a split-K workspace")
+        BUFFERS[key] = cupy().empty(z * M * N, cupy().float32)
+    return BUFFERS[key]
+
+
+def wgmma_gemm(a, b, out, alpha: float, beta: float, x3: bool, config: str | None = None, splits: int | None = None):
+    """out = alpha a b + beta out (a: M x K, b: K x N, float32, any storage; out C-contiguous)."""
+    cp = cupy()
+    name = "x3tf32" if x3 else "wgmma"
+    if a.dtype != cp.float32 or b.dtype != cp.float32:
+        raise KernelError(f"{name} takes float32 operands (TF32 tensor cores), got {a.dtype} and {b.dtype}")
+    (M, K), N = a.shape, b.shape[1]
+    sms = multiprocessors()
+    if config is None:
+        cfg, auto = heuristic(M, N, K, x3, sms)
+        splits = auto if splits is None else splits
+    else:
+        cfg = parse_config(config, x3)
+    if splits not in SPLITS:
+        raise KernelError(f"{name} splits K into one of {SPLITS} parts, got {splits}")
+    A, As = k_major(a, "a", x3)
+    Bt, Bs = k_major(b.T, "b", x3)
+    bm, bn = 64 * cfg[0], cfg[1]
+    kps, z, grid = plan(M, N, K, cfg, splits, sms)
+    target = out if z == 1 else workspace(z, M, N)
+    kernel(x3, cfg)((grid,), (128 * (cfg[0] + 1),),
+                    (i32(M), i32(N), i32(K), i32(kps), cp.float32(alpha), tensor_map(A, K, bm), tensor_map(As, K, bm),
+                     tensor_map(Bt, K, bn), tensor_map(Bs, K, bn), cp.float32(beta), target, i32(N)),
+                    shared_mem=smem_bytes(cfg, x3))
+    if z > 1:
+        splitk_sum()((math.ceil(M * N / 256),), (256,), (i32(M), i32(N), i32(z), target, cp.float32(beta), out, i32(N)))
+    return out
