@@ -18,6 +18,12 @@ for stage in $stages; do
            done 2>&1 | tee "$OUT/gpu_check_mnist.log" ;;
     train) python3 -m perflab bench train --peers perflab "perflab (tf32 gemm)" "cublas 5-gemm floor" "jax scan epoch" --out "$OUT" 2>&1 | tail -30 ;;
     peers) python3 -m perflab bench train --out "$OUT" 2>&1 | tail -40 ;;
+    tensorcores) python3 -m pytest -q -m gpu tests/test_gpu.py -k "wgmma or x3tf32 or tf32" -p no:cacheprovider 2>&1 \
+                   | tee "$OUT/gpu_tests_tensor_cores.log" | tail -15
+                 python3 -m perflab bench train --peers perflab "perflab (wgmma gemm)" "perflab (x3tf32 gemm)" \
+                   "cublas 5-gemm floor" "jax scan epoch" "jax scan epoch (3xTF32)" --out "$OUT" 2>&1 | tail -30 ;;
+    tcgemm) python3 -m perflab bench gemm --variants best tf32 wgmma x3tf32 cublas cublas-x3tf32 --batches 3200 12000 \
+              --out "$OUT" 2>&1 | tail -70 ;;  # the tensor-core GEMMs beside cuBLAS FP32 and TF32 and JAX's 3xTF32
     hold) python3 -m perflab bench hold --out "$OUT" 2>&1 | tail -20 ;;  # clock and power under load
   esac
 done

@@ -17,6 +17,7 @@ import numpy as np
 from perflab.analysis.perfmodel import gradient_buffer_bytes
 from perflab.measure.gemm_inputs import TOLERANCE, C, D, gemm_shapes, named_gemm_shapes, operand_sets, rel_error, rotating
 from perflab.timing import graph_replays_ms, time_graph_ms, time_ms
+from perflab.train.runner import ONE_TF32_PRODUCT
 
 
 def device_peak_flops(cp) -> tuple[float, dict]:
@@ -40,15 +41,20 @@ def bench_gemm(variants=("naive", "tiled", "regblock", "best", "tf32", "cublas")
                batches=(800, 3200, 12000), repeats=20, progress=True, peers=("pytorch", "jax"), log=print,
                on_shape=None):
     """Rows: one per (shape, variant) with ms, TFLOP/s, % of cuBLAS, % of the fastest SGEMM peer
-    (cuBLAS, PyTorch, JAX: perflab.measure.gemm_peers, float32 only), % of peak, GB/s. on_shape(rows so
-    far) runs after each shape, so a run cut short keeps what it finished."""
+    (cuBLAS, PyTorch, JAX: perflab.measure.gemm_peers, float32 only), % of cuBLAS TF32 (pytorch-tf32)
+    and of JAX's 3xTF32 (jax-x3), % of peak, GB/s. on_shape(rows so far) runs after each shape, so a
+    run cut short keeps what it finished."""
     import cupy as cp
     from tqdm.auto import tqdm
 
     from perflab import kernels
     peak, dev = device_peak_flops(cp)
     copy_rate = device_copy_rate(cp)
-    from perflab.measure.gemm_peers import run_gemm_peers
+    from perflab.kernels.wgmma import hopper
+    from perflab.measure.gemm_peers import TENSOR_CORE_PEERS, run_gemm_peers
+    if not hopper() and any(v in kernels.WGMMA_VARIANTS for v in variants):
+        log(f"skipped: {', '.join(kernels.WGMMA_VARIANTS)} (Hopper's wgmma; this GPU is not one)")
+        variants = [v for v in variants if v not in kernels.WGMMA_VARIANTS]
     peer_times = run_gemm_peers(peers, hidden, batches, repeats, log) if dtype == "float32" and peers else {}
     rows = []
     shapes = list(gemm_shapes(hidden, batches))
@@ -80,16 +86,19 @@ def bench_gemm(variants=("naive", "tiled", "regblock", "best", "tf32", "cublas")
             base[variant] = (ms, err, choice[0], choice[1], schedule)
         for peer, times in peer_times.items():
             base[peer] = (*times[name], "", None, "")
-        fastest_peer = min((base[p][0] for p in ("cublas", *peer_times) if p in base), default=float("nan"))
+        fastest_peer = min((base[p][0] for p in ("cublas", *peer_times) if p in base and p not in TENSOR_CORE_PEERS),
+                           default=float("nan"))
         for variant, (ms, err, config, blocks, schedule) in base.items():
             rows.append({"shape": name, "M": M, "K": K, "N": N, "variant": variant, "dtype": dtype, "ms": ms,
                          "tflops": flops / ms / 1e9, "pct_peak": 100 * flops / (ms * 1e-3) / peak,
                          "gbps": nbytes / ms / 1e6, "pct_copy_rate": 100 * nbytes / (ms * 1e-3) / copy_rate,
                          "rel_error": err, "gpu": dev["gpu"], "peak_tflops": peak / 1e12,
                          "copy_rate_gbps": copy_rate / 1e9, "config": config, "blocks": blocks, "schedule": schedule,
-                         "checked": bool(err <= TOLERANCE[variant if variant == "tf32" else dtype]),
+                         "checked": bool(err <= TOLERANCE["tf32" if variant in ONE_TF32_PRODUCT else dtype]),
                          "pct_cublas": 100 * base["cublas"][0] / ms if "cublas" in base else float("nan"),
-                         "pct_fastest_peer": 100 * fastest_peer / ms})
+                         "pct_fastest_peer": 100 * fastest_peer / ms,
+                         **{f"pct_{p.replace('-', '_')}": 100 * base[p][0] / ms if p in base else float("nan")
+                            for p in TENSOR_CORE_PEERS}})
         if on_shape is not None:
             on_shape(rows)
     return rows

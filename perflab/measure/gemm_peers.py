@@ -1,13 +1,16 @@
 """The training shapes' GEMMs in PyTorch and JAX, for `perflab bench gemm`: `best` has to beat
-the fastest SGEMM a practitioner would reach for, not only CuPy's cuBLAS call.
+the fastest SGEMM a practitioner would reach for, not only CuPy's cuBLAS call; the tensor-core
+GEMMs (wgmma, x3tf32) the fastest TF32 (`pytorch-tf32`: cuBLAS TF32) and 3xTF32 (`jax-x3`: XLA's
+TF32_TF32_F32_X3 dot algorithm) ones.
 
-Both run float32 with TF32 off, on the bench's inputs (the same seed, storage and rotation past
-L2), checked against the float64 product. Each peer runs in a process of its own
+They run float32 (`pytorch` and `jax` with TF32 off) on the bench's inputs (the same seed, storage
+and rotation past L2), checked against the float64 product. Each peer runs in a process of its own
 (`python -m perflab.measure.gemm_peers '[peer, hidden, batches, repeats]'`): JAX's and PyTorch's memory
 pools stay out of CuPy's way and out of each other's numbers.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
@@ -19,7 +22,8 @@ import numpy as np
 from perflab.measure.gemm_inputs import gemm_shapes, operand_sets, rel_error
 from perflab.measure.peers import PeerMissing, fp32_jax, fp32_torch, run_peer_process
 
-GEMM_PEERS = ("pytorch", "jax")
+GEMM_PEERS = ("pytorch", "jax", "pytorch-tf32", "jax-x3")
+TENSOR_CORE_PEERS = ("pytorch-tf32", "jax-x3")  # not SGEMM: compared with wgmma and x3tf32 only
 
 
 def stored(x) -> tuple[np.ndarray, bool]:
@@ -34,10 +38,11 @@ def shape_inputs(M, K, N, ta, tb):
     return inputs, a0.astype(np.float64) @ b0.astype(np.float64)
 
 
-def pytorch_gemm(shapes, repeats: int) -> dict:
+def pytorch_gemm(shapes, repeats: int, tf32: bool = False) -> dict:
     """{shape: (ms, rel_error)}: torch.matmul(a, b, out=...) over the rotated inputs, captured in
-    a CUDA graph and replayed between CUDA events, median of `repeats`."""
+    a CUDA graph and replayed between CUDA events, median of `repeats` (`tf32`: on TF32 tensor cores)."""
     torch = fp32_torch()
+    torch.backends.cuda.matmul.allow_tf32 = tf32
     got = {}
     for name, M, K, N, ta, tb in shapes:
         inputs, reference = shape_inputs(M, K, N, ta, tb)
@@ -73,19 +78,21 @@ def pytorch_gemm(shapes, repeats: int) -> dict:
     return got
 
 
-def jax_gemm(shapes, repeats: int, queued: int = 10) -> dict:
+def jax_gemm(shapes, repeats: int, queued: int = 10, x3: bool = False) -> dict:
     """{shape: (ms, rel_error)}: one jitted function multiplies every input set (precision
-    highest). JAX gives no device events, so the clock is the host's around `queued` calls
-    queued back to back, the device kept busy; the host's one dispatch latency is shared by
-    queued x sets products (its share is largest at the smallest shape, and it counts against
-    JAX)."""
+    highest; `x3`: the TF32_TF32_F32_X3 dot algorithm). JAX gives no device events, so the clock is
+    the host's around `queued` calls queued back to back, the device kept busy; the host's one
+    dispatch latency is shared by queued x sets products (its share is largest at the smallest
+    shape, and it counts against JAX)."""
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     jax, jnp = fp32_jax()
+    precision = jax.lax.DotAlgorithmPreset.TF32_TF32_F32_X3 if x3 else None
     got = {}
     for name, M, K, N, ta, tb in shapes:
         inputs, reference = shape_inputs(M, K, N, ta, tb)
         pairs = [tuple(jnp.asarray(stored(x)[0]) for x in pair) for pair in inputs]
-        products = jax.jit(lambda ps: [(a.T if ta else a) @ (b.T if tb else b) for a, b in ps])
+        products = jax.jit(lambda ps: [jnp.matmul(a.T if ta else a, b.T if tb else b, precision=precision)
+                                        for a, b in ps])
         first = jax.block_until_ready(products(pairs))[0]  # compiles and autotunes
         err = rel_error(np.asarray(first), reference)
         times = []
@@ -119,7 +126,8 @@ if __name__ == "__main__":
     if peer not in GEMM_PEERS:
         raise SystemExit(f"unknown GEMM peer {peer!r}: the peers are {GEMM_PEERS}")
     try:
-        run = {"pytorch": pytorch_gemm, "jax": jax_gemm}[peer]
+        run = {"pytorch": pytorch_gemm, "jax": jax_gemm, "pytorch-tf32": functools.partial(pytorch_gemm, tf32=True),
+               "jax-x3": functools.partial(jax_gemm, x3=True)}[peer]
         print(json.dumps(run(list(gemm_shapes(hidden, batches)), repeats)))
     except PeerMissing as exc:
         print(json.dumps({"missing": str(exc)}))

@@ -162,14 +162,19 @@ def fp32_jax():
     return jax, jnp
 
 
-def jax_setup(X, y, H, lr, reg):
+def jax_setup(X, y, H, lr, reg, x3=False):
+    """(jax, jnp, params, step, X, y) on the GPU; `x3`: every matmul by XLA's 3xTF32 dot algorithm."""
     jax, jnp = fp32_jax()
     params = [jnp.asarray(p) for p in initial(X.shape[1], H, 10)]
+    precision = jax.lax.DotAlgorithmPreset.TF32_TF32_F32_X3 if x3 else None
+
+    def mm(a, b):
+        return jnp.matmul(a, b, precision=precision)
 
     def loss(params, xb, yb):
         W1, b1, W2, b2 = params
-        a1 = jax.nn.sigmoid(xb @ W1.T + b1)
-        logp = jax.nn.log_softmax(a1 @ W2.T + b2)
+        a1 = jax.nn.sigmoid(mm(xb, W1.T) + b1)
+        logp = jax.nn.log_softmax(mm(a1, W2.T) + b2)
         ce = -jnp.take_along_axis(logp, yb[:, None], axis=1).mean()
         return ce + 0.5 * reg * (jnp.sum(W1 * W1) + jnp.sum(W2 * W2))
 
@@ -190,9 +195,9 @@ def jax_jit(X, y, H, B, lr, reg, warmup=2, repeats=5):
     return timed_epochs(epoch, lambda: jax.block_until_ready(state["p"]), warmup, repeats)
 
 
-def jax_scan(X, y, H, B, lr, reg, warmup=2, repeats=5):
+def jax_scan(X, y, H, B, lr, reg, warmup=2, repeats=5, x3=False):
     """The whole epoch as one jitted lax.scan over the full batches, then the last partial one."""
-    jax, jnp, params, step, Xd, yd = jax_setup(X, y, H, lr, reg)
+    jax, jnp, params, step, Xd, yd = jax_setup(X, y, H, lr, reg, x3)
     N = len(X)
     full = N // B
 
@@ -254,12 +259,15 @@ PEERS = {
     "perflab (output layer unfused)": lambda *a, **k: perflab_epoch(*a, fuse_output=False, **k),
     "perflab (unfused)": lambda *a, **k: perflab_epoch(*a, fuse_output=False, fuse_backward=False, **k),
     "perflab (tf32 gemm)": lambda *a, **k: perflab_epoch(*a, gemm="tf32", **k),
+    "perflab (wgmma gemm)": lambda *a, **k: perflab_epoch(*a, gemm="wgmma", **k),
+    "perflab (x3tf32 gemm)": lambda *a, **k: perflab_epoch(*a, gemm="x3tf32", **k),
     "pytorch eager": torch_eager,
     "pytorch cuda graph": torch_graph,
     "torch.compile default": lambda *a, **k: torch_compiled(*a, mode="default", **k),
     "torch.compile reduce-overhead": lambda *a, **k: torch_compiled(*a, mode="reduce-overhead", **k),
     "jax jit/batch": jax_jit,
     "jax scan epoch": jax_scan,
+    "jax scan epoch (3xTF32)": lambda *a, **k: jax_scan(*a, x3=True, **k),
     "cublas 5-gemm floor": cublas_floor,
 }
 
