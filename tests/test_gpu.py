@@ -667,3 +667,30 @@ def test_training_with_the_wgmma_gemms_matches_the_reference(gemm, tolerance):
     for mode in ("resident", "staged"):
         result = check(cfg, "data", Serial(), Device(backend="cupy", gemm=gemm, comm="mpi", mode=mode))
         assert result["tolerance"] == tolerance and result["passed"], (mode, result["errors"])
+
+
+def test_slices_of_a_constant_are_read_from_its_kept_forms(rng):
+    """The trainer's images, declared constant: a slice in either orientation (forward GEMM 1's b
+    and backward GEMM 3's b^T) multiplies right, from forms kept since the first use (changing the
+    array afterwards changes nothing: that is what constant promises); forget() drops them."""
+    wgmma_or_skip()
+    from perflab.kernels import wgmma
+    X = cp.asarray(np.asfortranarray(rng.uniform(-1, 1, (97, 1000)) + 0.1), np.float32)  # 97: kept rows padded
+    hX = X.get().astype(np.float64)
+    W, hW = operand(rng, 61, 97, False, "float32")
+    G, hG = operand(rng, 61, 200, False, "float32")
+    wgmma.constant(X)
+    try:
+        for variant, tol in (("wgmma", 2e-3), ("x3tf32", 1e-6)):
+            for a, ha, b, hb in ((W, hW, X[:, 200:400], hX[:, 200:400]), (G, hG, X[:, 200:400].T, hX[:, 200:400].T)):
+                out = cp.full((a.shape[0], b.shape[1]), np.nan, cp.float32)
+                kernels.gemm(a, b, out=out, variant=variant)
+                assert rel(out.get(), ha @ hb) <= tol, (variant, b.strides)
+                assert wgmma.prepared(b.T, variant == "x3tf32") is not None
+        X *= 2
+        out = cp.empty((61, 200), cp.float32)
+        kernels.gemm(W, X[:, 200:400], out=out, variant="x3tf32")
+        assert rel(out.get(), hW @ hX[:, 200:400]) <= 1e-6  # the kept split, not the doubled images
+    finally:
+        wgmma.forget(X)
+    assert wgmma.prepared(X[:, 200:400].T, True) is None

@@ -1,12 +1,14 @@
 """TF32 (`wgmma`) and 3xTF32 (`x3tf32`) GEMMs on Hopper's warpgroup MMA (gemm_wgmma.cu).
 
-The kernels read two K-major operands through TMA tensor maps: A (M x K) and Bt = b^T (N x K), each
+The kernel reads two K-major operands through TMA tensor maps: A (M x K) and Bt = b^T (N x K), each
 row-major with 16-byte aligned rows. An operand stored so is read in place; any other (b as the
 trainer's forward GEMM 1 holds it is; a transposed view or an odd K is not) is first copied into
-a K-major buffer of this module's. x3tf32 splits its operands into TF32 big and small parts in
-shared memory, in the kernel. The buffers, the tensor maps and the split-K workspace are made on
-first use and kept per shape: a GEMM must run once outside CUDA graph capture before it is
-captured (the trainers and benchmarks warm up first).
+a K-major buffer of this module's. x3tf32 writes its operands' TF32 big and small parts into such
+buffers, in one pass each (the split of cublas-x3tf32). An array declared constant() (the
+trainer's resident images) is prepared once instead: its K-major copies and splits, in both
+orientations, are kept, and any slice of it is read from them. The buffers, the tensor maps and
+the split-K workspace are made on first use and kept per shape: a GEMM must run once outside CUDA
+graph capture before it is captured (the trainers and benchmarks warm up first).
 """
 from __future__ import annotations
 
@@ -20,18 +22,17 @@ from perflab.kernels.build import KernelError, cupy, i32, module, multiprocessor
 
 WGMMA_VARIANTS = ("wgmma", "x3tf32")
 BK = 32  # k of a shared-memory stage: one 128-byte swizzle row of TF32
-# Tile configs; tune() tries them all, the first is the default. wgmma: (consumer warpgroups, BN,
-# stages), the first the fastest at the H100's large training shapes (experiments/wgmma/logs/run6).
-# x3tf32: (consumer warpgroups, BN, FP32 stages the copy engine fills, split stages of big and small
-# parts). A CTA's shared memory stays within 227 KiB.
+# (consumer warpgroups, BN, stages) per kernel, X3 or not; tune() tries them all, the first is the
+# default (the fastest at the H100's training shapes, experiments/wgmma/logs/run6). A CTA's shared
+# memory stays within 227 KiB; an X3 stage holds both parts.
 CONFIGS = {False: ((2, 256, 4), (2, 128, 6), (2, 128, 4), (2, 64, 8)),
-           True: ((2, 128, 2, 2), (2, 64, 2, 3), (1, 128, 2, 3), (2, 64, 3, 2))}
+           True: ((2, 128, 3), (1, 128, 4), (2, 64, 4))}
 SPLITS = (1, 2, 4)
 MIN_SPLIT_K = 256  # of K a split keeps, at least
 
 
 def config_name(config: tuple) -> str:
-    return "wg{}-n{}-s{}".format(*config) if len(config) == 3 else "wg{}-n{}-r{}-s{}".format(*config)
+    return "wg{}-n{}-s{}".format(*config)
 
 
 def parse_config(name: str, x3: bool) -> tuple:
@@ -43,18 +44,13 @@ def parse_config(name: str, x3: bool) -> tuple:
 
 
 def smem_bytes(config: tuple, x3: bool) -> int:
-    """Shared memory of a CTA: the stages (x3tf32: FP32 ones, then split ones twice their size),
-    two mbarriers a stage, 1024 to align the base."""
-    wgs, bn, *stages = config
-    stage = (64 * wgs + bn) * BK * 4
-    if x3:
-        raw, split = stages
-        return raw * stage + split * 2 * stage + 16 * (raw + split) + 1024
-    return stages[0] * stage + 16 * stages[0] + 1024
+    """Shared memory of a CTA: the stages, their two mbarriers each, 1024 to align the base."""
+    wgs, bn, stages = config
+    return stages * (64 * wgs + bn) * BK * 4 * (2 if x3 else 1) + 16 * stages + 1024
 
 
 def kernel_name(x3: bool, config: tuple) -> str:
-    return ("gemm_x3tf32<{},{},{},{}>" if x3 else "gemm_wgmma<{},{},{}>").format(*config)
+    return "gemm_wgmma<{},{},{},{}>".format(*config, str(x3).lower())
 
 
 def wgmma_names() -> tuple:
@@ -175,15 +171,86 @@ def buffers(role: str, rows: int, K: int, parts: int) -> list:
     return BUFFERS[key]
 
 
-def k_major(x, role: str):
-    """x (rows x K, any strides) as the kernels read it: x itself where it is K-major with 16-byte
-    aligned rows, else a copy."""
+CONSTANTS: list = []  # [array, {(orientation, x3): prepared K-major arrays}], from constant()
+
+
+def constant(x) -> None:
+    """Declare x (2D, C- or F-contiguous float32) unchanging while it is used: slices of it are
+    then read from copies and splits made once, not made anew each GEMM."""
+    if x.ndim != 2 or not (x.flags.c_contiguous or x.flags.f_contiguous):
+        raise KernelError(f"a constant operand is a C- or F-contiguous 2D array, got strides {x.strides} for {x.shape}")
+    if not any(c[0] is x for c in CONSTANTS):
+        CONSTANTS.append([x, {}])
+
+
+def forget(x) -> None:
+    """Drop a constant and its kept forms (once no captured graph reads them)."""
+    CONSTANTS[:] = [c for c in CONSTANTS if c[0] is not x]
+
+
+def slice_of(v, x):
+    """(r0, c0, transposed) where v is x[r0:r0 + h, c0:c0 + w] (transposed: its transpose), else None."""
+    item = x.itemsize
+    offset = v.data.ptr - x.data.ptr
+    if x.size == 0 or not 0 <= offset < x.nbytes or offset % item:
+        return None
+    major = max(x.strides)  # x is contiguous: the index along its larger stride, then the other
+    outer, inner = divmod(offset, major)
+    r0, c0 = (outer, inner // item) if x.strides[0] == major else (inner // item, outer)
+    strides = tuple(v.strides[i] if v.shape[i] > 1 else x.strides[i] for i in range(2))
+    flipped = tuple(v.strides[1 - i] if v.shape[1 - i] > 1 else x.strides[i] for i in range(2))
+    transposed = strides != x.strides
+    h, w = (v.shape[1], v.shape[0]) if transposed else v.shape
+    if (flipped if transposed else strides) != x.strides or r0 + h > x.shape[0] or c0 + w > x.shape[1]:
+        return None
+    return r0, c0, transposed
+
+
+def prepared(v, x3: bool):
+    """v (rows x K) read from a constant's kept K-major forms (made on first use), or None where v
+    is no slice of a constant."""
+    for x, kept in CONSTANTS:
+        where = slice_of(v, x)
+        if where is None:
+            continue
+        r0, c0, transposed = where
+        if (transposed, x3) not in kept:
+            no_capture("a constant's K-major forms")
+            # K runs along x's columns (v a slice) or its rows (v a transposed slice): stored so, padded
+            full = x.T if transposed else x
+            padded = math.ceil(full.shape[1] / 4) * 4
+            parts = [cupy().zeros((full.shape[0], padded), cupy().float32)[:, :full.shape[1]] for _ in range(1 + x3)]
+            if x3:
+                from perflab.kernels.cublas import tf32_split_kernel
+                tf32_split_kernel()(full, *parts)
+            else:
+                parts[0][...] = full
+            kept[(transposed, x3)] = parts
+        rows, K = v.shape
+        i, j = (c0, r0) if transposed else (r0, c0)
+        return tuple(p[i:i + rows, j:j + K] for p in kept[(transposed, x3)])
+    return None
+
+
+def k_major(x, role: str, x3: bool) -> tuple:
+    """x (rows x K, any strides) as the kernel reads it: (big, small) K-major parts for x3, else
+    (x, x) where x already is K-major with 16-byte aligned rows, or (copy, copy). A slice of a
+    constant() is read from its kept forms where their rows start 16-byte aligned."""
+    from perflab.kernels.cublas import tf32_split_kernel
     rows, K = x.shape
+    direct = x.strides[1] == 4 and x.strides[0] % 16 == 0 and x.data.ptr % 16 == 0
+    kept = None if direct and not x3 else prepared(x, x3)
+    if kept is not None and all(p.data.ptr % 16 == 0 for p in kept):
+        return (kept * 2)[:2]
+    if x3:
+        big, small = buffers(role, rows, K, 2)
+        tf32_split_kernel()(x, big, small)
+        return big, small
     if x.strides[1] == 4 and x.strides[0] % 16 == 0 and x.data.ptr % 16 == 0:
-        return x
+        return x, x
     (copy,) = buffers(role, rows, K, 1)
     copy[...] = x
-    return copy
+    return copy, copy
 
 
 def workspace(z: int, M: int, N: int):
@@ -209,12 +276,14 @@ def wgmma_gemm(a, b, out, alpha: float, beta: float, x3: bool, config: str | Non
         cfg = parse_config(config, x3)
     if splits not in SPLITS:
         raise KernelError(f"{name} splits K into one of {SPLITS} parts, got {splits}")
-    A, Bt = k_major(a, "a"), k_major(b.T, "b")
+    A, As = k_major(a, "a", x3)
+    Bt, Bs = k_major(b.T, "b", x3)
+    bm, bn = 64 * cfg[0], cfg[1]
     kps, z, grid = plan(M, N, K, cfg, splits, sms)
     target = out if z == 1 else workspace(z, M, N)
     kernel(x3, cfg)((grid,), (128 * (cfg[0] + 1),),
-                    (i32(M), i32(N), i32(K), i32(kps), cp.float32(alpha), tensor_map(A, K, 64 * cfg[0]),
-                     tensor_map(Bt, K, cfg[1]), cp.float32(beta), target, i32(N)),
+                    (i32(M), i32(N), i32(K), i32(kps), cp.float32(alpha), tensor_map(A, K, bm), tensor_map(As, K, bm),
+                     tensor_map(Bt, K, bn), tensor_map(Bs, K, bn), cp.float32(beta), target, i32(N)),
                     shared_mem=smem_bytes(cfg, x3))
     if z > 1:
         splitk_sum()((math.ceil(M * N / 256),), (256,), (i32(M), i32(N), i32(z), target, cp.float32(beta), out, i32(N)))

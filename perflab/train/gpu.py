@@ -104,6 +104,8 @@ class FusedGPU(Sequential):
         self.work = kernels.workspace(H, max(D, bmax), dtype) if gemm in kernels.TILED_VARIANTS else None
         if mode == "resident":
             self.X, self.y = cp.asarray(X), cp.asarray(y)
+            if gemm in kernels.WGMMA_VARIANTS:  # the images' K-major copies and TF32 splits, made once
+                kernels.wgmma.constant(self.X)
         else:
             self.X = X if not pinned else pinned_copy(X)
             self.y = y
@@ -278,6 +280,8 @@ class FusedGPU(Sequential):
         results/nvidia-h200/nccl_graph_capture.log), and a trainer's attributes are freed in the order they
         were set, the comm before the graphs."""
         getattr(self, "cache", {}).clear()  # (none yet when __init__ failed)
+        if "X" in self.__dict__:
+            kernels.wgmma.forget(self.X)  # the kept forms of its images, where it declared them constant
 
     __del__ = close
 
