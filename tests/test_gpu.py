@@ -669,7 +669,7 @@ def test_training_with_the_wgmma_gemms_matches_the_reference(gemm, tolerance):
         assert result["tolerance"] == tolerance and result["passed"], (mode, result["errors"])
 
 
-def test_slices_of_a_constant_are_read_from_its_kept_forms(rng):
+def test_wgmma_reads_slices_of_a_constant_from_its_kept_forms(rng):
     """The trainer's images, declared constant: a slice in either orientation (forward GEMM 1's b
     and backward GEMM 3's b^T) multiplies right, from forms kept since the first use (changing the
     array afterwards changes nothing: that is what constant promises); forget() drops them."""
