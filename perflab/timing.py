@@ -12,10 +12,12 @@ import time
 def graph_replays_ms(cp, fn, calls: int, done) -> list[float]:
     """Device milliseconds of one fn() call in each replay: `calls` calls captured in a CUDA graph
     and replayed between events (so the host's launch overhead is not in the number) until
-    done(replays so far) is true."""
+    done(replays so far) is true. The calls run once before capture: a first call may make what
+    capture does not allow (the wgmma GEMMs' tensor maps, per operand set of a rotation)."""
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
-        fn()
+        for _ in range(calls):
+            fn()
         stream.begin_capture()
         for _ in range(calls):
             fn()
