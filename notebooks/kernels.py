@@ -50,3 +50,31 @@ for path in sorted(RESULTS_ROOT.glob("*/bench_hold.csv")):
         f"SM clock and board power (nvidia-smi every 50 ms) while perflab's best GEMM and cuBLAS were replayed in turn, "
         f"{holds.seconds.iloc[0]:g} s each, on {path.parent.name}. Where both draw the power limit, the clock is set by "
         f"the energy a kernel spends a cycle, so the held rate can differ from a short burst's. Source: {path.name}."))))
+# %% [markdown]
+# ## Tensor cores: TF32 and 3xTF32 on Hopper's wgmma
+#
+# `wgmma` is a TF32 GEMM of perflab's own on the warpgroup MMA (persistent, warp-specialized, fed
+# by the copy engine); `x3tf32` the same core three times a k-step on operands split into TF32 big
+# and small parts, each k-tile's sum promoted to FP32 registers: FP32's accuracy at tensor-core
+# speed. Beside them: cuBLAS SGEMM (`cublas`), cuBLAS TF32 (`pytorch-tf32`), JAX's
+# TF32_TF32_F32_X3 (`jax-x3`) and three cuBLAS TF32 calls (`cublas-x3tf32`), in one run.
+
+# %%
+for path in sorted(RESULTS_ROOT.glob("*/bench_gemm_tensor_cores.csv")):
+    bench = pd.read_csv(path)
+    big = bench[bench["shape"].str.startswith(("fwd1", "bwd3"))]
+    display(big.pivot_table(index="shape", columns="variant", values="tflops", sort=False).round(1))
+    display(big.pivot_table(index="shape", columns="variant", values="rel_error", sort=False))
+    fig = plots.tensor_core_roofline(bench)
+    display(Image(str(plots.save(fig, f"tensor_core_roofline_{path.parent.name}",
+        f"The big training GEMMs (forward 1, backward 3) on {bench.gpu.iloc[0]}: FP32 (cuBLAS), 3xTF32 (perflab's "
+        f"x3tf32, JAX, three cuBLAS TF32 calls) and TF32 (perflab's wgmma, cuBLAS TF32) under the FP32 peak, the "
+        f"fastest TF32 rate measured and a third of it (3xTF32's roof). Operands split or copied in every call. "
+        f"Source: {path.parent.name}/{path.name}."))))
+for path in sorted(RESULTS_ROOT.glob("*/bench_train_tensor_cores.csv")):
+    epochs = pd.read_csv(path)
+    display(epochs.pivot_table(index="peer", columns=["H", "B"], values="epoch_ms").round(3))
+    fig = plots.train_peers(epochs)
+    display(Image(str(plots.save(fig, f"train_tensor_cores_{path.parent.name}",
+        f"Epoch time with perflab's tensor-core GEMMs beside its FP32 epoch, the FP32 cuBLAS 5-GEMM floor and JAX's "
+        f"scan epoch in FP32 and in 3xTF32, on {path.parent.name}. Source: {path.name}."))))

@@ -65,6 +65,37 @@ def gemm_table(path: Path) -> str:
                                "gives no device events, so its time is the host's over calls queued back to back.")
 
 
+def tensor_core_section(train_path: Path, gemm_path: Path) -> str:
+    """The tensor-core GEMMs (wgmma: TF32; x3tf32: 3xTF32, FP32-accurate) in training and alone,
+    beside the FP32 cuBLAS floor, JAX's 3xTF32 and cuBLAS TF32."""
+    import pandas as pd
+    t = pd.read_csv(train_path)
+    wide = t.pivot_table(index="peer", columns=["H", "B"], values="epoch_ms")
+    lines = ["### Tensor cores: TF32 (`--gemm wgmma`) and 3xTF32 (`--gemm x3tf32`) on Hopper's wgmma\n",
+             f"Epochs: {source(train_path)}, 60000 samples, median of 5 epochs.\n",
+             fmt(wide.set_axis([f"H={h} B={b} (ms)" for h, b in wide.columns], axis=1).reset_index().round(3)), ""]
+    for (h, b), g in t.groupby(["H", "B"]):
+        ms = g.set_index("peer").epoch_ms
+        ratio = lambda a, c: f"{ms[a] / ms[c]:.2f}" if a in ms and c in ms else "n/a"  # noqa: E731
+        lines.append(f"- H={h} B={b}: x3tf32 epoch {ratio('perflab (x3tf32 gemm)', 'cublas 5-gemm floor')} of the FP32 "
+                     f"cuBLAS 5-GEMM floor, {ratio('perflab (x3tf32 gemm)', 'jax scan epoch (3xTF32)')} of JAX's 3xTF32 "
+                     f"scan epoch; wgmma (TF32) {ratio('perflab (wgmma gemm)', 'cublas 5-gemm floor')} of the floor.")
+    if gemm_path.exists():
+        g = pd.read_csv(gemm_path)
+        big = g[g["shape"].str.startswith(("fwd1", "bwd3"))]
+        rates = big.pivot_table(index="shape", columns="variant", values="tflops", sort=False)
+        errors = big.pivot_table(index="shape", columns="variant", values="rel_error", sort=False)
+        lines += ["", f"GEMMs alone: {source(gemm_path)}; TFLOP/s, operands split (x3tf32) or copied K-major (wgmma, "
+                      f"where stored otherwise) in every call, as for any caller; the trainer keeps its images' forms.\n",
+                  fmt(rates.round(1).reset_index()), ""]
+        for shape in rates.index:
+            r, e = rates.loc[shape], errors.loc[shape]
+            lines.append(f"- {shape}: x3tf32 {r['x3tf32'] / r['cublas']:.2f}x cuBLAS SGEMM, {r['x3tf32'] / r['jax-x3']:.2f}x "
+                         f"JAX's 3xTF32, error {e['x3tf32']:.1e} against SGEMM's {e['cublas']:.1e}; wgmma "
+                         f"{r['wgmma'] / r['pytorch-tf32']:.2f}x cuBLAS TF32 (pytorch-tf32).")
+    return "\n".join(lines)
+
+
 def step_prediction(steps, train):
     """The epoch predicted as the sum of a step's kernels timed alone (bench_step) times N/B
     steps, against the measured epoch (bench_train), for perflab's fused step and the unfused
@@ -312,6 +343,8 @@ def markdown() -> str:
                      f"TF32 off, data resident, median of 5 epochs.\n\n{train_table(path)}")
     for path in sorted(RESULTS_ROOT.glob("*/bench_gemm_float32.csv")):
         parts.append(f"### GEMM variants at the training shapes\n\nSource: {source(path)}.\n\n{gemm_table(path)}")
+    for path in sorted(RESULTS_ROOT.glob("*/bench_train_tensor_cores.csv")):
+        parts.append(tensor_core_section(path, path.with_name("bench_gemm_tensor_cores.csv")))
     from perflab.analysis import roofline
     scaling = roofline.scaling_rows()
     if len(scaling):

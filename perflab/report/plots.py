@@ -126,6 +126,38 @@ def gemm_progression(bench, peak_tflops: float, shapes=("fwd1 H=512 B=3200", "fw
     return fig
 
 
+TENSOR_CORE_ORDER = ("cublas", "cublas-x3tf32", "jax-x3", "x3tf32", "wgmma", "pytorch-tf32")
+
+
+def tensor_core_roofline(bench, shapes=("fwd1", "bwd3")):
+    """The GEMMs of `bench gemm`'s tensor-core run on a roofline: the FP32 peak (SMs x 128 FMA lanes x
+    clock), the TF32 tensor-core roof as the fastest TF32 GEMM measured (cuBLAS TF32, pytorch-tf32)
+    and the 3xTF32 roof a third of it (three TF32 products an FP32 one), and the device-copy rate;
+    points: each variant at each shape, its FLOPs over the bytes its operands and output hold."""
+    fig, ax = new_figure()
+    big = bench[bench["shape"].str.startswith(shapes)].copy()
+    big["ai"] = 2.0 * big.M * big.N * big.K / (4.0 * (big.M * big.K + big.K * big.N + big.M * big.N))
+    fp32, copy = 1e12 * bench.peak_tflops.iloc[0], 1e9 * bench.copy_rate_gbps.iloc[0]
+    tf32 = 1e12 * bench[bench.variant == "pytorch-tf32"].tflops.max()
+    x = np.logspace(np.log10(big.ai.min() / 10), np.log10(big.ai.max() * 3), 200)
+    for rate, label, style in ((fp32, "FP32 peak", "k:"), (tf32, "TF32 tensor cores (fastest measured)", "k--"),
+                               (tf32 / 3, "3xTF32: a third of it", "k-.")):
+        if np.isfinite(rate):
+            ax.loglog(x, np.minimum(rate, x * copy), style, lw=1.2)
+            ax.text(x[0], rate * 1.08, f"{label}: {rate / 1e12:.3g} TFLOP/s", fontsize=7)
+    ax.text(x[2], x[2] * copy * 1.3, f"device copy {copy / 1e9:.3g} GB/s", fontsize=7, color="0.4", rotation=30)
+    for i, variant in enumerate(v for v in TENSOR_CORE_ORDER if v in set(big.variant)):
+        rows = big[big.variant == variant]
+        ax.loglog(rows.ai, 1e12 * rows.tflops, "osD^v<"[i], color=f"C{i}", ms=6, label=variant, ls="none")
+    from matplotlib.ticker import NullFormatter
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("arithmetic intensity (FLOPs / byte of operands and output)")
+    ax.set_ylabel("FLOP/s")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    return fig
+
+
 def held_clocks(holds, samples):
     """The SM clock (top) and board power (bottom) while `perflab bench hold` replayed best and
     cuBLAS on each shape: each hold shaded, labelled with its held TFLOP/s."""
