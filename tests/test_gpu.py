@@ -694,3 +694,30 @@ def test_wgmma_reads_slices_of_a_constant_from_its_kept_forms(rng):
     finally:
         wgmma.forget(X)
     assert wgmma.prepared(X[:, 200:400].T, True) is None
+
+
+@pytest.mark.parametrize("C, H, n", [(10, 61, 333), (7, 130, 1025)])
+def test_wgmma_x3tf32_reads_dz1_split_as_the_fused_backward_writes_it(rng, C, H, n):
+    """With dz1_small the fused backward writes dz1's TF32 big part (rounded to nearest) and the
+    small rest, dW2 and db1 unchanged bit for bit; x3tf32 reads that pair as backward GEMM 3's a
+    (a_small) and multiplies within FP32's error; any other variant refuses a_small by name."""
+    wgmma_or_skip()
+    W2, a1 = cp.asarray(rng.normal(size=(C, H)) * 0.2, cp.float32), cp.asarray(rng.uniform(0.05, 0.95, (H, n)), cp.float32)
+    delta = cp.asarray(rng.normal(size=(C, n)), cp.float32)
+    part = cp.empty(kernels.output_backward_partials(H, n, C), cp.float32)
+    whole, dW2, db1 = cp.empty((H, n), cp.float32), cp.empty((C, H), cp.float32), cp.empty(H, cp.float32)
+    kernels.output_backward(W2, delta, a1, whole, dW2, db1, part)
+    big, small = cp.full((H, n), np.nan, cp.float32), cp.full((H, n), np.nan, cp.float32)
+    dW2s, db1s = cp.empty_like(dW2), cp.empty_like(db1)
+    kernels.output_backward(W2, delta, a1, big, dW2s, db1s, part, small)
+    assert bool((dW2 == dW2s).all()) and bool((db1 == db1s).all())
+    v = whole.get()
+    bits = v.view(np.uint32)
+    assert np.array_equal(big.get(), ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32))
+    assert rel(big.get().astype(np.float64) + small.get(), v.astype(np.float64)) <= 2 ** -21
+    X = cp.asarray(np.asfortranarray(rng.uniform(-1, 1, (97, n)) + 0.1), cp.float32)
+    out = cp.full((H, 97), np.nan, cp.float32)
+    kernels.gemm(big, X.T, out=out, variant="x3tf32", a_small=small)
+    assert rel(out.get(), v.astype(np.float64) @ X.get().T.astype(np.float64)) <= 1e-6
+    with pytest.raises(kernels.KernelError, match="a_small"):
+        kernels.gemm(big, X.T, out=out, variant="wgmma", a_small=small)

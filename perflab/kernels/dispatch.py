@@ -108,10 +108,12 @@ def tune(a, b, out, variant: str = "best", work=None, repeats: int = 5) -> tuple
 
 
 def gemm(a, b, out=None, alpha=1.0, beta=0.0, c=None, bias=None, variant: str = "best",
-         config: str | None = None, blocks: int | None = None, work=None):
+         config: str | None = None, blocks: int | None = None, work=None, a_small=None):
     cp = cupy()
     if variant not in GEMM_VARIANTS:
         raise KernelError(f"GEMM variant must be one of {GEMM_VARIANTS}, got {variant!r}")
+    if a_small is not None and variant != "x3tf32":
+        raise KernelError(f"a_small (a given as TF32 big parts, a_small the small ones) is for x3tf32, not {variant}")
     (M, K), (K2, N) = a.shape, b.shape
     if K != K2:
         raise KernelError(f"inner dimensions differ: a is {a.shape}, b is {b.shape}")
@@ -139,7 +141,7 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, c=None, bias=None, variant: str = 
         if variant in WGMMA_VARIANTS:
             if config is None:
                 config, blocks = TUNED.get((variant, T, M, N, K, ta, tb), (None, blocks))
-            wgmma_gemm(a, b, out, alpha, beta, variant == "x3tf32", config, blocks)
+            wgmma_gemm(a, b, out, alpha, beta, variant == "x3tf32", config, blocks, a_small)
         else:
             (cublas_gemm if variant == "cublas" else cublas_x3tf32)(M, N, K, alpha, a, ta, lda, b, tb, ldb, beta, out)
         if bias is not None:

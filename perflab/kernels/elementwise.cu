@@ -149,12 +149,21 @@ output_forward(const T* __restrict__ W2, const T* __restrict__ b1, T* z1, T* __r
 // columns of delta, so all but the first find them in L1 (delta is read from L2 once per 8 x
 // BW_ROWS rows, not once per row pair). A warp's partial sums are reduced by shuffles in a
 // fixed order, and over column blocks by output_backward_reduce: no dependence on scheduling.
+// With dz1_small (float only; x3tf32's backward GEMM 3 reads both): dz1 holds v's TF32 big part,
+// tf32(v), and dz1_small its small part, tf32(v - big) (rounded as the split of wgmma.py is), so that
+// GEMM makes no pass of its own over dz1 to split it.
 #define BW_ROWS 2
 #define BW_COLS 512
+template <typename T>
+__device__ __forceinline__ T tf32_nearest(T x) {
+    if constexpr (sizeof(T) == 4) return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
+    else return x;
+}
+
 template <typename T, int CMAX>
 __global__ void __launch_bounds__(256)
 output_backward(const T* __restrict__ W2, const T* __restrict__ delta, const T* __restrict__ a1, T* __restrict__ dz1,
-                T* __restrict__ part, int C, int H, int n) {
+                T* __restrict__ part, int C, int H, int n, T* __restrict__ dz1_small) {
     // columns a lane loads at once: as many as the registers hold (4 for float and C <= 10)
     constexpr int BW_UNROLL = CMAX * sizeof(T) <= 40 ? 4 : CMAX * sizeof(T) <= 80 ? 2 : 1;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -194,7 +203,16 @@ output_backward(const T* __restrict__ W2, const T* __restrict__ delta, const T* 
                         acc[r][c] += d[u][c] * a[u][r];  // zero where out of range
                     }
                     const T v = s * a[u][r] * (T(1) - a[u][r]);
-                    if (j < jend && h0 + r < H) dz1[(size_t)(h0 + r) * n + j] = v;
+                    if (j < jend && h0 + r < H) {
+                        const size_t at = (size_t)(h0 + r) * n + j;
+                        if (dz1_small != nullptr) {
+                            const T big = tf32_nearest(v);
+                            dz1[at] = big;
+                            dz1_small[at] = tf32_nearest(v - big);
+                        } else {
+                            dz1[at] = v;
+                        }
+                    }
                     acc[r][CMAX] += v;
                 }
             }

@@ -103,9 +103,15 @@ def output_backward_partials(H: int, n: int, C: int) -> int:
     return math.ceil(n / BW_COLS) * (C + 1) * H
 
 
-def output_backward(W2, delta, a1, dz1, dW2, db1, part):
+def output_backward(W2, delta, a1, dz1, dW2, db1, part, dz1_small=None):
     """dz1 <- (W2^T delta) o a1 o (1 - a1), dW2 <- delta a1^T, db1 <- row sums of dz1: one pass
-    over a1 and a fixed-order reduction (C <= 16; part: output_backward_partials elements)."""
+    over a1 and a fixed-order reduction (C <= 16; part: output_backward_partials elements). With
+    dz1_small (float32, dz1's shape), dz1 gets its TF32 big parts and dz1_small the small ones, as
+    x3tf32 reads them (gemm(..., a_small=dz1_small))."""
+    if dz1_small is not None and (dz1_small.shape != dz1.shape or dz1_small.dtype != dz1.dtype or dz1.itemsize != 4
+                                  or not dz1_small.flags.c_contiguous):
+        raise KernelError(f"dz1_small must be a C-contiguous float32 array shaped as dz1 {dz1.shape}, got "
+                          f"{dz1_small.dtype} {dz1_small.shape}")
     C, H = W2.shape
     n = a1.shape[1]
     bound = class_bound(C, "output_backward")
@@ -114,7 +120,7 @@ def output_backward(W2, delta, a1, dz1, dW2, db1, part):
         raise KernelError(f"output_backward needs a workspace of {nb * (C + 1) * H} elements, got {part.size}")
     elementwise(f"output_backward<{ctype(a1.dtype)},{bound}>", a1.dtype)(
         (nb, math.ceil(H / (8 * BW_ROWS))), (256,),
-        (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n)))
+        (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n), u64(0) if dz1_small is None else dz1_small))
     elementwise("output_backward_reduce", a1.dtype)(grid_1d((C + 1) * H), (256,),
                                                     (part, dW2, db1, i32(C), i32(H), i32(nb)))
     return dz1

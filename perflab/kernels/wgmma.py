@@ -232,13 +232,18 @@ def prepared(v, x3: bool):
     return None
 
 
+def k_major_in_place(x) -> bool:
+    """Whether the copy engine can read x (rows x K) as it is: K contiguous, rows 16-byte aligned."""
+    return (x.strides[1] == 4 or x.shape[1] == 1) and x.strides[0] % 16 == 0 and x.data.ptr % 16 == 0
+
+
 def k_major(x, role: str, x3: bool) -> tuple:
     """x (rows x K, any strides) as the kernel reads it: (big, small) K-major parts for x3, else
     (x, x) where x already is K-major with 16-byte aligned rows, or (copy, copy). A slice of a
     constant() is read from its kept forms where their rows start 16-byte aligned."""
     from perflab.kernels.cublas import tf32_split_kernel
     rows, K = x.shape
-    direct = x.strides[1] == 4 and x.strides[0] % 16 == 0 and x.data.ptr % 16 == 0
+    direct = k_major_in_place(x)
     kept = None if direct and not x3 else prepared(x, x3)
     if kept is not None and all(p.data.ptr % 16 == 0 for p in kept):
         return (kept * 2)[:2]
@@ -246,7 +251,7 @@ def k_major(x, role: str, x3: bool) -> tuple:
         big, small = buffers(role, rows, K, 2)
         tf32_split_kernel()(x, big, small)
         return big, small
-    if x.strides[1] == 4 and x.strides[0] % 16 == 0 and x.data.ptr % 16 == 0:
+    if direct:
         return x, x
     (copy,) = buffers(role, rows, K, 1)
     copy[...] = x
@@ -261,8 +266,10 @@ def workspace(z: int, M: int, N: int):
     return BUFFERS[key]
 
 
-def wgmma_gemm(a, b, out, alpha: float, beta: float, x3: bool, config: str | None = None, splits: int | None = None):
-    """out = alpha a b + beta out (a: M x K, b: K x N, float32, any storage; out C-contiguous)."""
+def wgmma_gemm(a, b, out, alpha: float, beta: float, x3: bool, config: str | None = None, splits: int | None = None,
+               a_small=None):
+    """out = alpha a b + beta out (a: M x K, b: K x N, float32, any storage; out C-contiguous).
+    a_small (x3): a is split already, a its TF32 big parts and a_small the small ones, both K-major."""
     cp = cupy()
     name = "x3tf32" if x3 else "wgmma"
     if a.dtype != cp.float32 or b.dtype != cp.float32:
@@ -276,7 +283,13 @@ def wgmma_gemm(a, b, out, alpha: float, beta: float, x3: bool, config: str | Non
         cfg = parse_config(config, x3)
     if splits not in SPLITS:
         raise KernelError(f"{name} splits K into one of {SPLITS} parts, got {splits}")
-    A, As = k_major(a, "a", x3)
+    if a_small is None:
+        A, As = k_major(a, "a", x3)
+    elif a_small.shape == a.shape and a_small.strides == a.strides and k_major_in_place(a) and k_major_in_place(a_small):
+        A, As = a, a_small
+    else:
+        raise KernelError(f"a split already must come as two K-major arrays of one shape and stride with 16-byte "
+                          f"aligned rows, got {a.shape} {a.strides} and {a_small.shape} {a_small.strides}")
     Bt, Bs = k_major(b.T, "b", x3)
     bm, bn = 64 * cfg[0], cfg[1]
     kps, z, grid = plan(M, N, K, cfg, splits, sms)

@@ -96,6 +96,9 @@ class FusedGPU(Sequential):
         self.regs = cp.asarray([cfg.reg, 0.0] * (len(shapes) // 2), dtype=dtype)
         # activations as flat buffers: a batch of n takes a contiguous (rows x n) view of each
         self.a1, self.da1 = cp.empty(H * bmax, dtype), cp.empty(H * bmax, dtype)
+        # x3tf32: dz1's TF32 small parts, beside its big ones in da1 (written by the fused backward pass)
+        self.da1_small = cp.empty(H * bmax, dtype) if gemm == "x3tf32" else None
+        self.da1_split = False
         self.z2, self.delta = cp.empty(C * bmax, dtype), cp.empty(C * bmax, dtype)
         self.ce = cp.empty(bmax, dtype)
         self.part = cp.empty(kernels.output_backward_partials(H, bmax, C), dtype) if self.fuse_backward else None
@@ -149,12 +152,21 @@ class FusedGPU(Sequential):
         return out
 
     def gemm(self, a, b, out, bias=None):
+        a_small = self.small_part(a) if self.da1_split else None
         if self.variant in kernels.TUNABLE_VARIANTS:
             shape = (a.shape, a.strides, b.shape, b.strides)
             if shape not in self.tuned and not self.cp.cuda.get_current_stream().is_capturing():
                 kernels.tune(a, b, out, self.variant, self.work)  # once per shape, in the first (warm-up) step
                 self.tuned.add(shape)
-        return kernels.gemm(a, b, out=out, bias=bias, variant=self.variant, work=self.work)
+        return kernels.gemm(a, b, out=out, bias=bias, variant=self.variant, work=self.work, a_small=a_small)
+
+    def small_part(self, a):
+        """The view of da1_small at a's place in da1, where a is a view of da1, else None."""
+        offset = a.data.ptr - self.da1.data.ptr
+        if not 0 <= offset < self.da1.nbytes:
+            return None
+        flat = self.da1_small[offset // self.da1.itemsize:]
+        return self.cp.lib.stride_tricks.as_strided(flat, a.shape, a.strides)
 
     def step(self, Xb, yb, global_b: int, want_loss: bool):
         """Enqueue one whole training step on the current stream."""
@@ -196,8 +208,11 @@ class FusedGPU(Sequential):
                 kernels.softmax_xent_grad(z2, b2, yb, delta, global_b, ce)
         with phase("backward"):
             kernels.row_sum(delta, db2)
+            # x3tf32: the fused pass writes dz1's TF32 big and small parts, which backward GEMM 3 reads as they are
+            self.da1_split = fused_backward and self.da1_small is not None
             if fused_backward:  # backward GEMMs 1 and 2 + sigmoid' + db1 in one pass over a1
-                kernels.output_backward(W2, delta, a1, da1, dW2, db1, self.part)
+                kernels.output_backward(W2, delta, a1, da1, dW2, db1, self.part,
+                                        self.da1_small[:H * n].reshape(H, n) if self.da1_split else None)
             else:
                 with phase("backward GEMM 1"):
                     self.gemm(delta, a1.T, dW2)
