@@ -193,3 +193,21 @@ def test_a_slice_of_a_constant_is_found_in_either_orientation():
         assert slice_of(dev(x[5:9, 7:8]), dev(x)) == (5, 7, False)
         assert slice_of(dev(x[::2, :]), dev(x)) is None  # strided: no plain slice
         assert slice_of(dev(np.zeros((3, 3), np.float32)), dev(x)) is None  # elsewhere
+
+
+def test_a_constant_is_kept_until_its_last_user_forgets_it():
+    """Two trainers may hold one array of images (the runner's, on the GPU): the first to close must
+    not drop the kept forms the other's graphs read (NumPy stands in for CuPy here)."""
+    import numpy as np
+
+    from perflab.kernels import KernelError
+    from perflab.kernels.wgmma import CONSTANTS, constant, forget
+    x = np.zeros((97, 517), np.float32, order="F")
+    constant(x)
+    constant(x)
+    forget(x)
+    assert any(entry[0] is x for entry in CONSTANTS)
+    forget(x)
+    assert not any(entry[0] is x for entry in CONSTANTS)
+    with pytest.raises(KernelError, match="C- or F-contiguous 2D"):
+        constant(x[::2])

@@ -171,21 +171,29 @@ def buffers(role: str, rows: int, K: int, parts: int) -> list:
     return BUFFERS[key]
 
 
-CONSTANTS: list = []  # [array, {(orientation, x3): prepared K-major arrays}], from constant()
+CONSTANTS: list = []  # [array, {(orientation, x3): prepared K-major arrays}, users], from constant()
 
 
 def constant(x) -> None:
     """Declare x (2D, C- or F-contiguous float32) unchanging while it is used: slices of it are
-    then read from copies and splits made once, not made anew each GEMM."""
+    then read from copies and splits made once, not made anew each GEMM. Counted: two trainers may
+    hold one array (the runner's data on the GPU), and each forget()s it once."""
     if x.ndim != 2 or not (x.flags.c_contiguous or x.flags.f_contiguous):
         raise KernelError(f"a constant operand is a C- or F-contiguous 2D array, got strides {x.strides} for {x.shape}")
-    if not any(c[0] is x for c in CONSTANTS):
-        CONSTANTS.append([x, {}])
+    for entry in CONSTANTS:
+        if entry[0] is x:
+            entry[2] += 1
+            return
+    CONSTANTS.append([x, {}, 1])
 
 
 def forget(x) -> None:
-    """Drop a constant and its kept forms (once no captured graph reads them)."""
-    CONSTANTS[:] = [c for c in CONSTANTS if c[0] is not x]
+    """One user of a constant is done with it; its kept forms go with the last (once no captured
+    graph reads them)."""
+    for entry in CONSTANTS:
+        if entry[0] is x:
+            entry[2] -= 1
+    CONSTANTS[:] = [c for c in CONSTANTS if c[2] > 0]
 
 
 def slice_of(v, x):
@@ -209,7 +217,7 @@ def slice_of(v, x):
 def prepared(v, x3: bool):
     """v (rows x K) read from a constant's kept K-major forms (made on first use), or None where v
     is no slice of a constant."""
-    for x, kept in CONSTANTS:
+    for x, kept, _ in CONSTANTS:
         where = slice_of(v, x)
         if where is None:
             continue
@@ -285,11 +293,13 @@ def wgmma_gemm(a, b, out, alpha: float, beta: float, x3: bool, config: str | Non
         raise KernelError(f"{name} splits K into one of {SPLITS} parts, got {splits}")
     if a_small is None:
         A, As = k_major(a, "a", x3)
-    elif a_small.shape == a.shape and a_small.strides == a.strides and k_major_in_place(a) and k_major_in_place(a_small):
+    elif a_small.shape != a.shape:
+        raise KernelError(f"a_small holds a's small parts: it must be shaped as a {a.shape}, got {a_small.shape}")
+    elif k_major_in_place(a) and k_major_in_place(a_small):
         A, As = a, a_small
-    else:
-        raise KernelError(f"a split already must come as two K-major arrays of one shape and stride with 16-byte "
-                          f"aligned rows, got {a.shape} {a.strides} and {a_small.shape} {a_small.strides}")
+    else:  # rows the copy engine cannot read in place (a batch not a multiple of 4): K-major copies
+        A, As = buffers("a", M, K, 2)
+        A[...], As[...] = a, a_small
     Bt, Bs = k_major(b.T, "b", x3)
     bm, bn = 64 * cfg[0], cfg[1]
     kps, z, grid = plan(M, N, K, cfg, splits, sms)

@@ -109,6 +109,7 @@ class FusedGPU(Sequential):
             self.X, self.y = cp.asarray(X), cp.asarray(y)
             if gemm in kernels.WGMMA_VARIANTS:  # the images' K-major copies and TF32 splits, made once
                 kernels.wgmma.constant(self.X)
+                self.constant_images = self.X
         else:
             self.X = X if not pinned else pinned_copy(X)
             self.y = y
@@ -295,8 +296,9 @@ class FusedGPU(Sequential):
         results/nvidia-h200/nccl_graph_capture.log), and a trainer's attributes are freed in the order they
         were set, the comm before the graphs."""
         getattr(self, "cache", {}).clear()  # (none yet when __init__ failed)
-        if "X" in self.__dict__:
-            kernels.wgmma.forget(self.X)  # the kept forms of its images, where it declared them constant
+        images = self.__dict__.pop("constant_images", None)  # once, though close() runs again as __del__
+        if images is not None:
+            kernels.wgmma.forget(images)
 
     __del__ = close
 
