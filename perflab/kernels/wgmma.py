@@ -217,7 +217,7 @@ def slice_of(v, x):
 def prepared(v, x3: bool):
     """v (rows x K) read from a constant's kept K-major forms (made on first use), or None where v
     is no slice of a constant."""
-    for x, kept, _ in CONSTANTS:
+    for x, kept, _ in list(CONSTANTS):  # a copy: a trainer's __del__ may forget() its images mid-loop
         where = slice_of(v, x)
         if where is None:
             continue
