@@ -12,7 +12,8 @@ computes out = alpha * a @ b + beta * c, then sigmoid(out + bias[:, None]) when 
 is read in place, never copied); out is C-contiguous.
 
 The rooms: build (compile, launch), tiles (configs, schedules), dispatch (gemm, tune), cublas,
-elementwise, catalog (compile everything); this package exposes their names."""
+wgmma (Hopper's tensor-core GEMMs: wgmma and x3tf32), elementwise, catalog (compile everything);
+this package exposes their names."""
 from perflab.kernels.build import (
     KERNEL_DIR,
     PROGRAMMATIC_STREAM_SERIALIZATION,
