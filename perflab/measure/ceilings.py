@@ -2,7 +2,7 @@
 
 Rows (tidy): ceiling, size_bytes or shape, ranks, value, unit. Measured where they apply:
   gemm_flops       GEMM rate at the training shapes: BLAS on the CPU; cuBLAS and perflab's
-                   best kernel on the GPU
+                   best kernel on the GPU, and on a Hopper its tensor-core GEMMs (wgmma, x3tf32)
   h2d / d2h        host <-> device bandwidth against size, pageable and pinned (GPU)
   device_copy      device-to-device copy, bytes read + written (GPU)
   mpi_allreduce    host MPI all-reduce against size and p: algorithm bandwidth S/t and the
@@ -80,6 +80,7 @@ def gpu_ceilings(sizes=SIZES, shapes=TRAINING_SHAPES, repeats=10) -> list[dict]:
     import cupy as cp
 
     from perflab import kernels
+    from perflab.kernels.wgmma import hopper
     from perflab.measure.bench import device_copy_rate
     from perflab.timing import time_ms
     rows = []
@@ -88,7 +89,8 @@ def gpu_ceilings(sizes=SIZES, shapes=TRAINING_SHAPES, repeats=10) -> list[dict]:
         a = cp.asarray(rng.random((M, K), dtype=np.float32))
         b = cp.asarray(rng.random((K, N), dtype=np.float32))
         out = cp.empty((M, N), cp.float32)
-        for impl in ("cublas", "best"):
+        # and, on a Hopper, the tensor-core GEMMs: their roofs beside the FP32 one (P_flops stays cuBLAS's)
+        for impl in ("cublas", "best") + (kernels.WGMMA_VARIANTS if hopper() else ()):
             ms = time_ms(cp, lambda: kernels.gemm(a, b, out=out, variant=impl), repeats)
             rows.append({"ceiling": "gemm_flops", "device": "gpu", "impl": impl, "dtype": "float32",
                          "shape": f"{M}x{K}x{N}", "size_bytes": a.nbytes + b.nbytes, "ranks": 1,
