@@ -277,3 +277,26 @@ def test_the_seeds_machine_what_if_is_reproduced_from_their_rates(tmp_path):
     gemms = ["forward GEMM 1", "forward GEMM 2", "backward GEMM 1", "backward GEMM 3"]
     assert row.loc[gemms, "predicted_us"].sum() == pytest.approx(row.loc[gemms, "seeds_median_us"].sum(), rel=1e-3)
     assert -0.5 < row.loc["batch iteration", "error"] < 0  # what three rates leave out: the elementwise work
+
+
+def test_the_tensor_core_gemms_compose_the_step_from_their_own_kernels():
+    """--gemm wgmma / x3tf32: the fused step with the tensor-core GEMMs' kernels in place of
+    cuBLAS's (rows `perflab ceilings` times on a Hopper), resident or staged; what the predictor
+    does not cover with them, and a ceilings file without their rows, are named."""
+    names = sorted({n for step in predictor.TENSOR_CORE_STEPS.values() for n in step} - set(predictor.FUSED_STEP))
+    extra = [{"ceiling": "step_kernel", "device": "gpu", "impl": name, "H": H, "B": B, "ranks": 1,
+              "seconds": H * B * 0.5e-11} for H in (256, 4096) for B in (100, 20000) for name in names]
+    base = table()
+    c = predictor.Ceilings(pd.concat([base.table, pd.DataFrame(extra)], ignore_index=True), source="made-up")
+    kernel = 1024 * 4000 * 1e-11
+    # x3tf32: GEMM 1, the backward pass with the split and GEMM 3 at half cuBLAS's time; 3 kernels as before
+    x3 = predictor.predict_point(point(gemm="x3tf32"), c)
+    assert x3["t_kernels"] == pytest.approx(3 * kernel + 3 * kernel / 2)
+    wg = predictor.predict_point(point(gemm="wgmma", mode="staged"), c)
+    assert wg["t_kernels"] == pytest.approx(4 * kernel + 2 * kernel / 2)
+    for bad in (point(gemm="x3tf32", mode="pipelined"), point(gemm="wgmma", parallel="model"),
+                point(gemm="x3tf32", backend="numpy")):
+        with pytest.raises(predictor.PredictionError, match="the wgmma and x3tf32 GEMMs data parallel"):
+            predictor.predict_point(bad, c)
+    with pytest.raises(predictor.PredictionError, match="no gpu step_kernel rows for 'forward GEMM 1 \\(x3tf32\\)'"):
+        predictor.predict_point(point(gemm="x3tf32"), base)

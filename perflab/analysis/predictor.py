@@ -34,6 +34,17 @@ from perflab.analysis import perfmodel
 FUSED_STEP = ("forward GEMM 1 (cuBLAS)", "fused forward: sigmoid, GEMM 2, softmax", "db2 row sums",
               "fused backward: dz1, dW2, db1", "backward GEMM 3 (cuBLAS)")
 UPDATE = "SGD + L2 update"
+# the fused step's kernels with Hopper's tensor-core GEMMs (`perflab ceilings` times them on a Hopper):
+# x3tf32's backward pass also writes dz1's TF32 split, which its GEMM 3 reads
+TENSOR_CORE_STEPS = {
+    "wgmma": ("forward GEMM 1 (wgmma)",) + FUSED_STEP[1:4] + ("backward GEMM 3 (wgmma)",),
+    "x3tf32": ("forward GEMM 1 (x3tf32)",) + FUSED_STEP[1:3] + ("fused backward with dz1's split (x3tf32)",
+                                                                 "backward GEMM 3 (x3tf32)")}
+
+
+def fused_step(gemm: str) -> tuple:
+    """The kernels of the fused data-parallel step with this GEMM."""
+    return FUSED_STEP if gemm == "cublas" else TENSOR_CORE_STEPS[gemm]
 
 
 class PredictionError(ValueError):
@@ -165,11 +176,15 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
     """Seconds of one batch of B samples (over the point's ranks) and its terms, from ceilings alone."""
     H, p = int(point["H"]), int(point["p"])
     parallel = point.get("parallel", "data")
-    if point.get("dtype", "float32") != "float32" or point.get("gemm", "cublas") != "cublas" \
+    gemm = point.get("gemm", "cublas")
+    tensor_cores = gemm in TENSOR_CORE_STEPS and point["backend"] == "cupy" and parallel == "data" \
+        and point.get("mode") in ("resident", "staged")
+    if point.get("dtype", "float32") != "float32" or (gemm != "cublas" and not tensor_cores) \
             or (parallel == "model" and point["backend"] != "numpy" and point.get("mode") != "resident"):
         raise PredictionError("the predictor covers float32 points with cuBLAS GEMMs, data parallel (and model parallel "
-                              f"on NumPy, or resident on GPUs) so far; got {parallel} {point.get('dtype')} "
-                              f"{point.get('gemm')} on {point['backend']} {point.get('mode', '')}")
+                              "on NumPy, or resident on GPUs), and the wgmma and x3tf32 GEMMs data parallel, resident "
+                              f"or staged, so far; got {parallel} {point.get('dtype')} {gemm} on {point['backend']} "
+                              f"{point.get('mode', '')}")
     Bl = B / p
     gradient = perfmodel.gradient_buffer_bytes(H)
     terms = {}
@@ -186,7 +201,7 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
     elif parallel == "model" and p > 1:  # one rank: FusedModelParallel runs the data-parallel step
         return model_parallel_batch(H, B, p, c, terms, graph=bool(point.get("step_graph", False)))
     else:
-        fwd_bwd = sum(c.kernel("gpu", k, H, Bl) for k in FUSED_STEP)
+        fwd_bwd = sum(c.kernel("gpu", k, H, Bl) for k in fused_step(gemm))
         terms["kernels"] = fwd_bwd + c.kernel("gpu", UPDATE, H, Bl)
         if point["mode"] == "resident":
             # on several GPUs the all-reduce and the update launch one by one after the graph

@@ -187,6 +187,14 @@ def constant(x) -> None:
     CONSTANTS.append([x, {}, 1])
 
 
+def release() -> None:
+    """Drop every kept buffer, tensor map and constant: for a measurement between its points, once
+    no captured graph (and no trainer) reads them."""
+    BUFFERS.clear()
+    MAPS.clear()
+    CONSTANTS.clear()
+
+
 def forget(x) -> None:
     """One user of a constant is done with it; its kept forms go with the last (once no captured
     graph reads them)."""

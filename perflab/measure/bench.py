@@ -214,6 +214,33 @@ def step_kernels(H: int, B: int, dtype: str = "float32") -> list[tuple]:
     return steps
 
 
+def tensor_core_step_kernels(H: int, B: int) -> list[tuple]:
+    """(kernel, call, bytes) of the step's kernels that change with Hopper's tensor-core GEMMs, as
+    the trainer runs them (its images declared constant: their K-major forms made once; x3tf32's
+    backward pass writing dz1's split), named as the predictor's TENSOR_CORE_STEPS reads them.
+    The caller releases what they keep with kernels.wgmma.release() once no graph holds them."""
+    import cupy as cp
+
+    from perflab import kernels
+    rng = np.random.default_rng(0)
+    dev = lambda *shape: cp.asarray(rng.uniform(0.05, 0.95, shape).astype(np.float32))  # noqa: E731
+    W1, W2, X = dev(H, D), dev(C, H), cp.asfortranarray(dev(D, B))
+    a1, da1, da1_small, delta = dev(H, B), dev(H, B), dev(H, B), dev(C, B)
+    dW1, dW2, db1 = dev(H, D), dev(C, H), dev(H)
+    part = cp.empty(kernels.output_backward_partials(H, B, C), np.float32)
+    kernels.wgmma.constant(X)
+    hb, hd, xb = H * B * 4, H * D * 4, D * B * 4
+    rows = []
+    for variant in kernels.WGMMA_VARIANTS:
+        split = da1_small if variant == "x3tf32" else None
+        rows.append((f"forward GEMM 1 ({variant})", lambda v=variant: kernels.gemm(W1, X, out=a1, variant=v), hd + xb + hb))
+        rows.append((f"backward GEMM 3 ({variant})",
+                     lambda v=variant, s=split: kernels.gemm(da1, X.T, out=dW1, variant=v, a_small=s), hb + xb + hd))
+    rows.append(("fused backward with dz1's split (x3tf32)",
+                 lambda: kernels.output_backward(W2, delta, a1, da1, dW2, db1, part, da1_small), 3 * hb))
+    return rows
+
+
 def step_breakdown(H: int = 2048, B: int = 12000, dtype: str = "float32", repeats: int = 20):
     """Device milliseconds of each kernel of one perflab training step at H x B (resident,
     cuBLAS GEMMs), each timed alone in a replayed CUDA graph, with the bytes it must move and

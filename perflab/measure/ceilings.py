@@ -163,13 +163,16 @@ def gpu_step_kernels(hidden=HIDDEN_GRID, batches=BATCH_GRID, repeats: int = 10, 
     import cupy as cp
     from tqdm.auto import tqdm
 
-    from perflab.measure.bench import step_kernels
+    from perflab.kernels import wgmma
+    from perflab.measure.bench import step_kernels, tensor_core_step_kernels
     from perflab.timing import time_graph_ms
     rows = []
     for H, B in tqdm([(H, B) for H in hidden for B in batches], desc="step kernels", disable=not progress):
-        for name, call, nbytes in step_kernels(H, B):
+        # on a Hopper also the kernels its tensor-core GEMMs change (the predictor's TENSOR_CORE_STEPS)
+        for name, call, nbytes in step_kernels(H, B) + (tensor_core_step_kernels(H, B) if wgmma.hopper() else []):
             rows.append(kernel_row("gpu", name, H, B, time_graph_ms(cp, call, calls=5, repeats=repeats) * 1e-3,
                                    nbytes=nbytes))
+        wgmma.release()
         cp.get_default_memory_pool().free_all_blocks()
     return rows
 
