@@ -133,7 +133,7 @@ MAPS: dict = {}  # (address, rows, K, row bytes, box rows) -> the tensor map in 
 
 def tensor_map(x, K: int, box_rows: int):
     """The device-memory tensor map of K-major x (rows x >= K, 16-byte aligned rows), made once per
-    address and shape: kept for the process, since a captured graph may hold it."""
+    address and shape and kept (until release()), since a captured graph may hold it."""
     rows, row_bytes = x.shape[0], x.strides[0]
     key = (x.data.ptr, rows, K, row_bytes, box_rows)
     if key not in MAPS:
