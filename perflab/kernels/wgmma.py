@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 from perflab.kernels.build import KernelError, cupy, i32, module, multiprocessors
+from perflab.kernels.cublas import tf32_split_kernel
 
 WGMMA_VARIANTS = ("wgmma", "x3tf32")
 BK = 32  # k of a shared-memory stage: one 128-byte swizzle row of TF32
@@ -161,13 +162,18 @@ def no_capture(what: str):
 BUFFERS: dict = {}  # (role, rows, K, parts) -> K-major buffers, ("split-k", ...) -> workspaces
 
 
+def k_major_zeros(rows: int, K: int, parts: int) -> list:
+    """`parts` zeroed K-major float32 arrays (rows x K, rows padded to 16 bytes for the copy engine)."""
+    padded = math.ceil(K / 4) * 4
+    return [cupy().zeros((rows, padded), cupy().float32)[:, :K] for _ in range(parts)]
+
+
 def buffers(role: str, rows: int, K: int, parts: int) -> list:
-    """`parts` K-major float32 buffers (rows x K, rows padded to 16 bytes), kept per role and shape."""
+    """`parts` K-major buffers (k_major_zeros), kept per role and shape."""
     key = (role, rows, K, parts)
     if key not in BUFFERS:
         no_capture("K-major operand buffers")
-        padded = math.ceil(K / 4) * 4
-        BUFFERS[key] = [cupy().zeros((rows, padded), cupy().float32)[:, :K] for _ in range(parts)]
+        BUFFERS[key] = k_major_zeros(rows, K, parts)
     return BUFFERS[key]
 
 
@@ -176,8 +182,8 @@ CONSTANTS: list = []  # [array, {(orientation, x3): prepared K-major arrays}, us
 
 def constant(x) -> None:
     """Declare x (2D, C- or F-contiguous float32) unchanging while it is used: slices of it are
-    then read from copies and splits made once, not made anew each GEMM. Counted: two trainers may
-    hold one array (the runner's data on the GPU), and each forget()s it once."""
+    then read from copies and splits made once, not made anew each GEMM. Counted: each constant()
+    is matched by one forget(), and the kept forms go with the last."""
     if x.ndim != 2 or not (x.flags.c_contiguous or x.flags.f_contiguous):
         raise KernelError(f"a constant operand is a C- or F-contiguous 2D array, got strides {x.strides} for {x.shape}")
     for entry in CONSTANTS:
@@ -234,10 +240,8 @@ def prepared(v, x3: bool):
             no_capture("a constant's K-major forms")
             # K runs along x's columns (v a slice) or its rows (v a transposed slice): stored so, padded
             full = x.T if transposed else x
-            padded = math.ceil(full.shape[1] / 4) * 4
-            parts = [cupy().zeros((full.shape[0], padded), cupy().float32)[:, :full.shape[1]] for _ in range(1 + x3)]
+            parts = k_major_zeros(*full.shape, 1 + x3)
             if x3:
-                from perflab.kernels.cublas import tf32_split_kernel
                 tf32_split_kernel()(full, *parts)
             else:
                 parts[0][...] = full
@@ -257,12 +261,11 @@ def k_major(x, role: str, x3: bool) -> tuple:
     """x (rows x K, any strides) as the kernel reads it: (big, small) K-major parts for x3, else
     (x, x) where x already is K-major with 16-byte aligned rows, or (copy, copy). A slice of a
     constant() is read from its kept forms where their rows start 16-byte aligned."""
-    from perflab.kernels.cublas import tf32_split_kernel
     rows, K = x.shape
     direct = k_major_in_place(x)
     kept = None if direct and not x3 else prepared(x, x3)
     if kept is not None and all(p.data.ptr % 16 == 0 for p in kept):
-        return (kept * 2)[:2]
+        return kept if x3 else (kept[0], kept[0])
     if x3:
         big, small = buffers(role, rows, K, 2)
         tf32_split_kernel()(x, big, small)
