@@ -627,6 +627,8 @@ def test_every_wgmma_config_and_split_with_alpha_beta_and_the_epilogue(rng, vari
         kernels.gemm(a.astype(cp.float64), b.astype(cp.float64), variant=variant)
     with pytest.raises(kernels.KernelError, match="tile config"):
         kernels.gemm(a, b, variant=variant, config="wg3-n96-s2")
+    with pytest.raises(kernels.KernelError, match=r"splits K into one of \(1, 2, 4\) parts, got 3"):
+        kernels.gemm(a, b, variant=variant, blocks=3)
 
 
 @pytest.mark.parametrize("variant", WGMMA)
@@ -723,3 +725,5 @@ def test_wgmma_x3tf32_reads_dz1_split_as_the_fused_backward_writes_it(rng, C, H,
     assert rel(out.get(), v.astype(np.float64) @ X.get().T.astype(np.float64)) <= 1e-6
     with pytest.raises(kernels.KernelError, match="a_small"):
         kernels.gemm(big, X.T, out=out, variant="wgmma", a_small=small)
+    with pytest.raises(kernels.KernelError, match="it must be shaped as a"):
+        kernels.gemm(big, X.T, out=out, variant="x3tf32", a_small=small[:, :-1])

@@ -211,3 +211,16 @@ def test_a_constant_is_kept_until_its_last_user_forgets_it():
     assert not any(entry[0] is x for entry in CONSTANTS)
     with pytest.raises(KernelError, match="C- or F-contiguous 2D"):
         constant(x[::2])
+
+
+def test_the_fused_backward_refuses_a_dz1_small_it_cannot_write():
+    """output_backward(dz1_small=...) checks the split's buffer before anything runs (NumPy stands
+    in: the check reads shapes, dtypes and flags only)."""
+    import numpy as np
+
+    from perflab.kernels import KernelError, output_backward
+    dz1 = np.zeros((61, 333), np.float32)
+    for bad in (np.zeros((61, 332), np.float32), np.zeros((61, 333), np.float64),
+                np.zeros((333, 61), np.float32).T):
+        with pytest.raises(KernelError, match=r"dz1_small must be a C-contiguous float32 array shaped as dz1 \(61, 333\)"):
+            output_backward(None, None, None, dz1, None, None, None, bad)
