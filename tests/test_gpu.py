@@ -604,6 +604,33 @@ def test_wgmma_gemms_in_every_storage_order_against_float64(rng, M, K, N):
         assert errors["x3tf32"] <= errors["wgmma"] / 100 or K < 8, (M, K, N, ta, tb, errors)
 
 
+@pytest.mark.parametrize("rows, K", [(1, 1), (33, 65), (257, 1001), (784, 3203)])
+def test_copy_k_major_copies_and_splits_any_view_exactly(rng, rows, K):
+    """The wgmma operands' tiled copy: a row-major, a transposed and a strided view, each copied
+    and split into K-major parts (padded rows, poisoned) bit for bit as the elementwise copy and
+    the cuBLAS-composed 3xTF32's split make them; its parts summing back to x within TF32's
+    rounding; a float64 x refused by name."""
+    wgmma_or_skip()
+    from perflab.kernels.cublas import tf32_split_kernel
+    from perflab.kernels.wgmma import copy_k_major
+    full = cp.asarray(rng.uniform(-1, 1, (2 * rows + 1, 2 * K + 3)).astype(np.float32))
+    views = {"row-major": full[:rows, :K], "transposed": cp.ascontiguousarray(full[:K, :rows]).T,
+             "strided": full[1::2, 3:3 + 2 * K:2]}
+    for name, x in views.items():
+        padded = cp.full((rows, K + 5), np.nan, np.float32)
+        big, small = padded[:, :K], cp.full((rows, K + 5), np.nan, np.float32)[:, :K]
+        copy_k_major(x, big)
+        assert cp.array_equal(big, x), name
+        copy_k_major(x, big, small)
+        want_big, want_small = cp.empty((rows, K), np.float32), cp.empty((rows, K), np.float32)
+        tf32_split_kernel()(cp.ascontiguousarray(x), want_big, want_small)
+        assert cp.array_equal(big, want_big) and cp.array_equal(small, want_small), name
+        assert float(cp.abs(big + small - x).max()) <= 2.0 ** -21 * float(cp.abs(x).max()), name
+        assert bool(cp.isnan(padded[:, K:]).all()), name  # the padding is left alone
+    with pytest.raises(kernels.KernelError, match="float32"):
+        copy_k_major(full.astype(cp.float64)[:rows, :K], big)
+
+
 @pytest.mark.parametrize("variant", WGMMA)
 def test_every_wgmma_config_and_split_with_alpha_beta_and_the_epilogue(rng, variant):
     """Every (config, splits) tune() may pick, at an odd shape, with alpha and beta (out scaled in

@@ -55,7 +55,8 @@ def cmd_whatif(args, comm) -> dict:
         except predictor.PredictionError as exc:
             raise CLIError(str(exc)) from None
     points = sweep.grid(hidden=args.hidden, per_rank_batch=args.per_rank_batch, ranks=args.ranks,
-                        parallel=args.parallel, backend=[args.backend], mode=args.mode, N=args.train_size)
+                        parallel=args.parallel, backend=[args.backend], mode=args.mode, gemm=args.gemm,
+                        N=args.train_size)
     rows = []
     for point in points:
         point["step_graph"] = point["backend"] == "cupy" and point["parallel"] == "model"  # as it runs today, NCCL
@@ -63,7 +64,7 @@ def cmd_whatif(args, comm) -> dict:
             pred = predictor.predict_point(point, ceilings)
         except predictor.PredictionError as exc:
             raise CLIError(str(exc)) from None
-        rows.append({k: point[k] for k in ("H", "B", "p", "parallel", "backend", "mode", "N")}
+        rows.append({k: point[k] for k in ("H", "B", "p", "parallel", "backend", "mode", "gemm", "N")}
                     | {"b": point["B"] // point["p"], "batch_ms": 1e3 * pred["batch_s"], "epoch_ms": 1e3 * pred["epoch_s"],
                        "composition": pred["composition"]} | {k: 1e3 * v for k, v in pred.items() if k.startswith("t_")})
     out = Path(args.out or results.run_dir()) / f"{args.name}.json"
@@ -135,6 +136,10 @@ def register(sub) -> None:
     p.add_argument("--mode", nargs="+", choices=MODES, default=["resident"])
     p.add_argument("--parallel", nargs="+", choices=("data", "model"), default=["data"],
                    help="data (B = p x b, split) or model (H split, every rank the whole B = p x b); default data")
+    from perflab.kernels import WGMMA_VARIANTS
+    p.add_argument("--gemm", nargs="+", choices=("cublas",) + WGMMA_VARIANTS, default=["cublas"],
+                   help="the step's GEMMs: cublas, or Hopper's tensor-core GEMMs (data parallel, resident or staged; "
+                        "their kernels in the ceilings file); default cublas")
     p.add_argument("--train-size", type=positive, default=60000, metavar="N")
     p.add_argument("--name", default="whatif", help="file name (default %(default)s)")
     p.add_argument("--out", metavar="DIR", help="folder (default this machine's run folder)")

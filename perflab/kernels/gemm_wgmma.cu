@@ -208,3 +208,35 @@ extern "C" __global__ void wgmma_splitk_sum(int M, int N, int splits, const floa
     for (int z = 0; z < splits; ++z) s += work[z * (size_t)M * ldc + at];
     C[at] = beta == 0.0f ? s : s + beta * C[at];
 }
+
+// The kernel's operands made K-major: dst (rows x K, ld apart) = src, whose element (r, k) is at
+// src[r sr + k sk], or (split) its TF32 big and small parts, rounded as tf32_split_kernel does.
+// A 32 x 32 tile a block through shared memory, so that both the reads (along whichever of r and k
+// src holds contiguous: a transposed view is the common case) and the writes (along k) are
+// coalesced: an elementwise copy of a transposed view reads 4 bytes of every 32-byte sector.
+__device__ __forceinline__ float tf32_round(float x) { return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u); }
+
+template <bool SPLIT>
+__global__ void __launch_bounds__(256) k_major_copy(const float* __restrict__ src, long long sr, long long sk, int rows,
+                                                    int K, float* __restrict__ big, float* __restrict__ small, int ld) {
+    __shared__ float tile[32][33];
+    const int r0 = blockIdx.x * 32, k0 = blockIdx.y * 32, tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+    const bool rows_contiguous = sr == 1 && sk != 1;
+    for (int i = ty; i < 32; i += 8) {
+        const int dr = rows_contiguous ? tx : i, dk = rows_contiguous ? i : tx;
+        if (r0 + dr < rows && k0 + dk < K) tile[dr][dk] = src[(r0 + dr) * sr + (k0 + dk) * sk];
+    }
+    __syncthreads();
+    for (int i = ty; i < 32; i += 8) {
+        if (r0 + i >= rows || k0 + tx >= K) continue;
+        const float x = tile[i][tx];
+        const size_t at = (size_t)(r0 + i) * ld + k0 + tx;
+        if (SPLIT) {
+            const float b = tf32_round(x);
+            big[at] = b;
+            small[at] = tf32_round(x - b);
+        } else {
+            big[at] = x;
+        }
+    }
+}

@@ -4,7 +4,7 @@ The kernel reads two K-major operands through TMA tensor maps: A (M x K) and Bt 
 row-major with 16-byte aligned rows. An operand stored so is read in place; any other (b as the
 trainer's forward GEMM 1 holds it is; a transposed view or an odd K is not) is first copied into
 a K-major buffer of this module's. x3tf32 writes its operands' TF32 big and small parts into such
-buffers, in one pass each (the split of cublas-x3tf32). An array declared constant() (the
+buffers, in one pass each (copy_k_major: tiled, so that a transposed view is read coalesced). An array declared constant() (the
 trainer's resident images) is prepared once instead: its K-major copies and splits, in both
 orientations, are kept, and any slice of it is read from them. The buffers, the tensor maps and
 the split-K workspace are made on first use and kept per shape: a GEMM must run once outside CUDA
@@ -19,7 +19,6 @@ import math
 import numpy as np
 
 from perflab.kernels.build import KernelError, cupy, i32, module, multiprocessors
-from perflab.kernels.cublas import tf32_split_kernel
 
 WGMMA_VARIANTS = ("wgmma", "x3tf32")
 BK = 32  # k of a shared-memory stage: one 128-byte swizzle row of TF32
@@ -55,7 +54,8 @@ def kernel_name(x3: bool, config: tuple) -> str:
 
 
 def wgmma_names() -> tuple:
-    return tuple(kernel_name(x3, c) for x3 in (False, True) for c in CONFIGS[x3]) + ("wgmma_splitk_sum",)
+    return (tuple(kernel_name(x3, c) for x3 in (False, True) for c in CONFIGS[x3])
+            + ("wgmma_splitk_sum", "k_major_copy<false>", "k_major_copy<true>"))
 
 
 def plan(M: int, N: int, K: int, config: tuple, splits: int, sms: int) -> tuple[int, int, int]:
@@ -98,6 +98,23 @@ def kernel(x3: bool, config: tuple):
 @functools.lru_cache(maxsize=None)
 def splitk_sum():
     return module("gemm_wgmma.cu", wgmma_names()).get_function("wgmma_splitk_sum")
+
+
+def copy_k_major(x, big, small=None):
+    """big = x (rows x K, any strides), or with small given x's TF32 big and small parts, into
+    K-major big and small (rows x K, unit column stride): tiled through shared memory, so that a
+    transposed x is read coalesced (gemm_wgmma.cu's k_major_copy)."""
+    rows, K = x.shape
+    if x.dtype != cupy().float32 or big.shape != x.shape or big.strides[1] != 4 or (
+            small is not None and small.strides != big.strides):
+        raise KernelError(f"copy_k_major copies a float32 {x.shape} array into K-major float32 parts of its shape, "
+                          f"got {x.dtype} into {big.shape} with strides {big.strides}")
+    if x.size == 0:
+        return
+    fn = module("gemm_wgmma.cu", wgmma_names()).get_function(f"k_major_copy<{str(small is not None).lower()}>")
+    fn((math.ceil(rows / 32), math.ceil(K / 32)), (256,),
+       (x, np.int64(x.strides[0] // 4), np.int64(x.strides[1] // 4), i32(rows), i32(K), big,
+        big if small is None else small, i32(big.strides[0] // 4)))
 
 
 def hopper() -> bool:
@@ -241,10 +258,7 @@ def prepared(v, x3: bool):
             # K runs along x's columns (v a slice) or its rows (v a transposed slice): stored so, padded
             full = x.T if transposed else x
             parts = k_major_zeros(*full.shape, 1 + x3)
-            if x3:
-                tf32_split_kernel()(full, *parts)
-            else:
-                parts[0][...] = full
+            copy_k_major(full, *parts)
             kept[(transposed, x3)] = parts
         rows, K = v.shape
         i, j = (c0, r0) if transposed else (r0, c0)
@@ -268,12 +282,12 @@ def k_major(x, role: str, x3: bool) -> tuple:
         return kept if x3 else (kept[0], kept[0])
     if x3:
         big, small = buffers(role, rows, K, 2)
-        tf32_split_kernel()(x, big, small)
+        copy_k_major(x, big, small)
         return big, small
     if direct:
         return x, x
     (copy,) = buffers(role, rows, K, 1)
-    copy[...] = x
+    copy_k_major(x, copy)
     return copy, copy
 
 

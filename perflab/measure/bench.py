@@ -216,8 +216,8 @@ def step_kernels(H: int, B: int, dtype: str = "float32") -> list[tuple]:
 
 def tensor_core_step_kernels(H: int, B: int) -> list[tuple]:
     """(kernel, call, bytes) of the step's kernels that change with Hopper's tensor-core GEMMs, as
-    the trainer runs them (its images declared constant: their K-major forms made once; x3tf32's
-    backward pass writing dz1's split), named as the predictor's TENSOR_CORE_STEPS reads them.
+    the trainer runs them (tuned per shape; its images declared constant: their K-major forms made
+    once; x3tf32's backward pass writing dz1's split), named as the predictor's TENSOR_CORE_STEPS reads them.
     The caller releases what they keep with kernels.wgmma.release() once no graph holds them."""
     import cupy as cp
 
@@ -233,6 +233,8 @@ def tensor_core_step_kernels(H: int, B: int) -> list[tuple]:
     rows = []
     for variant in kernels.WGMMA_VARIANTS:
         split = da1_small if variant == "x3tf32" else None
+        kernels.tune(W1, X, a1, variant)  # as the trainer's first step does, once per shape
+        kernels.tune(da1, X.T, dW1, variant)
         rows.append((f"forward GEMM 1 ({variant})", lambda v=variant: kernels.gemm(W1, X, out=a1, variant=v), hd + xb + hb))
         rows.append((f"backward GEMM 3 ({variant})",
                      lambda v=variant, s=split: kernels.gemm(da1, X.T, out=dW1, variant=v, a_small=s), hb + xb + hd))
