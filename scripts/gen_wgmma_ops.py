@@ -1,4 +1,4 @@
-"""Writes perflab/kernels/wgmma_ops.cuh: one inline-PTX wrapper per wgmma shape perflab issues (N = 64, 128, 256, both
+"""Writes perflab/kernels/wgmma_ops.cuh: one inline-PTX wrapper per wgmma shape perflab issues (N = 64, 128, 192, 256, both
 operands from shared memory). Generated because each lists N/2 accumulator operands."""
 import pathlib
 
@@ -21,7 +21,7 @@ HEADER = """#pragma once
 """
 
 def header() -> str:
-    return HEADER + "\n".join(wrapper(n) for n in (64, 128, 256))
+    return HEADER + "\n".join(wrapper(n) for n in (64, 128, 192, 256))
 
 
 if __name__ == "__main__":

@@ -613,7 +613,8 @@ def test_copy_k_major_copies_and_splits_any_view_exactly(rng, rows, K):
     wgmma_or_skip()
     from perflab.kernels.cublas import tf32_split_kernel
     from perflab.kernels.wgmma import copy_k_major
-    full = cp.asarray(rng.uniform(-1, 1, (2 * rows + 1, 2 * K + 3)).astype(np.float32))
+    n = max(rows, K)
+    full = cp.asarray(rng.uniform(-1, 1, (2 * n + 1, 2 * n + 3)).astype(np.float32))
     views = {"row-major": full[:rows, :K], "transposed": cp.ascontiguousarray(full[:K, :rows]).T,
              "strided": full[1::2, 3:3 + 2 * K:2]}
     for name, x in views.items():

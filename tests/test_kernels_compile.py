@@ -134,11 +134,15 @@ def test_the_wgmma_wrappers_are_what_their_generator_writes():
 
 def test_every_wgmma_config_fits_a_hopper_block():
     """Each wgmma config's CTA (a producer warpgroup and its consumers) fits an H100/H200: at most
-    1024 threads, at most 227 KiB of shared memory, N a wgmma shape; at least 2 stages."""
+    1024 threads, at most 227 KiB of shared memory, N a wgmma shape the kernel has a wrapper and an
+    mma<N> for; at least 2 stages."""
+    from perflab.kernels.build import KERNEL_DIR
     from perflab.kernels.wgmma import CONFIGS, smem_bytes
+    ops, source = (KERNEL_DIR / "wgmma_ops.cuh").read_text(), (KERNEL_DIR / "gemm_wgmma.cu").read_text()
     for x3, configs in CONFIGS.items():
         for wgs, bn, stages in configs:
-            assert 128 * (wgs + 1) <= 1024 and bn in (64, 128, 256) and stages >= 2
+            assert 128 * (wgs + 1) <= 1024 and bn % 8 == 0 and bn <= 256 and stages >= 2
+            assert f"m64n{bn}k8" in ops and f"void mma<{bn}>" in source, bn
             assert smem_bytes((wgs, bn, stages), x3) <= 227 * 1024, (x3, wgs, bn, stages)
 
 

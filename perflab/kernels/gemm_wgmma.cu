@@ -42,6 +42,7 @@ __device__ __forceinline__ unsigned long long descriptor(unsigned addr) {
 template <int N> __device__ __forceinline__ void mma(float (&d)[N / 2], unsigned a, unsigned b, int accumulate);
 template <> __device__ __forceinline__ void mma<64>(float (&d)[32], unsigned a, unsigned b, int acc) { wgmma_n64(d, descriptor(a), descriptor(b), acc); }
 template <> __device__ __forceinline__ void mma<128>(float (&d)[64], unsigned a, unsigned b, int acc) { wgmma_n128(d, descriptor(a), descriptor(b), acc); }
+template <> __device__ __forceinline__ void mma<192>(float (&d)[96], unsigned a, unsigned b, int acc) { wgmma_n192(d, descriptor(a), descriptor(b), acc); }
 template <> __device__ __forceinline__ void mma<256>(float (&d)[128], unsigned a, unsigned b, int acc) { wgmma_n256(d, descriptor(a), descriptor(b), acc); }
 
 __device__ __forceinline__ void mbar_init(unsigned bar, int count) {

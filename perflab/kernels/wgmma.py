@@ -25,7 +25,7 @@ BK = 32  # k of a shared-memory stage: one 128-byte swizzle row of TF32
 # (consumer warpgroups, BN, stages) per kernel, X3 or not; tune() tries them all, the first is the
 # default (the fastest at the H100's training shapes, experiments/wgmma/logs/run6). A CTA's shared
 # memory stays within 227 KiB; an X3 stage holds both parts.
-CONFIGS = {False: ((2, 256, 4), (2, 128, 6), (2, 128, 4), (2, 64, 8)),
+CONFIGS = {False: ((2, 256, 4), (2, 192, 5), (2, 128, 6), (2, 128, 4), (2, 64, 8)),
            True: ((2, 128, 3), (1, 128, 4), (2, 64, 4))}
 SPLITS = (1, 2, 4)
 MIN_SPLIT_K = 256  # of K a split keeps, at least
