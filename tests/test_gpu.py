@@ -616,7 +616,7 @@ def test_copy_k_major_copies_and_splits_any_view_exactly(rng, rows, K):
     n = max(rows, K)
     full = cp.asarray(rng.uniform(-1, 1, (2 * n + 1, 2 * n + 3)).astype(np.float32))
     views = {"row-major": full[:rows, :K], "transposed": cp.ascontiguousarray(full[:K, :rows]).T,
-             "strided": full[1::2, 3:3 + 2 * K:2]}
+             "strided": full[1:2 * rows:2, 3:3 + 2 * K:2]}
     for name, x in views.items():
         padded = cp.full((rows, K + 5), np.nan, np.float32)
         big, small = padded[:, :K], cp.full((rows, K + 5), np.nan, np.float32)[:, :K]
