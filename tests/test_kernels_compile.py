@@ -135,21 +135,23 @@ def test_the_wgmma_wrappers_are_what_their_generator_writes():
 def test_every_wgmma_config_fits_a_hopper_block():
     """Each wgmma config's CTA (a producer warpgroup and its consumers) fits an H100/H200: at most
     1024 threads, at most 227 KiB of shared memory, N a wgmma shape the kernel has a wrapper and an
-    mma<N> for; at least 2 stages."""
+    mma<N> for; at least 2 stages; a cluster's CTAs each load whole 8-row swizzle atoms of B."""
     from perflab.kernels.build import KERNEL_DIR
     from perflab.kernels.wgmma import CONFIGS, smem_bytes
     ops, source = (KERNEL_DIR / "wgmma_ops.cuh").read_text(), (KERNEL_DIR / "gemm_wgmma.cu").read_text()
     for x3, configs in CONFIGS.items():
-        for wgs, bn, stages in configs:
+        for wgs, bn, stages, cluster in configs:
             assert 128 * (wgs + 1) <= 1024 and bn % 8 == 0 and bn <= 256 and stages >= 2
             assert f"m64n{bn}k8" in ops and f"void mma<{bn}>" in source, bn
-            assert smem_bytes((wgs, bn, stages), x3) <= 227 * 1024, (x3, wgs, bn, stages)
+            assert cluster in (1, 2) and bn % (8 * cluster) == 0
+            assert smem_bytes((wgs, bn, stages, cluster), x3) <= 227 * 1024, (x3, wgs, bn, stages)
 
 
 @pytest.mark.parametrize("M, N, K", [(1, 1, 1), (2048, 12000, 784), (512, 784, 3200), (130, 260, 1000), (7, 9, 33)])
 def test_wgmma_plans_cover_k_in_whole_stages_on_a_persistent_grid(M, N, K):
     """Every split is whole 32-k stages, the splits cover K and none is empty; the grid is at most
-    a CTA an SM; the untuned choice fills the SMs or keeps 256 of K a split (pure Python)."""
+    a CTA an SM, in whole clusters, and no more clusters than there are pairs of tiles to take;
+    the untuned choice fills the SMs or keeps 256 of K a split (pure Python)."""
     from perflab.kernels.wgmma import CONFIGS, MIN_SPLIT_K, SPLITS, choices, heuristic, plan
     for x3 in (False, True):
         for _, splits in choices(M, N, K, x3):
@@ -158,7 +160,9 @@ def test_wgmma_plans_cover_k_in_whole_stages_on_a_persistent_grid(M, N, K):
             for splits in SPLITS:
                 kps, z, grid = plan(M, N, K, config, splits, 132)
                 assert kps % 32 == 0 and z * kps >= K and (z - 1) * kps < K and z <= splits
-                assert 1 <= grid <= 132
+                assert 1 <= grid <= 132 and grid % config[3] == 0
+                units = -(-N // config[1]) * -(-M // (64 * config[0] * config[3])) * z
+                assert grid // config[3] <= units
         config, splits = heuristic(M, N, K, x3, 132)
         tiles = -(-N // config[1]) * -(-M // (64 * config[0]))
         assert config == CONFIGS[x3][0]

@@ -79,9 +79,59 @@ def driver_launch():
 
 
 PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+CLUSTER_DIMENSION = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
 
 
 SCALAR_CTYPES = {np.int32: ctypes.c_int32, np.float32: ctypes.c_float, np.float64: ctypes.c_double}
+
+
+def launch_config(grid: tuple, block: tuple, shared_mem: int, attrs: dict):
+    """A CUlaunchConfig on the current stream with the given {attribute id: values}; the attribute
+    array is kept on the config so that it lives as long as the config."""
+    cp = cupy()
+    array = (LaunchAttribute * max(1, len(attrs)))()
+    for i, (key, values) in enumerate(attrs.items()):
+        array[i].id = key
+        for j, v in enumerate(values):
+            array[i].value[j] = v
+    config = LaunchConfig((ctypes.c_uint * 3)(*grid, *(1,) * (3 - len(grid))),
+                          (ctypes.c_uint * 3)(*block, *(1,) * (3 - len(block))), shared_mem,
+                          cp.cuda.get_current_stream().ptr, array, len(attrs))
+    config.keep = array
+    return config
+
+
+def driver_error(status: int, call: str, detail: str) -> KernelError:
+    text = ctypes.c_char_p()
+    driver_launch()[1](status, ctypes.byref(text))
+    return KernelError(f"{call} failed: {(text.value or b'?').decode()} (CUresult {status}; {detail})")
+
+
+def launch_ex(kernel, grid: tuple, block: tuple, args: tuple, shared_mem: int, attrs: dict):
+    """Launch through cuLaunchKernelEx with launch attributes (a Hopper's: programmatic dependent
+    launch, thread block clusters), which CuPy's launch does not take."""
+    cp = cupy()
+    config = launch_config(grid, block, shared_mem, attrs)
+    values = [ctypes.c_void_p(x.data.ptr) if isinstance(x, cp.ndarray) else SCALAR_CTYPES[type(x)](x) for x in args]
+    params = (ctypes.c_void_p * len(values))(*(ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values))
+    status = driver_launch()[0](ctypes.byref(config), ctypes.c_void_p(getattr(kernel, "kernel", kernel).ptr), params, None)
+    if status != 0:
+        raise driver_error(status, "cuLaunchKernelEx", f"grid {grid}, block {block}, {shared_mem} bytes of shared "
+                                                       f"memory, attributes {attrs}")
+
+
+@functools.lru_cache(maxsize=None)
+def max_active_clusters(kernel, block: int, shared_mem: int, cluster: int) -> int:
+    """How many clusters of `cluster` CTAs of this kernel the GPU holds at once: a persistent grid
+    of more would run its last clusters after the others, not beside them."""
+    count = ctypes.c_int()
+    config = launch_config((cluster,), (block,), shared_mem, {CLUSTER_DIMENSION: (cluster, 1, 1)})
+    status = ctypes.CDLL("libcuda.so.1").cuOccupancyMaxActiveClusters(ctypes.byref(count), ctypes.c_void_p(kernel.ptr),
+                                                                      ctypes.byref(config))
+    if status != 0 or count.value < 1:
+        raise driver_error(status, "cuOccupancyMaxActiveClusters", f"clusters of {cluster}, {shared_mem} bytes of "
+                                                                   "shared memory")
+    return count.value
 
 
 def launch_tile(kernel, grid: tuple, block: tuple, args: tuple, shared_mem: int):
@@ -90,21 +140,6 @@ def launch_tile(kernel, grid: tuple, block: tuple, args: tuple, shared_mem: int)
     lose no launch gap between them (1.2 us of 26 at fwd1 H=512 B=800 on the H100,
     results/nvidia-h100-80gb-hbm3/gemm_experiments/ab_pdl.csv). A plain launch where the GPU or
     driver lacks it."""
-    found = driver_launch()
-    if found is None:
+    if driver_launch() is None:
         return kernel(grid, block, args, shared_mem=shared_mem)
-    launch, name = found
-    cp = cupy()
-    attr = LaunchAttribute(id=PROGRAMMATIC_STREAM_SERIALIZATION)
-    attr.value[0] = 1
-    config = LaunchConfig((ctypes.c_uint * 3)(*grid, *(1,) * (3 - len(grid))),
-                          (ctypes.c_uint * 3)(*block, *(1,) * (3 - len(block))), shared_mem,
-                          cp.cuda.get_current_stream().ptr, ctypes.pointer(attr), 1)
-    values = [ctypes.c_void_p(x.data.ptr) if isinstance(x, cp.ndarray) else SCALAR_CTYPES[type(x)](x) for x in args]
-    params = (ctypes.c_void_p * len(values))(*(ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values))
-    status = launch(ctypes.byref(config), ctypes.c_void_p(kernel.kernel.ptr), params, None)
-    if status != 0:
-        text = ctypes.c_char_p()
-        name(status, ctypes.byref(text))
-        raise KernelError(f"cuLaunchKernelEx failed: {(text.value or b'?').decode()} (CUresult {status}; grid "
-                          f"{grid}, block {block}, {shared_mem} bytes of shared memory)")
+    launch_ex(kernel, grid, block, args, shared_mem, {PROGRAMMATIC_STREAM_SERIALIZATION: (1,)})

@@ -12,6 +12,12 @@
 // tile while the consumers store the last. Consumer warpgroup g (of WGS) waits on full, issues its
 // 64 rows' MMAs, and arrives on the stage's empty mbarrier once wgmma.wait_group says they are done.
 //
+// CL = 2: clusters of two CTAs take M-adjacent tiles of the same columns, and each CTA's producer
+// loads half of B's tile into both (TMA multicast), so that the operands' traffic from L2 falls by
+// a third at BN = 256: at 2048 x 12000 x 784 the unclustered kernel moved 5.2-5.3 TB/s from L2
+// whether TF32 or 3xTF32, the L2's rate, not the tensor cores'. A stage is free once the consumer
+// warps of both CTAs have arrived on its empty mbarrier.
+//
 // X3 (3xTF32, FP32-accurate): A and Bt are the operands' TF32 big parts and As, Bs their small ones
 // (x = big + small, big = tf32(x), small = tf32(x - big)); each k-step issues As Bb + Ab Bs + Ab Bb.
 // The tensor cores' FP32 accumulation drifts over long sums (5e-6 at K = 784 against SGEMM's 5e-7,
@@ -63,6 +69,32 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
 __device__ __forceinline__ void tma_load(unsigned dst, const void* map, int k, int row, unsigned bar) {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
                  :: "r"(dst), "l"(map), "r"(k), "r"(row), "r"(bar) : "memory");
+}
+
+// the same box into the shared memory of every CTA of the cluster in cta_mask, at the same offset,
+// each completing on its own `bar` (the mbarrier at that offset in each)
+__device__ __forceinline__ void tma_load_multicast(unsigned dst, const void* map, int k, int row, unsigned bar,
+                                                   unsigned short cta_mask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%2, %3}], [%4], %5;\n"
+                 :: "r"(dst), "l"(map), "r"(k), "r"(row), "r"(bar), "h"(cta_mask) : "memory");
+}
+
+// an arrival on the mbarrier at `bar`'s offset in CTA `cta` of the cluster
+__device__ __forceinline__ void mbar_arrive_cluster(unsigned bar, unsigned cta) {
+    asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n"
+                 :: "r"(bar), "r"(cta) : "memory");
+}
+
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
 }
 
 // one warpgroup's MMAs of a stage (its 64 rows from row 64 wg of the A tile) into d, which the
@@ -122,22 +154,26 @@ __device__ __forceinline__ void store(const float (&d)[BN / 2], int row0, int n0
 }
 }  // namespace wg
 
-template <int WGS, int BN, int STAGES, bool X3>
+template <int WGS, int BN, int STAGES, bool X3, int CL>
 __global__ void __launch_bounds__((WGS + 1) * 128, 1)
 gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const void* map_as, const void* map_b,
            const void* map_bs, float beta, float* __restrict__ C, int ldc) {
     using namespace wg;
     constexpr int BM = 64 * WGS, A_BYTES = BM * BK * 4, HALF = (BM + BN) * BK * 4, STAGE = HALF * (X3 ? 2 : 1);
+    constexpr int B_PART = BN / CL * BK * 4;   // the bytes of B a CTA of the cluster loads for all
+    static_assert(BN % (8 * CL) == 0, "a CTA's part of B must be whole 8-row swizzle atoms");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const unsigned base = (smem_u32(smem_raw) + 1023) & ~1023u;   // the 128-byte swizzle wants 1024-aligned tiles
     const unsigned full = base + STAGES * STAGE, empty = full + 8 * STAGES;
-    const int tiles_n = (N + BN - 1) / BN, tiles_m = (M + BM - 1) / BM, splits = (K + kps - 1) / kps;
-    const int tiles = tiles_n * tiles_m * splits;
+    const unsigned rank = CL > 1 ? cluster_rank() : 0;
+    // a cluster's CL CTAs take the CL tiles of one column of tiles_n, M-adjacent: B's tile is shared
+    const int tiles_n = (N + BN - 1) / BN, tiles_m = (M + BM * CL - 1) / (BM * CL), splits = (K + kps - 1) / kps;
+    const int tiles = tiles_n * tiles_m * splits, first = blockIdx.x / CL, step = gridDim.x / CL;
     struct Work { int m0, n0, z, kbegin, ktiles; };
     auto work = [&](int tile) {
         Work w;
         w.n0 = (tile % tiles_n) * BN;
-        w.m0 = (tile / tiles_n % tiles_m) * BM;
+        w.m0 = ((tile / tiles_n % tiles_m) * CL + rank) * BM;   // past M: zeros loaded, nothing stored
         w.z = tile / (tiles_n * tiles_m);
         w.kbegin = w.z * kps;
         w.ktiles = (min(K, w.kbegin + kps) - w.kbegin + BK - 1) / BK;
@@ -146,35 +182,51 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full + 8 * s, 1);
-            mbar_init(empty + 8 * s, 128 * WGS);
+            mbar_init(empty + 8 * s, 4 * WGS * CL);   // a stage is free once every consumer warp of the cluster is done
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    __syncthreads();
-    if (threadIdx.x < 128) {   // the producer warpgroup: one thread drives the copy engine
-        if (threadIdx.x == 0) {
-            int it = 0;        // the stages' ring position, continued across tiles
-            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-                const Work w = work(tile);
-                for (int t = 0; t < w.ktiles; ++t, ++it) {
-                    const int s = it % STAGES, k0 = w.kbegin + t * BK;
-                    const unsigned stage = base + s * STAGE, bar = full + 8 * s;
-                    mbar_wait(empty + 8 * s, ((it / STAGES) & 1) ^ 1);   // a fresh barrier passes parity 1
-                    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(STAGE) : "memory");
-                    tma_load(stage, map_a, k0, w.m0, bar);
+    if constexpr (CL > 1) cluster_sync(); else __syncthreads();
+    if (threadIdx.x == 0) {   // the producer: one thread drives the copy engine
+        int it = 0;        // the stages' ring position, continued across tiles
+        for (int tile = first; tile < tiles; tile += step) {
+            const Work w = work(tile);
+            for (int t = 0; t < w.ktiles; ++t, ++it) {
+                const int s = it % STAGES, k0 = w.kbegin + t * BK;
+                const unsigned stage = base + s * STAGE, bar = full + 8 * s;
+                mbar_wait(empty + 8 * s, ((it / STAGES) & 1) ^ 1);   // a fresh barrier passes parity 1
+                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(STAGE) : "memory");
+                tma_load(stage, map_a, k0, w.m0, bar);
+                if constexpr (X3) tma_load(stage + HALF, map_as, k0, w.m0, bar);
+                if constexpr (CL == 1) {
                     tma_load(stage + A_BYTES, map_b, k0, w.n0, bar);
-                    if constexpr (X3) {
-                        tma_load(stage + HALF, map_as, k0, w.m0, bar);
-                        tma_load(stage + HALF + A_BYTES, map_bs, k0, w.n0, bar);
-                    }
+                    if constexpr (X3) tma_load(stage + HALF + A_BYTES, map_bs, k0, w.n0, bar);
+                } else {   // this CTA's part of B's rows, into every CTA of the cluster
+                    const unsigned part = A_BYTES + rank * B_PART;
+                    const int row = w.n0 + rank * (BN / CL);
+                    tma_load_multicast(stage + part, map_b, k0, row, bar, (1 << CL) - 1);
+                    if constexpr (X3) tma_load_multicast(stage + HALF + part, map_bs, k0, row, bar, (1 << CL) - 1);
                 }
             }
         }
+    }
+    if (threadIdx.x < 128) {   // the producer warpgroup waits for the cluster at the end
+        if constexpr (CL > 1) cluster_sync();
         return;
     }
     const int wgi = (threadIdx.x >> 7) - 1;
+    auto release = [&](int s) {   // after wgmma.wait_group: this warp's MMAs on stage s are done
+        __syncwarp();
+        if ((threadIdx.x & 31) == 0) {
+            if constexpr (CL == 1) {
+                mbar_arrive(empty + 8 * s);
+            } else {
+                for (int c = 0; c < CL; ++c) mbar_arrive_cluster(empty + 8 * s, c);
+            }
+        }
+    };
     int it = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    for (int tile = first; tile < tiles; tile += step) {
         const Work w = work(tile);
         float d[BN / 2], total[BN / 2];
 #pragma unroll
@@ -190,13 +242,14 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
             } else {
                 asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
             }
-            if (t > 0) mbar_arrive(empty + 8 * ((it + t - 1) % STAGES));   // stage t - 1's MMAs are done
+            if (t > 0) release((it + t - 1) % STAGES);   // stage t - 1's MMAs are done
         }
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        if (w.ktiles > 0) mbar_arrive(empty + 8 * ((it + w.ktiles - 1) % STAGES));
+        if (w.ktiles > 0) release((it + w.ktiles - 1) % STAGES);
         it += w.ktiles;
         store<BN>(X3 ? total : d, w.m0 + wgi * 64, w.n0, M, N, alpha, beta, C, ldc, w.z, splits > 1);
     }
+    if constexpr (CL > 1) cluster_sync();   // no CTA leaves while another may still write to it
 }
 
 // C = the sum of the splits of work (splits x M x ldc) + beta C

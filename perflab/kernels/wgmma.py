@@ -18,21 +18,32 @@ import math
 
 import numpy as np
 
-from perflab.kernels.build import KernelError, cupy, i32, module, multiprocessors
+from perflab.kernels.build import (
+    CLUSTER_DIMENSION,
+    KernelError,
+    cupy,
+    i32,
+    launch_ex,
+    max_active_clusters,
+    module,
+    multiprocessors,
+)
 
 WGMMA_VARIANTS = ("wgmma", "x3tf32")
 BK = 32  # k of a shared-memory stage: one 128-byte swizzle row of TF32
-# (consumer warpgroups, BN, stages) per kernel, X3 or not; tune() tries them all, the first is the
-# default (the fastest at the H100's training shapes, experiments/wgmma/logs/run6). A CTA's shared
-# memory stays within 227 KiB; an X3 stage holds both parts.
-CONFIGS = {False: ((2, 256, 4), (2, 192, 5), (2, 128, 6), (2, 128, 4), (2, 64, 8)),
-           True: ((2, 128, 3), (1, 128, 4), (2, 64, 4))}
+# (consumer warpgroups, BN, stages, CTAs a cluster) per kernel, X3 or not; tune() tries them all, the
+# first is the default (the fastest at the H100's training shapes, experiments/wgmma/logs/run6). A
+# CTA's shared memory stays within 227 KiB; an X3 stage holds both parts. Clusters of 2 share B's
+# tile through TMA multicast (gemm_wgmma.cu).
+CONFIGS = {False: ((2, 256, 4, 1), (2, 256, 4, 2), (2, 192, 5, 1), (2, 128, 6, 1), (2, 128, 6, 2), (2, 128, 4, 1),
+                   (2, 64, 8, 1)),
+           True: ((2, 128, 3, 1), (2, 128, 3, 2), (1, 128, 4, 1), (2, 64, 4, 1))}
 SPLITS = (1, 2, 4)
 MIN_SPLIT_K = 256  # of K a split keeps, at least
 
 
 def config_name(config: tuple) -> str:
-    return "wg{}-n{}-s{}".format(*config)
+    return "wg{}-n{}-s{}".format(*config) + (f"-c{config[3]}" if config[3] > 1 else "")
 
 
 def parse_config(name: str, x3: bool) -> tuple:
@@ -45,12 +56,12 @@ def parse_config(name: str, x3: bool) -> tuple:
 
 def smem_bytes(config: tuple, x3: bool) -> int:
     """Shared memory of a CTA: the stages, their two mbarriers each, 1024 to align the base."""
-    wgs, bn, stages = config
+    wgs, bn, stages, _ = config
     return stages * (64 * wgs + bn) * BK * 4 * (2 if x3 else 1) + 16 * stages + 1024
 
 
 def kernel_name(x3: bool, config: tuple) -> str:
-    return "gemm_wgmma<{},{},{},{}>".format(*config, str(x3).lower())
+    return "gemm_wgmma<{},{},{},{},{}>".format(*config[:3], str(x3).lower(), config[3])
 
 
 def wgmma_names() -> tuple:
@@ -60,11 +71,13 @@ def wgmma_names() -> tuple:
 
 def plan(M: int, N: int, K: int, config: tuple, splits: int, sms: int) -> tuple[int, int, int]:
     """(k a split, splits, CTAs) of a launch: k a split rounded up to whole 32-k stages, and a
-    persistent grid of at most one CTA a multiprocessor."""
+    persistent grid of at most one CTA a multiprocessor (`sms`: as many as run at once), in whole
+    clusters, each of which takes `cluster` M-adjacent tiles at a time."""
+    cluster = config[3]
     kps = math.ceil(math.ceil(K / splits) / BK) * BK
     z = math.ceil(K / kps)
-    tiles = math.ceil(N / config[1]) * math.ceil(M / (64 * config[0])) * z
-    return kps, z, min(tiles, sms)
+    tiles = math.ceil(N / config[1]) * math.ceil(M / (64 * config[0] * cluster)) * z
+    return kps, z, min(tiles, sms // cluster) * cluster
 
 
 def heuristic(M: int, N: int, K: int, x3: bool, sms: int) -> tuple[tuple, int]:
@@ -326,13 +339,18 @@ def wgmma_gemm(a, b, out, alpha: float, beta: float, x3: bool, config: str | Non
         A, As = buffers("a", M, K, 2)
         A[...], As[...] = a, a_small
     Bt, Bs = k_major(b.T, "b", x3)
-    bm, bn = 64 * cfg[0], cfg[1]
+    wgs, bn, _, cluster = cfg
+    fn, threads, smem = kernel(x3, cfg), 128 * (wgs + 1), smem_bytes(cfg, x3)
+    if cluster > 1:  # a grid of clusters that all run at once
+        sms = cluster * max_active_clusters(fn, threads, smem, cluster)
     kps, z, grid = plan(M, N, K, cfg, splits, sms)
     target = out if z == 1 else workspace(z, M, N)
-    kernel(x3, cfg)((grid,), (128 * (cfg[0] + 1),),
-                    (i32(M), i32(N), i32(K), i32(kps), cp.float32(alpha), tensor_map(A, K, bm), tensor_map(As, K, bm),
-                     tensor_map(Bt, K, bn), tensor_map(Bs, K, bn), cp.float32(beta), target, i32(N)),
-                    shared_mem=smem_bytes(cfg, x3))
+    args = (i32(M), i32(N), i32(K), i32(kps), cp.float32(alpha), tensor_map(A, K, 64 * wgs), tensor_map(As, K, 64 * wgs),
+            tensor_map(Bt, K, bn // cluster), tensor_map(Bs, K, bn // cluster), cp.float32(beta), target, i32(N))
+    if cluster > 1:
+        launch_ex(fn, (grid,), (threads,), args, smem, {CLUSTER_DIMENSION: (cluster, 1, 1)})
+    else:
+        fn((grid,), (threads,), args, shared_mem=smem)
     if z > 1:
         splitk_sum()((math.ceil(M * N / 256),), (256,), (i32(M), i32(N), i32(z), target, cp.float32(beta), out, i32(N)))
     return out
