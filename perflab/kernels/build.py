@@ -85,6 +85,11 @@ CLUSTER_DIMENSION = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
 SCALAR_CTYPES = {np.int32: ctypes.c_int32, np.float32: ctypes.c_float, np.float64: ctypes.c_double}
 
 
+def function_pointer(kernel) -> ctypes.c_void_p:
+    """The CUfunction of a CuPy RawKernel (or of a Function)."""
+    return ctypes.c_void_p(getattr(kernel, "kernel", kernel).ptr)
+
+
 def launch_config(grid: tuple, block: tuple, shared_mem: int, attrs: dict):
     """A CUlaunchConfig on the current stream with the given {attribute id: values}; the attribute
     array is kept on the config so that it lives as long as the config."""
@@ -114,7 +119,7 @@ def launch_ex(kernel, grid: tuple, block: tuple, args: tuple, shared_mem: int, a
     config = launch_config(grid, block, shared_mem, attrs)
     values = [ctypes.c_void_p(x.data.ptr) if isinstance(x, cp.ndarray) else SCALAR_CTYPES[type(x)](x) for x in args]
     params = (ctypes.c_void_p * len(values))(*(ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values))
-    status = driver_launch()[0](ctypes.byref(config), ctypes.c_void_p(getattr(kernel, "kernel", kernel).ptr), params, None)
+    status = driver_launch()[0](ctypes.byref(config), function_pointer(kernel), params, None)
     if status != 0:
         raise driver_error(status, "cuLaunchKernelEx", f"grid {grid}, block {block}, {shared_mem} bytes of shared "
                                                        f"memory, attributes {attrs}")
@@ -126,7 +131,7 @@ def max_active_clusters(kernel, block: int, shared_mem: int, cluster: int) -> in
     of more would run its last clusters after the others, not beside them."""
     count = ctypes.c_int()
     config = launch_config((cluster,), (block,), shared_mem, {CLUSTER_DIMENSION: (cluster, 1, 1)})
-    status = ctypes.CDLL("libcuda.so.1").cuOccupancyMaxActiveClusters(ctypes.byref(count), ctypes.c_void_p(kernel.ptr),
+    status = ctypes.CDLL("libcuda.so.1").cuOccupancyMaxActiveClusters(ctypes.byref(count), function_pointer(kernel),
                                                                       ctypes.byref(config))
     if status != 0 or count.value < 1:
         raise driver_error(status, "cuOccupancyMaxActiveClusters", f"clusters of {cluster}, {shared_mem} bytes of "
