@@ -80,10 +80,13 @@ __device__ __forceinline__ void tma_load_multicast(unsigned dst, const void* map
                  :: "r"(dst), "l"(map), "r"(k), "r"(row), "r"(bar), "h"(cta_mask) : "memory");
 }
 
-// an arrival on the mbarrier at `bar`'s offset in CTA `cta` of the cluster
+// an arrival on the mbarrier at `bar`'s offset in CTA `cta` of the cluster. Release at the CTA's
+// scope, as a consumer's release of a stage needs (its reads are done): release.cluster made each
+// arrival wait for the warp's memory operations to reach the cluster, 3-5x slower in all
+// (experiments/wgmma/logs/clusters).
 __device__ __forceinline__ void mbar_arrive_cluster(unsigned bar, unsigned cta) {
     asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n"
+                 "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n"
                  :: "r"(bar), "r"(cta) : "memory");
 }
 
