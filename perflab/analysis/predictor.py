@@ -329,7 +329,7 @@ def validate(points: pd.DataFrame, folder: Path) -> pd.DataFrame:
     rows, load = [], loader()
     for _, r in points.iterrows():
         point = r.to_dict()
-        base = {k: point[k] for k in ("H", "B", "p", "backend", "mode", "parallel", "dtype") if k in point}
+        base = {k: point[k] for k in ("H", "B", "p", "backend", "mode", "parallel", "gemm", "dtype") if k in point}
         measured = measured_batch_seconds(point)
         path = ceilings_for(folder, int(point["p"]))
         if path is None:
@@ -365,6 +365,8 @@ def predict_phases(point: dict, c: Ceilings) -> dict:
     profiler synchronizes the device at each phase edge, so a phase's kernels start only as the
     host launches them: each adds its eager launch cost (the ceilings' eager step over its kernels)."""
     H, p, B = int(point["H"]), int(point["p"]), int(point["B"])
+    if point.get("gemm", "cublas") != "cublas":
+        raise PredictionError(f"the profiled phases are timed for cuBLAS's GEMMs, not {point['gemm']}'s")
     if point["backend"] == "numpy":
         Hl, Bl = (H / p, B) if point.get("parallel") == "model" else (H, B / p)
         return {phase: sum(c.kernel("cpu", k, Hl, Bl) for k in kernels) for phase, kernels in CPU_PHASES.items()}

@@ -517,13 +517,13 @@ def predictor_sections() -> list[str]:
             continue
         measured = pd.read_csv(checks[0])
         pred = pd.DataFrame(made["rows"])
-        keys = ["H", "B", "p", "mode"] + (["parallel"] if "parallel" in pred and "parallel" in measured else [])
+        keys = ["H", "B", "p", "mode"] + [k for k in ("parallel", "gemm") if k in pred and k in measured]
         both = pred.merge(measured.assign(measured_ms=1e3 * measured.epoch_seconds / measured.batches), on=keys)
         both["error"] = (both.batch_ms / both.measured_ms - 1).map(lambda e: f"{e:+.0%}")
         out.append(f"### A prediction committed before its run\n\nPredicted by `perflab whatif` at git "
                    f"{made['predicted_by'][:8]} from `{made['ceilings']}` alone (`{made_path.relative_to(RESULTS_ROOT.parent)}`), "
                    f"then measured: {source(checks[0])}.\n\n"
-                   + fmt(both[["H", "b", "p", *(["parallel"] if "parallel" in keys else []), "mode", "batch_ms",
+                   + fmt(both[["H", "b", "p", *(k for k in ("parallel", "gemm") if k in keys), "mode", "batch_ms",
                                "measured_ms", "error"]].rename(
                        columns={"batch_ms": "predicted ms/batch", "measured_ms": "measured ms/batch"}).round(3)))
     if waiting:
