@@ -13,7 +13,11 @@ def graph_replays_ms(cp, fn, calls: int, done) -> list[float]:
     """Device milliseconds of one fn() call in each replay: `calls` calls captured in a CUDA graph
     and replayed between events (so the host's launch overhead is not in the number) until
     done(replays so far) is true. The calls run once before capture: a first call may make what
-    capture does not allow (the wgmma GEMMs' tensor maps, per operand set of a rotation)."""
+    capture does not allow (the wgmma GEMMs' tensor maps, per operand set of a rotation). The
+    caller's stream is waited for first: its pending work may read or write what fn() does (the
+    trainer tuning a new batch size while its last step still runs: x3tf32's weights after two
+    epochs came out 1.2 off, experiments/wgmma/logs/x3_bisect_1e9bcf3.log)."""
+    cp.cuda.get_current_stream().synchronize()
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
         for _ in range(calls):

@@ -576,6 +576,20 @@ def test_bench_hold_samples_the_clock_beside_best_and_cublas():
     assert rows[1]["pct_cublas_held"] == 100 and 50 < rows[0]["pct_cublas_held"] < 200
 
 
+def test_device_timing_waits_for_the_callers_stream_first():
+    """tune() and the benchmarks time on a stream of their own: its work must not overlap the
+    caller's pending work, which may write what it reads or read what it writes."""
+    from perflab.timing import time_graph_ms
+    spin = cp.RawKernel(r'''extern "C" __global__ void spin(long long n) {
+        long long t0 = clock64(); while (clock64() - t0 < n) {} }''', "spin")
+    x = cp.zeros(16, cp.float32)
+    with cp.cuda.Stream(non_blocking=True) as caller:
+        spin((1,), (1,), (np.int64(400_000_000),))  # a fifth of a second at 2 GHz
+        pending = caller.record()
+        time_graph_ms(cp, lambda: x.fill(1.0), calls=2, repeats=3)
+        assert pending.done
+
+
 WGMMA = ("wgmma", "x3tf32")
 
 
