@@ -68,6 +68,9 @@ def gemm_table(path: Path) -> str:
 def tensor_core_section(train_path: Path, gemm_path: Path) -> str:
     """The tensor-core GEMMs (wgmma: TF32; x3tf32: 3xTF32, FP32-accurate) in training and alone,
     beside the FP32 cuBLAS floor, JAX's 3xTF32 and cuBLAS TF32."""
+    import json
+
+    import numpy as np
     import pandas as pd
     t = pd.read_csv(train_path)
     wide = t.pivot_table(index="peer", columns=["H", "B"], values="epoch_ms")
@@ -93,6 +96,18 @@ def tensor_core_section(train_path: Path, gemm_path: Path) -> str:
             lines.append(f"- {shape}: x3tf32 {r['x3tf32'] / r['cublas']:.2f}x cuBLAS SGEMM, {r['x3tf32'] / r['jax-x3']:.2f}x "
                          f"JAX's 3xTF32, error {e['x3tf32']:.1e} against SGEMM's {e['cublas']:.1e}; wgmma "
                          f"{r['wgmma'] / r['pytorch-tf32']:.2f}x cuBLAS TF32 (pytorch-tf32).")
+        ratios = {"x3tf32 / cuBLAS SGEMM": rates.x3tf32 / rates.cublas, "x3tf32 / JAX's 3xTF32": rates.x3tf32 / rates["jax-x3"],
+                  "wgmma / cuBLAS TF32": rates.wgmma / rates["pytorch-tf32"]}
+        lines += ["", f"Over these {len(rates)} shapes: " + "; ".join(
+            f"{name} geometric mean {np.exp(np.log(v).mean()):.2f}, worst {v.min():.2f}" for name, v in ratios.items()) + "."]
+    checks = sorted(train_path.parent.glob("check_tensor_cores_weights_*.log"))  # one: the run of these kernels
+    if checks:
+        runs = [json.loads(line) for line in checks[-1].read_text().splitlines() if line.startswith("{")]
+        lines += ["", f"Weights after {runs[0]['num_epochs']} epochs (H={runs[0]['hidden_sizes'][0]}, B={runs[0]['batch_size']}, "
+                      f"lr {runs[0]['learning_rate']}, {runs[0]['train_size']} {runs[0]['dataset']} samples) against the "
+                      f"float64 reference, largest relative error (`perflab check`; "
+                      f"`{checks[-1].relative_to(RESULTS_ROOT.parent)}`): "
+                      + ", ".join(f"{r['gemm']} {r['max_rel_error']:.2g}" for r in runs) + "."]
     return "\n".join(lines)
 
 
