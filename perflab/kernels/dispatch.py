@@ -79,7 +79,7 @@ def storage(x, name: str):
 TUNED: dict[tuple, tuple[str, int]] = {}  # (variant, T, M, N, K, ta, tb) -> (config, blocks), from tune()
 
 
-def tune(a, b, out, variant: str = "best", work=None, repeats: int = 5) -> tuple[str, int]:
+def tune(a, b, out, variant: str = "best", work=None, repeats: int = 5, a_small=None) -> tuple[str, int]:
     """Time every tile config and number of blocks `variant` can take here (device time of
     CUDA-graph replays, median of `repeats`: timing launches one by one would add the host's
     launch overhead and bias small shapes against it) and remember the fastest for this shape,
@@ -88,7 +88,8 @@ def tune(a, b, out, variant: str = "best", work=None, repeats: int = 5) -> tuple
     (from workspace()) allows the choices that share tiles. The timings are bursts at the boost
     clock: where a GEMM runs long enough to meet the power cap, a choice that moves less data can
     win instead (bwd3 H=2048 B=12000: split-K 5 held 1% faster than the stream-K tune() picks,
-    gemm_experiments/power_ab_holds.csv; `perflab bench hold` measures the held rate)."""
+    gemm_experiments/power_ab_holds.csv; `perflab bench hold` measures the held rate). a_small as
+    gemm() takes it: x3tf32's a given split, as the trainer's backward GEMM 3 runs it."""
     from perflab.timing import time_graph_ms
     cp = cupy()
     T = ctype(a.dtype)
@@ -101,7 +102,8 @@ def tune(a, b, out, variant: str = "best", work=None, repeats: int = 5) -> tuple
     options = (wgmma_choices(M, N, K, variant == "x3tf32") if variant in WGMMA_VARIANTS
                else tile_choices(variant, T, M, N, K, work, multiprocessors()))
     for config, blocks in options:
-        run = functools.partial(gemm, a, b, out=out, variant=variant, config=config, blocks=blocks, work=work)
+        run = functools.partial(gemm, a, b, out=out, variant=variant, config=config, blocks=blocks, work=work,
+                                a_small=a_small)
         timings[(config, blocks)] = time_graph_ms(cp, run, calls=5, repeats=repeats)
     TUNED[key] = min(timings, key=timings.get)
     return TUNED[key]

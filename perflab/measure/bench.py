@@ -234,7 +234,7 @@ def tensor_core_step_kernels(H: int, B: int) -> list[tuple]:
     for variant in kernels.WGMMA_VARIANTS:
         split = da1_small if variant == "x3tf32" else None
         kernels.tune(W1, X, a1, variant)  # as the trainer's first step does, once per shape
-        kernels.tune(da1, X.T, dW1, variant)
+        kernels.tune(da1, X.T, dW1, variant, a_small=split)
         rows.append((f"forward GEMM 1 ({variant})", lambda v=variant: kernels.gemm(W1, X, out=a1, variant=v), hd + xb + hb))
         rows.append((f"backward GEMM 3 ({variant})",
                      lambda v=variant, s=split: kernels.gemm(da1, X.T, out=dW1, variant=v, a_small=s), hb + xb + hd))

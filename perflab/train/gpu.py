@@ -157,7 +157,7 @@ class FusedGPU(Sequential):
         if self.variant in kernels.TUNABLE_VARIANTS:
             shape = (a.shape, a.strides, b.shape, b.strides)
             if shape not in self.tuned and not self.cp.cuda.get_current_stream().is_capturing():
-                kernels.tune(a, b, out, self.variant, self.work)  # once per shape, in the first (warm-up) step
+                kernels.tune(a, b, out, self.variant, self.work, a_small=a_small)  # once per shape, in the first step
                 self.tuned.add(shape)
         return kernels.gemm(a, b, out=out, bias=bias, variant=self.variant, work=self.work, a_small=a_small)
 
