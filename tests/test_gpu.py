@@ -769,3 +769,13 @@ def test_wgmma_x3tf32_reads_dz1_split_as_the_fused_backward_writes_it(rng, C, H,
         kernels.gemm(big, X.T, out=out, variant="wgmma", a_small=small)
     with pytest.raises(kernels.KernelError, match="it must be shaped as a"):
         kernels.gemm(big, X.T, out=out, variant="x3tf32", a_small=small[:, :-1])
+
+
+def test_staged_images_ceiling_walks_the_data_set_and_keeps_its_spread():
+    from perflab.measure import ceilings
+    rows = ceilings.staged_images(batches=(300, 1200), N=6000, walks=3)
+    assert [r["B"] for r in rows] == [300, 1200]
+    for r in rows:
+        assert 0 < r["min_seconds"] <= r["seconds"] <= r["max_seconds"]
+        assert r["size_bytes"] == r["B"] * (784 * 4 + 8)
+    assert rows[1]["seconds"] > rows[0]["seconds"]  # four times the bytes a batch
