@@ -71,6 +71,27 @@ def test_each_path_composes_its_terms_as_the_code_runs_them():
     assert model["t_exchange"] == pytest.approx(1e-5 + 10 * 4000 * 4 / 1e10, rel=1e-6)
 
 
+def test_a_staged_prediction_carries_the_band_of_the_copy_ceilings_spread(tmp_path):
+    c = table()
+    assert "batch_low_s" not in predictor.predict_point(point(mode="staged"), c)  # no spread measured: no band
+    t = c.table.copy()
+    walks = t.ceiling == "staged_images"
+    t.loc[walks, "min_seconds"], t.loc[walks, "max_seconds"] = 0.8 * t.seconds[walks], 1.5 * t.seconds[walks]
+    c = predictor.Ceilings(t, source="made-up")
+    # 8000 samples in batches of 3000: two full batches and one of 2000, each with its own copy
+    staged = predictor.predict_point(point(mode="staged", B=3000, N=8000), c)
+    copies = (2 * 3000 + 2000) * 1e-7 / 3
+    assert staged["batch_low_s"] == pytest.approx(staged["batch_s"] - 0.2 * copies, rel=1e-9)
+    assert staged["batch_high_s"] == pytest.approx(staged["batch_s"] + 0.5 * copies, rel=1e-9)
+    assert "batch_low_s" not in predictor.predict_point(point(), c)  # resident: no copy, no band
+    measured = {"epoch_seconds": 3 * staged["batch_high_s"] * 1.01, "batches": 3}
+    rows = pd.DataFrame([{**point(mode="staged", B=3000, N=8000), **measured},
+                         {**point(mode="staged", B=3000, N=8000), "epoch_seconds": 3 * staged["batch_s"], "batches": 3}])
+    c.table.to_csv(tmp_path / "ceilings_p1.csv", index=False)
+    v = predictor.validate(rows, tmp_path)
+    assert list(v.inside_band) == [False, True]
+
+
 def test_a_pipeline_of_pieces_is_bound_by_its_slowest_stage_and_its_fill():
     assert predictor.pipeline_end([0.0], [[1.0], [2.0], [3.0]]) == pytest.approx(6.0)  # one piece: in series
     # four pieces ready at once, stages of 1, 2, 1: the fill (1) + 4 x the slowest (2) + the drain (1)

@@ -133,6 +133,14 @@ class Ceilings:
             raise PredictionError(f"{self.source} has no staged_images rows: measure them with `perflab ceilings`")
         return loglog(t.B, t.seconds, B)
 
+    def staged_images_spread(self, B: float) -> tuple[float, float] | None:
+        """The fastest and the slowest walk's copy of a batch (the ceiling's own spread: the pageable
+        copy drifts over seconds), where the ceilings file has them."""
+        t = self.rows("staged_images")
+        if not len(t) or "min_seconds" not in t or t.min_seconds.isna().any():
+            return None
+        return loglog(t.B, t.min_seconds, B), loglog(t.B, t.max_seconds, B)
+
     def allreduce(self, ceiling: str, p: int, nbytes: float) -> float:
         """From t = a + S / b fitted to the measured sizes within 16x of S (the path's protocol
         changes with size, so one line through 4 KiB..256 MiB misses the gradient's size)."""
@@ -215,6 +223,10 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
             terms["exchange"] = c.staged_exchange(p, gradient) if p > 1 else 0.0
             batch = terms["images"] + max(terms["kernels"], terms["host"]) + terms["exchange"]
             composition = "images + max(kernels, the trainer's host floor) + exchange (serial)"
+            spread = c.staged_images_spread(Bl)
+            if spread:  # the batch at the ceiling's fastest and slowest walk of copies
+                band = {"batch_low_s": batch + spread[0] - terms["images"], "batch_high_s": batch + spread[1] - terms["images"]}
+                return {"batch_s": batch, "composition": composition, **band, **{f"t_{k}": v for k, v in terms.items()}}
         else:
             return pipelined_batch(H, Bl, p, int(point.get("chunks", 4)), c, terms)
     return {"batch_s": batch, "composition": composition, **{f"t_{k}": v for k, v in terms.items()}}
@@ -294,13 +306,22 @@ def predict_point(point: dict, c: Ceilings) -> dict:
     B, N = int(point["B"]), int(point["N"])
     full, rest = divmod(N, B)
     pred = predict_batch(point, B, c)
-    epoch = full * pred["batch_s"] + (predict_batch(point, rest, c)["batch_s"] if rest else 0.0)
+    last = predict_batch(point, rest, c) if rest else {}
+    fixed = 0.0
     if point["backend"] != "numpy":  # the trainer's cost per epoch (its synchronizations, the loss), where measured:
         # the same code ends both modes' epochs; the staged difference of two epoch lengths is too noisy to use
         # (its per-step noise times 400 steps: 6.3 ms per epoch on the H100, against 0.46 ms resident)
-        pred["t_epoch_fixed"] = c.optional_floor("trainer resident epoch")
-        epoch += pred["t_epoch_fixed"]
-    return {**pred, "full_batch_s": pred["batch_s"], "batch_s": epoch / (full + bool(rest)), "epoch_s": epoch}
+        fixed = pred["t_epoch_fixed"] = c.optional_floor("trainer resident epoch")
+    # the epoch, and where the prediction has a band (the staged copy's spread), its two ends
+    epochs = {k: full * pred[k] + last.get(k, last.get("batch_s", 0.0)) + fixed
+              for k in ("batch_s", "batch_low_s", "batch_high_s") if k in pred}
+    per_batch = {k: v / (full + bool(rest)) for k, v in epochs.items()}
+    return {**pred, "full_batch_s": pred["batch_s"], **per_batch, "epoch_s": epochs["batch_s"]}
+
+
+def band_ms(pred: dict) -> dict:
+    """A prediction's band in ms per batch (the staged copy's spread), where it has one."""
+    return {f"{end}_ms": 1e3 * pred[f"batch_{end}_s"] for end in ("low", "high") if f"batch_{end}_s" in pred}
 
 
 def measured_batch_seconds(row) -> float:
@@ -344,8 +365,11 @@ def validate(points: pd.DataFrame, folder: Path) -> pd.DataFrame:
         except PredictionError as exc:
             rows.append({**base, "measured_ms": 1e3 * measured, "skipped": str(exc), "ceilings": path.name})
             continue
+        band = {f"predicted_{k}": v for k, v in band_ms(pred).items()}
+        if band:  # whether the point lies in the prediction's band
+            band["inside_band"] = pred["batch_low_s"] <= measured <= pred["batch_high_s"]
         rows.append({**base, "measured_ms": 1e3 * measured, "predicted_ms": 1e3 * pred["batch_s"],
-                     "error": pred["batch_s"] / measured - 1, "composition": pred["composition"],
+                     "error": pred["batch_s"] / measured - 1, "composition": pred["composition"], **band,
                      **{k: 1e3 * v for k, v in pred.items() if k.startswith("t_")}, "ceilings": path.name})
     return pd.DataFrame(rows)
 

@@ -66,7 +66,8 @@ def cmd_whatif(args, comm) -> dict:
             raise CLIError(str(exc)) from None
         rows.append({k: point[k] for k in ("H", "B", "p", "parallel", "backend", "mode", "gemm", "N")}
                     | {"b": point["B"] // point["p"], "batch_ms": 1e3 * pred["batch_s"], "epoch_ms": 1e3 * pred["epoch_s"],
-                       "composition": pred["composition"]} | {k: 1e3 * v for k, v in pred.items() if k.startswith("t_")})
+                       "composition": pred["composition"]} | predictor.band_ms(pred)
+                    | {k: 1e3 * v for k, v in pred.items() if k.startswith("t_")})
     out = Path(args.out or results.run_dir()) / f"{args.name}.json"
     made = {"method": "perflab.analysis.predictor from the ceilings file alone (no training run)", "ceilings": str(path),
             "ceilings_machine": results.made_on(path), "predicted_by": results.git_commit(), "rows": rows}

@@ -462,6 +462,9 @@ def missed_points(folder: Path, worse_than: float = 0.2):
                 worst = ph.loc[gap.idxmax()]
                 row["phases: median abs error"] = f"{ph.error.abs().median():.0%} ({len(ph)})"
                 row["phase missed most"] = f"{worst.phase} ({worst.measured_ms - worst.predicted_ms:+.3f} ms)"
+        if "inside_band" in v and pd.notna(r.get("predicted_low_ms")):  # the staged copy's spread over the ceiling's walks
+            row["band from the copy's spread (ms)"] = (f"{r.predicted_low_ms:.3g}-{r.predicted_high_ms:.3g}: "
+                                                       + ("inside" if str(r.inside_band) == "True" else "outside"))
         same = v[(v[keys[1:]] == r[keys[1:]]).all(axis=1) & (v.source != r.source)]
         row["same point, other runs (ms)"] = ", ".join(f"{m:.3g}" for m in same.measured_ms) or "-"
         rows.append(row)
@@ -486,7 +489,11 @@ def missed_section() -> list[str]:
             "the ceilings time (the host between them, the staged path's pageable copies waiting on the stream); where "
             "the same point measured in another run lands near the prediction, the miss is the spread between runs "
             "(another instance of the machine, another day), which no ceilings file measured on a third can "
-            "predict.\n\n" + fmt(t.round(3))]
+            "predict. The staged points' band: the batch with the ceiling's fastest and slowest walk of the data set's "
+            "copies (`perflab ceilings` walks it 7 times): the pageable copy is the host's one-core memcpy into the "
+            "driver's staging buffers, which drifts by 10-30% over seconds on the device machines "
+            "(`experiments/staged_copy/`), so a staged point measured over one or a few epochs lands anywhere in it, "
+            "and beyond it where its run met a slower moment than the ceiling's.\n\n" + fmt(t.round(3).fillna("-"))]
 
 
 def predictor_sections() -> list[str]:

@@ -198,7 +198,7 @@ def predict(plan: Plan, folder):
         path = predictor.ceilings_for(Path(folder), pt["p"])
         pred = predictor.predict_point(pt, predictor.Ceilings.load(path))
         rows.append({**{k: pt[k] for k in ("H", "B", "p", "backend", "mode")}, "predicted_ms": 1e3 * pred["batch_s"],
-                     "composition": pred["composition"], "ceilings": path.name,
+                     "composition": pred["composition"], "ceilings": path.name, **predictor.band_ms(pred),
                      **{k: 1e3 * v for k, v in pred.items() if k.startswith("t_")}})
     table = pd.DataFrame(rows)
     meta = {**results.machine_metadata(), "ceilings": sorted(set(table.ceilings))}
