@@ -541,13 +541,20 @@ def predictor_sections() -> list[str]:
         pred = pd.DataFrame(made["rows"])
         keys = ["H", "B", "p", "mode"] + [k for k in ("parallel", "gemm") if k in pred and k in measured]
         both = pred.merge(measured.assign(measured_ms=1e3 * measured.epoch_seconds / measured.batches), on=keys)
-        both["error"] = (both.batch_ms / both.measured_ms - 1).map(lambda e: f"{e:+.0%}")
+        err = both.batch_ms / both.measured_ms - 1
+        both["error"] = err.map(lambda e: f"{e:+.0%}")
+        columns = ["H", "b", "p", *(k for k in ("parallel", "gemm") if k in keys), "mode", "batch_ms", "measured_ms", "error"]
+        if "low_ms" in both:  # the staged points' band from the copy ceiling's spread
+            both["band ms/batch"] = [f"{lo:.3g}-{hi:.3g}" if pd.notna(lo) else "-" for lo, hi in zip(both.low_ms, both.high_ms)]
+            columns.append("band ms/batch")
+        by_mode = "; ".join(f"{mode} median |error| {e.abs().median():.0%}, worst {e.abs().max():.0%} ({len(e)})"
+                            for mode, e in err.groupby(both["mode"]))
         out.append(f"### A prediction committed before its run\n\nPredicted by `perflab whatif` at git "
                    f"{made['predicted_by'][:8]} from `{made['ceilings']}` alone (`{made_path.relative_to(RESULTS_ROOT.parent)}`), "
                    f"then measured: {source(checks[0])}.\n\n"
-                   + fmt(both[["H", "b", "p", *(k for k in ("parallel", "gemm") if k in keys), "mode", "batch_ms",
-                               "measured_ms", "error"]].rename(
-                       columns={"batch_ms": "predicted ms/batch", "measured_ms": "measured ms/batch"}).round(3)))
+                   + fmt(both[columns].rename(
+                       columns={"batch_ms": "predicted ms/batch", "measured_ms": "measured ms/batch"}).round(3))
+                   + f"\n\n{by_mode}.\n")
     if waiting:
         out.append("### Predictions committed, their runs not yet made\n\n" + "\n".join(waiting))
     seeds_check = RESULTS_ROOT / "seeds-rtx6000" / "whatif_check.csv"
