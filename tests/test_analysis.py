@@ -1,5 +1,6 @@
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -229,3 +230,16 @@ def test_an_epoch_graph_is_judged_by_the_step_against_the_host_floor():
     text = " ".join(markdown.epoch_graph_text(RESULTS_ROOT / "nvidia-h200", 512, 800))
     assert "the GPU is the bottleneck" in text and "ceilings_p" in text
     assert markdown.epoch_graph_text(RESULTS_ROOT / "nvidia-h200-x4", 512, 800) == []  # no step kernels measured there
+
+
+def test_predicted_vs_measured_draws_a_staged_points_band_as_an_error_bar():
+    table = pd.DataFrame({"H": [512, 512], "B": [3000, 3000], "p": [1, 1], "mode": ["resident", "staged"],
+                          "measured_ms": [0.2, 2.0], "predicted_ms": [0.21, 1.8], "error": [0.05, -0.1],
+                          "predicted_low_ms": [np.nan, 1.6], "predicted_high_ms": [np.nan, 2.3]})
+    ax = plots.predicted_vs_measured(table).axes[0]
+    (bars,) = [c for c in ax.containers if getattr(c, "errorbar", None) is not None]
+    segments = bars.errorbar.lines[2][0].get_segments()
+    assert [tuple(np.round(s[:, 1], 6)) for s in segments] == [(0.21, 0.21), (1.6, 2.3)]  # none for resident
+    assert "staged" in ax.get_xticklabels()[1].get_text()
+    plain = plots.predicted_vs_measured(table.drop(columns=["predicted_low_ms", "predicted_high_ms"])).axes[0]
+    assert all(getattr(c, "errorbar", None) is None for c in plain.containers)

@@ -94,12 +94,19 @@ def finish_roofline(fig, ax, xlabel: str, title: str):
 
 
 def predicted_vs_measured(table, title=""):
-    """Bar chart of predicted and measured time per batch for each point, with the error."""
+    """Bar chart of predicted and measured time per batch for each point, with the error; where the
+    prediction has a band (a staged point: the copy ceiling's fastest and slowest walk), its ends
+    as an error bar on the predicted one."""
     fig, ax = new_figure(7.5, 4.2)
-    labels = [f"H={r.H}\nB={r.B}\np={r.p}" for r in table.itertuples()]
+    labels = [f"H={r.H}\nB={r.B}\np={r.p}" + (f"\n{r.mode}" if "mode" in table else "") for r in table.itertuples()]
     x = np.arange(len(table))
     ax.bar(x - 0.2, table["measured_ms"], 0.4, label="measured")
-    ax.bar(x + 0.2, table["predicted_ms"], 0.4, label="predicted")
+    band = None
+    if "predicted_low_ms" in table:
+        band = np.nan_to_num(np.vstack([table["predicted_ms"] - table["predicted_low_ms"],
+                                        table["predicted_high_ms"] - table["predicted_ms"]]).astype(float))
+    ax.bar(x + 0.2, table["predicted_ms"], 0.4, yerr=band, capsize=2,
+           label="predicted" + (" (bar: the staged copy's band)" if band is not None and band.any() else ""))
     for xi, (m, e) in enumerate(zip(table["measured_ms"], table["error"])):
         ax.text(xi, m * 1.02, f"{100 * e:+.0f}%", ha="center", fontsize=7)
     ax.set_xticks(x, labels, fontsize=7)
