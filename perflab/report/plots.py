@@ -98,7 +98,8 @@ def predicted_vs_measured(table, title=""):
     prediction has a band (a staged point: the copy ceiling's fastest and slowest walk), its ends
     as an error bar on the predicted one."""
     fig, ax = new_figure(7.5, 4.2)
-    labels = [f"H={r.H}\nB={r.B}\np={r.p}" + (f"\n{r.mode}" if "mode" in table else "") for r in table.itertuples()]
+    modes = "mode" in table and table["mode"].nunique() > 1
+    labels = [f"H={r.H}\nB={r.B}\np={r.p}" + (f"\n{r.mode}" if modes else "") for r in table.itertuples()]
     x = np.arange(len(table))
     ax.bar(x - 0.2, table["measured_ms"], 0.4, label="measured")
     band = None
