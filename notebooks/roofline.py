@@ -226,5 +226,20 @@ for folder, meta in (roofline.machines() if compare_committed else {}).items():
     both = t.pivot_table(index=["H", "B", "p"], columns="mode", values="t_batch iteration") * 1e3
     display(both.round(3))
 
+# %% [markdown]
+# ## The bottom-up predictor on every committed machine
+#
+# Each folder's `validation.csv` (`perflab validate --committed`): predicted from that machine's
+# ceilings alone against every committed point. Resident and pipelined points sit on the diagonal;
+# the staged ones scatter, because their image copy is the host's one-core memcpy, which drifts
+# over seconds (the bars: the band from the copy ceiling's fastest and slowest walk).
+
+# %%
+if compare_committed:
+    tables = {f.parent.name: pd.read_csv(f) for f in sorted(results.RESULTS_ROOT.glob("*/validation.csv"))}
+    display(Image(str(plots.save(plots.validation_scatter(tables), "predictor_validation_committed",
+        "The bottom-up predictor against every committed point, per machine folder, ms per batch. "
+        "Sources: results/<folder>/validation.csv."))))
+
 # %%
 cluster.stop(cluster_started)

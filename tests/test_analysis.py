@@ -243,3 +243,18 @@ def test_predicted_vs_measured_draws_a_staged_points_band_as_an_error_bar():
     assert "staged" in ax.get_xticklabels()[1].get_text()
     plain = plots.predicted_vs_measured(table.drop(columns=["predicted_low_ms", "predicted_high_ms"])).axes[0]
     assert all(getattr(c, "errorbar", None) is None for c in plain.containers)
+
+
+def test_validation_scatter_draws_a_panel_per_folder_with_predictions():
+    made_up = pd.DataFrame({"H": [512] * 3, "B": [3000] * 3, "p": [1, 2, 1], "backend": ["cupy"] * 3,
+                            "mode": ["resident", "resident", "staged"], "measured_ms": [0.2, 0.3, 2.0],
+                            "predicted_ms": [0.21, 0.25, 1.5], "predicted_low_ms": [np.nan, np.nan, 1.3],
+                            "predicted_high_ms": [np.nan, np.nan, 1.9]})
+    skipped = pd.DataFrame({"H": [512], "measured_ms": [1.0], "skipped": ["no ceilings"]})
+    fig = plots.validation_scatter({"gpu-box": made_up, "old-box": skipped})
+    (ax,) = fig.axes
+    points = sorted(tuple(xy) for c in ax.collections if type(c).__name__ == "PathCollection" for xy in c.get_offsets().tolist())
+    assert points == [(0.2, 0.21), (0.3, 0.25), (2.0, 1.5)]  # the folder with no prediction has no panel
+    assert "3 points, median |error| 17%, worst 25%" in ax.get_title()
+    bands = [s for c in ax.collections if type(c).__name__ == "LineCollection" for s in c.get_segments()]
+    assert [tuple(s[:, 1]) for s in bands] == [(1.3, 1.9)]

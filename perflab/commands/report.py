@@ -13,6 +13,7 @@ def cmd_report(args, comm) -> dict:
     if args.markdown:
         from perflab.results import RESULTS_ROOT
         path = RESULTS_ROOT / "REPORT.md"
+        markdown.validation_figure()
         path.write_text(markdown.analysis_markdown())
         if not args.json:
             print(f"wrote {path}")

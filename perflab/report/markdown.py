@@ -496,6 +496,26 @@ def missed_section() -> list[str]:
             "and beyond it where its run met a slower moment than the ceiling's.\n\n" + fmt(t.round(3).fillna("-"))]
 
 
+VALIDATION_FIGURE = "predictor_validation"
+
+
+def validation_figure() -> Path | None:
+    """results/figures/predictor_validation.png: every committed folder's validation.csv drawn
+    predicted against measured (plots.validation_scatter); None where no folder has a prediction."""
+    import pandas as pd
+
+    from perflab.report import plots
+    tables = {p.parent.name: pd.read_csv(p) for p in sorted(RESULTS_ROOT.glob("*/validation.csv"))}
+    tables = {k: t for k, t in tables.items() if "predicted_ms" in t and t.predicted_ms.notna().any()}
+    if not tables:
+        return None
+    return plots.save(plots.validation_scatter(tables), VALIDATION_FIGURE,
+                      "The bottom-up predictor (perflab.analysis.predictor, each machine's ceilings alone) against every "
+                      "committed point, ms per batch; bars: a staged point's band (the copy ceiling's fastest and slowest "
+                      "walk). Sources: results/<folder>/validation.csv (perflab validate --committed).",
+                      folder=RESULTS_ROOT / "figures")
+
+
 def predictor_sections() -> list[str]:
     """The bottom-up predictor against every committed point (validation.csv per machine folder),
     and the prediction committed before its run (results/predictions/*.json with its check)."""
@@ -685,7 +705,10 @@ def analysis_markdown() -> str:
             both["staged / resident"] = both["staged"] / both["resident"]
             out += ["", "### Staged (the seeds' path) against resident (data on the GPU, NCCL), ms per batch", "",
                     fmt(both.reset_index().round(3))]
-    out += ["", "## The bottom-up predictor (perflab.analysis.predictor, from ceilings alone)", ""] + predictor_sections()
+    out += ["", "## The bottom-up predictor (perflab.analysis.predictor, from ceilings alone)", ""]
+    if (RESULTS_ROOT / "figures" / f"{VALIDATION_FIGURE}.png").exists():
+        out += [f"![predicted against measured, every committed folder](figures/{VALIDATION_FIGURE}.png)", ""]
+    out += predictor_sections()
     out += step_section()
     out += parallel_section()
     out += allreduce_section()

@@ -240,6 +240,45 @@ def step_breakdown(steps):
     return fig
 
 
+def validation_scatter(tables: dict):
+    """Predicted against measured ms per batch, one panel per machine folder (tables: folder ->
+    its validation.csv), log-log, a colour per mode, hollow where p > 1; the diagonal with the
+    10% and 25% lines either side; a staged point's band as a vertical bar. Skipped points
+    (no prediction) are left out."""
+    import matplotlib.pyplot as plt
+    tables = {k: t[t["predicted_ms"].notna()] for k, t in tables.items() if "predicted_ms" in t and t["predicted_ms"].notna().any()}
+    fig, axes = plt.subplots(1, max(1, len(tables)), figsize=(3.6 * max(1, len(tables)), 3.9), squeeze=False)
+    colours = {"resident": "C0", "staged": "C1", "pipelined": "C2", "numpy": "C4"}
+    for ax, (folder, t) in zip(axes[0], tables.items()):
+        t = t.assign(mode=t["mode"].where(t["backend"] != "numpy", "numpy")) if "backend" in t else t
+        lo, hi = 0.7 * min(t.measured_ms.min(), t.predicted_ms.min()), 1.4 * max(t.measured_ms.max(), t.predicted_ms.max())
+        line = np.array([lo, hi])
+        ax.loglog(line, line, color="0.3", lw=1)
+        for f, style in ((1.1, ":"), (1.25, "--")):
+            for g in (f, 1 / f):
+                ax.loglog(line, g * line, color="0.6", lw=0.8, ls=style)
+        for mode, g in t.groupby("mode"):
+            several = g.p > 1
+            for mask, face in ((~several, colours.get(mode, "C3")), (several, "none")):
+                part = g[mask]
+                if not len(part):
+                    continue
+                ax.scatter(part.measured_ms, part.predicted_ms, s=16, facecolors=face, edgecolors=colours.get(mode, "C3"),
+                           label=f"{mode}" + (", p > 1" if face == "none" else ""))
+            if "predicted_low_ms" in g and g.predicted_low_ms.notna().any():
+                b = g[g.predicted_low_ms.notna()]
+                ax.vlines(b.measured_ms, b.predicted_low_ms, b.predicted_high_ms, color=colours.get(mode, "C3"), lw=0.8, alpha=0.6)
+        err = (t.predicted_ms / t.measured_ms - 1).abs()
+        ax.set_title(f"{folder}\n{len(t)} points, median |error| {err.median():.0%}, worst {err.max():.0%}", fontsize=8)
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.set_xlabel("measured ms per batch", fontsize=8)
+        ax.grid(True, which="both", alpha=0.2)
+        ax.legend(fontsize=6, loc="upper left")
+    axes[0][0].set_ylabel("predicted ms per batch (dotted 10%, dashed 25%)", fontsize=8)
+    return fig
+
+
 def allreduce(bench, title=""):
     """Milliseconds of one all-reduce against its size, one line per implementation
     (`perflab bench allreduce`), with the gradient sizes of H=512 and H=2048 marked."""
