@@ -187,3 +187,19 @@ def test_main_job_in_a_fresh_clone_measures_this_machine_and_leaves_git_status_c
 def test_new_options_reject_bad_values_naming_them(tmp_path, args, message):
     proc = run_cli(*args, env={"PERFLAB_RUN_DIR": str(tmp_path)})
     assert proc.returncode != 0 and message in proc.stderr + proc.stdout, (proc.stdout[-1500:], proc.stderr[-1500:])
+
+
+def test_the_main_jobs_predictions_carry_the_staged_band(monkeypatch, tmp_path):
+    """plan.predict on a one-GPU plan from the H100's committed ceilings: every point predicted,
+    the staged ones with the copy's band around their prediction, the others without one."""
+    monkeypatch.setattr(plan, "gpu_count", lambda: 1)
+    monkeypatch.setattr(plan.os, "cpu_count", lambda: 16)
+    gpu = plan.roofline_plan(estimate=False)
+    shutil.copy(results.RESULTS_ROOT / "nvidia-h100-80gb-hbm3" / "ceilings_p1.csv", tmp_path / "ceilings_p1.csv")
+    table = plan.predict(gpu, tmp_path)
+    written = pd.read_csv(tmp_path / "predictions.csv")
+    assert len(written) == len(gpu.points) == len(table) and written.predicted_ms.gt(0).all()
+    staged = written["mode"] == "staged"
+    assert staged.any() and written.loc[~staged, "low_ms"].isna().all()
+    assert (written.low_ms[staged] <= written.predicted_ms[staged]).all()
+    assert (written.predicted_ms[staged] <= written.high_ms[staged]).all()
