@@ -258,3 +258,18 @@ def test_validation_scatter_draws_a_panel_per_folder_with_predictions():
     assert "3 points, median |error| 17%, worst 25%" in ax.get_title()
     bands = [s for c in ax.collections if type(c).__name__ == "LineCollection" for s in c.get_segments()]
     assert [tuple(s[:, 1]) for s in bands] == [(1.3, 1.9)]
+
+
+def test_trainer_form_ratios_charge_dz1s_split_to_backward_gemm_3(tmp_path, monkeypatch):
+    monkeypatch.setattr(markdown, "RESULTS_ROOT", tmp_path / "results")
+    folder = tmp_path / "results" / "gpu-box"
+    folder.mkdir(parents=True)
+    times = {"forward GEMM 1 (cuBLAS)": 4.0, "forward GEMM 1 (x3tf32)": 2.0, "backward GEMM 3 (cuBLAS)": 6.0,
+             "backward GEMM 3 (x3tf32)": 2.5, "fused backward with dz1's split (x3tf32)": 1.5, "fused backward: dz1, dW2, db1": 1.0}
+    rows = [{"ceiling": "step_kernel", "impl": name, "H": H, "B": B, "seconds": s * (1 + (H == 512))}
+            for name, s in times.items() for H in (512, 1024) for B in (3200,)]
+    pd.DataFrame(rows).to_csv(folder / "ceilings_p1.csv", index=False)
+    (line,) = [x for x in markdown.trainer_form_ratios(folder / "ceilings_p1.csv", hidden=(512, 1024), batches=(3200,)) if x]
+    assert "x3tf32 2.00x cuBLAS SGEMM" in line and "worst 2.00x" in line  # bwd3: 6 / (2.5 + 1.5 - 1.0)
+    pd.DataFrame(rows[:3]).to_csv(folder / "ceilings_p1.csv", index=False)
+    assert markdown.trainer_form_ratios(folder / "ceilings_p1.csv") == []  # no tensor-core step kernels: no line

@@ -65,6 +65,33 @@ def gemm_table(path: Path) -> str:
                                "gives no device events, so its time is the host's over calls queued back to back.")
 
 
+def trainer_form_ratios(ceilings_path: Path, hidden=(512, 1024, 2048), batches=(3200, 12800)) -> list[str]:
+    """cuBLAS SGEMM's time over x3tf32's as the trainer calls it: the step kernels of a ceilings
+    file (`perflab ceilings`, each timed alone in replayed graphs; the images' K-major forms and
+    splits made once per run, W1 split in every forward GEMM 1, and the time dz1's split adds to
+    the fused backward pass charged to backward GEMM 3)."""
+    import numpy as np
+    import pandas as pd
+    if not ceilings_path.exists():
+        return []
+    c = pd.read_csv(ceilings_path)
+    k = c[c.ceiling == "step_kernel"].set_index(["impl", "H", "B"]).seconds
+    ratios = []
+    try:
+        for H in hidden:
+            for B in batches:
+                split = max(0.0, k[("fused backward with dz1's split (x3tf32)", H, B)] - k[("fused backward: dz1, dW2, db1", H, B)])
+                ratios += [k[("forward GEMM 1 (cuBLAS)", H, B)] / k[("forward GEMM 1 (x3tf32)", H, B)],
+                           k[("backward GEMM 3 (cuBLAS)", H, B)] / (k[("backward GEMM 3 (x3tf32)", H, B)] + split)]
+    except KeyError:  # a ceilings file from before the tensor-core step kernels
+        return []
+    return ["", f"As the trainer calls them, from the step kernels of {source(ceilings_path)} (each timed alone in "
+                "replayed graphs; the images' K-major forms and splits made once per run, W1 split in every forward "
+                "GEMM 1, the time dz1's split adds to the fused backward pass charged to backward GEMM 3): x3tf32 "
+                f"{np.exp(np.log(ratios).mean()):.2f}x cuBLAS SGEMM, geometric mean over fwd1 and bwd3 at H "
+                f"{'/'.join(map(str, hidden))}, B {'/'.join(map(str, batches))}, worst {min(ratios):.2f}x."]
+
+
 def tensor_core_section(train_path: Path, gemm_path: Path) -> str:
     """The tensor-core GEMMs (wgmma: TF32; x3tf32: 3xTF32, FP32-accurate) in training and alone,
     beside the FP32 cuBLAS floor, JAX's 3xTF32 and cuBLAS TF32."""
@@ -100,6 +127,7 @@ def tensor_core_section(train_path: Path, gemm_path: Path) -> str:
                   "wgmma / cuBLAS TF32": rates.wgmma / rates["pytorch-tf32"]}
         lines += ["", f"Over these {len(rates)} shapes: " + "; ".join(
             f"{name} geometric mean {np.exp(np.log(v).mean()):.2f}, worst {v.min():.2f}" for name, v in ratios.items()) + "."]
+    lines += trainer_form_ratios(train_path.parent / "ceilings_p1.csv")
     checks = sorted(train_path.parent.glob("check_tensor_cores_weights_*.log"))  # one: the run of these kernels
     if checks:
         runs = [json.loads(line) for line in checks[-1].read_text().splitlines() if line.startswith("{")]
