@@ -25,5 +25,14 @@ for stage in $stages; do
     tcgemm) python3 -m perflab bench gemm --variants best tf32 wgmma x3tf32 cublas cublas-x3tf32 --batches 3200 12000 \
               --out "$OUT" 2>&1 | tail -70 ;;  # the tensor-core GEMMs beside cuBLAS FP32 and TF32 and JAX's 3xTF32
     hold) python3 -m perflab bench hold --out "$OUT" 2>&1 | tail -20 ;;  # clock and power under load
+    splitab) python3 experiments/wgmma/split_ab.py 2>&1 | tee "$OUT/split_ab.jsonl" | tail -14 ;;  # issue 32's per-call split
+    stagedspread) for i in 1 2 3 4 5; do  # one staged point in five fresh processes: the spread between runs
+                    python3 -m perflab sweep --name staged_spread_$i --backend cupy --mode staged --hidden 1280 \
+                      --per-rank-batch 1600 --train-size 60000 --num-epochs 5 --out "$OUT/spread" 2>&1 | tail -1
+                  done
+                  python3 -c "import glob, pandas as pd; t = pd.concat(pd.read_csv(f) for f in sorted(glob.glob('$OUT/spread/*.csv')));\
+print((1e3 * t.epoch_seconds / t.batches).round(3).tolist())" | tee "$OUT/staged_spread.txt" ;;
+    stagedtimeline) python3 -m perflab timeline --modes staged --hidden-size 1280 --batch-size 1600 --train-size 16000 \
+                      --out "$OUT" 2>&1 | tail -3 ;;  # where the unprofiled staged batch's time goes
   esac
 done
