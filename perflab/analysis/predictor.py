@@ -195,7 +195,7 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
                               f"{point.get('mode', '')}")
     Bl = B / p
     gradient = perfmodel.gradient_buffer_bytes(H)
-    terms = {}
+    terms, band = {}, {}
     if point["backend"] == "numpy":
         if parallel == "model":  # a rank: H/p hidden units of the whole batch; the C x B logits all-reduced
             terms["kernels"] = sum(c.kernel("cpu", k, H / p, B) for k in ("forward", "backward", "step"))
@@ -226,10 +226,9 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
             spread = c.staged_images_spread(Bl)
             if spread:  # the batch at the ceiling's fastest and slowest walk of copies
                 band = {"batch_low_s": batch + spread[0] - terms["images"], "batch_high_s": batch + spread[1] - terms["images"]}
-                return {"batch_s": batch, "composition": composition, **band, **{f"t_{k}": v for k, v in terms.items()}}
         else:
             return pipelined_batch(H, Bl, p, int(point.get("chunks", 4)), c, terms)
-    return {"batch_s": batch, "composition": composition, **{f"t_{k}": v for k, v in terms.items()}}
+    return {"batch_s": batch, "composition": composition, **band, **{f"t_{k}": v for k, v in terms.items()}}
 
 
 # the fused model-parallel step on several GPUs: the output layer unfused around the logits' all-reduce
