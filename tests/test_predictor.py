@@ -323,3 +323,12 @@ def test_the_tensor_core_gemms_compose_the_step_from_their_own_kernels():
             predictor.predict_point(bad, c)
     with pytest.raises(predictor.PredictionError, match="no gpu step_kernel rows for 'forward GEMM 1 \\(x3tf32\\)'"):
         predictor.predict_point(point(gemm="x3tf32"), base)
+
+
+def test_describe_counts_the_staged_points_inside_their_band():
+    from perflab.analysis import validation
+    t = pd.DataFrame({"error": [0.05, -0.3, 0.1, None], "inside_band": [None, False, True, None],
+                      "skipped": [None, None, None, "no ceilings"]})
+    assert validation.describe(t) == ("3 points, median |error| 10%, worst 30%, 1 skipped; "
+                                      "1 of 2 staged points inside their copy band")
+    assert "band" not in validation.describe(t.drop(columns="inside_band"))

@@ -64,8 +64,12 @@ def summary(table: pd.DataFrame) -> dict:
     done = table[table["error"].notna()] if "error" in table else table.iloc[:0]
     if not len(done):
         return {"points": 0, "skipped": int(len(table))}
-    return {"points": int(len(done)), "skipped": int(len(table) - len(done)),
-            "median_abs_error": float(done.error.abs().median()), "worst_abs_error": float(done.error.abs().max())}
+    out = {"points": int(len(done)), "skipped": int(len(table) - len(done)),
+           "median_abs_error": float(done.error.abs().median()), "worst_abs_error": float(done.error.abs().max())}
+    if "inside_band" in done and done.inside_band.notna().any():  # the staged points and their copy band
+        banded = done.inside_band.dropna().astype(str) == "True"
+        out |= {"banded": int(len(banded)), "inside_band": int(banded.sum())}
+    return out
 
 
 def describe(table: pd.DataFrame) -> str:
@@ -74,4 +78,5 @@ def describe(table: pd.DataFrame) -> str:
         reasons = sorted(set(table.get("skipped", pd.Series(dtype=str)).dropna()))[:2]
         return f"no point predicted ({s['skipped']} skipped: {'; '.join(reasons)})"
     return (f"{s['points']} points, median |error| {s['median_abs_error']:.0%}, worst {s['worst_abs_error']:.0%}"
-            + (f", {s['skipped']} skipped" if s["skipped"] else ""))
+            + (f", {s['skipped']} skipped" if s["skipped"] else "")
+            + (f"; {s['inside_band']} of {s['banded']} staged points inside their copy band" if "banded" in s else ""))

@@ -562,6 +562,7 @@ def predictor_sections() -> list[str]:
                      "median abs error": f"{s['median_abs_error']:.0%}" if s["points"] else "-",
                      "worst": f"{s['worst_abs_error']:.0%}" if s["points"] else "-",
                      **{mode: by_mode.get(mode, "-") for mode in MODES},
+                     "staged in band": f"{s['inside_band']} of {s['banded']}" if "banded" in s else "-",
                      "profiled phases": phase_error(path.with_name("validation_phases.csv")),
                      "sources": ", ".join(sorted(set(done.source))) if len(done) else "no ceilings with the step's kernels"})
     if not rows:
