@@ -779,3 +779,10 @@ def test_staged_images_ceiling_walks_the_data_set_and_keeps_its_spread():
         assert 0 < r["min_seconds"] <= r["seconds"] <= r["max_seconds"]
         assert r["size_bytes"] == r["B"] * (784 * 4 + 8)
     assert rows[1]["seconds"] > rows[0]["seconds"]  # four times the bytes a batch
+
+
+def test_step_floors_are_medians_and_a_graph_replay_costs_the_host_less_than_its_kernels_one_by_one():
+    from perflab.measure import ceilings
+    rows = {r["impl"]: r for r in ceilings.gpu_step_floors(steps=10, repeats=3)}
+    assert set(rows) == {"graph replay", "eager launch"} and rows["eager launch"]["kernels"] >= 4
+    assert 0 < rows["graph replay"]["seconds"] < rows["eager launch"]["seconds"]

@@ -187,9 +187,10 @@ def gpu_step_kernels(hidden=HIDDEN_GRID, batches=BATCH_GRID, repeats: int = 10, 
     return rows
 
 
-def gpu_step_floors(steps: int = 200) -> list[dict]:
+def gpu_step_floors(steps: int = 40, repeats: int = 7) -> list[dict]:
     """Host seconds per step where the host, not the GPU, is the bound (H = B = 16): the fused step
-    replayed as one graph, and launched kernel by kernel (the staged path launches it so)."""
+    replayed as one graph, and launched kernel by kernel (the staged path launches it so). The
+    median over `repeats` runs of `steps` steps: one run's mean carries any hiccup of the host."""
     import cupy as cp
 
     from perflab.measure.bench import step_kernels
@@ -206,15 +207,12 @@ def gpu_step_floors(steps: int = 200) -> list[dict]:
         graph = stream.end_capture()
         rows = []
         for name, step in (("graph replay", lambda: graph.launch(stream)), ("eager launch", eager)):
-            step()
-            stream.synchronize()
-            start = time.perf_counter()
-            for _ in range(steps):
-                step()
-            stream.synchronize()
+            def run(step=step):
+                for _ in range(steps):
+                    step()
+            seconds = median_seconds(run, repeats, warmup=1, sync=stream.synchronize) / steps
             rows.append({"ceiling": "step_floor", "device": "gpu", "impl": name, "dtype": "float32", "shape": "",
-                         "size_bytes": 0, "ranks": 1, "kernels": len(calls),
-                         "seconds": (time.perf_counter() - start) / steps, "unit": "s"})
+                         "size_bytes": 0, "ranks": 1, "kernels": len(calls), "seconds": seconds, "unit": "s"})
             rows[-1]["value"] = rows[-1]["seconds"]
     return rows
 
