@@ -510,7 +510,7 @@ def missed_section() -> list[str]:
         return []
     t = pd.concat(parts, ignore_index=True)
     t = t[["machine"] + [c for c in t.columns if c != "machine"]]
-    return ["### The points missed by more than 20%, and what their profiled runs say\n\n"
+    return ["\n### The points missed by more than 20%, and what their profiled runs say\n\n"
             "For each: the profiled run's phases that the predictor composes (`validation_phases.csv`), how well "
             "they matched, the one that missed by the most, and the same configuration measured in the folder's other "
             "runs. Where the phases match and the point does not, what is wrong lies outside the kernels and copies "
