@@ -5,6 +5,10 @@ set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 XLA_PYTHON_CLIENT_PREALLOCATE=false
 OUT=${OUT:-/tmp/perflab-out}; mkdir -p "$OUT"
 stages=${*:-"info compile tests gemm hold check train"}
+known=" info compile tests gemm check train peers tensorcores tcgemm hold splitab stagedspread stagedtimeline "
+for stage in $stages; do  # every name checked before any runs: a typo must not skip a stage of a paid call
+  [[ $known == *" $stage "* ]] || { echo "gpu_check.sh: unknown stage '$stage'; stages:$known" >&2; exit 2; }
+done
 for stage in $stages; do
   echo "=== $stage $(date +%T)"
   case $stage in

@@ -175,3 +175,17 @@ def test_every_prediction_check_a_device_script_runs_has_its_committed_predictio
     for name in names:
         made = PROJECT_ROOT / "results" / "predictions" / f"{name.removeprefix('prediction_check_')}.json"
         assert made.exists(), f"{name}: no {made.relative_to(PROJECT_ROOT)}"
+
+
+def test_gpu_check_refuses_an_unknown_stage_before_running_any(tmp_path):
+    """A typo in a paid device call's stage list stops it at once, naming the stages there are;
+    the list it checks against is the script's own case labels."""
+    import re
+    script = PROJECT_ROOT / "scripts" / "gpu_check.sh"
+    text = script.read_text()
+    known = set(re.search(r'known=" ([^"]+) "', text).group(1).split())
+    assert known == set(re.findall(r"^    (\w+)\)", text, re.M))
+    out = subprocess.run(["bash", str(script), "info", "splitabb"], cwd=tmp_path, capture_output=True, text=True,
+                         env={"OUT": str(tmp_path / "out"), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 2 and "unknown stage 'splitabb'" in out.stderr and "splitab" in out.stderr
+    assert "=== info" not in out.stdout  # nothing ran
