@@ -60,14 +60,23 @@ def validate_folder(folder: Path, out: str | None = None, write: bool = True) ->
     return table, path
 
 
+def inside_band(table: pd.DataFrame) -> pd.Series:
+    """The staged points' inside_band flags as booleans, indexed as the table (a validation.csv
+    read back holds them as text among the other points' blanks); empty where there are none."""
+    if "inside_band" not in table:
+        return pd.Series(dtype=bool)
+    flags = table.inside_band.dropna()
+    return flags.astype(str) == "True"
+
+
 def summary(table: pd.DataFrame) -> dict:
     done = table[table["error"].notna()] if "error" in table else table.iloc[:0]
     if not len(done):
         return {"points": 0, "skipped": int(len(table))}
     out = {"points": int(len(done)), "skipped": int(len(table) - len(done)),
            "median_abs_error": float(done.error.abs().median()), "worst_abs_error": float(done.error.abs().max())}
-    if "inside_band" in done and done.inside_band.notna().any():  # the staged points and their copy band
-        banded = done.inside_band.dropna().astype(str) == "True"
+    banded = inside_band(done)  # the staged points and their copy band
+    if len(banded):
         out |= {"banded": int(len(banded)), "inside_band": int(banded.sum())}
     return out
 

@@ -474,9 +474,12 @@ def missed_points(folder: Path, worse_than: float = 0.2):
     matched there, the phase that missed by the most milliseconds, and the same configuration's
     unprofiled time in the folder's other runs (the spread between runs)."""
     import pandas as pd
+
+    from perflab.analysis import validation
     v = pd.read_csv(folder / "validation.csv")
     if "error" not in v:
         return v.iloc[:0]
+    banded = validation.inside_band(v)
     phases = pd.read_csv(folder / "validation_phases.csv") if (folder / "validation_phases.csv").exists() else None
     keys = ["source", "H", "B", "p", "mode", "parallel"]
     rows = []
@@ -490,9 +493,9 @@ def missed_points(folder: Path, worse_than: float = 0.2):
                 worst = ph.loc[gap.idxmax()]
                 row["phases: median abs error"] = f"{ph.error.abs().median():.0%} ({len(ph)})"
                 row["phase missed most"] = f"{worst.phase} ({worst.measured_ms - worst.predicted_ms:+.3f} ms)"
-        if "inside_band" in v and pd.notna(r.get("predicted_low_ms")):  # the staged copy's spread over the ceiling's walks
+        if r.name in banded.index:  # the staged copy's spread over the ceiling's walks
             row["band from the copy's spread (ms)"] = (f"{r.predicted_low_ms:.3g}-{r.predicted_high_ms:.3g}: "
-                                                       + ("inside" if str(r.inside_band) == "True" else "outside"))
+                                                       + ("inside" if banded[r.name] else "outside"))
         same = v[(v[keys[1:]] == r[keys[1:]]).all(axis=1) & (v.source != r.source)]
         row["same point, other runs (ms)"] = ", ".join(f"{m:.3g}" for m in same.measured_ms) or "-"
         rows.append(row)
@@ -534,9 +537,8 @@ def validation_figure() -> Path | None:
 
     from perflab.report import plots
     tables = {p.parent.name: pd.read_csv(p) for p in sorted(RESULTS_ROOT.glob("*/validation.csv"))}
-    tables = {k: t for k, t in tables.items() if "predicted_ms" in t and t.predicted_ms.notna().any()}
-    if not tables:
-        return None
+    if not any("predicted_ms" in t and t.predicted_ms.notna().any() for t in tables.values()):
+        return None  # validation_scatter draws the folders with a prediction
     return plots.save(plots.validation_scatter(tables), VALIDATION_FIGURE,
                       "The bottom-up predictor (perflab.analysis.predictor, each machine's ceilings alone) against every "
                       "committed point, ms per batch; bars: a staged point's band (the copy ceiling's fastest and slowest "
