@@ -273,3 +273,13 @@ def test_trainer_form_ratios_charge_dz1s_split_to_backward_gemm_3(tmp_path, monk
     assert "x3tf32 2.00x cuBLAS SGEMM" in line and "worst 2.00x" in line  # bwd3: 6 / (2.5 + 1.5 - 1.0)
     pd.DataFrame(rows[:3]).to_csv(folder / "ceilings_p1.csv", index=False)
     assert markdown.trainer_form_ratios(folder / "ceilings_p1.csv") == []  # no tensor-core step kernels: no line
+
+
+def test_a_figure_saved_twice_is_the_same_bytes(tmp_path, monkeypatch):
+    """Regenerating the committed figures leaves git clean where nothing changed (no date in the PDF)."""
+    table = pd.DataFrame({"H": [512], "B": [3000], "p": [1], "measured_ms": [0.2], "predicted_ms": [0.21], "error": [0.05]})
+    saved = []
+    for day in range(2):  # two saves a day apart, as matplotlib would date them
+        monkeypatch.setenv("SOURCE_DATE_EPOCH", str(86400 * (day + 1)))
+        saved.append(plots.save(plots.predicted_vs_measured(table), "twice", "a caption", folder=tmp_path / str(day)))
+    assert all((s.with_suffix(x).read_bytes() == saved[0].with_suffix(x).read_bytes()) for s in saved for x in (".pdf", ".png"))

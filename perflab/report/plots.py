@@ -33,7 +33,7 @@ def save(fig, name: str, caption: str, folder: Path | None = None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     fig.text(0.01, 0.005, "\n".join(textwrap.wrap(caption, 120)), fontsize=7, va="bottom", ha="left")
     fig.tight_layout(rect=(0, 0.03 + 0.018 * caption.count(" ") / 18, 1, 1))
-    fig.savefig(folder / f"{name}.pdf")
+    fig.savefig(folder / f"{name}.pdf", metadata={"CreationDate": None})  # the same figure, the same bytes
     fig.savefig(folder / f"{name}.png", dpi=130)
     (folder / f"{name}.txt").write_text(caption + "\n")
     import matplotlib.pyplot as plt
