@@ -101,4 +101,7 @@ def main(thp: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "default")
+    thp = sys.argv[1] if len(sys.argv) > 1 else "default"
+    if thp not in ("default", "huge", "small"):
+        raise SystemExit(f"processes.py: transparent huge pages {thp!r}: say default, huge or small")
+    main(thp)
