@@ -32,10 +32,10 @@ for stage in $stages; do
     splitab) python3 experiments/wgmma/split_ab.py 2>&1 | tee "$OUT/split_ab.jsonl" | tail -14 ;;  # issue 32's per-call split
     stagedspread) for i in 1 2 3 4 5; do  # one staged point in five fresh processes: the spread between runs
                     python3 -m perflab sweep --name staged_spread_$i --backend cupy --mode staged --hidden 1280 \
-                      --per-rank-batch 1600 --train-size 60000 --num-epochs 5 --out "$OUT/spread" 2>&1 | tail -1
-                  done
-                  python3 -c "import glob, pandas as pd; t = pd.concat(pd.read_csv(f) for f in sorted(glob.glob('$OUT/spread/*.csv')));\
-print((1e3 * t.epoch_seconds / t.batches).round(3).tolist())" | tee "$OUT/staged_spread.txt" ;;
+                      --per-rank-batch 1600 --train-size 60000 --num-epochs 5 --out /tmp/spread 2>&1 | tail -1
+                  done  # one CSV back, not five: a call brings 8 files at most
+                  python3 -c "import glob, pandas as pd; t = pd.concat(pd.read_csv(f) for f in sorted(glob.glob('/tmp/spread/*.csv')));\
+t.to_csv('$OUT/staged_spread.csv', index=False); print((1e3 * t.epoch_seconds / t.batches).round(3).tolist())" ;;
     stagedtimeline) python3 -m perflab timeline --modes staged --hidden-size 1280 --batch-size 1600 --train-size 16000 \
                       --out "$OUT" 2>&1 | tail -3 ;;  # where the unprofiled staged batch's time goes
   esac
