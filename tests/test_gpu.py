@@ -646,6 +646,37 @@ def test_copy_k_major_copies_and_splits_any_view_exactly(rng, rows, K):
         copy_k_major(full.astype(cp.float64)[:rows, :K], big)
 
 
+def tf32_rest_on_host(x):
+    """round(x - trunc(x)) to TF32, in NumPy's bits: the small part of x whose big part is x itself."""
+    keep = np.uint32(0xFFFFE000)
+    rest = x - (x.view(np.uint32) & keep).view(np.float32)  # exact: the low 13 bits of x's mantissa
+    return ((rest.view(np.uint32) + np.uint32(0x1000)) & keep).view(np.float32)
+
+
+@pytest.mark.parametrize("rows, K", [(1, 4), (33, 1), (257, 1001), (130, 788)])
+def test_small_part_of_an_operand_read_in_place_is_exact_and_leaves_the_padding(rng, rows, K):
+    """x3tf32's split of an operand it reads in place: the small parts bit for bit as NumPy rounds
+    them, into a poisoned padded buffer whose padding stays poisoned; trunc(x) + small within
+    2^-21 of x; a view the kernel cannot read in place refused by name."""
+    wgmma_or_skip()
+    from perflab.kernels.wgmma import k_major_in_place, small_part
+    pitch = -(-K // 4) * 4 + 4  # rows 16-byte aligned, wider than K
+    full = cp.asarray(rng.uniform(-1, 1, (rows, pitch)).astype(np.float32) * np.float32(3.7))
+    x = full[:, :K]
+    assert k_major_in_place(x)
+    padded = cp.full((rows, pitch), np.nan, np.float32)
+    small = padded[:, :K]
+    small_part(x, small)
+    host = cp.asnumpy(x)
+    assert np.array_equal(cp.asnumpy(small).view(np.uint32), tf32_rest_on_host(host).view(np.uint32))
+    big = (host.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
+    assert np.abs(big + cp.asnumpy(small) - host).max() <= 2.0 ** -21 * np.abs(host).max()
+    assert bool(cp.isnan(padded[:, K:]).all())
+    if K > 1:
+        with pytest.raises(kernels.KernelError, match="in place"):
+            small_part(x.T, cp.empty((K, rows), np.float32))
+
+
 @pytest.mark.parametrize("variant", WGMMA)
 def test_every_wgmma_config_and_split_with_alpha_beta_and_the_epilogue(rng, variant):
     """Every (config, splits) tune() may pick, at an odd shape, with alpha and beta (out scaled in

@@ -297,3 +297,29 @@ __global__ void __launch_bounds__(256) k_major_copy(const float* __restrict__ sr
         }
     }
 }
+
+// x3tf32's split of an operand the kernel reads in place (rows x K, K contiguous, rows ldx apart and
+// 16-byte aligned): only small = round(x - trunc(x)) is written, into rows lds apart. The operand
+// itself serves as its big part, since the tensor cores read an FP32 operand's TF32 truncation: a
+// third of the split's traffic saved and no copy of x (experiments/wgmma/split_ab.py: 1.07x the
+// x3tf32 GEMM's speed, error 3.3e-7 against float64 where the rounded split's is 2.5e-7 and
+// SGEMM's 5.0e-7). Four floats a thread where a row holds them, one by one at a row's end.
+__device__ __forceinline__ float tf32_rest(float x) { return tf32_round(x - __uint_as_float(__float_as_uint(x) & 0xffffe000u)); }
+
+extern "C" __global__ void __launch_bounds__(256) small_part(const float* __restrict__ x, int rows, int K, long long ldx,
+                                                              float* __restrict__ small, long long lds) {
+    const long long quads = (K + 3) / 4, n = rows * quads;
+    for (long long i = blockIdx.x * 256ll + threadIdx.x; i < n; i += gridDim.x * 256ll) {
+        const long long r = i / quads;
+        const int k = 4 * (int)(i % quads);
+        const float* src = x + r * ldx + k;
+        float* dst = small + r * lds + k;
+        if (k + 4 <= K) {
+            float4 v = *reinterpret_cast<const float4*>(src);
+            v.x = tf32_rest(v.x); v.y = tf32_rest(v.y); v.z = tf32_rest(v.z); v.w = tf32_rest(v.w);
+            *reinterpret_cast<float4*>(dst) = v;
+        } else {
+            for (int j = 0; k + j < K; ++j) dst[j] = tf32_rest(src[j]);
+        }
+    }
+}

@@ -3,8 +3,10 @@
 The kernel reads two K-major operands through TMA tensor maps: A (M x K) and Bt = b^T (N x K), each
 row-major with 16-byte aligned rows. An operand stored so is read in place; any other (b as the
 trainer's forward GEMM 1 holds it is; a transposed view or an odd K is not) is first copied into
-a K-major buffer of this module's. x3tf32 writes its operands' TF32 big and small parts into such
-buffers, in one pass each (copy_k_major: tiled, so that a transposed view is read coalesced). An array declared constant() (the
+a K-major buffer of this module's. x3tf32 writes an operand's TF32 big and small parts into such
+buffers in one pass (copy_k_major: tiled, so that a transposed view is read coalesced), or, for an
+operand read in place, only its small parts (small_part): the operand is its own big part, since
+the tensor cores read an FP32 number's TF32 truncation. An array declared constant() (the
 trainer's resident images) is prepared once instead: its K-major copies and splits, in both
 orientations, are kept, and any slice of it is read from them. The buffers, the tensor maps and
 the split-K workspace are made on first use and kept per shape: a GEMM must run once outside CUDA
@@ -66,7 +68,7 @@ def kernel_name(x3: bool, config: tuple) -> str:
 
 def wgmma_names() -> tuple:
     return (tuple(kernel_name(x3, c) for x3 in (False, True) for c in CONFIGS[x3])
-            + ("wgmma_splitk_sum", "k_major_copy<false>", "k_major_copy<true>"))
+            + ("wgmma_splitk_sum", "k_major_copy<false>", "k_major_copy<true>", "small_part"))
 
 
 def plan(M: int, N: int, K: int, config: tuple, splits: int, sms: int) -> tuple[int, int, int]:
@@ -128,6 +130,21 @@ def copy_k_major(x, big, small=None):
     fn((math.ceil(rows / 32), math.ceil(K / 32)), (256,),
        (x, np.int64(x.strides[0] // 4), np.int64(x.strides[1] // 4), i32(rows), i32(K), big,
         big if small is None else small, i32(big.strides[0] // 4)))
+
+
+def small_part(x, small):
+    """small = x's TF32 small part round(x - trunc(x)), x read in place (k_major_in_place): x itself
+    is then its big part, since the tensor cores read an FP32 operand's TF32 truncation
+    (gemm_wgmma.cu's small_part)."""
+    rows, K = x.shape
+    if not k_major_in_place(x) or small.shape != x.shape or small.strides[1] != 4 or small.strides[0] % 16:
+        raise KernelError(f"small_part splits a K-major {x.shape} array read in place into a K-major buffer of its "
+                          f"shape, got strides {x.strides} into {small.shape} with strides {small.strides}")
+    quads = rows * math.ceil(K / 4)
+    if quads:
+        fn = module("gemm_wgmma.cu", wgmma_names()).get_function("small_part")
+        fn((min(math.ceil(quads / 256), 16 * multiprocessors()),), (256,),
+           (x, i32(rows), i32(K), np.int64(x.strides[0] // 4), small, np.int64(small.strides[0] // 4)))
 
 
 def hopper() -> bool:
@@ -285,14 +302,19 @@ def k_major_in_place(x) -> bool:
 
 
 def k_major(x, role: str, x3: bool) -> tuple:
-    """x (rows x K, any strides) as the kernel reads it: (big, small) K-major parts for x3, else
-    (x, x) where x already is K-major with 16-byte aligned rows, or (copy, copy). A slice of a
+    """x (rows x K, any strides) as the kernel reads it: (big, small) K-major parts for x3 (x itself
+    its big part where it is K-major with 16-byte aligned rows), else (x, x) where x is so, or
+    (copy, copy). A slice of a
     constant() is read from its kept forms where their rows start 16-byte aligned."""
     rows, K = x.shape
     direct = k_major_in_place(x)
     kept = None if direct and not x3 else prepared(x, x3)
     if kept is not None and all(p.data.ptr % 16 == 0 for p in kept):
         return kept if x3 else (kept[0], kept[0])
+    if x3 and direct:  # x is its own big part: only the small one is written
+        (small,) = buffers(role + " small", rows, K, 1)
+        small_part(x, small)
+        return x, small
     if x3:
         big, small = buffers(role, rows, K, 2)
         copy_k_major(x, big, small)
