@@ -812,6 +812,17 @@ def test_staged_images_ceiling_walks_the_data_set_and_keeps_its_spread():
     assert rows[1]["seconds"] > rows[0]["seconds"]  # four times the bytes a batch
 
 
+def test_a_swept_staged_point_carries_its_copy_probed_beside_it_and_a_resident_one_none():
+    from perflab.train.comm import Serial
+    from perflab.workbook.sweep import measure_point
+    base = {"H": 67, "B": 501, "p": 1, "parallel": "data", "backend": "cupy", "gemm": "cublas", "dtype": "float32",
+            "N": 2003, "epochs": 1, "learning_rate": 0.1}
+    staged = measure_point({**base, "mode": "staged"}, Serial())
+    assert 0 < staged["copy_probe_min_s"] <= staged["copy_probe_s"] <= staged["copy_probe_max_s"]
+    assert staged["copy_probe_s"] < staged["epoch_seconds"] / staged["batches"]  # a batch copies and computes
+    assert "copy_probe_s" not in measure_point({**base, "mode": "resident"}, Serial())
+
+
 def test_step_floors_are_medians_and_a_graph_replay_costs_the_host_less_than_its_kernels_one_by_one():
     from perflab.measure import ceilings
     rows = {r["impl"]: r for r in ceilings.gpu_step_floors(steps=10, repeats=3)}

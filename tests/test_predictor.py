@@ -332,3 +332,34 @@ def test_describe_counts_the_staged_points_inside_their_band():
     assert validation.describe(t) == ("3 points, median |error| 10%, worst 30%, 1 skipped; "
                                       "1 of 2 staged points inside their copy band")
     assert "band" not in validation.describe(t.drop(columns="inside_band"))
+
+
+def test_a_staged_point_with_its_copy_probed_is_predicted_again_at_the_probes_level(tmp_path):
+    """The sweep's copy probe rescales the ceilings' staged copy (its shape over B kept, median and
+    spread each at the probe's level) and nothing else; validate gives both predictions."""
+    c = table()
+    t = c.table.copy()
+    walks = t.ceiling == "staged_images"
+    t.loc[walks, "min_seconds"], t.loc[walks, "max_seconds"] = 0.8 * t.seconds[walks], 1.5 * t.seconds[walks]
+    c = predictor.Ceilings(t, source="made-up")
+    staged = point(mode="staged", B=3000, N=8000)
+    copy = c.staged_images(3000)
+    probed = c.probed(3000, 2 * copy, 1.5 * copy, 3 * copy)
+    assert probed.staged_images(3000) == pytest.approx(2 * copy) and probed.staged_images(2000) == pytest.approx(
+        2 * c.staged_images(2000))
+    assert probed.staged_images_spread(3000) == pytest.approx((1.5 * copy, 3 * copy))
+    blind, again = predictor.predict_point(staged, c), predictor.predict_point(staged, probed)
+    assert again["t_kernels"] == blind["t_kernels"] and again["t_images"] == pytest.approx(2 * blind["t_images"])
+    assert again["batch_s"] - blind["batch_s"] == pytest.approx((2 * 3000 + 2000) * 1e-7 / 3, rel=1e-9)  # a copy more
+    measured = {"epoch_seconds": 3 * again["batch_s"], "batches": 3}
+    rows = pd.DataFrame([{**staged, **measured, "copy_probe_s": 2 * copy, "copy_probe_min_s": 1.5 * copy,
+                          "copy_probe_max_s": 3 * copy},
+                         {**point(), "epoch_seconds": 0.01, "batches": 1, "copy_probe_s": np.nan}])
+    c.table.to_csv(tmp_path / "ceilings_p1.csv", index=False)
+    v = predictor.validate(rows, tmp_path)
+    assert v.error_probed.iloc[0] == pytest.approx(0.0, abs=1e-12) and v.error.iloc[0] < -0.01
+    assert v.probed_copy_ms.iloc[0] == pytest.approx(2e3 * copy) and bool(v.inside_probed_band.iloc[0])
+    assert np.isnan(v.error_probed.iloc[1])  # a resident point has no probe
+    s = validation.summary(v)
+    assert s["probed"] == 1 and s["median_abs_error_probed"] == pytest.approx(0.0, abs=1e-12)
+    assert "1 staged points with the copy probed beside them" in validation.describe(v)

@@ -141,6 +141,19 @@ class Ceilings:
             return None
         return loglog(t.B, t.min_seconds, B), loglog(t.B, t.max_seconds, B)
 
+    def probed(self, B: float, seconds: float, low: float, high: float) -> "Ceilings":
+        """This file with its staged copy rescaled to a probe taken beside a run (the sweep's
+        copy_probe_s, min, max: walks at the rank's batch B): the copy's shape over B from the
+        file, its level from the moment of the run. Only the copy changes."""
+        t = self.table.copy()
+        rows = t.ceiling == "staged_images"
+        t.loc[rows, "seconds"] *= seconds / self.staged_images(B)
+        spread = self.staged_images_spread(B)
+        if spread:
+            t.loc[rows, "min_seconds"] *= low / spread[0]
+            t.loc[rows, "max_seconds"] *= high / spread[1]
+        return Ceilings(t, source=f"{self.source} with the staged copy probed beside the run")
+
     def allreduce(self, ceiling: str, p: int, nbytes: float) -> float:
         """From t = a + S / b fitted to the measured sizes within 16x of S (the path's protocol
         changes with size, so one line through 4 KiB..256 MiB misses the gradient's size)."""
@@ -367,10 +380,27 @@ def validate(points: pd.DataFrame, folder: Path) -> pd.DataFrame:
         band = {f"predicted_{k}": v for k, v in band_ms(pred).items()}
         if band:  # whether the point lies in the prediction's band
             band["inside_band"] = pred["batch_low_s"] <= measured <= pred["batch_high_s"]
+        band |= probed_prediction(point, load(path), measured)
         rows.append({**base, "measured_ms": 1e3 * measured, "predicted_ms": 1e3 * pred["batch_s"],
                      "error": pred["batch_s"] / measured - 1, "composition": pred["composition"], **band,
                      **{k: 1e3 * v for k, v in pred.items() if k.startswith("t_")}, "ceilings": path.name})
     return pd.DataFrame(rows)
+
+
+def probed_prediction(point: dict, c: Ceilings, measured: float) -> dict:
+    """A staged point measured with its copy probed beside it (the sweep's copy_probe_s): predicted
+    again with the ceilings' copy at the probe's level, to say how much of the error is the copy's
+    drift. Empty for other points."""
+    probe = point.get("copy_probe_s")
+    if probe is None or not np.isfinite(probe):
+        return {}
+    Bl = int(point["B"]) / int(point["p"])
+    pred = predict_point(point, c.probed(Bl, probe, point["copy_probe_min_s"], point["copy_probe_max_s"]))
+    out = {"probed_copy_ms": 1e3 * probe, "predicted_probed_ms": 1e3 * pred["batch_s"],
+           "error_probed": pred["batch_s"] / measured - 1}
+    if "batch_low_s" in pred:
+        out["inside_probed_band"] = pred["batch_low_s"] <= measured <= pred["batch_high_s"]
+    return out
 
 
 # the profiled run's phases (the seeds' NVTX names; unfused kernels, the device synchronized at each

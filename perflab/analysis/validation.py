@@ -78,7 +78,23 @@ def summary(table: pd.DataFrame) -> dict:
     banded = inside_band(done)  # the staged points and their copy band
     if len(banded):
         out |= {"banded": int(len(banded)), "inside_band": int(banded.sum())}
+    probed = done[done.error_probed.notna()] if "error_probed" in done else done.iloc[:0]
+    if len(probed):  # staged points measured with their copy probed beside them: blind, then at the probe
+        out |= {"probed": int(len(probed)), "median_abs_error_blind_probed": float(probed.error.abs().median()),
+                "worst_abs_error_blind_probed": float(probed.error.abs().max()),
+                "median_abs_error_probed": float(probed.error_probed.abs().median()),
+                "worst_abs_error_probed": float(probed.error_probed.abs().max())}
     return out
+
+
+def probed_summary(s: dict) -> str:
+    """The staged points with their copy probed, in words: their error from the ceilings file, then
+    with the copy at the probe's level."""
+    if "probed" not in s:
+        return ""
+    return (f"{s['probed']} staged points with the copy probed beside them: median |error| "
+            f"{s['median_abs_error_blind_probed']:.0%} (worst {s['worst_abs_error_blind_probed']:.0%}) from the ceilings, "
+            f"{s['median_abs_error_probed']:.0%} (worst {s['worst_abs_error_probed']:.0%}) at the probed copy")
 
 
 def describe(table: pd.DataFrame) -> str:
@@ -88,4 +104,5 @@ def describe(table: pd.DataFrame) -> str:
         return f"no point predicted ({s['skipped']} skipped: {'; '.join(reasons)})"
     return (f"{s['points']} points, median |error| {s['median_abs_error']:.0%}, worst {s['worst_abs_error']:.0%}"
             + (f", {s['skipped']} skipped" if s["skipped"] else "")
-            + (f"; {s['inside_band']} of {s['banded']} staged points inside their copy band" if "banded" in s else ""))
+            + (f"; {s['inside_band']} of {s['banded']} staged points inside their copy band" if "banded" in s else "")
+            + (f"; {probed_summary(s)}" if "probed" in s else ""))

@@ -496,6 +496,8 @@ def missed_points(folder: Path, worse_than: float = 0.2):
         if r.name in banded.index:  # the staged copy's spread over the ceiling's walks
             row["band from the copy's spread (ms)"] = (f"{r.predicted_low_ms:.3g}-{r.predicted_high_ms:.3g}: "
                                                        + ("inside" if banded[r.name] else "outside"))
+        if "error_probed" in v and pd.notna(r.error_probed):  # the copy probed beside this very run
+            row["at the probed copy (ms)"] = f"{r.predicted_probed_ms:.3g} ({r.error_probed:+.0%})"
         same = v[(v[keys[1:]] == r[keys[1:]]).all(axis=1) & (v.source != r.source)]
         row["same point, other runs (ms)"] = ", ".join(f"{m:.3g}" for m in same.measured_ms) or "-"
         rows.append(row)
@@ -565,6 +567,9 @@ def predictor_sections() -> list[str]:
                      "worst": f"{s['worst_abs_error']:.0%}" if s["points"] else "-",
                      **{mode: by_mode.get(mode, "-") for mode in MODES},
                      "staged in band": f"{s['inside_band']} of {s['banded']}" if "banded" in s else "-",
+                     "staged, copy probed: blind / at the probe": (
+                         f"{s['probed']}: {s['median_abs_error_blind_probed']:.0%} ({s['worst_abs_error_blind_probed']:.0%}) / "
+                         f"{s['median_abs_error_probed']:.0%} ({s['worst_abs_error_probed']:.0%})") if "probed" in s else "-",
                      "profiled phases": phase_error(path.with_name("validation_phases.csv")),
                      "sources": ", ".join(sorted(set(done.source))) if len(done) else "no ceilings with the step's kernels"})
     if not rows:
@@ -577,7 +582,10 @@ def predictor_sections() -> list[str]:
            "to these points, but they are not a blind test: most were measured before the ceilings that predict them "
            "were committed (the main jobs' predictions were written before their sweeps, in the same run), and the "
            "predictor's terms were chosen while comparing with them. The blind tests are the predictions below, "
-           "each committed before its run.\n\n" + fmt(pd.DataFrame(rows))]
+           "each committed before its run. Staged points measured with their copy probed beside them (the sweep "
+           "walks the staged copy just before and after the timed epochs: `copy_probe_s`) are also predicted with the "
+           "ceilings' copy at the probe's level: median (worst) |error| from the ceilings, then at the probe, says how "
+           "much of a staged error is the copy's drift between the ceilings run and the point's.\n\n" + fmt(pd.DataFrame(rows))]
     out += missed_section()
     waiting = []
     for made_path in sorted((RESULTS_ROOT / "predictions").glob("*_h*_b*.json")):

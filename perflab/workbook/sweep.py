@@ -140,9 +140,12 @@ def measure_trained_point(point: dict, comm, dataset: str) -> dict | None:
                  learning_rate=point.get("learning_rate", 0.1))
     device = Device(backend=point["backend"], mode=point["mode"], gemm=point["gemm"],
                     comm="mpi" if point["mode"] in HOST_STAGED else "nccl")
+    probe = point["backend"] == "cupy" and point["mode"] == "staged"
+    walks = copy_probe(comm, cfg.batch_size // comm.size, cfg.train_size // comm.size) if probe else []
     # one extra epoch first, dropped: it pays for kernel compilation, library handles and graph capture
     history, trainer = train_on_ranks(cfg.replace(num_epochs=cfg.num_epochs + 1), point["parallel"], comm, device, log=None)
     history.epochs = history.epochs[1:]
+    walks += copy_probe(comm, cfg.batch_size // comm.size, cfg.train_size // comm.size) if probe else []
     profiled, _ = train_on_ranks(cfg.replace(num_epochs=1), point["parallel"], comm, device, log=None, profiled=True)
     phases = [t for t in comm.allgather(profiled.phases)]
     if comm.rank != 0:
@@ -160,9 +163,26 @@ def measure_trained_point(point: dict, comm, dataset: str) -> dict | None:
            "flops_per_batch": perfmodel.seeds_flops(w)["batch"], "exact_flops_per_batch": sum(perfmodel.phase_flops(w).values()),
            "bytes_pcie": by["pcie_gradients"], "bytes_images": by["pcie_images"], "bytes_mpi": by["mpi_seeds"],
            "ai": perfmodel.arithmetic_intensity(w), "batches": cfg.num_batches, "final_loss": history.final_loss}
+    if walks:  # the copy as it ran around this point's timed epochs (perflab.analysis.predictor: probed)
+        row |= {"copy_probe_s": float(np.mean([w["seconds"] for w in walks])),
+                "copy_probe_min_s": min(w["min_seconds"] for w in walks),
+                "copy_probe_max_s": max(w["max_seconds"] for w in walks)}
     row.update({f"t_{name}": float(v) for name, v in medians.items()})
     row.update(perfmodel.effective_rates(w, medians.to_dict()))
     return row
+
+
+def copy_probe(comm, Bl: int, N: int) -> list[dict]:
+    """The staged copy of a rank's batch (perflab ceilings' staged_images, 3 walks of the rank's
+    share of the data set), on every rank at once as in training: the slowest rank's (a staged
+    step ends in an all-reduce that waits for it), as a one-row list.
+    The copy is the host's one-core memcpy, which drifts by +-20% over seconds and between
+    processes (experiments/staged_copy): a staged point is explained by the copy measured beside
+    it, not only by the ceilings file's."""
+    from perflab.measure import ceilings
+    comm.barrier()
+    (walk,) = ceilings.staged_images(batches=(Bl,), N=max(N, Bl), walks=3)
+    return [max(comm.allgather(walk), key=lambda w: w["seconds"])]
 
 
 def sub_world(world, p: int):
