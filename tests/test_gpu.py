@@ -362,7 +362,7 @@ def test_sgd_update_one_launch(rng):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("gemm", ["best", "cublas", "tiled"])
-@pytest.mark.parametrize("mode, graphs", [("resident", True), ("resident", False), ("staged", False),
+@pytest.mark.parametrize("mode, graphs", [("resident", True), ("resident", False), ("staged", True), ("staged", False),
                                          ("pipelined", True), ("pipelined", False)])
 def test_gpu_training_matches_reference(dtype, gemm, mode, graphs):
     from perflab.config import Config
@@ -372,6 +372,26 @@ def test_gpu_training_matches_reference(dtype, gemm, mode, graphs):
                  batch_size=100, num_epochs=2, learning_rate=0.5, test_size=50, dtype=dtype)
     result = check(cfg, "data", Serial(), Device(backend="cupy", mode=mode, gemm=gemm, graphs=graphs, comm="mpi"))
     assert result["max_rel_error"] <= TOL[dtype], result["errors"]
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_staged_graphs_replay_one_graph_per_batch_size_and_train_as_the_eager_step(shuffle):
+    """The staged step replays a graph captured per batch size (the copy lands in one buffer), and
+    ends in the weights the step launched kernel by kernel reaches, shuffled or not."""
+    from perflab.config import Config
+    from perflab.train.comm import Serial
+    from perflab.train.runner import Device, train_on_ranks
+    cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=(61,), num_classes=7, train_size=517,
+                 batch_size=100, num_epochs=2, learning_rate=0.5, test_size=0, dtype="float32", shuffle=shuffle)
+    weights = {}
+    for graphs in (True, False):
+        _, trainer = train_on_ranks(cfg, "data", Serial(), Device(backend="cupy", mode="staged", graphs=graphs), log=None)
+        weights[graphs] = trainer.P.get()
+        if graphs:
+            assert trainer.graphs and {k[:2] for k in trainer.cache} == {("staged", 100), ("staged", 17)}
+        else:
+            assert not trainer.cache
+    assert rel(weights[True], weights[False].astype(np.float64)) <= 1e-6
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -734,16 +754,17 @@ def test_wgmma_gemms_replay_in_a_graph_once_run_and_name_a_capture_before(rng, v
 @pytest.mark.parametrize("gemm, tolerance", [("x3tf32", 1e-5), ("wgmma", 5e-3)])
 def test_training_with_the_wgmma_gemms_matches_the_reference(gemm, tolerance):
     """x3tf32 trains at float32's tolerance against the float64 reference, wgmma at TF32's; in CUDA
-    graphs (resident) and launched one by one (staged, each batch copied: new operands each step)."""
+    graphs (resident; staged, each batch copied into one buffer the graph reads) and launched one by
+    one (staged, no graphs)."""
     wgmma_or_skip()
     from perflab.config import Config
     from perflab.train.comm import Serial
     from perflab.train.runner import Device, check
     cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=(61,), num_classes=7, train_size=517,
                  batch_size=100, num_epochs=2, learning_rate=0.5, test_size=50, dtype="float32")
-    for mode in ("resident", "staged"):
-        result = check(cfg, "data", Serial(), Device(backend="cupy", gemm=gemm, comm="mpi", mode=mode))
-        assert result["tolerance"] == tolerance and result["passed"], (mode, result["errors"])
+    for mode, graphs in (("resident", True), ("staged", True), ("staged", False)):
+        result = check(cfg, "data", Serial(), Device(backend="cupy", gemm=gemm, comm="mpi", mode=mode, graphs=graphs))
+        assert result["tolerance"] == tolerance and result["passed"], (mode, graphs, result["errors"])
 
 
 def test_wgmma_reads_slices_of_a_constant_from_its_kept_forms(rng):

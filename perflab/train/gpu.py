@@ -11,7 +11,8 @@ Same math as perflab.train.model (checked against it), laid out for speed:
 Parameters and gradients each live in one flat device buffer. In `resident` mode the data
 sit on the GPU and each batch's whole step is captured once as a CUDA graph and replayed (on
 several GPUs forward and backward only; the all-reduce and update launch after it); in `staged`
-mode (the seeds' path) each batch is copied host -> device every iteration.
+mode (the seeds' path) each batch is copied host -> device every iteration into one device
+buffer, and the step after the copy replays its graph the same way.
 """
 from __future__ import annotations
 
@@ -83,7 +84,8 @@ class FusedGPU(Sequential):
         # row (results/nvidia-h100-80gb-hbm3/bench_step_fused_forward.csv, ncu_output_forward.txt).
         self.fuse_backward = fuse_backward and cfg.num_classes <= kernels.MAX_FUSED_CLASSES
         self.fuse_output = fuse_output and cfg.num_classes <= kernels.MAX_FUSED_CLASSES
-        self.graphs = graphs and mode == "resident" and not cfg.shuffle
+        # staged: the copy lands in one device buffer, so the step after it replays a graph too
+        self.graphs = graphs and (mode == "staged" or not cfg.shuffle)
         (H, D), C = host_params[0].shape, cfg.num_classes
         dtype = np.dtype(cfg.dtype)
         self.P = cp.asarray(np.concatenate([p.ravel() for p in host_params]))
@@ -263,17 +265,18 @@ class FusedGPU(Sequential):
         with self.stream:
             if self.mode == "staged":
                 n = (part.stop - part.start) if isinstance(part, slice) else len(part)
-                Xb, yb = self.Xdev[:, :n], self.ydev[:n]
+                Xb, yb, key = self.Xdev[:, :n], self.ydev[:n], ("staged", n, want)
                 with phase("copying images host -> device"):
                     Xb.set(np.asfortranarray(self.X[:, part]), stream=self.stream)
                     yb.set(np.ascontiguousarray(self.y[part]), stream=self.stream)
+            else:
+                Xb, yb = self.X[:, part], self.y[part]
+                key = (part.start, part.stop, want) if isinstance(part, slice) else None
+            if not self.graphs or profile.recording():  # a graph cannot be timed phase by phase
                 self.step(Xb, yb, global_b, want)
-            elif not self.graphs or profile.recording():  # a graph cannot be timed phase by phase
-                self.step(self.X[:, part], self.y[part], global_b, want)
             else:
                 whole = self.whole_graph
-                self.replay((part.start, part.stop, want), self.step if whole else self.gradients,
-                            self.X[:, part], self.y[part], global_b, want)
+                self.replay(key, self.step if whole else self.gradients, Xb, yb, global_b, want)
                 if not whole:
                     self.exchange_and_update()
         return self.batch_loss(global_b) if want else None
