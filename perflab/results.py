@@ -73,7 +73,7 @@ def machine_metadata() -> dict:
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "host": platform.node(), "cpu": cpu_model(), "cpu_count": os.cpu_count(),
             "python": sys.version.split()[0], "numpy": numpy.__version__, "git_commit": git_commit(),
-            "fingerprint": host_fingerprint()}
+            "fingerprint": host_fingerprint(), "boot": boot_id()}
     try:
         from mpi4py import MPI
         meta["mpi"] = MPI.Get_library_version().splitlines()[0].strip().strip("\x00")
@@ -91,6 +91,15 @@ def machine_name(meta: dict | None = None) -> str:
     """The committed campaign's folder name: the GPU model where there is one, else the CPU's."""
     meta = meta or machine_metadata()
     return slug(meta.get("gpu") or f"cpu-{meta['cpu']}")
+
+
+def boot_id() -> str:
+    """Eight hex digits of this boot of the kernel: two lends of one device image (the same host name
+    and machine-id, so the same fingerprint) differ, and their host-side speeds do."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace("-", "")[:8]
+    except OSError:
+        return ""
 
 
 def host_fingerprint() -> str:

@@ -844,6 +844,15 @@ def test_a_swept_staged_point_carries_its_copy_probed_beside_it_and_a_resident_o
     assert "copy_probe_s" not in measure_point({**base, "mode": "resident"}, Serial())
 
 
+def test_the_staged_trainers_floor_is_named_by_how_its_step_is_launched():
+    from perflab.measure.ceilings import trainer_floor
+    from perflab.train.comm import Serial
+    graph, eager = (trainer_floor(Serial(), "staged", batches=(5, 40), graphs=g) for g in (True, False))
+    assert [r["impl"] for r in graph] == ["trainer staged graph", "trainer staged graph epoch"]
+    assert [r["impl"] for r in eager] == ["trainer staged", "trainer staged epoch"]
+    assert graph[0]["seconds"] > 0 and eager[0]["seconds"] > 0
+
+
 def test_step_floors_are_medians_and_a_graph_replay_costs_the_host_less_than_its_kernels_one_by_one():
     from perflab.measure import ceilings
     rows = {r["impl"]: r for r in ceilings.gpu_step_floors(steps=10, repeats=3)}

@@ -85,8 +85,9 @@ def test_a_staged_prediction_carries_the_band_of_the_copy_ceilings_spread(tmp_pa
     assert staged["batch_high_s"] == pytest.approx(staged["batch_s"] + 0.5 * copies, rel=1e-9)
     assert "batch_low_s" not in predictor.predict_point(point(), c)  # resident: no copy, no band
     measured = {"epoch_seconds": 3 * staged["batch_high_s"] * 1.01, "batches": 3}
-    rows = pd.DataFrame([{**point(mode="staged", B=3000, N=8000), **measured},
-                         {**point(mode="staged", B=3000, N=8000), "epoch_seconds": 3 * staged["batch_s"], "batches": 3}])
+    rows = pd.DataFrame([{**point(mode="staged", B=3000, N=8000), **measured, "graphs": True},
+                         {**point(mode="staged", B=3000, N=8000), "epoch_seconds": 3 * staged["batch_s"], "batches": 3,
+                          "graphs": True}])
     c.table.to_csv(tmp_path / "ceilings_p1.csv", index=False)
     v = predictor.validate(rows, tmp_path)
     assert list(v.inside_band) == [False, True]
@@ -352,7 +353,7 @@ def test_a_staged_point_with_its_copy_probed_is_predicted_again_at_the_probes_le
     assert again["t_kernels"] == blind["t_kernels"] and again["t_images"] == pytest.approx(2 * blind["t_images"])
     assert again["batch_s"] - blind["batch_s"] == pytest.approx((2 * 3000 + 2000) * 1e-7 / 3, rel=1e-9)  # a copy more
     measured = {"epoch_seconds": 3 * again["batch_s"], "batches": 3}
-    rows = pd.DataFrame([{**staged, **measured, "copy_probe_s": 2 * copy, "copy_probe_min_s": 1.5 * copy,
+    rows = pd.DataFrame([{**staged, **measured, "graphs": True, "copy_probe_s": 2 * copy, "copy_probe_min_s": 1.5 * copy,
                           "copy_probe_max_s": 3 * copy},
                          {**point(), "epoch_seconds": 0.01, "batches": 1, "copy_probe_s": np.nan}])
     c.table.to_csv(tmp_path / "ceilings_p1.csv", index=False)
@@ -363,3 +364,19 @@ def test_a_staged_point_with_its_copy_probed_is_predicted_again_at_the_probes_le
     s = validation.summary(v)
     assert s["probed"] == 1 and s["median_abs_error_probed"] == pytest.approx(0.0, abs=1e-12)
     assert "1 staged points with the copy probed beside them" in validation.describe(v)
+
+
+def test_a_staged_step_is_charged_the_host_floor_of_the_way_it_was_launched(tmp_path):
+    """Graphed (the trainer's default since bd32702): `trainer staged graph`, or on an older file the
+    resident trainer's replay; kernel by kernel (--no-graphs, and a sweep row from before, which has
+    no graphs column): `trainer staged`."""
+    c = table()
+    staged = point(mode="staged", H=256, B=100, N=200)  # the host's floor bounds so tiny a step
+    host = {g: predictor.predict_point({**staged, "graphs": g}, c)["t_host"] for g in (True, False)}
+    assert host == {True: pytest.approx(3e-5), False: pytest.approx(2e-4)}
+    graph_row = pd.DataFrame([{"ceiling": "step_floor", "impl": "trainer staged graph", "ranks": 1, "seconds": 5e-5}])
+    newer = predictor.Ceilings(pd.concat([c.table, graph_row], ignore_index=True), source="made-up")
+    assert predictor.predict_point(staged, newer)["t_host"] == pytest.approx(5e-5)
+    c.table.to_csv(tmp_path / "ceilings_p1.csv", index=False)
+    old_row = pd.DataFrame([{**staged, "epoch_seconds": 4e-4, "batches": 2}])
+    assert predictor.validate(old_row, tmp_path).t_host.iloc[0] == pytest.approx(2e-1)  # ms: kernel by kernel

@@ -108,6 +108,16 @@ class Ceilings:
             raise PredictionError(f"{self.source} has no step_floor row {name!r}: measure it with `perflab ceilings`")
         return float(t.seconds.iloc[0])
 
+    def staged_floor(self, graphs: bool) -> float:
+        """The staged trainer's host floor a step: its step replayed as a graph (`trainer staged
+        graph`), or launched kernel by kernel (`trainer staged`). A file from before the staged
+        step was graphed has only the latter; there a graphed step is charged the resident
+        trainer's floor (the same replay, without the copy's call)."""
+        if not graphs:
+            return self.floor("trainer staged")
+        has = len(self.rows("step_floor", impl="trainer staged graph"))
+        return self.floor("trainer staged graph" if has else "trainer resident")
+
     def optional_floor(self, name: str) -> float:
         """A floor that older ceilings files lack: 0 there."""
         t = self.rows("step_floor", impl=name)
@@ -231,7 +241,7 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
             batch = max(terms["kernels"] + terms["exchange"], terms["host"])
             composition = "max(kernels + NCCL all-reduce, the trainer's host floor + launches)"
         elif point["mode"] == "staged":
-            terms["host"] = c.floor("trainer staged")
+            terms["host"] = c.staged_floor(bool(point.get("graphs", True)))
             terms["images"] = c.staged_images(Bl)
             terms["exchange"] = c.staged_exchange(p, gradient) if p > 1 else 0.0
             batch = terms["images"] + max(terms["kernels"], terms["host"]) + terms["exchange"]
@@ -364,6 +374,8 @@ def validate(points: pd.DataFrame, folder: Path) -> pd.DataFrame:
         point = r.to_dict()
         base = {k: point[k] for k in ("H", "B", "p", "backend", "mode", "parallel", "gemm", "dtype") if k in point}
         measured = measured_batch_seconds(point)
+        if point.get("mode") == "staged" and pd.isna(point.get("graphs", np.nan)):
+            point["graphs"] = False  # measured before the staged step was graphed (bd32702): kernel by kernel
         path = ceilings_for(folder, int(point["p"]))
         if path is None:
             rows.append({**base, "measured_ms": 1e3 * measured, "skipped": f"no ceilings file in {folder}"})
