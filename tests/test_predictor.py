@@ -380,3 +380,34 @@ def test_a_staged_step_is_charged_the_host_floor_of_the_way_it_was_launched(tmp_
     c.table.to_csv(tmp_path / "ceilings_p1.csv", index=False)
     old_row = pd.DataFrame([{**staged, "epoch_seconds": 4e-4, "batches": 2}])
     assert predictor.validate(old_row, tmp_path).t_host.iloc[0] == pytest.approx(2e-1)  # ms: kernel by kernel
+
+
+def test_on_one_gpu_the_next_staged_copy_runs_under_the_graph_and_behind_eager_launches_in_series():
+    c = table()
+    staged = point(mode="staged", H=4096, B=4000, N=8000)  # kernels 6 x 4096 x 4000 x 10 ps = 0.98 ms
+    kernels, images = 6 * 4096 * 4000 * 1e-11, 4000 * 1e-7
+    graphed = predictor.predict_point(staged, c)
+    assert graphed["batch_s"] == pytest.approx(max(images, kernels) + 3e-5)  # the resident replay's floor
+    eager = predictor.predict_point({**staged, "graphs": False}, c)
+    assert eager["batch_s"] == pytest.approx(images + max(kernels, 2e-4))
+    two = predictor.predict_point({**staged, "p": 2, "B": 8000, "N": 16000}, c)  # the exchange keeps it serial
+    assert two["batch_s"] == pytest.approx(images + max(kernels, 3e-5) + two["t_exchange"])
+
+
+def test_a_sweep_is_predicted_from_the_ceilings_measured_beside_it_first(tmp_path):
+    c = table()
+    c.table.to_csv(tmp_path / "ceilings_p1.csv", index=False)
+    beside = tmp_path / "prediction_check_x_ceilings"
+    beside.mkdir()
+    slow = c.table.copy()
+    slow.loc[slow.ceiling == "step_kernel", "seconds"] *= 2
+    slow.to_csv(beside / "ceilings_p1.csv", index=False)
+    row = {**point(), "epoch_seconds": 0.01, "batches": 2, "status": "measured"}
+    for name in ("prediction_check_x", "prediction_check_y"):
+        pd.DataFrame([row]).to_csv(tmp_path / f"{name}.csv", index=False)
+    assert validation.own_ceilings(tmp_path / "prediction_check_x.csv", tmp_path) == beside
+    table_, _ = validation.validate_folder(tmp_path, write=False)
+    by = table_.set_index("source")
+    assert by.ceilings["prediction_check_x.csv"] == "prediction_check_x_ceilings/ceilings_p1.csv"
+    assert by.ceilings["prediction_check_y.csv"] == "ceilings_p1.csv"
+    assert by.predicted_ms["prediction_check_x.csv"] == pytest.approx(2 * by.predicted_ms["prediction_check_y.csv"])

@@ -16,8 +16,9 @@ Terms (seconds per batch, one rank):
             (staged), MPI alone (numpy); each from a latency-bandwidth fit t = a + S / b to the
             measured times of that very call against size at p ranks
 Composition follows the code: where the host enqueues work the GPU runs later, the two overlap
-(max); copies that block the host and the host all-reduce run in series (sum), as in the seeds'
-serial model; the pipelined mode's streams overlap, so its terms compose by max over a little
+(max); on one GPU the staged copy of the next batch (the host's memcpy into the driver's staging)
+runs while the GPU replays the step's graph (max); a host all-reduce, and the copy behind a step
+the host launches kernel by kernel, run in series (sum), as in the seeds' serial model; the pipelined mode's streams overlap, so its terms compose by max over a little
 pipeline of gradient pieces (`pipelined_batch`). Each prediction names the ceilings file it used.
 """
 from __future__ import annotations
@@ -241,14 +242,23 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
             batch = max(terms["kernels"] + terms["exchange"], terms["host"])
             composition = "max(kernels + NCCL all-reduce, the trainer's host floor + launches)"
         elif point["mode"] == "staged":
-            terms["host"] = c.staged_floor(bool(point.get("graphs", True)))
+            graphed = bool(point.get("graphs", True))
+            terms["host"] = c.staged_floor(graphed)
             terms["images"] = c.staged_images(Bl)
             terms["exchange"] = c.staged_exchange(p, gradient) if p > 1 else 0.0
-            batch = terms["images"] + max(terms["kernels"], terms["host"]) + terms["exchange"]
-            composition = "images + max(kernels, the trainer's host floor) + exchange (serial)"
+            if graphed and p == 1:
+                # the host copies batch k+1 into the driver's staging while the GPU replays batch k's graph
+                def compose(images):
+                    return max(images, terms["kernels"]) + terms["host"]
+                composition = "max(images, kernels) + the trainer's host floor (the next copy under the graph)"
+            else:  # the exchange (several ranks) or the host's own launches keep the copy out of the step
+                def compose(images):
+                    return images + max(terms["kernels"], terms["host"]) + terms["exchange"]
+                composition = "images + max(kernels, the trainer's host floor) + exchange (serial)"
+            batch = compose(terms["images"])
             spread = c.staged_images_spread(Bl)
             if spread:  # the batch at the ceiling's fastest and slowest walk of copies
-                band = {"batch_low_s": batch + spread[0] - terms["images"], "batch_high_s": batch + spread[1] - terms["images"]}
+                band = {"batch_low_s": compose(spread[0]), "batch_high_s": compose(spread[1])}
         else:
             return pipelined_batch(H, Bl, p, int(point.get("chunks", 4)), c, terms)
     return {"batch_s": batch, "composition": composition, **band, **{f"t_{k}": v for k, v in terms.items()}}

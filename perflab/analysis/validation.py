@@ -22,6 +22,17 @@ def sweep_files(folder: Path) -> list[Path]:
     return sorted({f for pattern in SWEEPS for f in Path(folder).glob(pattern) if f.name != "validation.csv"})
 
 
+def own_ceilings(sweep: Path, folder: Path) -> Path:
+    """The folder of the ceilings that predict a sweep: those measured beside it, on the same lend of
+    the machine (`<sweep>_ceilings/`: host-side terms differ between lends of one device image by up
+    to 1.5x), else its run's own (mainjob/), else the machine folder's."""
+    beside = sweep.with_name(sweep.stem + "_ceilings")
+    for candidate in (beside, sweep.parent):
+        if list(candidate.glob("ceilings_p*.csv")):
+            return candidate
+    return folder
+
+
 def validate_folder(folder: Path, out: str | None = None, write: bool = True) -> tuple[pd.DataFrame, Path | None]:
     """Every sweep point of the folder predicted from its ceilings; written to validation.csv
     (+ .json naming the ceilings files and their machines) unless `write` is False, and every
@@ -33,7 +44,7 @@ def validate_folder(folder: Path, out: str | None = None, write: bool = True) ->
         if "epoch_seconds" not in points or not len(points):
             continue
         meta = json.loads(path.with_suffix(".json").read_text()) if path.with_suffix(".json").exists() else {}
-        own = path.parent if list(path.parent.glob("ceilings_p*.csv")) else folder  # a run's own ceilings first
+        own = own_ceilings(path, folder)
         table = predictor.validate(points, own)
         if "ceilings" in table:  # named from the machine folder: mainjob/ceilings_p1.csv
             table["ceilings"] = [str((own / n).relative_to(folder)) if isinstance(n, str) else n for n in table.ceilings]
