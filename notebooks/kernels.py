@@ -65,12 +65,7 @@ for path in sorted(RESULTS_ROOT.glob("*/bench_gemm_tensor_cores.csv")):
     big = bench[bench["shape"].str.startswith(("fwd1", "bwd3"))]
     display(big.pivot_table(index="shape", columns="variant", values="tflops", sort=False).round(1))
     display(big.pivot_table(index="shape", columns="variant", values="rel_error", sort=False))
-    fig = plots.tensor_core_roofline(bench)
-    display(Image(str(plots.save(fig, f"tensor_core_roofline_{path.parent.name}",
-        f"The big training GEMMs (forward 1, backward 3) on {bench.gpu.iloc[0]}: FP32 (cuBLAS), 3xTF32 (perflab's "
-        f"x3tf32, JAX, three cuBLAS TF32 calls) and TF32 (perflab's wgmma, cuBLAS TF32) under the FP32 peak, the "
-        f"fastest TF32 rate measured and a third of it (3xTF32's roof). Operands split or copied in every call. "
-        f"Source: {path.parent.name}/{path.name}."))))
+    display(Image(str(plots.save_tensor_core_roofline(path))))
 for path in sorted(RESULTS_ROOT.glob("*/bench_train_tensor_cores.csv")):
     epochs = pd.read_csv(path)
     display(epochs.pivot_table(index="peer", columns=["H", "B"], values="epoch_ms").round(3))

@@ -283,3 +283,20 @@ def test_a_figure_saved_twice_is_the_same_bytes(tmp_path, monkeypatch):
         monkeypatch.setenv("SOURCE_DATE_EPOCH", str(86400 * (day + 1)))
         saved.append(plots.save(plots.predicted_vs_measured(table), "twice", "a caption", folder=tmp_path / str(day)))
     assert all((s.with_suffix(x).read_bytes() == saved[0].with_suffix(x).read_bytes()) for s in saved for x in (".pdf", ".png"))
+
+
+def test_the_readme_shows_the_tensor_core_roofline_where_report_markdown_drew_it(tmp_path, monkeypatch):
+    import shutil
+
+    from perflab.results import RESULTS_ROOT
+    monkeypatch.setattr(markdown, "RESULTS_ROOT", tmp_path / "results")
+    folder = tmp_path / "results" / "nvidia-h100-80gb-hbm3"
+    folder.mkdir(parents=True)
+    for name in ("bench_train_tensor_cores.csv", "bench_gemm_tensor_cores.csv"):
+        shutil.copy(RESULTS_ROOT / folder.name / name, folder / name)
+    link = "results/figures/tensor_core_roofline_nvidia-h100-80gb-hbm3.png"
+    section = lambda: markdown.tensor_core_section(folder / "bench_train_tensor_cores.csv",  # noqa: E731
+                                                   folder / "bench_gemm_tensor_cores.csv")
+    assert link not in section()  # no figure drawn yet: no dangling link
+    (png,) = [p.with_suffix(".png") for p in markdown.tensor_core_figures()]
+    assert png == tmp_path / link and png.stat().st_size > 0 and link in section()

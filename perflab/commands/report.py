@@ -14,6 +14,7 @@ def cmd_report(args, comm) -> dict:
         from perflab.results import RESULTS_ROOT
         path = RESULTS_ROOT / "REPORT.md"
         markdown.validation_figure()
+        markdown.tensor_core_figures()
         path.write_text(markdown.analysis_markdown())
         if not args.json:
             print(f"wrote {path}")

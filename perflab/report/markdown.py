@@ -127,6 +127,9 @@ def tensor_core_section(train_path: Path, gemm_path: Path) -> str:
                   "wgmma / cuBLAS TF32": rates.wgmma / rates["pytorch-tf32"]}
         lines += ["", f"Over these {len(rates)} shapes: " + "; ".join(
             f"{name} geometric mean {np.exp(np.log(v).mean()):.2f}, worst {v.min():.2f}" for name, v in ratios.items()) + "."]
+    figure = RESULTS_ROOT / "figures" / f"tensor_core_roofline_{train_path.parent.name}.png"
+    if figure.exists():  # written by `perflab report --markdown` (tensor_core_figures)
+        lines += ["", f"![the tensor-core GEMMs under the FP32, TF32 and 3xTF32 roofs](results/figures/{figure.name})"]
     lines += trainer_form_ratios(train_path.parent / "ceilings_p1.csv")
     checks = sorted(train_path.parent.glob("check_tensor_cores_weights_*.log"))  # one: the run of these kernels
     if checks:
@@ -527,6 +530,14 @@ def missed_section() -> list[str]:
             "driver's staging buffers, which drifts by 10-30% over seconds on the device machines "
             "(`experiments/staged_copy/`), so a staged point measured over one or a few epochs lands anywhere in it, "
             "and beyond it where its run met a slower moment than the ceiling's.\n\n" + fmt(t.round(3).fillna("-"))]
+
+
+def tensor_core_figures() -> list[Path]:
+    """results/figures/tensor_core_roofline_<folder>.png for each committed tensor-core GEMM bench
+    (the kernels notebook draws the same), for the README's tensor-core section."""
+    from perflab.report import plots
+    return [plots.save_tensor_core_roofline(path, folder=RESULTS_ROOT / "figures")
+            for path in sorted(RESULTS_ROOT.glob("*/bench_gemm_tensor_cores.csv"))]
 
 
 VALIDATION_FIGURE = "predictor_validation"

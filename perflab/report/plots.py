@@ -137,6 +137,19 @@ def gemm_progression(bench, peak_tflops: float, shapes=("fwd1 H=512 B=3200", "fw
 TENSOR_CORE_ORDER = ("cublas", "cublas-x3tf32", "jax-x3", "x3tf32", "wgmma", "pytorch-tf32")
 
 
+def save_tensor_core_roofline(path, folder=None):
+    """tensor_core_roofline of one committed bench_gemm_tensor_cores.csv, saved with its caption as
+    tensor_core_roofline_<machine folder> (in the run folder's figures/, or `folder`)."""
+    import pandas as pd
+    path = Path(path)
+    bench = pd.read_csv(path)
+    return save(tensor_core_roofline(bench), f"tensor_core_roofline_{path.parent.name}",
+                f"The big training GEMMs (forward 1, backward 3) on {bench.gpu.iloc[0]}: FP32 (cuBLAS), 3xTF32 (perflab's "
+                f"x3tf32, JAX, three cuBLAS TF32 calls) and TF32 (perflab's wgmma, cuBLAS TF32) under the FP32 peak, the "
+                f"fastest TF32 rate measured and a third of it (3xTF32's roof). Operands split or copied in every call. "
+                f"Source: {path.parent.name}/{path.name}.", folder=folder)
+
+
 def tensor_core_roofline(bench, shapes=("fwd1", "bwd3")):
     """The GEMMs of `bench gemm`'s tensor-core run on a roofline: the FP32 peak (SMs x 128 FMA lanes x
     clock), the TF32 tensor-core roof as the fastest TF32 GEMM measured (cuBLAS TF32, pytorch-tf32)
