@@ -300,3 +300,23 @@ def test_the_readme_shows_the_tensor_core_roofline_where_report_markdown_drew_it
     assert link not in section()  # no figure drawn yet: no dangling link
     (png,) = [p.with_suffix(".png") for p in markdown.tensor_core_figures()]
     assert png == tmp_path / link and png.stat().st_size > 0 and link in section()
+
+
+def test_the_lend_table_gives_every_ceilings_files_host_terms_and_its_boot(tmp_path, monkeypatch):
+    import json
+    monkeypatch.setattr(markdown, "RESULTS_ROOT", tmp_path)
+    folder = tmp_path / "gpu-box"
+    for where, boot, scale in (("", "aaaa0001", 1.0), ("mainjob/", "bbbb0002", 2.0)):
+        (folder / where).mkdir(parents=True, exist_ok=True)
+        pd.DataFrame([{"ceiling": "staged_images", "impl": "pageable", "B": 3200, "seconds": scale * 1e-3},
+                      {"ceiling": "staged_images", "impl": "pageable", "B": 800, "seconds": 9.0},
+                      {"ceiling": "step_floor", "impl": "trainer staged", "B": None, "seconds": scale * 2e-4}]
+                     ).to_csv(folder / where / "ceilings_p1.csv", index=False)
+        (folder / where / "ceilings_p1.json").write_text(json.dumps({"boot": boot, "date": "2026-11-24T21:00:00+00:00",
+                                                                    "git_commit": "abc"}))
+    t = markdown.lend_table(folder).set_index("boot")
+    assert list(t.ceilings) == ["ceilings_p1.csv", "mainjob/ceilings_p1.csv"]
+    assert t.loc["bbbb0002", "staged copy, B = 3200 (ms)"] == 2.0 and t.loc["aaaa0001", "trainer staged, kernel by kernel (ms)"] == 0.2
+    assert t.loc["aaaa0001", "trainer staged, graph (ms)"] == "-"  # a term the file lacks
+    (section,) = markdown.lend_section()
+    assert "gpu-box:" in section and "bbbb0002" in section

@@ -507,6 +507,50 @@ def missed_points(folder: Path, worse_than: float = 0.2):
     return pd.DataFrame(rows)
 
 
+HOST_TERMS = {"staged copy, B = 3200 (ms)": ("staged_images", None), "eager launch of a step (ms)": ("step_floor", "eager launch"),
+              "trainer staged, kernel by kernel (ms)": ("step_floor", "trainer staged"),
+              "trainer staged, graph (ms)": ("step_floor", "trainer staged graph"),
+              "trainer resident, graph (ms)": ("step_floor", "trainer resident")}
+
+
+def lend_table(folder: Path):
+    """The host-side ceilings of every ceilings file of a machine folder (its own, its main job's, those
+    measured beside a sweep), one row each with the kernel boot it ran on: how much the terms a
+    staged prediction rests on move between lends of one device image, and within one."""
+    import json
+
+    import pandas as pd
+    rows = []
+    for path in sorted(folder.glob("**/ceilings_p1.csv")):
+        meta = json.loads(path.with_suffix(".json").read_text()) if path.with_suffix(".json").exists() else {}
+        t = pd.read_csv(path)
+        row = {"ceilings": str(path.relative_to(folder)), "boot": meta.get("boot") or "-",
+               "date": str(meta.get("date", "?"))[:19], "git": str(meta.get("git_commit", "?"))[:8]}
+        for name, (ceiling, impl) in HOST_TERMS.items():
+            hit = t[(t.ceiling == ceiling) & ((t.impl == impl) if impl else (t.B == 3200))]
+            row[name] = round(1e3 * float(hit.seconds.iloc[0]), 3) if len(hit) else "-"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def lend_section() -> list[str]:
+    out = []
+    for folder in sorted(d for d in RESULTS_ROOT.iterdir() if d.is_dir()):
+        t = lend_table(folder)
+        if len(t) > 1:
+            out.append(f"{folder.name}:\n\n" + fmt(t))
+    if not out:
+        return []
+    return ["\n### The host's terms between lends of one machine\n\n"
+            "Every ceilings file of a machine folder, with the kernel boot it ran on (metadata `boot`; lends of one "
+            "device image share host name and machine-id). The GPU's kernels agree within 1% between lends; the "
+            "host's terms do not: the staged copy (the host's one-core memcpy) and a step launched kernel by kernel "
+            "move by up to 2x between lends and within one (the main job's ceilings run beside the notebook's "
+            "engines), while a graph replay's floor stays put. Hence the staged step replays a graph, a staged point "
+            "carries its copy probed beside it, and a sweep is predicted from the ceilings measured on its own lend "
+            "where they exist.\n\n" + "\n\n".join(out)]
+
+
 def missed_section() -> list[str]:
     import pandas as pd
     parts = []
@@ -598,6 +642,7 @@ def predictor_sections() -> list[str]:
            "ceilings' copy at the probe's level: median (worst) |error| from the ceilings, then at the probe, says how "
            "much of a staged error is the copy's drift between the ceilings run and the point's.\n\n" + fmt(pd.DataFrame(rows))]
     out += missed_section()
+    out += lend_section()
     waiting = []
     for made_path in sorted((RESULTS_ROOT / "predictions").glob("*_h*_b*.json")):
         made = json.loads(made_path.read_text())
