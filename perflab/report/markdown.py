@@ -534,19 +534,23 @@ def lend_table(folder: Path):
 
 
 def lend_section() -> list[str]:
+    import pandas as pd
     out = []
     for folder in sorted(d for d in RESULTS_ROOT.iterdir() if d.is_dir()):
         t = lend_table(folder)
         if len(t) > 1:
-            out.append(f"{folder.name}:\n\n" + fmt(t))
+            spread = {name: pd.to_numeric(t[name], errors="coerce").dropna() for name in HOST_TERMS}
+            said = "; ".join(f"{name.removesuffix(' (ms)')} {v.max() / v.min():.2f}x" for name, v in spread.items() if len(v) > 1)
+            if said:  # a GPU folder (a CPU's ceilings have no such terms)
+                out.append(f"{folder.name} (slowest over fastest: {said}):\n\n" + fmt(t))
     if not out:
         return []
     return ["\n### The host's terms between lends of one machine\n\n"
             "Every ceilings file of a machine folder, with the kernel boot it ran on (metadata `boot`; lends of one "
-            "device image share host name and machine-id). The GPU's kernels agree within 1% between lends; the "
-            "host's terms do not: the staged copy (the host's one-core memcpy) and a step launched kernel by kernel "
-            "move by up to 2x between lends and within one (the main job's ceilings run beside the notebook's "
-            "engines), while a graph replay's floor stays put. Hence the staged step replays a graph, a staged point "
+            "device image share host name and machine-id). The host's terms a staged prediction rests on, the "
+            "staged copy (the host's one-core memcpy) and a step launched kernel by kernel, move between lends and "
+            "within one (the main job's ceilings run beside the notebook's engines), far more than a graph "
+            "replay's floor. Hence the staged step replays a graph, a staged point "
             "carries its copy probed beside it, and a sweep is predicted from the ceilings measured on its own lend "
             "where they exist.\n\n" + "\n\n".join(out)]
 
