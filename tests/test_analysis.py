@@ -321,3 +321,10 @@ def test_the_lend_table_gives_every_ceilings_files_host_terms_and_its_boot(tmp_p
     (section,) = markdown.lend_section()
     assert "gpu-box (slowest over fastest: staged copy, B = 3200 2.00x; trainer staged, kernel by kernel 2.00x)" in section
     assert "bbbb0002" in section
+
+
+def test_staged_graphed_summarizes_only_the_staged_points_whose_step_replayed_a_graph():
+    done = pd.DataFrame({"mode": ["staged", "staged", "staged", "resident"], "graphs": [True, False, True, None],
+                         "error": [0.1, -0.9, -0.3, 0.5]})
+    assert markdown.staged_graphed(done) == "20% (30%), 2"
+    assert markdown.staged_graphed(done.drop(columns="graphs")) == "-"

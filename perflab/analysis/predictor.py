@@ -382,10 +382,10 @@ def validate(points: pd.DataFrame, folder: Path) -> pd.DataFrame:
     rows, load = [], loader()
     for _, r in points.iterrows():
         point = r.to_dict()
-        base = {k: point[k] for k in ("H", "B", "p", "backend", "mode", "parallel", "gemm", "dtype") if k in point}
-        measured = measured_batch_seconds(point)
         if point.get("mode") == "staged" and pd.isna(point.get("graphs", np.nan)):
             point["graphs"] = False  # measured before the staged step was graphed (bd32702): kernel by kernel
+        base = {k: point[k] for k in ("H", "B", "p", "backend", "mode", "parallel", "gemm", "dtype", "graphs") if k in point}
+        measured = measured_batch_seconds(point)
         path = ceilings_for(folder, int(point["p"]))
         if path is None:
             rows.append({**base, "measured_ms": 1e3 * measured, "skipped": f"no ceilings file in {folder}"})

@@ -513,6 +513,14 @@ HOST_TERMS = {"staged copy, B = 3200 (ms)": ("staged_images", None), "eager laun
               "trainer resident, graph (ms)": ("step_floor", "trainer resident")}
 
 
+def staged_graphed(done) -> str:
+    """Median (worst) |error| and count of the staged points whose step replayed a graph (since bd32702)."""
+    if "graphs" not in done:
+        return "-"
+    g = done[(done["mode"] == "staged") & (done.graphs.astype(str) == "True")]
+    return f"{g.error.abs().median():.0%} ({g.error.abs().max():.0%}), {len(g)}" if len(g) else "-"
+
+
 def lend_table(folder: Path):
     """The host-side ceilings of every ceilings file of a machine folder (its own, its main job's, those
     measured beside a sweep), one row each with the kernel boot it ran on: how much the terms a
@@ -625,6 +633,7 @@ def predictor_sections() -> list[str]:
                      "median abs error": f"{s['median_abs_error']:.0%}" if s["points"] else "-",
                      "worst": f"{s['worst_abs_error']:.0%}" if s["points"] else "-",
                      **{mode: by_mode.get(mode, "-") for mode in MODES},
+                     "staged, graphed": staged_graphed(done),
                      "staged in band": f"{s['inside_band']} of {s['banded']}" if "banded" in s else "-",
                      "staged, copy probed: blind / at the probe": (
                          f"{s['probed']}: {s['median_abs_error_blind_probed']:.0%} ({s['worst_abs_error_blind_probed']:.0%}) / "
