@@ -152,8 +152,7 @@ def measure_on_world(p: int, grid, sizes=SIZES) -> list[dict] | None:
     """On every MPI engine: the ceilings of the first p ranks (GPU where CuPy sees one), the step's
     kernels at `grid`; rank 0 returns the rows, the others None (the notebook's entry point)."""
     from perflab.backend import cupy_or_none
-    from perflab.train.comm import world
-    from perflab.workbook.sweep import sub_world
+    from perflab.train.comm import sub_world, world
     w = world()
     comm = sub_world(w, p)
     rows = measure(comm, cupy_or_none() is not None, sizes, log=lambda m: None, grid=grid) if comm is not None else None

@@ -298,6 +298,20 @@ def world():
     return MPIComm() if launched_by_mpi() else Serial()
 
 
+def sub_world(world, p: int):
+    """The first p ranks of the MPI world as a communicator (None on the others)."""
+    if world.size == 1:
+        return world if p == 1 else None
+    if p > world.size:
+        raise ValueError(f"point needs p={p} ranks but only {world.size} are running; start more "
+                         f"(mpiexec -n {p} or ipcluster start -n {p} --engines=mpi)")
+    color = 0 if world.rank < p else world.MPI.UNDEFINED
+    sub = world.comm.Split(color, world.rank)
+    if sub == world.MPI.COMM_NULL:
+        return None
+    return MPIComm(sub)
+
+
 def for_gpu(comm, strategy: str):
     """The device-side strategy on top of the MPI world (after each rank picked its GPU)."""
     if strategy not in STRATEGIES:

@@ -7,9 +7,8 @@ import pandas as pd
 def check_on_world(cfg_dict: dict, parallel: str, p: int, backend: str = "numpy"):
     """On every engine: the seeds' correctness check on the first p ranks; rank 0 returns it."""
     from perflab.config import Config
-    from perflab.train.comm import world
+    from perflab.train.comm import sub_world, world
     from perflab.train.runner import Device, check
-    from perflab.workbook.sweep import sub_world
     w = world()
     comm = sub_world(w, p)
     result = None

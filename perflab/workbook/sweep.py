@@ -186,25 +186,10 @@ def copy_probe(comm, Bl: int, N: int) -> list[dict]:
     return [max(comm.allgather(walk), key=lambda w: w["seconds"])]
 
 
-def sub_world(world, p: int):
-    """The first p ranks of the MPI world as a communicator (None on the others)."""
-    from perflab.train.comm import MPIComm
-    if world.size == 1:
-        return world if p == 1 else None
-    if p > world.size:
-        raise ValueError(f"point needs p={p} ranks but only {world.size} are running; start more "
-                         f"(mpiexec -n {p} or ipcluster start -n {p} --engines=mpi)")
-    color = 0 if world.rank < p else world.MPI.UNDEFINED
-    sub = world.comm.Split(color, world.rank)
-    if sub == world.MPI.COMM_NULL:
-        return None
-    return MPIComm(sub)
-
-
 def run_point_on_world(point: dict, dataset: str = "synthetic"):
     """Entry point on every rank (mpiexec or an ipyparallel engine): run one point on the first
     p ranks; rank 0 returns the row (JSON-serializable), the others None."""
-    from perflab.train.comm import world
+    from perflab.train.comm import sub_world, world
     w = world()
     comm = sub_world(w, point["p"])
     row = measure_point(point, comm, dataset) if comm is not None else None
