@@ -853,6 +853,15 @@ def test_the_staged_trainers_floor_is_named_by_how_its_step_is_launched():
     assert graph[0]["seconds"] > 0 and eager[0]["seconds"] > 0
 
 
+def test_staged_overlap_times_the_copy_behind_a_busy_gpu():
+    from perflab.measure import ceilings
+    rows = ceilings.staged_overlap(batches=(300, 1200), kernel_us=(50, 400), N=6000, walks=2)
+    assert [(r["B"], i) for i, r in enumerate(rows)] == [(300, 0), (300, 1), (1200, 2), (1200, 3)]
+    for r in rows:
+        assert 0 <= r["hidden_seconds"] <= r["kernel_seconds"] + r["copy_seconds"] and r["seconds"] > 0
+    assert 3e-5 < rows[0]["kernel_seconds"] < rows[1]["kernel_seconds"] < 8e-4  # the spin runs about as long as asked
+
+
 def test_step_floors_are_medians_and_a_graph_replay_costs_the_host_less_than_its_kernels_one_by_one():
     from perflab.measure import ceilings
     rows = {r["impl"]: r for r in ceilings.gpu_step_floors(steps=10, repeats=3)}

@@ -412,3 +412,19 @@ def test_a_sweep_is_predicted_from_the_ceilings_measured_beside_it_first(tmp_pat
     assert by.ceilings["prediction_check_x.csv"] == "prediction_check_x_ceilings/ceilings_p1.csv"
     assert by.ceilings["prediction_check_y.csv"] == "ceilings_p1.csv"
     assert by.predicted_ms["prediction_check_x.csv"] == pytest.approx(2 * by.predicted_ms["prediction_check_y.csv"])
+
+
+def test_a_graphed_staged_step_is_charged_copy_plus_kernels_less_the_copy_measured_under_a_step():
+    c = table()
+    overlap = pd.DataFrame([{"ceiling": "staged_overlap", "impl": "pageable", "ranks": 1, "B": B, "kernel_seconds": T,
+                             "hidden_seconds": h} for B in (1000, 10000) for T, h in ((1e-4, 1e-4), (1e-3, 3e-4))])
+    with_overlap = predictor.Ceilings(pd.concat([c.table, overlap], ignore_index=True), source="made-up")
+    staged = point(mode="staged", H=4096, B=4000, N=8000)
+    kernels, images = 6 * 4096 * 4000 * 1e-11, 4000 * 1e-7
+    hidden = 1e-4 + (kernels - 1e-4) / (1e-3 - 1e-4) * 2e-4  # linear in the kernels' time between the rows
+    assert with_overlap.staged_hidden(4000, kernels) == pytest.approx(hidden)
+    assert with_overlap.staged_hidden(4000, 5e-5) == pytest.approx(5e-5)  # never more than the kernels' own time
+    pred = predictor.predict_point(staged, with_overlap)
+    assert pred["batch_s"] == pytest.approx(images + kernels - hidden + 3e-5) and pred["t_hidden"] == pytest.approx(hidden)
+    assert predictor.predict_point({**staged, "graphs": False}, with_overlap)["batch_s"] == pytest.approx(
+        images + max(kernels, 2e-4))  # kernel by kernel: no copy under the step

@@ -152,6 +152,19 @@ class Ceilings:
             return None
         return loglog(t.B, t.min_seconds, B), loglog(t.B, t.max_seconds, B)
 
+    def staged_hidden(self, B: float, kernels: float) -> float | None:
+        """Seconds of the staged copy of B samples that run under a step of `kernels` seconds on the GPU
+        (`perflab ceilings`' staged_overlap: linear in the kernel's time at each measured B, then in
+        log B; held at the ends), at most the kernels' own time; None where the file has no such rows."""
+        t = self.rows("staged_overlap")
+        if not len(t):
+            return None
+        at_b = {b: float(np.interp(kernels, g.sort_values("kernel_seconds").kernel_seconds,
+                                   g.sort_values("kernel_seconds").hidden_seconds)) for b, g in t.groupby("B")}
+        Bs = sorted(at_b)
+        hidden = float(np.interp(math.log(B), np.log(Bs), [at_b[b] for b in Bs]))
+        return min(hidden, kernels)
+
     def probed(self, B: float, seconds: float, low: float, high: float) -> "Ceilings":
         """This file with its staged copy rescaled to a probe taken beside a run (the sweep's
         copy_probe_s, min, max: walks at the rank's batch B): the copy's shape over B from the
@@ -246,8 +259,16 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
             terms["host"] = c.staged_floor(graphed)
             terms["images"] = c.staged_images(Bl)
             terms["exchange"] = c.staged_exchange(p, gradient) if p > 1 else 0.0
-            if graphed and p == 1:
-                # the host copies batch k+1 into the driver's staging while the GPU replays batch k's graph
+            hidden = c.staged_hidden(Bl, terms["kernels"]) if graphed and p == 1 else None
+            if hidden is not None:
+                # the host copies batch k+1 into the driver's staging while the GPU replays batch k's graph,
+                # until the staging fills: the part measured to run so (staged_overlap) is off the sum
+                terms["hidden"] = hidden
+
+                def compose(images):
+                    return images + terms["kernels"] - min(hidden, images) + terms["host"]
+                composition = "images + kernels - the copy under the graph (staged_overlap) + the trainer's host floor"
+            elif graphed and p == 1:  # a ceilings file without staged_overlap: the whole copy under the graph
                 def compose(images):
                     return max(images, terms["kernels"]) + terms["host"]
                 composition = "max(images, kernels) + the trainer's host floor (the next copy under the graph)"

@@ -181,7 +181,8 @@ def register(sub) -> None:
                                    "mpiexec -n P also MPI (and on GPUs NCCL) all-reduce bandwidth against size; and what "
                                    "the predictor composes a step from: every kernel of the step over an H x B grid, the "
                                    "host's floor of a step, the staged path's batch copy (walks of the data set: its median "
-                                   "and its fastest and slowest walk, the band of a staged prediction) (perflab validate).")
+                                   "and its fastest and slowest walk, the band of a staged prediction) and how much of it "
+                                   "runs while the GPU is busy with the step before (perflab validate).")
     p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto")
     p.add_argument("--no-step-kernels", action="store_true", help="skip the step's kernels over H x B (the predictor "
                                                                    "needs them; they take about a minute)")

@@ -288,6 +288,66 @@ def staged_images(batches=BATCH_GRID, N: int = 60000, walks: int = 7) -> list[di
     return rows
 
 
+SPIN = r"""
+extern "C" __global__ void spin(long long cycles) {  // one thread busy for `cycles` clocks: a stand-in step
+    const long long start = clock64();
+    while (clock64() - start < cycles) {}
+}
+"""
+
+
+def staged_overlap(batches=(800, 3200, 12800), kernel_us=(50, 100, 200, 400, 800, 1600), N: int = 60000,
+                   walks: int = 3) -> list[dict]:
+    """How much of the staged copy runs under the step before it. The graphed staged trainer launches
+    batch k's graph and then copies batch k+1 from pageable memory: the host's memcpy into the
+    driver's staging proceeds while the GPU runs, until the staging buffers fill. Per B and kernel
+    time T, a walk of the data set launches a kernel that keeps the GPU busy T, then copies the next
+    batch, synchronized once a walk; the same walk without the kernel is the copy alone.
+    hidden = T + copy - (the walk's time a batch): what the predictor takes off copy + kernels. The
+    walks of every (B, T) interleaved, the median of `walks` kept (the copy drifts)."""
+    import cupy as cp
+    rng = np.random.default_rng(0)
+    X = np.asfortranarray(rng.random((784, N), dtype=np.float32))
+    stream = cp.cuda.Stream(non_blocking=True)
+    spin = cp.RawKernel(SPIN, "spin")
+    hz = cp.cuda.Device().attributes["ClockRate"] * 1e3
+    cycles = {us: np.int64(us * 1e-6 * hz) for us in (0,) + tuple(kernel_us)}
+    def kernel_seconds(c, n=5):  # a spin's own time, as the GPU ran it (CUDA events around n in a row)
+        spin((1,), (1,), (c,), stream=stream)
+        first, last = cp.cuda.Event(), cp.cuda.Event()
+        first.record(stream)
+        for _ in range(n):
+            spin((1,), (1,), (c,), stream=stream)
+        last.record(stream)
+        last.synchronize()
+        return cp.cuda.get_elapsed_time(first, last) / 1e3 / n
+    kernel_s = {us: kernel_seconds(c) if us else 0.0 for us, c in cycles.items()}
+    buffers = {B: cp.empty((784, B), cp.float32, order="F") for B in batches}
+    times: dict = {(B, us): [] for B in batches for us in cycles}
+    for walk in range(walks + 1):  # the first walk warms up
+        for B in batches:
+            for us, c in cycles.items():
+                starts = range(0, N - B + 1, B)
+                start = time.perf_counter()
+                for s in starts:
+                    if us:
+                        spin((1,), (1,), (c,), stream=stream)
+                    buffers[B].set(X[:, s:s + B], stream=stream)
+                stream.synchronize()
+                if walk:
+                    times[(B, us)].append((time.perf_counter() - start) / len(starts))
+    rows = []
+    for B in batches:
+        copy = statistics.median(times[(B, 0)])
+        for us in kernel_us:
+            t = statistics.median(times[(B, us)])
+            hidden = max(kernel_s[us] + copy - t, 0.0)
+            rows.append({"ceiling": "staged_overlap", "device": "gpu", "impl": "pageable", "dtype": "float32", "shape": "",
+                         "B": B, "size_bytes": 784 * B * 4, "ranks": 1, "kernel_seconds": kernel_s[us],
+                         "copy_seconds": copy, "seconds": t, "hidden_seconds": hidden, "value": hidden, "unit": "s"})
+    return rows
+
+
 def staged_allreduce(comm, sizes=SIZES, repeats: int = 10) -> list[dict]:
     """The staged path's gradient exchange, the very call training makes (MPIComm.allreduce of a
     device buffer: device -> host, MPI_Allreduce, host -> device), host seconds against size."""
@@ -356,7 +416,8 @@ def measure(comm, gpu: bool, sizes=SIZES, log=print, kernels: bool = True, grid=
             rows += gpu_ceilings(sizes)
             if kernels:
                 log("the step's kernels over H x B, the host's floor, the staged copies ...")
-                rows += gpu_step_kernels(hidden, batches, progress=True) + gpu_step_floors() + staged_images(batches)
+                rows += (gpu_step_kernels(hidden, batches, progress=True) + gpu_step_floors() + staged_images(batches)
+                         + staged_overlap())
         if kernels:
             rows += trainer_floors(comm)
         if comm.size > 1:
