@@ -851,6 +851,10 @@ def test_the_staged_trainers_floor_is_named_by_how_its_step_is_launched():
     assert [r["impl"] for r in graph] == ["trainer staged graph", "trainer staged graph epoch"]
     assert [r["impl"] for r in eager] == ["trainer staged", "trainer staged epoch"]
     assert graph[0]["seconds"] > 0 and eager[0]["seconds"] > 0
+    from perflab.kernels.wgmma import hopper
+    if hopper():  # the tensor-core GEMMs' own host work, kernel by kernel
+        x3 = trainer_floor(Serial(), "staged", batches=(5, 40), graphs=False, gemm="x3tf32")
+        assert [r["impl"] for r in x3] == ["trainer staged x3tf32", "trainer staged x3tf32 epoch"] and x3[0]["seconds"] > 0
 
 
 def test_staged_overlap_times_the_copy_behind_a_busy_gpu():

@@ -117,6 +117,23 @@ def test_claims_skip_points_a_live_sweep_holds_and_free_dead_ones(tmp_path):
     assert claims.claim(other)  # the claim of a process that is gone does not count
 
 
+def test_a_grid_launches_each_gpu_point_both_ways_asked_and_the_cpu_once():
+    points = sweep.grid(hidden=(8,), batch=(50,), backend=("numpy", "cupy"), launch=("graph", "eager"))
+    assert [(pt["backend"], pt["launch"]) for pt in points] == [("numpy", "eager"), ("cupy", "graph"), ("cupy", "eager")]
+    assert len({sweep.key(pt) for pt in points}) == 3
+    with pytest.raises(ValueError, match="launch must be among \\('graph', 'eager'\\), got 'lazy'"):
+        sweep.grid(launch=("lazy",))
+
+
+def test_a_file_from_before_the_launch_column_is_resumed_as_launched_by_default(tmp_path):
+    old = sweep.grid(hidden=(8,), batch=(50,), backend=("numpy", "cupy"))
+    rows = [{k: v for k, v in pt.items() if k != "launch"} | {"status": "measured"} for pt in old]
+    pd.DataFrame(rows).to_csv(tmp_path / "old.csv", index=False)
+    assert sweep.done_keys(tmp_path / "old.csv") == {sweep.key(pt) for pt in old}
+    eager = sweep.grid(hidden=(8,), batch=(50,), backend=("cupy",), launch=("eager",))[0]
+    assert sweep.key(eager) not in sweep.done_keys(tmp_path / "old.csv")
+
+
 def test_two_sweeps_on_one_file_split_the_grid(tmp_path):
     args = [sys.executable, "-m", "perflab", "sweep", "--hidden", "8", "12", "16", "20", "24", "28", "--batch", "100",
             "--train-size", "2000", "--out", str(tmp_path), "--name", "shared", "--json"]

@@ -231,6 +231,13 @@ def test_whatif_and_validate_reject_bad_input_naming_it(tmp_path):
     assert proc.returncode == 0, proc.stderr
     rows = json.loads((out / "whatif.json").read_text())["rows"]
     assert len(rows) == 2 and all(r["batch_ms"] > 0 for r in rows)
+    h100 = str(RESULTS_ROOT / "nvidia-h100-80gb-hbm3" / "ceilings_p1.csv")
+    proc = run("whatif", "--ceilings", h100, "--mode", "staged", "--launch", "graph", "eager", "--out", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    graph, eager = json.loads((out / "whatif.json").read_text())["rows"]
+    assert (graph["launch"], eager["launch"]) == ("graph", "eager") and eager["t_host"] > graph["t_host"]
+    proc = run("whatif", "--ceilings", h100, "--launch", "eager")  # a file from before the eager resident floor
+    assert proc.returncode == 2 and "no step_floor row 'trainer resident eager'" in proc.stderr
 
 
 def test_a_larger_machine_takes_its_all_reduces_from_its_own_ceilings(tmp_path):
@@ -326,6 +333,14 @@ def test_the_tensor_core_gemms_compose_the_step_from_their_own_kernels():
             predictor.predict_point(bad, c)
     with pytest.raises(predictor.PredictionError, match="no gpu step_kernel rows for 'forward GEMM 1 \\(x3tf32\\)'"):
         predictor.predict_point(point(gemm="x3tf32"), base)
+    # kernel by kernel, the host's floor is the GEMM's own (`trainer staged x3tf32`) where the file has it
+    tiny = point(gemm="x3tf32", mode="staged", graphs=False, H=256, B=100, N=200)
+    assert predictor.predict_point(tiny, c)["t_host"] == pytest.approx(2e-4)  # only cuBLAS's: `trainer staged`
+    own = pd.DataFrame([{"ceiling": "step_floor", "impl": "trainer staged x3tf32", "ranks": 1, "seconds": 7e-4}])
+    with_own = predictor.Ceilings(pd.concat([c.table, own], ignore_index=True), source="made-up")
+    assert predictor.predict_point(tiny, with_own)["t_host"] == pytest.approx(7e-4)
+    assert predictor.predict_point({**tiny, "gemm": "wgmma"}, with_own)["t_host"] == pytest.approx(2e-4)
+    assert predictor.predict_point({**tiny, "graphs": True}, with_own)["t_host"] == pytest.approx(3e-5)  # one replay
 
 
 def test_describe_counts_the_staged_points_inside_their_band():
@@ -382,6 +397,20 @@ def test_a_staged_step_is_charged_the_host_floor_of_the_way_it_was_launched(tmp_
     c.table.to_csv(tmp_path / "ceilings_p1.csv", index=False)
     old_row = pd.DataFrame([{**staged, "epoch_seconds": 4e-4, "batches": 2}])
     assert predictor.validate(old_row, tmp_path).t_host.iloc[0] == pytest.approx(2e-1)  # ms: kernel by kernel
+
+
+def test_a_resident_step_launched_kernel_by_kernel_is_charged_its_own_floor():
+    c = table()
+    tiny = point(H=256, B=100, N=200)
+    assert predictor.predict_point(tiny, c)["t_host"] == pytest.approx(3e-5)
+    assert predictor.predict_point({**tiny, "graphs": np.nan}, c)["t_host"] == pytest.approx(3e-5)  # an older row
+    with pytest.raises(predictor.PredictionError, match="no step_floor row 'trainer resident eager'"):
+        predictor.predict_point({**tiny, "graphs": False}, c)
+    eager = pd.DataFrame([{"ceiling": "step_floor", "impl": "trainer resident eager", "ranks": 1, "seconds": 4e-4}])
+    c = predictor.Ceilings(pd.concat([c.table, eager], ignore_index=True), source="made-up")
+    assert predictor.predict_point({**tiny, "graphs": False}, c)["batch_s"] == pytest.approx(4e-4)  # host-bound
+    assert predictor.floor_name("resident", False, "x3tf32") == "trainer resident eager x3tf32"
+    assert predictor.floor_name("staged", True) == "trainer staged graph"
 
 
 def test_on_one_gpu_the_next_staged_copy_runs_under_the_graph_and_behind_eager_launches_in_series():

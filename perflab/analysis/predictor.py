@@ -52,6 +52,14 @@ class PredictionError(ValueError):
     pass
 
 
+def floor_name(mode: str, graphs: bool, gemm: str = "cublas") -> str:
+    """The ceilings' name for the trainer's host floor: `trainer <mode>` as each mode ran first
+    (resident a graph a step, staged kernel by kernel), then what differs: ` graph` (staged),
+    ` eager` (resident), ` <gemm>` (not cuBLAS)."""
+    how = {("staged", True): " graph", ("resident", False): " eager"}.get((mode, graphs), "")
+    return f"trainer {mode}{how}" + (f" {gemm}" if gemm != "cublas" else "")
+
+
 def loglog(xs, ys, x: float) -> float:
     """Interpolate y(x) linearly in log-log; extrapolate from the two nearest points."""
     xs, ys = np.log(np.asarray(xs, float)), np.log(np.maximum(np.asarray(ys, float), 1e-12))
@@ -109,15 +117,16 @@ class Ceilings:
             raise PredictionError(f"{self.source} has no step_floor row {name!r}: measure it with `perflab ceilings`")
         return float(t.seconds.iloc[0])
 
-    def staged_floor(self, graphs: bool) -> float:
-        """The staged trainer's host floor a step: its step replayed as a graph (`trainer staged
-        graph`), or launched kernel by kernel (`trainer staged`). A file from before the staged
-        step was graphed has only the latter; there a graphed step is charged the resident
-        trainer's floor (the same replay, without the copy's call)."""
-        if not graphs:
-            return self.floor("trainer staged")
-        has = len(self.rows("step_floor", impl="trainer staged graph"))
-        return self.floor("trainer staged graph" if has else "trainer resident")
+    def trainer_floor(self, mode: str, graphs: bool, gemm: str = "cublas") -> float:
+        """The trainer's host floor a step, as the step was launched (floor_name). Kernel by kernel
+        with a tensor-core GEMM, whose operand splits and descriptors the host makes every step, the
+        GEMM's own floor where the file has it, else cuBLAS's. A file from before the staged step
+        was graphed lacks `trainer staged graph`: there a graphed staged step is charged the
+        resident trainer's floor (the same replay, without the copy's call)."""
+        for name in (floor_name(mode, graphs, gemm), floor_name(mode, graphs)):
+            if len(self.rows("step_floor", impl=name)):
+                return self.floor(name)
+        return self.floor("trainer resident" if mode == "staged" and graphs else floor_name(mode, graphs))
 
     def optional_floor(self, name: str) -> float:
         """A floor that older ceilings files lack: 0 there."""
@@ -248,15 +257,15 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
     else:
         fwd_bwd = sum(c.kernel("gpu", k, H, Bl) for k in fused_step(gemm))
         terms["kernels"] = fwd_bwd + c.kernel("gpu", UPDATE, H, Bl)
+        graphed = launched_as_graph(point)
         if point["mode"] == "resident":
             # on several GPUs the all-reduce and the update launch one by one after the graph
-            terms["host"] = c.floor("trainer resident") + (2 * c.launch() if p > 1 else 0.0)
+            terms["host"] = c.trainer_floor("resident", graphed, gemm) + (2 * c.launch() if p > 1 else 0.0)
             terms["exchange"] = c.allreduce("nccl_allreduce", p, gradient) if p > 1 else 0.0
             batch = max(terms["kernels"] + terms["exchange"], terms["host"])
             composition = "max(kernels + NCCL all-reduce, the trainer's host floor + launches)"
         elif point["mode"] == "staged":
-            graphed = bool(point.get("graphs", True))
-            terms["host"] = c.staged_floor(graphed)
+            terms["host"] = c.trainer_floor("staged", graphed, gemm)
             terms["images"] = c.staged_images(Bl)
             terms["exchange"] = c.staged_exchange(p, gradient) if p > 1 else 0.0
             hidden = c.staged_hidden(Bl, terms["kernels"]) if graphed and p == 1 else None
@@ -281,8 +290,14 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
             if spread:  # the batch at the ceiling's fastest and slowest walk of copies
                 band = {"batch_low_s": compose(spread[0]), "batch_high_s": compose(spread[1])}
         else:
-            return pipelined_batch(H, Bl, p, int(point.get("chunks", 4)), c, terms)
+            return pipelined_batch(H, Bl, p, int(point.get("chunks", 4)), c, terms, graphed)
     return {"batch_s": batch, "composition": composition, **band, **{f"t_{k}": v for k, v in terms.items()}}
+
+
+def launched_as_graph(point: dict) -> bool:
+    """Whether the point's step was a CUDA graph replay (a row without the column: the default, a graph)."""
+    graphs = point.get("graphs", True)
+    return True if graphs is None or (isinstance(graphs, float) and math.isnan(graphs)) else bool(graphs)
 
 
 # the fused model-parallel step on several GPUs: the output layer unfused around the logits' all-reduce
@@ -320,7 +335,7 @@ def pipeline_end(ready: list[float], stages: list[list[float]], free: list[float
     return start
 
 
-def pipelined_batch(H: int, Bl: float, p: int, chunks: int, c: Ceilings, terms: dict) -> dict:
+def pipelined_batch(H: int, Bl: float, p: int, chunks: int, c: Ceilings, terms: dict, graphed: bool = True) -> dict:
     """perflab.train.pipelined's step: the next batch's images (pinned) copy on their own stream under
     compute; on several GPUs G's tail, then each of `chunks` dW1 row blocks as backward GEMM 3 makes
     it, flows device -> host -> MPI -> host -> device (pinned copies, host MPI, each one piece at a
@@ -329,8 +344,8 @@ def pipelined_batch(H: int, Bl: float, p: int, chunks: int, c: Ceilings, terms: 
     (images + gradients up), and the device -> host link's."""
     D = 784
     terms["images"] = c.copy("h2d", "pinned", (D * 4 + 8) * Bl)
-    if p == 1:  # one GPU: the whole step a graph, as resident, its input copied under the step before
-        terms["host"] = c.floor("trainer resident")
+    if p == 1:  # one GPU: the whole step a graph (or eager), as resident, its input copied under the step before
+        terms["host"] = c.trainer_floor("resident", graphed)
         batch = max(terms["kernels"], terms["images"], terms["host"])
         return {"batch_s": batch, "composition": "max(kernels, pinned images under the step, the host floor)",
                 **{f"t_{k}": v for k, v in terms.items()}}

@@ -56,15 +56,16 @@ def cmd_whatif(args, comm) -> dict:
             raise CLIError(str(exc)) from None
     points = sweep.grid(hidden=args.hidden, per_rank_batch=args.per_rank_batch, ranks=args.ranks,
                         parallel=args.parallel, backend=[args.backend], mode=args.mode, gemm=args.gemm,
-                        N=args.train_size)
+                        N=args.train_size, launch=args.launch)
     rows = []
     for point in points:
-        point["step_graph"] = point["backend"] == "cupy" and point["parallel"] == "model"  # as it runs today, NCCL
+        point["graphs"] = point["launch"] == "graph"
+        point["step_graph"] = point["backend"] == "cupy" and point["parallel"] == "model" and point["graphs"]  # NCCL
         try:
             pred = predictor.predict_point(point, ceilings)
         except predictor.PredictionError as exc:
             raise CLIError(str(exc)) from None
-        rows.append({k: point[k] for k in ("H", "B", "p", "parallel", "backend", "mode", "gemm", "N")}
+        rows.append({k: point[k] for k in ("H", "B", "p", "parallel", "backend", "mode", "gemm", "launch", "N")}
                     | {"b": point["B"] // point["p"], "batch_ms": 1e3 * pred["batch_s"], "epoch_ms": 1e3 * pred["epoch_s"],
                        "composition": pred["composition"]} | predictor.band_ms(pred)
                     | {k: 1e3 * v for k, v in pred.items() if k.startswith("t_")})
@@ -141,6 +142,10 @@ def register(sub) -> None:
     p.add_argument("--gemm", nargs="+", choices=("cublas",) + WGMMA_VARIANTS, default=["cublas"],
                    help="the step's GEMMs: cublas, or Hopper's tensor-core GEMMs (data parallel, resident or staged; "
                         "their kernels in the ceilings file); default cublas")
+    from perflab.workbook.sweep import LAUNCHES
+    p.add_argument("--launch", nargs="+", choices=LAUNCHES, default=["graph"],
+                   help="each step a CUDA graph replay where the trainer makes one (graph), or its kernels launched one "
+                        "by one (eager; the seeds' way); default graph")
     p.add_argument("--train-size", type=positive, default=60000, metavar="N")
     p.add_argument("--name", default="whatif", help="file name (default %(default)s)")
     p.add_argument("--out", metavar="DIR", help="folder (default this machine's run folder)")

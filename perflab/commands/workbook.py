@@ -31,7 +31,8 @@ def cmd_sweep(args, comm) -> dict:
         return {"sbatch": args.emit_sbatch}
     points = sweep.grid(hidden=args.hidden, batch=args.batch, ranks=args.ranks, per_rank_batch=args.per_rank_batch,
                         parallel=args.parallel, backend=args.backend, mode=args.mode, gemm=args.gemm,
-                        dtype=args.dtype, N=args.train_size, epochs=args.num_epochs, learning_rate=args.learning_rate)
+                        dtype=args.dtype, N=args.train_size, epochs=args.num_epochs, learning_rate=args.learning_rate,
+                        launch=args.launch)
     too_big = [pt["p"] for pt in points if pt["p"] > comm.size]
     if too_big:
         raise CLIError(f"the grid has points with p={max(too_big)} but {comm.size} rank(s) are running; "
@@ -93,6 +94,10 @@ def register(sub) -> None:
     p.add_argument("--mode", nargs="+", choices=MODES, default=["resident"],
                    help="GPU data and exchange path (default resident)")
     p.add_argument("--gemm", nargs="+", choices=variants, default=["cublas"], help="GPU GEMM variants (default cublas)")
+    from perflab.workbook.sweep import LAUNCHES
+    p.add_argument("--launch", nargs="+", choices=LAUNCHES, default=["graph"],
+                   help="GPU: replay each step as a CUDA graph where the trainer can (graph), or launch its kernels one "
+                        "by one as the seeds do (eager); both to see what graphs buy (default graph)")
     p.add_argument("--dtype", nargs="+", choices=DTYPES, default=["float32"], help="default float32")
     p.add_argument("--train-size", type=positive, default=38400, metavar="N",
                    help="samples an epoch (default %(default)s, the seeds')")

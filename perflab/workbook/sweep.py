@@ -1,6 +1,8 @@
 """Sweeps: a grid of training points, each measured and written as soon as it finishes.
 
-A point is plain values (H, B, p, parallel, backend, mode, gemm, dtype, N, epochs). Each is
+A point is plain values (H, B, p, parallel, backend, mode, gemm, launch, dtype, N, epochs): launch
+`graph` replays each step as a CUDA graph where the trainer can, `eager` launches its kernels one by
+one (the seeds' way; the row's `graphs` says what ran). Each is
 measured twice on p ranks: an unprofiled run for the epoch time (`epoch_seconds`: median of
 `epochs` epochs after one warm-up epoch; nothing synchronizes inside an epoch) and a profiled
 epoch for the per-phase medians the roofline needs (`t_<phase>`: device synchronized at every
@@ -26,20 +28,27 @@ import os
 import platform
 from pathlib import Path
 
-KEY = ("H", "B", "p", "parallel", "backend", "mode", "gemm", "dtype", "N", "epochs")
+KEY = ("H", "B", "p", "parallel", "backend", "mode", "gemm", "launch", "dtype", "N", "epochs")
+LAUNCHES = ("graph", "eager")
 
 
 def grid(hidden=(512,), batch=(3200,), ranks=(1,), per_rank_batch=None, parallel=("data",), backend=("numpy",),
-         mode=("resident",), gemm=("cublas",), dtype=("float32",), N=38400, epochs=1, learning_rate=0.1) -> list[dict]:
+         mode=("resident",), gemm=("cublas",), dtype=("float32",), N=38400, epochs=1, learning_rate=0.1,
+         launch=("graph",)) -> list[dict]:
     """All combinations; with per_rank_batch, B = p * B/p (the seeds' weak-scaling sweep)."""
+    bad = [x for x in launch if x not in LAUNCHES]
+    if bad:
+        raise ValueError(f"launch must be among {LAUNCHES}, got {bad[0]!r}")
     points = []
     batches = per_rank_batch if per_rank_batch else batch
-    for H, b, p, par, be, mo, ge, dt in itertools.product(hidden, batches, ranks, parallel, backend, mode, gemm, dtype):
+    for H, b, p, par, be, mo, ge, la, dt in itertools.product(hidden, batches, ranks, parallel, backend, mode, gemm,
+                                                              launch, dtype):
         B = b * p if per_rank_batch else b
-        if be == "numpy" and (mo != "resident" or ge != "cublas"):
-            continue  # mode and GEMM variant exist only on the GPU
+        if be == "numpy" and (mo != "resident" or ge != "cublas" or la != launch[0]):
+            continue  # mode, GEMM variant and CUDA graphs exist only on the GPU
         points.append({"H": H, "B": B, "p": p, "parallel": par, "backend": be, "mode": mo, "gemm": ge,
-                       "dtype": dt, "N": N, "epochs": epochs, "learning_rate": learning_rate})
+                       "launch": "eager" if be == "numpy" else la, "dtype": dt, "N": N, "epochs": epochs,
+                       "learning_rate": learning_rate})
     return points
 
 
@@ -53,6 +62,8 @@ def done_keys(path: Path) -> set:
         return set()
     import pandas as pd
     table = pd.read_csv(path)
+    if "launch" not in table:  # a file from before sweeps chose it: every point launched the default way
+        table["launch"] = ["eager" if b == "numpy" else "graph" for b in table.backend]
     return {tuple(str(v) for v in row) for row in table[list(KEY)].itertuples(index=False)} if len(table) else set()
 
 
@@ -139,7 +150,7 @@ def measure_trained_point(point: dict, comm, dataset: str) -> dict | None:
                  num_epochs=point["epochs"], dtype=point["dtype"], test_size=0,
                  learning_rate=point.get("learning_rate", 0.1))
     device = Device(backend=point["backend"], mode=point["mode"], gemm=point["gemm"],
-                    comm="mpi" if point["mode"] in HOST_STAGED else "nccl")
+                    comm="mpi" if point["mode"] in HOST_STAGED else "nccl", graphs=point.get("launch", "graph") == "graph")
     probe = point["backend"] == "cupy" and point["mode"] == "staged"
     walks = copy_probe(comm, cfg.batch_size // comm.size, cfg.train_size // comm.size) if probe else []
     # one extra epoch first, dropped: it pays for kernel compilation, library handles and graph capture
