@@ -231,7 +231,7 @@ def trainer_floor(comm, mode: str = "resident", batches=(20, 400), graphs: bool 
     epochs = []
     for n in batches:
         cfg = Config(dataset="synthetic", hidden_sizes=(16,), batch_size=16 * comm.size, train_size=16 * comm.size * n,
-                     num_epochs=4, test_size=0, learning_rate=0.01)
+                     num_epochs=4, test_size=0, learning_rate=0.01, dtype="float32")
         history, _ = train_on_ranks(cfg, "data", comm, Device(backend="cupy", mode=mode, graphs=graphs, gemm=gemm,
                                                                comm="nccl" if mode == "resident" else "mpi"), log=None)
         epochs.append(statistics.median(e["seconds"] for e in history.epochs[1:]))
