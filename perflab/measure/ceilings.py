@@ -162,25 +162,29 @@ def measure_on_world(p: int, grid, sizes=SIZES) -> list[dict] | None:
     return rows if comm is not None and comm.rank == 0 else None
 
 
-def kernel_row(device: str, name: str, H: int, B: int, seconds: float, ranks: int = 1, nbytes: float = 0) -> dict:
+def kernel_row(device: str, name: str, H: int, B: int, seconds: float, ranks: int = 1, nbytes: float = 0,
+               host_seconds: float = float("nan")) -> dict:
     return {"ceiling": "step_kernel", "device": device, "impl": name, "dtype": "float32", "shape": f"H={H} B={B}",
-            "H": H, "B": B, "size_bytes": nbytes, "ranks": ranks, "seconds": seconds, "value": seconds, "unit": "s"}
+            "H": H, "B": B, "size_bytes": nbytes, "ranks": ranks, "seconds": seconds, "value": seconds, "unit": "s",
+            "host_seconds": host_seconds}
 
 
 def gpu_step_kernels(hidden=HIDDEN_GRID, batches=BATCH_GRID, repeats: int = 10, progress: bool = False) -> list[dict]:
-    """Device seconds of every kernel of the training step (fused and unfused) at each (H, B')."""
+    """Device seconds of every kernel of the training step (fused and unfused) at each (H, B'), and
+    the host seconds its call takes to enqueue it (an eager step's share of the host: the
+    tensor-core GEMMs' host work depends on the configuration they choose for the shape)."""
     import cupy as cp
     from tqdm.auto import tqdm
 
     from perflab.kernels import wgmma
     from perflab.measure.bench import step_kernels, tensor_core_step_kernels
-    from perflab.timing import time_graph_ms
+    from perflab.timing import host_enqueue_seconds, time_graph_ms
     rows = []
     for H, B in tqdm([(H, B) for H in hidden for B in batches], desc="step kernels", disable=not progress):
         # on a Hopper also the kernels its tensor-core GEMMs change (the predictor's TENSOR_CORE_STEPS)
         for name, call, nbytes in step_kernels(H, B) + (tensor_core_step_kernels(H, B) if wgmma.hopper() else []):
             rows.append(kernel_row("gpu", name, H, B, time_graph_ms(cp, call, calls=5, repeats=repeats) * 1e-3,
-                                   nbytes=nbytes))
+                                   nbytes=nbytes, host_seconds=host_enqueue_seconds(cp, call)))
         wgmma.release()
         cp.get_default_memory_pool().free_all_blocks()
     return rows
@@ -216,15 +220,12 @@ def gpu_step_floors(steps: int = 40, repeats: int = 7) -> list[dict]:
     return rows
 
 
-def trainer_floor(comm, mode: str = "resident", batches=(20, 400), graphs: bool = True,
-                  gemm: str = "cublas") -> list[dict]:
+def trainer_floor(comm, mode: str = "resident", batches=(20, 400), graphs: bool = True) -> list[dict]:
     """perflab's trainer itself at H = 16 and 16 samples a rank, on every rank of comm, where the
     GPU's work is negligible: epochs of two lengths give its host cost per step (the loop, the
     graph replay or the eager launches and the copies' latency; on several GPUs the all-reduce
     and update) and per epoch (the synchronizations and the loss at its end). Named `trainer
-    <mode>` and how it launched (perflab.analysis.predictor.floor_name): kernel by kernel, a GEMM
-    other than cuBLAS adds its own host work to every step (the wgmma GEMMs' operand splits and
-    TMA descriptors)."""
+    <mode>` and how it launched (perflab.analysis.predictor.floor_name)."""
     from perflab.analysis.predictor import floor_name
     from perflab.config import Config
     from perflab.train.runner import Device, train_on_ranks
@@ -232,29 +233,26 @@ def trainer_floor(comm, mode: str = "resident", batches=(20, 400), graphs: bool 
     for n in batches:
         cfg = Config(dataset="synthetic", hidden_sizes=(16,), batch_size=16 * comm.size, train_size=16 * comm.size * n,
                      num_epochs=4, test_size=0, learning_rate=0.01, dtype="float32")
-        history, _ = train_on_ranks(cfg, "data", comm, Device(backend="cupy", mode=mode, graphs=graphs, gemm=gemm,
+        history, _ = train_on_ranks(cfg, "data", comm, Device(backend="cupy", mode=mode, graphs=graphs,
                                                                comm="nccl" if mode == "resident" else "mpi"), log=None)
         epochs.append(statistics.median(e["seconds"] for e in history.epochs[1:]))
     step = (epochs[1] - epochs[0]) / (batches[1] - batches[0])
     row = {"ceiling": "step_floor", "device": "gpu", "dtype": "float32", "shape": "", "size_bytes": 0, "ranks": comm.size,
            "unit": "s"}
     per_epoch = max(epochs[0] - batches[0] * step, 0.0)
-    name = floor_name(mode, graphs, gemm)
+    name = floor_name(mode, graphs)
     return [{**row, "impl": name, "seconds": step, "value": step},
             {**row, "impl": f"{name} epoch", "seconds": per_epoch, "value": per_epoch}]
 
 
 def trainer_floors(comm) -> list[dict]:
-    """The trainer's floor alone on rank 0 (resident and staged, each as a graph and kernel by kernel; on a
-    Hopper also kernel by kernel with the tensor-core GEMMs), then resident on all ranks."""
-    from perflab.kernels import wgmma
+    """The trainer's floor alone on rank 0 (resident and staged, each as a graph and kernel by kernel),
+    then resident on all ranks."""
     from perflab.train.comm import Serial
     rows = []
     if comm.rank == 0:
         rows = (trainer_floor(Serial()) + trainer_floor(Serial(), graphs=False) + trainer_floor(Serial(), "staged", graphs=False)
                 + trainer_floor(Serial(), "staged"))
-        for gemm in (wgmma.WGMMA_VARIANTS if wgmma.hopper() else ()):
-            rows += trainer_floor(Serial(), graphs=False, gemm=gemm) + trainer_floor(Serial(), "staged", graphs=False, gemm=gemm)
     comm.idle_barrier()
     if comm.size > 1:
         on_all = trainer_floor(comm)
