@@ -43,22 +43,6 @@ def time_graph_ms(cp, fn, calls: int = 10, repeats: int = 10) -> float:
     return statistics.median(graph_replays_ms(cp, fn, calls, lambda n: n >= repeats))
 
 
-def host_enqueue_seconds(cp, fn, calls: int = 5, repeats: int = 7) -> float:
-    """Median host seconds one fn() takes to enqueue its work, the device idle at the start of each
-    run of `calls` (a few launches never fill the launch queue, so the host never waits on the GPU):
-    what an eager step pays per kernel on the host, whatever the kernel then takes on the GPU."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        cp.cuda.get_current_stream().synchronize()
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        times.append((time.perf_counter() - start) / calls)
-    cp.cuda.get_current_stream().synchronize()
-    return statistics.median(times)
-
-
 def time_ms(cp, fn, repeats: int = 20, warmup: int = 3) -> float:
     """Median milliseconds of fn() between CUDA events."""
     for _ in range(warmup):
