@@ -15,7 +15,20 @@ import cupy as cp
 
 from perflab.measure.bench import step_kernels
 from perflab.measure.ceilings import SPIN
-from perflab.timing import host_enqueue_seconds
+
+def host_enqueue_seconds(cp, fn, calls=5, repeats=7):
+    """Median host seconds one fn() takes to enqueue its work, the device idle at the start of each run."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        cp.cuda.get_current_stream().synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - start) / calls)
+    cp.cuda.get_current_stream().synchronize()
+    return sorted(times)[len(times) // 2]
+
 
 spin = cp.RawKernel(SPIN, "spin")
 clock = cp.cuda.Device().attributes["ClockRate"] * 1e3  # Hz

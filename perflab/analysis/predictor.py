@@ -118,29 +118,15 @@ class Ceilings:
         return float(t.seconds.iloc[0])
 
     def trainer_floor(self, mode: str, graphs: bool) -> float:
-        """The trainer's host floor a step at H = 16, as the step was launched (floor_name). A file
+        """The trainer's host floor a step at H = 16, as the step was launched (floor_name), charged
+        at every size: a graph replay costs the same at any; a step launched kernel by kernel is as
+        steady as the host's speed, which moved its time by up to 2x between points of one run on
+        one H100 (experiments/predictor/README.md), so a finer model of it would not hold. A file
         from before the staged step was graphed lacks `trainer staged graph`: there a graphed staged
         step is charged the resident trainer's floor (the same replay, without the copy's call)."""
         if mode == "staged" and graphs and not len(self.rows("step_floor", impl=floor_name(mode, graphs))):
             return self.floor("trainer resident")
         return self.floor(floor_name(mode, graphs))
-
-    def host(self, mode: str, graphs: bool, kernels: tuple, H: float, B: float) -> float:
-        """The host's seconds a step. A graph replay costs the same at any size; a step launched
-        kernel by kernel costs the trainer's own part of its floor (the floor less its kernels'
-        launches at H = 16, `eager launch`) plus each of its kernels' host time at (H, B)
-        (host_seconds: the tensor-core GEMMs' host work grows with the configuration the shape
-        takes). A file without host_seconds: the floor alone."""
-        floor = self.trainer_floor(mode, graphs)
-        t = self.rows("step_kernel", device="gpu")
-        if graphs or "host_seconds" not in t or t.host_seconds.isna().all():
-            return floor
-        per_kernel = 0.0
-        for name in kernels:
-            k = t[(t.impl == name) & t.host_seconds.notna()]
-            at_h = {h: loglog(g.B, g.host_seconds, B) for h, g in k.groupby("H")}
-            per_kernel += loglog(list(at_h), list(at_h.values()), H)
-        return floor - self.floor("eager launch") + per_kernel
 
     def optional_floor(self, name: str) -> float:
         """A floor that older ceilings files lack: 0 there."""
@@ -272,15 +258,14 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
         fwd_bwd = sum(c.kernel("gpu", k, H, Bl) for k in fused_step(gemm))
         terms["kernels"] = fwd_bwd + c.kernel("gpu", UPDATE, H, Bl)
         graphed = launched_as_graph(point)
-        step = fused_step(gemm) + (UPDATE,)
         if point["mode"] == "resident":
             # on several GPUs the all-reduce and the update launch one by one after the graph
-            terms["host"] = c.host("resident", graphed, step, H, Bl) + (2 * c.launch() if p > 1 else 0.0)
+            terms["host"] = c.trainer_floor("resident", graphed) + (2 * c.launch() if p > 1 else 0.0)
             terms["exchange"] = c.allreduce("nccl_allreduce", p, gradient) if p > 1 else 0.0
             batch = max(terms["kernels"] + terms["exchange"], terms["host"])
             composition = "max(kernels + NCCL all-reduce, the trainer's host floor + launches)"
         elif point["mode"] == "staged":
-            terms["host"] = c.host("staged", graphed, step, H, Bl)
+            terms["host"] = c.trainer_floor("staged", graphed)
             terms["images"] = c.staged_images(Bl)
             terms["exchange"] = c.staged_exchange(p, gradient) if p > 1 else 0.0
             hidden = c.staged_hidden(Bl, terms["kernels"]) if graphed and p == 1 else None

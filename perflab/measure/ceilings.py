@@ -162,29 +162,25 @@ def measure_on_world(p: int, grid, sizes=SIZES) -> list[dict] | None:
     return rows if comm is not None and comm.rank == 0 else None
 
 
-def kernel_row(device: str, name: str, H: int, B: int, seconds: float, ranks: int = 1, nbytes: float = 0,
-               host_seconds: float = float("nan")) -> dict:
+def kernel_row(device: str, name: str, H: int, B: int, seconds: float, ranks: int = 1, nbytes: float = 0) -> dict:
     return {"ceiling": "step_kernel", "device": device, "impl": name, "dtype": "float32", "shape": f"H={H} B={B}",
-            "H": H, "B": B, "size_bytes": nbytes, "ranks": ranks, "seconds": seconds, "value": seconds, "unit": "s",
-            "host_seconds": host_seconds}
+            "H": H, "B": B, "size_bytes": nbytes, "ranks": ranks, "seconds": seconds, "value": seconds, "unit": "s"}
 
 
 def gpu_step_kernels(hidden=HIDDEN_GRID, batches=BATCH_GRID, repeats: int = 10, progress: bool = False) -> list[dict]:
-    """Device seconds of every kernel of the training step (fused and unfused) at each (H, B'), and
-    the host seconds its call takes to enqueue it (an eager step's share of the host: the
-    tensor-core GEMMs' host work depends on the configuration they choose for the shape)."""
+    """Device seconds of every kernel of the training step (fused and unfused) at each (H, B')."""
     import cupy as cp
     from tqdm.auto import tqdm
 
     from perflab.kernels import wgmma
     from perflab.measure.bench import step_kernels, tensor_core_step_kernels
-    from perflab.timing import host_enqueue_seconds, time_graph_ms
+    from perflab.timing import time_graph_ms
     rows = []
     for H, B in tqdm([(H, B) for H in hidden for B in batches], desc="step kernels", disable=not progress):
         # on a Hopper also the kernels its tensor-core GEMMs change (the predictor's TENSOR_CORE_STEPS)
         for name, call, nbytes in step_kernels(H, B) + (tensor_core_step_kernels(H, B) if wgmma.hopper() else []):
             rows.append(kernel_row("gpu", name, H, B, time_graph_ms(cp, call, calls=5, repeats=repeats) * 1e-3,
-                                   nbytes=nbytes, host_seconds=host_enqueue_seconds(cp, call)))
+                                   nbytes=nbytes))
         wgmma.release()
         cp.get_default_memory_pool().free_all_blocks()
     return rows
