@@ -394,6 +394,20 @@ def test_a_staged_step_is_charged_the_host_floor_of_the_way_it_was_launched(tmp_
     assert predictor.validate(old_row, tmp_path).t_host.iloc[0] == pytest.approx(2e-1)  # ms: kernel by kernel
 
 
+def test_the_grid_says_how_far_its_interpolation_misses_its_own_points():
+    steps = predictor.FUSED_STEP + (predictor.UPDATE,)
+    rows = [{"ceiling": "step_kernel", "device": "gpu", "impl": name, "H": H, "B": B, "seconds": H * B * 1e-11}
+            for H in (256, 1024, 4096) for B in (100, 1000, 10000) for name in steps]
+    smooth = predictor.Ceilings(pd.DataFrame(rows), source="made-up")
+    assert smooth.grid_error(steps) == {"median_abs": pytest.approx(0, abs=1e-12), "worst": pytest.approx(0, abs=1e-12),
+                                        "points": 1}  # a power law: log-log interpolation is exact
+    kinked = pd.DataFrame(rows)
+    kinked.loc[(kinked.H == 1024) & (kinked.B == 1000), "seconds"] *= 2  # the middle point twice its trend
+    e = predictor.Ceilings(kinked, source="made-up").grid_error(steps)
+    assert e["median_abs"] == pytest.approx(0.5) and e["worst"] == pytest.approx(-0.5)  # its neighbours say half
+    assert smooth.grid_error(steps + ("a kernel the file lacks",)) is None
+
+
 def test_a_resident_step_launched_kernel_by_kernel_is_charged_its_own_floor():
     c = table()
     tiny = point(H=256, B=100, N=200)

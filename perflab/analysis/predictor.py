@@ -107,6 +107,33 @@ class Ceilings:
         at_h = {h: loglog(g.B, g.seconds, B) for h, g in t.groupby("H")}
         return loglog(list(at_h), list(at_h.values()), H)
 
+    def grid_error(self, names: tuple, device: str = "gpu") -> dict | None:
+        """How far the log-log interpolation of a step (the sum of `names`) misses the grid's own
+        measurements: each interior grid point predicted without it, once without its B (from the
+        B's beside it at its H), once without its whole H (from the H's beside it). A what-if at
+        shapes off the grid carries about this error in its kernels (tensor-core GEMMs, whose
+        times step with their tiles, miss more than cuBLAS's). None: a grid too small to tell."""
+        t = self.rows("step_kernel", device=device)
+        t = t[t.impl.isin(names)]
+        Hs, Bs = sorted(t.H.unique()), sorted(t.B.unique())
+        if len(Hs) < 3 or len(Bs) < 3 or set(t.impl) != set(names):
+            return None
+        errors = []
+        for H in Hs[1:-1]:
+            for B in Bs[1:-1]:
+                here = t[(t.H == H) & (t.B == B)]
+                true = float(here.seconds.sum())
+                without_b = without_h = 0.0
+                for _, g in t.groupby("impl"):
+                    at_h = g[(g.H == H) & (g.B != B)]
+                    without_b += loglog(at_h.B, at_h.seconds, B)
+                    others = {h: loglog(gg.B, gg.seconds, B) for h, gg in g[g.H != H].groupby("H")}
+                    without_h += loglog(list(others), list(others.values()), H)
+                errors += [without_b / true - 1, without_h / true - 1]
+        absolute = np.abs(errors)
+        return {"median_abs": float(np.median(absolute)), "worst": float(errors[int(np.argmax(absolute))]),
+                "points": len(errors) // 2}
+
     def floor(self, name: str) -> float:
         """A step floor measured on one rank (ceilings under mpiexec also time the resident
         trainer on all ranks: at H = 16 that took longer per step than real points at H = 512 on

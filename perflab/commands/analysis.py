@@ -70,8 +70,12 @@ def cmd_whatif(args, comm) -> dict:
                        "composition": pred["composition"]} | predictor.band_ms(pred)
                     | {k: 1e3 * v for k, v in pred.items() if k.startswith("t_")})
     out = Path(args.out or results.run_dir()) / f"{args.name}.json"
+    device = "cpu" if args.backend == "numpy" else "gpu"
+    step = {"cupy": lambda g: predictor.fused_step(g) + (predictor.UPDATE,), "numpy": lambda g: ("forward", "backward", "step")}
+    grid = {g: ceilings.grid_error(step[args.backend](g), device) for g in args.gemm}
     made = {"method": "perflab.analysis.predictor from the ceilings file alone (no training run)", "ceilings": str(path),
-            "ceilings_machine": results.made_on(path), "predicted_by": results.git_commit(), "rows": rows}
+            "ceilings_machine": results.made_on(path), "predicted_by": results.git_commit(),
+            "grid_interpolation_error": grid, "rows": rows}
     if exchange is not None:
         made |= {"method": "perflab.analysis.predictor from two ceilings files (no training run): the step, floors and "
                            "copies from `ceilings`, the all-reduces at the ranks it measured from `exchange_ceilings`",
@@ -79,6 +83,10 @@ def cmd_whatif(args, comm) -> dict:
     atomic_write(out, (json.dumps(made, indent=1) + "\n").encode())
     if not args.json:
         print(pd.DataFrame(rows).drop(columns=["composition"]).round(3).to_string(index=False))
+        for g, e in grid.items():
+            if e is not None:
+                print(f"kernels at shapes off the ceilings' grid ({g}): the grid's own points, each interpolated from its "
+                      f"neighbours, miss by a median of {100 * e['median_abs']:.0f}% (worst {100 * e['worst']:+.0f}%)")
         print(f"wrote {out}")
     return {"saved": str(out), "rows": rows}
 
