@@ -223,6 +223,16 @@ def test_missed_points_say_what_their_profiled_phases_and_other_runs_show(tmp_pa
     assert t["phase missed most"].iloc[0] == "copying images host -> device (+0.100 ms)"
     assert t["phases: median abs error"].iloc[0] == "15% (2)"
     assert t["same point, other runs (ms)"].iloc[0] == "0.75"
+    # a tensor-core point is not read against cuBLAS's phases, nor an eager run against a graphed one
+    v = pd.read_csv(tmp_path / "validation.csv").assign(gemm="cublas", graphs=True)
+    v.loc[len(v)] = {**base, "source": "a.csv", "gemm": "wgmma", "graphs": True, "predicted_ms": 0.5, "measured_ms": 1.0,
+                     "error": -0.5}
+    v.to_csv(tmp_path / "validation.csv", index=False)
+    pd.read_csv(tmp_path / "validation_phases.csv").assign(gemm="cublas", launch="graph").to_csv(
+        tmp_path / "validation_phases.csv", index=False)
+    t = markdown.missed_points(tmp_path).set_index("GEMM")
+    assert t.loc["cublas", "phases: median abs error"] == "15% (2)" and pd.isna(t.loc["wgmma", "phases: median abs error"])
+    assert (t.launch == "graph").all() and t.loc["wgmma", "same point, other runs (ms)"] == "-"
 
 
 def test_an_epoch_graph_is_judged_by_the_step_against_the_host_floor():

@@ -321,6 +321,11 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
     return {"batch_s": batch, "composition": composition, **band, **{f"t_{k}": v for k, v in terms.items()}}
 
 
+def launch_name(point: dict) -> str:
+    """How the point's step launched, as sweeps name it (`graph`, `eager`; the CPU's always eager)."""
+    return "graph" if point.get("backend") != "numpy" and launched_as_graph(point) else "eager"
+
+
 def launched_as_graph(point: dict) -> bool:
     """Whether the point's step was a CUDA graph replay (a row without the column: the default, a graph)."""
     graphs = point.get("graphs", True)
@@ -439,14 +444,21 @@ def loader():
     return lambda path: loaded.get(path) or loaded.setdefault(path, Ceilings.load(path))
 
 
+def as_measured(row) -> dict:
+    """A sweep row as a point, saying how its step launched where the row predates the column: a
+    staged row from before the staged step was graphed (bd32702) ran kernel by kernel."""
+    point = row.to_dict()
+    if point.get("mode") == "staged" and pd.isna(point.get("graphs", np.nan)):
+        point["graphs"] = False
+    return point
+
+
 def validate(points: pd.DataFrame, folder: Path) -> pd.DataFrame:
     """Predicted against measured per point, each with the ceilings file it used; points the
     predictor does not cover, or whose ceilings are missing, say why in `skipped`."""
     rows, load = [], loader()
     for _, r in points.iterrows():
-        point = r.to_dict()
-        if point.get("mode") == "staged" and pd.isna(point.get("graphs", np.nan)):
-            point["graphs"] = False  # measured before the staged step was graphed (bd32702): kernel by kernel
+        point = as_measured(r)
         base = {k: point[k] for k in ("H", "B", "p", "backend", "mode", "parallel", "gemm", "dtype", "graphs") if k in point}
         measured = measured_batch_seconds(point)
         path = ceilings_for(folder, int(point["p"]))
@@ -522,7 +534,7 @@ def validate_phases(points: pd.DataFrame, folder: Path) -> pd.DataFrame:
     tidy: one row per point and phase."""
     rows, load = [], loader()
     for _, r in points.iterrows():
-        point = r.to_dict()
+        point = as_measured(r)
         path = ceilings_for(folder, int(point["p"]))
         if path is None:
             continue
@@ -534,7 +546,7 @@ def validate_phases(points: pd.DataFrame, folder: Path) -> pd.DataFrame:
             measured = point.get(f"t_{phase}")
             if measured is not None and np.isfinite(measured) and measured > 0:
                 rows.append({k: point[k] for k in ("H", "B", "p", "backend", "mode", "parallel") if k in point}
-                            | {"phase": phase, "measured_ms": 1e3 * measured, "predicted_ms": 1e3 * seconds,
+                            | {"gemm": point.get("gemm", "cublas"), "launch": launch_name(point), "phase": phase, "measured_ms": 1e3 * measured, "predicted_ms": 1e3 * seconds,
                                "error": seconds / measured - 1, "ceilings": path.name})
     return pd.DataFrame(rows)
 

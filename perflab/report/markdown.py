@@ -478,19 +478,23 @@ def missed_points(folder: Path, worse_than: float = 0.2):
     unprofiled time in the folder's other runs (the spread between runs)."""
     import pandas as pd
 
-    from perflab.analysis import validation
+    from perflab.analysis import predictor, validation
     v = pd.read_csv(folder / "validation.csv")
     if "error" not in v:
         return v.iloc[:0]
     banded = validation.inside_band(v)
     phases = pd.read_csv(folder / "validation_phases.csv") if (folder / "validation_phases.csv").exists() else None
-    keys = ["source", "H", "B", "p", "mode", "parallel"]
+    v["launch"] = [predictor.launch_name(r) for r in v.to_dict("records")]
+    v["gemm"] = v["gemm"] if "gemm" in v else "cublas"
+    keys = ["source", "H", "B", "p", "mode", "parallel", "gemm", "launch"]
     rows = []
     for _, r in v[v.error.abs() > worse_than].iterrows():
         row = {"source": r.source, "H": r.H, "B": r.B, "p": r.p, "mode": r["mode"], "parallel": r.parallel,
+               "GEMM": r.gemm, "launch": r.launch,
                "predicted ms": r.predicted_ms, "measured ms": r.measured_ms, "error": f"{r.error:+.0%}"}
         if phases is not None:
-            ph = phases[(phases[keys] == r[keys]).all(axis=1)]
+            named = [k for k in keys if k in phases]  # older files name neither GEMM nor launch
+            ph = phases[(phases[named] == r[named]).all(axis=1)]
             if len(ph):
                 gap = (ph.measured_ms - ph.predicted_ms).abs()
                 worst = ph.loc[gap.idxmax()]
