@@ -338,3 +338,12 @@ def test_staged_graphed_summarizes_only_the_staged_points_whose_step_replayed_a_
                          "error": [0.1, -0.9, -0.3, 0.5]})
     assert markdown.staged_graphed(done) == "20% (30%), 2"
     assert markdown.staged_graphed(done.drop(columns="graphs")) == "-"
+
+
+def test_what_graphs_buy_pairs_each_point_measured_both_ways():
+    rows = [{"H": 512, "B": 800, "mode": m, "gemm": "cublas", "launch": la, "epoch_seconds": sec, "batches": 10,
+             "status": "measured"}
+            for m, la, sec in (("resident", "graph", 0.002), ("resident", "eager", 0.005), ("staged", "graph", 0.01))]
+    t = markdown.launch_table(pd.DataFrame(rows))
+    assert len(t) == 1 and t["mode"].iloc[0] == "resident"  # the staged point was measured one way only
+    assert t["graph"].iloc[0] == pytest.approx(0.2) and t["eager / graph"].iloc[0] == pytest.approx(2.5)

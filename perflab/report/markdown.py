@@ -183,6 +183,42 @@ def step_section() -> list[str]:
     return out
 
 
+def launch_table(sweep):
+    """ms per batch of each (H, B, mode, GEMM) measured both as a graph replay and kernel by kernel."""
+    t = sweep[(sweep.get("status", "measured") == "measured") & sweep.launch.isin(["graph", "eager"])].copy()
+    t["ms"] = 1e3 * t.epoch_seconds / t.batches
+    wide = t.pivot_table(index=["H", "B", "mode", "gemm"], columns="launch", values="ms").dropna()
+    if not len(wide):
+        return wide
+    wide["eager / graph"] = wide["eager"] / wide["graph"]
+    return wide[["graph", "eager", "eager / graph"]].reset_index()
+
+
+def launch_section() -> list[str]:
+    """What CUDA graphs buy: the sweeps that measured each point both ways (`perflab sweep --launch graph eager`)."""
+    import pandas as pd
+    out = []
+    for path in sorted(RESULTS_ROOT.glob("*/*.csv")):
+        head = pd.read_csv(path, nrows=0).columns
+        if "launch" not in head or "epoch_seconds" not in head:
+            continue
+        table = launch_table(pd.read_csv(path))
+        if not len(table):
+            continue
+        by_mode = table.groupby("mode")["eager / graph"]
+        out += ["", f"## What CUDA graphs buy, {path.parent.name}", "", f"Source: {source(path)}.", "",
+                fmt(table.round(3)), "",
+                "Each point's step replayed as one CUDA graph, and its kernels launched one by one as the seeds' code "
+                "does (`perflab sweep --launch graph eager`), ms per batch. Kernel by kernel, the host pays every "
+                "launch (and the tensor-core GEMMs' operand set-up) each step, so a step whose kernels are short "
+                "waits on the host: "
+                + "; ".join(f"{mode} eager / graph {g.min():.2f}-{g.max():.2f}" for mode, g in by_mode)
+                + ". The eager times also move with the host's speed between points of one run (the predictor's "
+                "misses on them, `experiments/predictor/README.md`), and a staged step's pageable copy drifts either "
+                "way between points (`experiments/staged_copy/`); a graph replay costs the same on every lend."]
+    return out
+
+
 def parallel_section() -> list[str]:
     """Data against model parallel from each committed parallel.csv (`perflab sweep --name parallel
     --parallel data model`): epoch seconds, the all-reduce's median per batch and its bytes."""
@@ -822,6 +858,7 @@ def analysis_markdown() -> str:
         out += [f"![predicted against measured, every committed folder](figures/{VALIDATION_FIGURE}.png)", ""]
     out += predictor_sections()
     out += step_section()
+    out += launch_section()
     out += parallel_section()
     out += allreduce_section()
     out += pipelined_section()
