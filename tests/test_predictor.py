@@ -451,6 +451,18 @@ def test_a_sweep_is_predicted_from_the_ceilings_measured_beside_it_first(tmp_pat
     assert by.ceilings["prediction_check_x.csv"] == "prediction_check_x_ceilings/ceilings_p1.csv"
     assert by.ceilings["prediction_check_y.csv"] == "ceilings_p1.csv"
     assert by.predicted_ms["prediction_check_x.csv"] == pytest.approx(2 * by.predicted_ms["prediction_check_y.csv"])
+    # the lend: the kernel boot in the sweep's and the ceilings' metadata
+    (beside / "ceilings_p1.json").write_text(json.dumps({"boot": "aaaa"}))
+    (tmp_path / "ceilings_p1.json").write_text(json.dumps({"boot": "bbbb"}))
+    for name in ("prediction_check_x", "prediction_check_y"):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"boot": "aaaa"}))
+    table_, _ = validation.validate_folder(tmp_path, write=False)
+    assert table_.set_index("source").same_lend.to_dict() == {"prediction_check_x.csv": True, "prediction_check_y.csv": False}
+    s = validation.summary(table_)
+    assert s["same_lend"] == 1 and s["median_abs_error_same_lend"] == pytest.approx(abs(table_.error.iloc[0]))
+    assert "1 predicted from ceilings of their own lend" in validation.describe(table_)
+    (tmp_path / "prediction_check_y.json").write_text("{}")  # a sweep from before the boot was recorded
+    assert validation.validate_folder(tmp_path, write=False)[0].same_lend.isna().sum() == 1
 
 
 def test_a_graphed_staged_step_is_charged_copy_plus_kernels_less_the_copy_measured_under_a_step():

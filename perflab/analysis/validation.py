@@ -50,6 +50,8 @@ def validate_folder(folder: Path, out: str | None = None, write: bool = True) ->
             table["ceilings"] = [str((own / n).relative_to(folder)) if isinstance(n, str) else n for n in table.ceilings]
         table.insert(0, "source", str(path.relative_to(folder)))
         table["measured_git"] = str(meta.get("git_commit", "?"))[:12]
+        table["same_lend"] = [same_lend(meta, folder / n) if isinstance(n, str) else None
+                              for n in table.get("ceilings", [None] * len(table))]
         tables.append(table)
         phases = predictor.validate_phases(points, own)
         if len(phases):
@@ -71,6 +73,15 @@ def validate_folder(folder: Path, out: str | None = None, write: bool = True) ->
     return table, path
 
 
+def same_lend(sweep_meta: dict, ceilings: Path) -> bool | None:
+    """Whether a sweep and the ceilings predicting it ran on one lend of the machine (the same kernel
+    boot, metadata `boot`): only then are the host's terms the ones the sweep met. None: a file
+    from before the boot was recorded."""
+    path = ceilings.with_suffix(".json")
+    boot = json.loads(path.read_text()).get("boot") if path.exists() else None
+    return (boot == sweep_meta["boot"]) if boot and sweep_meta.get("boot") else None
+
+
 def inside_band(table: pd.DataFrame) -> pd.Series:
     """The staged points' inside_band flags as booleans, indexed as the table (a validation.csv
     read back holds them as text among the other points' blanks); empty where there are none."""
@@ -89,6 +100,10 @@ def summary(table: pd.DataFrame) -> dict:
     banded = inside_band(done)  # the staged points and their copy band
     if len(banded):
         out |= {"banded": int(len(banded)), "inside_band": int(banded.sum())}
+    lend = done[done.same_lend.astype(str) == "True"] if "same_lend" in done else done.iloc[:0]
+    if len(lend):  # predicted from ceilings measured on the sweep's own lend: the main job's case
+        out |= {"same_lend": int(len(lend)), "median_abs_error_same_lend": float(lend.error.abs().median()),
+                "worst_abs_error_same_lend": float(lend.error.abs().max())}
     probed = done[done.error_probed.notna()] if "error_probed" in done else done.iloc[:0]
     if len(probed):  # staged points measured with their copy probed beside them: blind, then at the probe
         out |= {"probed": int(len(probed)), "median_abs_error_blind_probed": float(probed.error.abs().median()),
@@ -116,4 +131,6 @@ def describe(table: pd.DataFrame) -> str:
     return (f"{s['points']} points, median |error| {s['median_abs_error']:.0%}, worst {s['worst_abs_error']:.0%}"
             + (f", {s['skipped']} skipped" if s["skipped"] else "")
             + (f"; {s['inside_band']} of {s['banded']} staged points inside their copy band" if "banded" in s else "")
-            + (f"; {probed_summary(s)}" if "probed" in s else ""))
+            + (f"; {probed_summary(s)}" if "probed" in s else "")
+            + (f"; {s['same_lend']} predicted from ceilings of their own lend: median |error| "
+               f"{s['median_abs_error_same_lend']:.0%}, worst {s['worst_abs_error_same_lend']:.0%}" if "same_lend" in s else ""))

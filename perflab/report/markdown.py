@@ -678,6 +678,9 @@ def predictor_sections() -> list[str]:
                      "staged, copy probed: blind / at the probe": (
                          f"{s['probed']}: {s['median_abs_error_blind_probed']:.0%} ({s['worst_abs_error_blind_probed']:.0%}) / "
                          f"{s['median_abs_error_probed']:.0%} ({s['worst_abs_error_probed']:.0%})") if "probed" in s else "-",
+                     "ceilings of the point's own lend": (
+                         f"{s['same_lend']}: {s['median_abs_error_same_lend']:.0%} ({s['worst_abs_error_same_lend']:.0%})"
+                         if "same_lend" in s else "-"),
                      "profiled phases": phase_error(path.with_name("validation_phases.csv")),
                      "sources": ", ".join(sorted(set(done.source))) if len(done) else "no ceilings with the step's kernels"})
     if not rows:
@@ -693,7 +696,10 @@ def predictor_sections() -> list[str]:
            "each committed before its run. Staged points measured with their copy probed beside them (the sweep "
            "walks the staged copy just before and after the timed epochs: `copy_probe_s`) are also predicted with the "
            "ceilings' copy at the probe's level: median (worst) |error| from the ceilings, then at the probe, says how "
-           "much of a staged error is the copy's drift between the ceilings run and the point's.\n\n" + fmt(pd.DataFrame(rows))]
+           "much of a staged error is the copy's drift between the ceilings run and the point's. The points "
+           "predicted from ceilings measured on their own lend of the machine (the same kernel boot in both files' "
+           "metadata; a user's main job is this case) are counted apart: the host's terms move between lends.\n\n"
+           + fmt(pd.DataFrame(rows))]
     out += missed_section()
     out += lend_section()
     waiting = []
