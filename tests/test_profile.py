@@ -39,13 +39,17 @@ def test_cpu_gemm_ceiling_positive():
 @pytest.mark.mpi
 def test_ceilings_under_mpi_writes_table(tmp_path):
     from test_mpi import last_json, mpirun
-    proc = mpirun(2, "ceilings", "--max-log2-size", "14", "--out", str(tmp_path), "--json", "--backend", "numpy")
+    proc = mpirun(2, "ceilings", "--max-log2-size", "14", "--out", str(tmp_path), "--json", "--backend", "numpy",
+                  "--hidden", "100", "--per-rank-batch", "300")
     summary = last_json(proc)
     import pandas as pd
     table = pd.read_csv(summary["saved"])
     allreduce = table[table.ceiling == "mpi_allreduce"]
     assert list(allreduce.size_bytes) == [4096, 16384] and (allreduce.value > 0).all()
     assert json.loads((tmp_path / "ceilings_p2.json").read_text())["cpu"]
+    kernels = table[table.ceiling == "step_kernel"]  # the grid, and the shapes asked for beside it
+    assert 100 in set(kernels.H) and 300 in set(kernels.B) and {128, 2048} <= set(kernels.H)
+    assert len(kernels[(kernels.H == 100) & (kernels.B == 300)]) == 3  # forward, backward, step
 
 
 @pytest.mark.mpi

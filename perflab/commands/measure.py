@@ -60,8 +60,10 @@ def cmd_ceilings(args, comm) -> dict:
     from perflab.measure import ceilings
     gpu = {"auto": cupy_or_none() is not None, "cupy": True, "numpy": False}[args.backend]
     sizes = [2**k for k in range(12, args.max_log2_size + 1, 2)]
+    hidden, batches = (ceilings.HIDDEN_GRID, ceilings.BATCH_GRID) if gpu else (ceilings.CPU_HIDDEN_GRID, ceilings.CPU_BATCH_GRID)
+    grid = (sorted({*hidden, *(args.hidden or ())}), sorted({*batches, *(args.per_rank_batch or ())}))
     rows = ceilings.measure(comm, gpu, sizes, log=(lambda m: None) if args.json or comm.rank else print,
-                            kernels=not args.no_step_kernels)
+                            kernels=not args.no_step_kernels, grid=grid)
     if comm.rank != 0:
         return {}
     import pandas as pd
@@ -187,6 +189,11 @@ def register(sub) -> None:
     p.add_argument("--no-step-kernels", action="store_true", help="skip the step's kernels over H x B (the predictor "
                                                                    "needs them; they take about a minute)")
     p.add_argument("--max-log2-size", type=positive, default=26, help="largest buffer, 2**K bytes (default %(default)s)")
+    p.add_argument("--hidden", nargs="+", type=positive, metavar="H",
+                   help="also time the step's kernels at these hidden sizes (the grid's powers of two are interpolated "
+                        "between: at other shapes the tensor-core GEMMs miss by up to 15%%; perflab whatif says how far)")
+    p.add_argument("--per-rank-batch", nargs="+", type=positive, metavar="B/p",
+                   help="also time them at these samples per rank per step (with --hidden: every pair)")
     outputs(p)
     p.set_defaults(run=cmd_ceilings)
 
