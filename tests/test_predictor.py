@@ -460,6 +460,9 @@ def test_a_sweep_is_predicted_from_the_ceilings_measured_beside_it_first(tmp_pat
     assert table_.set_index("source").same_lend.to_dict() == {"prediction_check_x.csv": True, "prediction_check_y.csv": False}
     s = validation.summary(table_)
     assert s["same_lend"] == 1 and s["median_abs_error_same_lend"] == pytest.approx(abs(table_.error.iloc[0]))
+    assert s["same_lend_graphed"] == 1  # a resident step on a GPU: a graph replay unless the row says not
+    eager = validation.summary(table_.assign(graphs=False))
+    assert eager["same_lend"] == 1 and "same_lend_graphed" not in eager
     assert "1 predicted from ceilings of their own lend" in validation.describe(table_)
     (tmp_path / "prediction_check_y.json").write_text("{}")  # a sweep from before the boot was recorded
     assert validation.validate_folder(tmp_path, write=False)[0].same_lend.isna().sum() == 1

@@ -104,6 +104,11 @@ def summary(table: pd.DataFrame) -> dict:
     if len(lend):  # predicted from ceilings measured on the sweep's own lend: the main job's case
         out |= {"same_lend": int(len(lend)), "median_abs_error_same_lend": float(lend.error.abs().median()),
                 "worst_abs_error_same_lend": float(lend.error.abs().max())}
+        graphed = lend[[predictor.launch_name(r) == "graph" for r in lend.to_dict("records")]]
+        if len(graphed):  # ... each step a graph replay (the default): the host's speed out of the step
+            out |= {"same_lend_graphed": int(len(graphed)),
+                    "median_abs_error_same_lend_graphed": float(graphed.error.abs().median()),
+                    "worst_abs_error_same_lend_graphed": float(graphed.error.abs().max())}
     probed = done[done.error_probed.notna()] if "error_probed" in done else done.iloc[:0]
     if len(probed):  # staged points measured with their copy probed beside them: blind, then at the probe
         out |= {"probed": int(len(probed)), "median_abs_error_blind_probed": float(probed.error.abs().median()),
@@ -133,4 +138,6 @@ def describe(table: pd.DataFrame) -> str:
             + (f"; {s['inside_band']} of {s['banded']} staged points inside their copy band" if "banded" in s else "")
             + (f"; {probed_summary(s)}" if "probed" in s else "")
             + (f"; {s['same_lend']} predicted from ceilings of their own lend: median |error| "
-               f"{s['median_abs_error_same_lend']:.0%}, worst {s['worst_abs_error_same_lend']:.0%}" if "same_lend" in s else ""))
+               f"{s['median_abs_error_same_lend']:.0%}, worst {s['worst_abs_error_same_lend']:.0%}" if "same_lend" in s else "")
+            + (f" ({s['same_lend_graphed']} of them graphed: {s['median_abs_error_same_lend_graphed']:.0%}, worst "
+               f"{s['worst_abs_error_same_lend_graphed']:.0%})" if "same_lend_graphed" in s else ""))

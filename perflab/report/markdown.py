@@ -680,6 +680,8 @@ def predictor_sections() -> list[str]:
                          f"{s['median_abs_error_probed']:.0%} ({s['worst_abs_error_probed']:.0%})") if "probed" in s else "-",
                      "ceilings of the point's own lend": (
                          f"{s['same_lend']}: {s['median_abs_error_same_lend']:.0%} ({s['worst_abs_error_same_lend']:.0%})"
+                         + (f"; graphed {s['same_lend_graphed']}: {s['median_abs_error_same_lend_graphed']:.0%} "
+                            f"({s['worst_abs_error_same_lend_graphed']:.0%})" if "same_lend_graphed" in s else "")
                          if "same_lend" in s else "-"),
                      "profiled phases": phase_error(path.with_name("validation_phases.csv")),
                      "sources": ", ".join(sorted(set(done.source))) if len(done) else "no ceilings with the step's kernels"})
