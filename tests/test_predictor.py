@@ -380,7 +380,7 @@ def test_a_staged_point_with_its_copy_probed_is_predicted_again_at_the_probes_le
 
 def test_a_staged_step_is_charged_the_host_floor_of_the_way_it_was_launched(tmp_path):
     """Graphed (the trainer's default since bd32702): `trainer staged graph`, or on an older file the
-    resident trainer's replay; kernel by kernel (--no-graphs, and a sweep row from before, which has
+    resident trainer's replay; kernel by kernel (--launch eager, and a sweep row from before, which has
     no graphs column): `trainer staged`."""
     c = table()
     staged = point(mode="staged", H=256, B=100, N=200)  # the host's floor bounds so tiny a step

@@ -68,7 +68,9 @@ def device_options(parser: argparse.ArgumentParser) -> None:
                         "pretends nodes of k ranks), shm (ranks of one node sum through memory they all map, no "
                         "MPI message; host buffers, GPU ones staged). Default: nccl on GPUs (mpi in the staged modes), "
                         "mpi on the CPU")
-    g.add_argument("--no-graphs", action="store_true", help="launch kernels one by one instead of replaying CUDA graphs")
+    g.add_argument("--launch", choices=("graph", "eager"), default="graph",
+                   help="GPU: replay each step as a CUDA graph (graph), or launch its kernels one by one as the seeds' "
+                        "code does (eager) (default %(default)s)")
     g.add_argument("--pinned", action="store_true", help="staged mode: keep the data in page-locked host memory")
     g.add_argument("--overlap", action="store_true",
                    help="NCCL on several GPUs: all-reduce the gradients in chunks on a second stream while backward "
@@ -111,7 +113,7 @@ def device_from_args(args):
     if args.gemm in TF32_VARIANTS and getattr(args, "dtype", "float32") != "float32":
         raise CLIError(f"--gemm {args.gemm} runs on TF32 tensor cores from float32 operands: it needs --dtype float32, "
                        f"got --dtype {args.dtype}")
-    return Device(backend=backend, mode=args.mode, gemm=args.gemm, comm=comm, graphs=not args.no_graphs,
+    return Device(backend=backend, mode=args.mode, gemm=args.gemm, comm=comm, graphs=args.launch == "graph",
                   pinned=args.pinned, overlap=args.overlap, chunks=args.chunks)
 
 

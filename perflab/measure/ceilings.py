@@ -188,7 +188,7 @@ def gpu_step_kernels(hidden=HIDDEN_GRID, batches=BATCH_GRID, repeats: int = 10, 
 
 def gpu_step_floors(steps: int = 40, repeats: int = 7) -> list[dict]:
     """Host seconds per step where the host, not the GPU, is the bound (H = B = 16): the fused step
-    replayed as one graph, and launched kernel by kernel (as the profiled run and --no-graphs launch it). The
+    replayed as one graph, and launched kernel by kernel (as the profiled run and --launch eager launch it). The
     median over `repeats` runs of `steps` steps: one run's mean carries any hiccup of the host."""
     import cupy as cp
 
