@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call on a several-GPU machine: multi-GPU checks, ceilings, roofline sweep, scaling,
 # data against model parallel, the all-reduce bench, the pipelined staged path beside the serial one, and the
-# single-GPU benchmarks (stages: info check ceilings sweep scaling parallel allreduce pipeline bench x4).
+# single-GPU benchmarks (stages: info check ceilings sweep scaling parallel allreduce pipeline bench x4 exchange
+# dataparallel).
 # Four GPUs (issue 33), one call: P=4 FLAGS="- overlap staged pipelined model" bash scripts/gpu_multi.sh x4 scaling ceilings allreduce
 # Every command has a time limit, so one hang cannot eat the call. Usage:
 #   OUT=/tmp/out P=2 bash scripts/gpu_multi.sh [stage...]
@@ -75,6 +76,17 @@ print(json.dumps({k: d[k] for k in ('mode', 'comm', 'chunks', 'ranks', 'hidden_s
       timeout 150 python3 -m perflab bench step --out "$OUT" 2>&1 | tail -14
       timeout 400 python3 -m perflab bench train --peers perflab "perflab (output layer unfused)" "perflab (unfused)" "jax scan epoch" \
         "torch.compile default" "torch.compile reduce-overhead" "pytorch cuda graph" "cublas 5-gemm floor" --out "$OUT" 2>&1 | tail -12 ;;
+    exchange)  # why the exchanges are slower than NVLink and the host allow: NCCL's channel and protocol settings at
+               # the gradient sizes (issue 31), and the pipelined path's host all-reduce of its pieces (issue 28)
+      bash experiments/nccl_graph/channels.sh 2>&1 | tee "$OUT/nccl_channels.log"
+      $MPI -n $P python3 experiments/pipelined/pieces.py 2>&1 | tee "$OUT/pieces_h200x$P.jsonl" | grep '"piece": 1' ;;
+    dataparallel)  # perflab resident data parallel alone at p = 1 .. P in the scaling harness, under NCCL_ENV (issue 31)
+      for hb in "2048 3000" "512 800"; do set -- $hb
+        for n in $RANKS; do
+          env ${NCCL_ENV:-} $MPI -n $n $(for kv in ${NCCL_ENV:-}; do echo -x ${kv%%=*}; done) \
+            python3 -m perflab.measure.peers_multi perflab $1 $2 60000 2>/dev/null | tail -1
+        done
+      done 2>&1 | tee "$OUT/dataparallel_$(echo "${NCCL_ENV:-defaults}" | tr -c 'A-Za-z0-9._\n-' '_').jsonl" ;;
     scaling)  # every peer in one harness (perflab.measure.peers_multi): same warm-up, median of the same epochs
       for hb in "2048 3000" "512 800"; do set -- $hb; H=$1; b=$2
         for n in $RANKS; do
