@@ -347,3 +347,4 @@ def test_what_graphs_buy_pairs_each_point_measured_both_ways():
     t = markdown.launch_table(pd.DataFrame(rows))
     assert len(t) == 1 and t["mode"].iloc[0] == "resident"  # the staged point was measured one way only
     assert t["graph"].iloc[0] == pytest.approx(0.2) and t["eager / graph"].iloc[0] == pytest.approx(2.5)
+    assert len(markdown.launch_table(pd.DataFrame(rows[:1] + rows[2:]))) == 0  # every point one way: nothing to pair

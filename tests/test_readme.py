@@ -9,6 +9,16 @@ def test_readme_results_block_matches_the_result_files():
     assert block == "\n" + markdown.markdown()
 
 
+def test_report_md_is_what_the_result_files_say_now():
+    """results/REPORT.md is generated from the committed files: regenerate and compare (perflab report --markdown
+    fixes it); it opens with a list of its sections."""
+    from perflab.results import RESULTS_ROOT
+    text = (RESULTS_ROOT / "REPORT.md").read_text()
+    assert text == markdown.analysis_markdown()
+    contents = text[text.index("## Contents"):].split("\n\n")[1].splitlines()
+    assert len(contents) == text.count("\n## ") - 1 and all(line.startswith("- [") for line in contents)
+
+
 def test_readme_starts_with_the_two_commands():
     text = (PROJECT_ROOT / "README.md").read_text()
     head = text[:text.index("## Measured results")]

@@ -2,6 +2,7 @@
 (results/REPORT.md and the README's results block)."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from perflab.analysis.perfmodel import gradient_buffer_bytes
@@ -187,9 +188,10 @@ def launch_table(sweep):
     """ms per batch of each (H, B, mode, GEMM) measured both as a graph replay and kernel by kernel."""
     t = sweep[(sweep.get("status", "measured") == "measured") & sweep.launch.isin(["graph", "eager"])].copy()
     t["ms"] = 1e3 * t.epoch_seconds / t.batches
-    wide = t.pivot_table(index=["H", "B", "mode", "gemm"], columns="launch", values="ms").dropna()
-    if not len(wide):
-        return wide
+    wide = t.pivot_table(index=["H", "B", "mode", "gemm"], columns="launch", values="ms")
+    if not {"graph", "eager"} <= set(wide.columns):
+        return wide.iloc[:0]
+    wide = wide.dropna()
     wide["eager / graph"] = wide["eager"] / wide["graph"]
     return wide[["graph", "eager", "eager / graph"]].reset_index()
 
@@ -206,7 +208,7 @@ def launch_section() -> list[str]:
         if not len(table):
             continue
         by_mode = table.groupby("mode")["eager / graph"]
-        out += ["", f"## What CUDA graphs buy, {path.parent.name}", "", f"Source: {source(path)}.", "",
+        out += ["", f"## What CUDA graphs buy, {path.parent.name}, {path.stem}", "", f"Source: {source(path)}.", "",
                 fmt(table.round(3)), "",
                 "Each point's step replayed as one CUDA graph, and its kernels launched one by one as the seeds' code "
                 "does (`perflab sweep --launch graph eager`), ms per batch. Kernel by kernel, the host pays every "
@@ -796,6 +798,24 @@ def roofline_text(place, rates: dict) -> list[str]:
     return out
 
 
+def with_contents(lines: list[str]) -> str:
+    """The report with a list of its sections (its `## ` headings, each a link) after the title and
+    its first paragraph: REPORT.md runs to a thousand lines."""
+    text = "\n".join(lines) + "\n"
+    headings = [h[3:].strip() for h in text.splitlines() if h.startswith("## ")]
+    if not headings:
+        return text
+    slug = lambda h: re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-")  # GitHub's anchors  # noqa: E731
+    seen: dict = {}
+    items = []
+    for h in headings:
+        anchor = slug(h) + (f"-{seen[slug(h)]}" if slug(h) in seen else "")
+        seen[slug(h)] = seen.get(slug(h), 0) + 1
+        items.append(f"- [{h}](#{anchor})")
+    title, rest = text.split("\n\n", 2)[:2], text.split("\n\n", 2)[2:]
+    return "\n\n".join(title + ["## Contents\n\n" + "\n".join(items)] + rest)
+
+
 def analysis_markdown() -> str:
     """results/REPORT.md: the seeds' questions answered from the committed GPU sweeps."""
     import json
@@ -905,4 +925,4 @@ def analysis_markdown() -> str:
                 f"Source: `{prediction.relative_to(RESULTS_ROOT.parent)}` (method inside; `perflab predict`), "
                 f"calibrated on `results/nvidia-h200/{scaling}` (per-step cost on several GPUs beyond compute and all-reduce: "
                 f"{made['t_eager_us']:.0f} us). N = 60000, b samples per GPU per step.", "", fmt(wide.reset_index().round(3))]
-    return "\n".join(out) + "\n"
+    return with_contents(out)
