@@ -67,3 +67,13 @@ def test_a_gpu_trainer_frees_its_graphs_before_its_comm():
     trainer.cache = {(0, 100, False): Noted("graph")}
     del trainer
     assert freed == ["graph", "communicator"]
+
+
+def test_overlap_exchanges_every_gradient_once_the_rest_of_g_with_the_last_chunk():
+    from perflab.train.gpu import overlap_pieces
+    H, D, total = 10, 7, 10 * 7 + 10 + 3 * 10 + 3 + 1  # dW1, then b1, W2, b2 and the CE slot
+    chunks = [(0, 3), (3, 6), (6, 9), (9, 10)]
+    pieces = overlap_pieces(chunks, D, total)
+    assert [lo for lo, _ in pieces] == [0, 21, 42, 63] and pieces[-1] == (63, total)
+    assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:]))  # contiguous: each element exchanged once
+    assert overlap_pieces([(0, H)], D, total) == [(0, total)]  # one chunk: one exchange of all of G
