@@ -188,9 +188,9 @@ def test_committed_validation_is_what_the_predictor_says_now_and_meets_the_cpu_m
 
 def test_validation_names_the_ceilings_file_of_every_prediction():
     v = pd.read_csv(RESULTS_ROOT / "nvidia-h200" / "validation.csv")
-    for source, ceilings in zip(v.source, v.ceilings):  # its own lend's beside it, else its run's, else the folder's
+    for source, used in zip(v.source, v.ceilings):  # its own lend's beside it, else its run's, else the folder's
         own = f"{Path(source).stem}_ceilings/ceilings_p"
-        assert ceilings.startswith(own) or ceilings in ("ceilings_p2.csv", "mainjob/ceilings_p1.csv", "mainjob/ceilings_p2.csv")
+        assert used.startswith(own) or used in ("ceilings_p2.csv", "mainjob/ceilings_p1.csv", "mainjob/ceilings_p2.csv")
     assert {"ceilings_p2.csv", "mainjob/ceilings_p2.csv"} <= set(v.ceilings) and v.ceilings.str.contains("_ceilings/").any()
     assert v.error.notna().all()
     meta = json.loads((RESULTS_ROOT / "nvidia-h200" / "validation.json").read_text())
