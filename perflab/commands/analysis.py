@@ -83,6 +83,9 @@ def cmd_whatif(args, comm) -> dict:
     atomic_write(out, (json.dumps(made, indent=1) + "\n").encode())
     if not args.json:
         print(pd.DataFrame(rows).drop(columns=["composition"]).round(3).to_string(index=False))
+        if "eager" in args.launch and args.backend == "cupy":
+            print("eager steps: charged the trainer's host floor at H = 16; a step the host launches kernel by kernel "
+                  "moved by up to 2x between points of one run on the lent H100s (experiments/predictor/README.md)")
         for g, e in grid.items():
             if e is not None:
                 print(f"kernels at shapes off the ceilings' grid ({g}): the grid's own points, each interpolated from its "
