@@ -7,9 +7,10 @@ Terms (seconds per batch, one rank):
             (GPU: the fused step unprofiled, the unfused one profiled; CPU: the reference's
             forward, backward and update, timed with p ranks sharing the cores)
   host      the host's floor of a step: perflab's trainer itself, alone, at H = 16 and 16 samples,
-            where the GPU's work is negligible (resident, plus two eager launches on several
-            GPUs; staged); and its fixed cost per epoch (synchronizations, the loss), from epochs
-            of two lengths
+            where the GPU's work is negligible, launched as the point's step was (a graph replay,
+            or kernel by kernel: floor_name; resident plus two eager launches on several GPUs;
+            staged); and its fixed cost per epoch (synchronizations, the loss), from epochs of
+            two lengths
   images    staged: the batch's columns and labels copied host -> device from pageable memory;
             pipelined: from pinned memory, on a stream of its own under the step before
   exchange  p > 1: NCCL all-reduce (resident), device -> host, MPI all-reduce, host -> device
