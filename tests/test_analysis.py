@@ -348,3 +348,13 @@ def test_what_graphs_buy_pairs_each_point_measured_both_ways():
     assert len(t) == 1 and t["mode"].iloc[0] == "resident"  # the staged point was measured one way only
     assert t["graph"].iloc[0] == pytest.approx(0.2) and t["eager / graph"].iloc[0] == pytest.approx(2.5)
     assert len(markdown.launch_table(pd.DataFrame(rows[:1] + rows[2:]))) == 0  # every point one way: nothing to pair
+
+
+def test_the_graphs_bought_figure_draws_a_bar_per_point_and_mode():
+    rows = [{"H": 512, "B": 800, "mode": m, "gemm": g, "launch": la, "epoch_seconds": sec, "batches": 10,
+             "status": "measured"}
+            for m in ("resident", "staged") for g in ("cublas", "wgmma")
+            for la, sec in (("graph", 0.002), ("eager", 0.005 if m == "resident" else 0.003))]
+    fig = plots.graphs_bought(markdown.launch_table(pd.DataFrame(rows)))
+    heights = sorted(round(b.get_height(), 3) for b in fig.axes[0].patches)
+    assert heights == [1.5, 1.5, 2.5, 2.5]  # eager over graph: staged 1.5x, resident 2.5x, for both GEMMs

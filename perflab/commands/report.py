@@ -15,6 +15,7 @@ def cmd_report(args, comm) -> dict:
         path = RESULTS_ROOT / "REPORT.md"
         markdown.validation_figure()
         markdown.tensor_core_figures()
+        markdown.graphs_figures()
         path.write_text(markdown.analysis_markdown())
         if not args.json:
             print(f"wrote {path}")

@@ -196,20 +196,38 @@ def launch_table(sweep):
     return wide[["graph", "eager", "eager / graph"]].reset_index()
 
 
-def launch_section() -> list[str]:
-    """What CUDA graphs buy: the sweeps that measured each point both ways (`perflab sweep --launch graph eager`)."""
+def launch_tables() -> dict:
+    """{sweep path: launch_table} for every committed sweep that measured points both ways."""
     import pandas as pd
-    out = []
+    out = {}
     for path in sorted(RESULTS_ROOT.glob("*/*.csv")):
         head = pd.read_csv(path, nrows=0).columns
-        if "launch" not in head or "epoch_seconds" not in head:
-            continue
-        table = launch_table(pd.read_csv(path))
-        if not len(table):
-            continue
+        if "launch" in head and "epoch_seconds" in head:
+            table = launch_table(pd.read_csv(path))
+            if len(table):
+                out[path] = table
+    return out
+
+
+def graphs_figures() -> list[Path]:
+    """results/figures/graphs_bought_<sweep>.png for each sweep measured both ways (REPORT draws them)."""
+    from perflab.report import plots
+    return [plots.save(plots.graphs_bought(t, f"What CUDA graphs buy, {p.parent.name}"), f"graphs_bought_{p.stem}",
+                       f"Time per batch launched kernel by kernel over the same batch replayed as one CUDA graph, per "
+                       f"point (perflab sweep --launch graph eager). Source: results/{p.parent.name}/{p.name}.",
+                       folder=RESULTS_ROOT / "figures")
+            for p, t in launch_tables().items()]
+
+
+def launch_section() -> list[str]:
+    """What CUDA graphs buy: the sweeps that measured each point both ways (`perflab sweep --launch graph eager`)."""
+    out = []
+    for path, table in launch_tables().items():
         by_mode = table.groupby("mode")["eager / graph"]
-        out += ["", f"## What CUDA graphs buy, {path.parent.name}, {path.stem}", "", f"Source: {source(path)}.", "",
-                fmt(table.round(3)), "",
+        figure = RESULTS_ROOT / "figures" / f"graphs_bought_{path.stem}.png"
+        out += ["", f"## What CUDA graphs buy, {path.parent.name}, {path.stem}", "", f"Source: {source(path)}.", ""]
+        out += [f"![eager over graph per point](figures/{figure.name})", ""] if figure.exists() else []
+        out += [fmt(table.round(3)), "",
                 "Each point's step replayed as one CUDA graph, and its kernels launched one by one as the seeds' code "
                 "does (`perflab sweep --launch graph eager`), ms per batch. Kernel by kernel, the host pays every "
                 "launch (and the tensor-core GEMMs' operand set-up) each step, so a step whose kernels are short "

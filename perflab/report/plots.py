@@ -382,3 +382,21 @@ def overlap_roofline(bounds, P_flops: float, title: str = ""):
             ax.annotate(f"H={r['H']} p={r['p']}: {r['of standard']:.2f} of standard", (r["ai"], r["achieved"]),
                         fontsize=6, xytext=(5, -9), textcoords="offset points")
     return finish_roofline(fig, ax, "arithmetic intensity (seeds' FLOPs / byte moved over PCIe + MPI)", title)
+
+
+def graphs_bought(table, title: str = ""):
+    """Each point's batch launched kernel by kernel over the same batch replayed as one CUDA graph
+    (markdown.launch_table), a bar per (H, B, GEMM), resident and staged side by side."""
+    fig, ax = new_figure(8.0, 4.2)
+    rows = table.to_dict("records")
+    keys = sorted({(int(r["H"]), int(r["B"]), r["gemm"]) for r in rows})
+    x = np.arange(len(keys))
+    for k, (mode, colour) in enumerate((("resident", "tab:blue"), ("staged", "tab:orange"))):
+        ratio = {(int(r["H"]), int(r["B"]), r["gemm"]): r["eager / graph"] for r in rows if r["mode"] == mode}
+        ax.bar(x + (k - 0.5) * 0.4, [ratio.get(key, np.nan) for key in keys], 0.4, color=colour, label=mode)
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xticks(x, [f"H={h}\nB={b}\n{g}" for h, b, g in keys], fontsize=6)
+    ax.set_ylabel("eager / graph (time per batch)")
+    ax.set_title(title or "What CUDA graphs buy")
+    ax.legend()
+    return fig
