@@ -1,6 +1,8 @@
 """The structs perflab hands cuLaunchKernelEx, laid out as cuda.h lays them out (64-bit)."""
 import ctypes
 
+import pytest
+
 from perflab.kernels import LaunchAttribute, LaunchConfig
 
 
@@ -9,3 +11,12 @@ def test_launch_structs_match_cuda_h():
     offsets = {name: getattr(LaunchConfig, name).offset for name, _ in LaunchConfig._fields_}
     assert offsets == {"grid": 0, "block": 12, "shared_mem": 24, "stream": 32, "attrs": 40, "num_attrs": 48}
     assert ctypes.sizeof(LaunchConfig) == 56
+
+
+def test_kernel_types_come_from_any_spelling_of_the_dtype_and_refuse_the_rest():
+    import numpy as np
+
+    from perflab.kernels.build import KernelError, ctype
+    assert [ctype(d) for d in (np.float32, np.dtype("float64"), "float32")] == ["float", "double", "float"]
+    with pytest.raises(KernelError, match="take float32 or float64 arrays, got int32"):
+        ctype(np.int32)

@@ -24,7 +24,13 @@ def cupy():
 
 
 def ctype(dtype) -> str:
-    name = cupy().dtype(dtype).name
+    return ctype_of(np.dtype(dtype))
+
+
+@functools.lru_cache(maxsize=None)
+def ctype_of(dtype: np.dtype) -> str:
+    """(Cached: a kernel's launch asks for it each time.)"""
+    name = dtype.name
     if name not in ("float32", "float64"):
         raise KernelError(f"perflab kernels take float32 or float64 arrays, got {name}")
     return {"float32": "float", "float64": "double"}[name]

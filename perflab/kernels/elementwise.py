@@ -2,6 +2,7 @@
 gradient, sigmoid', row sums, the fused output layer forward and backward, the SGD + L2 update."""
 from __future__ import annotations
 
+import functools
 import math
 
 from perflab.kernels.build import KernelError, ctype, i32, module, u64
@@ -28,7 +29,13 @@ def elementwise_names(T: str) -> tuple:
 
 
 def elementwise(name: str, dtype):
-    T = ctype(dtype)
+    return elementwise_function(name, ctype(dtype))
+
+
+@functools.lru_cache(maxsize=None)
+def elementwise_function(name: str, T: str):
+    """The kernel, cached as the GEMMs' are: looked up anew, a launch paid 5-10 us of host time for
+    the names, the module's cache and get_function (experiments/predictor/eager_profile.py)."""
     mod = module("elementwise.cu", elementwise_names(T))
     return mod.get_function(name if "<" in name else f"{name}<{T}>")
 

@@ -111,8 +111,13 @@ def kernel(x3: bool, config: tuple):
 
 
 @functools.lru_cache(maxsize=None)
+def helper(name: str):
+    """One of gemm_wgmma.cu's helper kernels (the split-K sum, the K-major copies, the small parts), cached."""
+    return module("gemm_wgmma.cu", wgmma_names()).get_function(name)
+
+
 def splitk_sum():
-    return module("gemm_wgmma.cu", wgmma_names()).get_function("wgmma_splitk_sum")
+    return helper("wgmma_splitk_sum")
 
 
 def copy_k_major(x, big, small=None):
@@ -126,7 +131,7 @@ def copy_k_major(x, big, small=None):
                           f"got {x.dtype} into {big.shape} with strides {big.strides}")
     if x.size == 0:
         return
-    fn = module("gemm_wgmma.cu", wgmma_names()).get_function(f"k_major_copy<{str(small is not None).lower()}>")
+    fn = helper(f"k_major_copy<{str(small is not None).lower()}>")
     fn((math.ceil(rows / 32), math.ceil(K / 32)), (256,),
        (x, np.int64(x.strides[0] // 4), np.int64(x.strides[1] // 4), i32(rows), i32(K), big,
         big if small is None else small, i32(big.strides[0] // 4)))
@@ -142,7 +147,7 @@ def small_part(x, small):
                           f"shape, got strides {x.strides} into {small.shape} with strides {small.strides}")
     quads = rows * math.ceil(K / 4)
     if quads:
-        fn = module("gemm_wgmma.cu", wgmma_names()).get_function("small_part")
+        fn = helper("small_part")
         fn((min(math.ceil(quads / 256), 16 * multiprocessors()),), (256,),
            (x, i32(rows), i32(K), np.int64(x.strides[0] // 4), small, np.int64(small.strides[0] // 4)))
 
