@@ -147,6 +147,11 @@ def test_bench_allreduce_needs_several_ranks(capsys):
                                                          "expected one of fwd1 H=512 B=800, bwd3 H=512 B=800"),
     (["predict", "--inter-bw", "0"], "argument --inter-bw: expected a positive number, got '0'"),
     (["data", "fetch", "mnist", "--timeout", "-1"], "argument --timeout: expected a positive number, got '-1'"),
+    (["ceilings", "--hidden", "0"], "argument --hidden: expected a positive integer, got '0'"),
+    (["ceilings", "--per-rank-batch", "1500", "-8"], "argument --per-rank-batch: expected a positive integer, got '-8'"),
+    (["sweep", "--launch", "lazy"], "argument --launch: invalid choice: 'lazy' (choose from"),
+    (["whatif", "--ceilings", "x.csv", "--launch", "graph", "both"], "argument --launch: invalid choice: 'both'"),
+    (["train", "--launch", "graphs"], "argument --launch: invalid choice: 'graphs'"),
 ])
 def test_counts_and_rates_must_be_positive(capsys, argv, message):
     with pytest.raises(SystemExit) as info:
