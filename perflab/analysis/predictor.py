@@ -49,6 +49,14 @@ def fused_step(gemm: str) -> tuple:
     return FUSED_STEP if gemm == "cublas" else TENSOR_CORE_STEPS[gemm]
 
 
+CPU_STEP = ("forward", "backward", "step")  # the NumPy reference's step as the ceilings time it
+
+
+def step_kernels(backend: str, gemm: str = "cublas") -> tuple:
+    """The kernels a data-parallel step sums on this backend (the GPU's with its update)."""
+    return CPU_STEP if backend == "numpy" else fused_step(gemm) + (UPDATE,)
+
+
 class PredictionError(ValueError):
     pass
 
@@ -272,10 +280,10 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
     terms, band = {}, {}
     if point["backend"] == "numpy":
         if parallel == "model":  # a rank: H/p hidden units of the whole batch; the C x B logits all-reduced
-            terms["kernels"] = sum(c.kernel("cpu", k, H / p, B) for k in ("forward", "backward", "step"))
+            terms["kernels"] = sum(c.kernel("cpu", k, H / p, B) for k in CPU_STEP)
             exchanged = 10 * B * 4
         else:
-            terms["kernels"] = sum(c.kernel("cpu", k, H, Bl) for k in ("forward", "backward", "step"))
+            terms["kernels"] = sum(c.kernel("cpu", k, H, Bl) for k in CPU_STEP)
             exchanged = gradient
         terms["exchange"] = c.allreduce("mpi_allreduce", p, exchanged) if p > 1 else 0.0
         batch = terms["kernels"] + terms["exchange"]
@@ -283,8 +291,7 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
     elif parallel == "model" and p > 1:  # one rank: FusedModelParallel runs the data-parallel step
         return model_parallel_batch(H, B, p, c, terms, graph=bool(point.get("step_graph", False)))
     else:
-        fwd_bwd = sum(c.kernel("gpu", k, H, Bl) for k in fused_step(gemm))
-        terms["kernels"] = fwd_bwd + c.kernel("gpu", UPDATE, H, Bl)
+        terms["kernels"] = sum(c.kernel("gpu", k, H, Bl) for k in step_kernels("cupy", gemm))
         graphed = launched_as_graph(point)
         if point["mode"] == "resident":
             # on several GPUs the all-reduce and the update launch one by one after the graph
@@ -391,7 +398,7 @@ def pipelined_batch(H: int, Bl: float, p: int, chunks: int, c: Ceilings, terms: 
     down = [c.copy("d2h", "pinned", n) for n in sizes]
     mpi = [c.allreduce("mpi_allreduce", p, n) for n in sizes]
     up = [c.copy("h2d", "pinned", n) for n in sizes]
-    terms["host"] = c.floor("trainer staged") + (chunks - 1) * c.launch()  # an eager step, GEMM 3 in chunks
+    terms["host"] = c.trainer_floor("staged", False) + (chunks - 1) * c.launch()  # an eager step, GEMM 3 in chunks
     terms["kernels"] = ready[-1] + update
     terms["exchange"] = pipeline_end(ready, [down, mpi, up], free=[0.0, terms["host"], 0.0]) - ready[-1]
     terms["mpi"] = sum(mpi)

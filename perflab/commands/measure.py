@@ -60,7 +60,7 @@ def cmd_ceilings(args, comm) -> dict:
     from perflab.measure import ceilings
     gpu = {"auto": cupy_or_none() is not None, "cupy": True, "numpy": False}[args.backend]
     sizes = [2**k for k in range(12, args.max_log2_size + 1, 2)]
-    hidden, batches = (ceilings.HIDDEN_GRID, ceilings.BATCH_GRID) if gpu else (ceilings.CPU_HIDDEN_GRID, ceilings.CPU_BATCH_GRID)
+    hidden, batches = ceilings.default_grid(gpu)
     grid = (sorted({*hidden, *(args.hidden or ())}), sorted({*batches, *(args.per_rank_batch or ())}))
     rows = ceilings.measure(comm, gpu, sizes, log=(lambda m: None) if args.json or comm.rank else print,
                             kernels=not args.no_step_kernels, grid=grid)

@@ -68,7 +68,8 @@ def device_options(parser: argparse.ArgumentParser) -> None:
                         "pretends nodes of k ranks), shm (ranks of one node sum through memory they all map, no "
                         "MPI message; host buffers, GPU ones staged). Default: nccl on GPUs (mpi in the staged modes), "
                         "mpi on the CPU")
-    g.add_argument("--launch", choices=("graph", "eager"), default="graph",
+    from perflab.workbook.sweep import LAUNCHES
+    g.add_argument("--launch", choices=LAUNCHES, default="graph",
                    help="GPU: replay each step as a CUDA graph (graph), or launch its kernels one by one as the seeds' "
                         "code does (eager) (default %(default)s)")
     g.add_argument("--pinned", action="store_true", help="staged mode: keep the data in page-locked host memory")

@@ -393,10 +393,15 @@ def cpu_step_kernel_rows(comm, hidden, batches, repeats) -> list[dict]:
     return rows
 
 
+def default_grid(gpu: bool) -> tuple:
+    """(hidden sizes, per-rank batches) at which the step's kernels are timed unless told."""
+    return (HIDDEN_GRID, BATCH_GRID) if gpu else (CPU_HIDDEN_GRID, CPU_BATCH_GRID)
+
+
 def measure(comm, gpu: bool, sizes=SIZES, log=print, kernels: bool = True, grid=None) -> list[dict]:
     """Everything that applies here; rank 0's rows are the ones kept. `grid` = (hidden sizes,
     per-rank batches) at which the step's kernels are timed (default the module's grids)."""
-    hidden, batches = grid or ((HIDDEN_GRID, BATCH_GRID) if gpu else (CPU_HIDDEN_GRID, CPU_BATCH_GRID))
+    hidden, batches = grid or default_grid(gpu)
     rows = []
     if comm.rank == 0:
         log("CPU GEMM ...")

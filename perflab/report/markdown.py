@@ -823,15 +823,14 @@ def with_contents(lines: list[str]) -> str:
     headings = [h[3:].strip() for h in text.splitlines() if h.startswith("## ")]
     if not headings:
         return text
-    slug = lambda h: re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-")  # GitHub's anchors  # noqa: E731
     seen: dict = {}
     items = []
     for h in headings:
-        anchor = slug(h) + (f"-{seen[slug(h)]}" if slug(h) in seen else "")
-        seen[slug(h)] = seen.get(slug(h), 0) + 1
-        items.append(f"- [{h}](#{anchor})")
-    title, rest = text.split("\n\n", 2)[:2], text.split("\n\n", 2)[2:]
-    return "\n\n".join(title + ["## Contents\n\n" + "\n".join(items)] + rest)
+        slug = re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-")  # GitHub's anchors
+        items.append(f"- [{h}](#{slug}" + (f"-{seen[slug]}" if slug in seen else "") + ")")
+        seen[slug] = seen.get(slug, 0) + 1
+    parts = text.split("\n\n", 2)
+    return "\n\n".join(parts[:2] + ["## Contents\n\n" + "\n".join(items)] + parts[2:])
 
 
 def analysis_markdown() -> str:
