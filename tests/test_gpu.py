@@ -751,6 +751,39 @@ def test_wgmma_gemms_replay_in_a_graph_once_run_and_name_a_capture_before(rng, v
     assert np.allclose(out.get(), 2 * first, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("variant", WGMMA)
+def test_a_wgmma_gemms_kept_launches_compute_its_operands_present_values(rng, variant):
+    """A call's launches are worked out once per operands' addresses and layouts, scalars and
+    stream, then only launched: they read what the operands hold at each call (row-major b: a
+    K-major copy each call; transposed a, split-K), anew on another stream; a constant's slice
+    reads its kept forms, and forgetting the constant drops the kept launches that read them."""
+    wgmma_or_skip()
+    from perflab.kernels import wgmma
+    M, K, N = 67, 1043, 97
+    a, ha = operand(rng, M, K, True, "float32")
+    b, hb = operand(rng, K, N, False, "float32")
+    tol = 2e-3 if variant == "wgmma" else 1e-6
+    out = cp.full((M, N), np.nan, cp.float32)
+    kept = len(wgmma.LAUNCHES)
+    for call in range(3):
+        kernels.gemm(a, b, out=out, alpha=0.5, beta=0.0, variant=variant, blocks=4)
+        assert rel(out.get(), 0.5 * ha @ hb) <= tol, call
+        assert len(wgmma.LAUNCHES) == kept + 1, call
+        a *= 2
+        ha = 2 * ha
+    with cp.cuda.Stream(non_blocking=True):
+        kernels.gemm(a, b, out=out, alpha=0.5, variant=variant, blocks=4)
+        assert rel(out.get(), 0.5 * ha @ hb) <= tol and len(wgmma.LAUNCHES) == kept + 2
+    images = cp.asarray(rng.uniform(-1, 1, (K, 2 * N)).astype(np.float32))
+    wgmma.constant(images)
+    assert not wgmma.LAUNCHES  # a kept launch might copy what a slice of images now reads from its kept forms
+    kernels.gemm(a, images[:, 3:3 + N], out=out, variant=variant)
+    assert rel(out.get(), ha @ cp.asnumpy(images[:, 3:3 + N]).astype(np.float64)) <= tol
+    assert len(wgmma.LAUNCHES) == 1
+    wgmma.forget(images)
+    assert not wgmma.LAUNCHES
+
+
 @pytest.mark.parametrize("gemm, tolerance", [("x3tf32", 1e-5), ("wgmma", 5e-3)])
 def test_training_with_the_wgmma_gemms_matches_the_reference(gemm, tolerance):
     """x3tf32 trains at float32's tolerance against the float64 reference, wgmma at TF32's; in CUDA
@@ -853,6 +886,10 @@ def test_the_staged_trainers_floor_is_named_by_how_its_step_is_launched():
     assert graph[0]["seconds"] > 0 and eager[0]["seconds"] > 0
     resident = trainer_floor(Serial(), batches=(5, 40), graphs=False)
     assert [r["impl"] for r in resident] == ["trainer resident eager", "trainer resident eager epoch"]
+    if int(cp.cuda.Device().compute_capability) == 90:
+        tensor_cores = trainer_floor(Serial(), batches=(5, 40), graphs=False, gemm="x3tf32")
+        assert [r["impl"] for r in tensor_cores] == ["trainer resident eager x3tf32", "trainer resident eager x3tf32 epoch"]
+        assert tensor_cores[0]["seconds"] > 0
 
 
 def test_staged_overlap_times_the_copy_behind_a_busy_gpu():

@@ -424,6 +424,23 @@ def test_a_resident_step_launched_kernel_by_kernel_is_charged_its_own_floor():
     assert predictor.floor_name("staged", True) == "trainer staged graph"
 
 
+def test_a_tensor_core_step_launched_kernel_by_kernel_is_charged_its_gemms_floor_where_measured():
+    floors = {"trainer resident": 3e-5, "trainer resident eager": 2e-4, "trainer staged": 3e-4}
+    rows = [{"ceiling": "step_floor", "impl": k, "ranks": 1, "seconds": v} for k, v in floors.items()]
+    older = predictor.Ceilings(pd.DataFrame(rows), source="made-up")
+    assert older.trainer_floor("resident", False, "wgmma") == pytest.approx(2e-4)  # cuBLAS's, where none of its own
+    own = pd.DataFrame([{"ceiling": "step_floor", "impl": "trainer resident eager wgmma", "ranks": 1, "seconds": 9e-5},
+                        {"ceiling": "step_floor", "impl": "trainer staged x3tf32", "ranks": 1, "seconds": 5e-4}])
+    c = predictor.Ceilings(pd.concat([older.table, own], ignore_index=True), source="made-up")
+    assert c.trainer_floor("resident", False, "wgmma") == pytest.approx(9e-5)
+    assert c.trainer_floor("staged", False, "x3tf32") == pytest.approx(5e-4)
+    assert c.trainer_floor("resident", False, "x3tf32") == pytest.approx(2e-4)
+    assert c.trainer_floor("resident", True, "wgmma") == pytest.approx(3e-5)  # a replay costs the same for any GEMM
+    assert c.trainer_floor("resident", False) == pytest.approx(2e-4)
+    assert predictor.floor_name("staged", False, "x3tf32") == "trainer staged x3tf32"
+    assert predictor.floor_name("staged", True, "x3tf32") == "trainer staged graph"
+
+
 def test_on_one_gpu_the_next_staged_copy_runs_under_the_graph_and_behind_eager_launches_in_series():
     c = table()
     staged = point(mode="staged", H=4096, B=4000, N=8000)  # kernels 6 x 4096 x 4000 x 10 ps = 0.98 ms

@@ -61,12 +61,13 @@ class PredictionError(ValueError):
     pass
 
 
-def floor_name(mode: str, graphs: bool) -> str:
+def floor_name(mode: str, graphs: bool, gemm: str = "cublas") -> str:
     """The ceilings' name for the trainer's host floor: `trainer <mode>` as each mode ran first
-    (resident a graph a step, staged kernel by kernel), then what differs: ` graph` (staged),
-    ` eager` (resident)."""
+    (resident a graph a step, staged kernel by kernel, cuBLAS), then what differs: ` graph`
+    (staged), ` eager` (resident), and a GEMM other than cuBLAS launched kernel by kernel (its
+    wrapper's host work is in every eager step; a graph replays any GEMM at one cost)."""
     how = {("staged", True): " graph", ("resident", False): " eager"}.get((mode, graphs), "")
-    return f"trainer {mode}{how}"
+    return f"trainer {mode}{how}" + (f" {gemm}" if not graphs and gemm != "cublas" else "")
 
 
 def loglog(xs, ys, x: float) -> float:
@@ -153,16 +154,19 @@ class Ceilings:
             raise PredictionError(f"{self.source} has no step_floor row {name!r}: measure it with `perflab ceilings`")
         return float(t.seconds.iloc[0])
 
-    def trainer_floor(self, mode: str, graphs: bool) -> float:
+    def trainer_floor(self, mode: str, graphs: bool, gemm: str = "cublas") -> float:
         """The trainer's host floor a step at H = 16, as the step was launched (floor_name), charged
         at every size: a graph replay costs the same at any; a step launched kernel by kernel is as
         steady as the host's speed, which moved its time by up to 2x between points of one run on
         one H100 (experiments/predictor/README.md), so a finer model of it would not hold. A file
         from before the staged step was graphed lacks `trainer staged graph`: there a graphed staged
-        step is charged the resident trainer's floor (the same replay, without the copy's call)."""
+        step is charged the resident trainer's floor (the same replay, without the copy's call). A
+        file from before the eager floors per GEMM charges every GEMM cuBLAS's."""
         if mode == "staged" and graphs and not len(self.rows("step_floor", impl=floor_name(mode, graphs))):
             return self.floor("trainer resident")
-        return self.floor(floor_name(mode, graphs))
+        if not len(self.rows("step_floor", impl=floor_name(mode, graphs, gemm))):
+            gemm = "cublas"
+        return self.floor(floor_name(mode, graphs, gemm))
 
     def optional_floor(self, name: str) -> float:
         """A floor that older ceilings files lack: 0 there."""
@@ -295,12 +299,12 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
         graphed = launched_as_graph(point)
         if point["mode"] == "resident":
             # on several GPUs the all-reduce and the update launch one by one after the graph
-            terms["host"] = c.trainer_floor("resident", graphed) + (2 * c.launch() if p > 1 else 0.0)
+            terms["host"] = c.trainer_floor("resident", graphed, gemm) + (2 * c.launch() if p > 1 else 0.0)
             terms["exchange"] = c.allreduce("nccl_allreduce", p, gradient) if p > 1 else 0.0
             batch = max(terms["kernels"] + terms["exchange"], terms["host"])
             composition = "max(kernels + NCCL all-reduce, the trainer's host floor + launches)"
         elif point["mode"] == "staged":
-            terms["host"] = c.trainer_floor("staged", graphed)
+            terms["host"] = c.trainer_floor("staged", graphed, gemm)
             terms["images"] = c.staged_images(Bl)
             terms["exchange"] = c.staged_exchange(p, gradient) if p > 1 else 0.0
             hidden = c.staged_hidden(Bl, terms["kernels"]) if graphed and p == 1 else None

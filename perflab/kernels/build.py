@@ -121,14 +121,27 @@ def driver_error(status: int, call: str, detail: str) -> KernelError:
 def launch_ex(kernel, grid: tuple, block: tuple, args: tuple, shared_mem: int, attrs: dict):
     """Launch through cuLaunchKernelEx with launch attributes (a Hopper's: programmatic dependent
     launch, thread block clusters), which CuPy's launch does not take."""
+    prepared_launch_ex(kernel, grid, block, args, shared_mem, attrs)()
+
+
+def prepared_launch_ex(kernel, grid: tuple, block: tuple, args: tuple, shared_mem: int, attrs: dict):
+    """launch_ex with its ctypes structures built once, on the current stream: a callable that
+    launches. Building them takes longer than the launch itself (17 of 85 us a call on an H100's
+    host, experiments/predictor/logs/eager_profile_cached_h100.jsonl), so a step launched kernel by
+    kernel reuses them (wgmma.PLANS). Arrays are passed by address: the caller keeps them alive."""
     cp = cupy()
     config = launch_config(grid, block, shared_mem, attrs)
     values = [ctypes.c_void_p(x.data.ptr) if isinstance(x, cp.ndarray) else SCALAR_CTYPES[type(x)](x) for x in args]
     params = (ctypes.c_void_p * len(values))(*(ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values))
-    status = driver_launch()[0](ctypes.byref(config), function_pointer(kernel), params, None)
-    if status != 0:
-        raise driver_error(status, "cuLaunchKernelEx", f"grid {grid}, block {block}, {shared_mem} bytes of shared "
-                                                       f"memory, attributes {attrs}")
+    launch, function = driver_launch()[0], function_pointer(kernel)
+
+    def run():
+        status = launch(ctypes.byref(config), function, params, None)
+        if status != 0:
+            raise driver_error(status, "cuLaunchKernelEx", f"grid {grid}, block {block}, {shared_mem} bytes of "
+                                                           f"shared memory, attributes {attrs}")
+    run.keep = values  # the parameters point into these
+    return run
 
 
 @functools.lru_cache(maxsize=None)

@@ -25,10 +25,10 @@ from perflab.kernels.build import (
     KernelError,
     cupy,
     i32,
-    launch_ex,
     max_active_clusters,
     module,
     multiprocessors,
+    prepared_launch_ex,
 )
 
 WGMMA_VARIANTS = ("wgmma", "x3tf32")
@@ -120,36 +120,54 @@ def splitk_sum():
     return helper("wgmma_splitk_sum")
 
 
+def later(fn, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0):
+    """A CuPy kernel launch to run later, on the stream current then: arrays are passed by address,
+    so that kept launches (LAUNCHES) hold no caller's array alive."""
+    cp = cupy()
+    args = tuple(np.uint64(v.data.ptr) if isinstance(v, cp.ndarray) else v for v in args)
+    return functools.partial(fn, grid, block, args, shared_mem=shared_mem)
+
+
 def copy_k_major(x, big, small=None):
     """big = x (rows x K, any strides), or with small given x's TF32 big and small parts, into
     K-major big and small (rows x K, unit column stride): tiled through shared memory, so that a
     transposed x is read coalesced (gemm_wgmma.cu's k_major_copy)."""
+    for launch in copy_k_major_launches(x, big, small):
+        launch()
+
+
+def copy_k_major_launches(x, big, small=None) -> list:
     rows, K = x.shape
     if x.dtype != cupy().float32 or big.shape != x.shape or big.strides[1] != 4 or (
             small is not None and small.strides != big.strides):
         raise KernelError(f"copy_k_major copies a float32 {x.shape} array into K-major float32 parts of its shape, "
                           f"got {x.dtype} into {big.shape} with strides {big.strides}")
     if x.size == 0:
-        return
+        return []
     fn = helper(f"k_major_copy<{str(small is not None).lower()}>")
-    fn((math.ceil(rows / 32), math.ceil(K / 32)), (256,),
-       (x, np.int64(x.strides[0] // 4), np.int64(x.strides[1] // 4), i32(rows), i32(K), big,
-        big if small is None else small, i32(big.strides[0] // 4)))
+    return [later(fn, (math.ceil(rows / 32), math.ceil(K / 32)), (256,),
+                  (x, np.int64(x.strides[0] // 4), np.int64(x.strides[1] // 4), i32(rows), i32(K), big,
+                   big if small is None else small, i32(big.strides[0] // 4)))]
 
 
 def small_part(x, small):
     """small = x's TF32 small part round(x - trunc(x)), x read in place (k_major_in_place): x itself
     is then its big part, since the tensor cores read an FP32 operand's TF32 truncation
     (gemm_wgmma.cu's small_part)."""
+    for launch in small_part_launches(x, small):
+        launch()
+
+
+def small_part_launches(x, small) -> list:
     rows, K = x.shape
     if not k_major_in_place(x) or small.shape != x.shape or small.strides[1] != 4 or small.strides[0] % 16:
         raise KernelError(f"small_part splits a K-major {x.shape} array read in place into a K-major buffer of its "
                           f"shape, got strides {x.strides} into {small.shape} with strides {small.strides}")
     quads = rows * math.ceil(K / 4)
-    if quads:
-        fn = helper("small_part")
-        fn((min(math.ceil(quads / 256), 16 * multiprocessors()),), (256,),
-           (x, i32(rows), i32(K), np.int64(x.strides[0] // 4), small, np.int64(small.strides[0] // 4)))
+    if not quads:
+        return []
+    return [later(helper("small_part"), (min(math.ceil(quads / 256), 16 * multiprocessors()),), (256,),
+                  (x, i32(rows), i32(K), np.int64(x.strides[0] // 4), small, np.int64(small.strides[0] // 4)))]
 
 
 def hopper() -> bool:
@@ -243,6 +261,7 @@ def constant(x) -> None:
             entry[2] += 1
             return
     CONSTANTS.append([x, {}, 1])
+    LAUNCHES.clear()  # a kept launch may copy what a slice of x now reads from its kept forms
 
 
 def release() -> None:
@@ -251,6 +270,7 @@ def release() -> None:
     BUFFERS.clear()
     MAPS.clear()
     CONSTANTS.clear()
+    LAUNCHES.clear()
 
 
 def forget(x) -> None:
@@ -259,7 +279,9 @@ def forget(x) -> None:
     for entry in CONSTANTS:
         if entry[0] is x:
             entry[2] -= 1
-    CONSTANTS[:] = [c for c in CONSTANTS if c[2] > 0]
+    if any(c[2] <= 0 for c in CONSTANTS):
+        CONSTANTS[:] = [c for c in CONSTANTS if c[2] > 0]
+        LAUNCHES.clear()  # kept launches may read the kept forms that go now
 
 
 def slice_of(v, x):
@@ -306,11 +328,11 @@ def k_major_in_place(x) -> bool:
     return (x.strides[1] == 4 or x.shape[1] == 1) and x.strides[0] % 16 == 0 and x.data.ptr % 16 == 0
 
 
-def k_major(x, role: str, x3: bool) -> tuple:
+def k_major(x, role: str, x3: bool, launches: list) -> tuple:
     """x (rows x K, any strides) as the kernel reads it: (big, small) K-major parts for x3 (x itself
     its big part where it is K-major with 16-byte aligned rows), else (x, x) where x is so, or
-    (copy, copy). A slice of a
-    constant() is read from its kept forms where their rows start 16-byte aligned."""
+    (copy, copy); the copies' launches are appended to `launches`. A slice of a constant() is read
+    from its kept forms where their rows start 16-byte aligned."""
     rows, K = x.shape
     direct = k_major_in_place(x)
     kept = None if direct and not x3 else prepared(x, x3)
@@ -318,16 +340,16 @@ def k_major(x, role: str, x3: bool) -> tuple:
         return kept if x3 else (kept[0], kept[0])
     if x3 and direct:  # x is its own big part: only the small one is written
         (small,) = buffers(role + " small", rows, K, 1)
-        small_part(x, small)
+        launches += small_part_launches(x, small)
         return x, small
     if x3:
         big, small = buffers(role, rows, K, 2)
-        copy_k_major(x, big, small)
+        launches += copy_k_major_launches(x, big, small)
         return big, small
     if direct:
         return x, x
     (copy,) = buffers(role, rows, K, 1)
-    copy_k_major(x, copy)
+    launches += copy_k_major_launches(x, copy)
     return copy, copy
 
 
@@ -339,10 +361,34 @@ def workspace(z: int, M: int, N: int):
     return BUFFERS[key]
 
 
+LAUNCHES: dict = {}  # a call's operands (address, shape, strides, dtype), scalars and stream -> its launches
+
+
+def layout(x):
+    return None if x is None else (x.data.ptr, x.shape, x.strides, x.dtype.char)
+
+
 def wgmma_gemm(a, b, out, alpha: float, beta: float, x3: bool, config: str | None = None, splits: int | None = None,
                a_small=None):
     """out = alpha a b + beta out (a: M x K, b: K x N, float32, any storage; out C-contiguous).
-    a_small (x3): a is split already, a its TF32 big parts and a_small the small ones, both K-major."""
+    a_small (x3): a is split already, a its TF32 big parts and a_small the small ones, both K-major.
+    The first call with these operands, scalars and stream works its launches out (gemm_launches)
+    and keeps them; a later one only launches: working them out took 70-110 us of the host's time
+    a GEMM, over half an eager step's (experiments/predictor/logs/eager_profile_cached_h100.jsonl)."""
+    key = (layout(a), layout(b), layout(out), layout(a_small), float(alpha), float(beta), x3, config, splits,
+           cupy().cuda.get_current_stream().ptr)
+    launches = LAUNCHES.get(key)
+    if launches is None:
+        launches = gemm_launches(a, b, out, alpha, beta, x3, config, splits, a_small)
+        LAUNCHES[key] = launches
+    for launch in launches:
+        launch()
+    return out
+
+
+def gemm_launches(a, b, out, alpha: float, beta: float, x3: bool, config: str | None, splits: int | None,
+                  a_small) -> list:
+    """wgmma_gemm's launches in order: the operands' K-major copies or splits, the GEMM, the split-K sum."""
     cp = cupy()
     name = "x3tf32" if x3 else "wgmma"
     if a.dtype != cp.float32 or b.dtype != cp.float32:
@@ -356,16 +402,17 @@ def wgmma_gemm(a, b, out, alpha: float, beta: float, x3: bool, config: str | Non
         cfg = parse_config(config, x3)
     if splits not in SPLITS:
         raise KernelError(f"{name} splits K into one of {SPLITS} parts, got {splits}")
+    launches = []
     if a_small is None:
-        A, As = k_major(a, "a", x3)
+        A, As = k_major(a, "a", x3, launches)
     elif a_small.shape != a.shape:
         raise KernelError(f"a_small holds a's small parts: it must be shaped as a {a.shape}, got {a_small.shape}")
     elif k_major_in_place(a) and k_major_in_place(a_small):
         A, As = a, a_small
     else:  # rows the copy engine cannot read in place (a batch not a multiple of 4): K-major copies
         A, As = buffers("a", M, K, 2)
-        A[...], As[...] = a, a_small
-    Bt, Bs = k_major(b.T, "b", x3)
+        launches += copy_k_major_launches(a, A) + copy_k_major_launches(a_small, As)
+    Bt, Bs = k_major(b.T, "b", x3, launches)
     wgs, bn, _, cluster = cfg
     fn, threads, smem = kernel(x3, cfg), 128 * (wgs + 1), smem_bytes(cfg, x3)
     if cluster > 1:  # a grid of clusters that all run at once
@@ -375,9 +422,10 @@ def wgmma_gemm(a, b, out, alpha: float, beta: float, x3: bool, config: str | Non
     args = (i32(M), i32(N), i32(K), i32(kps), cp.float32(alpha), tensor_map(A, K, 64 * wgs), tensor_map(As, K, 64 * wgs),
             tensor_map(Bt, K, bn // cluster), tensor_map(Bs, K, bn // cluster), cp.float32(beta), target, i32(N))
     if cluster > 1:
-        launch_ex(fn, (grid,), (threads,), args, smem, {CLUSTER_DIMENSION: (cluster, 1, 1)})
+        launches.append(prepared_launch_ex(fn, (grid,), (threads,), args, smem, {CLUSTER_DIMENSION: (cluster, 1, 1)}))
     else:
-        fn((grid,), (threads,), args, shared_mem=smem)
+        launches.append(later(fn, (grid,), (threads,), args, smem))
     if z > 1:
-        splitk_sum()((math.ceil(M * N / 256),), (256,), (i32(M), i32(N), i32(z), target, cp.float32(beta), out, i32(N)))
-    return out
+        launches.append(later(splitk_sum(), (math.ceil(M * N / 256),), (256,),
+                              (i32(M), i32(N), i32(z), target, cp.float32(beta), out, i32(N))))
+    return launches

@@ -216,12 +216,12 @@ def gpu_step_floors(steps: int = 40, repeats: int = 7) -> list[dict]:
     return rows
 
 
-def trainer_floor(comm, mode: str = "resident", batches=(20, 400), graphs: bool = True) -> list[dict]:
+def trainer_floor(comm, mode: str = "resident", batches=(20, 400), graphs: bool = True, gemm: str = "cublas") -> list[dict]:
     """perflab's trainer itself at H = 16 and 16 samples a rank, on every rank of comm, where the
     GPU's work is negligible: epochs of two lengths give its host cost per step (the loop, the
     graph replay or the eager launches and the copies' latency; on several GPUs the all-reduce
     and update) and per epoch (the synchronizations and the loss at its end). Named `trainer
-    <mode>` and how it launched (perflab.analysis.predictor.floor_name)."""
+    <mode>`, how it launched and, kernel by kernel, its GEMM (perflab.analysis.predictor.floor_name)."""
     from perflab.analysis.predictor import floor_name
     from perflab.config import Config
     from perflab.train.runner import Device, train_on_ranks
@@ -229,26 +229,29 @@ def trainer_floor(comm, mode: str = "resident", batches=(20, 400), graphs: bool 
     for n in batches:
         cfg = Config(dataset="synthetic", hidden_sizes=(16,), batch_size=16 * comm.size, train_size=16 * comm.size * n,
                      num_epochs=4, test_size=0, learning_rate=0.01, dtype="float32")
-        history, _ = train_on_ranks(cfg, "data", comm, Device(backend="cupy", mode=mode, graphs=graphs,
-                                                               comm="nccl" if mode == "resident" else "mpi"), log=None)
+        device = Device(backend="cupy", mode=mode, graphs=graphs, gemm=gemm, comm="nccl" if mode == "resident" else "mpi")
+        history, _ = train_on_ranks(cfg, "data", comm, device, log=None)
         epochs.append(statistics.median(e["seconds"] for e in history.epochs[1:]))
     step = (epochs[1] - epochs[0]) / (batches[1] - batches[0])
     row = {"ceiling": "step_floor", "device": "gpu", "dtype": "float32", "shape": "", "size_bytes": 0, "ranks": comm.size,
            "unit": "s"}
     per_epoch = max(epochs[0] - batches[0] * step, 0.0)
-    name = floor_name(mode, graphs)
+    name = floor_name(mode, graphs, gemm)
     return [{**row, "impl": name, "seconds": step, "value": step},
             {**row, "impl": f"{name} epoch", "seconds": per_epoch, "value": per_epoch}]
 
 
 def trainer_floors(comm) -> list[dict]:
-    """The trainer's floor alone on rank 0 (resident and staged, each as a graph and kernel by kernel),
-    then resident on all ranks."""
+    """The trainer's floor alone on rank 0 (resident and staged, each as a graph and kernel by kernel;
+    kernel by kernel also with the tensor-core GEMMs, on a Hopper), then resident on all ranks."""
+    from perflab.kernels import wgmma
     from perflab.train.comm import Serial
     rows = []
     if comm.rank == 0:
-        rows = (trainer_floor(Serial()) + trainer_floor(Serial(), graphs=False) + trainer_floor(Serial(), "staged", graphs=False)
-                + trainer_floor(Serial(), "staged"))
+        for mode in ("resident", "staged"):
+            rows += trainer_floor(Serial(), mode) + trainer_floor(Serial(), mode, graphs=False)
+            for gemm in wgmma.WGMMA_VARIANTS if wgmma.hopper() else ():
+                rows += trainer_floor(Serial(), mode, graphs=False, gemm=gemm)
     comm.idle_barrier()
     if comm.size > 1:
         on_all = trainer_floor(comm)
