@@ -501,3 +501,23 @@ def test_a_graphed_staged_step_is_charged_copy_plus_kernels_less_the_copy_measur
     assert pred["batch_s"] == pytest.approx(images + kernels - hidden + 3e-5) and pred["t_hidden"] == pytest.approx(hidden)
     assert predictor.predict_point({**staged, "graphs": False}, with_overlap)["batch_s"] == pytest.approx(
         images + max(kernels, 2e-4))  # kernel by kernel: no copy under the step
+
+
+def test_a_ceilings_run_prints_each_rate_at_its_peak_and_the_floors_in_microseconds():
+    rows = [{"ceiling": "h2d", "impl": "pinned", "dtype": "uint8", "shape": "", "size_bytes": s, "ranks": 1,
+             "value": v, "unit": "B/s"} for s, v in ((4096, 1.5e9), (64 * 2**20, 54.6e9), (2**28, 50e9))]
+    rows += [{"ceiling": "gemm_flops", "impl": "cublas", "dtype": "float32", "shape": "512x784x3200", "size_bytes": 1,
+              "ranks": 1, "value": 4.5e13, "unit": "FLOP/s"},
+             {"ceiling": "step_floor", "impl": "trainer resident eager wgmma", "ranks": 1, "seconds": 2.01e-4,
+              "value": 2.01e-4, "unit": "s"},
+             {"ceiling": "staged_images", "impl": "pageable", "B": 800, "ranks": 1, "seconds": 2.78e-4, "value": 2.78e-4,
+              "unit": "s"}]
+    rows += [ceilings.kernel_row("gpu", k, H, B, 1e-5) for k in ("forward GEMM 1", "update") for H in (256, 1920)
+             for B in (400, 1250)]
+    text = ceilings.summary(rows)
+    assert "64 MiB        54.6" in text and text.count("pinned") == 1  # the peak, at its size, alone
+    assert "512x784x3200     45000.0" in text
+    assert "trainer resident eager wgmma      1 201.0" in text
+    assert "B=800 0.278" in text
+    assert "8 step-kernel timings (2 kernels) at H [256, 1920] x B [400, 1250]" in text
+    assert "e-" not in text  # no seconds printed as G/s

@@ -66,11 +66,8 @@ def cmd_ceilings(args, comm) -> dict:
                             kernels=not args.no_step_kernels, grid=grid)
     if comm.rank != 0:
         return {}
-    import pandas as pd
-    df = pd.DataFrame(rows)
     if not args.json:
-        shown = df.assign(value=df["value"] / 1e9).rename(columns={"value": "value (G/s)"})
-        print(shown.drop(columns=[c for c in ("seconds", "bus_value") if c in shown]).to_string(index=False))
+        print(ceilings.summary(rows))
     name = f"ceilings_p{comm.size}"
     return {"rows": len(rows), "saved": save_rows(name, rows, args.out)}
 

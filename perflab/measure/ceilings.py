@@ -434,3 +434,42 @@ def measure(comm, gpu: bool, sizes=SIZES, log=print, kernels: bool = True, grid=
             rows += nccl_allreduce(for_gpu(comm, "nccl"), sizes)
             rows += staged_allreduce(comm, sizes)
     return rows
+
+
+def size_text(nbytes: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:g} {unit}"
+    return f"{nbytes:g} B"
+
+
+def summary(rows: list[dict]) -> str:
+    """What a ceilings run found, for the terminal: each rate at the size where it peaks (G/s), the
+    host's floors of a step (us), the staged copy of a batch (ms) and how many step kernels were
+    timed. The CSV keeps every row; a dump of all of them (a thousand on a GPU) buries these."""
+    import pandas as pd
+    df = pd.DataFrame(rows)
+    parts = []
+    rates = df[df.unit != "s"]
+    if len(rates):
+        best = rates.loc[rates.groupby(["ceiling", "impl", "dtype", "ranks"], sort=False)["value"].idxmax()]
+        shape = best["shape"].fillna("") if "shape" in best else pd.Series("", index=best.index)
+        at = shape.where(shape.astype(bool), best["size_bytes"].map(size_text))
+        parts.append(best.assign(at=at, peak=best["value"] / 1e9)
+                     .rename(columns={"peak": "peak (G/s)"})[["ceiling", "impl", "dtype", "ranks", "at", "peak (G/s)"]]
+                     .to_string(index=False, float_format=lambda v: f"{v:.1f}"))
+    floors = df[df.ceiling == "step_floor"]
+    if len(floors):
+        parts.append(floors.assign(us=floors["seconds"] * 1e6).rename(columns={"impl": "the host's floor of a step",
+                                                                             "us": "us"})
+                     [["the host's floor of a step", "ranks", "us"]].to_string(index=False,
+                                                                           float_format=lambda v: f"{v:.1f}"))
+    images = df[df.ceiling == "staged_images"]
+    if len(images):
+        parts.append("staged copy of a batch (ms): " + ", ".join(f"B={int(b)} {1e3 * s:.3f}"
+                                                               for b, s in zip(images["B"], images["seconds"])))
+    kernels = df[df.ceiling == "step_kernel"]
+    if len(kernels):
+        parts.append(f"{len(kernels)} step-kernel timings ({kernels['impl'].nunique()} kernels) at H "
+                     f"{sorted(int(h) for h in kernels['H'].unique())} x B {sorted(int(b) for b in kernels['B'].unique())}")
+    return "\n\n".join(parts)
