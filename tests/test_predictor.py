@@ -340,12 +340,14 @@ def test_the_tensor_core_gemms_compose_the_step_from_their_own_kernels():
     assert predictor.predict_point(tiny, c)["t_host"] == pytest.approx(2e-4)
 
 
-def test_describe_counts_the_staged_points_inside_their_band():
+def test_describe_counts_the_points_inside_their_band():
     from perflab.analysis import validation
-    t = pd.DataFrame({"error": [0.05, -0.3, 0.1, None], "inside_band": [None, False, True, None],
-                      "skipped": [None, None, None, "no ceilings"]})
-    assert validation.describe(t) == ("3 points, median |error| 10%, worst 30%, 1 skipped; "
-                                      "1 of 2 staged points inside their copy band")
+    t = pd.DataFrame({"error": [0.05, -0.3, 0.1, 0.2, None], "inside_band": [None, False, True, "True", None],
+                      "mode": ["resident", "staged", "staged", "resident", "staged"],
+                      "skipped": [None, None, None, None, "no ceilings"]})
+    assert validation.describe(t) == ("4 points, median |error| 15%, worst 30%, 1 skipped; "
+                                      "1 of 2 staged points inside their copy band; 1 of 1 resident points launched "
+                                      "kernel by kernel inside their host band")
     assert "band" not in validation.describe(t.drop(columns="inside_band"))
 
 
@@ -439,6 +441,26 @@ def test_a_tensor_core_step_launched_kernel_by_kernel_is_charged_its_gemms_floor
     assert c.trainer_floor("resident", False) == pytest.approx(2e-4)
     assert predictor.floor_name("staged", False, "x3tf32") == "trainer staged x3tf32"
     assert predictor.floor_name("staged", True, "x3tf32") == "trainer staged graph"
+    assert c.trainer_floor_spread("resident", False, "wgmma") is None  # a file from before the repeats
+
+
+def test_a_step_launched_kernel_by_kernel_has_a_band_from_its_host_floors_repeats():
+    c = table()
+    spread = pd.DataFrame([{"ceiling": "step_floor", "impl": "trainer resident eager", "ranks": 1, "seconds": 4e-4,
+                            "min_seconds": 3e-4, "max_seconds": 6e-4},
+                           {"ceiling": "step_floor", "impl": "trainer staged", "ranks": 1, "seconds": 2e-4,
+                            "min_seconds": 1e-4, "max_seconds": 5e-4}])
+    floors = c.table[~c.table.impl.isin(spread.impl)]
+    c = predictor.Ceilings(pd.concat([floors, spread], ignore_index=True), source="made-up")
+    tiny = {**point(H=256, B=100, N=200), "graphs": False}
+    eager = predictor.predict_point(tiny, c)
+    assert (eager["batch_low_s"], eager["batch_s"], eager["batch_high_s"]) == pytest.approx((3e-4, 4e-4, 6e-4))
+    assert "batch_low_s" not in predictor.predict_point(point(H=256, B=100, N=200), c)  # a graph: no host spread
+    staged = {**point(mode="staged", H=256, B=100, N=200), "graphs": False}  # host-bound: kernels 1.5 us
+    s = predictor.predict_point(staged, c)
+    images = s["t_images"]
+    assert (s["batch_low_s"], s["batch_s"], s["batch_high_s"]) == pytest.approx((images + 1e-4, images + 2e-4,
+                                                                                images + 5e-4))
 
 
 def test_on_one_gpu_the_next_staged_copy_runs_under_the_graph_and_behind_eager_launches_in_series():

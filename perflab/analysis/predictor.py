@@ -162,11 +162,23 @@ class Ceilings:
         from before the staged step was graphed lacks `trainer staged graph`: there a graphed staged
         step is charged the resident trainer's floor (the same replay, without the copy's call). A
         file from before the eager floors per GEMM charges every GEMM cuBLAS's."""
+        return self.floor(self.trainer_floor_name(mode, graphs, gemm))
+
+    def trainer_floor_name(self, mode: str, graphs: bool, gemm: str) -> str:
         if mode == "staged" and graphs and not len(self.rows("step_floor", impl=floor_name(mode, graphs))):
-            return self.floor("trainer resident")
+            return "trainer resident"
         if not len(self.rows("step_floor", impl=floor_name(mode, graphs, gemm))):
             gemm = "cublas"
-        return self.floor(floor_name(mode, graphs, gemm))
+        return floor_name(mode, graphs, gemm)
+
+    def trainer_floor_spread(self, mode: str, graphs: bool, gemm: str = "cublas") -> tuple[float, float] | None:
+        """The fastest and slowest of the trainer_floor's repeats (the host's spread, timed for the
+        floors of steps launched kernel by kernel), where the ceilings file has them."""
+        t = self.rows("step_floor", impl=self.trainer_floor_name(mode, graphs, gemm))
+        t = t[t.ranks == 1]
+        if not len(t) or "min_seconds" not in t or t.min_seconds.isna().any():
+            return None
+        return float(t.min_seconds.iloc[0]), float(t.max_seconds.iloc[0])
 
     def optional_floor(self, name: str) -> float:
         """A floor that older ceilings files lack: 0 there."""
@@ -297,12 +309,17 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
     else:
         terms["kernels"] = sum(c.kernel("gpu", k, H, Bl) for k in step_kernels("cupy", gemm))
         graphed = launched_as_graph(point)
+        host_spread = c.trainer_floor_spread(point["mode"], graphed, gemm) if point["mode"] != "pipelined" else None
         if point["mode"] == "resident":
             # on several GPUs the all-reduce and the update launch one by one after the graph
-            terms["host"] = c.trainer_floor("resident", graphed, gemm) + (2 * c.launch() if p > 1 else 0.0)
+            launches = 2 * c.launch() if p > 1 else 0.0
+            terms["host"] = c.trainer_floor("resident", graphed, gemm) + launches
             terms["exchange"] = c.allreduce("nccl_allreduce", p, gradient) if p > 1 else 0.0
             batch = max(terms["kernels"] + terms["exchange"], terms["host"])
             composition = "max(kernels + NCCL all-reduce, the trainer's host floor + launches)"
+            if host_spread:  # the batch at the host floor's fastest and slowest repeat
+                band = {f"batch_{end}_s": max(terms["kernels"] + terms["exchange"], floor + launches)
+                        for end, floor in zip(("low", "high"), host_spread)}
         elif point["mode"] == "staged":
             terms["host"] = c.trainer_floor("staged", graphed, gemm)
             terms["images"] = c.staged_images(Bl)
@@ -313,21 +330,22 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
                 # until the staging fills: the part measured to run so (staged_overlap) is off the sum
                 terms["hidden"] = hidden
 
-                def compose(images):
-                    return images + terms["kernels"] - min(hidden, images) + terms["host"]
+                def compose(images, host):
+                    return images + terms["kernels"] - min(hidden, images) + host
                 composition = "images + kernels - the copy under the graph (staged_overlap) + the trainer's host floor"
             elif graphed and p == 1:  # a ceilings file without staged_overlap: the whole copy under the graph
-                def compose(images):
-                    return max(images, terms["kernels"]) + terms["host"]
+                def compose(images, host):
+                    return max(images, terms["kernels"]) + host
                 composition = "max(images, kernels) + the trainer's host floor (the next copy under the graph)"
             else:  # the exchange (several ranks) or the host's own launches keep the copy out of the step
-                def compose(images):
-                    return images + max(terms["kernels"], terms["host"]) + terms["exchange"]
+                def compose(images, host):
+                    return images + max(terms["kernels"], host) + terms["exchange"]
                 composition = "images + max(kernels, the trainer's host floor) + exchange (serial)"
-            batch = compose(terms["images"])
-            spread = c.staged_images_spread(Bl)
-            if spread:  # the batch at the ceiling's fastest and slowest walk of copies
-                band = {"batch_low_s": compose(spread[0]), "batch_high_s": compose(spread[1])}
+            batch = compose(terms["images"], terms["host"])
+            copies = c.staged_images_spread(Bl) or (terms["images"],) * 2
+            hosts = host_spread or (terms["host"],) * 2
+            if copies[0] != copies[1] or hosts[0] != hosts[1]:  # the batch at the spreads' fast and slow ends
+                band = {"batch_low_s": compose(copies[0], hosts[0]), "batch_high_s": compose(copies[1], hosts[1])}
         else:
             return pipelined_batch(H, Bl, p, int(point.get("chunks", 4)), c, terms, graphed)
     return {"batch_s": batch, "composition": composition, **band, **{f"t_{k}": v for k, v in terms.items()}}
@@ -424,7 +442,7 @@ def predict_point(point: dict, c: Ceilings) -> dict:
         # the same code ends both modes' epochs; the staged difference of two epoch lengths is too noisy to use
         # (its per-step noise times 400 steps: 6.3 ms per epoch on the H100, against 0.46 ms resident)
         fixed = pred["t_epoch_fixed"] = c.optional_floor("trainer resident epoch")
-    # the epoch, and where the prediction has a band (the staged copy's spread), its two ends
+    # the epoch, and where the prediction has a band (the staged copy's and the host floor's spread), its two ends
     epochs = {k: full * pred[k] + last.get(k, last.get("batch_s", 0.0)) + fixed
               for k in ("batch_s", "batch_low_s", "batch_high_s") if k in pred}
     per_batch = {k: v / (full + bool(rest)) for k, v in epochs.items()}
@@ -432,7 +450,8 @@ def predict_point(point: dict, c: Ceilings) -> dict:
 
 
 def band_ms(pred: dict) -> dict:
-    """A prediction's band in ms per batch (the staged copy's spread), where it has one."""
+    """A prediction's band in ms per batch (the staged copy's and the eager host floor's spreads),
+    where it has one."""
     return {f"{end}_ms": 1e3 * pred[f"batch_{end}_s"] for end in ("low", "high") if f"batch_{end}_s" in pred}
 
 

@@ -83,8 +83,10 @@ def same_lend(sweep_meta: dict, ceilings: Path) -> bool | None:
 
 
 def inside_band(table: pd.DataFrame) -> pd.Series:
-    """The staged points' inside_band flags as booleans, indexed as the table (a validation.csv
-    read back holds them as text among the other points' blanks); empty where there are none."""
+    """The inside_band flags as booleans, indexed as the table (a validation.csv read back holds
+    them as text among the other points' blanks); empty where there are none. Staged points have a
+    band from the copy's spread (and the host floor's, launched kernel by kernel), resident points
+    launched kernel by kernel from the host floor's."""
     if "inside_band" not in table:
         return pd.Series(dtype=bool)
     flags = table.inside_band.dropna()
@@ -97,9 +99,13 @@ def summary(table: pd.DataFrame) -> dict:
         return {"points": 0, "skipped": int(len(table))}
     out = {"points": int(len(done)), "skipped": int(len(table) - len(done)),
            "median_abs_error": float(done.error.abs().median()), "worst_abs_error": float(done.error.abs().max())}
-    banded = inside_band(done)  # the staged points and their copy band
-    if len(banded):
-        out |= {"banded": int(len(banded)), "inside_band": int(banded.sum())}
+    banded = inside_band(done)
+    staged = banded[done.loc[banded.index, "mode"] == "staged"] if len(banded) else banded
+    if len(staged):  # the staged points and their copy band
+        out |= {"banded": int(len(staged)), "inside_band": int(staged.sum())}
+    resident = banded.drop(staged.index)
+    if len(resident):  # the resident points launched kernel by kernel and their host band
+        out |= {"host_banded": int(len(resident)), "inside_host_band": int(resident.sum())}
     lend = done[done.same_lend.astype(str) == "True"] if "same_lend" in done else done.iloc[:0]
     if len(lend):  # predicted from ceilings measured on the sweep's own lend: the main job's case
         out |= {"same_lend": int(len(lend)), "median_abs_error_same_lend": float(lend.error.abs().median()),
@@ -136,6 +142,8 @@ def describe(table: pd.DataFrame) -> str:
     return (f"{s['points']} points, median |error| {s['median_abs_error']:.0%}, worst {s['worst_abs_error']:.0%}"
             + (f", {s['skipped']} skipped" if s["skipped"] else "")
             + (f"; {s['inside_band']} of {s['banded']} staged points inside their copy band" if "banded" in s else "")
+            + (f"; {s['inside_host_band']} of {s['host_banded']} resident points launched kernel by kernel inside their "
+               "host band" if "host_banded" in s else "")
             + (f"; {probed_summary(s)}" if "probed" in s else "")
             + (f"; {s['same_lend']} predicted from ceilings of their own lend: median |error| "
                f"{s['median_abs_error_same_lend']:.0%}, worst {s['worst_abs_error_same_lend']:.0%}" if "same_lend" in s else "")

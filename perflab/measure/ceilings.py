@@ -216,42 +216,51 @@ def gpu_step_floors(steps: int = 40, repeats: int = 7) -> list[dict]:
     return rows
 
 
-def trainer_floor(comm, mode: str = "resident", batches=(20, 400), graphs: bool = True, gemm: str = "cublas") -> list[dict]:
+def trainer_floor(comm, mode: str = "resident", batches=(20, 400), graphs: bool = True, gemm: str = "cublas",
+                  repeats: int = 1) -> list[dict]:
     """perflab's trainer itself at H = 16 and 16 samples a rank, on every rank of comm, where the
     GPU's work is negligible: epochs of two lengths give its host cost per step (the loop, the
     graph replay or the eager launches and the copies' latency; on several GPUs the all-reduce
     and update) and per epoch (the synchronizations and the loss at its end). Named `trainer
-    <mode>`, how it launched and, kernel by kernel, its GEMM (perflab.analysis.predictor.floor_name)."""
+    <mode>`, how it launched and, kernel by kernel, its GEMM (perflab.analysis.predictor.floor_name).
+    With `repeats`, the pair is timed that many times: the median, and the fastest and slowest as
+    min_seconds and max_seconds (a step launched kernel by kernel moves with the host, 0.26-0.40 ms
+    between two rounds on one H100: experiments/predictor/logs/eager_floor_lend_h100.jsonl)."""
     from perflab.analysis.predictor import floor_name
     from perflab.config import Config
     from perflab.train.runner import Device, train_on_ranks
-    epochs = []
-    for n in batches:
-        cfg = Config(dataset="synthetic", hidden_sizes=(16,), batch_size=16 * comm.size, train_size=16 * comm.size * n,
-                     num_epochs=4, test_size=0, learning_rate=0.01, dtype="float32")
-        device = Device(backend="cupy", mode=mode, graphs=graphs, gemm=gemm, comm="nccl" if mode == "resident" else "mpi")
-        history, _ = train_on_ranks(cfg, "data", comm, device, log=None)
-        epochs.append(statistics.median(e["seconds"] for e in history.epochs[1:]))
-    step = (epochs[1] - epochs[0]) / (batches[1] - batches[0])
+    steps, fixed = [], []
+    for _ in range(repeats):
+        epochs = []
+        for n in batches:
+            cfg = Config(dataset="synthetic", hidden_sizes=(16,), batch_size=16 * comm.size,
+                         train_size=16 * comm.size * n, num_epochs=4, test_size=0, learning_rate=0.01, dtype="float32")
+            device = Device(backend="cupy", mode=mode, graphs=graphs, gemm=gemm, comm="nccl" if mode == "resident" else "mpi")
+            history, _ = train_on_ranks(cfg, "data", comm, device, log=None)
+            epochs.append(statistics.median(e["seconds"] for e in history.epochs[1:]))
+        steps.append((epochs[1] - epochs[0]) / (batches[1] - batches[0]))
+        fixed.append(max(epochs[0] - batches[0] * steps[-1], 0.0))
     row = {"ceiling": "step_floor", "device": "gpu", "dtype": "float32", "shape": "", "size_bytes": 0, "ranks": comm.size,
            "unit": "s"}
-    per_epoch = max(epochs[0] - batches[0] * step, 0.0)
+    step, per_epoch = statistics.median(steps), statistics.median(fixed)
+    spread = {"min_seconds": min(steps), "max_seconds": max(steps)} if repeats > 1 else {}
     name = floor_name(mode, graphs, gemm)
-    return [{**row, "impl": name, "seconds": step, "value": step},
+    return [{**row, "impl": name, "seconds": step, "value": step, **spread},
             {**row, "impl": f"{name} epoch", "seconds": per_epoch, "value": per_epoch}]
 
 
 def trainer_floors(comm) -> list[dict]:
     """The trainer's floor alone on rank 0 (resident and staged, each as a graph and kernel by kernel;
-    kernel by kernel also with the tensor-core GEMMs, on a Hopper), then resident on all ranks."""
+    kernel by kernel also with the tensor-core GEMMs, on a Hopper, and three times: the host's
+    spread), then resident on all ranks."""
     from perflab.kernels import wgmma
     from perflab.train.comm import Serial
     rows = []
     if comm.rank == 0:
         for mode in ("resident", "staged"):
-            rows += trainer_floor(Serial(), mode) + trainer_floor(Serial(), mode, graphs=False)
-            for gemm in wgmma.WGMMA_VARIANTS if wgmma.hopper() else ():
-                rows += trainer_floor(Serial(), mode, graphs=False, gemm=gemm)
+            rows += trainer_floor(Serial(), mode)
+            for gemm in ("cublas",) + (wgmma.WGMMA_VARIANTS if wgmma.hopper() else ()):
+                rows += trainer_floor(Serial(), mode, graphs=False, gemm=gemm, repeats=3)
     comm.idle_barrier()
     if comm.size > 1:
         on_all = trainer_floor(comm)

@@ -556,9 +556,9 @@ def missed_points(folder: Path, worse_than: float = 0.2):
                 worst = ph.loc[gap.idxmax()]
                 row["phases: median abs error"] = f"{ph.error.abs().median():.0%} ({len(ph)})"
                 row["phase missed most"] = f"{worst.phase} ({worst.measured_ms - worst.predicted_ms:+.3f} ms)"
-        if r.name in banded.index:  # the staged copy's spread over the ceiling's walks
-            row["band from the copy's spread (ms)"] = (f"{r.predicted_low_ms:.3g}-{r.predicted_high_ms:.3g}: "
-                                                       + ("inside" if banded[r.name] else "outside"))
+        if r.name in banded.index:  # the staged copy's spread over the ceiling's walks, the eager host floor's
+            row["band from the copy's and the host's spread (ms)"] = (
+                f"{r.predicted_low_ms:.3g}-{r.predicted_high_ms:.3g}: " + ("inside" if banded[r.name] else "outside"))
         if "error_probed" in v and pd.notna(r.error_probed):  # the copy probed beside this very run
             row["at the probed copy (ms)"] = f"{r.predicted_probed_ms:.3g} ({r.error_probed:+.0%})"
         same = v[(v[keys[1:]] == r[keys[1:]]).all(axis=1) & (v.source != r.source)]
@@ -645,7 +645,9 @@ def missed_section() -> list[str]:
             "copies (`perflab ceilings` walks it 7 times): the pageable copy is the host's one-core memcpy into the "
             "driver's staging buffers, which drifts by 10-30% over seconds on the device machines "
             "(`experiments/staged_copy/`), so a staged point measured over one or a few epochs lands anywhere in it, "
-            "and beyond it where its run met a slower moment than the ceiling's.\n\n" + fmt(t.round(3).fillna("-"))]
+            "and beyond it where its run met a slower moment than the ceiling's. A step launched kernel by kernel "
+            "widens the band by the host floor's fastest and slowest of its three repeats (where the ceilings file "
+            "timed it so; the earlier ones timed it once).\n\n" + fmt(t.round(3).fillna("-"))]
 
 
 def tensor_core_figures() -> list[Path]:
@@ -670,8 +672,8 @@ def validation_figure() -> Path | None:
         return None  # validation_scatter draws the folders with a prediction
     return plots.save(plots.validation_scatter(tables), VALIDATION_FIGURE,
                       "The bottom-up predictor (perflab.analysis.predictor, each machine's ceilings alone) against every "
-                      "committed point, ms per batch; bars: a staged point's band (the copy ceiling's fastest and slowest "
-                      "walk). Sources: results/<folder>/validation.csv (perflab validate --committed).",
+                      "committed point, ms per batch; bars: a point's band (the copy ceiling's fastest and slowest walk; the "
+                      "host floor's fastest and slowest repeat, kernel by kernel). Sources: results/<folder>/validation.csv (perflab validate --committed).",
                       folder=RESULTS_ROOT / "figures")
 
 
@@ -695,6 +697,8 @@ def predictor_sections() -> list[str]:
                      **{mode: by_mode.get(mode, "-") for mode in MODES},
                      "staged, graphed": staged_graphed(done),
                      "staged in band": f"{s['inside_band']} of {s['banded']}" if "banded" in s else "-",
+                     "resident, kernel by kernel, in band": (f"{s['inside_host_band']} of {s['host_banded']}"
+                                                             if "host_banded" in s else "-"),
                      "staged, copy probed: blind / at the probe": (
                          f"{s['probed']}: {s['median_abs_error_blind_probed']:.0%} ({s['worst_abs_error_blind_probed']:.0%}) / "
                          f"{s['median_abs_error_probed']:.0%} ({s['worst_abs_error_probed']:.0%})") if "probed" in s else "-",
@@ -740,7 +744,7 @@ def predictor_sections() -> list[str]:
         err = both.batch_ms / both.measured_ms - 1
         both["error"] = err.map(lambda e: f"{e:+.0%}")
         columns = ["H", "b", "p", *(k for k in ("parallel", "gemm") if k in keys), "mode", "batch_ms", "measured_ms", "error"]
-        if "low_ms" in both:  # the staged points' band from the copy ceiling's spread
+        if "low_ms" in both:  # the band from the copy ceiling's spread (staged) and the eager host floor's
             both["band ms/batch"] = [f"{lo:.3g}-{hi:.3g}" if pd.notna(lo) else "-" for lo, hi in zip(both.low_ms, both.high_ms)]
             columns.append("band ms/batch")
         by_mode = "; ".join(f"{mode} median |error| {e.abs().median():.0%}, worst {e.abs().max():.0%} ({len(e)})"
