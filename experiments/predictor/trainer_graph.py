@@ -6,13 +6,15 @@ replayed between events: one full batch's graph alone, and the epoch's graphs ba
 the host-timed epoch and the kernels timed alone (as perflab ceilings do), this splits the gap
 into what the graphs hold (their kernel names, from the graph's DOT dump) and what the epoch
 adds around them. One JSON line per (H, B, GEMM).
-Usage (GPU machine, repository root): [DOT_DIR=dir] python3 experiments/predictor/trainer_graph.py
+Usage (GPU machine, repository root): [DOT_DIR=dir] python3 experiments/predictor/trainer_graph.py [H:B ...]
+(default: 1280:3100 2816:1300, the first session's shapes).
 """
 import collections
 import json
 import os
 import re
 import statistics
+import sys
 
 import cupy as cp
 
@@ -39,7 +41,8 @@ def replay_ms(graphs, stream, repeats=20):
     return statistics.median(times)
 
 
-for H, B in ((1280, 3100), (2816, 1300)):
+SHAPES = [tuple(int(v) for v in a.split(":")) for a in sys.argv[1:]] or [(1280, 3100), (2816, 1300)]
+for H, B in SHAPES:
     calls = {name: call for name, call, _ in step_kernels(H, B) + tensor_core_step_kernels(H, B)}
     for gemm in ("cublas", "wgmma", "x3tf32"):
         alone = sum(time_graph_ms(cp, calls[n], calls=5, repeats=10) for n in fused_step(gemm) + (UPDATE,))
