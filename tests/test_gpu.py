@@ -361,6 +361,40 @@ def test_sgd_update_one_launch(rng):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("n", [23, 70001])  # one pass of the grid, and several (264 x 256 threads)
+def test_l2_penalty_on_the_device(rng, dtype, n):
+    p = rng.normal(size=n)
+    ends = np.array([n // 2, n // 2 + 3, n - 5, n])
+    regs = np.array([0.1, 0.0, 0.3, 0.0])
+    out, part = cp.full(1, np.nan, dtype), cp.full(kernels.L2_BLOCKS, np.nan, dtype)
+    kernels.l2_penalty(cp.asarray(p.astype(dtype)), cp.asarray(ends), cp.asarray(regs.astype(dtype)), part,
+                       out.reshape(()))
+    seg = np.searchsorted(ends, np.arange(n), side="right")
+    assert rel(out.get(), [0.5 * np.sum(regs[seg] * p * p)]) <= TOL[dtype]
+
+
+@pytest.mark.parametrize("parallel, mode", [("data", "resident"), ("data", "staged"), ("data", "pipelined"),
+                                            ("model", "resident")])
+def test_gpu_losses_are_the_references_before_each_step(parallel, mode):
+    """The L2 term the step makes on the device is the parameters' before its update, as the reference's J."""
+    from perflab import data
+    from perflab.config import Config
+    from perflab.train import loop
+    from perflab.train.comm import Serial
+    from perflab.train.runner import Device, train_on_ranks
+    cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=(61,), num_classes=7, train_size=517,
+                 batch_size=100, num_epochs=2, learning_rate=0.5, reg=0.05, test_size=0, dtype="float64", print_every=2)
+    history, trainer = train_on_ranks(cfg, parallel, Serial(), Device(backend="cupy", mode=mode, comm="mpi"), log=None)
+    trainer.close()
+    train_set = data.load(cfg)[0]
+    params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed)
+    reference = loop.fit(cfg, loop.Sequential(cfg, params, train_set.X, train_set.y), progress=False)
+    assert len(history.losses) == len(reference.losses) > 2
+    got, want = ([r["loss"] for r in h.losses] for h in (history, reference))
+    assert rel(got, np.array(want)) <= TOL["float64"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("gemm", ["best", "cublas", "tiled"])
 @pytest.mark.parametrize("mode, graphs", [("resident", True), ("resident", False), ("staged", True), ("staged", False),
                                          ("pipelined", True), ("pipelined", False)])

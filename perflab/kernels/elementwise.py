@@ -1,5 +1,6 @@
 """The step's fused elementwise kernels (elementwise.cu): bias + sigmoid, softmax + cross-entropy
-gradient, sigmoid', row sums, the fused output layer forward and backward, the SGD + L2 update."""
+gradient, sigmoid', row sums, the fused output layer forward and backward, the SGD + L2 update and
+the loss's L2 term."""
 from __future__ import annotations
 
 import functools
@@ -8,7 +9,7 @@ import math
 from perflab.kernels.build import KernelError, ctype, i32, module, u64
 
 ELEMENTWISE = ("bias_sigmoid", "add_bias", "softmax_xent_grad", "sigmoid_backward", "row_sum", "sgd_update",
-               "output_backward_reduce")
+               "l2_partials", "output_backward_reduce")
 
 
 MAX_FUSED_CLASSES = 16  # output_layer and output_backward keep C values per thread in registers
@@ -139,3 +140,16 @@ def sgd_update(params, grads, learning_rate, ends, regs):
                                             (params, grads, u64(params.size), params.dtype.type(learning_rate),
                                              ends, regs, i32(ends.size)))
     return params
+
+
+L2_BLOCKS = 264  # l2_partials' blocks: two a multiprocessor of an H100 SXM, enough to stream the weights
+
+
+def l2_penalty(params, ends, regs, part, out):
+    """out (0-d) = 1/2 sum_s regs[s] ||segment s of params||^2, the loss's L2 term: two launches and no
+    host round trip, so a CUDA graph can hold it. part: L2_BLOCKS elements of scratch."""
+    import cupy
+    elementwise("l2_partials", params.dtype)((part.size,), (256,),
+                                             (params, u64(params.size), ends, regs, i32(ends.size), part))
+    cupy.sum(part, out=out)
+    return out

@@ -103,6 +103,8 @@ class FusedGPU(Sequential):
         self.da1_split = False
         self.z2, self.delta = cp.empty(C * bmax, dtype), cp.empty(C * bmax, dtype)
         self.ce = cp.empty(bmax, dtype)
+        # the loss's L2 term, made in the step (before its update, as the reference's J) with its scratch
+        self.penalty, self.l2_part = cp.zeros(1, dtype), cp.empty(kernels.L2_BLOCKS, dtype)
         self.part = cp.empty(kernels.output_backward_partials(H, bmax, C), dtype) if self.fuse_backward else None
         self.part_forward = cp.empty(kernels.output_layer_partials(H, bmax, C), dtype) if self.fuse_output else None
         # the tile kernels' workspace for split-K and stream-K (allocated here: never inside a graph capture)
@@ -225,6 +227,7 @@ class FusedGPU(Sequential):
                 kernels.row_sum(da1, db1)
             if want_loss:  # the CE slot is all-reduced with the gradients; stale when unused
                 cp.sum(self.ce[:n], out=self.G[-1:].reshape(()))
+                kernels.l2_penalty(self.P, self.ends, self.regs, self.l2_part, self.penalty.reshape(()))
             self.backward_gemm3(da1, Xb, dW1)
 
     def combine_logits(self, z2):
@@ -309,7 +312,7 @@ class FusedGPU(Sequential):
 
     def batch_loss(self, global_b: int) -> float:
         self.stream.synchronize()
-        return float(self.G[-1]) / global_b + model.l2_penalty(self.params, self.cfg.reg)
+        return float(self.G[-1]) / global_b + float(self.penalty[0])
 
     def predict(self, X):
         with self.stream:
@@ -378,8 +381,8 @@ class FusedModelParallel(FusedGPU):
 
     def batch_loss(self, global_b: int) -> float:
         self.stream.synchronize()
-        squares = self.comm.allreduce_scalar(model.l2_penalty(self.params, self.cfg.reg))
-        return float(self.G[-1]) / global_b + squares
+        penalty = self.comm.allreduce_scalar(float(self.penalty[0]))  # each rank's is its shard's
+        return float(self.G[-1]) / global_b + penalty
 
     def predict(self, X, chunk: int = 8192):
         with self.stream:
