@@ -428,6 +428,29 @@ def test_staged_graphs_replay_one_graph_per_batch_size_and_train_as_the_eager_st
     assert rel(weights[True], weights[False].astype(np.float64)) <= 1e-6
 
 
+@pytest.mark.parametrize("gemm", ["cublas", "best"])
+def test_a_resident_epoch_is_one_graph_and_trains_as_a_graph_a_batch(gemm):
+    """With the loss only at the epoch's end, fit runs each epoch as one CUDA graph: the same kernels
+    in the same order as a graph a batch (loss every 2 batches), so the same weights, bit for bit,
+    and the same loss at each epoch's end."""
+    from perflab.config import Config
+    from perflab.train.comm import Serial
+    from perflab.train.runner import Device, train_on_ranks
+    runs = {}
+    for every in (0, 2):
+        cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=(61,), num_classes=7, train_size=517,
+                     batch_size=100, num_epochs=3, learning_rate=0.5, test_size=0, dtype="float32", print_every=every)
+        history, trainer = train_on_ranks(cfg, "data", Serial(), Device(backend="cupy", gemm=gemm), log=None)
+        runs[every] = history, trainer.P.get(), [k[0] for k in trainer.cache]
+        trainer.close()
+    (one, w_one, keys_one), (each, w_each, keys_each) = runs[0], runs[2]
+    assert keys_one == ["epoch"] and "epoch" not in keys_each and len(keys_each) > 1
+    assert np.array_equal(w_one, w_each) and np.isfinite(w_one).all()
+    assert [r["step"] for r in one.losses] == [5, 11, 17]
+    last = {r["epoch"]: r["loss"] for r in each.losses}
+    assert [r["loss"] for r in one.losses] == [last[e] for e in range(3)]
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_pipelined_shuffled_batches_gather_on_the_host_and_match(dtype):
     from perflab.config import Config

@@ -32,8 +32,9 @@ def initial(D, H, C, seed=0):
 
 # ----------------------------------------------------------------------------- perflab
 def perflab_epoch(X, y, H, B, lr, reg, warmup=2, repeats=5, gemm="cublas", graphs=True, fuse_output=True,
-                  fuse_backward=True, comm=None, mode="resident", overlap=False, parallel="data"):
-    """perflab's fused trainer; with an MPI comm (one rank a GPU), data (or model) parallel over its
+                  fuse_backward=True, comm=None, mode="resident", overlap=False, parallel="data", epoch_graphs=True):
+    """perflab's fused trainer, as loop.fit runs it (one graph an epoch where it can; `epoch_graphs`
+    False: a graph a batch); with an MPI comm (one rank a GPU), data (or model) parallel over its
     ranks, each epoch ended by a barrier so it times the slowest rank."""
     from perflab.config import Config
     from perflab.train.comm import Serial
@@ -51,9 +52,12 @@ def perflab_epoch(X, y, H, B, lr, reg, warmup=2, repeats=5, gemm="cublas", graph
         trainer = FusedGPU(cfg, np.asfortranarray(X.T), y, comm, mode, gemm, graphs,
                            fuse_output=fuse_output, fuse_backward=fuse_backward, overlap=overlap)
     trainer.want_loss = False
+    trainer.epoch_graphs = epoch_graphs
     slices = [slice(s, e) for s, e in batches(N, B)]
 
     def epoch():
+        if trainer.graphs_an_epoch(slices):
+            return trainer.epoch(slices, want_loss=False)
         for i, s in enumerate(slices):
             trainer.upcoming = slices[(i + 1) % len(slices)]  # the pipelined trainer copies it in meanwhile
             trainer.batch(s)
@@ -255,6 +259,8 @@ def cublas_floor(X, y, H, B, lr, reg, warmup=2, repeats=5):
 
 PEERS = {
     "perflab": perflab_epoch,
+    "perflab (a graph a batch)": lambda *a, **k: perflab_epoch(*a, epoch_graphs=False, **k),
+    "perflab (wgmma gemm, a graph a batch)": lambda *a, **k: perflab_epoch(*a, gemm="wgmma", epoch_graphs=False, **k),
     "perflab (best gemm)": lambda *a, **k: perflab_epoch(*a, gemm="best", **k),
     "perflab (output layer unfused)": lambda *a, **k: perflab_epoch(*a, fuse_output=False, **k),
     "perflab (unfused)": lambda *a, **k: perflab_epoch(*a, fuse_output=False, fuse_backward=False, **k),

@@ -40,8 +40,9 @@ def train_table(path: Path) -> str:
     wide.columns = [f"H={h} B={b} (ms)" for h, b in wide.columns]
     best_peer = {}
     for (h, b), group in t.groupby(["H", "B"]):
-        peers = group[~group.peer.str.startswith(("perflab", "cublas"))]
-        fp32 = group.peer.str.startswith("perflab") & ~group.peer.str.contains("tf32")  # the targets are FP32
+        tensor_cores = group.peer.str.contains("tf32|wgmma", case=False)  # the targets are FP32, on both sides
+        peers = group[~group.peer.str.startswith(("perflab", "cublas")) & ~tensor_cores]
+        fp32 = group.peer.str.startswith("perflab") & ~tensor_cores
         ours = group[fp32].epoch_ms.min()
         if len(peers):
             best = peers.loc[peers.epoch_ms.idxmin()]

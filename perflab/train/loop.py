@@ -120,15 +120,21 @@ def fit(cfg: Config, trainer, test=None, progress: bool = True, log=None, sync=l
     for epoch in range(cfg.num_epochs):
         batches = following
         following = batch_indices(cfg, epoch + 1) if epoch + 1 < cfg.num_epochs else [None]
+        # the loss only at the epoch's end: a trainer that can runs the whole epoch as one CUDA graph
+        whole = every >= len(batches) and getattr(trainer, "graphs_an_epoch", lambda _: False)(batches)
         sync()
         start = time.perf_counter()
         for i, index in enumerate(batches):
-            trainer.want_loss = (i + 1) % every == 0 or i + 1 == len(batches)
-            trainer.upcoming = batches[i + 1] if i + 1 < len(batches) else following[0]  # for a prefetching trainer
-            if profile.current() is not None:
-                profile.current().batch = step
-            with phase("batch iteration"):
-                batch_loss = trainer.batch(index)
+            if whole:  # the epoch's last batch stands for them all
+                i, step = len(batches) - 1, step + len(batches) - 1
+                batch_loss = trainer.epoch(batches, want_loss=True)
+            else:
+                trainer.want_loss = (i + 1) % every == 0 or i + 1 == len(batches)
+                trainer.upcoming = batches[i + 1] if i + 1 < len(batches) else following[0]  # for a prefetching trainer
+                if profile.current() is not None:
+                    profile.current().batch = step
+                with phase("batch iteration"):
+                    batch_loss = trainer.batch(index)
             if batch_loss is not None:
                 if not np.isfinite(batch_loss):
                     bar.close()
@@ -137,7 +143,9 @@ def fit(cfg: Config, trainer, test=None, progress: bool = True, log=None, sync=l
                 if log and (i + 1) % every == 0:
                     log(f"epoch {epoch} batch {i + 1}/{len(batches)} loss {batch_loss:.6f}")
             step += 1
-            bar.update()
+            bar.update(len(batches) if whole else 1)
+            if whole:
+                break
         sync()
         seconds = time.perf_counter() - start
         row = {"epoch": epoch, "seconds": seconds, "loss": history.losses[-1]["loss"],
