@@ -13,6 +13,8 @@ timed on the host, 15 times, medians in ms:
   l2           model.l2_penalty alone
   first        the first batch after a synchronized stream, launch to its end
 One JSON line per (H, B, GEMM).
+Written for a graph a batch: since f725486 `fit` captures one graph an epoch, so run it at
+39b2bcc or before (`git worktree add /tmp/at 39b2bcc`).
 Usage (GPU machine, repository root): python3 experiments/predictor/epoch_fixed.py [H:B ...]
 (default: 16:16 1728:1350 2432:2450).
 """
@@ -22,6 +24,7 @@ import sys
 import time
 
 import cupy as cp
+from trainer_graph import replay_ms  # (this folder is on sys.path when run as a script)
 
 from perflab.config import Config
 from perflab.train import model
@@ -45,19 +48,6 @@ def epoch(trainer, batches, loss=True):
         trainer.want_loss = loss and i + 1 == len(batches)
         trainer.batch(index)
     trainer.sync()
-
-
-def replays_ms(graphs, stream, repeats=15):
-    times = []
-    for _ in range(repeats):
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        start.record(stream)
-        for g in graphs:
-            g.launch(stream)
-        stop.record(stream)
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop))
-    return round(statistics.median(times), 4)
 
 
 SHAPES = [tuple(int(v) for v in a.split(":")) for a in sys.argv[1:]] or [(16, 16), (1728, 1350), (2432, 2450)]
@@ -87,10 +77,9 @@ for H, B in SHAPES:
                "fit_epoch_ms": round(1e3 * statistics.median(e["seconds"] for e in history.epochs[1:]), 4),
                "epoch": median_ms(lambda: epoch(trainer, batches)),
                "epoch_noloss": median_ms(lambda: epoch(trainer, batches, loss=False)),
-               "launches": median_ms(launches), "replays": replays_ms(graphs, stream),
+               "launches": median_ms(launches), "replays": round(replay_ms(graphs, stream, repeats=15), 4),
                "loss": median_ms(lambda: trainer.batch_loss(B)),
                "l2": median_ms(lambda: model.l2_penalty(trainer.params, cfg.reg)),
                "first": median_ms(first)}
         print(json.dumps(row), flush=True)
         trainer.close()
-        del trainer
