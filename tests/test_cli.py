@@ -83,6 +83,14 @@ def test_bench_gemm_peers_are_named_with_the_ones_there_are(capsys):
     assert info.value.code == 2 and "argument --peers: invalid choice: 'torch'" in err and "pytorch" in err
 
 
+def test_bench_train_peers_are_named_with_the_ones_there_are(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["bench", "train", "--peers", "perflab (one graph a batch)"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "argument --peers: invalid choice: 'perflab (one graph a batch)'" in err
+    assert "'perflab (a graph a batch)'" in err
+
+
 def test_compile_without_a_gpu_says_what_it_needs(capsys, monkeypatch):
     monkeypatch.setattr("perflab.backend.cupy_or_none", lambda: None)
     with pytest.raises(SystemExit) as info:

@@ -77,3 +77,36 @@ def test_overlap_exchanges_every_gradient_once_the_rest_of_g_with_the_last_chunk
     assert [lo for lo, _ in pieces] == [0, 21, 42, 63] and pieces[-1] == (63, total)
     assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:]))  # contiguous: each element exchanged once
     assert overlap_pieces([(0, H)], D, total) == [(0, total)]  # one chunk: one exchange of all of G
+
+
+class WholeEpochs(loop.Sequential):
+    """The reference, offering fit the whole-epoch path a one-GPU trainer takes (FusedGPU.epoch)."""
+
+    calls = 0
+
+    def graphs_an_epoch(self, batches) -> bool:
+        return True
+
+    def epoch(self, batches, want_loss: bool):
+        self.calls += 1
+        for k, index in enumerate(batches):
+            self.want_loss = want_loss and k + 1 == len(batches)
+            loss = self.batch(index)
+        return loss
+
+
+def test_fit_runs_whole_epochs_where_the_trainer_can_and_only_with_the_loss_at_their_end():
+    cfg = Config(dataset="synthetic", input_size=13, hidden_sizes=(7,), num_classes=3, train_size=517, batch_size=100,
+                 num_epochs=3, learning_rate=0.5, test_size=0)
+    train = data.load(cfg)[0]
+    runs = {}
+    for every in (0, 2):
+        trainer = WholeEpochs(cfg.replace(print_every=every), model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed),
+                              train.X, train.y)
+        runs[every] = loop.fit(cfg.replace(print_every=every), trainer, progress=False), trainer.calls
+    (whole, calls), (each, none) = runs[0], runs[2]
+    assert calls == 3 and none == 0  # the loss every 2 batches: batch by batch
+    assert [(r["epoch"], r["batch"], r["step"]) for r in whole.losses] == [(0, 5, 5), (1, 5, 11), (2, 5, 17)]
+    assert [r["loss"] for r in whole.losses] == [r["loss"] for r in each.losses if r["batch"] == 5]
+    for a, b in zip(whole.params, each.params):
+        assert np.array_equal(a, b)

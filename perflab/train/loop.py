@@ -124,10 +124,10 @@ def fit(cfg: Config, trainer, test=None, progress: bool = True, log=None, sync=l
         whole = every >= len(batches) and getattr(trainer, "graphs_an_epoch", lambda _: False)(batches)
         sync()
         start = time.perf_counter()
-        for i, index in enumerate(batches):
+        for i, index in [(len(batches) - 1, batches)] if whole else enumerate(batches):
             if whole:  # the epoch's last batch stands for them all
-                i, step = len(batches) - 1, step + len(batches) - 1
-                batch_loss = trainer.epoch(batches, want_loss=True)
+                step += len(batches) - 1
+                batch_loss = trainer.epoch(index, want_loss=True)
             else:
                 trainer.want_loss = (i + 1) % every == 0 or i + 1 == len(batches)
                 trainer.upcoming = batches[i + 1] if i + 1 < len(batches) else following[0]  # for a prefetching trainer
@@ -144,8 +144,6 @@ def fit(cfg: Config, trainer, test=None, progress: bool = True, log=None, sync=l
                     log(f"epoch {epoch} batch {i + 1}/{len(batches)} loss {batch_loss:.6f}")
             step += 1
             bar.update(len(batches) if whole else 1)
-            if whole:
-                break
         sync()
         seconds = time.perf_counter() - start
         row = {"epoch": epoch, "seconds": seconds, "loss": history.losses[-1]["loss"],
