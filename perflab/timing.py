@@ -43,6 +43,21 @@ def time_graph_ms(cp, fn, calls: int = 10, repeats: int = 10) -> float:
     return statistics.median(graph_replays_ms(cp, fn, calls, lambda n: n >= repeats))
 
 
+def replay_ms(cp, graphs, stream, repeats: int = 10) -> float:
+    """Median device milliseconds of launching captured `graphs` in order on `stream`, between two
+    events (a trainer's own graphs, replayed as its epoch ran them)."""
+    times = []
+    for _ in range(repeats):
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record(stream)
+        for graph in graphs:
+            graph.launch(stream)
+        stop.record(stream)
+        stop.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, stop))
+    return statistics.median(times)
+
+
 def time_ms(cp, fn, repeats: int = 20, warmup: int = 3) -> float:
     """Median milliseconds of fn() between CUDA events."""
     for _ in range(warmup):

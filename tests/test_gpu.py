@@ -964,3 +964,28 @@ def test_step_floors_are_medians_and_a_graph_replay_costs_the_host_less_than_its
     rows = {r["impl"]: r for r in ceilings.gpu_step_floors(steps=10, repeats=3)}
     assert set(rows) == {"graph replay", "eager launch"} and rows["eager launch"]["kernels"] >= 4
     assert 0 < rows["graph replay"]["seconds"] < rows["eager launch"]["seconds"]
+
+
+def test_the_step_in_sequence_is_timed_per_gemm_and_takes_about_its_kernels_alone():
+    """gpu_step_kernels' `step in sequence (<gemm>)` rows: one per GEMM at each (H, B'), their time
+    within a band of the sum of the same kernels timed alone (the order costs a few percent, not
+    a factor; a sequence missing a kernel, or timed twice, falls outside it)."""
+    from perflab.analysis.predictor import UPDATE, fused_step, sequence_name
+    from perflab.kernels import wgmma
+    from perflab.measure import ceilings
+    rows = ceilings.gpu_step_kernels(hidden=(300,), batches=(701,), repeats=5)
+    seconds = {r["impl"]: r["seconds"] for r in rows}
+    gemms = ("cublas",) + (wgmma.WGMMA_VARIANTS if wgmma.hopper() else ())
+    assert {n for n in seconds if n.startswith("step in sequence")} == {sequence_name(g) for g in gemms}
+    for gemm in gemms:
+        alone = sum(seconds[n] for n in fused_step(gemm) + (UPDATE,))
+        assert 0.7 * alone < seconds[sequence_name(gemm)] < 1.5 * alone, (gemm, alone, seconds[sequence_name(gemm)])
+
+
+def test_the_epoch_overhead_is_the_trainers_epoch_less_its_own_graph():
+    from perflab.measure import ceilings
+    rows = ceilings.epoch_overhead(shapes=((257, 301, 7),), epochs=4, repeats=3)
+    (row,) = rows
+    assert row["impl"] == "trainer resident epoch graph" and (row["H"], row["B"], row["batches"]) == (257, 301, 7)
+    assert 0 < row["graph_seconds"] < row["epoch_seconds"] < 0.5
+    assert row["seconds"] == pytest.approx(row["epoch_seconds"] - row["graph_seconds"])

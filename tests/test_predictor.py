@@ -340,6 +340,44 @@ def test_the_tensor_core_gemms_compose_the_step_from_their_own_kernels():
     assert predictor.predict_point(tiny, c)["t_host"] == pytest.approx(2e-4)
 
 
+def test_a_step_timed_in_sequence_replaces_the_sum_of_its_kernels_alone_with_its_own_gemm():
+    """Where the ceilings timed the step's kernels one after another (per GEMM), the step is that
+    time, not the sum of each kernel alone; a GEMM without such rows still sums its kernels, and
+    the grid's interpolation error is the sequence's."""
+    base = table()
+    kernel = 1024 * 4000 * 1e-11
+    sequence = [{"ceiling": "step_kernel", "device": "gpu", "impl": predictor.sequence_name("cublas"), "H": H, "B": B,
+                 "ranks": 1, "seconds": 6.6 * H * B * 1e-11} for H in (256, 1024, 4096) for B in (100, 1000, 20000)]
+    c = predictor.Ceilings(pd.concat([base.table, pd.DataFrame(sequence)], ignore_index=True), source="made-up")
+    assert c.step_names("cupy", "cublas") == (predictor.sequence_name("cublas"),)
+    assert c.step_names("numpy") == predictor.CPU_STEP
+    for mode in ("resident", "staged"):
+        assert predictor.predict_point(point(mode=mode), c)["t_kernels"] == pytest.approx(6.6 * kernel)
+        assert predictor.predict_point(point(mode=mode), base)["t_kernels"] == pytest.approx(6 * kernel)
+    assert c.grid_error(c.step_names("cupy", "cublas"))["median_abs"] == pytest.approx(0, abs=1e-9)
+    with pytest.raises(predictor.PredictionError, match="wgmma"):  # no rows of its own: its kernels alone, missing here
+        predictor.predict_point(point(gemm="wgmma"), c)
+
+
+def test_a_resident_epoch_in_one_graph_is_charged_the_overhead_measured_at_real_sizes():
+    """`trainer resident epoch graph` (the trainer's epoch less its graph's replay, at real sizes):
+    its median is the epoch's fixed cost of a graphed resident point on one GPU; other points, and
+    files without it, keep the H = 16 trainer's `trainer resident epoch`."""
+    base = table()
+    at16 = pd.DataFrame([{"ceiling": "step_floor", "impl": "trainer resident epoch", "ranks": 1, "seconds": 5e-5}])
+    real = pd.DataFrame([{"ceiling": "step_floor", "impl": "trainer resident epoch graph", "ranks": 1, "H": H,
+                          "seconds": s} for H, s in ((1024, 2e-4), (2048, 3e-4), (4096, 9e-4))])
+    old = predictor.Ceilings(pd.concat([base.table, at16], ignore_index=True), source="made-up")
+    new = predictor.Ceilings(pd.concat([old.table, real], ignore_index=True), source="made-up")
+    assert predictor.predict_point(point(), base)["t_epoch_fixed"] == 0.0
+    assert predictor.predict_point(point(), old)["t_epoch_fixed"] == pytest.approx(5e-5)
+    graphed = predictor.predict_point(point(), new)
+    assert graphed["t_epoch_fixed"] == pytest.approx(3e-4)
+    assert graphed["epoch_s"] == pytest.approx(2 * graphed["full_batch_s"] + 3e-4)
+    for other in (point(mode="staged"), point(p=2, B=8000, N=16000)):
+        assert predictor.predict_point(other, new)["t_epoch_fixed"] == pytest.approx(5e-5)
+
+
 def test_describe_counts_the_points_inside_their_band():
     from perflab.analysis import validation
     t = pd.DataFrame({"error": [0.05, -0.3, 0.1, 0.2, None], "inside_band": [None, False, True, "True", None],

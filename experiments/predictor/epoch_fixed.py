@@ -24,9 +24,9 @@ import sys
 import time
 
 import cupy as cp
-from trainer_graph import replay_ms  # (this folder is on sys.path when run as a script)
 
 from perflab.config import Config
+from perflab.timing import replay_ms
 from perflab.train import model
 from perflab.train.comm import Serial
 from perflab.train.loop import batch_indices
@@ -77,7 +77,7 @@ for H, B in SHAPES:
                "fit_epoch_ms": round(1e3 * statistics.median(e["seconds"] for e in history.epochs[1:]), 4),
                "epoch": median_ms(lambda: epoch(trainer, batches)),
                "epoch_noloss": median_ms(lambda: epoch(trainer, batches, loss=False)),
-               "launches": median_ms(launches), "replays": round(replay_ms(graphs, stream, repeats=15), 4),
+               "launches": median_ms(launches), "replays": round(replay_ms(cp, graphs, stream, repeats=15), 4),
                "loss": median_ms(lambda: trainer.batch_loss(B)),
                "l2": median_ms(lambda: model.l2_penalty(trainer.params, cfg.reg)),
                "first": median_ms(first)}

@@ -21,10 +21,9 @@ from perflab.analysis.predictor import UPDATE, fused_step
 from perflab.config import Config
 from perflab.kernels import wgmma
 from perflab.measure.bench import step_kernels, tensor_core_step_kernels
-from perflab.timing import time_graph_ms
+from perflab.timing import replay_ms, time_graph_ms
 from perflab.train.comm import Serial
 from perflab.train.runner import Device, train_on_ranks
-from trainer_graph import replay_ms  # (this folder is on sys.path when run as a script)
 
 SHAPES = [tuple(int(v) for v in a.split(":")) for a in sys.argv[1:]] or [(1472, 2750), (2624, 1320)]
 for H, B in SHAPES:
@@ -39,7 +38,7 @@ for H, B in SHAPES:
         graphs = [g for k, g in trainer.cache.items() if k[0] == "epoch"]
         full = cfg.train_size / B  # the epoch in full batches (its last one partial)
         row = {"H": H, "B": B, "gemm": gemm, "kernels_alone_ms": round(alone, 4), "in_sequence_ms": round(in_sequence, 4),
-               "epoch_graph_ms": round(replay_ms(graphs, trainer.stream, repeats=10) / full, 4) if len(graphs) == 1 else None,
+               "epoch_graph_ms": round(replay_ms(cp, graphs, trainer.stream, repeats=10) / full, 4) if len(graphs) == 1 else None,
                "fit_epoch_ms": round(1e3 * statistics.median(e["seconds"] for e in history.epochs[1:]) / full, 4)}
         print(json.dumps(row), flush=True)
         trainer.close()

@@ -24,23 +24,9 @@ from perflab.analysis.predictor import UPDATE, fused_step
 from perflab.config import Config
 from perflab.kernels import wgmma
 from perflab.measure.bench import step_kernels, tensor_core_step_kernels
-from perflab.timing import time_graph_ms
+from perflab.timing import replay_ms, time_graph_ms
 from perflab.train.comm import Serial
 from perflab.train.runner import Device, train_on_ranks
-
-
-def replay_ms(graphs, stream, repeats=20):
-    """Median device ms of launching `graphs` in order, between two events."""
-    times = []
-    for _ in range(repeats):
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        start.record(stream)
-        for g in graphs:
-            g.launch(stream)
-        stop.record(stream)
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop))
-    return statistics.median(times)
 
 
 def main():
@@ -56,8 +42,8 @@ def main():
             keys = [k for k in trainer.cache if k[2] is False]  # the batches without the loss, in epoch order
             full = [k for k in keys if k[1] - k[0] == B]
             stream = trainer.stream
-            one = replay_ms([trainer.cache[full[0]]], stream)
-            epoch_graphs = replay_ms([trainer.cache[k] for k in keys], stream, repeats=5) / len(keys)
+            one = replay_ms(cp, [trainer.cache[full[0]]], stream, repeats=20)
+            epoch_graphs = replay_ms(cp, [trainer.cache[k] for k in keys], stream, repeats=5) / len(keys)
             dot = trainer.cache[full[0]].debug_dot_str()
             if os.environ.get("DOT_DIR") and H == 1280:  # the graph's DOT dump, to read the parse above against
                 open(os.path.join(os.environ["DOT_DIR"], f"graph_{gemm}.dot"), "w").write(dot)

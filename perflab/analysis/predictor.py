@@ -3,14 +3,15 @@ step perflab actually executes, every term read from a ceilings file (`perflab c
 nothing fitted to training runs.
 
 Terms (seconds per batch, one rank):
-  kernels   each kernel of the step timed alone over an (H, B') grid, interpolated log-log
-            (GPU: the fused step unprofiled, the unfused one profiled; CPU: the reference's
-            forward, backward and update, timed with p ranks sharing the cores)
+  kernels   the step's kernels over an (H, B') grid, interpolated log-log (GPU: the fused step
+            timed whole, its kernels one after another, where the file has it, else each kernel
+            timed alone and summed; the unfused one profiled; CPU: the reference's forward,
+            backward and update, timed with p ranks sharing the cores)
   host      the host's floor of a step: perflab's trainer itself, alone, at H = 16 and 16 samples,
             where the GPU's work is negligible, launched as the point's step was (a graph replay,
             or kernel by kernel: floor_name; resident plus two eager launches on several GPUs;
             staged); and its fixed cost per epoch (synchronizations, the loss), from epochs of
-            two lengths
+            two lengths, or, for an epoch run as one graph, its epoch less its graph at real sizes
   images    staged: the batch's columns and labels copied host -> device from pageable memory;
             pipelined: from pinned memory, on a stream of its own under the step before
   exchange  p > 1: NCCL all-reduce (resident), device -> host, MPI all-reduce, host -> device
@@ -47,6 +48,11 @@ TENSOR_CORE_STEPS = {
 def fused_step(gemm: str) -> tuple:
     """The kernels of the fused data-parallel step with this GEMM."""
     return FUSED_STEP if gemm == "cublas" else TENSOR_CORE_STEPS[gemm]
+
+
+def sequence_name(gemm: str) -> str:
+    """The ceilings' name for the fused step's kernels (with the update) timed one after another."""
+    return f"step in sequence ({gemm})"
 
 
 CPU_STEP = ("forward", "backward", "step")  # the NumPy reference's step as the ceilings time it
@@ -117,6 +123,13 @@ class Ceilings:
         at_h = {h: loglog(g.B, g.seconds, B) for h, g in t.groupby("H")}
         return loglog(list(at_h), list(at_h.values()), H)
 
+    def step_names(self, backend: str, gemm: str = "cublas") -> tuple:
+        """The step_kernel rows a data-parallel step sums: on a GPU its kernels timed one after another
+        (`step in sequence`), where the file has them; else each kernel timed alone."""
+        if backend != "numpy" and len(self.rows("step_kernel", device="gpu", impl=sequence_name(gemm))):
+            return (sequence_name(gemm),)
+        return step_kernels(backend, gemm)
+
     def grid_error(self, names: tuple, device: str = "gpu") -> dict | None:
         """How far the log-log interpolation of a step (the sum of `names`) misses the grid's own
         measurements: each interior grid point predicted without it, once without its B (from the
@@ -185,6 +198,15 @@ class Ceilings:
         t = self.rows("step_floor", impl=name)
         t = t[t.ranks == 1]
         return float(t.seconds.iloc[0]) if len(t) else 0.0
+
+    def epoch_fixed(self, one_graph: bool) -> float:
+        """The trainer's cost an epoch beyond its steps: for an epoch run as one CUDA graph, the
+        median over the real sizes where the file measured it (epoch_overhead), else the trainer's
+        at H = 16 (0 in files from before either)."""
+        t = self.rows("step_floor", impl="trainer resident epoch graph")
+        if one_graph and len(t):
+            return float(t.seconds.median())
+        return self.optional_floor("trainer resident epoch")
 
     def launch(self) -> float:
         """Host seconds to launch one kernel eagerly: the eager step's floor over its kernels."""
@@ -307,7 +329,7 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
     elif parallel == "model" and p > 1:  # one rank: FusedModelParallel runs the data-parallel step
         return model_parallel_batch(H, B, p, c, terms, graph=bool(point.get("step_graph", False)))
     else:
-        terms["kernels"] = sum(c.kernel("gpu", k, H, Bl) for k in step_kernels("cupy", gemm))
+        terms["kernels"] = sum(c.kernel("gpu", k, H, Bl) for k in c.step_names("cupy", gemm))
         graphed = launched_as_graph(point)
         host_spread = c.trainer_floor_spread(point["mode"], graphed, gemm) if point["mode"] != "pipelined" else None
         if point["mode"] == "resident":
@@ -441,7 +463,8 @@ def predict_point(point: dict, c: Ceilings) -> dict:
     if point["backend"] != "numpy":  # the trainer's cost per epoch (its synchronizations, the loss), where measured:
         # the same code ends both modes' epochs; the staged difference of two epoch lengths is too noisy to use
         # (its per-step noise times 400 steps: 6.3 ms per epoch on the H100, against 0.46 ms resident)
-        fixed = pred["t_epoch_fixed"] = c.optional_floor("trainer resident epoch")
+        one_graph = point.get("mode") == "resident" and launched_as_graph(point) and int(point["p"]) == 1
+        fixed = pred["t_epoch_fixed"] = c.epoch_fixed(one_graph)
     # the epoch, and where the prediction has a band (the staged copy's and the host floor's spread), its two ends
     epochs = {k: full * pred[k] + last.get(k, last.get("batch_s", 0.0)) + fixed
               for k in ("batch_s", "batch_low_s", "batch_high_s") if k in pred}

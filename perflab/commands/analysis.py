@@ -71,7 +71,7 @@ def cmd_whatif(args, comm) -> dict:
                     | {k: 1e3 * v for k, v in pred.items() if k.startswith("t_")})
     out = Path(args.out or results.run_dir()) / f"{args.name}.json"
     device = "cpu" if args.backend == "numpy" else "gpu"
-    grid = {g: ceilings.grid_error(predictor.step_kernels(args.backend, g), device) for g in args.gemm}
+    grid = {g: ceilings.grid_error(ceilings.step_names(args.backend, g), device) for g in args.gemm}
     made = {"method": "perflab.analysis.predictor from the ceilings file alone (no training run)", "ceilings": str(path),
             "ceilings_machine": results.made_on(path), "predicted_by": results.git_commit(),
             "grid_interpolation_error": grid, "rows": rows}

@@ -12,8 +12,11 @@ Rows (tidy): ceiling, size_bytes or shape, ranks, value, unit. Measured where th
                    sizes H and per-rank batches B (GPU: device time in a replayed graph; CPU:
                    the reference's forward, backward and update, on every rank at once, so the
                    ranks' contention for cores is in the number)
+                   and the whole step's kernels in sequence, per GEMM (`step in sequence (<gemm>)`)
   step_floor       the host's floor of one step, at a size where the GPU finishes first: one
-                   graph replay of the fused step, the fused step launched kernel by kernel
+                   graph replay of the fused step, the fused step launched kernel by kernel;
+                   perflab's trainer itself at H = 16 (trainer_floor) and what a resident epoch
+                   costs beyond its graph at real sizes (epoch_overhead)
   staged_images    the staged path's per-batch input copy, host -> device (seconds against B)
   staged_allreduce the staged path's gradient exchange (device -> host, MPI, host -> device)
 The predictor (perflab.analysis.predictor) composes a training step from these rows alone.
@@ -172,15 +175,25 @@ def gpu_step_kernels(hidden=HIDDEN_GRID, batches=BATCH_GRID, repeats: int = 10, 
     import cupy as cp
     from tqdm.auto import tqdm
 
+    from perflab.analysis.predictor import UPDATE, fused_step, sequence_name
     from perflab.kernels import wgmma
     from perflab.measure.bench import step_kernels, tensor_core_step_kernels
     from perflab.timing import time_graph_ms
     rows = []
+    gemms = ("cublas",) + (wgmma.WGMMA_VARIANTS if wgmma.hopper() else ())
     for H, B in tqdm([(H, B) for H in hidden for B in batches], desc="step kernels", disable=not progress):
         # on a Hopper also the kernels its tensor-core GEMMs change (the predictor's TENSOR_CORE_STEPS)
+        calls = {}
         for name, call, nbytes in step_kernels(H, B) + (tensor_core_step_kernels(H, B) if wgmma.hopper() else []):
+            calls[name] = call
             rows.append(kernel_row("gpu", name, H, B, time_graph_ms(cp, call, calls=5, repeats=repeats) * 1e-3,
                                    nbytes=nbytes))
+        for gemm in gemms:  # the step's kernels one after another, as its graph runs them: 2-7% over their
+            # sum alone on one H100, each kernel's operands no longer where the one before left them
+            # (experiments/predictor/logs/epoch_graph_gap_h100.jsonl)
+            step = [calls[name] for name in fused_step(gemm) + (UPDATE,)]
+            seconds = time_graph_ms(cp, lambda: [call() for call in step], calls=5, repeats=repeats) * 1e-3
+            rows.append(kernel_row("gpu", sequence_name(gemm), H, B, seconds))
         wgmma.release()
         cp.get_default_memory_pool().free_all_blocks()
     return rows
@@ -249,6 +262,38 @@ def trainer_floor(comm, mode: str = "resident", batches=(20, 400), graphs: bool 
             {**row, "impl": f"{name} epoch", "seconds": per_epoch, "value": per_epoch}]
 
 
+def epoch_overhead(shapes=((1024, 1600, 30), (2048, 800, 60)), epochs: int = 8, repeats: int = 10) -> list[dict]:
+    """What a resident epoch on one GPU (one CUDA graph, `FusedGPU.epoch`) costs beyond its graph's
+    device time, at real sizes: the trainer's host-timed epoch (fit's median after the first)
+    less its own epoch graph replayed between events. 0.1-0.36 ms an epoch on one H100 where the
+    trainer at H = 16 gives 0.05 (experiments/predictor/logs/epoch_graph_gap_h100.jsonl). Per
+    (H, B, batches an epoch): step_floor `trainer resident epoch graph`."""
+    import cupy as cp
+
+    from perflab.config import Config
+    from perflab.timing import replay_ms
+    from perflab.train.comm import Serial
+    from perflab.train.runner import Device, train_on_ranks
+    rows = []
+    for H, B, batches in shapes:
+        cfg = Config(dataset="synthetic", hidden_sizes=(H,), batch_size=B, train_size=B * batches, num_epochs=epochs,
+                     test_size=0, learning_rate=0.01, dtype="float32")
+        history, trainer = train_on_ranks(cfg, "data", Serial(), Device(backend="cupy"), log=None)
+        graphs = [graph for key, graph in trainer.cache.items() if key[0] == "epoch"]
+        if len(graphs) != 1:
+            raise RuntimeError(f"the trainer ran {len(graphs)} epoch graphs at H={H} B={B}, not one: "
+                               "FusedGPU.graphs_an_epoch no longer holds for a plain resident run")
+        epoch = statistics.median(e["seconds"] for e in history.epochs[1:])
+        graph = replay_ms(cp, graphs, trainer.stream, repeats) * 1e-3
+        trainer.close()
+        rows.append({"ceiling": "step_floor", "device": "gpu", "impl": "trainer resident epoch graph", "dtype": "float32",
+                     "shape": f"H={H} B={B}", "H": H, "B": B, "batches": batches, "size_bytes": 0, "ranks": 1,
+                     "epoch_seconds": epoch, "graph_seconds": graph, "seconds": epoch - graph, "value": epoch - graph,
+                     "unit": "s"})
+    cp.get_default_memory_pool().free_all_blocks()
+    return rows
+
+
 def trainer_floors(comm) -> list[dict]:
     """The trainer's floor alone on rank 0 (resident and staged, each as a graph and kernel by kernel;
     kernel by kernel also with the tensor-core GEMMs, on a Hopper, and three times: the host's
@@ -257,6 +302,7 @@ def trainer_floors(comm) -> list[dict]:
     from perflab.train.comm import Serial
     rows = []
     if comm.rank == 0:
+        rows += epoch_overhead()
         for mode in ("resident", "staged"):
             rows += trainer_floor(Serial(), mode)
             for gemm in ("cublas",) + (wgmma.WGMMA_VARIANTS if wgmma.hopper() else ()):
