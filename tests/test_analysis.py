@@ -340,6 +340,18 @@ def test_staged_graphed_summarizes_only_the_staged_points_whose_step_replayed_a_
     assert markdown.staged_graphed(done.drop(columns="graphs")) == "-"
 
 
+def test_a_prediction_check_pairs_each_point_with_its_own_launch():
+    """A check predicted and measured both graphed and eager: each prediction beside its own run
+    only (matched without the launch, every row met both runs: four rows, two of them crossed)."""
+    pred = pd.DataFrame([{"H": 512, "B": 800, "b": 800, "p": 1, "mode": "resident", "gemm": "cublas", "launch": la,
+                          "batch_ms": ms} for la, ms in (("graph", 0.2), ("eager", 0.5))])
+    measured = pd.DataFrame([{"H": 512, "B": 800, "p": 1, "mode": "resident", "gemm": "cublas", "launch": la,
+                              "epoch_seconds": sec, "batches": 10} for la, sec in (("graph", 0.0025), ("eager", 0.004))])
+    both, err, columns = markdown.check_table(pred, measured)
+    assert len(both) == 2 and "launch" in columns
+    assert dict(zip(both.launch, err.round(3))) == {"graph": -0.2, "eager": 0.25}
+
+
 def test_what_graphs_buy_pairs_each_point_measured_both_ways():
     rows = [{"H": 512, "B": 800, "mode": m, "gemm": "cublas", "launch": la, "epoch_seconds": sec, "batches": 10,
              "status": "measured"}

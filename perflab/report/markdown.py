@@ -678,6 +678,22 @@ def validation_figure() -> Path | None:
                       folder=RESULTS_ROOT / "figures")
 
 
+def check_table(pred, measured) -> tuple:
+    """A committed prediction's rows beside its run's, matched on every setting both name (a point
+    predicted graphed and eager pairs with its own launch only): (table, error per row, columns)."""
+    import pandas as pd
+    keys = ["H", "B", "p", "mode"] + [k for k in ("parallel", "gemm", "launch") if k in pred and k in measured]
+    both = pred.merge(measured.assign(measured_ms=1e3 * measured.epoch_seconds / measured.batches), on=keys)
+    err = both.batch_ms / both.measured_ms - 1
+    both["error"] = err.map(lambda e: f"{e:+.0%}")
+    columns = ["H", "b", "p", *(k for k in ("parallel", "gemm") if k in keys), "mode",
+               *(["launch"] if "launch" in keys else []), "batch_ms", "measured_ms", "error"]
+    if "low_ms" in both:  # the band from the copy ceiling's spread (staged) and the eager host floor's
+        both["band ms/batch"] = [f"{lo:.3g}-{hi:.3g}" if pd.notna(lo) else "-" for lo, hi in zip(both.low_ms, both.high_ms)]
+        columns.append("band ms/batch")
+    return both, pd.Series(err), columns
+
+
 def predictor_sections() -> list[str]:
     """The bottom-up predictor against every committed point (validation.csv per machine folder),
     and the prediction committed before its run (results/predictions/*.json with its check)."""
@@ -738,16 +754,7 @@ def predictor_sections() -> list[str]:
             waiting.append(f"- `{made_path.relative_to(RESULTS_ROOT.parent)}`: {len(made['rows'])} points, from {sources}, "
                            f"at git {made['predicted_by'][:8]}")
             continue
-        measured = pd.read_csv(checks[0])
-        pred = pd.DataFrame(made["rows"])
-        keys = ["H", "B", "p", "mode"] + [k for k in ("parallel", "gemm") if k in pred and k in measured]
-        both = pred.merge(measured.assign(measured_ms=1e3 * measured.epoch_seconds / measured.batches), on=keys)
-        err = both.batch_ms / both.measured_ms - 1
-        both["error"] = err.map(lambda e: f"{e:+.0%}")
-        columns = ["H", "b", "p", *(k for k in ("parallel", "gemm") if k in keys), "mode", "batch_ms", "measured_ms", "error"]
-        if "low_ms" in both:  # the band from the copy ceiling's spread (staged) and the eager host floor's
-            both["band ms/batch"] = [f"{lo:.3g}-{hi:.3g}" if pd.notna(lo) else "-" for lo, hi in zip(both.low_ms, both.high_ms)]
-            columns.append("band ms/batch")
+        both, err, columns = check_table(pd.DataFrame(made["rows"]), pd.read_csv(checks[0]))
         by_mode = "; ".join(f"{mode} median |error| {e.abs().median():.0%}, worst {e.abs().max():.0%} ({len(e)})"
                             for mode, e in err.groupby(both["mode"]))
         out.append(f"### A prediction committed before its run\n\nPredicted by `perflab whatif` at git "
