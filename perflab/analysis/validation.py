@@ -10,7 +10,7 @@ import pandas as pd
 from perflab import results
 from perflab.analysis import predictor, roofline
 
-SWEEPS = ("roofline*.csv", "parallel.csv", "mainjob/roofline.csv", "prediction_check*.csv", "staged_spread*.csv")
+SWEEPS = ("roofline*.csv", "parallel.csv", "mainjob*/roofline.csv", "prediction_check*.csv", "staged_spread*.csv")
 
 
 def committed_folders() -> list[Path]:
