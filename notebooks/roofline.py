@@ -43,7 +43,8 @@ print(f"{len(client.ids)} MPI engines running")
 # ## This machine's ceilings, and the prediction made from them before the sweep
 #
 # `perflab ceilings` on the engines: every kernel of the training step timed alone at the sweep's
-# shapes, the trainer's host floor, the copies and all-reduces against size. The predictor
+# shapes, and the whole step's kernels one after another (as its graph runs them), the trainer's
+# host floor and what an epoch costs beyond its graph, the copies and all-reduces against size. The predictor
 # (`perflab.analysis.predictor`) composes each point's time per batch from these alone; no constant is
 # fitted to the sweep it predicts. Both files land in the run folder before the sweep starts.
 

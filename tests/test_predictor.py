@@ -583,3 +583,11 @@ def test_a_ceilings_run_prints_each_rate_at_its_peak_and_the_floors_in_microseco
     assert "B=800 0.278" in text
     assert "8 step-kernel timings (2 kernels) at H [256, 1920] x B [400, 1250]" in text
     assert "e-" not in text  # no seconds printed as G/s
+    assert "in sequence" not in text  # nothing timed in sequence, nothing said of it
+    step = predictor.fused_step("cublas") + (predictor.UPDATE,)
+    rows = [ceilings.kernel_row("gpu", k, H, B, 1e-5) for k in step for H in (256, 1920) for B in (400, 1250)]
+    rows += [ceilings.kernel_row("gpu", predictor.sequence_name("cublas"), H, B, 6e-5 * r)
+             for (H, B), r in zip([(256, 400), (256, 1250), (1920, 400), (1920, 1250)], (1.0, 1.02, 1.04, 1.09))]
+    rows += [ceilings.kernel_row("gpu", predictor.sequence_name("wgmma"), 256, 400, 1e-5)]  # its kernels untimed
+    assert ceilings.summary(rows).endswith("\nthe step in sequence (cublas): 1.00-1.09x its kernels alone "
+                                           "(median 1.03, 4 shapes)")

@@ -515,8 +515,10 @@ def summary(rows: list[dict]) -> str:
                      .to_string(index=False, float_format=lambda v: f"{v:.1f}"))
     floors = df[df.ceiling == "step_floor"]
     if len(floors):
-        parts.append(floors.assign(us=floors["seconds"] * 1e6).rename(columns={"impl": "the host's floor of a step",
-                                                                             "us": "us"})
+        at = floors["shape"].fillna("").astype(str) if "shape" in floors else ""  # the epoch overhead's real sizes
+        named = floors["impl"] + (" at " + at).where(at != "", "") if "shape" in floors else floors["impl"]
+        parts.append(floors.assign(us=floors["seconds"] * 1e6, name=named)
+                     .rename(columns={"name": "the host's floor of a step"})
                      [["the host's floor of a step", "ranks", "us"]].to_string(index=False,
                                                                            float_format=lambda v: f"{v:.1f}"))
     images = df[df.ceiling == "staged_images"]
@@ -526,5 +528,23 @@ def summary(rows: list[dict]) -> str:
     kernels = df[df.ceiling == "step_kernel"]
     if len(kernels):
         parts.append(f"{len(kernels)} step-kernel timings ({kernels['impl'].nunique()} kernels) at H "
-                     f"{sorted(int(h) for h in kernels['H'].unique())} x B {sorted(int(b) for b in kernels['B'].unique())}")
+                     f"{sorted(int(h) for h in kernels['H'].unique())} x B {sorted(int(b) for b in kernels['B'].unique())}"
+                     + "".join(f"\n{line}" for line in sequence_lines(kernels)))
     return "\n\n".join(parts)
+
+
+def sequence_lines(kernels) -> list[str]:
+    """Per GEMM, how much longer the step's kernels took one after another than the sum of each timed
+    alone (the predictor takes the sequence), over the (H, B') where both were timed."""
+    from perflab.analysis.predictor import UPDATE, fused_step, sequence_name
+    lines = []
+    for gemm in ("cublas", "wgmma", "x3tf32"):
+        sequence = kernels[kernels.impl == sequence_name(gemm)].set_index(["H", "B"]).seconds
+        parts = kernels[kernels.impl.isin(fused_step(gemm) + (UPDATE,))]
+        alone = parts.groupby(["H", "B"]).seconds.agg(["sum", "size"])
+        alone = alone[alone["size"] == len(fused_step(gemm)) + 1]["sum"]
+        ratio = (sequence / alone).dropna()
+        if len(ratio):
+            lines.append(f"the step in sequence ({gemm}): {ratio.min():.2f}-{ratio.max():.2f}x its kernels alone "
+                         f"(median {ratio.median():.2f}, {len(ratio)} shapes)")
+    return lines
