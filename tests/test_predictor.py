@@ -213,8 +213,8 @@ def test_the_committed_predictions_came_before_their_measurements():
                                       cwd=RESULTS_ROOT.parent, capture_output=True)
             assert ancestor.returncode == 0, made_path.name
         # the machine's own ceilings (its all-reduces at least): in its folder or a run folder inside it (mainjob/)
-        ceilings = RESULTS_ROOT.parent / made.get("exchange_ceilings", made["ceilings"])
-        assert ceilings.exists() and checks[0].parent in ceilings.parents, made_path.name
+        files = [RESULTS_ROOT.parent / f for f in [made["ceilings"], *predictor.exchange_files(made)]]
+        assert all(f.exists() for f in files) and any(checks[0].parent in f.parents for f in files), made_path.name
         checked += 1
     assert checked >= 3
 
@@ -274,7 +274,16 @@ def test_a_larger_machine_takes_its_all_reduces_from_its_own_ceilings(tmp_path):
                "--ranks", "2", "4", "--out", str(out), "--json")
     assert proc.returncode == 0, proc.stderr
     made = json.loads((out / "whatif.json").read_text())
-    assert made["exchange_ceilings"].endswith("nvidia-h200-x4/ceilings_p4.csv") and len(made["rows"]) == 2
+    assert predictor.exchange_files(made) == [str(RESULTS_ROOT / "nvidia-h200-x4" / "ceilings_p4.csv")]
+    assert len(made["rows"]) == 2
+    one = RESULTS_ROOT / "nvidia-h200" / "mainjob_one_gpu" / "ceilings_p1.csv"  # p = 2 and p = 4 each from its own file
+    proc = run("--ceilings", str(one), "--exchange-ceilings", str(h200), str(RESULTS_ROOT / "nvidia-h200-x4" / "ceilings_p4.csv"),
+               "--ranks", "1", "2", "4", "--out", str(out), "--name", "two", "--json")
+    assert proc.returncode == 0, proc.stderr
+    made = json.loads((out / "two.json").read_text())
+    assert [Path(f).parent.name for f in predictor.exchange_files(made)] == ["mainjob", "nvidia-h200-x4"]
+    exchange = {r["p"]: r["t_exchange"] for r in made["rows"]}
+    assert exchange[1] == 0 and 0 < exchange[2] < exchange[4]
     proc = run("--ceilings", str(h200), "--exchange-ceilings", str(tmp_path / "nope.csv"))
     assert proc.returncode == 2 and "nope.csv: no such file" in proc.stderr
     copies_only = tmp_path / "copies.csv"

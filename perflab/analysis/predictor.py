@@ -287,6 +287,13 @@ class Ceilings:
 EXCHANGES = ("nccl_allreduce", "mpi_allreduce", "staged_allreduce", "shm_allreduce")
 
 
+def exchange_files(made: dict) -> list[str]:
+    """The exchange ceilings a committed prediction names (one path in those made before several were
+    allowed, a list since)."""
+    files = made.get("exchange_ceilings", [])
+    return [files] if isinstance(files, str) else list(files)
+
+
 def with_exchange(base: Ceilings, exchange: Ceilings) -> Ceilings:
     """base's kernels, floors and copies, with the all-reduces of `exchange` at the ranks it
     measured (base's own at those ranks dropped): a machine with more of the same GPUs, whose

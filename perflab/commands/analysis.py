@@ -46,8 +46,8 @@ def cmd_whatif(args, comm) -> dict:
     if not path.is_file():
         raise CLIError(f"--ceilings {args.ceilings}: no such file (perflab ceilings writes <run folder>/ceilings_p<P>.csv)")
     ceilings = predictor.Ceilings.load(path)
-    exchange = Path(args.exchange_ceilings) if args.exchange_ceilings else None
-    if exchange is not None:
+    exchanges = [Path(f) for f in args.exchange_ceilings or []]
+    for exchange in exchanges:  # in order: a later file's ranks replace an earlier one's
         if not exchange.is_file():
             raise CLIError(f"--exchange-ceilings {exchange}: no such file (a ceilings_p<P>.csv of the larger machine)")
         try:
@@ -75,10 +75,11 @@ def cmd_whatif(args, comm) -> dict:
     made = {"method": "perflab.analysis.predictor from the ceilings file alone (no training run)", "ceilings": str(path),
             "ceilings_machine": results.made_on(path), "predicted_by": results.git_commit(),
             "grid_interpolation_error": grid, "rows": rows}
-    if exchange is not None:
-        made |= {"method": "perflab.analysis.predictor from two ceilings files (no training run): the step, floors and "
-                           "copies from `ceilings`, the all-reduces at the ranks it measured from `exchange_ceilings`",
-                 "exchange_ceilings": str(exchange), "exchange_machine": results.made_on(exchange)}
+    if exchanges:
+        made |= {"method": "perflab.analysis.predictor from ceilings files alone (no training run): the step, floors and "
+                           "copies from `ceilings`, the all-reduces at the ranks each measured from `exchange_ceilings`",
+                 "exchange_ceilings": [str(f) for f in exchanges],
+                 "exchange_machines": [results.made_on(f) for f in exchanges]}
     atomic_write(out, (json.dumps(made, indent=1) + "\n").encode())
     if not args.json:
         print(pd.DataFrame(rows).drop(columns=["composition"]).round(3).to_string(index=False))
@@ -138,9 +139,9 @@ def register(sub) -> None:
                                    "ceilings file (perflab ceilings on that machine): commit the prediction before the "
                                    "run that tests it. Writes <run folder>/NAME.json (or --out DIR) naming the file used.")
     p.add_argument("--ceilings", required=True, metavar="CSV", help="a ceilings_p<P>.csv (P >= the largest --ranks)")
-    p.add_argument("--exchange-ceilings", metavar="CSV",
-                   help="the all-reduces from this ceilings file instead, at the ranks it measured: a machine with more "
-                        "of the same GPUs whose step kernels were never measured (the rest from --ceilings)")
+    p.add_argument("--exchange-ceilings", nargs="+", metavar="CSV",
+                   help="the all-reduces from these ceilings files instead, each at the ranks it measured: machines "
+                        "with more of the same GPUs whose step kernels were never measured (the rest from --ceilings)")
     p.add_argument("--hidden", nargs="+", type=positive, default=[512], metavar="H")
     p.add_argument("--per-rank-batch", nargs="+", type=positive, default=[3000], metavar="b", help="samples per rank per step")
     p.add_argument("--ranks", nargs="+", type=positive, default=[1], metavar="P")

@@ -701,7 +701,7 @@ def predictor_sections() -> list[str]:
 
     import pandas as pd
 
-    from perflab.analysis import validation
+    from perflab.analysis import predictor, validation
     rows = []
     for path in sorted(RESULTS_ROOT.glob("*/validation.csv")):
         v = pd.read_csv(path)
@@ -750,7 +750,7 @@ def predictor_sections() -> list[str]:
         made = json.loads(made_path.read_text())
         checks = sorted(RESULTS_ROOT.glob(f"*/prediction_check_{made_path.stem}.csv"))  # each names its prediction
         if not checks:
-            sources = " and ".join(f"`{made[k]}`" for k in ("ceilings", "exchange_ceilings") if k in made)
+            sources = " and ".join(f"`{f}`" for f in [made["ceilings"], *predictor.exchange_files(made)])
             waiting.append(f"- `{made_path.relative_to(RESULTS_ROOT.parent)}`: {len(made['rows'])} points, from {sources}, "
                            f"at git {made['predicted_by'][:8]}")
             continue
