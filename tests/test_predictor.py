@@ -370,21 +370,24 @@ def test_a_step_timed_in_sequence_replaces_the_sum_of_its_kernels_alone_with_its
         predictor.predict_point(point(gemm="wgmma"), c)
 
 
-def test_a_resident_epoch_in_one_graph_is_charged_the_overhead_measured_at_real_sizes():
-    """`trainer resident epoch graph` (the trainer's epoch less its graph's replay, at real sizes):
-    its median is the epoch's fixed cost of a graphed resident point on one GPU; other points, and
-    files without it, keep the H = 16 trainer's `trainer resident epoch`."""
+def test_a_resident_epoch_in_one_graph_is_stretched_as_measured_at_real_sizes():
+    """`trainer resident epoch graph` (the trainer's epoch and its graph replayed alone, at real
+    sizes): a graphed resident point on one GPU is its steps times the median of epoch / graph;
+    other points, and files without those rows, add the H = 16 trainer's `trainer resident epoch`."""
     base = table()
     at16 = pd.DataFrame([{"ceiling": "step_floor", "impl": "trainer resident epoch", "ranks": 1, "seconds": 5e-5}])
     real = pd.DataFrame([{"ceiling": "step_floor", "impl": "trainer resident epoch graph", "ranks": 1, "H": H,
-                          "seconds": s} for H, s in ((1024, 2e-4), (2048, 3e-4), (4096, 9e-4))])
+                          "epoch_seconds": e, "graph_seconds": g, "seconds": e - g}
+                         for H, e, g in ((1024, 6.2e-3, 6e-3), (2048, 10.4e-3, 1e-2), (4096, 21e-3, 2e-2))])
     old = predictor.Ceilings(pd.concat([base.table, at16], ignore_index=True), source="made-up")
     new = predictor.Ceilings(pd.concat([old.table, real], ignore_index=True), source="made-up")
     assert predictor.predict_point(point(), base)["t_epoch_fixed"] == 0.0
     assert predictor.predict_point(point(), old)["t_epoch_fixed"] == pytest.approx(5e-5)
+    assert new.epoch_stretch() == pytest.approx(1.04)  # the median of 1.0333, 1.04, 1.05
     graphed = predictor.predict_point(point(), new)
-    assert graphed["t_epoch_fixed"] == pytest.approx(3e-4)
-    assert graphed["epoch_s"] == pytest.approx(2 * graphed["full_batch_s"] + 3e-4)
+    steps = 2 * graphed["full_batch_s"]
+    assert graphed["epoch_s"] == pytest.approx(1.04 * steps) and graphed["t_epoch_fixed"] == pytest.approx(0.04 * steps)
+    assert graphed["batch_s"] == pytest.approx(1.04 * graphed["full_batch_s"])
     for other in (point(mode="staged"), point(p=2, B=8000, N=16000)):
         assert predictor.predict_point(other, new)["t_epoch_fixed"] == pytest.approx(5e-5)
 

@@ -11,7 +11,7 @@ Terms (seconds per batch, one rank):
             where the GPU's work is negligible, launched as the point's step was (a graph replay,
             or kernel by kernel: floor_name; resident plus two eager launches on several GPUs;
             staged); and its fixed cost per epoch (synchronizations, the loss), from epochs of
-            two lengths, or, for an epoch run as one graph, its epoch less its graph at real sizes
+            two lengths, or, for an epoch run as one graph, its epoch over its graph at real sizes
   images    staged: the batch's columns and labels copied host -> device from pageable memory;
             pipelined: from pinned memory, on a stream of its own under the step before
   exchange  p > 1: NCCL all-reduce (resident), device -> host, MPI all-reduce, host -> device
@@ -199,14 +199,16 @@ class Ceilings:
         t = t[t.ranks == 1]
         return float(t.seconds.iloc[0]) if len(t) else 0.0
 
-    def epoch_fixed(self, one_graph: bool) -> float:
-        """The trainer's cost an epoch beyond its steps: for an epoch run as one CUDA graph, the
-        median over the real sizes where the file measured it (epoch_overhead), else the trainer's
-        at H = 16 (0 in files from before either)."""
+    def epoch_stretch(self) -> float | None:
+        """How much longer fit's epoch run as one CUDA graph takes than that graph replayed between
+        events: the median of epoch / graph over the real sizes where the file measured both
+        (epoch_overhead); None in files from before. A ratio, not a fixed cost: on one H100's main
+        job the trainer's epochs ran 4% over their kernels at every size, 0.11 to 0.45 ms an epoch
+        (results/nvidia-h100-80gb-hbm3/mainjob/, experiments/predictor/README.md)."""
         t = self.rows("step_floor", impl="trainer resident epoch graph")
-        if one_graph and len(t):
-            return float(t.seconds.median())
-        return self.optional_floor("trainer resident epoch")
+        if not len(t) or "graph_seconds" not in t:
+            return None
+        return float((t.epoch_seconds / t.graph_seconds).median())
 
     def launch(self) -> float:
         """Host seconds to launch one kernel eagerly: the eager step's floor over its kernels."""
@@ -466,15 +468,22 @@ def predict_point(point: dict, c: Ceilings) -> dict:
     full, rest = divmod(N, B)
     pred = predict_batch(point, B, c)
     last = predict_batch(point, rest, c) if rest else {}
-    fixed = 0.0
-    if point["backend"] != "numpy":  # the trainer's cost per epoch (its synchronizations, the loss), where measured:
-        # the same code ends both modes' epochs; the staged difference of two epoch lengths is too noisy to use
-        # (its per-step noise times 400 steps: 6.3 ms per epoch on the H100, against 0.46 ms resident)
-        one_graph = point.get("mode") == "resident" and launched_as_graph(point) and int(point["p"]) == 1
-        fixed = pred["t_epoch_fixed"] = c.epoch_fixed(one_graph)
-    # the epoch, and where the prediction has a band (the staged copy's and the host floor's spread), its two ends
-    epochs = {k: full * pred[k] + last.get(k, last.get("batch_s", 0.0)) + fixed
-              for k in ("batch_s", "batch_low_s", "batch_high_s") if k in pred}
+    # the epoch's steps, and where the prediction has a band (the staged copy's and the host floor's spread), its two ends
+    steps = {k: full * pred[k] + last.get(k, last.get("batch_s", 0.0))
+             for k in ("batch_s", "batch_low_s", "batch_high_s") if k in pred}
+    one_graph = point["backend"] != "numpy" and point.get("mode") == "resident" and launched_as_graph(point) \
+        and int(point["p"]) == 1
+    stretch = c.epoch_stretch() if one_graph else None
+    if stretch is not None:  # one CUDA graph an epoch: fit's epoch is its graph stretched, measured at real sizes
+        epochs = {k: v * stretch for k, v in steps.items()}
+        pred["t_epoch_fixed"] = epochs["batch_s"] - steps["batch_s"]
+    else:
+        fixed = 0.0
+        if point["backend"] != "numpy":  # the trainer's cost per epoch (its synchronizations, the loss), where
+            # measured: the same code ends both modes' epochs; the staged difference of two epoch lengths is too
+            # noisy to use (its per-step noise times 400 steps: 6.3 ms per epoch on the H100, against 0.46 resident)
+            fixed = pred["t_epoch_fixed"] = c.optional_floor("trainer resident epoch")
+        epochs = {k: v + fixed for k, v in steps.items()}
     per_batch = {k: v / (full + bool(rest)) for k, v in epochs.items()}
     return {**pred, "full_batch_s": pred["batch_s"], **per_batch, "epoch_s": epochs["batch_s"]}
 
