@@ -264,10 +264,11 @@ def trainer_floor(comm, mode: str = "resident", batches=(20, 400), graphs: bool 
 
 def epoch_overhead(shapes=((1024, 1600, 30), (2048, 800, 60)), epochs: int = 8, repeats: int = 10) -> list[dict]:
     """What a resident epoch on one GPU (one CUDA graph, `FusedGPU.epoch`) costs beyond its graph's
-    device time, at real sizes: the trainer's host-timed epoch (fit's median after the first)
-    less its own epoch graph replayed between events. 0.1-0.36 ms an epoch on one H100 where the
-    trainer at H = 16 gives 0.05 (experiments/predictor/logs/epoch_graph_gap_h100.jsonl). Per
-    (H, B, batches an epoch): step_floor `trainer resident epoch graph`."""
+    device time, at real sizes: the trainer's host-timed epoch (fit's median after the first,
+    epoch_seconds) and its own epoch graph replayed between events (graph_seconds); seconds is
+    the difference. 1-6% of the epoch on one H100 and one H200, where the trainer at H = 16 gives
+    0.05 ms; the predictor takes the ratio (Ceilings.epoch_stretch). Per (H, B, batches an
+    epoch): step_floor `trainer resident epoch graph`."""
     import cupy as cp
 
     from perflab.config import Config
