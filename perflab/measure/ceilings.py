@@ -516,8 +516,8 @@ def summary(rows: list[dict]) -> str:
                      .to_string(index=False, float_format=lambda v: f"{v:.1f}"))
     floors = df[df.ceiling == "step_floor"]
     if len(floors):
-        at = floors["shape"].fillna("").astype(str) if "shape" in floors else ""  # the epoch overhead's real sizes
-        named = floors["impl"] + (" at " + at).where(at != "", "") if "shape" in floors else floors["impl"]
+        shape = floors["shape"].fillna("").astype(str) if "shape" in floors else pd.Series("", index=floors.index)
+        named = floors["impl"] + shape.map(lambda s: f" at {s}" if s else "")  # the epoch overhead's real sizes
         parts.append(floors.assign(us=floors["seconds"] * 1e6, name=named)
                      .rename(columns={"name": "the host's floor of a step"})
                      [["the host's floor of a step", "ranks", "us"]].to_string(index=False,
