@@ -178,13 +178,14 @@ def register(sub) -> None:
                                    "machine metadata: BLAS GEMM at the training shapes, and on a GPU cuBLAS and perflab's "
                                    "GEMM, host<->device bandwidth (pageable, pinned) and the device copy rate; under "
                                    "mpiexec -n P also MPI (and on GPUs NCCL) all-reduce bandwidth against size; and what "
-                                   "the predictor composes a step from: every kernel of the step over an H x B grid, the "
-                                   "host's floor of a step, the staged path's batch copy (walks of the data set: its median "
+                                   "the predictor composes a step from: every kernel of the step over an H x B grid, alone "
+                                   "and the whole step's one after another, the host's floor of a step, how much longer "
+                                   "a training epoch run as one CUDA graph takes than the graph alone, the staged path's batch copy (walks of the data set: its median "
                                    "and its fastest and slowest walk, the band of a staged prediction) and how much of it "
                                    "runs while the GPU is busy with the step before (perflab validate).")
     p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto")
     p.add_argument("--no-step-kernels", action="store_true", help="skip the step's kernels over H x B (the predictor "
-                                                                   "needs them; they take about a minute)")
+                                                                   "needs them; they take about a minute on a GPU)")
     p.add_argument("--max-log2-size", type=positive, default=26, help="largest buffer, 2**K bytes (default %(default)s)")
     p.add_argument("--hidden", nargs="+", type=positive, metavar="H",
                    help="also time the step's kernels at these hidden sizes (the grid's powers of two are interpolated "
