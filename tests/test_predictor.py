@@ -242,6 +242,13 @@ def test_whatif_and_validate_reject_bad_input_naming_it(tmp_path):
     assert (graph["launch"], eager["launch"]) == ("graph", "eager") and eager["t_host"] > graph["t_host"]
     proc = run("whatif", "--ceilings", h100, "--launch", "eager")  # a file from before the eager resident floor
     assert proc.returncode == 2 and "no step_floor row 'trainer resident eager'" in proc.stderr
+    one = RESULTS_ROOT / "nvidia-h200" / "mainjob_one_gpu" / "ceilings_p1.csv"  # with the epoch graph's stretch
+    proc = run("whatif", "--ceilings", str(one), "--hidden", "1000", "--out", str(out))
+    stretch = predictor.Ceilings.load(one).epoch_stretch()
+    assert proc.returncode == 0 and f"its steps x {stretch:.3f}" in proc.stdout, proc.stderr
+    made = json.loads((out / "whatif.json").read_text())
+    assert made["epoch_stretch"] == pytest.approx(stretch) and 1 < stretch < 1.2
+    assert made["rows"][0]["t_epoch_fixed"] == pytest.approx((stretch - 1) / stretch * made["rows"][0]["epoch_ms"])
 
 
 def test_a_larger_machine_takes_its_all_reduces_from_its_own_ceilings(tmp_path):

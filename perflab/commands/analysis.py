@@ -74,7 +74,7 @@ def cmd_whatif(args, comm) -> dict:
     grid = {g: ceilings.grid_error(ceilings.step_names(args.backend, g), device) for g in args.gemm}
     made = {"method": "perflab.analysis.predictor from the ceilings file alone (no training run)", "ceilings": str(path),
             "ceilings_machine": results.made_on(path), "predicted_by": results.git_commit(),
-            "grid_interpolation_error": grid, "rows": rows}
+            "grid_interpolation_error": grid, "epoch_stretch": ceilings.epoch_stretch(), "rows": rows}
     if exchanges:
         made |= {"method": "perflab.analysis.predictor from ceilings files alone (no training run): the step, floors and "
                            "copies from `ceilings`, the all-reduces at the ranks each measured from `exchange_ceilings`",
@@ -86,6 +86,9 @@ def cmd_whatif(args, comm) -> dict:
         if "eager" in args.launch and args.backend == "cupy":
             print("eager steps: charged the trainer's host floor at H = 16; a step the host launches kernel by kernel "
                   "moved by up to 2x between points of one run on the lent H100s (experiments/predictor/README.md)")
+        if made["epoch_stretch"] is not None and "resident" in args.mode and "graph" in args.launch:
+            print(f"an epoch run as one CUDA graph (resident, one GPU): its steps x {made['epoch_stretch']:.3f}, "
+                  "the ratio of the trainer's epoch to its graph replayed alone that the ceilings measured")
         for g, e in grid.items():
             if e is not None:
                 print(f"kernels at shapes off the ceilings' grid ({g}): the grid's own points, each interpolated from its "
