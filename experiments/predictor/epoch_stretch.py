@@ -36,7 +36,7 @@ for H, B, n in SHAPES:
     graphs = [g for k, g in trainer.cache.items() if k[0] == "epoch"]
     replay = replay_ms(cp, graphs, trainer.stream, repeats=10) / 1e3
     batches = batch_indices(cfg, 0)
-    key = ("epoch", tuple((i.start, i.stop) for i in batches), True)
+    key = trainer.epoch_key(batches, True)
     host, device, launch = [], [], []
     for _ in range(7):
         trainer.sync()

@@ -537,9 +537,9 @@ def summary(rows: list[dict]) -> str:
 def sequence_lines(kernels) -> list[str]:
     """Per GEMM, how much longer the step's kernels took one after another than the sum of each timed
     alone (the predictor takes the sequence), over the (H, B') where both were timed."""
-    from perflab.analysis.predictor import UPDATE, fused_step, sequence_name
+    from perflab.analysis.predictor import TENSOR_CORE_STEPS, UPDATE, fused_step, sequence_name
     lines = []
-    for gemm in ("cublas", "wgmma", "x3tf32"):
+    for gemm in ("cublas", *TENSOR_CORE_STEPS):
         sequence = kernels[kernels.impl == sequence_name(gemm)].set_index(["H", "B"]).seconds
         parts = kernels[kernels.impl.isin(fused_step(gemm) + (UPDATE,))]
         alone = parts.groupby(["H", "B"]).seconds.agg(["sum", "size"])

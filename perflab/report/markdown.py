@@ -691,7 +691,7 @@ def check_table(pred, measured) -> tuple:
     if "low_ms" in both:  # the band from the copy ceiling's spread (staged) and the eager host floor's
         both["band ms/batch"] = [f"{lo:.3g}-{hi:.3g}" if pd.notna(lo) else "-" for lo, hi in zip(both.low_ms, both.high_ms)]
         columns.append("band ms/batch")
-    return both, pd.Series(err), columns
+    return both, err, columns
 
 
 def predictor_sections() -> list[str]:

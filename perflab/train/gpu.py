@@ -297,10 +297,14 @@ class FusedGPU(Sequential):
         """Every batch's step as one CUDA graph, captured on first use; the loss (when wanted) at the
         last batch, returned. One launch an epoch where a graph a batch paid the host 25-70 us each,
         which a fast step waits on: the whole-epoch scan of JAX, the fastest peer, does the same."""
-        key = ("epoch", tuple((i.start, i.stop) for i in batches), want_loss)
         with self.stream:
-            self.replay(key, self.steps, batches, want_loss)
+            self.replay(self.epoch_key(batches, want_loss), self.steps, batches, want_loss)
         return self.batch_loss(batches[-1].stop - batches[-1].start) if want_loss else None
+
+    @staticmethod
+    def epoch_key(batches, want_loss: bool) -> tuple:
+        """The cache key of the epoch graph of these batches (slices)."""
+        return ("epoch", tuple((i.start, i.stop) for i in batches), want_loss)
 
     def steps(self, batches, want_loss: bool):
         for k, index in enumerate(batches):
