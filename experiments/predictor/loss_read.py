@@ -56,7 +56,7 @@ if os.environ.get("SCHEDULE_SPIN") == "1":
 SHAPES = [tuple(int(v) for v in a.split(":")) for a in sys.argv[1:]] or [(512, 3000, 20), (2048, 800, 60)]
 print(json.dumps({"device_flags": device_flags(), "note": "cudaDeviceScheduleSpin 1, Yield 2, BlockingSync 4"}), flush=True)
 for H, B, n in SHAPES:
-    cfg = Config(dataset="synthetic", hidden_sizes=(H,), batch_size=B, train_size=B * n, num_epochs=4, test_size=0,
+    cfg = Config(dataset="synthetic", hidden_sizes=(H,), batch_size=B, train_size=B * n, num_epochs=12, test_size=0,
                  learning_rate=0.01, dtype="float32")
     history, trainer = train_on_ranks(cfg, "data", Serial(), Device(backend="cupy"), log=None)
     batches = batch_indices(cfg, 0)
