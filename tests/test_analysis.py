@@ -352,6 +352,29 @@ def test_a_prediction_check_pairs_each_point_with_its_own_launch():
     assert dict(zip(both.launch, err.round(3))) == {"graph": -0.2, "eager": 0.25}
 
 
+def test_the_checks_summary_has_a_row_per_measured_check_newest_first(tmp_path):
+    """One row per prediction whose run was made (a prediction still waiting has none), its errors
+    overall, per mode and for the graphed resident steps, the newest run first."""
+    checks = []
+    for name, date, graph_ms in (("old_h512_b800", "2026-11-24T01:00:00", 0.25), ("new_h512_b800", "2026-11-25T01:00:00", 0.2)):
+        pred = [{"H": 512, "B": 800, "b": 800, "p": 1, "mode": m, "gemm": "cublas", "launch": la, "batch_ms": ms}
+                for m, la, ms in (("resident", "graph", graph_ms), ("resident", "eager", 0.5), ("staged", "graph", 1.5))]
+        measured = pd.DataFrame([{**{k: r[k] for k in ("H", "B", "p", "mode", "gemm", "launch")}, "batches": 10,
+                                  "epoch_seconds": sec} for r, sec in zip(pred, (0.0025, 0.004, 0.01))])
+        check = tmp_path / f"prediction_check_{name}.csv"
+        measured.to_csv(check, index=False)
+        check.with_suffix(".json").write_text(json.dumps({"date": date}))
+        checks.append((tmp_path / f"{name}.json", {"rows": pred, "predicted_by": "abcdef0123"}, check))
+    checks.append((tmp_path / "waiting_h512_b800.json", {"rows": [], "predicted_by": "abcdef0123"}, None))
+    lines = markdown.checks_summary(checks).splitlines()
+    assert len(lines) == 4 and lines[2].startswith("| new_h512_b800 |") and lines[3].startswith("| old_h512_b800 |")
+    row = dict(zip([c.strip() for c in lines[0].strip("|").split("|")], [c.strip() for c in lines[2].strip("|").split("|")]))
+    assert row["points"] == "3" and row["worst"] == "50%" and row["median abs error"] == "25%"
+    assert row["resident, graphed"] == "20% (20%), 1" and row["kernel by kernel"] == "25% (25%), 1"
+    assert row["resident"] == "22% (25%), 2" and row["staged"] == "50% (50%), 1"
+    assert markdown.checks_summary(checks[2:]) == ""
+
+
 def test_what_graphs_buy_pairs_each_point_measured_both_ways():
     rows = [{"H": 512, "B": 800, "mode": m, "gemm": "cublas", "launch": la, "epoch_seconds": sec, "batches": 10,
              "status": "measured"}

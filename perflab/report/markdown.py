@@ -453,7 +453,7 @@ def markdown() -> str:
     if len(scaling):
         parts.append("### Scaling over GPUs, 60000 samples an epoch, b per GPU per step\n\n"
                      + "\n".join(scaling_story(scaling)))
-    parts += predictor_sections()
+    parts += predictor_sections(full=False)
     for path in sorted(RESULTS_ROOT.glob("*/reference_mnist.csv")):
         import pandas as pd
         t = pd.read_csv(path)
@@ -694,11 +694,52 @@ def check_table(pred, measured) -> tuple:
     return both, err, columns
 
 
-def predictor_sections() -> list[str]:
-    """The bottom-up predictor against every committed point (validation.csv per machine folder),
-    and the prediction committed before its run (results/predictions/*.json with its check)."""
+def committed_checks() -> list[tuple[Path, dict, Path | None]]:
+    """Every committed prediction (results/predictions/*_h*_b*.json) with the sweep that tested it
+    (`*/prediction_check_<its name>.csv`), or None where its run is not made yet."""
+    import json
+    out = []
+    for made_path in sorted((RESULTS_ROOT / "predictions").glob("*_h*_b*.json")):
+        checks = sorted(RESULTS_ROOT.glob(f"*/prediction_check_{made_path.stem}.csv"))  # each names its prediction
+        out.append((made_path, json.loads(made_path.read_text()), checks[0] if checks else None))
+    return out
+
+
+def median_worst(err) -> str:
+    return f"{err.abs().median():.0%} ({err.abs().max():.0%}), {len(err)}" if len(err) else "-"
+
+
+def checks_summary(checks) -> str:
+    """One row per measured prediction, newest run first: how far each blind test landed, overall,
+    per mode, and for the graphed resident steps (the kernels' part of the model)."""
     import json
 
+    import pandas as pd
+    rows = []
+    for made_path, made, check in checks:
+        if check is None:
+            continue
+        both, err, _ = check_table(pd.DataFrame(made["rows"]), pd.read_csv(check))
+        meta = json.loads(check.with_suffix(".json").read_text()) if check.with_suffix(".json").exists() else {}
+        row = {"check": made_path.stem, "machine": check.parent.name, "measured": str(meta.get("date", "?"))[:16],
+               "predicted at": made["predicted_by"][:8], "points": len(err),
+               "median abs error": f"{err.abs().median():.0%}", "worst": f"{err.abs().max():.0%}"}
+        for mode in MODES:
+            row[mode] = median_worst(err[both["mode"] == mode])
+        graphed = both["launch"] == "graph" if "launch" in both else pd.Series(False, both.index)
+        row["resident, graphed"] = median_worst(err[(both["mode"] == "resident") & graphed])
+        row["kernel by kernel"] = median_worst(err[both["launch"] == "eager"]) if "launch" in both else "-"
+        rows.append(row)
+    if not rows:
+        return ""
+    return fmt(pd.DataFrame(rows).sort_values("measured", ascending=False))
+
+
+def predictor_sections(full: bool = True) -> list[str]:
+    """The bottom-up predictor against every committed point (validation.csv per machine folder),
+    and the predictions committed before their runs (results/predictions/*.json with their checks).
+    full: REPORT.md's, with every check's points, the missed points and the host's terms per lend;
+    the README's leaves those to it."""
     import pandas as pd
 
     from perflab.analysis import predictor, validation
@@ -725,7 +766,8 @@ def predictor_sections() -> list[str]:
                             f"({s['worst_abs_error_same_lend_graphed']:.0%})" if "same_lend_graphed" in s else "")
                          if "same_lend" in s else "-"),
                      "profiled phases": phase_error(path.with_name("validation_phases.csv")),
-                     "sources": ", ".join(sorted(set(done.source))) if len(done) else "no ceilings with the step's kernels"})
+                     **({"sources": ", ".join(sorted(set(done.source))) if len(done) else
+                         "no ceilings with the step's kernels"} if full else {})})
     if not rows:
         return []
     out = ["### The bottom-up predictor against every committed point\n\n"
@@ -743,26 +785,37 @@ def predictor_sections() -> list[str]:
            "predicted from ceilings measured on their own lend of the machine (the same kernel boot in both files' "
            "metadata; a user's main job is this case) are counted apart: the host's terms move between lends.\n\n"
            + fmt(pd.DataFrame(rows))]
-    out += missed_section()
-    out += lend_section()
+    checks = committed_checks()
+    summary = checks_summary(checks)
+    if summary:
+        out.append("### The predictions committed before their runs\n\n"
+                   "Each made by `perflab whatif` from a ceilings file alone and committed, then measured by a sweep "
+                   "run at that commit (`test_the_committed_predictions_came_before_their_measurements` checks the "
+                   "order): median (worst) |error| and points, newest run first. The graphed resident steps are the "
+                   "kernels' part of the model; staged and kernel-by-kernel points follow the host's copy and launch "
+                   "speed, which move between and within lends of a machine"
+                   + (" (below: every point, and the host's terms per lend)" if full else
+                      " (every point of every check, and the host's terms per lend: `results/REPORT.md`)")
+                   + ".\n\n" + summary)
+    if full:
+        out += missed_section()
+        out += lend_section()
     waiting = []
-    for made_path in sorted((RESULTS_ROOT / "predictions").glob("*_h*_b*.json")):
-        made = json.loads(made_path.read_text())
-        checks = sorted(RESULTS_ROOT.glob(f"*/prediction_check_{made_path.stem}.csv"))  # each names its prediction
-        if not checks:
+    for made_path, made, check in checks:
+        if check is None:
             sources = " and ".join(f"`{f}`" for f in [made["ceilings"], *predictor.exchange_files(made)])
             waiting.append(f"- `{made_path.relative_to(RESULTS_ROOT.parent)}`: {len(made['rows'])} points, from {sources}, "
                            f"at git {made['predicted_by'][:8]}")
-            continue
-        both, err, columns = check_table(pd.DataFrame(made["rows"]), pd.read_csv(checks[0]))
-        by_mode = "; ".join(f"{mode} median |error| {e.abs().median():.0%}, worst {e.abs().max():.0%} ({len(e)})"
-                            for mode, e in err.groupby(both["mode"]))
-        out.append(f"### A prediction committed before its run\n\nPredicted by `perflab whatif` at git "
-                   f"{made['predicted_by'][:8]} from `{made['ceilings']}` alone (`{made_path.relative_to(RESULTS_ROOT.parent)}`), "
-                   f"then measured: {source(checks[0])}.\n\n"
-                   + fmt(both[columns].rename(
-                       columns={"batch_ms": "predicted ms/batch", "measured_ms": "measured ms/batch"}).round(3))
-                   + f"\n\n{by_mode}.\n")
+        elif full:
+            both, err, columns = check_table(pd.DataFrame(made["rows"]), pd.read_csv(check))
+            by_mode = "; ".join(f"{mode} median |error| {e.abs().median():.0%}, worst {e.abs().max():.0%} ({len(e)})"
+                                for mode, e in err.groupby(both["mode"]))
+            out.append(f"### Committed before its run: {made_path.stem}\n\nPredicted by `perflab whatif` at git "
+                       f"{made['predicted_by'][:8]} from `{made['ceilings']}` alone (`{made_path.relative_to(RESULTS_ROOT.parent)}`), "
+                       f"then measured: {source(check)}.\n\n"
+                       + fmt(both[columns].rename(
+                           columns={"batch_ms": "predicted ms/batch", "measured_ms": "measured ms/batch"}).round(3))
+                       + f"\n\n{by_mode}.\n")
     if waiting:
         out.append("### Predictions committed, their runs not yet made\n\n" + "\n".join(waiting))
     seeds_check = RESULTS_ROOT / "seeds-rtx6000" / "whatif_check.csv"
