@@ -366,13 +366,21 @@ def test_the_checks_summary_has_a_row_per_measured_check_newest_first(tmp_path):
         check.with_suffix(".json").write_text(json.dumps({"date": date}))
         checks.append((tmp_path / f"{name}.json", {"rows": pred, "predicted_by": "abcdef0123"}, check))
     checks.append((tmp_path / "waiting_h512_b800.json", {"rows": [], "predicted_by": "abcdef0123"}, None))
-    lines = markdown.checks_summary(checks).splitlines()
+    points = markdown.check_points(checks)
+    assert len(points) == 6 and set(points.launch) == {"graph", "eager"}
+    lines = markdown.checks_summary(points).splitlines()
     assert len(lines) == 4 and lines[2].startswith("| new_h512_b800 |") and lines[3].startswith("| old_h512_b800 |")
     row = dict(zip([c.strip() for c in lines[0].strip("|").split("|")], [c.strip() for c in lines[2].strip("|").split("|")]))
     assert row["points"] == "3" and row["worst"] == "50%" and row["median abs error"] == "25%"
     assert row["resident, graphed"] == "20% (20%), 1" and row["kernel by kernel"] == "25% (25%), 1"
     assert row["resident"] == "22% (25%), 2" and row["staged"] == "50% (50%), 1"
-    assert markdown.checks_summary(checks[2:]) == ""
+    assert markdown.checks_summary(markdown.check_points(checks[2:])) == ""
+    kinds = points.apply(plots.check_kind, axis=1)
+    assert list(kinds[:3]) == ["resident, graphed", "kernel by kernel", "staged"]
+    fig = plots.blind_checks(points)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["old_h512_b800", "new_h512_b800"]  # in the order they ran
+    assert len(ax.collections) == 3  # a scatter per kind present
 
 
 def test_what_graphs_buy_pairs_each_point_measured_both_ways():

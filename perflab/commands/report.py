@@ -14,6 +14,7 @@ def cmd_report(args, comm) -> dict:
         from perflab.results import RESULTS_ROOT
         path = RESULTS_ROOT / "REPORT.md"
         markdown.validation_figure()
+        markdown.checks_figure(markdown.check_points(markdown.committed_checks()))
         markdown.tensor_core_figures()
         markdown.graphs_figures()
         path.write_text(markdown.analysis_markdown())

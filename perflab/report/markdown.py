@@ -709,30 +709,58 @@ def median_worst(err) -> str:
     return f"{err.abs().median():.0%} ({err.abs().max():.0%}), {len(err)}" if len(err) else "-"
 
 
-def checks_summary(checks) -> str:
-    """One row per measured prediction, newest run first: how far each blind test landed, overall,
-    per mode, and for the graphed resident steps (the kernels' part of the model)."""
+def check_points(checks):
+    """Every point of every measured prediction, one row each: the check, its machine folder, when it
+    was measured, the prediction's git, mode, launch (None where the check did not name it) and error."""
     import json
 
     import pandas as pd
-    rows = []
+    parts = []
     for made_path, made, check in checks:
         if check is None:
             continue
         both, err, _ = check_table(pd.DataFrame(made["rows"]), pd.read_csv(check))
         meta = json.loads(check.with_suffix(".json").read_text()) if check.with_suffix(".json").exists() else {}
-        row = {"check": made_path.stem, "machine": check.parent.name, "measured": str(meta.get("date", "?"))[:16],
-               "predicted at": made["predicted_by"][:8], "points": len(err),
+        parts.append(pd.DataFrame({"check": made_path.stem, "machine": check.parent.name,
+                                   "measured": str(meta.get("date", "?"))[:16], "predicted at": made["predicted_by"][:8],
+                                   "mode": both["mode"], "launch": both["launch"] if "launch" in both else None,
+                                   "error": err}))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def checks_summary(points) -> str:
+    """One row per measured prediction (check_points), newest run first: how far each blind test
+    landed, overall, per mode, and for the graphed resident steps (the kernels' part of the model)."""
+    import pandas as pd
+    if not len(points):
+        return ""
+    rows = []
+    for (check, machine, measured, git), g in points.groupby(["check", "machine", "measured", "predicted at"], sort=False):
+        err = g.error
+        row = {"check": check, "machine": machine, "measured": measured, "predicted at": git, "points": len(err),
                "median abs error": f"{err.abs().median():.0%}", "worst": f"{err.abs().max():.0%}"}
         for mode in MODES:
-            row[mode] = median_worst(err[both["mode"] == mode])
-        graphed = both["launch"] == "graph" if "launch" in both else pd.Series(False, both.index)
-        row["resident, graphed"] = median_worst(err[(both["mode"] == "resident") & graphed])
-        row["kernel by kernel"] = median_worst(err[both["launch"] == "eager"]) if "launch" in both else "-"
+            row[mode] = median_worst(err[g["mode"] == mode])
+        row["resident, graphed"] = median_worst(err[(g["mode"] == "resident") & (g.launch == "graph")])
+        row["kernel by kernel"] = median_worst(err[g.launch == "eager"]) if g.launch.notna().any() else "-"
         rows.append(row)
-    if not rows:
-        return ""
     return fmt(pd.DataFrame(rows).sort_values("measured", ascending=False))
+
+
+CHECKS_FIGURE = "blind_checks"
+
+
+def checks_figure(points) -> Path | None:
+    """results/figures/blind_checks.png: every blind check's points, |error| per check in the order
+    they ran (plots.blind_checks); None where no prediction was measured yet."""
+    from perflab.report import plots
+    if not len(points):
+        return None
+    return plots.save(plots.blind_checks(points), CHECKS_FIGURE,
+                      "Every prediction committed before its run, then measured (results/predictions/*.json against "
+                      "results/<folder>/prediction_check_*.csv): |predicted / measured - 1| per point, the checks in "
+                      "the order they ran, a colour per kind of step; lines: the median per kind and check.",
+                      folder=RESULTS_ROOT / "figures")
 
 
 def predictor_sections(full: bool = True) -> list[str]:
@@ -786,7 +814,7 @@ def predictor_sections(full: bool = True) -> list[str]:
            "metadata; a user's main job is this case) are counted apart: the host's terms move between lends.\n\n"
            + fmt(pd.DataFrame(rows))]
     checks = committed_checks()
-    summary = checks_summary(checks)
+    summary = checks_summary(check_points(checks))
     if summary:
         out.append("### The predictions committed before their runs\n\n"
                    "Each made by `perflab whatif` from a ceilings file alone and committed, then measured by a sweep "
@@ -796,7 +824,9 @@ def predictor_sections(full: bool = True) -> list[str]:
                    "speed, which move between and within lends of a machine"
                    + (" (below: every point, and the host's terms per lend)" if full else
                       " (every point of every check, and the host's terms per lend: `results/REPORT.md`)")
-                   + ".\n\n" + summary)
+                   + ".\n\n" + (f"![every blind check's points](figures/{CHECKS_FIGURE}.png)\n\n" if full else
+                                  f"![every blind check's points](results/figures/{CHECKS_FIGURE}.png)\n\n")
+                   + summary)
     if full:
         out += missed_section()
         out += lend_section()

@@ -5,6 +5,7 @@ written under the plot and into <name>.txt, so it stands on its own.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -289,6 +290,54 @@ def validation_scatter(tables: dict):
         ax.grid(True, which="both", alpha=0.2)
         ax.legend(fontsize=6, loc="upper left")
     axes[0][0].set_ylabel("predicted ms per batch (dotted 10%, dashed 25%)", fontsize=8)
+    return fig
+
+
+CHECK_KINDS = {"resident, graphed": "C0", "staged": "C1", "kernel by kernel": "C3", "other": "C2"}
+
+
+def check_kind(row) -> str:
+    """What a blind check's point tests most: the kernels (a graphed resident step), the host's copy
+    (staged), the host's launches (kernel by kernel) or the rest (pipelined, several GPUs, older
+    checks that did not name their launch)."""
+    if row["launch"] == "eager":
+        return "kernel by kernel"
+    if row["mode"] == "staged":
+        return "staged"
+    return "resident, graphed" if row["mode"] == "resident" and row["launch"] == "graph" else "other"
+
+
+def blind_checks(points):
+    """|error| of every blind check's points (markdown.check_points), a panel per machine folder, the
+    checks left to right in the order they ran, a colour per kind of step (check_kind), a line
+    through each kind's median per check; dotted 10%, dashed 25%."""
+    import matplotlib.pyplot as plt
+    points = points.assign(kind=points.apply(check_kind, axis=1), abs_error=points.error.abs())
+    machines = sorted(points.machine.unique())
+    fig, axes = plt.subplots(len(machines), 1, figsize=(9, 4.2 * len(machines)), squeeze=False)
+    for ax, machine in zip(axes[:, 0], machines):
+        t = points[points.machine == machine]
+        order = sorted(t.check.unique(), key=lambda c: t[t.check == c].measured.iloc[0])
+        x = {c: i for i, c in enumerate(order)}
+        for kind, colour in CHECK_KINDS.items():
+            g = t[t.kind == kind]
+            if not len(g):
+                continue
+            jitter = (np.arange(len(g)) % 7 - 3) * 0.03
+            top = 3 if kind == "resident, graphed" else 2  # the kernels' points over the host's
+            ax.scatter(g.check.map(x) + jitter, 100 * g.abs_error, s=9, color=colour, alpha=0.6, label=kind, zorder=top)
+            med = g.groupby("check").abs_error.median()
+            ax.plot([x[c] for c in order if c in med], [100 * med[c] for c in order if c in med], color=colour, lw=1.2,
+                    zorder=top)
+        for level, style in ((10, ":"), (25, "--")):
+            ax.axhline(level, color="0.5", lw=0.8, ls=style)
+        ax.set_xticks(range(len(order)))
+        prefix = os.path.commonprefix(order).rpartition("_")[0]  # h100_..., h200...: the panel's title says it
+        ax.set_xticklabels([c[len(prefix):].lstrip("_") for c in order], rotation=35, ha="right", fontsize=6)
+        ax.set_ylabel("|error| %", fontsize=8)
+        ax.set_title(f"{machine}: {len(order)} checks, {len(t)} points", fontsize=8)
+        ax.grid(True, axis="y", alpha=0.2)
+        ax.legend(fontsize=6, loc="upper right")
     return fig
 
 
