@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from perflab.analysis import roofline
-from perflab.report import markdown, plots
+from perflab.report import markdown, plots, predictions
 
 
 def table():
@@ -14,6 +14,13 @@ def table():
             dict(base, H=512, B=1600, p=2, epoch_seconds=0.5, batches=2, **{"t_batch iteration": 0.25}, P_flops=2e10,
                  P_mpi=1e9)]
     return pd.DataFrame(rows)
+
+
+def results_root(monkeypatch, path):
+    """The report's modules read the committed results from RESULTS_ROOT: here, from path."""
+    from perflab.report import tables
+    for module in (markdown, predictions, tables):
+        monkeypatch.setattr(module, "RESULTS_ROOT", path)
 
 
 def test_reference_rates_take_largest_p_at_h512():
@@ -50,7 +57,7 @@ def test_parallel_section_counts_where_model_parallel_wins(tmp_path, monkeypatch
                                            (6000, 2, "data", 1.0, 3.2e6), (6000, 2, "model", 1.5, 6e5)]]
     pd.DataFrame(rows).to_csv(folder / "parallel.csv", index=False)
     (folder / "parallel.json").write_text(json.dumps({"cpu": "test cpu", "git_commit": "abc", "date": "today"}))
-    monkeypatch.setattr(markdown, "RESULTS_ROOT", tmp_path)
+    results_root(monkeypatch, tmp_path)
     text = "\n".join(markdown.parallel_section())
     assert "Model parallel was faster at 1 of the 2 points with p > 1" in text
     assert "the bytes differ 5 to 20 times" in text
@@ -86,7 +93,7 @@ def test_allreduce_section_ratios(tmp_path, monkeypatch):
             [(1024, "perflab nccl", 0.01), (1024, "perflab staged mpi", 0.3), (1024, "torch.distributed nccl", 0.04),
              (4096, "perflab nccl", 0.02), (4096, "perflab staged mpi", 1.0), (4096, "torch.distributed nccl", 0.02)]]
     write_result(tmp_path / "gpu-box", "bench_allreduce_p2", rows, {"gpu": "test gpu"})
-    monkeypatch.setattr(markdown, "RESULTS_ROOT", tmp_path)
+    results_root(monkeypatch, tmp_path)
     text = "\n".join(markdown.allreduce_section())
     assert "| 1024 | 0.01 | 0.3 | 0.04 | 0.25 |" in text and "| 4096 | 0.02 | 1 | 0.02 | 1 |" in text
     assert "takes 40 times NCCL's time" in text  # median of 30 and 50
@@ -100,7 +107,7 @@ def test_held_section_splits_the_gap_into_clock_and_work_per_clock(tmp_path, mon
                 ("capped", "best", 40.0, 1800.0, "software power cap"), ("capped", "cublas", 45.0, 1980.0, None),
                 ("free", "best", 36.0, 1980.0, None), ("free", "cublas", 34.0, 1980.0, None)]]
     write_result(tmp_path / "gpu-box", "bench_hold", rows, {"gpu": "test gpu"})
-    monkeypatch.setattr(markdown, "RESULTS_ROOT", tmp_path)
+    results_root(monkeypatch, tmp_path)
     text = "\n".join(markdown.held_section())
     assert "| capped | 0.889 | 0.909 | 0.978 |" in text  # 40/45 = (1800/1980) x 0.978
     assert "| free | 1.06 | 1 | 1.06 |" in text
@@ -119,8 +126,8 @@ def test_prediction_checked_against_gpu_parallel_runs(tmp_path, monkeypatch):
     measured = [{"parallel": par, "H": 64, "B": 100 * p, "p": p, "epoch_seconds": s, "bytes_mpi": 1e3} for par, p, s in
                 [("data", 1, 0.010), ("data", 2, 0.005), ("data", 4, 0.003), ("model", 1, 0.030), ("model", 2, 0.010)]]
     write_result(tmp_path / "gpu-box", "parallel", measured, {"gpu": "test gpu"})
-    monkeypatch.setattr(markdown, "RESULTS_ROOT", tmp_path)
-    text = "\n".join(markdown.prediction_check_section())
+    results_root(monkeypatch, tmp_path)
+    text = "\n".join(predictions.prediction_check_section())
     assert "| data | 64 | 100 | 2 | 5.5 | 5 | 0.1 |" in text and "| model | 64 | 100 | 2 | 5 | 10 | -0.5 |" in text
     assert "Median |error| data parallel 5%, model parallel 50%" in text  # (10% + 0%) / 2; model p=4 unmeasured
     assert "already 3.0 to 3.0 times slower at p=1" in text
@@ -218,7 +225,7 @@ def test_missed_points_say_what_their_profiled_phases_and_other_runs_show(tmp_pa
                    "error": 0.1},
                   {**base, "source": "a.csv", "phase": "copying images host -> device", "measured_ms": 0.5,
                    "predicted_ms": 0.4, "error": -0.2}]).to_csv(tmp_path / "validation_phases.csv", index=False)
-    t = markdown.missed_points(tmp_path)
+    t = predictions.missed_points(tmp_path)
     assert len(t) == 1 and t.source.iloc[0] == "a.csv" and t.error.iloc[0] == "-33%"
     assert t["phase missed most"].iloc[0] == "copying images host -> device (+0.100 ms)"
     assert t["phases: median abs error"].iloc[0] == "15% (2)"
@@ -230,7 +237,7 @@ def test_missed_points_say_what_their_profiled_phases_and_other_runs_show(tmp_pa
     v.to_csv(tmp_path / "validation.csv", index=False)
     pd.read_csv(tmp_path / "validation_phases.csv").assign(gemm="cublas", launch="graph").to_csv(
         tmp_path / "validation_phases.csv", index=False)
-    t = markdown.missed_points(tmp_path).set_index("GEMM")
+    t = predictions.missed_points(tmp_path).set_index("GEMM")
     assert t.loc["cublas", "phases: median abs error"] == "15% (2)" and pd.isna(t.loc["wgmma", "phases: median abs error"])
     assert (t.launch == "graph").all() and t.loc["wgmma", "same point, other runs (ms)"] == "-"
 
@@ -271,7 +278,7 @@ def test_validation_scatter_draws_a_panel_per_folder_with_predictions():
 
 
 def test_trainer_form_ratios_charge_dz1s_split_to_backward_gemm_3(tmp_path, monkeypatch):
-    monkeypatch.setattr(markdown, "RESULTS_ROOT", tmp_path / "results")
+    results_root(monkeypatch, tmp_path / "results")
     folder = tmp_path / "results" / "gpu-box"
     folder.mkdir(parents=True)
     times = {"forward GEMM 1 (cuBLAS)": 4.0, "forward GEMM 1 (x3tf32)": 2.0, "backward GEMM 3 (cuBLAS)": 6.0,
@@ -299,7 +306,7 @@ def test_the_readme_shows_the_tensor_core_roofline_where_report_markdown_drew_it
     import shutil
 
     from perflab.results import RESULTS_ROOT
-    monkeypatch.setattr(markdown, "RESULTS_ROOT", tmp_path / "results")
+    results_root(monkeypatch, tmp_path / "results")
     folder = tmp_path / "results" / "nvidia-h100-80gb-hbm3"
     folder.mkdir(parents=True)
     for name in ("bench_train_tensor_cores.csv", "bench_gemm_tensor_cores.csv"):
@@ -314,7 +321,7 @@ def test_the_readme_shows_the_tensor_core_roofline_where_report_markdown_drew_it
 
 def test_the_lend_table_gives_every_ceilings_files_host_terms_and_its_boot(tmp_path, monkeypatch):
     import json
-    monkeypatch.setattr(markdown, "RESULTS_ROOT", tmp_path)
+    results_root(monkeypatch, tmp_path)
     folder = tmp_path / "gpu-box"
     for where, boot, scale in (("", "aaaa0001", 1.0), ("mainjob/", "bbbb0002", 2.0)):
         (folder / where).mkdir(parents=True, exist_ok=True)
@@ -324,11 +331,11 @@ def test_the_lend_table_gives_every_ceilings_files_host_terms_and_its_boot(tmp_p
                      ).to_csv(folder / where / "ceilings_p1.csv", index=False)
         (folder / where / "ceilings_p1.json").write_text(json.dumps({"boot": boot, "date": "2026-11-24T21:00:00+00:00",
                                                                     "git_commit": "abc"}))
-    t = markdown.lend_table(folder).set_index("boot")
+    t = predictions.lend_table(folder).set_index("boot")
     assert list(t.ceilings) == ["ceilings_p1.csv", "mainjob/ceilings_p1.csv"]
     assert t.loc["bbbb0002", "staged copy, B = 3200 (ms)"] == 2.0 and t.loc["aaaa0001", "trainer staged, kernel by kernel (ms)"] == 0.2
     assert t.loc["aaaa0001", "trainer staged, graph (ms)"] == "-"  # a term the file lacks
-    (section,) = markdown.lend_section()
+    (section,) = predictions.lend_section()
     assert "gpu-box (slowest over fastest: staged copy, B = 3200 2.00x; trainer staged, kernel by kernel 2.00x)" in section
     assert "bbbb0002" in section
 
@@ -336,8 +343,8 @@ def test_the_lend_table_gives_every_ceilings_files_host_terms_and_its_boot(tmp_p
 def test_staged_graphed_summarizes_only_the_staged_points_whose_step_replayed_a_graph():
     done = pd.DataFrame({"mode": ["staged", "staged", "staged", "resident"], "graphs": [True, False, True, None],
                          "error": [0.1, -0.9, -0.3, 0.5]})
-    assert markdown.staged_graphed(done) == "20% (30%), 2"
-    assert markdown.staged_graphed(done.drop(columns="graphs")) == "-"
+    assert predictions.staged_graphed(done) == "20% (30%), 2"
+    assert predictions.staged_graphed(done.drop(columns="graphs")) == "-"
 
 
 def test_a_prediction_check_pairs_each_point_with_its_own_launch():
@@ -347,7 +354,7 @@ def test_a_prediction_check_pairs_each_point_with_its_own_launch():
                           "batch_ms": ms} for la, ms in (("graph", 0.2), ("eager", 0.5))])
     measured = pd.DataFrame([{"H": 512, "B": 800, "p": 1, "mode": "resident", "gemm": "cublas", "launch": la,
                               "epoch_seconds": sec, "batches": 10} for la, sec in (("graph", 0.0025), ("eager", 0.004))])
-    both, err, columns = markdown.check_table(pred, measured)
+    both, err, columns = predictions.check_table(pred, measured)
     assert len(both) == 2 and "launch" in columns
     assert dict(zip(both.launch, err.round(3))) == {"graph": -0.2, "eager": 0.25}
 
@@ -366,15 +373,15 @@ def test_the_checks_summary_has_a_row_per_measured_check_newest_first(tmp_path):
         check.with_suffix(".json").write_text(json.dumps({"date": date}))
         checks.append((tmp_path / f"{name}.json", {"rows": pred, "predicted_by": "abcdef0123"}, check))
     checks.append((tmp_path / "waiting_h512_b800.json", {"rows": [], "predicted_by": "abcdef0123"}, None))
-    points = markdown.check_points(checks)
+    points = predictions.check_points(checks)
     assert len(points) == 6 and set(points.launch) == {"graph", "eager"}
-    lines = markdown.checks_summary(points).splitlines()
+    lines = predictions.checks_summary(points).splitlines()
     assert len(lines) == 4 and lines[2].startswith("| new_h512_b800 |") and lines[3].startswith("| old_h512_b800 |")
     row = dict(zip([c.strip() for c in lines[0].strip("|").split("|")], [c.strip() for c in lines[2].strip("|").split("|")]))
     assert row["points"] == "3" and row["worst"] == "50%" and row["median abs error"] == "25%"
     assert row["resident, graphed"] == "20% (20%), 1" and row["kernel by kernel"] == "25% (25%), 1"
     assert row["resident"] == "22% (25%), 2" and row["staged"] == "50% (50%), 1"
-    assert markdown.checks_summary(markdown.check_points(checks[2:])) == ""
+    assert predictions.checks_summary(predictions.check_points(checks[2:])) == ""
     kinds = points.apply(plots.check_kind, axis=1)
     assert list(kinds[:3]) == ["resident, graphed", "kernel by kernel", "staged"]
     fig = plots.blind_checks(points)

@@ -9,12 +9,12 @@ from perflab.commands.options import (
 
 def cmd_report(args, comm) -> dict:
     from perflab.data import PROJECT_ROOT
-    from perflab.report import markdown
+    from perflab.report import markdown, predictions
     if args.markdown:
         from perflab.results import RESULTS_ROOT
         path = RESULTS_ROOT / "REPORT.md"
-        markdown.validation_figure()
-        markdown.checks_figure(markdown.check_points(markdown.committed_checks()))
+        predictions.validation_figure()
+        predictions.checks_figure(predictions.check_points(predictions.committed_checks()))
         markdown.tensor_core_figures()
         markdown.graphs_figures()
         path.write_text(markdown.analysis_markdown())

@@ -308,7 +308,7 @@ def check_kind(row) -> str:
 
 
 def blind_checks(points):
-    """|error| of every blind check's points (markdown.check_points), a panel per machine folder, the
+    """|error| of every blind check's points (predictions.check_points), a panel per machine folder, the
     checks left to right in the order they ran, a colour per kind of step (check_kind), a line
     through each kind's median per check; dotted 10%, dashed 25%."""
     import matplotlib.pyplot as plt

@@ -1,0 +1,23 @@
+"""Markdown tables from result files, shared by the README block, REPORT.md and the predictor's
+evidence."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from perflab.results import RESULTS_ROOT
+
+
+def fmt(table) -> str:
+    """A pandas table as GitHub markdown (no extra dependency)."""
+    cols = list(table.columns)
+    lines = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
+    for row in table.itertuples(index=False):
+        lines.append("| " + " | ".join(f"{v:.3g}" if isinstance(v, float) else str(v) for v in row) + " |")
+    return "\n".join(lines)
+
+
+def source(path: Path) -> str:
+    import json
+    meta = json.loads(path.with_suffix(".json").read_text()) if path.with_suffix(".json").exists() else {}
+    what = meta.get("gpu") or meta.get("cpu", "?")
+    return f"`{path.relative_to(RESULTS_ROOT.parent)}` ({what}, git {str(meta.get('git_commit', '?'))[:8]}, {meta.get('date', '?')})"
