@@ -319,6 +319,19 @@ def test_the_readme_shows_the_tensor_core_roofline_where_report_markdown_drew_it
     assert png == tmp_path / link and png.stat().st_size > 0 and link in section()
 
 
+def test_the_tensor_core_section_sets_wgmma_beside_the_fastest_tf32_peer(tmp_path, monkeypatch):
+    results_root(monkeypatch, tmp_path)
+    rows = [{"H": 512, "B": 3200, "N": 60000, "peer": peer, "epoch_ms": ms} for peer, ms in
+            (("perflab (wgmma gemm)", 1.5), ("perflab (x3tf32 gemm)", 2.0), ("cublas 5-gemm floor", 3.0),
+             ("jax scan epoch (3xTF32)", 4.0), ("jax scan epoch (TF32)", 2.5), ("pytorch cuda graph (TF32)", 2.0))]
+    train = tmp_path / "bench_train_tensor_cores.csv"
+    pd.DataFrame(rows).to_csv(train, index=False)
+    text = markdown.tensor_core_section(train, tmp_path / "none.csv")
+    assert "wgmma (TF32) 0.50 of the floor, 0.75 of the fastest TF32 peer's (pytorch cuda graph (TF32))." in text
+    pd.DataFrame(rows[:4]).to_csv(train, index=False)  # a run without TF32 peers says nothing of them
+    assert "TF32 peer" not in markdown.tensor_core_section(train, tmp_path / "none.csv")
+
+
 def test_the_lend_table_gives_every_ceilings_files_host_terms_and_its_boot(tmp_path, monkeypatch):
     import json
     results_root(monkeypatch, tmp_path)

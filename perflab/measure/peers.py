@@ -1,7 +1,8 @@
 """The same MLP epoch in the frameworks a practitioner would pick, for `perflab bench train`.
 
 Every peer: 784-H-10, sigmoid, softmax + cross-entropy, L2 (reg/2 ||W||^2 on weights), plain
-SGD, data resident on the GPU, float32 with TF32 off, N samples an epoch in batches of B (the
+SGD, data resident on the GPU, float32 with TF32 off (a peer named "(TF32)" or "(3xTF32)": its
+matmuls on the tensor cores so, the peers of perflab's wgmma and x3tf32 GEMMs), N samples an epoch in batches of B (the
 last batch keeps N % B). Each returns the median milliseconds of an epoch over `repeats`
 timed epochs after `warmup` epochs, synchronized with the device. A peer whose library is
 missing raises PeerMissing and is skipped with a message.
@@ -69,22 +70,23 @@ def perflab_epoch(X, y, H, B, lr, reg, warmup=2, repeats=5, gemm="cublas", graph
 
 
 # ----------------------------------------------------------------------------- PyTorch
-def fp32_torch():
-    """torch, on a GPU, with TF32 off (every peer computes in FP32), or PeerMissing saying why not."""
+def fp32_torch(tf32: bool = False):
+    """torch, on a GPU, with TF32 off (every FP32 peer computes in FP32; tf32: matmuls in TF32 on
+    the tensor cores), or PeerMissing saying why not."""
     try:
         import torch
     except ImportError as exc:
         raise PeerMissing(f"PyTorch not installed ({exc})") from None
     if not torch.cuda.is_available():
         raise PeerMissing("PyTorch sees no GPU")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
     return torch
 
 
-def torch_setup(X, y, H, lr, reg):
-    torch = fp32_torch()
+def torch_setup(X, y, H, lr, reg, tf32=False):
+    torch = fp32_torch(tf32)
     dev = torch.device("cuda")
     W1, b1, W2, b2 = (torch.tensor(p, device=dev, requires_grad=True) for p in initial(X.shape[1], H, 10))
     Xd, yd = torch.tensor(X, device=dev), torch.tensor(y, device=dev)
@@ -121,10 +123,10 @@ def torch_compiled(X, y, H, B, lr, reg, warmup=2, repeats=5, mode="default"):
     return timed_epochs(epoch, torch.cuda.synchronize, warmup, repeats)
 
 
-def torch_graph(X, y, H, B, lr, reg, warmup=2, repeats=5):
+def torch_graph(X, y, H, B, lr, reg, warmup=2, repeats=5, tf32=False):
     """The whole step (forward, backward, SGD) captured with torch.cuda.graph, one graph per
     batch size; each batch is copied into the static input, then the graph is replayed."""
-    torch, Xd, yd, opt, loss_fn = torch_setup(X, y, H, lr, reg)
+    torch, Xd, yd, opt, loss_fn = torch_setup(X, y, H, lr, reg, tf32)
     graphs = {}
     for n in sorted({e - s for s, e in batches(len(X), B)}):
         sx, sy = Xd[:n].clone(), yd[:n].clone()
@@ -166,11 +168,13 @@ def fp32_jax():
     return jax, jnp
 
 
-def jax_setup(X, y, H, lr, reg, x3=False):
-    """(jax, jnp, params, step, X, y) on the GPU; `x3`: every matmul by XLA's 3xTF32 dot algorithm."""
+def jax_setup(X, y, H, lr, reg, algorithm=None):
+    """(jax, jnp, params, step, X, y) on the GPU; `algorithm` "x3" or "tf32": every matmul by XLA's
+    3xTF32 or TF32 dot algorithm (None: full FP32)."""
     jax, jnp = fp32_jax()
     params = [jnp.asarray(p) for p in initial(X.shape[1], H, 10)]
-    precision = jax.lax.DotAlgorithmPreset.TF32_TF32_F32_X3 if x3 else None
+    presets = {"x3": jax.lax.DotAlgorithmPreset.TF32_TF32_F32_X3, "tf32": jax.lax.DotAlgorithmPreset.TF32_TF32_F32}
+    precision = presets[algorithm] if algorithm else None
 
     def mm(a, b):
         return jnp.matmul(a, b, precision=precision)
@@ -199,9 +203,9 @@ def jax_jit(X, y, H, B, lr, reg, warmup=2, repeats=5):
     return timed_epochs(epoch, lambda: jax.block_until_ready(state["p"]), warmup, repeats)
 
 
-def jax_scan(X, y, H, B, lr, reg, warmup=2, repeats=5, x3=False):
+def jax_scan(X, y, H, B, lr, reg, warmup=2, repeats=5, algorithm=None):
     """The whole epoch as one jitted lax.scan over the full batches, then the last partial one."""
-    jax, jnp, params, step, Xd, yd = jax_setup(X, y, H, lr, reg, x3)
+    jax, jnp, params, step, Xd, yd = jax_setup(X, y, H, lr, reg, algorithm)
     N = len(X)
     full = N // B
 
@@ -269,11 +273,13 @@ PEERS = {
     "perflab (x3tf32 gemm)": lambda *a, **k: perflab_epoch(*a, gemm="x3tf32", **k),
     "pytorch eager": torch_eager,
     "pytorch cuda graph": torch_graph,
+    "pytorch cuda graph (TF32)": lambda *a, **k: torch_graph(*a, tf32=True, **k),
     "torch.compile default": lambda *a, **k: torch_compiled(*a, mode="default", **k),
     "torch.compile reduce-overhead": lambda *a, **k: torch_compiled(*a, mode="reduce-overhead", **k),
     "jax jit/batch": jax_jit,
     "jax scan epoch": jax_scan,
-    "jax scan epoch (3xTF32)": lambda *a, **k: jax_scan(*a, x3=True, **k),
+    "jax scan epoch (3xTF32)": lambda *a, **k: jax_scan(*a, algorithm="x3", **k),
+    "jax scan epoch (TF32)": lambda *a, **k: jax_scan(*a, algorithm="tf32", **k),
     "cublas 5-gemm floor": cublas_floor,
 }
 

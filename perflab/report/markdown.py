@@ -81,7 +81,7 @@ def trainer_form_ratios(ceilings_path: Path, hidden=(512, 1024, 2048), batches=(
 
 def tensor_core_section(train_path: Path, gemm_path: Path) -> str:
     """The tensor-core GEMMs (wgmma: TF32; x3tf32: 3xTF32, FP32-accurate) in training and alone,
-    beside the FP32 cuBLAS floor, JAX's 3xTF32 and cuBLAS TF32."""
+    beside the FP32 cuBLAS floor, JAX's 3xTF32, the TF32 peers (where the run had them) and cuBLAS TF32."""
     import json
 
     import numpy as np
@@ -94,9 +94,13 @@ def tensor_core_section(train_path: Path, gemm_path: Path) -> str:
     for (h, b), g in t.groupby(["H", "B"]):
         ms = g.set_index("peer").epoch_ms
         ratio = lambda a, c: f"{ms[a] / ms[c]:.2f}" if a in ms and c in ms else "n/a"  # noqa: E731
+        tf32 = ms[ms.index.str.endswith("(TF32)") & ~ms.index.str.startswith("perflab")]
+        against_tf32 = (f", {ratio('perflab (wgmma gemm)', tf32.idxmin())} of the fastest TF32 peer's ({tf32.idxmin()})"
+                        if len(tf32) else "")
         lines.append(f"- H={h} B={b}: x3tf32 epoch {ratio('perflab (x3tf32 gemm)', 'cublas 5-gemm floor')} of the FP32 "
                      f"cuBLAS 5-GEMM floor, {ratio('perflab (x3tf32 gemm)', 'jax scan epoch (3xTF32)')} of JAX's 3xTF32 "
-                     f"scan epoch; wgmma (TF32) {ratio('perflab (wgmma gemm)', 'cublas 5-gemm floor')} of the floor.")
+                     f"scan epoch; wgmma (TF32) {ratio('perflab (wgmma gemm)', 'cublas 5-gemm floor')} of the floor"
+                     f"{against_tf32}.")
     if gemm_path.exists():
         g = pd.read_csv(gemm_path)
         big = g[g["shape"].str.startswith(("fwd1", "bwd3"))]
