@@ -242,5 +242,24 @@ if compare_committed:
         "The bottom-up predictor against every committed point, per machine folder, ms per batch. "
         "Sources: results/<folder>/validation.csv."))))
 
+# %% [markdown]
+# ## The predictions committed before their runs (the blind tests)
+#
+# Each made by `perflab whatif` from a ceilings file alone, committed, then measured by a sweep run at
+# that commit. Graphed resident steps (the kernels' part of the model) land within a few percent; staged
+# and kernel-by-kernel steps follow the host's copy and launch speed, which move between and within lends.
+
+# %%
+if compare_committed:
+    from IPython.display import Markdown
+
+    from perflab.report import predictions
+    points = predictions.check_points(predictions.committed_checks())
+    if len(points):
+        display(Image(str(plots.save(plots.blind_checks(points), "blind_checks_committed",
+            "Every committed prediction's points against their run, |error| per check in the order they ran. "
+            "Sources: results/predictions/*.json, results/<folder>/prediction_check_*.csv."))))
+        display(Markdown(predictions.checks_summary(points)))
+
 # %%
 cluster.stop(cluster_started)

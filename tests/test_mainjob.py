@@ -184,6 +184,7 @@ def test_main_job_in_a_fresh_clone_measures_this_machine_and_leaves_git_status_c
     figures = sorted(p.name for p in (run / "figures").iterdir())
     for name in ("roofline_serial", "roofline_ceilings", "predictor_vs_measured", "seeds_model_vs_measured"):
         assert f"{name}_{run.name}.png" in figures, name
+    assert "blind_checks_committed.png" in figures  # the committed blind tests, drawn beside this run
     assert {"ceilings_p1.csv", "ceilings_p2.csv", "predictions.csv", "validation.csv"} <= {p.name for p in run.iterdir()}
     checked = pd.read_csv(run / "validation.csv")
     assert len(checked) == 5 and checked.error.notna().all()  # every point predicted from this run's ceilings
