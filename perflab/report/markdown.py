@@ -88,7 +88,7 @@ def tensor_core_section(train_path: Path, gemm_path: Path) -> str:
     import pandas as pd
     t = pd.read_csv(train_path)
     wide = t.pivot_table(index="peer", columns=["H", "B"], values="epoch_ms")
-    lines = ["### Tensor cores: TF32 (`--gemm wgmma`) and 3xTF32 (`--gemm x3tf32`) on Hopper's wgmma\n",
+    lines = [f"### Tensor cores: TF32 (`--gemm wgmma`) and 3xTF32 (`--gemm x3tf32`) on Hopper's wgmma, {train_path.parent.name}\n",
              f"Epochs: {source(train_path)}, 60000 samples, median of 5 epochs.\n",
              fmt(wide.set_axis([f"H={h} B={b} (ms)" for h, b in wide.columns], axis=1).reset_index().round(3)), ""]
     for (h, b), g in t.groupby(["H", "B"]):
