@@ -244,7 +244,9 @@ def register(sub) -> None:
     from perflab.measure.peers import PEERS
     b = bsub.add_parser("train", help="an epoch of perflab beside PyTorch, JAX and the cuBLAS floor",
                         description="Median ms per epoch (N samples, resident on the GPU, FP32, TF32 off) for perflab "
-                                    "and every installed peer; a missing peer is skipped with a message.")
+                                    "and every installed peer; a missing peer is skipped with a message. Peers named "
+                                    "(TF32) or (3xTF32) run their matmuls on the tensor cores so: the peers of "
+                                    "perflab's wgmma and x3tf32 GEMMs.")
     b.add_argument("--configs", nargs="+", type=hidden_batch, default=[(512, 3200), (1024, 3200), (2048, 12000)],
                    metavar="H,B", help="hidden size and batch pairs (default 512,3200 1024,3200 2048,12000)")
     b.add_argument("--train-size", type=positive, default=60000)
