@@ -229,6 +229,10 @@ def test_whatif_and_validate_reject_bad_input_naming_it(tmp_path):
     assert proc.returncode == 2 and "no gpu step_kernel rows for 'forward GEMM 1 (x3tf32)'" in proc.stderr
     proc = run("validate", "--folder", str(tmp_path / "missing"))
     assert proc.returncode == 2 and "no such folder" in proc.stderr
+    (tmp_path / "empty").mkdir()
+    proc = run("validate", "--folder", str(tmp_path / "empty"))  # a run folder before its first sweep
+    assert proc.returncode == 2 and "no measured sweep point" in proc.stderr
+    assert not list((tmp_path / "empty").iterdir())  # nothing written
     out = tmp_path / "w"
     proc = run("whatif", "--ceilings", str(RESULTS_ROOT / "cpu-amd-epyc" / "ceilings_p2.csv"), "--backend", "numpy",
                "--hidden", "700", "--per-rank-batch", "1000", "--ranks", "1", "2", "--out", str(out), "--json")

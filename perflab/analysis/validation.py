@@ -136,6 +136,8 @@ def probed_summary(s: dict) -> str:
 
 def describe(table: pd.DataFrame) -> str:
     s = summary(table)
+    if not len(table):
+        return "no measured sweep point"
     if not s["points"]:
         reasons = sorted(set(table.get("skipped", pd.Series(dtype=str)).dropna()))[:2]
         return f"no point predicted ({s['skipped']} skipped: {'; '.join(reasons)})"

@@ -26,6 +26,9 @@ def cmd_validate(args, comm) -> dict:
     for folder in folders:
         if not folder.is_dir():
             raise CLIError(f"--folder {folder}: no such folder")
+        if not args.committed and not validation.sweep_files(folder):
+            raise CLIError(f"{folder}: no measured sweep point to check the predictor against (a run folder gets them "
+                           "from `perflab notebook roofline` or `perflab sweep`); nothing written")
         table, path = validation.validate_folder(folder, args.out)
         summary[folder.name] = validation.summary(table)
         if not args.json:
