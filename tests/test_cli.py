@@ -91,6 +91,24 @@ def test_bench_train_peers_are_named_with_the_ones_there_are(capsys):
     assert "'perflab (a graph a batch)'" in err
 
 
+def test_bench_train_where_no_peer_ran_says_so_and_saves_nothing(capsys, monkeypatch, tmp_path):
+    from perflab.measure import peers
+    monkeypatch.setattr(peers, "run_peer_process", lambda module, args, timeout: (None, "CuPy not installed"))
+    with pytest.raises(SystemExit) as info:
+        main(["bench", "train", "--peers", "perflab", "--out", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert info.value.code == 2 and "no peer ran" in captured.err and "peer skipped: perflab (CuPy not installed)" in captured.out
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_sweep_whose_grid_is_empty_says_why(capsys, tmp_path):
+    with pytest.raises(SystemExit) as info:
+        main(["sweep", "--backend", "numpy", "--mode", "staged", "--hidden", "16", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "the grid is empty: on --backend numpy only --mode resident" in err
+    assert "got --mode staged" in err and not list(tmp_path.iterdir())
+
+
 def test_compile_without_a_gpu_says_what_it_needs(capsys, monkeypatch):
     monkeypatch.setattr("perflab.backend.cupy_or_none", lambda: None)
     with pytest.raises(SystemExit) as info:

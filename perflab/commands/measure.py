@@ -122,6 +122,9 @@ def cmd_bench_train(args, comm) -> dict:
     rows = peers.bench_train(configs=args.configs, N=args.train_size, peers=args.peers, repeats=args.repeats,
                              log=(lambda m: None) if args.json else print,
                              on_config=lambda so_far: save_rows("bench_train", so_far, args.out))
+    if not rows:
+        raise CLIError("no peer ran (each one's reason is above): bench train needs a GPU with CuPy for perflab, "
+                       "and PyTorch or JAX on it for their peers")
     saved = save_rows("bench_train", rows, args.out)
     if not args.json:
         import pandas as pd

@@ -33,6 +33,9 @@ def cmd_sweep(args, comm) -> dict:
                         parallel=args.parallel, backend=args.backend, mode=args.mode, gemm=args.gemm,
                         dtype=args.dtype, N=args.train_size, epochs=args.num_epochs, learning_rate=args.learning_rate,
                         launch=args.launch)
+    if not points:  # every combination asked for a GPU-only setting on NumPy
+        raise CLIError(f"the grid is empty: on --backend numpy only --mode resident and --gemm cublas run (got --mode "
+                       f"{' '.join(args.mode)}, --gemm {' '.join(args.gemm)}); the others need --backend cupy")
     too_big = [pt["p"] for pt in points if pt["p"] > comm.size]
     if too_big:
         raise CLIError(f"the grid has points with p={max(too_big)} but {comm.size} rank(s) are running; "
