@@ -118,8 +118,11 @@ class Ceilings:
         """Seconds of one kernel at (H, B'): log-log in B at the two grid H around H, then in H."""
         t = self.rows("step_kernel", device=device, impl=name)
         if not len(t):
-            raise PredictionError(f"{self.source} has no {device} step_kernel rows for {name!r}: "
-                                  "measure them with `perflab ceilings` (perflab 0.1 + the predictor)")
+            other = "cpu" if device == "gpu" else "gpu"
+            raise PredictionError(f"{self.source} has no {device} step_kernel rows for {name!r}: " + (
+                f"it is a {other.upper()}'s file (--backend {'numpy' if other == 'cpu' else 'cupy'} predicts from it)"
+                if len(self.rows("step_kernel", device=other)) else
+                "measure them with `perflab ceilings` (perflab 0.1 + the predictor)"))
         at_h = {h: loglog(g.B, g.seconds, B) for h, g in t.groupby("H")}
         return loglog(list(at_h), list(at_h.values()), H)
 
