@@ -1,3 +1,4 @@
+import dataclasses
 import json
 
 import pytest
@@ -24,6 +25,15 @@ def test_profiled_run_records_the_seeds_phases():
     summary = profile.summary(table[table.phase != "train setup"])
     assert summary.loc["batch iteration", "share"] == 1.0 and (summary["share"] <= 1.0 + 1e-12).all()
     assert list(summary.index[:2]) == ["batch iteration", "forward"]
+
+
+def test_the_test_sets_precision_between_epochs_is_not_profiled_as_training():
+    cfg = dataclasses.replace(SMALL, test_size=200)
+    history, _ = train_on_ranks(cfg, "sequential", Serial(), profiled=True, log=None)
+    counts = history.phases.groupby("phase").size()
+    assert counts["forward GEMM 1"] == counts["batch iteration"] == cfg.num_batches * cfg.num_epochs
+    assert history.epochs[-1]["test_precision"] is not None and profile.ACTIVE is None
+    assert (profile.summary(history.phases[history.phases.phase != "train setup"])["share"] <= 1.0 + 1e-12).all()
 
 
 def test_unprofiled_run_records_nothing():

@@ -146,10 +146,11 @@ def fit(cfg: Config, trainer, test=None, progress: bool = True, log=None, sync=l
             bar.update(len(batches) if whole else 1)
         sync()
         seconds = time.perf_counter() - start
-        row = {"epoch": epoch, "seconds": seconds, "loss": history.losses[-1]["loss"],
-               "test_precision": precision(trainer, test)}
-        if validation is not None:
-            row["validation_precision"] = precision(trainer, validation)
+        with profile.paused():  # evaluation is not a training phase
+            row = {"epoch": epoch, "seconds": seconds, "loss": history.losses[-1]["loss"],
+                   "test_precision": precision(trainer, test)}
+            if validation is not None:
+                row["validation_precision"] = precision(trainer, validation)
         history.epochs.append(row)
         bar.set_postfix(loss=f"{row['loss']:.4f}", precision=row["test_precision"])
     bar.close()
