@@ -219,6 +219,26 @@ def test_the_committed_predictions_came_before_their_measurements():
     assert checked >= 3
 
 
+def test_a_waiting_predictions_ceilings_are_the_ones_it_was_made_from():
+    """A prediction still waiting for its run names its ceilings files by path: a later run must not
+    overwrite them (a rerun of a main job goes to a folder of its own), or the run that tests it
+    would test a prediction nobody can remake. Each file as in the prediction's last commit."""
+    checked = 0
+    for made_path in sorted((RESULTS_ROOT / "predictions").glob("*_h*_b*.json")):
+        if list(RESULTS_ROOT.glob(f"*/prediction_check_{made_path.stem}.csv")):
+            continue  # measured: its predicted numbers are in its JSON, its check's ceilings beside the check
+        made = json.loads(made_path.read_text())
+        log = subprocess.run(["git", "log", "--format=%H", "--", str(made_path.relative_to(RESULTS_ROOT.parent))],
+                             cwd=RESULTS_ROOT.parent, capture_output=True, text=True).stdout.split()
+        if not log:  # no history here (an exported tree): nothing to compare with
+            continue
+        for name in [made["ceilings"], *predictor.exchange_files(made)]:
+            changed = subprocess.run(["git", "diff", "--quiet", log[0], "--", name], cwd=RESULTS_ROOT.parent)
+            assert changed.returncode == 0, f"{name}, named by {made_path.name}, changed since {log[0][:8]}"
+            checked += 1
+    assert checked >= 1 or not (RESULTS_ROOT.parent / ".git").exists()
+
+
 def test_whatif_and_validate_reject_bad_input_naming_it(tmp_path):
     run = lambda *a: subprocess.run([sys.executable, "-m", "perflab", *a], capture_output=True, text=True, timeout=120)
     proc = run("whatif", "--ceilings", str(tmp_path / "nope.csv"))
