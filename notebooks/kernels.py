@@ -71,5 +71,6 @@ for path in sorted(RESULTS_ROOT.glob("*/bench_train_tensor_cores.csv")):
     display(epochs.pivot_table(index="peer", columns=["H", "B"], values="epoch_ms").round(3))
     fig = plots.train_peers(epochs)
     display(Image(str(plots.save(fig, f"train_tensor_cores_{path.parent.name}",
-        f"Epoch time with perflab's tensor-core GEMMs beside its FP32 epoch, the FP32 cuBLAS 5-GEMM floor and JAX's "
-        f"scan epoch in FP32 and in 3xTF32, on {path.parent.name}. Source: {path.name}."))))
+        f"Epoch time with perflab's tensor-core GEMMs beside its FP32 epoch, the FP32 cuBLAS 5-GEMM floor, JAX's "
+        f"scan epoch in FP32, TF32 and 3xTF32 and PyTorch's CUDA-graph step in TF32 (where the run had them), on "
+        f"{path.parent.name}. Source: {path.name}."))))
