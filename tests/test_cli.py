@@ -191,6 +191,18 @@ def test_predict_names_a_missing_calibration_file(capsys):
     assert info.value.code == 2 and "--calibration nope.jsonl: no such file in" in capsys.readouterr().err
 
 
+def test_predict_writes_to_the_run_folder_and_leaves_the_committed_predictions(tmp_path, monkeypatch):
+    from perflab import results
+    committed = results.RESULTS_ROOT / "predictions" / "p8.json"
+    before = committed.read_bytes()
+    monkeypatch.setattr(results, "run_dir", lambda meta=None: tmp_path / "run")
+    main(["predict", "--json"])
+    main(["predict", "--multinode", "--name", "projection_64", "--out", str(tmp_path / "elsewhere"), "--json"])
+    assert json.loads((tmp_path / "run" / "p8.json").read_text())["rows"]
+    assert (tmp_path / "elsewhere" / "projection_64.csv").stat().st_size > 0
+    assert committed.read_bytes() == before
+
+
 def test_git_commit_says_dirty_where_the_code_differs_from_head(tmp_path, monkeypatch):
     """Results name the commit that made them: HEAD, with -dirty where perflab/ or scripts/ has
     changed since (results/ changing, as a run rewrites it, does not count)."""

@@ -102,15 +102,17 @@ def cmd_whatif(args, comm) -> dict:
 
 def cmd_predict(args, comm) -> dict:
 
+    from perflab import results
     from perflab.analysis import projection
     from perflab.data import atomic_write
     from perflab.results import RESULTS_ROOT
     if not (RESULTS_ROOT / "nvidia-h200" / args.calibration).exists():
         raise CLIError(f"--calibration {args.calibration}: no such file in {RESULTS_ROOT / 'nvidia-h200'}")
+    folder = Path(args.out or results.run_dir())  # a user's run never rewrites the committed predictions
     if args.multinode:
         table = projection.multinode(RESULTS_ROOT, per_node=args.per_node, inter=(args.inter_latency, args.inter_bw),
                                      scaling=args.calibration)
-        out = RESULTS_ROOT / "predictions" / f"{args.name}.csv"
+        out = folder / f"{args.name}.csv"
         out.parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(out, index=False)
         if not args.json:
@@ -118,7 +120,7 @@ def cmd_predict(args, comm) -> dict:
             print(f"wrote {out}")
         return {"saved": str(out)}
     prediction = projection.predictions(RESULTS_ROOT, ranks=args.ranks, scaling=args.calibration)
-    out = RESULTS_ROOT / "predictions" / f"{args.name}.json"
+    out = folder / f"{args.name}.json"
     atomic_write(out, (json.dumps(prediction, indent=1) + "\n").encode())
     if not args.json:
         import pandas as pd
@@ -172,9 +174,11 @@ def register(sub) -> None:
     p = sub.add_parser("predict", help="predict scaling to p GPUs from the committed H200 measurements",
                        description="Projected epoch time and efficiency (data parallel, model parallel; H in {512, 2048}, "
                                    "b in {800, 3000} per GPU, N = 60000) for p GPUs, from the NCCL all-reduce fit and the "
-                                   "one-GPU steps measured on the H200s; written to results/predictions/NAME.json.")
+                                   "one-GPU steps measured on the H200s; written to <run folder>/NAME.json (the "
+                                   "committed ones: --out results/predictions).")
     p.add_argument("--ranks", nargs="+", type=positive, default=[1, 2, 4, 8], help="GPU counts (default 1 2 4 8)")
-    p.add_argument("--name", default="p8", help="result name under results/predictions/ (default %(default)s)")
+    p.add_argument("--name", default="p8", help="file name (default %(default)s; with --multinode a CSV)")
+    p.add_argument("--out", metavar="DIR", help="folder (default this machine's run folder)")
     p.add_argument("--calibration", default="scaling_calibration.jsonl", metavar="FILE",
                    help="the scaling runs (in results/nvidia-h200/) that calibrate the per-step cost on several GPUs "
                         "(default %(default)s, the eager steps p8.json was made from; scaling.jsonl: the latest)")
