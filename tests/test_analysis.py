@@ -395,8 +395,12 @@ def test_the_checks_summary_has_a_row_per_measured_check_newest_first(tmp_path):
     assert row["resident, graphed"] == "20% (20%), 1" and row["kernel by kernel"] == "25% (25%), 1"
     assert row["resident"] == "22% (25%), 2" and row["staged"] == "50% (50%), 1"
     assert predictions.checks_summary(predictions.check_points(checks[2:])) == ""
-    kinds = points.apply(plots.check_kind, axis=1)
+    kinds = points.apply(predictions.check_kind, axis=1)
     assert list(kinds[:3]) == ["resident, graphed", "kernel by kernel", "staged"]
+    trust = predictions.trust(points, tmp_path.name)  # both checks: graphed errors 20% and 0%, eager 25%, staged 50%
+    assert list(trust.index) == ["resident, graphed", "staged", "kernel by kernel"]
+    assert trust.loc["resident, graphed"].tolist() == pytest.approx([2, 2, 0.1, 0.2])
+    assert trust.loc["staged", "worst"] == pytest.approx(0.5) and not len(predictions.trust(points, "another-machine"))
     fig = plots.blind_checks(points)
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["old_h512_b800", "new_h512_b800"]  # in the order they ran

@@ -272,6 +272,8 @@ def test_whatif_and_validate_reject_bad_input_naming_it(tmp_path):
     proc = run("whatif", "--ceilings", str(one), "--hidden", "1000", "--out", str(out))
     stretch = predictor.Ceilings.load(one).epoch_stretch()
     assert proc.returncode == 0 and f"its steps x {stretch:.3f}" in proc.stdout, proc.stderr
+    assert "the predictions committed before their runs on nvidia-h200, |error| median (worst) per kind of step: " \
+           "resident, graphed " in proc.stdout  # the track record of the blind checks on that GPU model
     made = json.loads((out / "whatif.json").read_text())
     assert made["epoch_stretch"] == pytest.approx(stretch) and 1 < stretch < 1.2
     assert made["rows"][0]["t_epoch_fixed"] == pytest.approx((stretch - 1) / stretch * made["rows"][0]["epoch_ms"])

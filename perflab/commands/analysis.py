@@ -96,8 +96,23 @@ def cmd_whatif(args, comm) -> dict:
             if e is not None:
                 print(f"kernels at shapes off the ceilings' grid ({g}): the grid's own points, each interpolated from its "
                       f"neighbours, miss by a median of {100 * e['median_abs']:.0f}% (worst {100 * e['worst']:+.0f}%)")
+        print(past_checks(made["ceilings_machine"]))
         print(f"wrote {out}")
     return {"saved": str(out), "rows": rows}
+
+
+def past_checks(machine: dict) -> str:
+    """How far the committed blind checks on this machine's GPU model landed, per kind of step: the
+    error a user can expect of each (results/predictions/ against results/<folder>/prediction_check_*)."""
+    from perflab import results
+    from perflab.report import predictions
+    folder = results.machine_name(machine) if machine.get("gpu") or machine.get("cpu") else "?"
+    table = predictions.trust(predictions.check_points(predictions.committed_checks()), folder)
+    if not len(table):
+        return f"no prediction committed before its run has been measured on {folder} yet: no track record to show"
+    return (f"the predictions committed before their runs on {folder}, |error| median (worst) per kind of step: "
+            + "; ".join(f"{kind} {r.median:.0%} ({r.worst:.0%}, {r.points} points in {r.checks} checks)"
+                        for kind, r in zip(table.index, table.itertuples())))
 
 
 def cmd_predict(args, comm) -> dict:

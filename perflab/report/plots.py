@@ -293,18 +293,7 @@ def validation_scatter(tables: dict):
     return fig
 
 
-CHECK_KINDS = {"resident, graphed": "C0", "staged": "C1", "kernel by kernel": "C3", "other": "C2"}
-
-
-def check_kind(row) -> str:
-    """What a blind check's point tests most: the kernels (a graphed resident step), the host's copy
-    (staged), the host's launches (kernel by kernel) or the rest (pipelined, several GPUs, older
-    checks that did not name their launch)."""
-    if row["launch"] == "eager":
-        return "kernel by kernel"
-    if row["mode"] == "staged":
-        return "staged"
-    return "resident, graphed" if row["mode"] == "resident" and row["launch"] == "graph" else "other"
+CHECK_COLOURS = {"resident, graphed": "C0", "staged": "C1", "kernel by kernel": "C3", "other": "C2"}  # predictions.CHECK_KINDS
 
 
 def blind_checks(points):
@@ -312,6 +301,8 @@ def blind_checks(points):
     checks left to right in the order they ran, a colour per kind of step (check_kind), a line
     through each kind's median per check; dotted 10%, dashed 25%."""
     import matplotlib.pyplot as plt
+
+    from perflab.report.predictions import check_kind
     points = points.assign(kind=points.apply(check_kind, axis=1), abs_error=points.error.abs())
     machines = sorted(points.machine.unique())
     fig, axes = plt.subplots(len(machines), 1, figsize=(9, 4.2 * len(machines)), squeeze=False)
@@ -319,7 +310,7 @@ def blind_checks(points):
         t = points[points.machine == machine]
         order = sorted(t.check.unique(), key=lambda c: t[t.check == c].measured.iloc[0])
         x = {c: i for i, c in enumerate(order)}
-        for kind, colour in CHECK_KINDS.items():
+        for kind, colour in CHECK_COLOURS.items():
             g = t[t.kind == kind]
             if not len(g):
                 continue

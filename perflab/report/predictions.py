@@ -252,6 +252,34 @@ def check_points(checks):
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
+CHECK_KINDS = ("resident, graphed", "staged", "kernel by kernel", "other")  # what check_kind names, the kernels' first
+
+
+def check_kind(row) -> str:
+    """What a blind check's point tests most: the kernels (a graphed resident step), the host's copy
+    (staged), the host's launches (kernel by kernel) or the rest (pipelined, several GPUs, older
+    checks that did not name their launch)."""
+    if row["launch"] == "eager":
+        return "kernel by kernel"
+    if row["mode"] == "staged":
+        return "staged"
+    return "resident, graphed" if row["mode"] == "resident" and row["launch"] == "graph" else "other"
+
+
+def trust(points, machine: str):
+    """How far the blind checks of one machine folder landed (check_points), per kind of step
+    (check_kind): checks, points, median and worst |error|. What a new prediction for that machine
+    can expect of each kind; not used by the prediction itself."""
+    import pandas as pd
+    mine = points[points.machine == machine] if len(points) else points
+    if not len(mine):
+        return pd.DataFrame()
+    mine = mine.assign(kind=mine.apply(check_kind, axis=1), abs_error=mine.error.abs())
+    table = mine.groupby("kind").agg(checks=("check", "nunique"), points=("error", "size"),
+                                     median=("abs_error", "median"), worst=("abs_error", "max"))
+    return table.reindex([k for k in CHECK_KINDS if k in table.index])
+
+
 def checks_summary(points) -> str:
     """One row per measured prediction (check_points), newest run first: how far each blind test
     landed, overall, per mode, and for the graphed resident steps (the kernels' part of the model)."""
