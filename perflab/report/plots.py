@@ -301,9 +301,7 @@ def blind_checks(points):
     checks left to right in the order they ran, a colour per kind of step (check_kind), a line
     through each kind's median per check; dotted 10%, dashed 25%."""
     import matplotlib.pyplot as plt
-
-    from perflab.report.predictions import check_kind
-    points = points.assign(kind=points.apply(check_kind, axis=1), abs_error=points.error.abs())
+    points = points.assign(abs_error=points.error.abs())
     machines = sorted(points.machine.unique())
     fig, axes = plt.subplots(len(machines), 1, figsize=(9, 4.2 * len(machines)), squeeze=False)
     for ax, machine in zip(axes[:, 0], machines):

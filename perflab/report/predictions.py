@@ -235,7 +235,8 @@ def median_worst(err) -> str:
 
 def check_points(checks):
     """Every point of every measured prediction, one row each: the check, its machine folder, when it
-    was measured, the prediction's git, mode, launch (None where the check did not name it) and error."""
+    was measured, the prediction's git, mode, launch (None where the check did not name it), error
+    and the kind of step it tests (check_kind)."""
     import json
 
     import pandas as pd
@@ -249,7 +250,10 @@ def check_points(checks):
                                    "measured": str(meta.get("date", "?"))[:16], "predicted at": made["predicted_by"][:8],
                                    "mode": both["mode"], "launch": both["launch"] if "launch" in both else None,
                                    "error": err}))
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    if not parts:
+        return pd.DataFrame()
+    points = pd.concat(parts, ignore_index=True)
+    return points.assign(kind=points.apply(check_kind, axis=1))
 
 
 CHECK_KINDS = ("resident, graphed", "staged", "kernel by kernel", "other")  # what check_kind names, the kernels' first
@@ -274,7 +278,7 @@ def trust(points, machine: str):
     mine = points[points.machine == machine] if len(points) else points
     if not len(mine):
         return pd.DataFrame()
-    mine = mine.assign(kind=mine.apply(check_kind, axis=1), abs_error=mine.error.abs())
+    mine = mine.assign(abs_error=mine.error.abs())
     table = mine.groupby("kind").agg(checks=("check", "nunique"), points=("error", "size"),
                                      median=("abs_error", "median"), worst=("abs_error", "max"))
     return table.reindex([k for k in CHECK_KINDS if k in table.index])
