@@ -259,8 +259,9 @@ def test_whatif_and_validate_reject_bad_input_naming_it(tmp_path):
     proc = run("whatif", "--ceilings", str(RESULTS_ROOT / "cpu-amd-epyc" / "ceilings_p2.csv"), "--backend", "numpy",
                "--hidden", "700", "--per-rank-batch", "1000", "--ranks", "1", "2", "--out", str(out), "--json")
     assert proc.returncode == 0, proc.stderr
-    rows = json.loads((out / "whatif.json").read_text())["rows"]
-    assert len(rows) == 2 and all(r["batch_ms"] > 0 for r in rows)
+    made = json.loads((out / "whatif.json").read_text())
+    assert len(made["rows"]) == 2 and all(r["batch_ms"] > 0 for r in made["rows"])
+    assert made["track_record"] == {"machine_folder": "cpu-amd-epyc", "kinds": []}  # no blind check on that CPU yet
     h100 = str(RESULTS_ROOT / "nvidia-h100-80gb-hbm3" / "ceilings_p1.csv")
     proc = run("whatif", "--ceilings", h100, "--mode", "staged", "--launch", "graph", "eager", "--out", str(out), "--json")
     assert proc.returncode == 0, proc.stderr
@@ -274,6 +275,9 @@ def test_whatif_and_validate_reject_bad_input_naming_it(tmp_path):
     assert proc.returncode == 0 and f"its steps x {stretch:.3f}" in proc.stdout, proc.stderr
     assert "the predictions committed before their runs on nvidia-h200, |error| median (worst) per kind of step: " \
            "resident, graphed " in proc.stdout  # the track record of the blind checks on that GPU model
+    record = json.loads((out / "whatif.json").read_text())["track_record"]
+    assert record["machine_folder"] == "nvidia-h200" and record["kinds"][0]["kind"] == "resident, graphed"
+    assert 0 < record["kinds"][0]["median_abs_error"] <= record["kinds"][0]["worst_abs_error"] < 1
     made = json.loads((out / "whatif.json").read_text())
     assert made["epoch_stretch"] == pytest.approx(stretch) and 1 < stretch < 1.2
     assert made["rows"][0]["t_epoch_fixed"] == pytest.approx((stretch - 1) / stretch * made["rows"][0]["epoch_ms"])

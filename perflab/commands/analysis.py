@@ -77,7 +77,8 @@ def cmd_whatif(args, comm) -> dict:
     grid = {g: ceilings.grid_error(ceilings.step_names(args.backend, g), device) for g in args.gemm}
     made = {"method": "perflab.analysis.predictor from the ceilings file alone (no training run)", "ceilings": str(path),
             "ceilings_machine": results.made_on(path), "predicted_by": results.git_commit(),
-            "grid_interpolation_error": grid, "epoch_stretch": ceilings.epoch_stretch(), "rows": rows}
+            "grid_interpolation_error": grid, "epoch_stretch": ceilings.epoch_stretch(),
+            "track_record": track_record(results.made_on(path)), "rows": rows}
     if exchanges:
         made |= {"method": "perflab.analysis.predictor from ceilings files alone (no training run): the step, floors and "
                            "copies from `ceilings`, the all-reduces at the ranks each measured from `exchange_ceilings`",
@@ -96,23 +97,32 @@ def cmd_whatif(args, comm) -> dict:
             if e is not None:
                 print(f"kernels at shapes off the ceilings' grid ({g}): the grid's own points, each interpolated from its "
                       f"neighbours, miss by a median of {100 * e['median_abs']:.0f}% (worst {100 * e['worst']:+.0f}%)")
-        print(past_checks(made["ceilings_machine"]))
+        print(track_record_text(made["track_record"]))
         print(f"wrote {out}")
     return {"saved": str(out), "rows": rows}
 
 
-def past_checks(machine: dict) -> str:
+def track_record(machine: dict) -> dict:
     """How far the committed blind checks on this machine's GPU model landed, per kind of step: the
-    error a user can expect of each (results/predictions/ against results/<folder>/prediction_check_*)."""
+    error a user can expect of each (results/predictions/ against results/<folder>/prediction_check_*).
+    Recorded beside a prediction, not used by it."""
     from perflab import results
     from perflab.report import predictions
     folder = results.machine_name(machine) if machine.get("gpu") or machine.get("cpu") else "?"
     table = predictions.trust(predictions.check_points(predictions.committed_checks()), folder)
-    if not len(table):
-        return f"no prediction committed before its run has been measured on {folder} yet: no track record to show"
-    return (f"the predictions committed before their runs on {folder}, |error| median (worst) per kind of step: "
-            + "; ".join(f"{kind} {r.median:.0%} ({r.worst:.0%}, {r.points} points in {r.checks} checks)"
-                        for kind, r in zip(table.index, table.itertuples())))
+    return {"machine_folder": folder,
+            "kinds": [{"kind": kind, "checks": int(r.checks), "points": int(r.points),
+                       "median_abs_error": float(r.median), "worst_abs_error": float(r.worst)}
+                      for kind, r in zip(table.index, table.itertuples())]}
+
+
+def track_record_text(record: dict) -> str:
+    if not record["kinds"]:
+        return (f"no prediction committed before its run has been measured on {record['machine_folder']} yet: "
+                "no track record to show")
+    return (f"the predictions committed before their runs on {record['machine_folder']}, |error| median (worst) per "
+            "kind of step: " + "; ".join(f"{k['kind']} {k['median_abs_error']:.0%} ({k['worst_abs_error']:.0%}, "
+                                         f"{k['points']} points in {k['checks']} checks)" for k in record["kinds"]))
 
 
 def cmd_predict(args, comm) -> dict:
