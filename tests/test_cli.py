@@ -203,6 +203,16 @@ def test_predict_writes_to_the_run_folder_and_leaves_the_committed_predictions(t
     assert committed.read_bytes() == before
 
 
+@pytest.mark.parametrize("command", [["predict"], ["whatif", "--ceilings", "x.csv"], ["sweep"], ["bench", "train"]])
+def test_out_must_be_a_folder_not_a_file(capsys, tmp_path, command):
+    afile = tmp_path / "a_file"
+    afile.write_text("x")
+    with pytest.raises(SystemExit) as info:
+        main([*command, "--out", str(afile)])
+    assert info.value.code == 2 and f"argument --out: expected a folder to write into, got '{afile}', which is a file" \
+        in capsys.readouterr().err
+
+
 def test_git_commit_says_dirty_where_the_code_differs_from_head(tmp_path, monkeypatch):
     """Results name the commit that made them: HEAD, with -dirty where perflab/ or scripts/ has
     changed since (results/ changing, as a run rewrites it, does not count)."""

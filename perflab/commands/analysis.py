@@ -6,6 +6,7 @@ from pathlib import Path
 
 from perflab.commands.options import (
     CLIError,
+    out_folder,
     outputs,
     positive,
     positive_float,
@@ -192,7 +193,7 @@ def register(sub) -> None:
                         "by one (eager; the seeds' way); default graph")
     p.add_argument("--train-size", type=positive, default=60000, metavar="N")
     p.add_argument("--name", default="whatif", help="file name (default %(default)s)")
-    p.add_argument("--out", metavar="DIR", help="folder (default this machine's run folder)")
+    p.add_argument("--out", metavar="DIR", type=out_folder, help="folder (default this machine's run folder)")
     outputs(p, folder=False)
     p.set_defaults(run=cmd_whatif)
 
@@ -203,7 +204,7 @@ def register(sub) -> None:
                                    "committed ones: --out results/predictions).")
     p.add_argument("--ranks", nargs="+", type=positive, default=[1, 2, 4, 8], help="GPU counts (default 1 2 4 8)")
     p.add_argument("--name", default="p8", help="file name (default %(default)s; with --multinode a CSV)")
-    p.add_argument("--out", metavar="DIR", help="folder (default this machine's run folder)")
+    p.add_argument("--out", metavar="DIR", type=out_folder, help="folder (default this machine's run folder)")
     p.add_argument("--calibration", default="scaling_calibration.jsonl", metavar="FILE",
                    help="the scaling runs (in results/nvidia-h200/) that calibrate the per-step cost on several GPUs "
                         "(default %(default)s, the eager steps p8.json was made from; scaling.jsonl: the latest)")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from perflab.config import ACCURACY, DTYPES, MODES, Config
@@ -152,8 +153,15 @@ def save_rows(name: str, rows: list[dict], out: str | None = None) -> str:
 def outputs(parser, folder: bool = True):
     """The output options most commands share: --out DIR for the result CSV, and --json."""
     if folder:
-        parser.add_argument("--out", metavar="DIR", help="folder for the CSV (default this machine's run folder, runs/<machine key>/)")
+        parser.add_argument("--out", metavar="DIR", type=out_folder, help="folder for the CSV (default this machine's run folder, runs/<machine key>/)")
     parser.add_argument("--json", action="store_true", help="print one JSON object on the last line")
+
+
+def out_folder(text: str) -> str:
+    """argparse type: a folder to write into (made where missing), not an existing file."""
+    if os.path.exists(text) and not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"expected a folder to write into, got {text!r}, which is a file")
+    return text
 
 
 def positive(text: str) -> int:
