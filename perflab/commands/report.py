@@ -14,7 +14,7 @@ def cmd_report(args, comm) -> dict:
         from perflab.results import RESULTS_ROOT
         path = RESULTS_ROOT / "REPORT.md"
         predictions.validation_figure()
-        predictions.checks_figure(predictions.check_points(predictions.committed_checks()))
+        predictions.checks_figure()
         markdown.tensor_core_figures()
         markdown.graphs_figures()
         path.write_text(markdown.analysis_markdown())

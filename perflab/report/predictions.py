@@ -111,7 +111,7 @@ def staged_graphed(done) -> str:
     if "graphs" not in done:
         return "-"
     g = done[(done["mode"] == "staged") & (done.graphs.astype(str) == "True")]
-    return f"{g.error.abs().median():.0%} ({g.error.abs().max():.0%}), {len(g)}" if len(g) else "-"
+    return median_worst(g.error) if len(g) else "-"
 
 
 def lend_table(folder: Path):
@@ -230,6 +230,7 @@ def committed_checks() -> list[tuple[Path, dict, Path | None]]:
 
 
 def median_worst(err) -> str:
+    """Median (worst) |error|, and how many: the checks' and folders' tables' one form."""
     return f"{err.abs().median():.0%} ({err.abs().max():.0%}), {len(err)}" if len(err) else "-"
 
 
@@ -306,10 +307,11 @@ def checks_summary(points) -> str:
 CHECKS_FIGURE = "blind_checks"
 
 
-def checks_figure(points) -> Path | None:
+def checks_figure() -> Path | None:
     """results/figures/blind_checks.png: every blind check's points, |error| per check in the order
     they ran (plots.blind_checks); None where no prediction was measured yet."""
     from perflab.report import plots
+    points = check_points(committed_checks())
     if not len(points):
         return None
     return plots.save(plots.blind_checks(points), CHECKS_FIGURE,
