@@ -151,6 +151,15 @@ def test_timeline_without_a_gpu_says_what_it_needs(capsys, monkeypatch):
     assert info.value.code == 2 and "perflab timeline records CUDA streams: it needs CuPy" in capsys.readouterr().err
 
 
+def test_timeline_measures_a_sweep_points_float32_and_train_the_float64_reference():
+    """A timeline explains a sweep point: its default data sizes must be the sweep's (float32), not the
+    reference's twice as large ones (a float64 timeline once passed for a float32 point's pieces)."""
+    from perflab.cli import build_parser
+    parser = build_parser()
+    assert parser.parse_args(["timeline"]).dtype == "float32" == parser.parse_args(["sweep"]).dtype[0]
+    assert parser.parse_args(["train"]).dtype == "float64"
+
+
 def test_bench_allreduce_needs_several_ranks(capsys):
     with pytest.raises(SystemExit) as info:
         main(["bench", "allreduce"])

@@ -470,6 +470,7 @@ def test_timeline_puts_the_pipelined_copies_on_a_stream_of_their_own():
                  batch_size=100, learning_rate=0.5, test_size=0)
     t = timeline.record(cfg, Serial(), modes=("staged", "pipelined"))
     assert set(t["mode"]) == {"staged", "pipelined"} and set(t.batch) == set(range(5))  # the second epoch's steps
+    assert set(t["dtype"]) == {cfg.dtype}
     assert (t.device_end >= t.device_start).all() and (t.host_end >= t.host_start).all()
     for mode, g in t.groupby("mode"):
         copies = set(g[g.phase == "copying images host -> device"].stream)

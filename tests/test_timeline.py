@@ -59,3 +59,9 @@ def test_timeline_from_a_recorded_csv_redraws_without_a_gpu(tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
         main(["timeline", "--from", str(tmp_path / "missing.csv")])
     assert info.value.code == 2 and "--from" in capsys.readouterr().err
+
+
+def test_report_names_a_timelines_dtype_and_takes_float64_for_one_recorded_before_the_column():
+    from perflab.report import markdown
+    assert markdown.timeline_dtype(made_up().assign(dtype="float32")) == "float32"
+    assert markdown.timeline_dtype(made_up()).startswith("float64")

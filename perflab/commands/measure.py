@@ -29,7 +29,7 @@ def cmd_timeline(args, comm) -> dict:
             raise CLIError(f"--from {args.redraw}: no such file (perflab timeline writes <run folder>/timeline_H<H>_b<b>_p<p>.csv)")
         table = pd.read_csv(saved)
         name, ranks = saved.stem, int(table["rank"].max()) + 1
-        title = saved.stem.replace("timeline_", "").replace("_", " ")
+        title = saved.stem.replace("timeline_", "").replace("_", " ") + (f", {table.dtype[0]}" if "dtype" in table else "")
     else:
         if cupy_or_none() is None:
             raise CLIError("perflab timeline records CUDA streams: it needs CuPy and one GPU per rank")
@@ -40,7 +40,7 @@ def cmd_timeline(args, comm) -> dict:
             return {}
         name, ranks = f"timeline_H{cfg.hidden_size}_b{cfg.batch_size // comm.size}_p{comm.size}", comm.size
         saved = save_rows(name, table.to_dict("records"), args.out)
-        title = f"H={cfg.hidden_size}, b={cfg.batch_size // comm.size} a GPU, p={ranks}"
+        title = f"H={cfg.hidden_size}, b={cfg.batch_size // comm.size} a GPU, p={ranks}, {cfg.dtype}"
     lanes = timeline.lanes(table)
     busy = timeline.busy(lanes)
     folder = Path(args.out) if args.out else Path(saved).parent
@@ -167,7 +167,7 @@ def register(sub) -> None:
                                    "writes <run folder>/timeline_H<H>_b<b>_p<p>.csv and a figure of the second epoch. "
                                    "Keep the epoch to a few batches (--train-size a few times --batch-size). Run under "
                                    "mpiexec -n P for the host all-reduce.")
-    hyperparameter_options(p)
+    hyperparameter_options(p, dtype="float32")  # a sweep point's data sizes, not the reference's (twice as large)
     from perflab.kernels import GEMM_VARIANTS
     p.add_argument("--modes", nargs="+", choices=MODES, default=["staged", "pipelined"], help="default staged pipelined")
     p.add_argument("--from", dest="redraw", metavar="CSV", help="redraw the figure of a recorded timeline (no GPU needed)")

@@ -16,7 +16,9 @@ class CLIError(Exception):
     """Bad input caught after parsing; printed as `perflab: error: ...`, exit status 2."""
 
 
-def hyperparameter_options(parser: argparse.ArgumentParser) -> None:
+def hyperparameter_options(parser: argparse.ArgumentParser, dtype: str | None = None) -> None:
+    """The hyperparameters train, check and timeline share; `dtype` overrides the reference's float64
+    where a command looks at what a sweep measures (float32)."""
     d = DEFAULTS
     g = parser.add_argument_group(
         "hyperparameters",
@@ -39,7 +41,9 @@ def hyperparameter_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--num-epochs", type=int, default=d.num_epochs, help="passes over the training set (default %(default)s)")
     g.add_argument("--batch-size", type=int, default=d.batch_size, metavar="B",
                    help="global mini-batch, split over MPI ranks; the last batch of an epoch keeps N %% B samples (default %(default)s)")
-    g.add_argument("--dtype", choices=DTYPES, default=d.dtype, help="float64 is the reference (default %(default)s)")
+    g.add_argument("--dtype", choices=DTYPES, default=dtype or d.dtype,
+                   help="float64 is the reference" + (f"; {dtype}, as perflab sweep measures" if dtype else "")
+                        + " (default %(default)s)")
     g.add_argument("--seed", type=int, default=d.seed, help="seed of the initial weights and of shuffling (default %(default)s)")
     g.add_argument("--dataset", choices=DATASETS, default=d.dataset,
                    help="mnist/fashion-mnist from data/ (verified); synthetic: learnable data of any D, C, N (default %(default)s)")

@@ -27,7 +27,7 @@ def record(cfg, comm, modes=("staged", "pipelined"), gemm: str = "cublas", chunk
         history, _ = train_on_ranks(cfg.replace(num_epochs=2), "data", comm, device, log=None, timeline=True)
         t = history.phases
         t = t[t.batch >= cfg.num_batches].assign(mode=mode, batch=lambda d: d.batch - cfg.num_batches)
-        tables.append(t.assign(epoch_seconds=history.epochs[-1]["seconds"]))
+        tables.append(t.assign(epoch_seconds=history.epochs[-1]["seconds"], dtype=cfg.dtype))
         if log:
             log(f"{mode}: {len(t)} ranges, epoch {1e3 * history.epochs[-1]['seconds']:.2f} ms")
     return pd.concat(tables, ignore_index=True)

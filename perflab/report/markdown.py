@@ -347,14 +347,24 @@ def pipelined_section() -> list[str]:
                     f"{bounds.BW.iloc[0] / 1e9:.3g} GB/s from this machine's ceilings.", "",
                     fmt(bounds[["H", "p", "mode", "ai", "achieved", "of serial", "of standard", "meets"]].round(3))]
         for tl in sorted(path.parent.glob("timeline_*.csv")):
-            busy = timeline.busy(timeline.lanes(pd.read_csv(tl)))
+            recorded = pd.read_csv(tl)
+            busy = timeline.busy(timeline.lanes(recorded))
             busy = busy[busy["rank"] == 0]
             wide = busy.pivot_table(index="lane", columns="mode", values="busy_ms")
             spans = busy.groupby("mode").span_ms.first()
-            out += ["", f"Lanes busy over the second epoch of `{tl.name}` (rank 0; ms, ranges merged), beside its span: "
+            out += ["", f"Lanes busy over the second epoch of `{tl.name}` ({timeline_dtype(recorded)}; rank 0; ms, "
+                    "ranges merged), beside its span: "
                     + ", ".join(f"{m} {v:.2f} ms" for m, v in spans.items()) + f". Source: {source(tl)}.", "",
                     fmt(wide.reset_index().round(3))]
     return out
+
+
+def timeline_dtype(recorded) -> str:
+    """A timeline's dtype: its column, or float64 for one recorded before the column, when perflab
+    timeline took train's reference dtype (its data sizes twice a float32 sweep point's)."""
+    if "dtype" in recorded:
+        return str(recorded["dtype"].iloc[0])
+    return "float64, twice the sweep's data sizes"
 
 
 def held_section() -> list[str]:
