@@ -2,7 +2,7 @@
 # One device call on a several-GPU machine: multi-GPU checks, ceilings, roofline sweep, scaling,
 # data against model parallel, the all-reduce bench, the pipelined staged path beside the serial one, and the
 # single-GPU benchmarks (stages: info check ceilings sweep scaling parallel allreduce pipeline bench x4 exchange
-# dataparallel).
+# channels dataparallel). CEILINGS_ARGS: more for `perflab ceilings` (--hidden H.. --per-rank-batch b..).
 # Four GPUs (issue 33), one call: P=4 FLAGS="- overlap staged pipelined model" bash scripts/gpu_multi.sh x4 scaling ceilings allreduce
 # Every command has a time limit, so one hang cannot eat the call. Usage:
 #   OUT=/tmp/out P=2 bash scripts/gpu_multi.sh [stage...]
@@ -10,7 +10,9 @@ set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 XLA_PYTHON_CLIENT_PREALLOCATE=false
 OUT=${OUT:-/tmp/perflab-out}; mkdir -p "$OUT"; P=${P:-2}
 RANKS="1"; for n in 2 4 8 16; do [ $n -le $P ] && RANKS="$RANKS $n"; done  # 1 2 4 ... P
-MPI="timeout ${LIMIT:-90} mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x NCCL_NVLS_ENABLE -x PERFLAB_GIT_COMMIT -x XLA_PYTHON_CLIENT_PREALLOCATE"
+# a function, so `LIMIT=200 mpi ...` sets that command's time limit (a string expanded LIMIT once, at 90 s)
+mpi() { timeout "${LIMIT:-90}" mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x NCCL_NVLS_ENABLE \
+  -x PERFLAB_GIT_COMMIT -x XLA_PYTHON_CLIENT_PREALLOCATE "$@"; }
 SMALL="--dataset synthetic --input-size 97 --hidden-size 61 --num-classes 7 --train-size 517 --batch-size 100 --num-epochs 2 --learning-rate 0.5 --test-size 0"
 show() { python3 -c "import json,sys
 lines=[l for l in sys.stdin.read().splitlines() if l.startswith('{')]
@@ -27,73 +29,77 @@ for stage in $stages; do
                   "model float32 resident" "model float64 resident" "data float32 pipelined" "data float64 pipelined" "data float32 pipelined --shuffle" \
                   "data float64 pipelined --comm shm" "data float64 staged --comm shm"; do
         set -- $args
-        $MPI -n $P python3 -m perflab check --backend cupy --parallel $1 --dtype $2 --mode $3 "${@:4}" $SMALL --json 2>"$OUT/err.txt" | show "p=$P $args"
+        mpi -n $P python3 -m perflab check --backend cupy --parallel $1 --dtype $2 --mode $3 "${@:4}" $SMALL --json 2>"$OUT/err.txt" | show "p=$P $args"
         tail -2 "$OUT/err.txt" | cut -c1-300
       done 2>&1 | tee "$OUT/gpu_check_multi.log"
-      $MPI -n $P python3 -m perflab check --backend cupy --dtype float32 --test-size 0 --json 2>/dev/null | show "p=$P seeds MNIST float32" | tee -a "$OUT/gpu_check_multi.log" ;;
+      mpi -n $P python3 -m perflab check --backend cupy --dtype float32 --test-size 0 --json 2>/dev/null | show "p=$P seeds MNIST float32" | tee -a "$OUT/gpu_check_multi.log" ;;
     x4)  # issue 33 on four GPUs: the checks, then the runs of the predictions committed for them (results/predictions/h200x4_*)
       for args in "data float32" "data float64" "model float32" "model float64"; do set -- $args
-        $MPI -n $P python3 -m perflab check --backend cupy --parallel $1 --dtype $2 --mode resident $SMALL --json 2>"$OUT/err.txt" | show "p=$P $args resident"
+        mpi -n $P python3 -m perflab check --backend cupy --parallel $1 --dtype $2 --mode resident $SMALL --json 2>"$OUT/err.txt" | show "p=$P $args resident"
       done 2>&1 | tee "$OUT/gpu_check_x4.log"
       for hb in "2048 3000" "512 800"; do set -- $hb
-        LIMIT=200 $MPI -n $P python3 -m perflab sweep --name prediction_check_h200x4_data_h512_h2048_b800_b3000 --hidden $1 \
+        LIMIT=200 mpi -n $P python3 -m perflab sweep --name prediction_check_h200x4_data_h512_h2048_b800_b3000 --hidden $1 \
           --per-rank-batch $2 --ranks $RANKS --backend cupy --mode resident staged pipelined --gemm cublas --train-size 60000 \
           --num-epochs 3 --out "$OUT" 2>&1 | tail -1
-        LIMIT=120 $MPI -n $P python3 -m perflab sweep --name prediction_check_h200x4_model_h512_h2048_b800_b3000 --parallel model \
+        LIMIT=120 mpi -n $P python3 -m perflab sweep --name prediction_check_h200x4_model_h512_h2048_b800_b3000 --parallel model \
           --hidden $1 --per-rank-batch $2 --ranks $RANKS --backend cupy --mode resident --train-size 60000 --num-epochs 3 \
           --out "$OUT" 2>&1 | tail -1
       done ;;
-    allreduce) LIMIT=150 $MPI -n $P python3 -m perflab bench allreduce --out "$OUT" 2>&1 | tail -12 ;;
-    ceilings) LIMIT=150 $MPI -n $P python3 -m perflab ceilings --out "$OUT" 2>&1 | grep -v "^ *mpi_allreduce\|^ *nccl_allreduce.* 0\.0" | tail -30 ;;
+    allreduce) LIMIT=150 mpi -n $P python3 -m perflab bench allreduce --out "$OUT" 2>&1 | tail -12 ;;
+    ceilings) LIMIT=${LIMIT:-150} mpi -n $P python3 -m perflab ceilings ${CEILINGS_ARGS:-} --out "$OUT" 2>&1 | grep -v "^ *mpi_allreduce\|^ *nccl_allreduce.* 0\.0" | tail -30 ;;
     sweep)
       for mode in staged resident; do
-        LIMIT=300 $MPI -n $P python3 -m perflab sweep --name roofline --hidden 512 1024 2048 --per-rank-batch 3200 --ranks $RANKS \
+        LIMIT=300 mpi -n $P python3 -m perflab sweep --name roofline --hidden 512 1024 2048 --per-rank-batch 3200 --ranks $RANKS \
           --backend cupy --mode $mode --gemm cublas --train-size 38400 --num-epochs 3 --out "$OUT" 2>&1 | tail -2
       done
-      LIMIT=120 $MPI -n $P python3 -m perflab sweep --name roofline --hidden 512 --batch 800 12000 --ranks 1 \
+      LIMIT=120 mpi -n $P python3 -m perflab sweep --name roofline --hidden 512 --batch 800 12000 --ranks 1 \
         --backend cupy --mode staged --gemm cublas --train-size 38400 --num-epochs 3 --out "$OUT" 2>&1 | tail -2 ;;
     pipeline)  # issue 30: resident, serial staged and pipelined side by side in one sweep; their timelines; the host all-reduce
-      LIMIT=400 $MPI -n $P python3 -m perflab sweep --name pipeline --hidden 2048 --per-rank-batch 3000 --ranks $RANKS \
+      LIMIT=400 mpi -n $P python3 -m perflab sweep --name pipeline --hidden 2048 --per-rank-batch 3000 --ranks $RANKS \
         --backend cupy --mode resident staged pipelined --gemm cublas --train-size 60000 --num-epochs 5 --out "$OUT" 2>&1 | tail -2
       for n in $RANKS; do
-        LIMIT=120 $MPI -n $n python3 -m perflab timeline --dataset synthetic --hidden-size 2048 --batch-size $((3000 * n)) \
+        LIMIT=120 mpi -n $n python3 -m perflab timeline --dataset synthetic --hidden-size 2048 --batch-size $((3000 * n)) \
           --train-size $((18000 * n)) --test-size 0 --out "$OUT" 2>&1 | tail -9
       done
-      LIMIT=150 $MPI -n $P python3 -m perflab bench allreduce --out "$OUT" 2>&1 | tail -12
+      LIMIT=150 mpi -n $P python3 -m perflab bench allreduce --out "$OUT" 2>&1 | tail -12
       # the host all-reduce (MPI_Allreduce or shared memory) and the dW1 chunks, each a run of 6 epochs at p = P
       { python3 -c "import json; from perflab import results; print(json.dumps(results.machine_metadata()))"
         for comm in mpi shm; do for mode in staged pipelined; do for k in $([ $mode = pipelined ] && echo 1 2 4 8 16 || echo 4); do
-          $MPI -n $P python3 -m perflab train --backend cupy --mode $mode --comm $comm --chunks $k --dataset synthetic \
+          mpi -n $P python3 -m perflab train --backend cupy --mode $mode --comm $comm --chunks $k --dataset synthetic \
             --hidden-size 2048 --batch-size $((3000 * P)) --train-size 60000 --num-epochs 6 --test-size 0 \
             --learning-rate 0.1 --json 2>/dev/null | tail -1 | python3 -c "import json,sys; d=json.loads(sys.stdin.read())
 print(json.dumps({k: d[k] for k in ('mode', 'comm', 'chunks', 'ranks', 'hidden_sizes', 'batch_size', 'train_size', 'epoch_seconds')}))"
         done; done; done; } 2>&1 | tee "$OUT/pipeline_comm.jsonl" ;;
     parallel)  # data against model parallel on the GPUs (REPORT.md "Data against model parallel")
-      LIMIT=240 $MPI -n $P python3 -m perflab sweep --name parallel --parallel data model --hidden 512 2048 \
+      LIMIT=240 mpi -n $P python3 -m perflab sweep --name parallel --parallel data model --hidden 512 2048 \
         --per-rank-batch 800 3000 --ranks $RANKS --backend cupy --mode resident --train-size 60000 --num-epochs 3 --out "$OUT" 2>&1 | tail -2 ;;
     bench)  # the single-GPU benchmarks on this machine's first GPU (bench train saves after each config)
       timeout 120 python3 -m perflab bench gemm --out "$OUT" 2>&1 | tail -3
       timeout 150 python3 -m perflab bench step --out "$OUT" 2>&1 | tail -14
       timeout 400 python3 -m perflab bench train --peers perflab "perflab (output layer unfused)" "perflab (unfused)" "jax scan epoch" \
         "torch.compile default" "torch.compile reduce-overhead" "pytorch cuda graph" "cublas 5-gemm floor" --out "$OUT" 2>&1 | tail -12 ;;
-    exchange)  # why the exchanges are slower than NVLink and the host allow: NCCL's channel and protocol settings at
-               # the gradient sizes (issue 31), and the pipelined path's host all-reduce of its pieces (issue 28)
-      bash experiments/nccl_graph/channels.sh 2>&1 | tee "$OUT/nccl_channels.log"
-      $MPI -n $P python3 experiments/pipelined/pieces.py 2>&1 | tee "$OUT/pieces_h200x$P.jsonl" | grep '"piece": 1' ;;
+    exchange)  # the pipelined path's host all-reduce (issue 28): its pieces alone, then the float32 timeline of training
+      mpi -n $P python3 experiments/pipelined/pieces.py 2>&1 | tee "$OUT/pieces_x$P.jsonl" | grep '"piece": 1'
+      for hb in "1280 3500" "2560 3500"; do set -- $hb
+        mpi -n $P python3 -m perflab timeline --dataset synthetic --hidden-size $1 --batch-size $(($2 * P)) \
+          --train-size $(($2 * P * 6)) --test-size 0 --out "$OUT" 2>&1 | tail -4
+      done ;;
+    channels)  # why the exchanges are slower than NVLink: NCCL's channel and protocol settings at the gradient sizes (issue 31)
+      bash experiments/nccl_graph/channels.sh 2>&1 | tee "$OUT/nccl_channels.log" ;;
     dataparallel)  # perflab resident data parallel alone at p = 1 .. P in the scaling harness, under NCCL_ENV (issue 31)
       for hb in "2048 3000" "512 800"; do set -- $hb
         for n in $RANKS; do
-          env ${NCCL_ENV:-} $MPI -n $n $(for kv in ${NCCL_ENV:-}; do echo -x ${kv%%=*}; done) \
-            python3 -m perflab.measure.peers_multi perflab $1 $2 60000 2>/dev/null | tail -1
+          ( [ -n "${NCCL_ENV:-}" ] && export ${NCCL_ENV}; mpi -n $n $(for kv in ${NCCL_ENV:-}; do echo -x ${kv%%=*}; done) \
+            python3 -m perflab.measure.peers_multi perflab $1 $2 60000 2>/dev/null | tail -1 )
         done
       done 2>&1 | tee "$OUT/dataparallel_$(echo "${NCCL_ENV:-defaults}" | tr -c 'A-Za-z0-9._\n-' '_').jsonl" ;;
     scaling)  # every peer in one harness (perflab.measure.peers_multi): same warm-up, median of the same epochs
       for hb in "2048 3000" "512 800"; do set -- $hb; H=$1; b=$2
         for n in $RANKS; do
           for flags in ${FLAGS:-- overlap no-graphs staged pipelined model}; do  # "-": resident, no flag
-            $MPI -n $n python3 -m perflab.measure.peers_multi perflab $H $b 60000 ${flags#-} 2>/dev/null | tail -1
+            mpi -n $n python3 -m perflab.measure.peers_multi perflab $H $b 60000 ${flags#-} 2>/dev/null | tail -1
           done
-          $MPI -n $n python3 -m perflab.measure.peers_multi ddp $H $b 60000 2>/dev/null | tail -1
+          mpi -n $n python3 -m perflab.measure.peers_multi ddp $H $b 60000 2>/dev/null | tail -1
           timeout 120 python3 -m perflab.measure.peers_multi jax $H $b 60000 $n 2>/dev/null | tail -1
         done
       done 2>&1 | tee "$OUT/scaling.jsonl" ;;

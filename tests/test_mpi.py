@@ -179,6 +179,7 @@ def test_scaling_harness_names_and_flags():
     assert peers_multi.perflab_name(("staged", "no-graphs")) == "perflab staged, no graphs"
     assert peers_multi.perflab_name(("model",)) == "perflab resident, model parallel"
     assert peers_multi.perflab_name(("pipelined",)) == "perflab pipelined"
+    assert peers_multi.perflab_name(("step-graphs",)) == "perflab resident, a graph a step"
     with pytest.raises(SystemExit, match=r"unknown perflab flag\(s\) \['fast'\]"):
         peers_multi.perflab_on_gpus(8, 4, 16, "fast")
     for clash in (("staged", "pipelined"), ("model", "staged"), ("model", "overlap")):

@@ -427,8 +427,33 @@ def test_a_resident_epoch_in_one_graph_is_stretched_as_measured_at_real_sizes():
     steps = 2 * graphed["full_batch_s"]
     assert graphed["epoch_s"] == pytest.approx(1.04 * steps) and graphed["t_epoch_fixed"] == pytest.approx(0.04 * steps)
     assert graphed["batch_s"] == pytest.approx(1.04 * graphed["full_batch_s"])
-    for other in (point(mode="staged"), point(p=2, B=8000, N=16000)):
+    for other in (point(mode="staged"), point(p=2, B=8000, N=16000, epoch_graph=False)):
         assert predictor.predict_point(other, new)["t_epoch_fixed"] == pytest.approx(5e-5)
+
+
+def test_several_gpus_run_an_epoch_as_one_graph_with_the_all_reduces_inside_but_older_rows_did_not():
+    """The trainer now replays a resident epoch as one graph on several GPUs too (NCCL inside): no
+    eager all-reduce and update launches after each step's graph, the epoch stretched as on one GPU.
+    A sweep row says which it ran (epoch_graph); a row from before the column ran a graph a step."""
+    c = table()
+    c = predictor.Ceilings(pd.concat([c.table, pd.DataFrame([{"ceiling": "step_floor", "impl": "trainer resident epoch graph",
+                           "ranks": 1, "H": 1024, "epoch_seconds": 1.1e-2, "graph_seconds": 1e-2, "seconds": 1e-3}])],
+                                     ignore_index=True), source="made-up")
+    two = dict(H=256, B=200, p=2, N=2000)  # a tiny step: the host's floor (and the launches) bound it
+    kernels = 6 * 256 * 100 * 1e-11
+    exchange = 1e-5 + perfmodel.gradient_buffer_bytes(256) / 1e10
+    whole = predictor.predict_point(point(**two), c)
+    assert predictor.ran_epoch_graphs(point(**two)) and whole["t_host"] == pytest.approx(3e-5)
+    assert whole["full_batch_s"] == pytest.approx(max(kernels + exchange, 3e-5), rel=1e-6)
+    assert whole["batch_s"] == pytest.approx(1.1 * whole["full_batch_s"], rel=1e-6)
+    stepwise = predictor.predict_point(point(**two, epoch_graph=False), c)
+    assert stepwise["t_host"] == pytest.approx(3e-5 + 2 * 1e-5)  # + the all-reduce's and the update's launches
+    assert "t_epoch_fixed" not in stepwise or stepwise["t_epoch_fixed"] == 0.0
+    old = predictor.as_measured(pd.Series({**point(**two), "graphs": True, "epoch_graph": np.nan}))
+    assert not old["epoch_graph"]
+    assert predictor.as_measured(pd.Series({**point(), "graphs": True}))["epoch_graph"]
+    assert predictor.as_measured(pd.Series({**point(**two), "epoch_graph": True}))["epoch_graph"]
+    assert not predictor.ran_epoch_graphs(point(mode="staged")) and not predictor.ran_epoch_graphs(point(backend="numpy"))
 
 
 def test_describe_counts_the_points_inside_their_band():

@@ -345,8 +345,8 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
         graphed = launched_as_graph(point)
         host_spread = c.trainer_floor_spread(point["mode"], graphed, gemm) if point["mode"] != "pipelined" else None
         if point["mode"] == "resident":
-            # on several GPUs the all-reduce and the update launch one by one after the graph
-            launches = 2 * c.launch() if p > 1 else 0.0
+            # on several GPUs, a graph a step: the all-reduce and the update launch one by one after it
+            launches = 2 * c.launch() if p > 1 and not ran_epoch_graphs(point) else 0.0
             terms["host"] = c.trainer_floor("resident", graphed, gemm) + launches
             terms["exchange"] = c.allreduce("nccl_allreduce", p, gradient) if p > 1 else 0.0
             batch = max(terms["kernels"] + terms["exchange"], terms["host"])
@@ -388,6 +388,17 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
 def launch_name(point: dict) -> str:
     """How the point's step launched, as sweeps name it (`graph`, `eager`; the CPU's always eager)."""
     return "graph" if point.get("backend") != "numpy" and launched_as_graph(point) else "eager"
+
+
+def ran_epoch_graphs(point: dict) -> bool:
+    """Whether fit ran (or runs) the point's epochs as one CUDA graph each (FusedGPU.graphs_an_epoch):
+    the sweep row's epoch_graph, else what the trainer does now: on GPUs, data resident, steps
+    graphed (a sweep's batches come in order; resident exchanges through NCCL, which a graph holds).
+    Rows from before the column go through as_measured, which says what the trainer then did."""
+    ran = point.get("epoch_graph")
+    if ran is not None and not (isinstance(ran, float) and math.isnan(ran)):
+        return bool(ran)
+    return point["backend"] != "numpy" and point.get("mode") == "resident" and launched_as_graph(point)
 
 
 def launched_as_graph(point: dict) -> bool:
@@ -474,9 +485,7 @@ def predict_point(point: dict, c: Ceilings) -> dict:
     # the epoch's steps, and where the prediction has a band (the staged copy's and the host floor's spread), its two ends
     steps = {k: full * pred[k] + last.get(k, last.get("batch_s", 0.0))
              for k in ("batch_s", "batch_low_s", "batch_high_s") if k in pred}
-    one_graph = point["backend"] != "numpy" and point.get("mode") == "resident" and launched_as_graph(point) \
-        and int(point["p"]) == 1
-    stretch = c.epoch_stretch() if one_graph else None
+    stretch = c.epoch_stretch() if ran_epoch_graphs(point) else None
     if stretch is not None:  # one CUDA graph an epoch: fit's epoch is its graph stretched, measured at real sizes
         epochs = {k: v * stretch for k, v in steps.items()}
         pred["t_epoch_fixed"] = epochs["batch_s"] - steps["batch_s"]
@@ -519,10 +528,14 @@ def loader():
 
 def as_measured(row) -> dict:
     """A sweep row as a point, saying how its step launched where the row predates the column: a
-    staged row from before the staged step was graphed (bd32702) ran kernel by kernel."""
+    staged row from before the staged step was graphed (bd32702) ran kernel by kernel; a row from
+    before epoch_graph ran an epoch as one graph on one GPU only (resident, graphed)."""
     point = row.to_dict()
     if point.get("mode") == "staged" and pd.isna(point.get("graphs", np.nan)):
         point["graphs"] = False
+    if pd.isna(point.get("epoch_graph", np.nan)):
+        point["epoch_graph"] = point["backend"] != "numpy" and point.get("mode") == "resident" \
+            and launched_as_graph(point) and int(point["p"]) == 1
     return point
 
 

@@ -4,12 +4,13 @@ an epoch split over p GPUs (each does N/p), b = B/p samples per GPU per step; ea
 median of REPEATS epochs after WARMUP (the first epochs on several GPUs pay NCCL's set-up:
 results/nvidia-h200-x4/warmup_p4.log).
 
-    mpirun -n P python -m perflab.measure.peers_multi perflab H b N [staged|pipelined] [overlap] [no-graphs] [model]
+    mpirun -n P python -m perflab.measure.peers_multi perflab H b N [staged|pipelined] [overlap] [no-graphs] [step-graphs] [model]
     mpirun -n P python -m perflab.measure.peers_multi ddp H b N        (one process a GPU)
     python -m perflab.measure.peers_multi jax H b N P                    (one process, P GPUs)
 Each prints one JSON line {"peer", "H", "b", "p", "epoch_ms"} (from rank 0). perflab's `model` flag
 runs model parallel (H split over the GPUs, every GPU the whole batch of p x b): the same samples
-per step and per epoch as data parallel, split the other way.
+per step and per epoch as data parallel, split the other way. `step-graphs`: a CUDA graph a step
+(the all-reduce and update launched after it) instead of one graph an epoch with NCCL inside.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import numpy as np
 from perflab.measure.peers import initial, timed_epochs
 
 WARMUP, REPEATS = 3, 7
-PERFLAB_FLAGS = ("staged", "pipelined", "overlap", "no-graphs", "model")
+PERFLAB_FLAGS = ("staged", "pipelined", "overlap", "no-graphs", "step-graphs", "model")
 
 
 def perflab_mode(flags) -> str:
@@ -32,7 +33,7 @@ def perflab_mode(flags) -> str:
 def perflab_name(flags) -> str:
     """'perflab resident', 'perflab resident, overlap', 'perflab staged', 'perflab pipelined',
     'perflab resident, model parallel': the labels the report reads."""
-    named = {"no-graphs": "no graphs", "model": "model parallel"}
+    named = {"no-graphs": "no graphs", "step-graphs": "a graph a step", "model": "model parallel"}
     return ", ".join([f"perflab {perflab_mode(flags)}",
                       *(named.get(f, f) for f in flags if f not in ("staged", "pipelined"))])
 
@@ -59,7 +60,7 @@ def perflab_on_gpus(H: int, b: int, N: int, *flags: str, lr=0.1, reg=1e-4, warmu
     rng = np.random.default_rng(0)
     X, y = rng.random((N, 784), dtype=np.float32), rng.integers(0, 10, N)
     ms = perflab_epoch(X, y, H, b * world.size, lr, reg, warmup, repeats, graphs="no-graphs" not in flags, comm=comm,
-                       mode=mode, overlap="overlap" in flags,
+                       mode=mode, overlap="overlap" in flags, epoch_graphs="step-graphs" not in flags,
                        parallel="model" if "model" in flags else "data")
     return ms if world.rank == 0 else None
 

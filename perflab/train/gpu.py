@@ -10,7 +10,8 @@ Same math as perflab.train.model (checked against it), laid out for speed:
   step      p <- p - lr (g + reg p) for every parameter in one launch
 Parameters and gradients each live in one flat device buffer. In `resident` mode the data
 sit on the GPU and each batch's whole step is captured once as a CUDA graph and replayed (on
-several GPUs forward and backward only; the all-reduce and update launch after it); in `staged`
+several GPUs forward and backward only; the all-reduce and update launch after it), and where
+batches come in order a whole epoch is one graph (on several GPUs the NCCL all-reduces inside); in `staged`
 mode (the seeds' path) each batch is copied host -> device every iteration into one device
 buffer, and the step after the copy replays its graph the same way.
 """
@@ -134,6 +135,9 @@ class FusedGPU(Sequential):
         # one between the GEMM 3 chunks they were 1.2x (H = 2048) to 6x (H = 512) slower
         # (results/nvidia-h200/nccl_graph_capture.log). A host MPI exchange cannot be captured at all.
         self.whole_graph = comm.size == 1 or self.overlap
+        # whether the step's exchange can sit in a CUDA graph at all: NCCL's can, a host MPI one cannot
+        self.capturable = comm.size == 1 or getattr(comm, "strategy", "") == "nccl"
+        self.epochs_graphed = 0  # epochs run as one CUDA graph (a sweep row says whether its epochs were)
         self.cache = {}
         self.epoch_graphs = True  # one graph an epoch where graphs_an_epoch allows (off: a graph a batch)
         self.tuned = set()  # GEMM operand layouts already tuned
@@ -289,10 +293,11 @@ class FusedGPU(Sequential):
         return self.batch_loss(global_b) if want else None
 
     def graphs_an_epoch(self, batches) -> bool:
-        """Whether `epoch` may run these batches as one graph: one GPU, data resident, batches in
-        order (slices), steps graphed and nothing recording phases."""
-        return (self.epoch_graphs and self.graphs and self.whole_graph and self.mode == "resident"
-                and self.comm.size == 1 and all(isinstance(i, slice) for i in batches) and not profile.recording())
+        """Whether `epoch` may run these batches as one graph: data resident, batches in order
+        (slices), steps graphed, the exchange capturable (one GPU, or NCCL: the all-reduces inside
+        the graph, no host launch between steps) and nothing recording phases."""
+        return (self.epoch_graphs and self.graphs and self.capturable and self.mode == "resident"
+                and all(isinstance(i, slice) for i in batches) and not profile.recording())
 
     def epoch(self, batches, want_loss: bool):
         """Every batch's step as one CUDA graph, captured on first use; the loss (when wanted) at the
@@ -300,6 +305,7 @@ class FusedGPU(Sequential):
         which a fast step waits on: the whole-epoch scan of JAX, the fastest peer, does the same."""
         with self.stream:
             self.replay(self.epoch_key(batches, want_loss), self.steps, batches, want_loss)
+        self.epochs_graphed += 1
         return self.batch_loss(batches[-1].stop - batches[-1].start) if want_loss else None
 
     @staticmethod
@@ -396,8 +402,8 @@ class FusedModelParallel(FusedGPU):
         if cfg.hidden_size < comm.size:
             raise ParallelError(f"model parallel over {comm.size} ranks needs at least {comm.size} hidden units, "
                                 f"got H={cfg.hidden_size}")
-        capturable = comm.size == 1 or getattr(comm, "strategy", "") == "nccl"
-        super().__init__(cfg, X, y, comm, "resident", gemm, graphs and capturable, fuse_output=comm.size == 1)
+        nccl = comm.size == 1 or getattr(comm, "strategy", "") == "nccl"  # a graph can hold the logits' all-reduce
+        super().__init__(cfg, X, y, comm, "resident", gemm, graphs and nccl, fuse_output=comm.size == 1)
         self.whole_graph = True  # the logits' all-reduce is inside the step; the update exchanges nothing
 
     def shard(self):
