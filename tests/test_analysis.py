@@ -61,6 +61,18 @@ def test_parallel_section_counts_where_model_parallel_wins(tmp_path, monkeypatch
     text = "\n".join(markdown.parallel_section())
     assert "Model parallel was faster at 1 of the 2 points with p > 1" in text
     assert "the bytes differ 5 to 20 times" in text
+    # a model-only blind check is read beside the data-parallel sweep of its name without _model (resident rows)
+    frame = pd.DataFrame(rows).assign(mode="resident")
+    frame[frame.parallel == "model"].to_csv(folder / "prediction_check_x_model_s.csv", index=False)
+    staged = frame[frame.parallel == "data"].assign(mode="staged", epoch_seconds=9.0)
+    pd.concat([frame[frame.parallel == "data"], staged]).to_csv(folder / "prediction_check_x_s.csv", index=False)
+    for name in ("prediction_check_x_model_s", "prediction_check_x_s"):
+        (folder / f"{name}.json").write_text(json.dumps({"cpu": "test cpu", "git_commit": "abc", "date": "today"}))
+    text = "\n".join(markdown.parallel_section())
+    assert text.count("Model parallel was faster at 1 of the 2 points with p > 1") == 2
+    assert "; data parallel: `" in text and "prediction_check_x_s.csv" in text
+    (folder / "prediction_check_x_s.csv").unlink()
+    assert "prediction_check_x_model_s" not in "\n".join(markdown.parallel_section())  # no data side: left out
 
 
 def test_epoch_predicted_as_the_sum_of_its_kernels():

@@ -238,7 +238,13 @@ def parallel_section() -> list[str]:
     out = []
     paths = sorted(RESULTS_ROOT.glob("*/parallel.csv")) + sorted(RESULTS_ROOT.glob("*/prediction_check_*model*.csv"))
     for path in paths:
-        t = pd.read_csv(path)
+        t, data_source = pd.read_csv(path), ""
+        if "data" not in set(t.parallel):  # a model-only sweep: its data-parallel side is the sweep named without _model
+            sibling = path.with_name(path.name.replace("_model", ""))
+            if not sibling.exists():
+                continue
+            data = pd.read_csv(sibling)
+            t, data_source = pd.concat([t, data[data["mode"] == "resident"]], ignore_index=True), f"; data parallel: {source(sibling)}"
         t["b"] = t.B // t.p
         t["allreduce_ms"] = 1e3 * t["t_MPI_Allreduce"] if "t_MPI_Allreduce" in t else float("nan")
         wide = t.pivot_table(index=["H", "b", "p"], columns="parallel", values=["epoch_seconds", "allreduce_ms", "bytes_mpi"])
@@ -252,7 +258,7 @@ def parallel_section() -> list[str]:
                else "fused model parallel, launched kernel by kernel on several GPUs" if "trainer" in t else "")
         out += ["", f"## Data against model parallel (b = B/p per rank), {path.parent.name}"
                 + (f", {how}" if how else ""), "",
-                f"Source: {source(path)}.", "", fmt(wide.reset_index().round(4)), "",
+                f"Source: {source(path)}{data_source}.", "", fmt(wide.reset_index().round(4)), "",
                 f"Model parallel was faster at {wins} of the {len(several)} points with p > 1. Data parallel "
                 "all-reduces every gradient, H(D + C + 1) + C values a batch whatever B (`bytes_mpi data`); model "
                 "parallel splits the hidden units and all-reduces only the C x B logits (`bytes_mpi model`), but "
@@ -464,7 +470,7 @@ def scaling_story(scaling) -> list[str]:
                              + (f", epoch {top.epoch_ms[name] / peers.epoch_ms.min():.2f} of the best peer's ({best})"
                                 if best else ""))
         out += ["; ".join(lines) + "." if lines else ""]
-        out += epoch_graph_text(RESULTS_ROOT / machine, int(H), int(b))
+        out += epoch_graph_text(RESULTS_ROOT / machine, int(H), int(b)) + [""]
     out += ["", "Data parallel all-reduces the whole gradient (6.5 MB at H=2048) after backward GEMM 3, the step's "
                 "last work, so nothing is left to hide it behind; model parallel all-reduces the C x B logits "
                 "(240 KB at B=6000) and its whole step, the NCCL all-reduce included, is one CUDA graph. "
