@@ -15,6 +15,7 @@ One GPU: the whole step is a CUDA graph (one per buffer), as in resident mode.
 """
 from __future__ import annotations
 
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -26,6 +27,7 @@ from perflab.train.parallel import local_part
 from perflab.train.profile import phase
 
 HOST_TO_DEVICE, DEVICE_TO_HOST = 1, 2  # cudaMemcpyKind
+SWITCH_INTERVAL = 2e-5  # s: how long the exchange thread waits for the GIL before this thread must hand it over
 
 
 def same_part(a, b) -> bool:
@@ -66,11 +68,17 @@ class Pipelined(FusedGPU):
             # backward had ended (results/nvidia-h100-80gb-hbm3/timeline_H1280_b3500_p2.csv)
             device = cp.cuda.Device().id
             self.exchanger = ThreadPoolExecutor(1, "perflab-exchange", initializer=lambda: cp.cuda.Device(device).use())
+            # and a short GIL switch interval while this trainer lives: CuPy's launches hold the GIL, so at
+            # Python's 5 ms the exchange thread woke only once this one had launched the whole step (the same
+            # timeline with the thread: the first MPI still after backward)
+            self.switch_interval = sys.getswitchinterval()
+            sys.setswitchinterval(SWITCH_INTERVAL)
 
     def close(self):
         exchanger = self.__dict__.pop("exchanger", None)  # once, though close() runs again as __del__
         if exchanger is not None:
             exchanger.shutdown()
+            sys.setswitchinterval(self.switch_interval)
         super().close()
 
     __del__ = close
