@@ -7,17 +7,14 @@ pipeline and the overlap of the exchange with backward).
              a copy stream into the second of two device buffers while batch k computes
   gradients  backward's small gradients (db1, dW2, db2 and the loss slot: G's tail) go device ->
              host on a `down` stream as soon as they exist, then dW1 in row chunks, each behind its
-             chunk of backward GEMM 3; a host thread of its own all-reduces each piece (MPI) as it
-             arrives, while the next pieces compute and copy and this thread still launches the
-             step, and sends it back on an `up` stream
+             chunk of backward GEMM 3; the host all-reduces each piece (MPI) as it arrives, while
+             the next pieces compute and copy, and sends it back on an `up` stream
   update     waits for the last piece, then one launch as in every mode
 One GPU: the whole step is a CUDA graph (one per buffer), as in resident mode.
 """
 from __future__ import annotations
 
-import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -27,7 +24,6 @@ from perflab.train.parallel import local_part
 from perflab.train.profile import phase
 
 HOST_TO_DEVICE, DEVICE_TO_HOST = 1, 2  # cudaMemcpyKind
-SWITCH_INTERVAL = 2e-5  # s: how long the exchange thread waits for the GIL before this thread must hand it over
 
 
 def same_part(a, b) -> bool:
@@ -62,26 +58,7 @@ class Pipelined(FusedGPU):
             self.produced = [event() for _ in range(len(self.chunks) + 1)]
             self.arrived = [event() for _ in range(len(self.chunks) + 1)]
             self.returned = event()
-            self.sent, self.exchanged = [], []
-            # The pieces' MPI on a thread of its own: launching the eager step took this thread as long as
-            # the step's kernels (two H100, p = 2), so an MPI loop after the launches began only once
-            # backward had ended (results/nvidia-h100-80gb-hbm3/timeline_H1280_b3500_p2.csv)
-            device = cp.cuda.Device().id
-            self.exchanger = ThreadPoolExecutor(1, "perflab-exchange", initializer=lambda: cp.cuda.Device(device).use())
-            # and a short GIL switch interval while this trainer lives: CuPy's launches hold the GIL, so at
-            # Python's 5 ms the exchange thread woke only once this one had launched the whole step (the same
-            # timeline with the thread: the first MPI still after backward)
-            self.switch_interval = sys.getswitchinterval()
-            sys.setswitchinterval(SWITCH_INTERVAL)
-
-    def close(self):
-        exchanger = self.__dict__.pop("exchanger", None)  # once, though close() runs again as __del__
-        if exchanger is not None:
-            exchanger.shutdown()
-            sys.setswitchinterval(self.switch_interval)
-        super().close()
-
-    __del__ = close
+            self.sent = []
 
     # -- the input pipeline -------------------------------------------------------------------
     def prefetch(self, part, slot: int) -> None:
@@ -159,27 +136,19 @@ class Pipelined(FusedGPU):
         with self.down, phase("cudaMemcpyDeviceToHost"):
             self.memcpy(self.G[lo:hi], self.hostG[lo:hi], DEVICE_TO_HOST, self.down)
         self.arrived[j].record(self.down)
-        if not j:
-            self.exchange_start = time.perf_counter()
         self.sent.append((lo, hi))
-        self.exchanged.append(self.exchanger.submit(self.exchange_piece, j, lo, hi))
-
-    def exchange_piece(self, j: int, lo: int, hi: int) -> None:
-        """On the exchange thread, in order: piece j all-reduced once it is on the host, then sent back up."""
-        self.arrived[j].synchronize()
-        with phase("MPI_Allreduce"):
-            self.comm.reduce_host(self.hostG[lo:hi])
-        with self.up, phase("cudaMemcpyHostToDevice"):
-            self.memcpy(self.G[lo:hi], self.hostG[lo:hi], HOST_TO_DEVICE, self.up)
 
     def exchange_and_update(self):
-        """The update waits for the last piece to be all-reduced and back on the GPU."""
+        """Each piece all-reduced on the host as it arrives and sent back up; the update waits for the last."""
         if self.comm.size == 1:
             return super().exchange_and_update()
-        start = self.exchange_start
-        for piece in self.exchanged:
-            piece.result()  # (raises what the exchange thread raised)
-        self.exchanged = []
+        start = time.perf_counter()
+        for j, (lo, hi) in enumerate(self.sent):
+            self.arrived[j].synchronize()
+            with phase("MPI_Allreduce"):
+                self.comm.reduce_host(self.hostG[lo:hi])
+            with self.up, phase("cudaMemcpyHostToDevice"):
+                self.memcpy(self.G[lo:hi], self.hostG[lo:hi], HOST_TO_DEVICE, self.up)
         self.returned.record(self.up)
         self.cp.cuda.get_current_stream().wait_event(self.returned)
         self.comm.records.append({"op": "allreduce", "strategy": "pipelined " + self.comm.strategy,
