@@ -117,6 +117,12 @@ def test_the_pipelined_path_overlaps_what_the_staged_path_runs_in_series():
     assert piped["batch_s"] >= max(piped["t_kernels"], mpi, piped["t_images"]) - 1e-12
     fewer = predictor.predict_point(point(mode="pipelined", p=2, B=8000, N=16000, chunks=1), c)
     assert fewer["t_exchange"] > piped["t_exchange"]  # one dW1 piece: nothing of it overlaps GEMM 3
+    # a graph up to the pieces' copies: the host replays it (the resident floor) and meets the first piece
+    # sooner than after launching the step kernel by kernel (rows from before: graphs False)
+    assert piped["t_host"] == pytest.approx(3e-5)
+    eager = predictor.predict_point(point(mode="pipelined", p=2, B=8000, N=16000, graphs=False), c)
+    assert eager["t_host"] == pytest.approx(2e-4 + 3 * 1e-5)
+    assert eager["batch_s"] >= piped["batch_s"]
 
 
 def test_the_fused_model_parallel_step_splits_h_and_all_reduces_the_logits(tmp_path):

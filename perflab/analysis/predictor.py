@@ -446,8 +446,9 @@ def pipelined_batch(H: int, Bl: float, p: int, chunks: int, c: Ceilings, terms: 
     """perflab.train.pipelined's step: the next batch's images (pinned) copy on their own stream under
     compute; on several GPUs G's tail, then each of `chunks` dW1 row blocks as backward GEMM 3 makes
     it, flows device -> host -> MPI -> host -> device (pinned copies, host MPI, each one piece at a
-    time; the host reaches its MPI loop only once it has launched the whole step) and the update
-    waits for the last. The step is the longest of: that chain, the host -> device link's load
+    time; the host reaches its MPI loop only once it has launched the step: on several GPUs one graph
+    replay up to the pieces' copies down, or, in rows from before that (graphs False), the whole step
+    kernel by kernel) and the update waits for the last. The step is the longest of: that chain, the host -> device link's load
     (images + gradients up), and the device -> host link's."""
     D = 784
     terms["images"] = c.copy("h2d", "pinned", (D * 4 + 8) * Bl)
@@ -465,7 +466,10 @@ def pipelined_batch(H: int, Bl: float, p: int, chunks: int, c: Ceilings, terms: 
     down = [c.copy("d2h", "pinned", n) for n in sizes]
     mpi = [c.allreduce("mpi_allreduce", p, n) for n in sizes]
     up = [c.copy("h2d", "pinned", n) for n in sizes]
-    terms["host"] = c.trainer_floor("staged", False) + (chunks - 1) * c.launch()  # an eager step, GEMM 3 in chunks
+    if graphed:  # the step up to the pieces' copies down one graph: the host replays it and polls the pieces
+        terms["host"] = c.trainer_floor("resident", True)
+    else:  # an eager step, GEMM 3 in chunks
+        terms["host"] = c.trainer_floor("staged", False) + (chunks - 1) * c.launch()
     terms["kernels"] = ready[-1] + update
     terms["exchange"] = pipeline_end(ready, [down, mpi, up], free=[0.0, terms["host"], 0.0]) - ready[-1]
     terms["mpi"] = sum(mpi)
@@ -528,14 +532,17 @@ def loader():
 
 def as_measured(row) -> dict:
     """A sweep row as a point, saying how its step launched where the row predates the column: a
-    staged row from before the staged step was graphed (bd32702) ran kernel by kernel; a row from
-    before epoch_graph ran an epoch as one graph on one GPU only (resident, graphed)."""
+    staged row from before the staged step was graphed (bd32702) ran kernel by kernel, and so did a
+    pipelined one on several GPUs; a row from before epoch_graph ran an epoch as one graph on one GPU
+    only (resident, graphed)."""
     point = row.to_dict()
-    if point.get("mode") == "staged" and pd.isna(point.get("graphs", np.nan)):
+    several = int(point["p"]) > 1
+    if (point.get("mode") == "staged" or (point.get("mode") == "pipelined" and several)) \
+            and pd.isna(point.get("graphs", np.nan)):
         point["graphs"] = False
     if pd.isna(point.get("epoch_graph", np.nan)):
         point["epoch_graph"] = point["backend"] != "numpy" and point.get("mode") == "resident" \
-            and launched_as_graph(point) and int(point["p"]) == 1
+            and launched_as_graph(point) and not several
     return point
 
 

@@ -10,7 +10,10 @@ pipeline and the overlap of the exchange with backward).
              chunk of backward GEMM 3; the host all-reduces each piece (MPI) as it arrives, while
              the next pieces compute and copy, and sends it back on an `up` stream
   update     waits for the last piece, then one launch as in every mode
-One GPU: the whole step is a CUDA graph (one per buffer), as in resident mode.
+One GPU: the whole step is a CUDA graph (one per buffer), as in resident mode. Several: the step up
+to the pieces' copies down is one graph, each copy followed by a 4-byte flag the host polls, so the
+host is free to all-reduce from the first piece on; launched kernel by kernel, the host was still
+launching when backward ended (results/nvidia-h100-80gb-hbm3/timeline_H1280_b3500_p2.csv).
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ import time
 import numpy as np
 
 from perflab.train import profile
-from perflab.train.gpu import FusedGPU, pinned_copy
+from perflab.train.gpu import FusedGPU, GPUError, pinned_copy
 from perflab.train.parallel import local_part
 from perflab.train.profile import phase
 
@@ -38,7 +41,7 @@ class Pipelined(FusedGPU):
     def __init__(self, cfg, X, y, comm, gemm="cublas", graphs=True, chunks=4):
         super().__init__(cfg, X, y, comm, mode="staged", gemm=gemm, graphs=False, pinned=True)
         cp = self.cp
-        self.mode, self.graphs = "pipelined", graphs and comm.size == 1 and not cfg.shuffle
+        self.mode, self.graphs = "pipelined", graphs and not cfg.shuffle
         D, H = self.cfg.layer_sizes[:2]
         self.y = pinned_copy(np.ascontiguousarray(y))
         self.Xdev = [self.Xdev, cp.empty_like(self.Xdev)]
@@ -56,9 +59,11 @@ class Pipelined(FusedGPU):
             self.hostG = pinned_copy(np.zeros(self.G.size, self.G.dtype))
             self.down, self.up = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
             self.produced = [event() for _ in range(len(self.chunks) + 1)]
-            self.arrived = [event() for _ in range(len(self.chunks) + 1)]
-            self.returned = event()
+            self.returned, self.joined = event(), event()
             self.sent = []
+            # landed[j] = 1 once piece j is on the host: a graph's replay records no event the host can wait on
+            self.landed = pinned_copy(np.zeros(len(self.chunks) + 1, np.int32))
+            self.one = cp.ones(1, np.int32)
 
     # -- the input pipeline -------------------------------------------------------------------
     def prefetch(self, part, slot: int) -> None:
@@ -109,7 +114,14 @@ class Pipelined(FusedGPU):
         with self.stream:
             self.stream.wait_event(self.copied[slot])
             if self.graphs and not profile.recording():
-                self.replay((slot, n, want), self.step, Xb, yb, global_b, want)
+                if size == 1:
+                    self.replay((slot, n, want), self.step, Xb, yb, global_b, want)
+                else:  # the graph up to the pieces' copies down; the host all-reduces them as they land
+                    fresh = (slot, n, want) not in self.cache
+                    self.replay((slot, n, want), self.gradients, Xb, yb, global_b, want)
+                    if fresh:  # replay ran the step once before its capture: let its copies land before the flags count
+                        self.stream.synchronize()
+                    self.exchange_and_update()
             else:
                 self.step(Xb, yb, global_b, want)
             self.consumed[slot].record(self.stream)
@@ -127,6 +139,8 @@ class Pipelined(FusedGPU):
             with phase("backward GEMM 3"):
                 self.gemm(da1[r0:r1], Xb.T, dW1[r0:r1])
             self.send(r0 * D, r1 * D)
+        self.joined.record(self.down)  # the down stream joins back (a graph's capture must end on one stream)
+        self.cp.cuda.get_current_stream().wait_event(self.joined)
 
     def send(self, lo: int, hi: int) -> None:
         """G[lo:hi] device -> host on the down stream once the compute stream has made it."""
@@ -135,8 +149,17 @@ class Pipelined(FusedGPU):
         self.down.wait_event(self.produced[j])
         with self.down, phase("cudaMemcpyDeviceToHost"):
             self.memcpy(self.G[lo:hi], self.hostG[lo:hi], DEVICE_TO_HOST, self.down)
-        self.arrived[j].record(self.down)
+            self.memcpy(self.one, self.landed[j:j + 1], DEVICE_TO_HOST, self.down)  # after it, in stream order
         self.sent.append((lo, hi))
+
+    def wait_landed(self, j: int, limit_s: float = 60.0) -> None:
+        """Spin until piece j's flag says it is on the host (the copies are in stream order: its bytes
+        first); a step that never lands it raises instead of hanging, with the down stream's error."""
+        start = time.perf_counter()
+        while not self.landed[j]:
+            if time.perf_counter() - start > limit_s:
+                self.down.synchronize()  # raises the CUDA error that stopped the copies, if any
+                raise GPUError(f"gradient piece {j} did not reach the host in {limit_s:.0f} s")
 
     def exchange_and_update(self):
         """Each piece all-reduced on the host as it arrives and sent back up; the update waits for the last."""
@@ -144,11 +167,12 @@ class Pipelined(FusedGPU):
             return super().exchange_and_update()
         start = time.perf_counter()
         for j, (lo, hi) in enumerate(self.sent):
-            self.arrived[j].synchronize()
+            self.wait_landed(j)
             with phase("MPI_Allreduce"):
                 self.comm.reduce_host(self.hostG[lo:hi])
             with self.up, phase("cudaMemcpyHostToDevice"):
                 self.memcpy(self.G[lo:hi], self.hostG[lo:hi], HOST_TO_DEVICE, self.up)
+        self.landed[:] = 0  # every flag seen: clear them for the next step's pieces
         self.returned.record(self.up)
         self.cp.cuda.get_current_stream().wait_event(self.returned)
         self.comm.records.append({"op": "allreduce", "strategy": "pipelined " + self.comm.strategy,
