@@ -437,3 +437,28 @@ def test_the_graphs_bought_figure_draws_a_bar_per_point_and_mode():
     fig = plots.graphs_bought(markdown.launch_table(pd.DataFrame(rows)))
     heights = sorted(round(b.get_height(), 3) for b in fig.axes[0].patches)
     assert heights == [1.5, 1.5, 2.5, 2.5]  # eager over graph: staged 1.5x, resident 2.5x, for both GEMMs
+
+
+def test_pipelined_section_reads_every_shape_of_a_check_and_shows_a_folders_timelines_once(tmp_path, monkeypatch):
+    """Two pipelined checks in one machine folder, one of several shapes: each gets its own heading and a
+    line per (H, b, p); the folder's timelines follow the first only."""
+    import shutil
+
+    from perflab.results import RESULTS_ROOT
+    machine = "nvidia-h100-80gb-hbm3"
+    folder, made = tmp_path / machine, tmp_path / "predictions"
+    folder.mkdir()
+    made.mkdir()
+    checks = ("h100_pipelined_h2048_b3000", "h100x2_pipelined_graph_h1792_h2816_b1500_b3100")
+    for name in checks:
+        for suffix in (".csv", ".json"):
+            shutil.copy(RESULTS_ROOT / machine / f"prediction_check_{name}{suffix}", folder)
+        shutil.copy(RESULTS_ROOT / "predictions" / f"{name}.json", made)
+    for name in ("ceilings_p1.csv", "ceilings_p1.json", "timeline_H1280_b3500_p2.csv", "timeline_H1280_b3500_p2.json"):
+        shutil.copy(RESULTS_ROOT / machine / name, folder)
+    results_root(monkeypatch, tmp_path)
+    text = "\n".join(markdown.pipelined_section())
+    assert all(f"## The seeds' path pipelined, {machine}, {name}" in text for name in checks)
+    assert text.count("Lanes busy over the second epoch of `timeline_H1280_b3500_p2.csv`") == 1
+    assert "H 1792, 2816; b 1500, 3100 samples a GPU per step" in text
+    assert "H=2816 b=3100 p=2: pipelined" in text and "H=2048 b=3000 p=1: pipelined" in text

@@ -326,23 +326,25 @@ def pipelined_section() -> list[str]:
 
     from perflab.analysis import roofline
     from perflab.measure import timeline
-    out = []
+    out, timelines_shown = [], set()  # a machine folder's timelines once, after its first run
     for path in sorted(RESULTS_ROOT.glob("*/prediction_check_*pipelined*.csv")):
         t = pd.read_csv(path)
         made = json.loads((RESULTS_ROOT / "predictions" / f"{path.stem.removeprefix('prediction_check_')}.json").read_text())
         pred = pd.DataFrame(made["rows"])[["H", "B", "p", "mode", "epoch_ms"]].rename(columns={"epoch_ms": "predicted_ms"})
         both = t.assign(measured_ms=1e3 * t.epoch_seconds).merge(pred, on=["H", "B", "p", "mode"])
         both["error"] = (both.predicted_ms / both.measured_ms - 1).map(lambda e: f"{e:+.0%}")
-        wide = both.pivot_table(index="p", columns="mode", values="measured_ms")
-        lines = [f"p={p}: pipelined {row.pipelined / row.resident:.2f}x the resident epoch, "
-                 f"{row.staged / row.pipelined:.2f}x faster than in series" for p, row in wide.iterrows()]
+        both["b"] = both.B // both.p
+        wide = both.pivot_table(index=["H", "b", "p"], columns="mode", values="measured_ms")
+        lines = [f"H={H} b={b} p={p}: pipelined {row.pipelined / row.resident:.2f}x the resident epoch, "
+                 f"{row.staged / row.pipelined:.2f}x faster than in series" for (H, b, p), row in wide.iterrows()]
+        shapes = f"H {', '.join(map(str, sorted(set(both.H))))}; b {', '.join(map(str, sorted(set(both.b))))}"
         copy = both[both["mode"] == "pipelined"].iloc[0]
         roofs = roofline.folder_roofs(path.parent, "gpu")
         p_pci = copy["bytes_images"] / copy["t_copying images host -> device"]
-        out += ["", f"## The seeds' path pipelined, {path.parent.name}", "",
+        out += ["", f"## The seeds' path pipelined, {path.parent.name}, {path.stem.removeprefix('prediction_check_')}", "",
                 f"Source: {source(path)}, predicted before the run in `{Path('results/predictions') / (path.stem.removeprefix('prediction_check_') + '.json')}` "
-                f"from `{made['ceilings']}`. Epochs of 60000 samples, H=2048, 3000 samples a GPU per step; median "
-                "of the unprofiled epochs.", "",
+                f"from `{made['ceilings']}`. Epochs of {int(both.N.iloc[0])} samples; {shapes} samples a GPU per "
+                "step; median of the unprofiled epochs.", "",
                 fmt(both[["H", "B", "p", "mode", "measured_ms", "predicted_ms", "error"]].round(2)), "",
                 "; ".join(lines) + f". The pipelined images copy, profiled alone: {p_pci / 1e9:.1f} GB/s, "
                 f"{p_pci / roofs['P_pci']:.2f} of the fastest pinned host -> device copy the ceilings measured."]
@@ -352,6 +354,9 @@ def pipelined_section() -> list[str]:
                     "the standard min(P_flops, AI BW), BW = 2 / (1/P_pci + 1/P_mpi) = "
                     f"{bounds.BW.iloc[0] / 1e9:.3g} GB/s from this machine's ceilings.", "",
                     fmt(bounds[["H", "p", "mode", "ai", "achieved", "of serial", "of standard", "meets"]].round(3))]
+        if path.parent in timelines_shown:
+            continue
+        timelines_shown.add(path.parent)
         for tl in sorted(path.parent.glob("timeline_*.csv")):
             recorded = pd.read_csv(tl)
             busy = timeline.busy(timeline.lanes(recorded))
