@@ -437,6 +437,11 @@ def test_the_graphs_bought_figure_draws_a_bar_per_point_and_mode():
     fig = plots.graphs_bought(markdown.launch_table(pd.DataFrame(rows)))
     heights = sorted(round(b.get_height(), 3) for b in fig.axes[0].patches)
     assert heights == [1.5, 1.5, 2.5, 2.5]  # eager over graph: staged 1.5x, resident 2.5x, for both GEMMs
+    more = markdown.launch_table(pd.DataFrame(rows))
+    more = pd.concat([more, more.assign(**{"eager / graph": more["eager / graph"] * 2})], ignore_index=True)
+    fig = plots.graphs_bought(more)  # two points each (x1, x2): the median between, a dot for each
+    assert sorted(round(b.get_height(), 3) for b in fig.axes[0].patches) == [2.25, 2.25, 3.75, 3.75]
+    assert sum(len(line.get_xdata()) for line in fig.axes[0].lines if line.get_marker() == "o") == 8
 
 
 def test_pipelined_section_reads_every_shape_of_a_check_and_shows_a_folders_timelines_once(tmp_path, monkeypatch):

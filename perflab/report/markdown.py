@@ -199,33 +199,47 @@ def launch_tables() -> dict:
     return out
 
 
+def launch_points() -> dict:
+    """{machine folder: every point measured both ways, from all its sweeps (a `source` column)}."""
+    import pandas as pd
+    by_machine = {}
+    for path, table in launch_tables().items():
+        by_machine.setdefault(path.parent.name, []).append(table.assign(source=path.name))
+    return {machine: pd.concat(tables, ignore_index=True) for machine, tables in by_machine.items()}
+
+
 def graphs_figures() -> list[Path]:
-    """results/figures/graphs_bought_<sweep>.png for each sweep measured both ways (REPORT draws them)."""
+    """results/figures/graphs_bought_<machine>.png: every point measured both ways on that machine (REPORT draws them)."""
     from perflab.report import plots
-    return [plots.save(plots.graphs_bought(t, f"What CUDA graphs buy, {p.parent.name}"), f"graphs_bought_{p.stem}",
-                       f"Time per batch launched kernel by kernel over the same batch replayed as one CUDA graph, per "
-                       f"point (perflab sweep --launch graph eager). Source: results/{p.parent.name}/{p.name}.",
-                       folder=RESULTS_ROOT / "figures")
-            for p, t in launch_tables().items()]
+    return [plots.save(plots.graphs_bought(t, f"What CUDA graphs buy, {machine}"), f"graphs_bought_{machine}",
+                       f"Time per batch launched kernel by kernel over the same batch replayed as one CUDA graph, every "
+                       f"point measured both ways (perflab sweep --launch graph eager) on {machine}: a dot per point, "
+                       "a bar at the median. Sources: the sweeps results/REPORT.md lists.", folder=RESULTS_ROOT / "figures")
+            for machine, t in launch_points().items()]
 
 
 def launch_section() -> list[str]:
-    """What CUDA graphs buy: the sweeps that measured each point both ways (`perflab sweep --launch graph eager`)."""
-    out = []
-    for path, table in launch_tables().items():
-        by_mode = table.groupby("mode")["eager / graph"]
-        figure = RESULTS_ROOT / "figures" / f"graphs_bought_{path.stem}.png"
-        out += ["", f"## What CUDA graphs buy, {path.parent.name}, {path.stem}", "", f"Source: {source(path)}.", ""]
+    """What CUDA graphs buy, per machine: every point of the sweeps that measured each point both ways
+    (`perflab sweep --launch graph eager`), summarised per mode and GEMM."""
+    points = launch_points()
+    if not points:
+        return []
+    out = ["", "## What CUDA graphs buy", "",
+           "Each point's step replayed as one CUDA graph, and its kernels launched one by one as the seeds' code does "
+           "(`perflab sweep --launch graph eager`): eager over graph, time per batch, per mode and GEMM over every "
+           "point measured both ways. Kernel by kernel, the host pays every launch (and the tensor-core GEMMs' "
+           "operand set-up) each step, so a step whose kernels are short waits on the host. The eager times also "
+           "move with the host's speed between points of one run (the predictor's misses on them, "
+           "`experiments/predictor/README.md`), and a staged step's pageable copy drifts either way between points "
+           "(`experiments/staged_copy/`), so a ratio below 1 is that drift; a graph replay costs the same on every lend."]
+    for machine, t in points.items():
+        summary = t.groupby(["mode", "gemm"])["eager / graph"].agg(points="size", median="median", lowest="min",
+                                                                   highest="max").reset_index()
+        figure = RESULTS_ROOT / "figures" / f"graphs_bought_{machine}.png"
+        out += ["", f"### {machine}", ""]
         out += [f"![eager over graph per point](figures/{figure.name})", ""] if figure.exists() else []
-        out += [fmt(table.round(3)), "",
-                "Each point's step replayed as one CUDA graph, and its kernels launched one by one as the seeds' code "
-                "does (`perflab sweep --launch graph eager`), ms per batch. Kernel by kernel, the host pays every "
-                "launch (and the tensor-core GEMMs' operand set-up) each step, so a step whose kernels are short "
-                "waits on the host: "
-                + "; ".join(f"{mode} eager / graph {g.min():.2f}-{g.max():.2f}" for mode, g in by_mode)
-                + ". The eager times also move with the host's speed between points of one run (the predictor's "
-                "misses on them, `experiments/predictor/README.md`), and a staged step's pageable copy drifts either "
-                "way between points (`experiments/staged_copy/`); a graph replay costs the same on every lend."]
+        out += [fmt(summary.round(2)), "", "Sources: " + ", ".join(source(RESULTS_ROOT / machine / name)
+                                                                   for name in sorted(set(t.source))) + "."]
     return out
 
 

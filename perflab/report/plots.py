@@ -424,16 +424,20 @@ def overlap_roofline(bounds, P_flops: float, title: str = ""):
 
 def graphs_bought(table, title: str = ""):
     """Each point's batch launched kernel by kernel over the same batch replayed as one CUDA graph
-    (markdown.launch_table), a bar per (H, B, GEMM), resident and staged side by side."""
-    fig, ax = new_figure(8.0, 4.2)
-    rows = table.to_dict("records")
-    keys = sorted({(int(r["H"]), int(r["B"]), r["gemm"]) for r in rows})
-    x = np.arange(len(keys))
+    (markdown.launch_table rows, of one sweep or many): per GEMM, resident and staged side by side, a
+    dot per point and a bar at their median."""
+    fig, ax = new_figure(7.0, 4.0)
+    gemms = sorted(set(table["gemm"]))
+    x = np.arange(len(gemms))
     for k, (mode, colour) in enumerate((("resident", "tab:blue"), ("staged", "tab:orange"))):
-        ratio = {(int(r["H"]), int(r["B"]), r["gemm"]): r["eager / graph"] for r in rows if r["mode"] == mode}
-        ax.bar(x + (k - 0.5) * 0.4, [ratio.get(key, np.nan) for key in keys], 0.4, color=colour, label=mode)
+        at = x + (k - 0.5) * 0.4
+        ratios = [table[(table["mode"] == mode) & (table["gemm"] == g)]["eager / graph"].to_numpy() for g in gemms]
+        ax.bar(at, [np.median(r) if len(r) else np.nan for r in ratios], 0.4, color=colour, alpha=0.5,
+               label=f"{mode} (median)")
+        for where, r in zip(at, ratios):
+            ax.plot(np.full(len(r), where), r, "o", color=colour, ms=3)
     ax.axhline(1.0, color="black", lw=0.8)
-    ax.set_xticks(x, [f"H={h}\nB={b}\n{g}" for h, b, g in keys], fontsize=6)
+    ax.set_xticks(x, gemms)
     ax.set_ylabel("eager / graph (time per batch)")
     ax.set_title(title or "What CUDA graphs buy")
     ax.legend()
