@@ -75,9 +75,9 @@ def device_options(parser: argparse.ArgumentParser) -> None:
                         "mpi on the CPU")
     from perflab.workbook.sweep import LAUNCHES
     g.add_argument("--launch", choices=LAUNCHES, default="graph",
-                   help="GPU: replay each step as a CUDA graph, a whole epoch as one on one GPU with data resident and "
-                        "the loss printed once an epoch (graph), or launch its kernels one by one as the seeds' code "
-                        "does (eager) (default %(default)s)")
+                   help="GPU: replay each step as a CUDA graph, a whole epoch as one with data resident and the loss "
+                        "printed once an epoch (on several GPUs the NCCL all-reduces inside) (graph), or launch its "
+                        "kernels one by one as the seeds' code does (eager) (default %(default)s)")
     g.add_argument("--pinned", action="store_true", help="staged mode: keep the data in page-locked host memory")
     g.add_argument("--overlap", action="store_true",
                    help="NCCL on several GPUs: all-reduce the gradients in chunks on a second stream while backward "

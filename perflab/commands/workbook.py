@@ -99,8 +99,8 @@ def register(sub) -> None:
     p.add_argument("--gemm", nargs="+", choices=variants, default=["cublas"], help="GPU GEMM variants (default cublas)")
     from perflab.workbook.sweep import LAUNCHES
     p.add_argument("--launch", nargs="+", choices=LAUNCHES, default=["graph"],
-                   help="GPU: replay each step as a CUDA graph where the trainer can, a whole epoch as one on one GPU "
-                        "with data resident (graph), or launch its kernels one by one as the seeds do (eager); both to "
+                   help="GPU: replay each step as a CUDA graph where the trainer can, a whole epoch as one with data "
+                        "resident (graph), or launch its kernels one by one as the seeds do (eager); both to "
                         "see what graphs buy (default graph)")
     p.add_argument("--dtype", nargs="+", choices=DTYPES, default=["float32"], help="default float32")
     p.add_argument("--train-size", type=positive, default=38400, metavar="N",

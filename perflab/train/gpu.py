@@ -129,9 +129,11 @@ class FusedGPU(Sequential):
             self.handoff = cp.cuda.Event(disable_timing=True)
             rows = -(-H // overlap_chunks)
             self.chunks = [(r, min(r + rows, H)) for r in range(0, H, rows)]
-        # Whether the exchange and the update are in the step's graph too. On several GPUs without
-        # --overlap they launch after it: as fast as capturing them at H = 2048 and faster at H = 512
-        # (two H200). With --overlap the NCCL all-reduces of the chunks must be inside: launched one by
+        # Whether the exchange and the update are in a step's graph too, a batch at a time (an epoch's
+        # graph holds them whenever the exchange is capturable). On several GPUs without --overlap they
+        # launch after it: as fast as capturing them at H = 2048 and faster at H = 512 (two H200); one
+        # graph an epoch with NCCL inside was faster still at H = 512 on two H100 (3.67 ms an epoch
+        # against 3.91: results/nvidia-h100-80gb-hbm3/scaling.jsonl). With --overlap the NCCL all-reduces of the chunks must be inside: launched one by
         # one between the GEMM 3 chunks they were 1.2x (H = 2048) to 6x (H = 512) slower
         # (results/nvidia-h200/nccl_graph_capture.log). A host MPI exchange cannot be captured at all.
         self.whole_graph = comm.size == 1 or self.overlap
