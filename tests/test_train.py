@@ -1,6 +1,7 @@
 import time
 
 import numpy as np
+import pytest
 
 from perflab import data
 from perflab.config import Config
@@ -77,6 +78,45 @@ def test_overlap_exchanges_every_gradient_once_the_rest_of_g_with_the_last_chunk
     assert [lo for lo, _ in pieces] == [0, 21, 42, 63] and pieces[-1] == (63, total)
     assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:]))  # contiguous: each element exchanged once
     assert overlap_pieces([(0, H)], D, total) == [(0, total)]  # one chunk: one exchange of all of G
+
+
+def test_an_epoch_is_one_graph_wherever_the_exchange_can_sit_in_it():
+    """One rank or NCCL: the whole epoch one CUDA graph (resident, batches in order, steps graphed);
+    a host MPI exchange, shuffled batches, staged data or recorded phases: a batch at a time."""
+    import types
+
+    from perflab.train import profile
+    from perflab.train.comm import MPIComm, Serial
+    from perflab.train.gpu import FusedGPU, capturable_exchange
+    nccl, mpi = types.SimpleNamespace(size=2, strategy="nccl"), MPIComm.__new__(MPIComm)
+    mpi.size = 2
+    assert capturable_exchange(Serial()) and capturable_exchange(nccl) and not capturable_exchange(mpi)
+    trainer = types.SimpleNamespace(epoch_graphs=True, graphs=True, capturable=True, mode="resident")
+    in_order = [slice(0, 10), slice(10, 20)]
+    assert FusedGPU.graphs_an_epoch(trainer, in_order)
+    assert not FusedGPU.graphs_an_epoch(trainer, [np.arange(10)])
+    for off in ({"capturable": False}, {"mode": "staged"}, {"graphs": False}, {"epoch_graphs": False}):
+        assert not FusedGPU.graphs_an_epoch(types.SimpleNamespace(**{**vars(trainer), **off}), in_order), off
+    with profile.profiling():
+        assert not FusedGPU.graphs_an_epoch(trainer, in_order)
+
+
+def test_the_pipelined_host_waits_for_a_pieces_flag_and_names_one_that_never_lands():
+    """A graphed step records no event the host can wait on: each piece's copy down is followed by a
+    flag the host polls; a flag that never comes raises (after asking the down stream for its CUDA
+    error) instead of hanging."""
+    import types
+
+    from perflab.train.gpu import GPUError
+    from perflab.train.pipelined import Pipelined
+    asked = []
+    trainer = types.SimpleNamespace(landed=np.array([1, 0], np.int32),
+                                    down=types.SimpleNamespace(synchronize=lambda: asked.append("down")))
+    Pipelined.wait_landed(trainer, 0, limit_s=0.01)
+    assert asked == []
+    with pytest.raises(GPUError, match="gradient piece 1 did not reach the host in 0.01 s"):
+        Pipelined.wait_landed(trainer, 1, limit_s=0.01)
+    assert asked == ["down"]
 
 
 class WholeEpochs(loop.Sequential):

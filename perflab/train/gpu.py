@@ -137,8 +137,7 @@ class FusedGPU(Sequential):
         # one between the GEMM 3 chunks they were 1.2x (H = 2048) to 6x (H = 512) slower
         # (results/nvidia-h200/nccl_graph_capture.log). A host MPI exchange cannot be captured at all.
         self.whole_graph = comm.size == 1 or self.overlap
-        # whether the step's exchange can sit in a CUDA graph at all: NCCL's can, a host MPI one cannot
-        self.capturable = comm.size == 1 or getattr(comm, "strategy", "") == "nccl"
+        self.capturable = capturable_exchange(comm)
         self.epochs_graphed = 0  # epochs run as one CUDA graph (a sweep row says whether its epochs were)
         self.cache = {}
         self.epoch_graphs = True  # one graph an epoch where graphs_an_epoch allows (off: a graph a batch)
@@ -373,6 +372,12 @@ class FusedGPU(Sequential):
         self.stream.synchronize()
 
 
+def capturable_exchange(comm) -> bool:
+    """Whether comm's all-reduce can sit in a CUDA graph: none on one rank, NCCL's can; a host MPI
+    one (or a CUDA-aware MPI's, which does not follow streams) cannot."""
+    return comm.size == 1 or getattr(comm, "strategy", "") == "nccl"
+
+
 def overlap_pieces(chunks, D: int, total: int) -> list[tuple[int, int]]:
     """[lo, hi) of the flat gradient buffer G exchanged after each dW1 row chunk (rows r0..r1 of a
     D-column dW1 at G's start): the chunk's rows, the last chunk's also the rest of G."""
@@ -404,8 +409,8 @@ class FusedModelParallel(FusedGPU):
         if cfg.hidden_size < comm.size:
             raise ParallelError(f"model parallel over {comm.size} ranks needs at least {comm.size} hidden units, "
                                 f"got H={cfg.hidden_size}")
-        nccl = comm.size == 1 or getattr(comm, "strategy", "") == "nccl"  # a graph can hold the logits' all-reduce
-        super().__init__(cfg, X, y, comm, "resident", gemm, graphs and nccl, fuse_output=comm.size == 1)
+        super().__init__(cfg, X, y, comm, "resident", gemm, graphs and capturable_exchange(comm),
+                         fuse_output=comm.size == 1)  # the logits' all-reduce sits inside the step's graph
         self.whole_graph = True  # the logits' all-reduce is inside the step; the update exchanges nothing
 
     def shard(self):

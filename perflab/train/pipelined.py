@@ -159,7 +159,7 @@ class Pipelined(FusedGPU):
         while not self.landed[j]:
             if time.perf_counter() - start > limit_s:
                 self.down.synchronize()  # raises the CUDA error that stopped the copies, if any
-                raise GPUError(f"gradient piece {j} did not reach the host in {limit_s:.0f} s")
+                raise GPUError(f"gradient piece {j} did not reach the host in {limit_s:g} s")
 
     def exchange_and_update(self):
         """Each piece all-reduced on the host as it arrives and sent back up; the update waits for the last."""
