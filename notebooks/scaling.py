@@ -15,10 +15,7 @@ display(t)
 
 # %%
 for (machine, H, b), shape in t.groupby(["machine", "H", "b"]) if len(t) else []:
-    fig, ax = plots.new_figure()
-    for peer, g in shape.groupby("peer"):
-        ax.plot(g.p, g.epoch_ms, "o-", label=peer)
-    ax.set_xlabel("GPUs p"); ax.set_ylabel("ms per epoch (60000 samples)"); ax.set_yscale("log"); ax.legend(fontsize=8)
+    fig = plots.scaling_epoch(shape, f"{machine}, H={H}, b={b}")
     display(Image(str(plots.save(fig, f"scaling_epoch_{machine}_H{H}_b{b}",
         f"Epoch time against the number of GPUs on {machine} ({shape.gpu.iloc[0]} x{shape.gpus.iloc[0]}), H={H}, {b} "
         "samples per GPU per step, 60000 an epoch, FP32: perflab resident (NCCL) data and model parallel, and staged "

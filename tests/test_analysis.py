@@ -467,3 +467,15 @@ def test_pipelined_section_reads_every_shape_of_a_check_and_shows_a_folders_time
     assert text.count("Lanes busy over the second epoch of `timeline_H1280_b3500_p2.csv`") == 1
     assert "H 1792, 2816; b 1500, 3100 samples a GPU per step" in text
     assert "H=2816 b=3100 p=2: pipelined" in text and "H=2048 b=3000 p=1: pipelined" in text
+
+
+def test_the_scaling_figure_draws_a_line_per_peer_with_ticks_at_the_gpus_measured():
+    import pandas as pd
+    shape = pd.DataFrame([{"peer": peer, "p": p, "epoch_ms": ms / p} for peer, ms in (("perflab resident", 10.0),
+                                                                                     ("jax sharded scan", 12.0))
+                          for p in (2, 1)])
+    fig = plots.scaling_epoch(shape, "x")
+    ax = fig.axes[0]
+    assert sorted(line.get_label() for line in ax.lines) == ["jax sharded scan", "perflab resident"]
+    assert list(ax.get_xticks()) == [1, 2] and ax.get_yscale() == "log"
+    assert [list(line.get_xdata()) for line in ax.lines] == [[1, 2], [1, 2]]  # in order of p, whatever the rows' order

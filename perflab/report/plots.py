@@ -442,3 +442,21 @@ def graphs_bought(table, title: str = ""):
     ax.set_title(title or "What CUDA graphs buy")
     ax.legend()
     return fig
+
+
+def scaling_epoch(shape, title: str = ""):
+    """Epoch time against the number of GPUs, a line per peer, for the scaling_rows of one machine
+    and shape (H, b): log time, the ticks at the p measured."""
+    from matplotlib.ticker import ScalarFormatter
+    fig, ax = new_figure()
+    for peer, g in shape.sort_values("p").groupby("peer"):
+        ax.plot(g.p, g.epoch_ms, "o-", label=peer)
+    ax.set_xticks(sorted(int(p) for p in shape.p.unique()))
+    ax.set_xlabel("GPUs p")
+    ax.set_ylabel("ms per epoch (60000 samples)")
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(ScalarFormatter())
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return fig
