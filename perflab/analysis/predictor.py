@@ -448,8 +448,8 @@ def pipelined_batch(H: int, Bl: float, p: int, chunks: int, c: Ceilings, terms: 
     it, flows device -> host -> MPI -> host -> device (pinned copies, host MPI, each one piece at a
     time; the host reaches its MPI loop only once it has launched the step: on several GPUs one graph
     replay up to the pieces' copies down, or, in rows from before that (graphs False), the whole step
-    kernel by kernel) and the update waits for the last. The step is the longest of: that chain, the host -> device link's load
-    (images + gradients up), and the device -> host link's."""
+    kernel by kernel) and the update waits for the last. The step is the longest of: that chain, the
+    host -> device link's load (images + gradients up), and the device -> host link's."""
     D = 784
     terms["images"] = c.copy("h2d", "pinned", (D * 4 + 8) * Bl)
     if p == 1:  # one GPU: the whole step a graph (or eager), as resident, its input copied under the step before

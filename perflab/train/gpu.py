@@ -11,9 +11,9 @@ Same math as perflab.train.model (checked against it), laid out for speed:
 Parameters and gradients each live in one flat device buffer. In `resident` mode the data
 sit on the GPU and each batch's whole step is captured once as a CUDA graph and replayed (on
 several GPUs forward and backward only; the all-reduce and update launch after it), and where
-batches come in order a whole epoch is one graph (on several GPUs the NCCL all-reduces inside); in `staged`
-mode (the seeds' path) each batch is copied host -> device every iteration into one device
-buffer, and the step after the copy replays its graph the same way.
+batches come in order a whole epoch is one graph (on several GPUs the NCCL all-reduces inside);
+in `staged` mode (the seeds' path) each batch is copied host -> device every iteration into one
+device buffer, and the step after the copy replays its graph the same way.
 """
 from __future__ import annotations
 
@@ -133,9 +133,10 @@ class FusedGPU(Sequential):
         # graph holds them whenever the exchange is capturable). On several GPUs without --overlap they
         # launch after it: as fast as capturing them at H = 2048 and faster at H = 512 (two H200); one
         # graph an epoch with NCCL inside was faster still at H = 512 on two H100 (3.67 ms an epoch
-        # against 3.91: results/nvidia-h100-80gb-hbm3/scaling.jsonl). With --overlap the NCCL all-reduces of the chunks must be inside: launched one by
-        # one between the GEMM 3 chunks they were 1.2x (H = 2048) to 6x (H = 512) slower
-        # (results/nvidia-h200/nccl_graph_capture.log). A host MPI exchange cannot be captured at all.
+        # against 3.91: results/nvidia-h100-80gb-hbm3/scaling.jsonl). With --overlap the NCCL
+        # all-reduces of the chunks must be inside: launched one by one between the GEMM 3 chunks they
+        # were 1.2x (H = 2048) to 6x (H = 512) slower (results/nvidia-h200/nccl_graph_capture.log).
+        # A host MPI exchange cannot be captured at all.
         self.whole_graph = comm.size == 1 or self.overlap
         self.capturable = capturable_exchange(comm)
         self.epochs_graphed = 0  # epochs run as one CUDA graph (a sweep row says whether its epochs were)
