@@ -607,8 +607,11 @@ def test_the_scaling_harness_times_every_perflab_path_on_one_gpu():
     rng = np.random.default_rng(5)
     X, y = rng.random((517, 784), dtype=np.float32), rng.integers(0, 10, 517)
     for mode, parallel in (("resident", "data"), ("staged", "data"), ("pipelined", "data"), ("resident", "model")):
-        ms = perflab_epoch(X, y, 61, 100, 0.1, 1e-4, warmup=1, repeats=2, mode=mode, parallel=parallel)
+        launched = {}
+        ms = perflab_epoch(X, y, 61, 100, 0.1, 1e-4, warmup=1, repeats=2, mode=mode, parallel=parallel,
+                           launched=launched)
         assert 0 < ms < 1e4, (mode, parallel, ms)
+        assert launched == {"graphs": True, "epoch_graph": mode == "resident"}, (mode, parallel, launched)
 
 
 def test_bench_gemm_sets_best_beside_every_installed_peer():

@@ -673,3 +673,37 @@ def test_a_ceilings_run_prints_each_rate_at_its_peak_and_the_floors_in_microseco
     rows += [ceilings.kernel_row("gpu", predictor.sequence_name("wgmma"), 256, 400, 1e-5)]  # its kernels untimed
     assert ceilings.summary(rows).endswith("\nthe step in sequence (cublas): 1.00-1.09x its kernels alone "
                                            "(median 1.03, 4 shapes)")
+
+
+def test_the_scaling_harness_rows_are_validated_from_the_ceilings_of_their_own_lend(tmp_path):
+    """perflab's rows of scaling.jsonl become points (epoch of N samples, B = p b, launched as recorded),
+    the peers' rows are left out, --overlap and rows from before the harness recorded how its step
+    launched are skipped with why, and the ceilings file of the rows' own lend is preferred."""
+    folder = tmp_path / "machine"
+    folder.mkdir()
+    c = table()
+    for name, boot in (("ceilings_p1", "other"), ("ceilings_p2", "lend")):
+        c.table.to_csv(folder / f"{name}.csv", index=False)
+        (folder / f"{name}.json").write_text(json.dumps({"boot": boot}))
+    ran = {"N": 8000, "graphs": True, "epoch_graph": True, "boot": "lend", "git_commit": "abc"}
+    rows = [{"peer": "perflab resident", "H": 1024, "b": 4000, "p": 1, "epoch_ms": 4.0, **ran},
+            {"peer": "perflab resident, model parallel", "H": 1024, "b": 2000, "p": 2, "epoch_ms": 3.0, **ran},
+            {"peer": "perflab resident, overlap", "H": 1024, "b": 2000, "p": 2, "epoch_ms": 3.0, **ran},
+            {"peer": "perflab resident", "H": 1024, "b": 2000, "p": 2, "epoch_ms": 3.0},
+            {"peer": "jax sharded scan", "H": 1024, "b": 2000, "p": 2, "epoch_ms": 3.0}]
+    (folder / "scaling.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    points, skipped = validation.harness_points(folder)
+    assert list(points.peer) == ["perflab resident", "perflab resident, model parallel"]
+    assert list(points.B) == [4000, 4000] and list(points.batches) == [2, 2] and list(points.parallel) == ["data", "model"]
+    assert list(points.trainer) == ["FusedGPU", "FusedModelParallel"] and list(points.step_graph) == [False, True]
+    assert [s["skipped"].split(":")[0] for s in skipped] == ["--overlap", "the harness did not yet record N and how "
+                                                                           "its step launched"]
+    assert validation.lend_ceilings({"lend"})(folder, 1).name == "ceilings_p2.csv"
+    assert validation.lend_ceilings({"elsewhere"})(folder, 1).name == "ceilings_p1.csv"
+    t, _ = validation.validate_folder(folder, write=False)
+    assert list(t.source) == ["scaling.jsonl"] * 4 and list(t.peer) == [r["peer"] for r in rows[:4]]
+    assert t.error.notna().sum() == 1 and set(t.ceilings.dropna()) == {"ceilings_p2.csv"}
+    assert "has no gpu step_kernel rows" in t.skipped.iloc[1]  # the made-up file times no model-parallel kernels
+    assert list(t.measured_git) == ["abc", "abc", "abc", "?"]
+    one = predictor.predict_point({**points.iloc[0].to_dict()}, c)
+    assert t.predicted_ms.iloc[0] == pytest.approx(1e3 * one["batch_s"]) and t.same_lend.iloc[0]

@@ -546,15 +546,16 @@ def as_measured(row) -> dict:
     return point
 
 
-def validate(points: pd.DataFrame, folder: Path) -> pd.DataFrame:
-    """Predicted against measured per point, each with the ceilings file it used; points the
-    predictor does not cover, or whose ceilings are missing, say why in `skipped`."""
-    rows, load = [], loader()
+def validate(points: pd.DataFrame, folder: Path, choose=None) -> pd.DataFrame:
+    """Predicted against measured per point, each with the ceilings file it used (`choose(folder, p)`,
+    default ceilings_for); points the predictor does not cover, or whose ceilings are missing, say
+    why in `skipped`."""
+    rows, load, choose = [], loader(), choose or ceilings_for
     for _, r in points.iterrows():
         point = as_measured(r)
         base = {k: point[k] for k in ("H", "B", "p", "backend", "mode", "parallel", "gemm", "dtype", "graphs") if k in point}
         measured = measured_batch_seconds(point)
-        path = ceilings_for(folder, int(point["p"]))
+        path = choose(folder, int(point["p"]))
         if path is None:
             rows.append({**base, "measured_ms": 1e3 * measured, "skipped": f"no ceilings file in {folder}"})
             continue

@@ -22,6 +22,50 @@ def sweep_files(folder: Path) -> list[Path]:
     return sorted({f for pattern in SWEEPS for f in Path(folder).glob(pattern) if f.name != "validation.csv"})
 
 
+HARNESS = "scaling.jsonl"  # the multi-GPU scaling harness's rows (perflab.measure.peers_multi), perflab's predicted too
+
+
+def harness_points(folder: Path) -> tuple[pd.DataFrame, list[dict]]:
+    """The scaling harness's perflab rows of a machine folder as sweep points (an epoch of N samples,
+    B = p b, its step launched as the harness recorded), and the rows it cannot predict, each with why:
+    --overlap (the chunked exchange inside the step is not composed), or rows from before the
+    harness recorded how its step launched."""
+    path = folder / HARNESS
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")] if path.exists() else []
+    points, skipped = [], []
+    for r in rows:
+        if not r["peer"].startswith("perflab "):
+            continue
+        mode, *flags = r["peer"].removeprefix("perflab ").split(", ")
+        B, N = r["b"] * r["p"], r.get("N")
+        point = {"H": r["H"], "B": B, "p": r["p"], "backend": "cupy", "mode": mode, "gemm": "cublas", "dtype": "float32",
+                 "parallel": "model" if "model parallel" in flags else "data", "peer": r["peer"],
+                 "git_commit": r.get("git_commit"), "boot": r.get("boot")}
+        if "overlap" in flags:
+            skipped.append({**point, "skipped": "--overlap: the predictor does not compose the chunked exchange inside "
+                                                "the step"})
+        elif N is None or "epoch_graph" not in r:
+            skipped.append({**point, "skipped": "the harness did not yet record N and how its step launched"})
+        else:
+            points.append({**point, "N": N, "batches": -(-N // B), "epoch_seconds": r["epoch_ms"] / 1e3,
+                           "graphs": r["graphs"], "epoch_graph": r["epoch_graph"],
+                           "step_graph": point["parallel"] == "model" and r["graphs"], "trainer": "FusedModelParallel"
+                           if point["parallel"] == "model" else "FusedGPU"})
+    return pd.DataFrame(points), skipped
+
+
+def lend_ceilings(boots: set):
+    """choose(folder, p) for predictor.validate: the folder's ceilings file measured on the lend the
+    rows ran on (its metadata's boot among `boots`) that covers p ranks, else ceilings_for's."""
+    def choose(folder: Path, p: int) -> Path | None:
+        for path in sorted(Path(folder).glob("ceilings_p*.csv"), key=lambda f: int(f.stem.split("_p")[1])):
+            meta = path.with_suffix(".json")
+            if int(path.stem.split("_p")[1]) >= p and meta.exists() and json.loads(meta.read_text()).get("boot") in boots:
+                return path
+        return predictor.ceilings_for(folder, p)
+    return choose
+
+
 def own_ceilings(sweep: Path, folder: Path) -> Path:
     """The folder of the ceilings that predict a sweep: those measured beside it, on the same lend of
     the machine (`<sweep>_ceilings/`: host-side terms differ between lends of one device image by up
@@ -34,7 +78,8 @@ def own_ceilings(sweep: Path, folder: Path) -> Path:
 
 
 def validate_folder(folder: Path, out: str | None = None, write: bool = True) -> tuple[pd.DataFrame, Path | None]:
-    """Every sweep point of the folder predicted from its ceilings; written to validation.csv
+    """Every sweep point of the folder, and the scaling harness's perflab rows (from the ceilings of
+    their own lend where the folder has them), predicted from its ceilings; written to validation.csv
     (+ .json naming the ceilings files and their machines) unless `write` is False, and every
     profiled phase the ceilings time to validation_phases.csv."""
     folder = Path(folder)
@@ -57,6 +102,19 @@ def validate_folder(folder: Path, out: str | None = None, write: bool = True) ->
         if len(phases):
             phases.insert(0, "source", str(path.relative_to(folder)))
             phase_tables.append(phases)
+    points, skipped = harness_points(folder)
+    if len(points) or skipped:
+        boots = set(points.get("boot", pd.Series(dtype=str)).dropna())
+        table = predictor.validate(points, folder, lend_ceilings(boots)) if len(points) else pd.DataFrame()
+        table = pd.concat([table, pd.DataFrame(skipped)], ignore_index=True)
+        if "ceilings" in table:
+            table["same_lend"] = [same_lend(r, folder / n) if isinstance(n, str) else None
+                                  for r, n in zip(points.to_dict("records") + skipped, table.ceilings)]
+        table.insert(0, "source", HARNESS)
+        table["peer"] = [r["peer"] for r in points.to_dict("records") + skipped]
+        table.insert(1, "peer", table.pop("peer"))
+        table["measured_git"] = [str(r.get("git_commit") or "?")[:12] for r in points.to_dict("records") + skipped]
+        tables.append(table.drop(columns=["git_commit", "boot"], errors="ignore"))
     table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
     if not write:
         return table, None

@@ -157,10 +157,11 @@ def cmd_predict(args, comm) -> dict:
 
 def register(sub) -> None:
     p = sub.add_parser("validate", help="the predictor against every measured sweep point (ceilings alone, no fit)",
-                       description="For each sweep point (roofline*.csv, parallel.csv) of a run folder: the time per batch "
-                                   "the predictor composes from the folder's ceilings_p<P>.csv (perflab ceilings) against "
-                                   "the measured unprofiled epoch over its batches; writes validation.csv beside them "
-                                   "with the ceilings file each prediction used.")
+                       description="For each sweep point (roofline*.csv, parallel.csv, prediction_check*.csv) of a run "
+                                   "folder, and each of perflab's rows of the multi-GPU scaling harness (scaling.jsonl): "
+                                   "the time per batch the predictor composes from the folder's ceilings_p<P>.csv "
+                                   "(perflab ceilings) against the measured unprofiled epoch over its batches; writes "
+                                   "validation.csv beside them with the ceilings file each prediction used.")
     p.add_argument("--folder", metavar="DIR", help="default this machine's run folder, runs/<machine key>/")
     p.add_argument("--committed", action="store_true", help="every machine folder under results/ instead (developers: "
                                                             "rewrites their validation.csv)")

@@ -33,10 +33,12 @@ def initial(D, H, C, seed=0):
 
 # ----------------------------------------------------------------------------- perflab
 def perflab_epoch(X, y, H, B, lr, reg, warmup=2, repeats=5, gemm="cublas", graphs=True, fuse_output=True,
-                  fuse_backward=True, comm=None, mode="resident", overlap=False, parallel="data", epoch_graphs=True):
+                  fuse_backward=True, comm=None, mode="resident", overlap=False, parallel="data", epoch_graphs=True,
+                  launched=None):
     """perflab's fused trainer, as loop.fit runs it (one graph an epoch where it can; `epoch_graphs`
     False: a graph a batch); with an MPI comm (one rank a GPU), data (or model) parallel over its
-    ranks, each epoch ended by a barrier so it times the slowest rank."""
+    ranks, each epoch ended by a barrier so it times the slowest rank. A `launched` dict is filled
+    with how the trainer ran (graphs: its steps graphed; epoch_graph: its epochs one graph each)."""
     from perflab.config import Config
     from perflab.train.comm import Serial
     from perflab.train.gpu import FusedGPU, FusedModelParallel
@@ -66,7 +68,10 @@ def perflab_epoch(X, y, H, B, lr, reg, warmup=2, repeats=5, gemm="cublas", graph
     def sync():
         trainer.sync()
         comm.barrier()
-    return timed_epochs(epoch, sync, warmup, repeats)
+    ms = timed_epochs(epoch, sync, warmup, repeats)
+    if launched is not None:
+        launched.update(graphs=bool(trainer.graphs), epoch_graph=bool(trainer.epochs_graphed))
+    return ms
 
 
 # ----------------------------------------------------------------------------- PyTorch

@@ -7,7 +7,8 @@ results/nvidia-h200-x4/warmup_p4.log).
     mpirun -n P python -m perflab.measure.peers_multi perflab H b N [staged|pipelined] [overlap] [no-graphs] [step-graphs] [model]
     mpirun -n P python -m perflab.measure.peers_multi ddp H b N        (one process a GPU)
     python -m perflab.measure.peers_multi jax H b N P                    (one process, P GPUs)
-Each prints one JSON line {"peer", "H", "b", "p", "epoch_ms"} (from rank 0). perflab's `model` flag
+Each prints one JSON line {"peer", "H", "b", "p", "N", "epoch_ms"} (from rank 0; perflab's also how its
+step launched: graphs, epoch_graph, which perflab validate needs to predict the point). perflab's `model` flag
 runs model parallel (H split over the GPUs, every GPU the whole batch of p x b): the same samples
 per step and per epoch as data parallel, split the other way. `step-graphs`: a CUDA graph a step
 (the all-reduce and update launched after it) instead of one graph an epoch with NCCL inside.
@@ -59,10 +60,11 @@ def perflab_on_gpus(H: int, b: int, N: int, *flags: str, lr=0.1, reg=1e-4, warmu
     comm = for_gpu(world, "nccl" if mode == "resident" else "mpi")  # the host-staged modes exchange through MPI
     rng = np.random.default_rng(0)
     X, y = rng.random((N, 784), dtype=np.float32), rng.integers(0, 10, N)
+    launched = {}
     ms = perflab_epoch(X, y, H, b * world.size, lr, reg, warmup, repeats, graphs="no-graphs" not in flags, comm=comm,
                        mode=mode, overlap="overlap" in flags, epoch_graphs="step-graphs" not in flags,
-                       parallel="model" if "model" in flags else "data")
-    return ms if world.rank == 0 else None
+                       parallel="model" if "model" in flags else "data", launched=launched)
+    return (ms, launched) if world.rank == 0 else (None, launched)
 
 
 def ddp(H: int, b: int, N: int, lr=0.1, reg=1e-4, warmup=WARMUP, repeats=REPEATS):
@@ -144,9 +146,10 @@ def jax_sharded(H: int, b: int, N: int, p: int, lr=0.1, reg=1e-4, warmup=WARMUP,
 if __name__ == "__main__":
     kind, *args = sys.argv[1:]
     p = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", 1)))  # the MPI launchers' world size
+    launched = {}
     if kind == "perflab":
         H, b, N, *flags = args
-        ms, kind = perflab_on_gpus(int(H), int(b), int(N), *flags), perflab_name(flags)
+        (ms, launched), kind = perflab_on_gpus(int(H), int(b), int(N), *flags), perflab_name(flags)
     elif kind == "ddp":
         ms, kind = ddp(*map(int, args)), "pytorch ddp"
     elif kind == "jax":
@@ -154,4 +157,5 @@ if __name__ == "__main__":
     else:
         raise SystemExit(f"unknown peer {kind!r}: perflab, ddp or jax (see the module's docstring)")
     if ms is not None:
-        print(json.dumps({"peer": kind, "H": int(args[0]), "b": int(args[1]), "p": p, "epoch_ms": ms}))
+        print(json.dumps({"peer": kind, "H": int(args[0]), "b": int(args[1]), "p": p, "N": int(args[2]),
+                          "epoch_ms": ms, **launched}))
