@@ -194,6 +194,9 @@ def test_committed_validation_is_what_the_predictor_says_now_and_meets_the_cpu_m
 
 def test_validation_names_the_ceilings_file_of_every_prediction():
     v = pd.read_csv(RESULTS_ROOT / "nvidia-h200" / "validation.csv")
+    harness = v[v.source == "scaling.jsonl"]  # the two-H200 harness ran before it recorded how its steps launched
+    assert len(harness) and harness.skipped.notna().all() and harness.ceilings.isna().all()
+    v = v[v.source != "scaling.jsonl"]
     for source, used in zip(v.source, v.ceilings):  # its own lend's beside it, else its run's, else the folder's
         own = f"{Path(source).stem}_ceilings/ceilings_p"
         run = Path(source).parent.name.startswith("mainjob") and Path(used).parent == Path(source).parent
