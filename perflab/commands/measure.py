@@ -48,7 +48,8 @@ def cmd_timeline(args, comm) -> dict:
                         "Where each phase of the staged path ran, rank 0, from CUDA events on each stream (the host "
                         "all-reduce from the host clock), nothing synchronized: in series each lane waits for the one "
                         f"before; pipelined, the copies and the host all-reduce run while the GPU computes ({ranks} "
-                        f"rank(s)). Source: {Path(saved).name}.", folder / "figures")
+                        f"rank(s)); each step launched kernel by kernel (recorded phases cannot sit in a CUDA graph). "
+                        f"Source: {Path(saved).name}.", folder / "figures")
     if not args.json:
         print(busy[busy["rank"] == 0].pivot_table(index="lane", columns="mode", values="busy_ms").round(3).to_string())
         print(f"wrote {saved}\nwrote {figure}")
@@ -166,7 +167,9 @@ def register(sub) -> None:
                                    "CUDA stream (and the host all-reduce on the host clock), nothing synchronized; "
                                    "writes <run folder>/timeline_H<H>_b<b>_p<p>.csv and a figure of the second epoch. "
                                    "Keep the epoch to a few batches (--train-size a few times --batch-size). Run under "
-                                   "mpiexec -n P for the host all-reduce.")
+                                   "mpiexec -n P for the host all-reduce. Every step is launched kernel by kernel while "
+                                   "it records (a CUDA graph cannot be timed phase by phase), so the host's launches "
+                                   "show as they do with --launch eager, not as in a graphed run.")
     hyperparameter_options(p, dtype="float32")  # a sweep point's data sizes, not the reference's (twice as large)
     from perflab.kernels import GEMM_VARIANTS
     p.add_argument("--modes", nargs="+", choices=MODES, default=["staged", "pipelined"], help="default staged pipelined")
