@@ -54,13 +54,33 @@ def harness_points(folder: Path) -> tuple[pd.DataFrame, list[dict]]:
     return pd.DataFrame(points), skipped
 
 
+def validate_harness(folder: Path) -> pd.DataFrame | None:
+    """The scaling harness's perflab rows predicted (harness_points) as validate_folder's table rows,
+    the skipped ones with why; None where the folder has none."""
+    points, skipped = harness_points(folder)
+    if not len(points) and not skipped:
+        return None
+    rows = points.to_dict("records") + skipped  # in the table's order: the predicted, then the skipped
+    boots = {r["boot"] for r in rows if r.get("boot")}
+    table = predictor.validate(points, folder, lend_ceilings(boots)) if len(points) else pd.DataFrame()
+    table = pd.concat([table, pd.DataFrame(skipped)], ignore_index=True)
+    if "ceilings" in table:
+        table["same_lend"] = [same_lend(r, folder / n) if isinstance(n, str) else None for r, n in zip(rows, table.ceilings)]
+    table["peer"] = [r["peer"] for r in rows]
+    table.insert(0, "source", HARNESS)
+    table.insert(1, "peer", table.pop("peer"))
+    table["measured_git"] = [str(r.get("git_commit") or "?")[:12] for r in rows]
+    return table.drop(columns=["git_commit", "boot"], errors="ignore")
+
+
 def lend_ceilings(boots: set):
     """choose(folder, p) for predictor.validate: the folder's ceilings file measured on the lend the
     rows ran on (its metadata's boot among `boots`) that covers p ranks, else ceilings_for's."""
     def choose(folder: Path, p: int) -> Path | None:
-        for path in sorted(Path(folder).glob("ceilings_p*.csv"), key=lambda f: int(f.stem.split("_p")[1])):
+        ranks = {path: int(path.stem.split("_p")[1]) for path in Path(folder).glob("ceilings_p*.csv")}
+        for path in sorted((f for f, n in ranks.items() if n >= p), key=ranks.get):
             meta = path.with_suffix(".json")
-            if int(path.stem.split("_p")[1]) >= p and meta.exists() and json.loads(meta.read_text()).get("boot") in boots:
+            if meta.exists() and json.loads(meta.read_text()).get("boot") in boots:
                 return path
         return predictor.ceilings_for(folder, p)
     return choose
@@ -102,19 +122,9 @@ def validate_folder(folder: Path, out: str | None = None, write: bool = True) ->
         if len(phases):
             phases.insert(0, "source", str(path.relative_to(folder)))
             phase_tables.append(phases)
-    points, skipped = harness_points(folder)
-    if len(points) or skipped:
-        boots = set(points.get("boot", pd.Series(dtype=str)).dropna())
-        table = predictor.validate(points, folder, lend_ceilings(boots)) if len(points) else pd.DataFrame()
-        table = pd.concat([table, pd.DataFrame(skipped)], ignore_index=True)
-        if "ceilings" in table:
-            table["same_lend"] = [same_lend(r, folder / n) if isinstance(n, str) else None
-                                  for r, n in zip(points.to_dict("records") + skipped, table.ceilings)]
-        table.insert(0, "source", HARNESS)
-        table["peer"] = [r["peer"] for r in points.to_dict("records") + skipped]
-        table.insert(1, "peer", table.pop("peer"))
-        table["measured_git"] = [str(r.get("git_commit") or "?")[:12] for r in points.to_dict("records") + skipped]
-        tables.append(table.drop(columns=["git_commit", "boot"], errors="ignore"))
+    harness = validate_harness(folder)
+    if harness is not None:
+        tables.append(harness)
     table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
     if not write:
         return table, None
