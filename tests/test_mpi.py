@@ -182,7 +182,7 @@ def test_scaling_harness_names_and_flags():
     assert peers_multi.perflab_name(("step-graphs",)) == "perflab resident, a graph a step"
     with pytest.raises(SystemExit, match=r"unknown perflab flag\(s\) \['fast'\]"):
         peers_multi.perflab_on_gpus(8, 4, 16, "fast")
-    for clash in (("staged", "pipelined"), ("model", "staged"), ("model", "overlap")):
+    for clash in (("staged", "pipelined"), ("model", "staged"), ("model", "overlap"), ("step-graphs", "pipelined")):
         with pytest.raises(SystemExit, match="do not go together"):
             peers_multi.perflab_on_gpus(8, 4, 16, *clash)
     proc = subprocess.run([sys.executable, "-m", "perflab.measure.peers_multi", "tensorflow", "8", "4", "16"],

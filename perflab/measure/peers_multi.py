@@ -51,9 +51,11 @@ def perflab_on_gpus(H: int, b: int, N: int, *flags: str, lr=0.1, reg=1e-4, warmu
     if odd:
         raise SystemExit(f"unknown perflab flag(s) {odd}; allowed: {PERFLAB_FLAGS}")
     clash = [f for f in ("staged", "pipelined", "overlap") if f in flags]
-    if len(set(clash) & {"staged", "pipelined"}) > 1 or ("model" in flags and clash):
-        raise SystemExit(f"perflab flags {list(flags)} do not go together: staged and pipelined are two modes, and "
-                         "model parallel runs resident without overlap")
+    if len(set(clash) & {"staged", "pipelined"}) > 1 or ("model" in flags and clash) \
+            or ("step-graphs" in flags and {"staged", "pipelined"} & set(flags)):
+        raise SystemExit(f"perflab flags {list(flags)} do not go together: staged and pipelined are two modes, "
+                         "model parallel runs resident without overlap, and step-graphs (a graph a step instead of "
+                         "one an epoch) is for resident")
     world = MPIComm(MPI.COMM_WORLD)
     select_device(world)
     mode = perflab_mode(flags)
