@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perflab.analysis import perfmodel, predictor, validation
+from perflab.analysis import perfmodel, predictor, roofline, validation
 from perflab.measure import ceilings
 from perflab.results import RESULTS_ROOT
 from perflab.train.comm import Serial
@@ -710,3 +710,31 @@ def test_the_scaling_harness_rows_are_validated_from_the_ceilings_of_their_own_l
     assert list(t.measured_git) == ["abc", "abc", "abc", "?"]
     one = predictor.predict_point({**points.iloc[0].to_dict()}, c)
     assert t.predicted_ms.iloc[0] == pytest.approx(1e3 * one["batch_s"]) and t.same_lend.iloc[0]
+
+
+def test_an_all_reduce_inside_a_graph_is_charged_the_graph_replayed_ceiling_where_measured():
+    """NCCL in an epoch graph (or a model-parallel step graph) runs without its host launch: the
+    ceilings' nccl_allreduce_graph rows price it; a graph a step launches it eagerly after the
+    graph, and a ceilings file from before those rows keeps the launched all-reduce."""
+    base = table()
+    graph_rows = [{"ceiling": "nccl_allreduce_graph", "ranks": 2, "size_bytes": size, "seconds": 2e-6 + size / 2e10,
+                   "value": size / (2e-6 + size / 2e10)} for size in (2 ** 16, 2 ** 20, 2 ** 24)]
+    c = predictor.Ceilings(pd.concat([base.table, pd.DataFrame(graph_rows)], ignore_index=True), source="made-up")
+    two = dict(H=1024, B=8000, p=2, N=16000)
+    grad = perfmodel.gradient_buffer_bytes(1024)
+    whole = predictor.predict_point(point(**two), c)
+    assert whole["t_exchange"] == pytest.approx(2e-6 + grad / 2e10, rel=1e-6)
+    assert "in a graph" in whole["composition"]
+    stepwise = predictor.predict_point(point(**two, epoch_graph=False), c)
+    assert stepwise["t_exchange"] == pytest.approx(1e-5 + grad / 1e10, rel=1e-6) and "in a graph" not in stepwise["composition"]
+    older = predictor.predict_point(point(**two), base)
+    assert older["t_exchange"] == pytest.approx(stepwise["t_exchange"]) and older["batch_s"] > whole["batch_s"]
+    extra = [{"ceiling": "step_kernel", "device": "gpu", "impl": name, "H": H, "B": B, "ranks": 1, "seconds": H * B * 1e-11}
+             for name in predictor.MODEL_PARALLEL_STEP for H in (256, 4096) for B in (100, 20000)]
+    cm = predictor.Ceilings(pd.concat([c.table, pd.DataFrame(extra)], ignore_index=True), source="made-up")
+    model = predictor.predict_point(point(parallel="model", step_graph=True, **two), cm)
+    assert model["t_exchange"] == pytest.approx(2e-6 + 10 * 8000 * 4 / 2e10, rel=1e-6)
+    eager = predictor.predict_point(point(parallel="model", **two), cm)
+    assert eager["t_exchange"] == pytest.approx(1e-5 + 10 * 8000 * 4 / 1e10, rel=1e-6)
+    roofs = roofline.machine_roofs(c.table, "gpu")
+    assert roofs["P_nccl"] == pytest.approx(2 * max(s / (2e-6 + s / 2e10) for s in (2 ** 16, 2 ** 20, 2 ** 24)), rel=1e-6)

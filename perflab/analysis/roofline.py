@@ -158,7 +158,7 @@ def machine_roofs(ceilings: pd.DataFrame, device: str) -> dict:
         rates += list(2 * k.H * 784 * k.B / k.seconds)
     copies = ceilings[ceilings.impl == "pinned"]
     mpi = ceilings[ceilings.ceiling == "mpi_allreduce"]
-    nccl = ceilings[ceilings.ceiling == "nccl_allreduce"]
+    nccl = ceilings[ceilings.ceiling.isin(["nccl_allreduce", "nccl_allreduce_graph"])]  # launched or in a graph
     return {"P_flops": max(rates), "P_pci": float(copies.value.max()) if len(copies) else math.inf,
             "P_mpi": float((2 * mpi.value).max()) if len(mpi) else math.inf,
             "P_nccl": float((2 * nccl.value).max()) if len(nccl) else math.inf}

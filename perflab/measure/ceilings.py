@@ -7,7 +7,8 @@ Rows (tidy): ceiling, size_bytes or shape, ranks, value, unit. Measured where th
   device_copy      device-to-device copy, bytes read + written (GPU)
   mpi_allreduce    host MPI all-reduce against size and p: algorithm bandwidth S/t and the
                    bus bandwidth 2(p-1)/p * S/t (the nccl-tests definition)
-  nccl_allreduce   the same through NCCL on device buffers (several GPUs)
+  nccl_allreduce   the same through NCCL on device buffers (several GPUs), launched one by one
+  nccl_allreduce_graph  the same replayed in a CUDA graph, as an epoch graph holds it (device time)
   step_kernel      each kernel of perflab's training step timed alone over a grid of hidden
                    sizes H and per-rank batches B (GPU: device time in a replayed graph; CPU:
                    the reference's forward, backward and update, on every rank at once, so the
@@ -147,6 +148,44 @@ def nccl_allreduce(comm, sizes=SIZES, repeats=20) -> list[dict]:
             t = median_seconds(call, repeats, sync=stream.synchronize)
         rows.append({"ceiling": "nccl_allreduce", "device": "gpu", "impl": "nccl", "dtype": "float32", "shape": "",
                      "size_bytes": size, "ranks": p, "seconds": t, "value": size / t,
+                     "bus_value": 2 * (p - 1) / p * size / t, "unit": "B/s"})
+    return rows
+
+
+def nccl_allreduce_graph(comm, sizes=SIZES, calls=10, repeats=10) -> list[dict]:
+    """NCCL all-reduce of float32 device buffers inside a CUDA graph (`calls` a graph, device time
+    between events, the ranks' replays started together): where an epoch graph holds it, the host's
+    launch is gone and it runs 12-14 us faster than launched (two H100, 1.6 and 6.5 MB:
+    experiments/p2p/logs/probe_h100x2.log)."""
+    import cupy as cp
+    rows = []
+    p = comm.size
+    stream = cp.cuda.Stream(non_blocking=True)
+    for size in sizes:
+        buf = cp.ones(size // 4, cp.float32)
+        with stream:
+            def call():
+                comm.communicator.allReduce(buf.data.ptr, buf.data.ptr, buf.size, comm.types["float32"],
+                                            comm.nccl.NCCL_SUM, stream.ptr)
+            call()
+            stream.begin_capture()
+            for _ in range(calls):
+                call()
+            graph = stream.end_capture()
+            times = []
+            for _ in range(repeats + 1):  # the first replay uploads the graph
+                stream.synchronize()
+                comm.barrier()
+                start, stop = cp.cuda.Event(), cp.cuda.Event()
+                start.record(stream)
+                graph.launch(stream)
+                stop.record(stream)
+                stop.synchronize()
+                times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3 / calls)
+            del graph  # before the communicator it holds goes (perflab.train.gpu.FusedGPU.close)
+        t = statistics.median(times[1:])
+        rows.append({"ceiling": "nccl_allreduce_graph", "device": "gpu", "impl": "nccl in a CUDA graph",
+                     "dtype": "float32", "shape": "", "size_bytes": size, "ranks": p, "seconds": t, "value": size / t,
                      "bus_value": 2 * (p - 1) / p * size / t, "unit": "B/s"})
     return rows
 
@@ -487,7 +526,8 @@ def measure(comm, gpu: bool, sizes=SIZES, log=print, kernels: bool = True, grid=
         if kernels:
             rows += trainer_floors(comm)
         if comm.size > 1:
-            rows += nccl_allreduce(for_gpu(comm, "nccl"), sizes)
+            nccl = for_gpu(comm, "nccl")
+            rows += nccl_allreduce(nccl, sizes) + nccl_allreduce_graph(nccl, sizes)
             rows += staged_allreduce(comm, sizes)
     return rows
 
