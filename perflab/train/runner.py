@@ -49,7 +49,7 @@ class Device:
     graphs: bool = True      # capture each batch's step as a CUDA graph (resident mode)
     pinned: bool = False     # staged mode: page-locked host copy of the data
     overlap: bool = False    # NCCL, several GPUs: exchange gradient chunks while backward GEMM 3 runs
-    chunks: int = 4          # dW1 row chunks exchanged one by one (overlap, pipelined)
+    chunks: int | None = None  # dW1 row chunks exchanged one by one (None: 2 with overlap, 4 pipelined)
 
 
 def make_gpu_trainer(cfg: Config, parallel: str, comm, device: Device, train_set):
@@ -57,18 +57,23 @@ def make_gpu_trainer(cfg: Config, parallel: str, comm, device: Device, train_set
     from perflab.train.comm import for_gpu
     gpu.select_device(comm)
     gpu.check_memory(cfg, device.mode == "resident")
+    if device.comm == "p2p" and not (parallel in ("sequential", "data") and device.mode == "resident"
+                                     and len(cfg.hidden_sizes) == 1):
+        raise gpu.GPUError("--comm p2p exchanges the fused data-parallel trainer's gradient buffer (resident, one "
+                           f"hidden layer); got --parallel {parallel}, --mode {device.mode}, hidden sizes "
+                           f"{list(cfg.hidden_sizes)}: use --comm nccl")
     comm = for_gpu(comm, device.comm)
     if device.mode == "pipelined":
         if parallel == "model" or len(cfg.hidden_sizes) != 1:
             raise gpu.GPUError("--mode pipelined runs data parallel with one hidden layer; got --parallel "
                                f"{parallel}, hidden sizes {list(cfg.hidden_sizes)}")
         from perflab.train.pipelined import Pipelined
-        return Pipelined(cfg, train_set.X, train_set.y, comm, device.gemm, device.graphs, device.chunks)
+        return Pipelined(cfg, train_set.X, train_set.y, comm, device.gemm, device.graphs, device.chunks or 4)
     if parallel == "model" and len(cfg.hidden_sizes) == 1 and device.mode == "resident":
         return gpu.FusedModelParallel(cfg, train_set.X, train_set.y, comm, device.gemm, device.graphs)
     if parallel in ("sequential", "data") and len(cfg.hidden_sizes) == 1:
         return gpu.FusedGPU(cfg, train_set.X, train_set.y, comm, device.mode, device.gemm, device.graphs, device.pinned,
-                            overlap=device.overlap, overlap_chunks=device.chunks)
+                            overlap=device.overlap, overlap_chunks=device.chunks or 2)
     import cupy as cp  # model parallel and deeper nets: the shared math on CuPy arrays
     params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed, xp=cp)
     return make_trainer(parallel, cfg, params, cp.asarray(train_set.X), cp.asarray(train_set.y), comm)
