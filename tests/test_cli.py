@@ -24,8 +24,7 @@ def test_train_json_last_line(capsys):
     (["--learning-rate", "-1"], "learning_rate must be positive, got -1.0"),
     (["--train-size", "10", "--batch-size", "20"], "batch_size B=20 is larger than train_size N=10"),
     (["--gemm", "tf32"], "--gemm tf32 runs perflab's CUDA kernels: it needs --backend cupy"),
-    (["--overlap"], "--overlap overlaps the gradients' exchange on the GPU with the backward pass: it needs --comm nccl or p2p"),
-    (["--comm", "p2p"], "--comm p2p needs --backend cupy"),
+    (["--overlap"], "--overlap overlaps an NCCL all-reduce with the backward pass: it needs --comm nccl"),
     (["--comm", "cuda-mpi"], "--comm cuda-mpi needs --backend cupy"),
     (["--mode", "pipelined"], "--mode pipelined overlaps host <-> GPU copies with GPU compute: it needs --backend cupy"),
     (["--mode", "pipelined", "--comm", "nccl"], "--comm nccl needs --backend cupy"),
@@ -35,26 +34,6 @@ def test_train_bad_values_exit_2_with_message(capsys, args, message):
         main(["train", "--dataset", "synthetic", *args])
     assert info.value.code == 2
     assert message in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("changes, message", [
-    ({"mode": "staged"}, "--mode staged exchanges gradients through the host"),
-    ({"parallel": "model"}, "--comm p2p exchanges the data-parallel gradient buffer; model parallel all-reduces its logits"),
-])
-def test_the_copy_engines_exchange_is_refused_where_it_cannot_run(monkeypatch, changes, message):
-    """--comm p2p on GPUs (CuPy faked here): resident data parallel only, named in the refusal."""
-    import types
-
-    import perflab.backend
-    from perflab.cli import CLIError
-    from perflab.commands.options import device_from_args
-    monkeypatch.setattr(perflab.backend, "array_module", lambda name: types.SimpleNamespace(__name__="cupy"))
-    args = dict(backend="cupy", mode="resident", gemm="cublas", comm="p2p", launch="graph", pinned=False, overlap=True,
-                chunks=None, parallel="data", dtype="float32", json=True)
-    device = device_from_args(__import__("argparse").Namespace(**args))
-    assert device.comm == "p2p" and device.overlap and device.chunks is None
-    with pytest.raises(CLIError, match=message):
-        device_from_args(__import__("argparse").Namespace(**{**args, **changes}))
 
 
 def test_help_explains_defaults():

@@ -692,7 +692,6 @@ def test_the_scaling_harness_rows_are_validated_from_the_ceilings_of_their_own_l
     rows = [{"peer": "perflab resident", "H": 1024, "b": 4000, "p": 1, "epoch_ms": 4.0, **ran},
             {"peer": "perflab resident, model parallel", "H": 1024, "b": 2000, "p": 2, "epoch_ms": 3.0, **ran},
             {"peer": "perflab resident, overlap", "H": 1024, "b": 2000, "p": 2, "epoch_ms": 3.0, **ran},
-            {"peer": "perflab resident, p2p", "H": 1024, "b": 2000, "p": 2, "epoch_ms": 3.0, **ran},
             {"peer": "perflab resident", "H": 1024, "b": 2000, "p": 2, "epoch_ms": 3.0},
             {"peer": "jax sharded scan", "H": 1024, "b": 2000, "p": 2, "epoch_ms": 3.0}]
     (folder / "scaling.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -700,15 +699,15 @@ def test_the_scaling_harness_rows_are_validated_from_the_ceilings_of_their_own_l
     assert list(points.peer) == ["perflab resident", "perflab resident, model parallel"]
     assert list(points.B) == [4000, 4000] and list(points.batches) == [2, 2] and list(points.parallel) == ["data", "model"]
     assert list(points.trainer) == ["FusedGPU", "FusedModelParallel"] and list(points.step_graph) == [False, True]
-    assert [s["skipped"].split(":")[0] for s in skipped] == ["--overlap", "--comm p2p", "the harness did not yet "
-                                                                           "record N and how its step launched"]
+    assert [s["skipped"].split(":")[0] for s in skipped] == ["--overlap", "the harness did not yet record N and how "
+                                                                           "its step launched"]
     assert validation.lend_ceilings({"lend"})(folder, 1).name == "ceilings_p2.csv"
     assert validation.lend_ceilings({"elsewhere"})(folder, 1).name == "ceilings_p1.csv"
     t, _ = validation.validate_folder(folder, write=False)
-    assert list(t.source) == ["scaling.jsonl"] * 5 and list(t.peer) == [r["peer"] for r in rows[:5]]
+    assert list(t.source) == ["scaling.jsonl"] * 4 and list(t.peer) == [r["peer"] for r in rows[:4]]
     assert t.error.notna().sum() == 1 and set(t.ceilings.dropna()) == {"ceilings_p2.csv"}
     assert "has no gpu step_kernel rows" in t.skipped.iloc[1]  # the made-up file times no model-parallel kernels
-    assert list(t.measured_git) == ["abc", "abc", "abc", "abc", "?"]
+    assert list(t.measured_git) == ["abc", "abc", "abc", "?"]
     one = predictor.predict_point({**points.iloc[0].to_dict()}, c)
     assert t.predicted_ms.iloc[0] == pytest.approx(1e3 * one["batch_s"]) and t.same_lend.iloc[0]
 

@@ -28,8 +28,8 @@ HARNESS = "scaling.jsonl"  # the multi-GPU scaling harness's rows (perflab.measu
 def harness_points(folder: Path) -> tuple[pd.DataFrame, list[dict]]:
     """The scaling harness's perflab rows of a machine folder as sweep points (an epoch of N samples,
     B = p b, its step launched as the harness recorded), and the rows it cannot predict, each with why:
-    --overlap (the chunked exchange inside the step is not composed), p2p (no ceiling times the copy
-    engines' exchange), or rows from before the harness recorded how its step launched."""
+    --overlap (the chunked exchange inside the step is not composed), or rows from before the
+    harness recorded how its step launched."""
     path = folder / HARNESS
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")] if path.exists() else []
     points, skipped = [], []
@@ -44,8 +44,6 @@ def harness_points(folder: Path) -> tuple[pd.DataFrame, list[dict]]:
         if "overlap" in flags:
             skipped.append({**point, "skipped": "--overlap: the predictor does not compose the chunked exchange inside "
                                                 "the step"})
-        elif "p2p" in flags:
-            skipped.append({**point, "skipped": "--comm p2p: no ceiling times the copy engines' exchange yet"})
         elif N is None or "epoch_graph" not in r:
             skipped.append({**point, "skipped": "the harness did not yet record N and how its step launched"})
         else:

@@ -71,9 +71,8 @@ def device_options(parser: argparse.ArgumentParser) -> None:
                         "(GPU buffers straight to a CUDA-aware MPI, detected: an error where the MPI is not), hierarchical "
                         "(reduce in each node, all-reduce across node leaders, broadcast; PERFLAB_RANKS_PER_NODE=k "
                         "pretends nodes of k ranks), shm (ranks of one node sum through memory they all map, no "
-                        "MPI message; host buffers, GPU ones staged), p2p (GPUs of one node: each copies its gradient into "
-                        "the others' memory with its copy engines, no SM used, and sums what it got; data parallel, "
-                        "resident). Default: nccl on GPUs (mpi in the staged modes), mpi on the CPU")
+                        "MPI message; host buffers, GPU ones staged). Default: nccl on GPUs (mpi in the staged modes), "
+                        "mpi on the CPU")
     from perflab.workbook.sweep import LAUNCHES
     g.add_argument("--launch", choices=LAUNCHES, default="graph",
                    help="GPU: replay each step as a CUDA graph, a whole epoch as one with data resident and the loss "
@@ -81,13 +80,13 @@ def device_options(parser: argparse.ArgumentParser) -> None:
                         "kernels one by one as the seeds' code does (eager) (default %(default)s)")
     g.add_argument("--pinned", action="store_true", help="staged mode: keep the data in page-locked host memory")
     g.add_argument("--overlap", action="store_true",
-                   help="NCCL or p2p on several GPUs: exchange the gradients in chunks on a second stream while backward "
-                        "GEMM 3 still runs, all inside the step's CUDA graph (with NCCL slower than one exchange after "
-                        "it: its kernels take SMs from the GEMM; p2p's copies take none: experiments/p2p/README.md)")
+                   help="NCCL on several GPUs: all-reduce the gradients in chunks on a second stream while backward "
+                        "GEMM 3 still runs, all inside the step's CUDA graph (slower than one exchange after it on "
+                        "two H200 and two H100: NCCL's kernels take SMs from the GEMM; experiments/p2p/README.md)")
     g.add_argument("--chunks", type=positive, default=None, metavar="K",
                    help="dW1 is exchanged in K row chunks, each as soon as its part of backward GEMM 3 is done "
-                        "(default 2 with --overlap, the fastest measured: experiments/p2p/README.md; 4 with --mode "
-                        "pipelined)")
+                        "(default 2 with --overlap, faster than 4 on two H100: experiments/p2p/README.md; 4 with "
+                        "--mode pipelined)")
 
 
 def device_from_args(args):
@@ -98,24 +97,21 @@ def device_from_args(args):
     if args.backend == "auto" and getattr(args, "json", False) is False:
         print(f"backend: {backend}", file=sys.stderr)
     comm = args.comm or ("nccl" if backend == "cupy" and args.mode == "resident" else "mpi")
-    if backend == "numpy" and comm in ("nccl", "cuda-mpi", "p2p"):
+    if backend == "numpy" and comm in ("nccl", "cuda-mpi"):
         raise CLIError(f"--comm {comm} needs --backend cupy; on the CPU use mpi or hierarchical")
     if backend == "numpy" and args.gemm != "cublas":
         raise CLIError(f"--gemm {args.gemm} runs perflab's CUDA kernels: it needs --backend cupy (the NumPy "
                        "backend multiplies with its BLAS)")
-    if args.overlap and comm not in ("nccl", "p2p"):
-        raise CLIError(f"--overlap overlaps the gradients' exchange on the GPU with the backward pass: it needs --comm "
-                       f"nccl or p2p (--backend cupy --mode resident), got --comm {comm}")
-    if comm == "p2p" and getattr(args, "parallel", "data") == "model":
-        raise CLIError("--comm p2p exchanges the data-parallel gradient buffer; model parallel all-reduces its logits: "
-                       "use --comm nccl")
+    if args.overlap and comm != "nccl":
+        raise CLIError(f"--overlap overlaps an NCCL all-reduce with the backward pass: it needs --comm nccl "
+                       f"(--backend cupy --mode resident), got --comm {comm}")
     if comm == "cuda-mpi":
         from perflab.train.comm import require_cuda_aware_mpi
         try:
             require_cuda_aware_mpi()
         except ValueError as exc:
             raise CLIError(str(exc)) from None
-    if args.mode != "resident" and comm in ("nccl", "cuda-mpi", "p2p"):
+    if args.mode != "resident" and comm in ("nccl", "cuda-mpi"):
         raise CLIError(f"--mode {args.mode} exchanges gradients through the host: use --comm mpi or hierarchical")
     if args.mode == "pipelined" and backend == "numpy":
         raise CLIError("--mode pipelined overlaps host <-> GPU copies with GPU compute: it needs --backend cupy")

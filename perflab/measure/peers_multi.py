@@ -4,7 +4,7 @@ an epoch split over p GPUs (each does N/p), b = B/p samples per GPU per step; ea
 median of REPEATS epochs after WARMUP (the first epochs on several GPUs pay NCCL's set-up:
 results/nvidia-h200-x4/warmup_p4.log).
 
-    mpirun -n P python -m perflab.measure.peers_multi perflab H b N [staged|pipelined] [overlap] [p2p] [no-graphs] [step-graphs] [model]
+    mpirun -n P python -m perflab.measure.peers_multi perflab H b N [staged|pipelined] [overlap] [no-graphs] [step-graphs] [model]
     mpirun -n P python -m perflab.measure.peers_multi ddp H b N        (one process a GPU)
     python -m perflab.measure.peers_multi jax H b N P                    (one process, P GPUs)
 Each prints one JSON line {"peer", "H", "b", "p", "N", "epoch_ms"} (from rank 0; perflab's also how its
@@ -12,8 +12,7 @@ step launched: graphs, epoch_graph, which perflab validate needs to predict the 
 runs model parallel (H split over the GPUs, every GPU the whole batch of p x b): the same samples
 per step and per epoch as data parallel, split the other way. `step-graphs`: a CUDA graph a step
 (the all-reduce and update launched after it) instead of one graph an epoch with NCCL inside.
-`p2p`: the gradient exchanged by the GPUs' copy engines (--comm p2p) instead of NCCL. `overlap`
-exchanges dW1 in 2 row chunks since the p2p commit (4 before: slower with NCCL and p2p alike,
+`overlap` exchanges dW1 in 2 row chunks since git 69ae05e (4 before; 2 are faster on two H100,
 experiments/p2p/README.md).
 """
 from __future__ import annotations
@@ -27,7 +26,7 @@ import numpy as np
 from perflab.measure.peers import initial, timed_epochs
 
 WARMUP, REPEATS = 3, 7
-PERFLAB_FLAGS = ("staged", "pipelined", "overlap", "p2p", "no-graphs", "step-graphs", "model")
+PERFLAB_FLAGS = ("staged", "pipelined", "overlap", "no-graphs", "step-graphs", "model")
 
 
 def perflab_mode(flags) -> str:
@@ -53,18 +52,16 @@ def perflab_on_gpus(H: int, b: int, N: int, *flags: str, lr=0.1, reg=1e-4, warmu
     odd = [f for f in flags if f not in PERFLAB_FLAGS]
     if odd:
         raise SystemExit(f"unknown perflab flag(s) {odd}; allowed: {PERFLAB_FLAGS}")
-    clash = [f for f in ("staged", "pipelined", "overlap", "p2p") if f in flags]
+    clash = [f for f in ("staged", "pipelined", "overlap") if f in flags]
     if len(set(clash) & {"staged", "pipelined"}) > 1 or ("model" in flags and clash) \
-            or ("step-graphs" in flags and {"staged", "pipelined"} & set(flags)) \
-            or ("p2p" in flags and {"staged", "pipelined"} & set(flags)):
+            or ("step-graphs" in flags and {"staged", "pipelined"} & set(flags)):
         raise SystemExit(f"perflab flags {list(flags)} do not go together: staged and pipelined are two modes, "
-                         "model parallel runs resident without overlap or p2p, and step-graphs (a graph a step instead "
-                         "of one an epoch) and p2p (the copy engines' exchange) are for resident")
+                         "model parallel runs resident without overlap, and step-graphs (a graph a step instead of "
+                         "one an epoch) is for resident")
     world = MPIComm(MPI.COMM_WORLD)
     select_device(world)
     mode = perflab_mode(flags)
-    # the host-staged modes exchange through MPI
-    comm = for_gpu(world, "mpi" if mode != "resident" else "p2p" if "p2p" in flags else "nccl")
+    comm = for_gpu(world, "nccl" if mode == "resident" else "mpi")  # the host-staged modes exchange through MPI
     rng = np.random.default_rng(0)
     X, y = rng.random((N, 784), dtype=np.float32), rng.integers(0, 10, N)
     launched = {}

@@ -2,8 +2,7 @@
 
 A trainer calls `comm.allreduce(buffer)` (sum over ranks, in place) and never knows how it
 is done: `serial` (one rank, nothing to do), `mpi` (host buffers through mpi4py, the seeds'
-path; a GPU buffer is staged through the host), `nccl`, `cuda-mpi`, `hierarchical`, `shm` and
-`p2p` (GPUs of one node, by their copy engines). Every collective appends a record
+path; a GPU buffer is staged through the host). Every collective appends a record
 {op, strategy, bytes, seconds} so the performance model can turn it into P_mpi.
 """
 from __future__ import annotations
@@ -15,11 +14,10 @@ import time
 import numpy as np
 
 from perflab.config import ConfigError
-from perflab.kernels import p2p as p2p_handshake
 from perflab.train.profile import phase
 
 MPI_LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS", "SLURM_STEP_ID")
-STRATEGIES = ("mpi", "nccl", "hierarchical", "cuda-mpi", "shm", "p2p")
+STRATEGIES = ("mpi", "nccl", "hierarchical", "cuda-mpi", "shm")
 
 
 def launched_by_mpi() -> bool:
@@ -145,116 +143,6 @@ class NCCLComm(MPIComm):
         with phase("MPI_Allreduce"):  # the seeds' name for the gradient all-reduce, here through NCCL
             self.communicator.allReduce(buf.data.ptr, buf.data.ptr, buf.size, self.types[buf.dtype.name],
                                         self.nccl.NCCL_SUM, stream.ptr)
-        self.records.append({"op": "allreduce", "strategy": self.strategy, "rank": self.rank,
-                             "ranks": self.size, "bytes": buf.nbytes, "seconds": float("nan")})  # async
-        return buf
-
-
-LAZY_PEER_ACCESS = 1  # cudaIpcMemLazyEnablePeerAccess
-P2P_TIMEOUT_NS = 30 * 10**9  # a peer silent this long is taken for dead: the waiting kernel traps
-P2P_KEPT = []  # every p2p exchange's IPC memory, for the process's life: a peer may still write a counter into it
-
-
-class P2PComm(MPIComm):
-    """All-reduce of one registered device buffer by the GPUs' copy engines (--comm p2p): every rank
-    copies its buffer into a slot of each peer's receive buffer (mapped through CUDA IPC) with
-    cudaMemcpyAsync, bumps a counter in the peer's memory, waits until every peer's counter says its
-    copy has landed, and sums the slots into its own buffer; a second counter tells each peer its
-    slot may be written again. No SM moves data, so with --overlap the copies of dW1's row chunks
-    run under the rest of backward GEMM 3, where NCCL's kernels take SMs from it (on two H100 a copy
-    moves the 6.5 MB gradient in 19 us, NCCL's all-reduce takes 42: experiments/p2p/README.md). The
-    handshake is two one-thread kernels (perflab/kernels/p2p.cu), so a CUDA graph holds it all.
-    Host arrays and objects still go through MPI."""
-
-    strategy = "p2p"
-
-    def __init__(self, mpi: MPIComm):
-        import cupy as cp
-        super().__init__(mpi.comm)
-        self.cp = cp
-        node = self.comm.Split_type(self.MPI.COMM_TYPE_SHARED)
-        on_one_node = self.comm.allreduce(node.Get_size()) == self.size * self.size
-        node.Free()
-        if not on_one_node:
-            raise ConfigError("--comm p2p copies between the GPUs of one node; these ranks span several: use --comm nccl")
-        me = cp.cuda.Device().id
-        devices = self.comm.allgather(me)
-        blind = [d for d in devices if d != me and not cp.cuda.runtime.deviceCanAccessPeer(me, d)]
-        if self.comm.allreduce(len(blind)):
-            raise ConfigError(f"--comm p2p needs peer access between every pair of GPUs; GPU {me} has none to GPU(s) "
-                           f"{blind} (on some rank): use --comm nccl")
-        self.peers = [(self.rank + k) % self.size for k in range(1, self.size)]
-        self.base = None
-
-    def device_array(self, shape, dtype):
-        """An array in memory of its own (cudaMalloc, not CuPy's pool: an IPC handle maps a whole
-        allocation, so the array must start it), kept for the process's life (P2P_KEPT)."""
-        cp = self.cp
-        mem = cp.cuda.memory.Memory(int(np.prod(shape)) * np.dtype(dtype).itemsize)
-        P2P_KEPT.append(mem)
-        out = cp.ndarray(shape, dtype, memptr=cp.cuda.MemoryPointer(mem, 0))
-        out.fill(0)
-        return out
-
-    def register(self, buf) -> None:
-        """Make `buf` (a contiguous device array) the buffer this comm all-reduces: allocate one
-        receive slot per peer and two counters per peer, and map every peer's (collective)."""
-        cp, p = self.cp, self.size
-        self.base, self.item = buf, buf.itemsize
-        self.slots = self.device_array((p - 1, buf.size), buf.dtype)
-        self.flags = self.device_array((2 * (p - 1),), np.uint64)  # [k]: rounds landed in slot k; [p-1+k]: summed
-        counts = self.device_array((4,), np.uint64)  # signals sent (landed, summed), waits made (landed, may send)
-        self.counts = [counts[i:i + 1] for i in range(4)]
-        runtime = cp.cuda.runtime
-        handles = self.comm.allgather((runtime.ipcGetMemHandle(self.slots.data.ptr),
-                                       runtime.ipcGetMemHandle(self.flags.data.ptr)))
-        self.targets, landed, summed = [], [], []
-        for r in self.peers:
-            slots = runtime.ipcOpenMemHandle(handles[r][0], LAZY_PEER_ACCESS)
-            flags = runtime.ipcOpenMemHandle(handles[r][1], LAZY_PEER_ACCESS)
-            k = (self.rank - r - 1) % p  # my slot at rank r
-            self.targets.append(slots + k * buf.nbytes)
-            landed.append(flags + 8 * k)
-            summed.append(flags + 8 * (p - 1 + k))
-        self.landed_at_peers = self.device_array((p - 1,), np.uint64)
-        self.landed_at_peers.set(np.array(landed, np.uint64))
-        self.summed_at_peers = self.device_array((p - 1,), np.uint64)
-        self.summed_at_peers.set(np.array(summed, np.uint64))
-        self.comm.Barrier()
-
-    def may_send(self) -> None:
-        """On the current stream: wait until every peer has summed what this rank sent last round."""
-        p2p_handshake.wait(self.flags[self.size - 1:], self.counts[3], lag=1, timeout_ns=P2P_TIMEOUT_NS)
-
-    def send(self, lo: int, hi: int) -> None:
-        """On the current stream: copy elements [lo, hi) of the buffer into each peer's slot."""
-        stream = self.cp.cuda.get_current_stream()
-        src, nbytes = self.base.data.ptr + lo * self.item, (hi - lo) * self.item
-        for target in self.targets:
-            self.cp.cuda.runtime.memcpyAsync(target + lo * self.item, src, nbytes,
-                                             self.cp.cuda.runtime.memcpyDefault, stream.ptr)
-
-    def finish(self, lo: int, hi: int) -> None:
-        """On the current stream, once every send of this round is enqueued before it: tell the
-        peers, wait for theirs, add their [lo, hi) in, tell them their slots are free."""
-        p2p_handshake.signal(self.landed_at_peers, self.counts[0])
-        p2p_handshake.wait(self.flags[:self.size - 1], self.counts[2], lag=0, timeout_ns=P2P_TIMEOUT_NS)
-        part = self.base[lo:hi]
-        for k in range(self.size - 1):
-            self.cp.add(part, self.slots[k, lo:hi], out=part)
-        p2p_handshake.signal(self.summed_at_peers, self.counts[1])
-
-    def allreduce(self, buf):
-        if isinstance(buf, np.ndarray):
-            return super().allreduce(buf)
-        offset = buf.data.ptr - self.base.data.ptr if self.base is not None else -1
-        if not (buf.flags.c_contiguous and 0 <= offset and offset + buf.nbytes <= self.base.nbytes):
-            raise ValueError("--comm p2p all-reduces the trainer's one gradient buffer (registered), not other arrays")
-        lo = offset // self.item
-        with phase("MPI_Allreduce"):  # the seeds' name for the gradient all-reduce, here by copy engines
-            self.may_send()
-            self.send(lo, lo + buf.size)
-            self.finish(lo, lo + buf.size)
         self.records.append({"op": "allreduce", "strategy": self.strategy, "rank": self.rank,
                              "ranks": self.size, "bytes": buf.nbytes, "seconds": float("nan")})  # async
         return buf
@@ -398,8 +286,8 @@ def with_strategy(comm, strategy: str):
     """The exchange strategy for the host path (mpi, hierarchical, shm) on top of the MPI world."""
     if strategy not in STRATEGIES:
         raise ValueError(f"--comm must be one of {STRATEGIES}, got {strategy!r}")
-    if strategy in ("cuda-mpi", "p2p"):
-        raise ValueError(f"--comm {strategy} all-reduces GPU buffers: it needs --backend cupy")
+    if strategy == "cuda-mpi":
+        raise ValueError("--comm cuda-mpi all-reduces GPU buffers: it needs --backend cupy")
     if comm.size == 1 or strategy in ("mpi", "nccl"):
         return comm
     return SharedMemoryComm(comm) if strategy == "shm" else HierarchicalComm(comm)
@@ -437,8 +325,6 @@ def for_gpu(comm, strategy: str):
     if strategy == "cuda-mpi":
         require_cuda_aware_mpi()
         return CUDAAwareMPIComm(comm.comm)
-    if strategy == "p2p":
-        return P2PComm(comm)
     return NCCLComm(comm)
 
 

@@ -122,10 +122,8 @@ class FusedGPU(Sequential):
             self.Xdev = cp.empty((D, bmax), dtype, order="F")
             self.ydev = cp.empty(bmax, np.int64)
         self.stream = cp.cuda.Stream(non_blocking=True)
-        if hasattr(comm, "register"):  # --comm p2p: the peers copy into slots mapped for this one buffer
-            comm.register(self.G)
-        # the lecture's overlap (NCCL or the copy engines: a host MPI exchange blocks the host anyway)
-        self.overlap = overlap and comm.size > 1 and capturable_exchange(comm)
+        # the lecture's overlap (NCCL only: a host MPI exchange blocks the host anyway)
+        self.overlap = overlap and comm.size > 1 and getattr(comm, "strategy", "") == "nccl"
         if self.overlap:
             self.comm_stream = cp.cuda.Stream(non_blocking=True)
             self.handoff = cp.cuda.Event(disable_timing=True)
@@ -260,26 +258,18 @@ class FusedGPU(Sequential):
         The update waits for the last exchange."""
         main, side = self.cp.cuda.get_current_stream(), self.comm_stream
         D = dW1.shape[1]
-        copies = hasattr(self.comm, "send")  # --comm p2p: each chunk copied to the peers, summed once at the end
 
-        def exchange(part, lo, hi):
+        def exchange(part):
             self.handoff.record(main)
             side.wait_event(self.handoff)
             with side:
-                if not copies:
-                    self.comm.allreduce(part)
-                    return
-                if lo == 0:
-                    self.comm.may_send()
-                self.comm.send(lo, hi)
+                self.comm.allreduce(part)
         for (r0, r1), (lo, hi) in zip(self.chunks, overlap_pieces(self.chunks, D, self.G.size)):
             with phase("backward GEMM 3"):
                 self.gemm(da1[r0:r1], Xb.T, dW1[r0:r1])
-            exchange(self.G[lo:hi], lo, hi)
+            exchange(self.G[lo:hi])
         self.handoff.record(side)
         main.wait_event(self.handoff)
-        if copies:
-            self.comm.finish(0, self.G.size)
 
     def batch(self, index):
         part = self.local(index)
@@ -384,9 +374,9 @@ class FusedGPU(Sequential):
 
 
 def capturable_exchange(comm) -> bool:
-    """Whether comm's all-reduce can sit in a CUDA graph: none on one rank, NCCL's and the copy
-    engines' (p2p) can; a host MPI one (or a CUDA-aware MPI's, which does not follow streams) cannot."""
-    return comm.size == 1 or getattr(comm, "strategy", "") in ("nccl", "p2p")
+    """Whether comm's all-reduce can sit in a CUDA graph: none on one rank, NCCL's can; a host MPI
+    one (or a CUDA-aware MPI's, which does not follow streams) cannot."""
+    return comm.size == 1 or getattr(comm, "strategy", "") == "nccl"
 
 
 def overlap_pieces(chunks, D: int, total: int) -> list[tuple[int, int]]:
