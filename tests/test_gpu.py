@@ -963,6 +963,16 @@ def test_staged_overlap_times_the_copy_behind_a_busy_gpu():
     assert 3e-5 < rows[0]["kernel_seconds"] < rows[1]["kernel_seconds"] < 8e-4  # the spin runs about as long as asked
 
 
+def test_the_pipelined_pieces_all_reduce_is_timed_in_the_trainers_chain_beside_a_busy_gpu():
+    """One rank (the MPI sum is a copy then): a row per piece size, the pieces round-tripped intact."""
+    from perflab.measure import ceilings
+    from perflab.train.comm import MPIComm
+    rows = ceilings.pipelined_allreduce(MPIComm(), sizes=(2 ** 16, 2 ** 20), pieces=3, repeats=2)
+    assert [(r["ceiling"], r["size_bytes"], r["ranks"]) for r in rows] == [("pipelined_allreduce", 2 ** 16, 1),
+                                                                          ("pipelined_allreduce", 2 ** 20, 1)]
+    assert all(0 < r["seconds"] < 0.1 and r["value"] == r["size_bytes"] / r["seconds"] for r in rows)
+
+
 def test_step_floors_are_medians_and_a_graph_replay_costs_the_host_less_than_its_kernels_one_by_one():
     from perflab.measure import ceilings
     rows = {r["impl"]: r for r in ceilings.gpu_step_floors(steps=10, repeats=3)}

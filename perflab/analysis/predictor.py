@@ -287,6 +287,13 @@ class Ceilings:
             return self.allreduce("nccl_allreduce_graph", p, nbytes), "NCCL all-reduce in a graph"
         return self.allreduce("nccl_allreduce", p, nbytes), "NCCL all-reduce"
 
+    def piece_allreduce(self, p: int, nbytes: float) -> float:
+        """The pipelined trainer's host all-reduce of one gradient piece: as timed beside a computing
+        GPU in the trainer's own chain (pipelined_allreduce), else the idle one (mpi_allreduce)."""
+        if len(self.rows("pipelined_allreduce", ranks=p)):
+            return self.allreduce("pipelined_allreduce", p, nbytes)
+        return self.allreduce("mpi_allreduce", p, nbytes)
+
     def staged_exchange(self, p: int, nbytes: float) -> float:
         """The staged path's exchange (device -> host, MPI_Allreduce, host -> device, pageable, in
         series) as timed whole, else composed from those three parts where a ceilings file has
@@ -297,7 +304,8 @@ class Ceilings:
                 + self.copy("h2d", "pageable", nbytes))
 
 
-EXCHANGES = ("nccl_allreduce", "nccl_allreduce_graph", "mpi_allreduce", "staged_allreduce", "shm_allreduce")
+EXCHANGES = ("nccl_allreduce", "nccl_allreduce_graph", "mpi_allreduce", "staged_allreduce", "shm_allreduce",
+             "pipelined_allreduce")
 
 
 def exchange_files(made: dict) -> list[str]:
@@ -472,7 +480,7 @@ def pipelined_batch(H: int, Bl: float, p: int, chunks: int, c: Ceilings, terms: 
     before = terms["kernels"] - c.kernel("gpu", "backward GEMM 3 (cuBLAS)", H, Bl) - update
     ready = [before] + [before + float(t) for t in np.cumsum(chunk_gemm)]
     down = [c.copy("d2h", "pinned", n) for n in sizes]
-    mpi = [c.allreduce("mpi_allreduce", p, n) for n in sizes]
+    mpi = [c.piece_allreduce(p, n) for n in sizes]
     up = [c.copy("h2d", "pinned", n) for n in sizes]
     if graphed:  # the step up to the pieces' copies down one graph: the host replays it and polls the pieces
         terms["host"] = c.trainer_floor("resident", True)

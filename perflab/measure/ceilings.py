@@ -9,6 +9,8 @@ Rows (tidy): ceiling, size_bytes or shape, ranks, value, unit. Measured where th
                    bus bandwidth 2(p-1)/p * S/t (the nccl-tests definition)
   nccl_allreduce   the same through NCCL on device buffers (several GPUs), launched one by one
   nccl_allreduce_graph  the same replayed in a CUDA graph, as an epoch graph holds it (device time)
+  pipelined_allreduce   the host all-reduce of a gradient piece as the pipelined trainer makes it:
+                   pinned, just copied down, copied up after, a chain of pieces, the GPU computing
   step_kernel      each kernel of perflab's training step timed alone over a grid of hidden
                    sizes H and per-rank batches B (GPU: device time in a replayed graph; CPU:
                    the reference's forward, backward and update, on every rank at once, so the
@@ -187,6 +189,52 @@ def nccl_allreduce_graph(comm, sizes=SIZES, calls=10, repeats=10) -> list[dict]:
         rows.append({"ceiling": "nccl_allreduce_graph", "device": "gpu", "impl": "nccl in a CUDA graph",
                      "dtype": "float32", "shape": "", "size_bytes": size, "ranks": p, "seconds": t, "value": size / t,
                      "bus_value": 2 * (p - 1) / p * size / t, "unit": "B/s"})
+    return rows
+
+
+PIECE_SIZES = [2**k for k in range(16, 25, 2)]  # 64 KiB .. 16 MiB: the pipelined trainer's pieces
+
+
+def pipelined_allreduce(comm, sizes=PIECE_SIZES, pieces=4, repeats=5) -> list[dict]:
+    """The host all-reduce of one gradient piece as perflab.train.pipelined runs it, rank 0's median:
+    `pieces` pieces of a size copied down into pinned memory, then each all-reduced in turn (no
+    barrier between them) and copied up, while the GPU runs GEMMs on a third stream as backward
+    does. The idle, barrier-first all-reduce (mpi_allreduce) misses what this costs: 1.2-1.35x it
+    on the H100 and H200 hosts (experiments/pipelined/README.md, pieces.py's busy case)."""
+    import cupy as cp
+
+    from perflab.train.gpu import pinned_copy
+    copy = cp.cuda.runtime.memcpyAsync
+    down, up, work = (cp.cuda.Stream(non_blocking=True) for _ in range(3))
+    A = cp.ones((4096, 4096), cp.float32)  # one product ~3 ms on an H100
+    rows = []
+    for size in sizes:
+        n = size // 4
+        dev = cp.ones(pieces * n, cp.float32)
+        host = pinned_copy(np.zeros(pieces * n, np.float32))
+        landed = [cp.cuda.Event(disable_timing=True) for _ in range(pieces)]
+        times = []
+        for round_ in range(repeats + 1):  # the first round warms up
+            with work:
+                for _ in range(max(4, pieces * size // 2**21)):  # busy past the last piece
+                    A @ A
+            comm.barrier()
+            for j in range(pieces):
+                copy(host[j * n:].ctypes.data, dev[j * n:].data.ptr, size, cp.cuda.runtime.memcpyDeviceToHost, down.ptr)
+                landed[j].record(down)
+            for j in range(pieces):
+                landed[j].synchronize()
+                start = time.perf_counter()
+                comm.reduce_host(host[j * n:(j + 1) * n])
+                if round_:
+                    times.append(time.perf_counter() - start)
+                copy(dev[j * n:].data.ptr, host[j * n:].ctypes.data, size, cp.cuda.runtime.memcpyHostToDevice, up.ptr)
+            up.synchronize()
+            work.synchronize()
+        t = statistics.median(times)
+        rows.append({"ceiling": "pipelined_allreduce", "device": "cpu", "impl": comm.MPI.Get_library_version().split()[0],
+                     "dtype": "float32", "shape": "", "size_bytes": size, "ranks": comm.size, "seconds": t,
+                     "value": size / t, "bus_value": 2 * (comm.size - 1) / comm.size * size / t, "unit": "B/s"})
     return rows
 
 
@@ -528,7 +576,7 @@ def measure(comm, gpu: bool, sizes=SIZES, log=print, kernels: bool = True, grid=
         if comm.size > 1:
             nccl = for_gpu(comm, "nccl")
             rows += nccl_allreduce(nccl, sizes) + nccl_allreduce_graph(nccl, sizes)
-            rows += staged_allreduce(comm, sizes)
+            rows += staged_allreduce(comm, sizes) + pipelined_allreduce(comm)
     return rows
 
 
