@@ -143,6 +143,7 @@ def test_two_sweeps_on_one_file_split_the_grid(tmp_path):
         assert proc.returncode == 0, err[-2000:]
     table = pd.read_csv(tmp_path / "shared.csv")
     assert sorted(table.H) == [8, 12, 16, 20, 24, 28]  # each point once: no duplicate rows
+    assert (table.epoch_spread >= 0).all()  # one timed epoch each here: nothing to disagree with
     assert not (tmp_path / "shared.claims").exists()
 
 

@@ -481,6 +481,19 @@ def test_describe_counts_the_points_inside_their_band():
                                       "1 of 2 staged points inside their copy band; 1 of 1 resident points launched "
                                       "kernel by kernel inside their host band")
     assert "band" not in validation.describe(t.drop(columns="inside_band"))
+    spread = t.drop(columns="inside_band").assign(epoch_spread=[0.1, 0.5, None, 0.05, None])
+    assert validation.describe(spread).endswith("; 3 with their epochs' own spread recorded (median 10%): 1 off by "
+                                                "more than it")  # the 0.2 point; -0.3 lies within its 0.5
+
+
+def test_a_sweep_records_how_far_its_own_epochs_moved_and_validation_keeps_it(tmp_path):
+    from perflab.workbook import sweep
+    assert sweep.spread([1.0, 1.2, 1.1]) == pytest.approx(0.2 / 1.1) and sweep.spread([2.0]) == 0.0
+    c = table()
+    c.table.to_csv(tmp_path / "ceilings_p1.csv", index=False)
+    measured = {**point(), "epoch_seconds": 0.01, "batches": 2}
+    v = predictor.validate(pd.DataFrame([{**measured, "epoch_spread": 0.3}, measured]), tmp_path)
+    assert v.epoch_spread.iloc[0] == 0.3 and pd.isna(v.epoch_spread.iloc[1])
 
 
 def test_a_staged_point_with_its_copy_probed_is_predicted_again_at_the_probes_level(tmp_path):

@@ -588,8 +588,9 @@ def validate(points: pd.DataFrame, folder: Path, choose=None) -> pd.DataFrame:
         if band:  # whether the point lies in the prediction's band
             band["inside_band"] = pred["batch_low_s"] <= measured <= pred["batch_high_s"]
         band |= probed_prediction(point, load(path), measured)
+        own = {"epoch_spread": float(point["epoch_spread"])} if pd.notna(point.get("epoch_spread", np.nan)) else {}
         rows.append({**base, "measured_ms": 1e3 * measured, "predicted_ms": 1e3 * pred["batch_s"],
-                     "error": pred["batch_s"] / measured - 1, "composition": pred["composition"], **band,
+                     "error": pred["batch_s"] / measured - 1, "composition": pred["composition"], **band, **own,
                      **{k: 1e3 * v for k, v in pred.items() if k.startswith("t_")}, "ceilings": path.name})
     return pd.DataFrame(rows)
 

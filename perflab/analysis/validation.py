@@ -183,6 +183,10 @@ def summary(table: pd.DataFrame) -> dict:
             out |= {"same_lend_graphed": int(len(graphed)),
                     "median_abs_error_same_lend_graphed": float(graphed.error.abs().median()),
                     "worst_abs_error_same_lend_graphed": float(graphed.error.abs().max())}
+    spread = done[done.epoch_spread.notna()] if "epoch_spread" in done else done.iloc[:0]
+    if len(spread):  # points whose sweep recorded how far their own timed epochs moved
+        out |= {"spread": int(len(spread)), "median_epoch_spread": float(spread.epoch_spread.median()),
+                "off_past_spread": int((spread.error.abs() > spread.epoch_spread).sum())}
     probed = done[done.error_probed.notna()] if "error_probed" in done else done.iloc[:0]
     if len(probed):  # staged points measured with their copy probed beside them: blind, then at the probe
         out |= {"probed": int(len(probed)), "median_abs_error_blind_probed": float(probed.error.abs().median()),
@@ -218,4 +222,6 @@ def describe(table: pd.DataFrame) -> str:
             + (f"; {s['same_lend']} predicted from ceilings of their own lend: median |error| "
                f"{s['median_abs_error_same_lend']:.0%}, worst {s['worst_abs_error_same_lend']:.0%}" if "same_lend" in s else "")
             + (f" ({s['same_lend_graphed']} of them graphed: {s['median_abs_error_same_lend_graphed']:.0%}, worst "
-               f"{s['worst_abs_error_same_lend_graphed']:.0%})" if "same_lend_graphed" in s else ""))
+               f"{s['worst_abs_error_same_lend_graphed']:.0%})" if "same_lend_graphed" in s else "")
+            + (f"; {s['spread']} with their epochs' own spread recorded (median {s['median_epoch_spread']:.0%}): "
+               f"{s['off_past_spread']} off by more than it" if "spread" in s else ""))

@@ -4,7 +4,8 @@ A point is plain values (H, B, p, parallel, backend, mode, gemm, launch, dtype, 
 `graph` replays each step as a CUDA graph where the trainer can, `eager` launches its kernels one by
 one (the seeds' way; the row's `graphs` says what ran). Each is
 measured twice on p ranks: an unprofiled run for the epoch time (`epoch_seconds`: median of
-`epochs` epochs after one warm-up epoch; nothing synchronizes inside an epoch) and a profiled
+`epochs` epochs after one warm-up epoch; nothing synchronizes inside an epoch; `epoch_spread`:
+their (slowest - fastest) / median, how far the measurement itself moved) and a profiled
 epoch for the per-phase medians the roofline needs (`t_<phase>`: device synchronized at every
 phase edge). Rows go to
 `<run folder>/<name>.csv` (+ machine metadata .json) one point at a time, so a crash
@@ -26,6 +27,7 @@ import itertools
 import json
 import os
 import platform
+import statistics
 from pathlib import Path
 
 KEY = ("H", "B", "p", "parallel", "backend", "mode", "gemm", "launch", "dtype", "N", "epochs")
@@ -173,6 +175,7 @@ def measure_trained_point(point: dict, comm, dataset: str) -> dict | None:
            "graphs": bool(getattr(trainer, "graphs", False)),
            "epoch_graph": bool(getattr(trainer, "epochs_graphed", 0)),  # fit ran its epochs as one CUDA graph each
            "epoch_seconds": float(np.median([e["seconds"] for e in history.epochs])),
+           "epoch_spread": spread([e["seconds"] for e in history.epochs]),
            "flops_per_batch": perfmodel.seeds_flops(w)["batch"], "exact_flops_per_batch": sum(perfmodel.phase_flops(w).values()),
            "bytes_pcie": by["pcie_gradients"], "bytes_images": by["pcie_images"], "bytes_mpi": by["mpi_seeds"],
            "ai": perfmodel.arithmetic_intensity(w), "batches": cfg.num_batches, "final_loss": history.final_loss}
@@ -183,6 +186,12 @@ def measure_trained_point(point: dict, comm, dataset: str) -> dict | None:
     row.update({f"t_{name}": float(v) for name, v in medians.items()})
     row.update(perfmodel.effective_rates(w, medians.to_dict()))
     return row
+
+
+def spread(seconds: list[float]) -> float:
+    """(slowest - fastest) / median of the timed epochs: how much one point's own epochs disagree
+    (a host hiccup or the staged copy's drift shows here before it shows as a prediction's error)."""
+    return float((max(seconds) - min(seconds)) / statistics.median(seconds))
 
 
 def copy_probe(comm, Bl: int, N: int) -> list[dict]:
