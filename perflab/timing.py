@@ -9,14 +9,15 @@ import statistics
 import time
 
 
-def graph_replays_ms(cp, fn, calls: int, done) -> list[float]:
+def graph_replays_ms(cp, fn, calls: int, done, before=None) -> list[float]:
     """Device milliseconds of one fn() call in each replay: `calls` calls captured in a CUDA graph
     and replayed between events (so the host's launch overhead is not in the number) until
     done(replays so far) is true. The calls run once before capture: a first call may make what
     capture does not allow (the wgmma GEMMs' tensor maps, per operand set of a rotation). The
     caller's stream is waited for first: its pending work may read or write what fn() does (the
     trainer tuning a new batch size while its last step still runs: x3tf32's weights after two
-    epochs came out 1.2 off, experiments/wgmma/logs/x3_bisect_1e9bcf3.log)."""
+    epochs came out 1.2 off, experiments/wgmma/logs/x3_bisect_1e9bcf3.log). `before()`, where given,
+    runs before each timed replay (ranks starting a collective's replays together)."""
     cp.cuda.get_current_stream().synchronize()
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
@@ -29,6 +30,8 @@ def graph_replays_ms(cp, fn, calls: int, done) -> list[float]:
         graph.launch(stream)
         times = []
         while not done(len(times)):
+            if before:
+                before()
             start, stop = cp.cuda.Event(), cp.cuda.Event()
             start.record(stream)
             graph.launch(stream)
@@ -38,9 +41,9 @@ def graph_replays_ms(cp, fn, calls: int, done) -> list[float]:
     return times
 
 
-def time_graph_ms(cp, fn, calls: int = 10, repeats: int = 10) -> float:
+def time_graph_ms(cp, fn, calls: int = 10, repeats: int = 10, before=None) -> float:
     """Median device milliseconds of one fn() call over `repeats` graph replays."""
-    return statistics.median(graph_replays_ms(cp, fn, calls, lambda n: n >= repeats))
+    return statistics.median(graph_replays_ms(cp, fn, calls, lambda n: n >= repeats, before))
 
 
 def replay_ms(cp, graphs, stream, repeats: int = 10) -> float:

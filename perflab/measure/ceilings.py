@@ -65,9 +65,7 @@ def mpi_allreduce(comm, sizes=SIZES, repeats=10, ceiling: str = "mpi_allreduce")
         buf = np.ones(size // 4, np.float32)
         comm.barrier()
         t = median_seconds(lambda: comm.reduce_host(buf), repeats, sync=comm.barrier)
-        rows.append({"ceiling": ceiling, "device": "cpu", "impl": impl,
-                     "dtype": "float32", "shape": "", "size_bytes": size, "ranks": p, "seconds": t,
-                     "value": size / t, "bus_value": 2 * (p - 1) / p * size / t, "unit": "B/s"})
+        rows.append(allreduce_row(ceiling, "cpu", impl, size, p, t))
     return rows
 
 
@@ -141,54 +139,47 @@ def nccl_allreduce(comm, sizes=SIZES, repeats=20) -> list[dict]:
     p = comm.size
     stream = cp.cuda.Stream(non_blocking=True)
     for size in sizes:
-        buf = cp.ones(size // 4, cp.float32)
+        call = nccl_call(comm, cp.ones(size // 4, cp.float32))
         with stream:
-            def call():
-                comm.communicator.allReduce(buf.data.ptr, buf.data.ptr, buf.size, comm.types["float32"],
-                                            comm.nccl.NCCL_SUM, stream.ptr)
             comm.barrier()
             t = median_seconds(call, repeats, sync=stream.synchronize)
-        rows.append({"ceiling": "nccl_allreduce", "device": "gpu", "impl": "nccl", "dtype": "float32", "shape": "",
-                     "size_bytes": size, "ranks": p, "seconds": t, "value": size / t,
-                     "bus_value": 2 * (p - 1) / p * size / t, "unit": "B/s"})
+        rows.append(allreduce_row("nccl_allreduce", "gpu", "nccl", size, p, t))
     return rows
+
+
+def nccl_call(comm, buf):
+    """One in-place NCCL all-reduce of the float32 device buffer buf on the current stream, as a call
+    (the one both NCCL ceilings time, launched and in a graph)."""
+    import cupy as cp
+    return lambda: comm.communicator.allReduce(buf.data.ptr, buf.data.ptr, buf.size, comm.types["float32"],
+                                               comm.nccl.NCCL_SUM, cp.cuda.get_current_stream().ptr)
+
+
+def allreduce_row(ceiling: str, device: str, impl: str, size: int, p: int, seconds: float) -> dict:
+    """An all-reduce ceiling's row: algorithm bandwidth S/t and the bus bandwidth 2(p-1)/p * S/t."""
+    return {"ceiling": ceiling, "device": device, "impl": impl, "dtype": "float32", "shape": "", "size_bytes": size,
+            "ranks": p, "seconds": seconds, "value": size / seconds, "bus_value": 2 * (p - 1) / p * size / seconds,
+            "unit": "B/s"}
 
 
 def nccl_allreduce_graph(comm, sizes=SIZES, calls=10, repeats=10) -> list[dict]:
     """NCCL all-reduce of float32 device buffers inside a CUDA graph (`calls` a graph, device time
     between events, the ranks' replays started together): where an epoch graph holds it, the host's
     launch is gone and it runs 12-14 us faster than launched (two H100, 1.6 and 6.5 MB:
-    experiments/p2p/logs/probe_h100x2.log)."""
+    experiments/p2p/logs/probe_h100x2.log). The graphs go before the communicator they hold
+    (perflab.train.gpu.FusedGPU.close): time_graph_ms keeps none."""
     import cupy as cp
+
+    from perflab.timing import time_graph_ms
     rows = []
-    p = comm.size
-    stream = cp.cuda.Stream(non_blocking=True)
+
+    def together():  # the last replay done here, then every rank starts the next at once
+        cp.cuda.get_current_stream().synchronize()
+        comm.barrier()
     for size in sizes:
-        buf = cp.ones(size // 4, cp.float32)
-        with stream:
-            def call():
-                comm.communicator.allReduce(buf.data.ptr, buf.data.ptr, buf.size, comm.types["float32"],
-                                            comm.nccl.NCCL_SUM, stream.ptr)
-            call()
-            stream.begin_capture()
-            for _ in range(calls):
-                call()
-            graph = stream.end_capture()
-            times = []
-            for _ in range(repeats + 1):  # the first replay uploads the graph
-                stream.synchronize()
-                comm.barrier()
-                start, stop = cp.cuda.Event(), cp.cuda.Event()
-                start.record(stream)
-                graph.launch(stream)
-                stop.record(stream)
-                stop.synchronize()
-                times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3 / calls)
-            del graph  # before the communicator it holds goes (perflab.train.gpu.FusedGPU.close)
-        t = statistics.median(times[1:])
-        rows.append({"ceiling": "nccl_allreduce_graph", "device": "gpu", "impl": "nccl in a CUDA graph",
-                     "dtype": "float32", "shape": "", "size_bytes": size, "ranks": p, "seconds": t, "value": size / t,
-                     "bus_value": 2 * (p - 1) / p * size / t, "unit": "B/s"})
+        call = nccl_call(comm, cp.ones(size // 4, cp.float32))
+        t = time_graph_ms(cp, call, calls=calls, repeats=repeats, before=together) / 1e3
+        rows.append(allreduce_row("nccl_allreduce_graph", "gpu", "nccl in a CUDA graph", size, comm.size, t))
     return rows
 
 
@@ -232,9 +223,8 @@ def pipelined_allreduce(comm, sizes=PIECE_SIZES, pieces=4, repeats=5) -> list[di
             up.synchronize()
             work.synchronize()
         t = statistics.median(times)
-        rows.append({"ceiling": "pipelined_allreduce", "device": "cpu", "impl": comm.MPI.Get_library_version().split()[0],
-                     "dtype": "float32", "shape": "", "size_bytes": size, "ranks": comm.size, "seconds": t,
-                     "value": size / t, "bus_value": 2 * (comm.size - 1) / comm.size * size / t, "unit": "B/s"})
+        rows.append(allreduce_row("pipelined_allreduce", "cpu", comm.MPI.Get_library_version().split()[0], size,
+                                  comm.size, t))
     return rows
 
 

@@ -12,7 +12,7 @@ step launched: graphs, epoch_graph, which perflab validate needs to predict the 
 runs model parallel (H split over the GPUs, every GPU the whole batch of p x b): the same samples
 per step and per epoch as data parallel, split the other way. `step-graphs`: a CUDA graph a step
 (the all-reduce and update launched after it) instead of one graph an epoch with NCCL inside.
-`overlap` exchanges dW1 in 2 row chunks since git 69ae05e (4 before; 2 are faster on two H100,
+`overlap` exchanges dW1 in 2 row chunks since git ccc2ce6 (4 before; 2 are faster on two H100,
 experiments/p2p/README.md).
 """
 from __future__ import annotations

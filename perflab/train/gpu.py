@@ -133,7 +133,7 @@ class FusedGPU(Sequential):
         # graph holds them whenever the exchange is capturable). On several GPUs without --overlap they
         # launch after it: as fast as capturing them at H = 2048 and faster at H = 512 (two H200); one
         # graph an epoch with NCCL inside was faster still at H = 512 on two H100 (3.67 ms an epoch
-        # against 3.91: results/nvidia-h100-80gb-hbm3/scaling.jsonl). With --overlap the NCCL
+        # against 3.91: results/nvidia-h100-80gb-hbm3/scaling_ffa61be/). With --overlap the NCCL
         # all-reduces of the chunks must be inside: launched one by one between the GEMM 3 chunks they
         # were 1.2x (H = 2048) to 6x (H = 512) slower (results/nvidia-h200/nccl_graph_capture.log).
         # A host MPI exchange cannot be captured at all.

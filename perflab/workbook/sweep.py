@@ -171,11 +171,11 @@ def measure_trained_point(point: dict, comm, dataset: str) -> dict | None:
                            host_allreduce=point["backend"] == "numpy" or device.comm == "mpi", N=cfg.train_size)
     by = perfmodel.phase_bytes(w)
     step_graph = bool(getattr(trainer, "graphs", False) and getattr(trainer, "whole_graph", False))
+    seconds = [e["seconds"] for e in history.epochs]  # the timed epochs
     row = {**point, "status": "measured", "trainer": type(trainer).__name__, "step_graph": step_graph,
            "graphs": bool(getattr(trainer, "graphs", False)),
            "epoch_graph": bool(getattr(trainer, "epochs_graphed", 0)),  # fit ran its epochs as one CUDA graph each
-           "epoch_seconds": float(np.median([e["seconds"] for e in history.epochs])),
-           "epoch_spread": spread([e["seconds"] for e in history.epochs]),
+           "epoch_seconds": float(np.median(seconds)), "epoch_spread": spread(seconds),
            "flops_per_batch": perfmodel.seeds_flops(w)["batch"], "exact_flops_per_batch": sum(perfmodel.phase_flops(w).values()),
            "bytes_pcie": by["pcie_gradients"], "bytes_images": by["pcie_images"], "bytes_mpi": by["mpi_seeds"],
            "ai": perfmodel.arithmetic_intensity(w), "batches": cfg.num_batches, "final_loss": history.final_loss}
