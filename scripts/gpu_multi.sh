@@ -26,6 +26,7 @@ for stage in $stages; do
           python3 -c "from perflab.train.comm import cuda_aware_mpi; print('CUDA-aware MPI:', cuda_aware_mpi())" ;;
     check)
       for args in "data float32 resident" "data float32 resident --overlap" "data float32 staged" "data float64 resident" \
+                  "data float32 resident --comm p2p" "data float64 resident --comm p2p" "data float32 resident --comm p2p --launch eager" \
                   "model float32 resident" "model float64 resident" "data float32 pipelined" "data float64 pipelined" "data float32 pipelined --shuffle" \
                   "data float64 pipelined --comm shm" "data float64 staged --comm shm"; do
         set -- $args

@@ -26,6 +26,7 @@ def test_train_json_last_line(capsys):
     (["--gemm", "tf32"], "--gemm tf32 runs perflab's CUDA kernels: it needs --backend cupy"),
     (["--overlap"], "--overlap overlaps an NCCL all-reduce with the backward pass: it needs --comm nccl"),
     (["--comm", "cuda-mpi"], "--comm cuda-mpi needs --backend cupy"),
+    (["--comm", "p2p"], "--comm p2p needs --backend cupy"),
     (["--mode", "pipelined"], "--mode pipelined overlaps host <-> GPU copies with GPU compute: it needs --backend cupy"),
     (["--mode", "pipelined", "--comm", "nccl"], "--comm nccl needs --backend cupy"),
 ])
@@ -34,6 +35,28 @@ def test_train_bad_values_exit_2_with_message(capsys, args, message):
         main(["train", "--dataset", "synthetic", *args])
     assert info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"mode": "staged", "overlap": False}, "--mode staged exchanges gradients through the host"),
+    ({"parallel": "model", "overlap": False}, "--comm p2p exchanges the data-parallel gradient buffer; model parallel "
+                                              "all-reduces its logits"),
+    ({}, "--overlap overlaps an NCCL all-reduce with the backward pass: it needs --comm nccl"),
+])
+def test_the_p2p_exchange_is_refused_where_it_cannot_run(monkeypatch, changes, message):
+    """--comm p2p on GPUs (CuPy faked here): resident data parallel without --overlap, named in the refusal."""
+    import argparse
+    import types
+
+    import perflab.backend
+    from perflab.cli import CLIError
+    from perflab.commands.options import device_from_args
+    monkeypatch.setattr(perflab.backend, "array_module", lambda name: types.SimpleNamespace(__name__="cupy"))
+    args = dict(backend="cupy", mode="resident", gemm="cublas", comm="p2p", launch="graph", pinned=False, overlap=False,
+                chunks=None, parallel="data", dtype="float32", json=True)
+    assert device_from_args(argparse.Namespace(**args)).comm == "p2p"
+    with pytest.raises(CLIError, match=message):
+        device_from_args(argparse.Namespace(**{**args, "overlap": True, **changes}))
 
 
 def test_help_explains_defaults():

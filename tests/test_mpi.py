@@ -180,9 +180,11 @@ def test_scaling_harness_names_and_flags():
     assert peers_multi.perflab_name(("model",)) == "perflab resident, model parallel"
     assert peers_multi.perflab_name(("pipelined",)) == "perflab pipelined"
     assert peers_multi.perflab_name(("step-graphs",)) == "perflab resident, a graph a step"
+    assert peers_multi.perflab_name(("p2p",)) == "perflab resident, p2p"
     with pytest.raises(SystemExit, match=r"unknown perflab flag\(s\) \['fast'\]"):
         peers_multi.perflab_on_gpus(8, 4, 16, "fast")
-    for clash in (("staged", "pipelined"), ("model", "staged"), ("model", "overlap"), ("step-graphs", "pipelined")):
+    for clash in (("staged", "pipelined"), ("model", "staged"), ("model", "overlap"), ("step-graphs", "pipelined"),
+                  ("p2p", "staged"), ("model", "p2p"), ("overlap", "p2p")):
         with pytest.raises(SystemExit, match="do not go together"):
             peers_multi.perflab_on_gpus(8, 4, 16, *clash)
     proc = subprocess.run([sys.executable, "-m", "perflab.measure.peers_multi", "tensorflow", "8", "4", "16"],

@@ -758,3 +758,36 @@ def test_an_all_reduce_inside_a_graph_is_charged_the_graph_replayed_ceiling_wher
     assert eager["t_exchange"] == pytest.approx(1e-5 + 10 * 8000 * 4 / 1e10, rel=1e-6)
     roofs = roofline.machine_roofs(c.table, "gpu")
     assert roofs["P_nccl"] == pytest.approx(2 * max(s / (2e-6 + s / 2e10) for s in (2 ** 16, 2 ** 20, 2 ** 24)), rel=1e-6)
+
+
+def test_the_p2p_exchange_is_charged_its_own_ceiling_with_the_update_inside_it():
+    """--comm p2p's one kernel reads, sums and applies the gradient: the predictor charges its
+    p2p_exchange_update rows and takes the update off the kernels' sum; a ceilings file without
+    those rows says which command makes them; a harness row flagged p2p becomes a p2p point."""
+    base = table()
+    rows = [{"ceiling": "p2p_exchange_update", "ranks": 2, "size_bytes": size, "seconds": 3e-6 + size / 3e10,
+             "value": size / (3e-6 + size / 3e10)} for size in (2 ** 16, 2 ** 20, 2 ** 24)]
+    c = predictor.Ceilings(pd.concat([base.table, pd.DataFrame(rows)], ignore_index=True), source="made-up")
+    two = dict(H=1024, B=8000, p=2, N=16000)
+    grad = perfmodel.gradient_buffer_bytes(1024)
+    nccl = predictor.predict_point(point(**two), c)
+    p2p = predictor.predict_point(point(comm="p2p", **two), c)
+    assert p2p["t_exchange"] == pytest.approx(3e-6 + grad / 3e10, rel=1e-6) and "p2p" in p2p["composition"]
+    update = c.kernel("gpu", predictor.UPDATE, 1024, 4000)
+    assert update > 0 and p2p["t_kernels"] == pytest.approx(nccl["t_kernels"] - update)
+    with pytest.raises(predictor.PredictionError, match="no p2p_exchange_update rows at p=2: run `mpiexec -n 2 perflab ceilings`"):
+        predictor.predict_point(point(comm="p2p", **two), base)
+    one = predictor.predict_point(point(comm="p2p", H=1024, B=4000, p=1, N=16000), base)  # one GPU exchanges nothing
+    assert one["t_exchange"] == 0
+
+
+def test_harness_rows_say_which_exchange_they_ran(tmp_path):
+    """A scaling harness row of perflab with the p2p flag is a p2p point, the others NCCL's."""
+    folder = tmp_path / "machine"
+    folder.mkdir()
+    ran = {"N": 8000, "graphs": True, "epoch_graph": True, "boot": "lend", "git_commit": "abc"}
+    rows = [{"peer": "perflab resident", "H": 1024, "b": 2000, "p": 2, "epoch_ms": 3.0, **ran},
+            {"peer": "perflab resident, p2p", "H": 1024, "b": 2000, "p": 2, "epoch_ms": 2.5, **ran}]
+    (folder / "scaling.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    points, skipped = validation.harness_points(folder)
+    assert list(points.comm) == ["nccl", "p2p"] and not skipped

@@ -287,6 +287,14 @@ class Ceilings:
             return self.allreduce("nccl_allreduce_graph", p, nbytes), "NCCL all-reduce in a graph"
         return self.allreduce("nccl_allreduce", p, nbytes), "NCCL all-reduce"
 
+    def p2p_exchange(self, p: int, nbytes: float) -> float:
+        """--comm p2p: the peers' gradients read, summed and applied in one kernel (p2p_exchange_update),
+        the update included."""
+        if not len(self.rows("p2p_exchange_update", ranks=p)):
+            raise PredictionError(f"{self.source} has no p2p_exchange_update rows at p={p}: run `mpiexec -n {p} "
+                                  "perflab ceilings` on GPUs of one node with peer access")
+        return self.allreduce("p2p_exchange_update", p, nbytes)
+
     def piece_allreduce(self, p: int, nbytes: float) -> float:
         """The pipelined trainer's host all-reduce of one gradient piece: as timed beside a computing
         GPU in the trainer's own chain (pipelined_allreduce), else the idle one (mpi_allreduce)."""
@@ -364,9 +372,14 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
             # on several GPUs, a graph a step: the all-reduce and the update launch one by one after it
             launches = 2 * c.launch() if p > 1 and not ran_epoch_graphs(point) else 0.0
             terms["host"] = c.trainer_floor("resident", graphed, gemm) + launches
-            terms["exchange"], nccl = c.nccl_exchange(p, gradient, ran_epoch_graphs(point)) if p > 1 else (0.0, "NCCL all-reduce")
+            if p > 1 and point.get("comm") == "p2p":  # the update is the exchange's kernel: off the kernels' sum
+                terms["kernels"] -= c.kernel("gpu", UPDATE, H, Bl)
+                terms["exchange"], exchange = c.p2p_exchange(p, gradient), "p2p exchange + update"
+            else:
+                terms["exchange"], exchange = c.nccl_exchange(p, gradient, ran_epoch_graphs(point)) if p > 1 \
+                    else (0.0, "NCCL all-reduce")
             batch = max(terms["kernels"] + terms["exchange"], terms["host"])
-            composition = f"max(kernels + {nccl}, the trainer's host floor + launches)"
+            composition = f"max(kernels + {exchange}, the trainer's host floor + launches)"
             if host_spread:  # the batch at the host floor's fastest and slowest repeat
                 band = {f"batch_{end}_s": max(terms["kernels"] + terms["exchange"], floor + launches)
                         for end, floor in zip(("low", "high"), host_spread)}

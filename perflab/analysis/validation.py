@@ -40,6 +40,7 @@ def harness_points(folder: Path) -> tuple[pd.DataFrame, list[dict]]:
         B, N = r["b"] * r["p"], r.get("N")
         point = {"H": r["H"], "B": B, "p": r["p"], "backend": "cupy", "mode": mode, "gemm": "cublas", "dtype": "float32",
                  "parallel": "model" if "model parallel" in flags else "data", "peer": r["peer"],
+                 "comm": "p2p" if "p2p" in flags else "nccl",
                  "git_commit": r.get("git_commit"), "boot": r.get("boot")}
         if "overlap" in flags:
             skipped.append({**point, "skipped": "--overlap: the predictor does not compose the chunked exchange inside "

@@ -71,8 +71,9 @@ def device_options(parser: argparse.ArgumentParser) -> None:
                         "(GPU buffers straight to a CUDA-aware MPI, detected: an error where the MPI is not), hierarchical "
                         "(reduce in each node, all-reduce across node leaders, broadcast; PERFLAB_RANKS_PER_NODE=k "
                         "pretends nodes of k ranks), shm (ranks of one node sum through memory they all map, no "
-                        "MPI message; host buffers, GPU ones staged). Default: nccl on GPUs (mpi in the staged modes), "
-                        "mpi on the CPU")
+                        "MPI message; host buffers, GPU ones staged), p2p (GPUs of one node: each reads the others' "
+                        "gradients over NVLink, sums and applies them in one kernel; resident data parallel). Default: "
+                        "nccl on GPUs (mpi in the staged modes), mpi on the CPU")
     from perflab.workbook.sweep import LAUNCHES
     g.add_argument("--launch", choices=LAUNCHES, default="graph",
                    help="GPU: replay each step as a CUDA graph, a whole epoch as one with data resident and the loss "
@@ -97,7 +98,7 @@ def device_from_args(args):
     if args.backend == "auto" and getattr(args, "json", False) is False:
         print(f"backend: {backend}", file=sys.stderr)
     comm = args.comm or ("nccl" if backend == "cupy" and args.mode == "resident" else "mpi")
-    if backend == "numpy" and comm in ("nccl", "cuda-mpi"):
+    if backend == "numpy" and comm in ("nccl", "cuda-mpi", "p2p"):
         raise CLIError(f"--comm {comm} needs --backend cupy; on the CPU use mpi or hierarchical")
     if backend == "numpy" and args.gemm != "cublas":
         raise CLIError(f"--gemm {args.gemm} runs perflab's CUDA kernels: it needs --backend cupy (the NumPy "
@@ -111,7 +112,10 @@ def device_from_args(args):
             require_cuda_aware_mpi()
         except ValueError as exc:
             raise CLIError(str(exc)) from None
-    if args.mode != "resident" and comm in ("nccl", "cuda-mpi"):
+    if comm == "p2p" and getattr(args, "parallel", "data") == "model":
+        raise CLIError("--comm p2p exchanges the data-parallel gradient buffer; model parallel all-reduces its logits: "
+                       "use --comm nccl")
+    if args.mode != "resident" and comm in ("nccl", "cuda-mpi", "p2p"):
         raise CLIError(f"--mode {args.mode} exchanges gradients through the host: use --comm mpi or hierarchical")
     if args.mode == "pipelined" and backend == "numpy":
         raise CLIError("--mode pipelined overlaps host <-> GPU copies with GPU compute: it needs --backend cupy")

@@ -5,12 +5,13 @@ from __future__ import annotations
 from perflab.kernels.build import module
 from perflab.kernels.dispatch import CUBLAS_VARIANTS, GEMM_VARIANTS, gemm_names, source_file
 from perflab.kernels.elementwise import elementwise_names
+from perflab.kernels.p2p import P2P_KERNELS
 from perflab.kernels.tiles import TILE_CONFIGS, TILED_VARIANTS, tile_configs
 from perflab.kernels.wgmma import WGMMA_VARIANTS, hopper, wgmma_names
 
 
 def modules() -> list[tuple[str, tuple]]:
-    """(source, kernel names) of every module gemm_function() and elementwise() compile."""
+    """(source, kernel names) of every module gemm_function(), elementwise() and p2p compile."""
     out = []
     for T in ("float", "double"):
         for variant in (v for v in GEMM_VARIANTS if v not in CUBLAS_VARIANTS + WGMMA_VARIANTS):  # cuBLAS: nothing to compile
@@ -19,7 +20,7 @@ def modules() -> list[tuple[str, tuple]]:
             elif (variant, T) in TILE_CONFIGS:
                 out += [(source_file(variant), gemm_names(variant, T, config)) for config in tile_configs(variant, T)]
         out.append(("elementwise.cu", elementwise_names(T)))
-    return out + [("gemm_wgmma.cu", wgmma_names())]
+    return out + [("gemm_wgmma.cu", wgmma_names()), ("p2p.cu", P2P_KERNELS)]
 
 
 def instantiations() -> dict[str, tuple]:

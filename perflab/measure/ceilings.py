@@ -9,6 +9,9 @@ Rows (tidy): ceiling, size_bytes or shape, ranks, value, unit. Measured where th
                    bus bandwidth 2(p-1)/p * S/t (the nccl-tests definition)
   nccl_allreduce   the same through NCCL on device buffers (several GPUs), launched one by one
   nccl_allreduce_graph  the same replayed in a CUDA graph, as an epoch graph holds it (device time)
+  p2p_exchange_update   --comm p2p's exchange: the peers' gradients read over NVLink, summed and
+                   applied to the parameters in one kernel, with the wait before the next
+                   backward, in a CUDA graph (device time; GPUs of one node with peer access)
   pipelined_allreduce   the host all-reduce of a gradient piece as the pipelined trainer makes it:
                    pinned, just copied down, copied up after, a chain of pieces, the GPU computing
   step_kernel      each kernel of perflab's training step timed alone over a grid of hidden
@@ -31,6 +34,7 @@ import time
 
 import numpy as np
 
+from perflab.config import ConfigError
 from perflab.timing import median_seconds
 
 SIZES = [2**k for k in range(12, 29, 2)]  # 4 KiB .. 256 MiB
@@ -180,6 +184,33 @@ def nccl_allreduce_graph(comm, sizes=SIZES, calls=10, repeats=10) -> list[dict]:
         call = nccl_call(comm, cp.ones(size // 4, cp.float32))
         t = time_graph_ms(cp, call, calls=calls, repeats=repeats, before=together) / 1e3
         rows.append(allreduce_row("nccl_allreduce_graph", "gpu", "nccl in a CUDA graph", size, comm.size, t))
+    return rows
+
+
+def p2p_exchange_update(comm, sizes=SIZES, calls=10, repeats=10) -> list[dict]:
+    """--comm p2p's exchange and update of a float32 gradient of each size (the comm a P2PComm), in
+    a CUDA graph as the epoch graph holds it: the wait for the peers' reads of the last round,
+    then the kernel. Back to back, so each wait finds the last round's reads just done; in a step
+    they finished during forward (1 us where here up to 3 more: experiments/p2p/README.md)."""
+    import cupy as cp
+
+    from perflab.timing import time_graph_ms
+    rows = []
+
+    def together():
+        cp.cuda.get_current_stream().synchronize()
+        comm.barrier()
+    regs = cp.zeros(1, cp.float32)  # one segment, no L2: the kernel's work is the same
+    for size in sizes:
+        n = size // 4
+        comm.register(n + 1, np.float32).fill(1e-3)
+        params, ends = cp.ones(n, cp.float32), cp.asarray([n], np.int64)
+
+        def call():
+            comm.read_wait()
+            comm.exchange_update(params, 0.1, ends, regs)
+        t = time_graph_ms(cp, call, calls=calls, repeats=repeats, before=together) / 1e3
+        rows.append(allreduce_row("p2p_exchange_update", "gpu", "p2p: read, sum, update in one kernel", size, comm.size, t))
     return rows
 
 
@@ -567,6 +598,10 @@ def measure(comm, gpu: bool, sizes=SIZES, log=print, kernels: bool = True, grid=
             nccl = for_gpu(comm, "nccl")
             rows += nccl_allreduce(nccl, sizes) + nccl_allreduce_graph(nccl, sizes)
             rows += staged_allreduce(comm, sizes) + pipelined_allreduce(comm)
+            try:
+                rows += p2p_exchange_update(for_gpu(comm, "p2p"), sizes)
+            except ConfigError as exc:  # ranks on several nodes, or GPUs without peer access
+                log(f"no p2p_exchange_update: {exc}") if comm.rank == 0 else None
     return rows
 
 

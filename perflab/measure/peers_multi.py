@@ -4,7 +4,7 @@ an epoch split over p GPUs (each does N/p), b = B/p samples per GPU per step; ea
 median of REPEATS epochs after WARMUP (the first epochs on several GPUs pay NCCL's set-up:
 results/nvidia-h200-x4/warmup_p4.log).
 
-    mpirun -n P python -m perflab.measure.peers_multi perflab H b N [staged|pipelined] [overlap] [no-graphs] [step-graphs] [model]
+    mpirun -n P python -m perflab.measure.peers_multi perflab H b N [staged|pipelined] [overlap|p2p] [no-graphs] [step-graphs] [model]
     mpirun -n P python -m perflab.measure.peers_multi ddp H b N        (one process a GPU)
     python -m perflab.measure.peers_multi jax H b N P                    (one process, P GPUs)
 Each prints one JSON line {"peer", "H", "b", "p", "N", "epoch_ms"} (from rank 0; perflab's also how its
@@ -13,7 +13,8 @@ runs model parallel (H split over the GPUs, every GPU the whole batch of p x b):
 per step and per epoch as data parallel, split the other way. `step-graphs`: a CUDA graph a step
 (the all-reduce and update launched after it) instead of one graph an epoch with NCCL inside.
 `overlap` exchanges dW1 in 2 row chunks since git ccc2ce6 (4 before; 2 are faster on two H100,
-experiments/p2p/README.md).
+experiments/p2p/README.md). `p2p`: --comm p2p, the peers' gradients read over NVLink and applied in
+one kernel, instead of NCCL's all-reduce and the update.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import numpy as np
 from perflab.measure.peers import initial, timed_epochs
 
 WARMUP, REPEATS = 3, 7
-PERFLAB_FLAGS = ("staged", "pipelined", "overlap", "no-graphs", "step-graphs", "model")
+PERFLAB_FLAGS = ("staged", "pipelined", "overlap", "p2p", "no-graphs", "step-graphs", "model")
 
 
 def perflab_mode(flags) -> str:
@@ -52,16 +53,19 @@ def perflab_on_gpus(H: int, b: int, N: int, *flags: str, lr=0.1, reg=1e-4, warmu
     odd = [f for f in flags if f not in PERFLAB_FLAGS]
     if odd:
         raise SystemExit(f"unknown perflab flag(s) {odd}; allowed: {PERFLAB_FLAGS}")
-    clash = [f for f in ("staged", "pipelined", "overlap") if f in flags]
+    clash = [f for f in ("staged", "pipelined", "overlap", "p2p") if f in flags]
     if len(set(clash) & {"staged", "pipelined"}) > 1 or ("model" in flags and clash) \
-            or ("step-graphs" in flags and {"staged", "pipelined"} & set(flags)):
+            or ({"step-graphs", "p2p"} & set(flags) and {"staged", "pipelined"} & set(flags)) \
+            or {"overlap", "p2p"} <= set(flags):
         raise SystemExit(f"perflab flags {list(flags)} do not go together: staged and pipelined are two modes, "
-                         "model parallel runs resident without overlap, and step-graphs (a graph a step instead of "
-                         "one an epoch) is for resident")
+                         "model parallel runs resident without overlap or p2p, step-graphs (a graph a step instead of "
+                         "one an epoch) and p2p (the peers' gradients read over NVLink) are for resident, and overlap "
+                         "is NCCL's")
     world = MPIComm(MPI.COMM_WORLD)
     select_device(world)
     mode = perflab_mode(flags)
-    comm = for_gpu(world, "nccl" if mode == "resident" else "mpi")  # the host-staged modes exchange through MPI
+    # the host-staged modes exchange through MPI
+    comm = for_gpu(world, "mpi" if mode != "resident" else "p2p" if "p2p" in flags else "nccl")
     rng = np.random.default_rng(0)
     X, y = rng.random((N, 784), dtype=np.float32), rng.integers(0, 10, N)
     launched = {}

@@ -2,7 +2,9 @@
 
 A trainer calls `comm.allreduce(buffer)` (sum over ranks, in place) and never knows how it
 is done: `serial` (one rank, nothing to do), `mpi` (host buffers through mpi4py, the seeds'
-path; a GPU buffer is staged through the host). Every collective appends a record
+path; a GPU buffer is staged through the host), `nccl`, `cuda-mpi`, `hierarchical`, `shm`, and
+`p2p` (GPUs of one node read each other's gradient: the fused data-parallel trainer's exchange
+and update in one kernel, `exchange_update`). Every collective appends a record
 {op, strategy, bytes, seconds} so the performance model can turn it into P_mpi.
 """
 from __future__ import annotations
@@ -17,7 +19,7 @@ from perflab.config import ConfigError
 from perflab.train.profile import phase
 
 MPI_LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS", "SLURM_STEP_ID")
-STRATEGIES = ("mpi", "nccl", "hierarchical", "cuda-mpi", "shm")
+STRATEGIES = ("mpi", "nccl", "hierarchical", "cuda-mpi", "shm", "p2p")
 
 
 def launched_by_mpi() -> bool:
@@ -146,6 +148,88 @@ class NCCLComm(MPIComm):
         self.records.append({"op": "allreduce", "strategy": self.strategy, "rank": self.rank,
                              "ranks": self.size, "bytes": buf.nbytes, "seconds": float("nan")})  # async
         return buf
+
+
+LAZY_PEER_ACCESS = 1  # cudaIpcMemLazyEnablePeerAccess
+P2P_TIMEOUT_NS = 30 * 10**9  # a peer silent this long is taken for dead: the waiting kernel traps
+P2P_KEPT = []  # the memory peers map, for the process's life: a peer may still read or signal into it
+
+
+class P2PComm(MPIComm):
+    """--comm p2p, GPUs of one node: each rank maps every peer's gradient buffer and flags (CUDA
+    IPC) and one kernel reads the peers' gradients over NVLink, sums them in rank order and
+    applies the SGD update (perflab/kernels/p2p.cu); NCCL's all-reduce and the update kernel after
+    it took 48 us a step at H = 2048 on two H100, this 27.5 (experiments/p2p/README.md). It
+    serves the fused data-parallel trainer, which calls `register` once, `exchange_update` where
+    others all-reduce and update, and `read_wait` before its backward writes the gradient again.
+    Host arrays and scalars still go through MPI."""
+
+    strategy = "p2p"
+
+    def __init__(self, mpi: MPIComm):
+        import cupy as cp
+        super().__init__(mpi.comm)
+        self.cp = cp
+        node = self.comm.Split_type(self.MPI.COMM_TYPE_SHARED)
+        on_one_node = self.comm.allreduce(node.Get_size()) == self.size * self.size
+        node.Free()
+        if not on_one_node:
+            raise ConfigError("--comm p2p reads the gradients of the GPUs of one node; these ranks span several: "
+                              "use --comm nccl")
+        me = cp.cuda.Device().id
+        blind = [d for d in self.comm.allgather(me) if d != me and not cp.cuda.runtime.deviceCanAccessPeer(me, d)]
+        if self.comm.allreduce(len(blind)):
+            raise ConfigError(f"--comm p2p needs peer access between every pair of GPUs; GPU {me} has none to GPU(s) "
+                              f"{blind} (on some rank): use --comm nccl")
+        self.G = None
+
+    def own_array(self, size: int, dtype):
+        """A zeroed device array that starts its own allocation (an IPC handle maps a whole
+        allocation, not a pool's slice), kept for the process's life (P2P_KEPT)."""
+        cp = self.cp
+        mem = cp.cuda.memory.Memory(max(1, size * np.dtype(dtype).itemsize))
+        P2P_KEPT.append(mem)
+        out = cp.ndarray(size, dtype, memptr=cp.cuda.MemoryPointer(mem, 0))
+        out.fill(0)
+        return out
+
+    def register(self, size: int, dtype):
+        """The gradient buffer (size values, the last the batch's CE sum) in memory every peer maps;
+        returned for the trainer to write its gradient into (collective)."""
+        from perflab.kernels import p2p
+        cp, runtime = self.cp, self.cp.cuda.runtime
+        self.G = self.own_array(size, dtype)
+        self.flags_own = self.own_array(2 * p2p.blocks() * self.size, np.uint32)
+        self.rounds = cp.zeros(p2p.blocks(), np.uint32)
+        self.ce = cp.zeros(1, dtype)  # the ranks' CE sums added (G's own slot is the peers' to read)
+        handles = self.comm.allgather((runtime.ipcGetMemHandle(self.G.data.ptr),
+                                       runtime.ipcGetMemHandle(self.flags_own.data.ptr)))
+        mapped = [(self.G.data.ptr, self.flags_own.data.ptr) if r == self.rank else
+                  tuple(runtime.ipcOpenMemHandle(h, LAZY_PEER_ACCESS) for h in handles[r]) for r in range(self.size)]
+        self.grads = cp.asarray([m[0] for m in mapped], np.uint64)
+        self.flags = cp.asarray([m[1] for m in mapped], np.uint64)
+        self.comm.Barrier()
+        return self.G
+
+    def exchange_update(self, params, learning_rate: float, ends, regs) -> None:
+        """On the current stream: params -= lr (every rank's gradient summed + regs params), the CE sums into self.ce."""
+        from perflab.kernels import p2p
+        with phase("MPI_Allreduce"):  # the seeds' name for the gradient exchange; here it holds the update too
+            p2p.exchange_update(params, self.grads, self.rank, self.G.size - 1, learning_rate, ends, regs, self.ce,
+                                self.flags, self.rounds, P2P_TIMEOUT_NS)
+        self.records.append({"op": "allreduce", "strategy": self.strategy, "rank": self.rank,
+                             "ranks": self.size, "bytes": self.G.nbytes, "seconds": float("nan")})  # async
+
+    def read_wait(self) -> None:
+        """On the current stream: hold until every peer has read this rank's last gradient."""
+        from perflab.kernels import p2p
+        p2p.read_wait(self.rank, self.flags, self.rounds, P2P_TIMEOUT_NS)
+
+    def allreduce(self, buf):
+        if isinstance(buf, np.ndarray):
+            return super().allreduce(buf)
+        raise ValueError("--comm p2p exchanges the fused data-parallel trainer's gradient (exchange_update), "
+                         "not other device arrays: use --comm nccl")
 
 
 def cuda_aware_mpi() -> tuple[bool, str]:
@@ -286,8 +370,8 @@ def with_strategy(comm, strategy: str):
     """The exchange strategy for the host path (mpi, hierarchical, shm) on top of the MPI world."""
     if strategy not in STRATEGIES:
         raise ValueError(f"--comm must be one of {STRATEGIES}, got {strategy!r}")
-    if strategy == "cuda-mpi":
-        raise ValueError("--comm cuda-mpi all-reduces GPU buffers: it needs --backend cupy")
+    if strategy in ("cuda-mpi", "p2p"):
+        raise ValueError(f"--comm {strategy} exchanges GPU buffers: it needs --backend cupy")
     if comm.size == 1 or strategy in ("mpi", "nccl"):
         return comm
     return SharedMemoryComm(comm) if strategy == "shm" else HierarchicalComm(comm)
@@ -325,6 +409,8 @@ def for_gpu(comm, strategy: str):
     if strategy == "cuda-mpi":
         require_cuda_aware_mpi()
         return CUDAAwareMPIComm(comm.comm)
+    if strategy == "p2p":
+        return P2PComm(comm)
     return NCCLComm(comm)
 
 

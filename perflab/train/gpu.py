@@ -6,7 +6,8 @@ Same math as perflab.train.model (checked against it), laid out for speed:
             delta = (softmax(z2 + b2) - Y)/B   one kernel, with the per-sample CE for the loss
   backward  dW2 = delta a1^T, db2 = rowsum(delta), da1 = W2^T delta, dz1 = da1 o a1 o (1 - a1),
             dW1 = dz1 X^T, db1 = rowsum(dz1)  (no input gradient is needed)
-  exchange  one all-reduce of one fused gradient buffer (NCCL on the GPU, or staged via MPI)
+  exchange  one all-reduce of one fused gradient buffer (NCCL on the GPU, or staged via MPI; with
+            --comm p2p the peers' buffers read over NVLink, summed and applied in one kernel)
   step      p <- p - lr (g + reg p) for every parameter in one launch
 Parameters and gradients each live in one flat device buffer. In `resident` mode the data
 sit on the GPU and each batch's whole step is captured once as a CUDA graph and replayed (on
@@ -90,7 +91,11 @@ class FusedGPU(Sequential):
         (H, D), C = host_params[0].shape, cfg.num_classes
         dtype = np.dtype(cfg.dtype)
         self.P = cp.asarray(np.concatenate([p.ravel() for p in host_params]))
-        self.G = cp.zeros(self.P.size + 1, dtype=dtype)  # + 1 slot: the batch's CE sum
+        # --comm p2p: the gradient lives where the peers map it, and one kernel exchanges and updates
+        self.peer_exchange = hasattr(comm, "exchange_update")
+        # + 1 slot: the batch's CE sum
+        self.G = comm.register(self.P.size + 1, dtype) if self.peer_exchange else cp.zeros(self.P.size + 1, dtype=dtype)
+        self.ce_sum = comm.ce if self.peer_exchange else self.G[-1:]  # the CE summed over ranks, once exchanged
         shapes = [p.shape for p in host_params]
         self.params = self.views(self.P, shapes)
         self.grads = self.views(self.G, shapes)
@@ -187,6 +192,9 @@ class FusedGPU(Sequential):
         self.exchange_and_update()
 
     def exchange_and_update(self):
+        if self.peer_exchange:
+            self.comm.exchange_update(self.P, self.cfg.learning_rate, self.ends, self.regs)
+            return
         if self.comm.size > 1 and not self.overlap:
             self.comm.allreduce(self.G)
         self.update()
@@ -220,6 +228,8 @@ class FusedGPU(Sequential):
                 self.combine_logits(z2)
                 kernels.softmax_xent_grad(z2, b2, yb, delta, global_b, ce)
         with phase("backward"):
+            if self.peer_exchange:  # the peers have read the last step's gradient before this one overwrites it
+                self.comm.read_wait()
             kernels.row_sum(delta, db2)
             # x3tf32: the fused pass writes dz1's TF32 big and small parts, which backward GEMM 3 reads as they are
             self.da1_split = fused_backward and self.da1_small is not None
@@ -349,7 +359,7 @@ class FusedGPU(Sequential):
         it is done: 17-26 us where two CuPy scalar reads after a synchronize took 45-72 (one H100,
         experiments/predictor/logs/loss_read_h100.jsonl), at every loss fit asks for."""
         copy, size = self.cp.cuda.runtime.memcpyAsync, self.loss_host.itemsize
-        for k, src in enumerate((self.G[-1:], self.penalty)):
+        for k, src in enumerate((self.ce_sum, self.penalty)):
             copy(self.loss_host.ctypes.data + k * size, src.data.ptr, size,
                  self.cp.cuda.runtime.memcpyDeviceToHost, self.stream.ptr)
         self.stream.synchronize()
@@ -374,9 +384,9 @@ class FusedGPU(Sequential):
 
 
 def capturable_exchange(comm) -> bool:
-    """Whether comm's all-reduce can sit in a CUDA graph: none on one rank, NCCL's can; a host MPI
-    one (or a CUDA-aware MPI's, which does not follow streams) cannot."""
-    return comm.size == 1 or getattr(comm, "strategy", "") == "nccl"
+    """Whether comm's all-reduce can sit in a CUDA graph: none on one rank, NCCL's and p2p's can; a
+    host MPI one (or a CUDA-aware MPI's, which does not follow streams) cannot."""
+    return comm.size == 1 or getattr(comm, "strategy", "") in ("nccl", "p2p")
 
 
 def overlap_pieces(chunks, D: int, total: int) -> list[tuple[int, int]]:

@@ -57,6 +57,11 @@ def make_gpu_trainer(cfg: Config, parallel: str, comm, device: Device, train_set
     from perflab.train.comm import for_gpu
     gpu.select_device(comm)
     gpu.check_memory(cfg, device.mode == "resident")
+    if device.comm == "p2p" and not (parallel in ("sequential", "data") and device.mode == "resident"
+                                     and len(cfg.hidden_sizes) == 1):
+        raise gpu.GPUError("--comm p2p exchanges the fused data-parallel trainer's gradient buffer (resident, one "
+                           f"hidden layer); got --parallel {parallel}, --mode {device.mode}, hidden sizes "
+                           f"{list(cfg.hidden_sizes)}: use --comm nccl")
     comm = for_gpu(comm, device.comm)
     if device.mode == "pipelined":
         if parallel == "model" or len(cfg.hidden_sizes) != 1:

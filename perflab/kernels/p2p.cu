@@ -1,0 +1,130 @@
+// --comm p2p: the data-parallel gradient all-reduce and the SGD update in one kernel, for the
+// GPUs of one node. Every rank reads each peer's gradient buffer straight through NVLink (mapped
+// with CUDA IPC; SM loads of 16 bytes, not cached on the reader's side), adds all ranks' in rank
+// order (so every rank's sum has the same bits) and updates its own parameters:
+//     P[e] -= lr (sum_r G_r[e] + reg_s P[e]),    and    ce_out = sum_r G_r[n] (the CE slot).
+// On two H100 this took 27.5 us at H = 2048 where NCCL's all-reduce + sgd_update took 48
+// (experiments/p2p/README.md). Ordering, per block b, through flags in each rank's own memory
+// ([blocks][2][p] unsigned ints, a count of rounds per block; no reset, so capturable):
+//   start: tell every peer "my round v began" (so my gradient is final: kernels before this one
+//          on my stream are done), wait until every peer says the same; then read;
+//   end:   tell every peer "I have read your round v". The wait for that is peer_read_wait,
+//          launched before this rank's backward next writes its gradient: by then it has
+//          long arrived, where a wait at the end of this kernel cost about 6 us.
+// A peer silent for timeout_ns is taken for dead: the waiting kernel prints who and traps, so
+// the next CUDA call raises instead of hanging. Blocks must all be resident at once (a block
+// spins on its peer's twin): launch at most one block of 512 a multiprocessor.
+
+#ifndef __CUDACC_RTC__
+extern "C" __host__ __device__ int printf(const char*, ...);  // NVRTC has it built in, nvcc wants it declared
+#endif
+
+__device__ unsigned long long now_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+__device__ void signal_flag(unsigned* flag, unsigned v) {
+    asm volatile("st.release.sys.global.u32 [%0], %1;" :: "l"(flag), "r"(v) : "memory");
+}
+
+__device__ void wait_flag(const unsigned* flag, unsigned v, long long timeout_ns, int rank, int peer, int block) {
+    unsigned long long t0 = now_ns();
+    for (;;) {
+        unsigned seen;
+        asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(seen) : "l"(flag) : "memory");
+        if ((int)(seen - v) >= 0) return;  // counts wrap after 2^32 rounds: compare by difference
+        if (now_ns() - t0 > (unsigned long long)timeout_ns) {
+            printf("--comm p2p: rank %d (block %d) heard nothing from rank %d for %lld ns\n", rank, block, peer,
+                   timeout_ns);
+            __trap();
+        }
+    }
+}
+
+__device__ float4 add(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
+__device__ double2 add(double2 a, double2 b) { return make_double2(a.x + b.x, a.y + b.y); }
+
+template <typename T>
+__device__ T reg_at(size_t e, const long long* ends, const T* regs, int nseg) {
+    int s = 0;
+    while (s < nseg - 1 && e >= (size_t)ends[s]) ++s;
+    return regs[s];
+}
+
+template <typename T>
+__device__ T sgd(T w, T g, T lr, T reg) { return w - lr * (g + reg * w); }  // sgd_update's expression
+
+__device__ float4 sgd_vector(float4 w, float4 g, float lr, size_t e, const long long* ends, const float* regs, int nseg) {
+    return make_float4(sgd(w.x, g.x, lr, reg_at(e, ends, regs, nseg)), sgd(w.y, g.y, lr, reg_at(e + 1, ends, regs, nseg)),
+                       sgd(w.z, g.z, lr, reg_at(e + 2, ends, regs, nseg)), sgd(w.w, g.w, lr, reg_at(e + 3, ends, regs, nseg)));
+}
+__device__ double2 sgd_vector(double2 w, double2 g, double lr, size_t e, const long long* ends, const double* regs,
+                              int nseg) {
+    return make_double2(sgd(w.x, g.x, lr, reg_at(e, ends, regs, nseg)), sgd(w.y, g.y, lr, reg_at(e + 1, ends, regs, nseg)));
+}
+
+template <typename T> struct Vector;
+template <> struct Vector<float> { using type = float4; };
+template <> struct Vector<double> { using type = double2; };
+
+// grads, flags: p device addresses each (this rank's own at [rank]); n parameters, the CE slot at G[n]
+template <typename T>
+__global__ void exchange_update(T* __restrict__ P, const unsigned long long* __restrict__ grads,
+        int p, int rank, size_t n, T lr, const long long* __restrict__ ends, const T* __restrict__ regs, int nseg,
+        T* ce_out, const unsigned long long* __restrict__ flags, unsigned* rounds, long long timeout_ns) {
+    using V = typename Vector<T>::type;
+    constexpr int W = sizeof(V) / sizeof(T), U = 4;  // U vectors in flight a thread from each rank
+    __shared__ unsigned v;
+    if (threadIdx.x == 0) v = rounds[blockIdx.x] = rounds[blockIdx.x] + 1;
+    __syncthreads();
+    const int r = threadIdx.x;  // thread r < p speaks with rank r
+    const size_t start = ((size_t)blockIdx.x * 2) * p, end = start + p;
+    unsigned* mine = (unsigned*)flags[rank];
+    if (r < p && r != rank) {
+        signal_flag((unsigned*)flags[r] + start + rank, v);
+        wait_flag(mine + start + r, v, timeout_ns, rank, r, blockIdx.x);
+    }
+    __syncthreads();
+    const size_t stride = (size_t)gridDim.x * blockDim.x, nv = n / W;
+    V* Pv = (V*)P;
+    for (size_t base = (size_t)blockIdx.x * blockDim.x + threadIdx.x; base < nv; base += U * stride) {
+        V g[U], w[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) if (base + u * stride < nv) w[u] = Pv[base + u * stride];
+        for (int k = 0; k < p; ++k) {
+            const V* src = (const V*)grads[k];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                size_t e = base + u * stride;
+                if (e < nv) { V x = __ldcg(src + e); g[u] = k == 0 ? x : add(g[u], x); }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            size_t e = base + u * stride;
+            if (e < nv) Pv[e] = sgd_vector(w[u], g[u], lr, e * W, ends, regs, nseg);
+        }
+    }
+    size_t e = nv * W + (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // the last n % W, then the CE slot
+    if (e <= n) {
+        T s = __ldcg((const T*)grads[0] + e);
+        for (int k = 1; k < p; ++k) s += __ldcg((const T*)grads[k] + e);
+        if (e < n) P[e] = sgd(P[e], s, lr, reg_at(e, ends, regs, nseg));
+        else *ce_out = s;
+    }
+    __syncthreads();  // every thread of the block has read what it needs of the peers
+    if (r < p && r != rank) signal_flag((unsigned*)flags[r] + end + rank, v);
+}
+
+// Before this rank's backward writes its gradient again: every peer has read the last round of
+// it. One block, thread b for exchange block b.
+__global__ void peer_read_wait(int p, int rank, const unsigned long long* __restrict__ flags,
+                               const unsigned* __restrict__ rounds, int blocks, long long timeout_ns) {
+    int b = threadIdx.x;
+    if (b >= blocks) return;
+    const unsigned* mine = (const unsigned*)flags[rank] + ((size_t)b * 2 + 1) * p;
+    for (int k = 0; k < p; ++k)
+        if (k != rank) wait_flag(mine + k, rounds[b], timeout_ns, rank, k, b);
+}

@@ -1,0 +1,38 @@
+"""The --comm p2p exchange's kernels (p2p.cu), for perflab.train.comm.P2PComm: the peers' gradients
+read over NVLink, summed and applied to the parameters in one launch, and the wait that keeps a
+rank from overwriting its gradient before every peer has read it."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from perflab.kernels.build import ctype, i32, module, multiprocessors, u64
+
+P2P_KERNELS = ("exchange_update<float>", "exchange_update<double>", "peer_read_wait")
+THREADS = 512  # a block; one block a multiprocessor, so that every block is resident at once (they spin)
+
+
+@functools.lru_cache(maxsize=None)
+def function(name: str):
+    """The kernel, cached (a look-up costs a launch 5-10 us of host time, as elementwise's note)."""
+    return module("p2p.cu", P2P_KERNELS).get_function(name)
+
+
+def blocks() -> int:
+    return multiprocessors()
+
+
+def exchange_update(params, grads, rank: int, n: int, learning_rate, ends, regs, ce_out, flags, rounds,
+                    timeout_ns: int) -> None:
+    """params[:n] -= lr (sum over ranks of G[:n] + regs[segment] params); ce_out = the ranks' G[n] summed.
+    grads, flags: device arrays of every rank's buffer address (uint64, this rank's own included)."""
+    function(f"exchange_update<{ctype(params.dtype)}>")(
+        (blocks(),), (THREADS,), (params, grads, i32(grads.size), i32(rank), u64(n), params.dtype.type(learning_rate),
+                                  ends, regs, i32(ends.size), ce_out, flags, rounds, np.int64(timeout_ns)))
+
+
+def read_wait(rank: int, flags, rounds, timeout_ns: int) -> None:
+    """Hold the stream until every peer has read this rank's gradient of the last exchange."""
+    function("peer_read_wait")((1,), (1024,), (i32(flags.size), i32(rank), flags, rounds, i32(blocks()),
+                                               np.int64(timeout_ns)))
