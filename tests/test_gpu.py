@@ -641,7 +641,7 @@ def test_compile_all_builds_every_module_in_parallel():
     assert kernels.compile_all(processes=2, progress=False) == len(kernels.modules()) - (not hopper())
     sources = {source for source, _ in kernels.modules()}
     assert sources == {"gemm_naive.cu", "gemm_tiled.cu", "gemm_regblock.cu", "gemm_best.cu", "elementwise.cu",
-                       "gemm_wgmma.cu"}
+                       "gemm_wgmma.cu", "p2p.cu"}
 
 
 def test_bench_hold_samples_the_clock_beside_best_and_cublas():

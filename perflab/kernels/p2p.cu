@@ -4,7 +4,7 @@
 // order (so every rank's sum has the same bits) and updates its own parameters:
 //     P[e] -= lr (sum_r G_r[e] + reg_s P[e]),    and    ce_out = sum_r G_r[n] (the CE slot).
 // On two H100 this took 27.5 us at H = 2048 where NCCL's all-reduce + sgd_update took 48
-// (experiments/p2p/README.md). Ordering, per block b, through flags in each rank's own memory
+// (experiments/p2p/README.md). Each peer's bytes cross NVLink once, read by SMs at about 250 GB/s. Ordering, per block b, through flags in each rank's own memory
 // ([blocks][2][p] unsigned ints, a count of rounds per block; no reset, so capturable):
 //   start: tell every peer "my round v began" (so my gradient is final: kernels before this one
 //          on my stream are done), wait until every peer says the same; then read;
@@ -25,15 +25,20 @@ __device__ unsigned long long now_ns() {
     return t;
 }
 
+// Plain volatile flags, no fence: the start signal orders nothing this kernel wrote (the gradient
+// was written by kernels that ended before it began, and a peer reads it from this GPU's L2), and
+// the end signal follows a __syncthreads after which every load of the block has returned (its
+// value was used). vLLM's custom all-reduce signals its start and final barriers so; release and
+// acquire cost 4 us a step more, fences 6 (two H100, experiments/p2p/README.md).
 __device__ void signal_flag(unsigned* flag, unsigned v) {
-    asm volatile("st.release.sys.global.u32 [%0], %1;" :: "l"(flag), "r"(v) : "memory");
+    asm volatile("st.volatile.global.u32 [%0], %1;" :: "l"(flag), "r"(v) : "memory");
 }
 
 __device__ void wait_flag(const unsigned* flag, unsigned v, long long timeout_ns, int rank, int peer, int block) {
     unsigned long long t0 = now_ns();
     for (;;) {
         unsigned seen;
-        asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(seen) : "l"(flag) : "memory");
+        asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(seen) : "l"(flag) : "memory");
         if ((int)(seen - v) >= 0) return;  // counts wrap after 2^32 rounds: compare by difference
         if (now_ns() - t0 > (unsigned long long)timeout_ns) {
             printf("--comm p2p: rank %d (block %d) heard nothing from rank %d for %lld ns\n", rank, block, peer,
