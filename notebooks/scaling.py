@@ -18,8 +18,9 @@ for (machine, H, b), shape in t.groupby(["machine", "H", "b"]) if len(t) else []
     fig = plots.scaling_epoch(shape, f"{machine}, H={H}, b={b}")
     display(Image(str(plots.save(fig, f"scaling_epoch_{machine}_H{H}_b{b}",
         f"Epoch time against the number of GPUs on {machine} ({shape.gpu.iloc[0]} x{shape.gpus.iloc[0]}), H={H}, {b} "
-        "samples per GPU per step, 60000 an epoch, FP32: perflab resident (NCCL) data and model parallel, and staged "
-        "(host MPI, the seeds' path), beside PyTorch DDP and JAX's sharded scan. "
+        "samples per GPU per step, 60000 an epoch, FP32: perflab resident data parallel (NCCL, and where run --comm "
+        "p2p: the peers' gradients read over NVLink) and model parallel, and staged (host MPI, the seeds' path), "
+        "beside PyTorch DDP and JAX's sharded scan. "
         f"Source: results/{machine}/scaling.jsonl."))))
 
 # %% [markdown]

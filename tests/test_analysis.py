@@ -216,12 +216,16 @@ def test_scaling_efficiency_is_per_shape_and_the_story_names_both_parallels(tmp_
     rows = [("perflab resident", 2048, 3000, 1, 10.0), ("perflab resident", 2048, 3000, 2, 6.0),
             ("perflab resident", 512, 800, 1, 6.0), ("perflab resident", 512, 800, 2, 4.0),
             ("perflab resident, model parallel", 512, 800, 1, 6.0), ("perflab resident, model parallel", 512, 800, 2, 3.0),
-            ("jax sharded scan", 512, 800, 1, 6.5), ("jax sharded scan", 512, 800, 2, 5.0)]
+            ("jax sharded scan", 512, 800, 1, 6.5), ("jax sharded scan", 512, 800, 2, 5.0),
+            ("perflab resident, p2p", 512, 800, 2, 3.5), ("perflab resident, no graphs", 512, 800, 2, 5.0)]
     (folder / "scaling.jsonl").write_text("".join(
         json.dumps({"peer": n, "H": H, "b": b, "p": p, "epoch_ms": ms}) + "\n" for n, H, b, p, ms in rows))
     t = roofline.scaling_rows(tmp_path).set_index(["peer", "H", "p"])
     assert t.efficiency[("perflab resident", 2048, 2)] == pytest.approx(10 / 12)  # against its own shape's p=1
     assert t.efficiency[("perflab resident", 512, 2)] == pytest.approx(6 / 8)
+    # p2p changes only the exchange: on one GPU it is perflab resident's run; no graphs is not
+    assert t.efficiency[("perflab resident, p2p", 512, 2)] == pytest.approx(6 / 7)
+    assert np.isnan(t.efficiency[("perflab resident, no graphs", 512, 2)])
     text = "\n".join(markdown.scaling_story(roofline.scaling_rows(tmp_path)))
     assert "perflab resident, model parallel: efficiency 1.00 at p=2, epoch 0.60 of the best peer's (jax sharded scan)" in text
     assert "### H=2048, b=3000" in text and "### H=512, b=800" in text

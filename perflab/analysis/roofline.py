@@ -135,14 +135,27 @@ def scaling_rows(root: Path | None = None) -> pd.DataFrame:
     if len(t):  # T1 / (p Tp) at the same (H, b): each peer against its own one-GPU epoch
         keys = ["machine", "peer", "H", "b"]
         base = t[t.p == 1].set_index(keys)["epoch_ms"]
-        t["efficiency"] = [base.get(k, np.nan) / (p * ms) for k, p, ms in
+        t["efficiency"] = [base.get(k, base.get(one_gpu_twin(k), np.nan)) / (p * ms) for k, p, ms in
                            zip(t[keys].itertuples(index=False, name=None), t.p, t.epoch_ms)]
     return t
 
 
+EXCHANGE_ONLY = ("p2p", "overlap")  # perflab harness flags that change the exchange alone: nothing on one GPU
+
+
+def one_gpu_twin(key: tuple) -> tuple:
+    """(machine, peer, H, b) of the one-GPU run a perflab variant shares: `perflab resident, p2p` and
+    `perflab resident, overlap` run perflab resident's step on one GPU (no exchange to change), so
+    their efficiency is against its epoch where they were not run alone."""
+    machine, peer, H, b = key
+    mode, *flags = peer.split(", ")
+    return (machine, mode, H, b) if mode == "perflab resident" and flags and set(flags) <= set(EXCHANGE_ONLY) else key
+
+
 def folder_roofs(folder: Path, device: str) -> dict:
-    """machine_roofs over every ceilings file of a machine folder (the machine's fastest rates)."""
-    files = sorted(Path(folder).glob("ceilings_p*.csv"))
+    """machine_roofs over every ceilings file of a machine folder, its subfolders' too (earlier lends
+    kept beside their runs, blind checks' own): the fastest rates the machine was measured at."""
+    files = sorted(Path(folder).rglob("ceilings_p*.csv"))
     return machine_roofs(pd.concat([pd.read_csv(f) for f in files], ignore_index=True), device)
 
 

@@ -482,7 +482,7 @@ def scaling_story(scaling) -> list[str]:
         out += [f"### H={H}, b={b}, `results/{machine}/scaling.jsonl`{what}", "", fmt(wide.reset_index().round(3)), ""]
         peers = top.drop(index=[i for i in top.index if i.startswith("perflab")])
         lines = []
-        for name in ("perflab resident", "perflab resident, model parallel"):
+        for name in ("perflab resident", "perflab resident, p2p", "perflab resident, model parallel"):
             if name in top.index and len(ps) > 1:
                 best = peers.epoch_ms.idxmin() if len(peers) else None
                 lines.append(f"{name}: efficiency {top.efficiency[name]:.2f} at p={ps[-1]}"
@@ -490,16 +490,18 @@ def scaling_story(scaling) -> list[str]:
                                 if best else ""))
         out += ["; ".join(lines) + "." if lines else ""]
         out += epoch_graph_text(RESULTS_ROOT / machine, int(H), int(b)) + [""]
-    out += ["", "Data parallel all-reduces the whole gradient (6.5 MB at H=2048) after backward GEMM 3, the step's "
+    out += ["", "Data parallel exchanges the whole gradient (6.5 MB at H=2048) after backward GEMM 3, the step's "
                 "last work, so nothing is left to hide it behind; model parallel all-reduces the C x B logits "
-                "(240 KB at B=6000) and its whole step, the NCCL all-reduce included, is one CUDA graph. "
-                "The all-reduce of data parallel launches after the step's graph: capturing it too measured no "
-                "faster. `--overlap` (dW1 in row chunks, each all-reduced on a second stream as it is made) is "
-                "captured in the graph, where it is 1.2-6x faster than launched eagerly, but slower than no overlap "
-                "at both shapes and every chunk count tried (1, 2, 4; fewer chunks lose less; not profiled) "
-                "(`results/nvidia-h200/nccl_graph_capture.log`). An NCCL all-reduce captured with "
-                "CuPy never hung: the old hang (`results/nvidia-h200/nccl_graphs.log`) was destroying the NCCL "
-                "communicator while graphs held its all-reduces, now freed first."]
+                "(240 KB at B=6000) and its whole step, the NCCL all-reduce included, is one CUDA graph. Data "
+                "parallel's NCCL all-reduce sits in the epoch's graph, the SGD update after it; `--comm p2p` "
+                "does both in one kernel that reads the peers' gradients over NVLink (27.5 us a step at H=2048 on "
+                "two H100 where NCCL and the update took 48: `experiments/p2p/README.md`). `--overlap` (dW1 in "
+                "row chunks, each all-reduced on a second stream as it is made) measured slower than no overlap "
+                "at both shapes and every chunk count tried: NCCL's kernels take SMs from the GEMM "
+                "(`results/nvidia-h200/nccl_graph_capture.log`, `experiments/p2p/README.md`). Efficiencies of "
+                "`p2p` and `overlap` rows are against perflab resident's one-GPU epoch, which they share. An NCCL "
+                "all-reduce captured with CuPy never hung: the old hang (`results/nvidia-h200/nccl_graphs.log`) "
+                "was destroying the NCCL communicator while graphs held its all-reduces, now freed first."]
     return out
 
 
