@@ -6,6 +6,7 @@ import pytest
 
 from perflab.analysis import roofline
 from perflab.report import markdown, plots, predictions
+from perflab.results import RESULTS_ROOT
 
 
 def table():
@@ -229,6 +230,17 @@ def test_scaling_efficiency_is_per_shape_and_the_story_names_both_parallels(tmp_
     text = "\n".join(markdown.scaling_story(roofline.scaling_rows(tmp_path)))
     assert "perflab resident, model parallel: efficiency 1.00 at p=2, epoch 0.60 of the best peer's (jax sharded scan)" in text
     assert "### H=2048, b=3000" in text and "### H=512, b=800" in text
+    assert "| prediction error p=2 |" in text  # this made-up machine has no validation.csv: every cell "-"
+
+
+def test_the_scaling_tables_carry_the_predictors_error_at_each_harness_point():
+    """markdown.harness_errors reads a machine's validation.csv rows of its scaling harness: the committed
+    two-H100 run's p2p point is predicted, the JAX row is not."""
+    t = pd.read_csv(RESULTS_ROOT / "nvidia-h100-80gb-hbm3" / "validation.csv")
+    row = t[(t.source == "scaling.jsonl") & (t.peer == "perflab resident, p2p") & (t.H == 2048)].iloc[0]
+    errors = markdown.harness_errors("nvidia-h100-80gb-hbm3", 2048, 3000)
+    assert errors[("perflab resident, p2p", 2)] == pytest.approx(row.error)
+    assert ("jax sharded scan", 2) not in errors and markdown.harness_errors("no-such-machine", 2048, 3000) == {}
 
 
 def test_missed_points_say_what_their_profiled_phases_and_other_runs_show(tmp_path):

@@ -468,8 +468,23 @@ def epoch_graph_text(folder: Path, H: int, b: int) -> list[str]:
                 f"replay its graph (`{path.relative_to(RESULTS_ROOT.parent)}`): {verdict}."]
 
 
+def harness_errors(machine: str, H: int, b: int) -> dict:
+    """{(peer, p): predicted / measured - 1} of a machine's scaling harness rows at (H, b), from its
+    validation.csv (rows the predictor skipped have none)."""
+    import pandas as pd
+    path = RESULTS_ROOT / machine / "validation.csv"
+    if not path.exists():
+        return {}
+    t = pd.read_csv(path)
+    if "peer" not in t:
+        return {}
+    t = t[(t.source == "scaling.jsonl") & (t.H == H) & (t.B == b * t.p) & t.error.notna()]
+    return {(peer, int(p)): float(e) for peer, p, e in zip(t.peer, t.p, t.error)}
+
+
 def scaling_story(scaling) -> list[str]:
-    """The scaling table per (H, b) and what it says about data against model parallel."""
+    """The scaling table per (H, b), the predictor's error at each perflab point, and what it says
+    about data against model parallel."""
     out = []
     for (machine, H, b), g in scaling.groupby(["machine", "H", "b"]):
         wide = g.pivot_table(index="peer", columns="p", values="epoch_ms")
@@ -477,6 +492,9 @@ def scaling_story(scaling) -> list[str]:
         wide.columns = [f"p={p} (ms)" for p in wide.columns]
         top = g[g.p == ps[-1]].set_index("peer")
         wide[f"efficiency p={ps[-1]}"] = top.efficiency
+        errors = harness_errors(machine, H, b)
+        for p in ps:  # the predictor's error at each point it predicts (perflab validate, from the lend's ceilings)
+            wide[f"prediction error p={p}"] = [f"{errors[(peer, p)]:+.0%}" if (peer, p) in errors else "-" for peer in wide.index]
         meta = g.iloc[0]
         what = f", {meta['gpu']} x{meta['gpus']}, git {meta['git_commit'][:8]}, {meta['date']}" if "git_commit" in g else ""
         out += [f"### H={H}, b={b}, `results/{machine}/scaling.jsonl`{what}", "", fmt(wide.reset_index().round(3)), ""]
@@ -485,7 +503,9 @@ def scaling_story(scaling) -> list[str]:
         for name in ("perflab resident", "perflab resident, p2p", "perflab resident, model parallel"):
             if name in top.index and len(ps) > 1:
                 best = peers.epoch_ms.idxmin() if len(peers) else None
-                lines.append(f"{name}: efficiency {top.efficiency[name]:.2f} at p={ps[-1]}"
+                efficiency = top.efficiency[name]
+                lines.append(f"{name}: " + (f"efficiency {efficiency:.2f} at p={ps[-1]}" if efficiency == efficiency
+                                            else f"no one-GPU epoch in this run, p={ps[-1]}")
                              + (f", epoch {top.epoch_ms[name] / peers.epoch_ms.min():.2f} of the best peer's ({best})"
                                 if best else ""))
         out += ["; ".join(lines) + "." if lines else ""]
