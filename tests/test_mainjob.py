@@ -125,9 +125,23 @@ def test_a_grid_launches_each_gpu_point_both_ways_asked_and_the_cpu_once():
         sweep.grid(launch=("lazy",))
 
 
+def test_a_sweep_chooses_the_exchange_of_resident_gpu_data_parallel_only():
+    """--comm p2p or nccl sets resident GPU data parallel's exchange; elsewhere it is refused, naming what
+    was asked; unset, each point gets its default (host MPI staged and on the CPU, else NCCL)."""
+    p2p = sweep.grid(hidden=(8,), batch=(50,), backend=("cupy",), comm="p2p")
+    assert [pt["comm"] for pt in p2p] == ["p2p"]
+    plain = sweep.grid(hidden=(8,), batch=(50,), backend=("numpy", "cupy"), mode=("resident", "staged"))
+    assert [(pt["backend"], pt["mode"], pt["comm"]) for pt in plain] == [
+        ("numpy", "resident", "mpi"), ("cupy", "resident", "nccl"), ("cupy", "staged", "mpi")]
+    assert sweep.key(p2p[0]) != sweep.key(plain[1])  # the same point with another exchange is another point
+    for bad in ({"mode": ("staged",)}, {"parallel": ("model",)}, {"backend": ("numpy",)}):
+        with pytest.raises(ValueError, match="--comm p2p: a sweep chooses the exchange"):
+            sweep.grid(**{"backend": ("cupy",), **bad}, comm="p2p")
+
+
 def test_a_file_from_before_the_launch_column_is_resumed_as_launched_by_default(tmp_path):
     old = sweep.grid(hidden=(8,), batch=(50,), backend=("numpy", "cupy"))
-    rows = [{k: v for k, v in pt.items() if k != "launch"} | {"status": "measured"} for pt in old]
+    rows = [{k: v for k, v in pt.items() if k not in ("launch", "comm")} | {"status": "measured"} for pt in old]
     pd.DataFrame(rows).to_csv(tmp_path / "old.csv", index=False)
     assert sweep.done_keys(tmp_path / "old.csv") == {sweep.key(pt) for pt in old}
     eager = sweep.grid(hidden=(8,), batch=(50,), backend=("cupy",), launch=("eager",))[0]

@@ -283,6 +283,14 @@ def test_whatif_and_validate_reject_bad_input_naming_it(tmp_path):
     assert proc.returncode == 0, proc.stderr
     graph, eager = json.loads((out / "whatif.json").read_text())["rows"]
     assert (graph["launch"], eager["launch"]) == ("graph", "eager") and eager["t_host"] > graph["t_host"]
+    two = str(RESULTS_ROOT / "nvidia-h100-80gb-hbm3" / "ceilings_p2.csv")  # its lend timed the p2p exchange
+    proc = run("whatif", "--ceilings", two, "--comm", "p2p", "--ranks", "2", "--hidden", "1536", "--per-rank-batch",
+               "2000", "--out", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads((out / "whatif.json").read_text())["rows"]
+    assert row["comm"] == "p2p" and "p2p exchange + update" in row["composition"]
+    proc = run("whatif", "--ceilings", two, "--comm", "p2p", "--mode", "staged")
+    assert proc.returncode == 2 and "--comm p2p: a sweep chooses the exchange" in proc.stderr
     proc = run("whatif", "--ceilings", h100, "--launch", "eager")  # a file from before the eager resident floor
     assert proc.returncode == 2 and "no step_floor row 'trainer resident eager'" in proc.stderr
     one = RESULTS_ROOT / "nvidia-h200" / "mainjob_one_gpu" / "ceilings_p1.csv"  # with the epoch graph's stretch

@@ -58,9 +58,12 @@ def cmd_whatif(args, comm) -> dict:
             ceilings = predictor.with_exchange(ceilings, predictor.Ceilings.load(exchange))
         except predictor.PredictionError as exc:
             raise CLIError(str(exc)) from None
-    points = sweep.grid(hidden=args.hidden, per_rank_batch=args.per_rank_batch, ranks=args.ranks,
-                        parallel=args.parallel, backend=[args.backend], mode=args.mode, gemm=args.gemm,
-                        N=args.train_size, launch=args.launch)
+    try:
+        points = sweep.grid(hidden=args.hidden, per_rank_batch=args.per_rank_batch, ranks=args.ranks,
+                            parallel=args.parallel, backend=[args.backend], mode=args.mode, gemm=args.gemm,
+                            N=args.train_size, launch=args.launch, comm=args.comm)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
     rows = []
     for point in points:
         point["graphs"] = point["launch"] == "graph"
@@ -69,7 +72,7 @@ def cmd_whatif(args, comm) -> dict:
             pred = predictor.predict_point(point, ceilings)
         except predictor.PredictionError as exc:
             raise CLIError(str(exc)) from None
-        rows.append({k: point[k] for k in ("H", "B", "p", "parallel", "backend", "mode", "gemm", "launch", "N")}
+        rows.append({k: point[k] for k in ("H", "B", "p", "parallel", "backend", "mode", "gemm", "launch", "N", "comm")}
                     | {"b": point["B"] // point["p"], "batch_ms": 1e3 * pred["batch_s"], "epoch_ms": 1e3 * pred["epoch_s"],
                        "composition": pred["composition"]} | predictor.band_ms(pred)
                     | {k: 1e3 * v for k, v in pred.items() if k.startswith("t_")})
@@ -188,10 +191,14 @@ def register(sub) -> None:
     p.add_argument("--gemm", nargs="+", choices=("cublas",) + WGMMA_VARIANTS, default=["cublas"],
                    help="the step's GEMMs: cublas, or Hopper's tensor-core GEMMs (data parallel, resident or staged; "
                         "their kernels in the ceilings file); default cublas")
-    from perflab.workbook.sweep import LAUNCHES
+    from perflab.workbook.sweep import GPU_EXCHANGES, LAUNCHES
     p.add_argument("--launch", nargs="+", choices=LAUNCHES, default=["graph"],
                    help="each step a CUDA graph replay where the trainer makes one (graph), or its kernels launched one "
                         "by one (eager; the seeds' way); default graph")
+    p.add_argument("--comm", choices=GPU_EXCHANGES, default=None,
+                   help="resident GPU data parallel's gradient exchange: nccl (NCCL's all-reduce, then the update) or "
+                        "p2p (the peers' gradients read over NVLink and applied in one kernel; GPUs of one node); "
+                        "default nccl there, host MPI in the staged modes and on the CPU")
     p.add_argument("--train-size", type=positive, default=60000, metavar="N")
     p.add_argument("--name", default="whatif", help="file name (default %(default)s)")
     p.add_argument("--out", metavar="DIR", type=out_folder, help="folder (default this machine's run folder)")

@@ -29,10 +29,13 @@ def cmd_sweep(args, comm) -> dict:
         if not args.json:
             print(f"wrote {args.emit_sbatch}: submit with sbatch {args.emit_sbatch}")
         return {"sbatch": args.emit_sbatch}
-    points = sweep.grid(hidden=args.hidden, batch=args.batch, ranks=args.ranks, per_rank_batch=args.per_rank_batch,
-                        parallel=args.parallel, backend=args.backend, mode=args.mode, gemm=args.gemm,
-                        dtype=args.dtype, N=args.train_size, epochs=args.num_epochs, learning_rate=args.learning_rate,
-                        launch=args.launch)
+    try:
+        points = sweep.grid(hidden=args.hidden, batch=args.batch, ranks=args.ranks, per_rank_batch=args.per_rank_batch,
+                            parallel=args.parallel, backend=args.backend, mode=args.mode, gemm=args.gemm,
+                            dtype=args.dtype, N=args.train_size, epochs=args.num_epochs,
+                            learning_rate=args.learning_rate, launch=args.launch, comm=args.comm)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
     if not points:  # every combination asked for a GPU-only setting on NumPy
         raise CLIError(f"the grid is empty: on --backend numpy only --mode resident and --gemm cublas run (got --mode "
                        f"{' '.join(args.mode)}, --gemm {' '.join(args.gemm)}); the others need --backend cupy")
@@ -97,11 +100,15 @@ def register(sub) -> None:
     p.add_argument("--mode", nargs="+", choices=MODES, default=["resident"],
                    help="GPU data and exchange path (default resident)")
     p.add_argument("--gemm", nargs="+", choices=variants, default=["cublas"], help="GPU GEMM variants (default cublas)")
-    from perflab.workbook.sweep import LAUNCHES
+    from perflab.workbook.sweep import GPU_EXCHANGES, LAUNCHES
     p.add_argument("--launch", nargs="+", choices=LAUNCHES, default=["graph"],
                    help="GPU: replay each step as a CUDA graph where the trainer can, a whole epoch as one with data "
                         "resident (graph), or launch its kernels one by one as the seeds do (eager); both to "
                         "see what graphs buy (default graph)")
+    p.add_argument("--comm", choices=GPU_EXCHANGES, default=None,
+                   help="resident GPU data parallel's gradient exchange: nccl (NCCL's all-reduce, then the update) or "
+                        "p2p (the peers' gradients read over NVLink and applied in one kernel; GPUs of one node); "
+                        "default nccl there, host MPI in the staged modes and on the CPU")
     p.add_argument("--dtype", nargs="+", choices=DTYPES, default=["float32"], help="default float32")
     p.add_argument("--train-size", type=positive, default=38400, metavar="N",
                    help="samples an epoch (default %(default)s, the seeds')")

@@ -206,7 +206,7 @@ def check_table(pred, measured) -> tuple:
     """A committed prediction's rows beside its run's, matched on every setting both name (a point
     predicted graphed and eager pairs with its own launch only): (table, error per row, columns)."""
     import pandas as pd
-    keys = ["H", "B", "p", "mode"] + [k for k in ("parallel", "gemm", "launch") if k in pred and k in measured]
+    keys = ["H", "B", "p", "mode"] + [k for k in ("parallel", "gemm", "launch", "comm") if k in pred and k in measured]
     both = pred.merge(measured.assign(measured_ms=1e3 * measured.epoch_seconds / measured.batches), on=keys)
     err = both.batch_ms / both.measured_ms - 1
     both["error"] = err.map(lambda e: f"{e:+.0%}")

@@ -1,8 +1,9 @@
 """Sweeps: a grid of training points, each measured and written as soon as it finishes.
 
-A point is plain values (H, B, p, parallel, backend, mode, gemm, launch, dtype, N, epochs): launch
+A point is plain values (H, B, p, parallel, backend, mode, gemm, launch, dtype, N, epochs, comm): launch
 `graph` replays each step as a CUDA graph where the trainer can, `eager` launches its kernels one by
-one (the seeds' way; the row's `graphs` says what ran). Each is
+one (the seeds' way; the row's `graphs` says what ran); comm is the gradient exchange (host MPI in the
+staged modes and on the CPU, NCCL or p2p for resident GPU data parallel). Each is
 measured twice on p ranks: an unprofiled run for the epoch time (`epoch_seconds`: median of
 `epochs` epochs after one warm-up epoch; nothing synchronizes inside an epoch; `epoch_spread`:
 their (slowest - fastest) / median, how far the measurement itself moved) and a profiled
@@ -30,17 +31,29 @@ import platform
 import statistics
 from pathlib import Path
 
-KEY = ("H", "B", "p", "parallel", "backend", "mode", "gemm", "launch", "dtype", "N", "epochs")
+KEY = ("H", "B", "p", "parallel", "backend", "mode", "gemm", "launch", "dtype", "N", "epochs", "comm")
 LAUNCHES = ("graph", "eager")
+GPU_EXCHANGES = ("nccl", "p2p")  # a sweep's --comm: resident GPU data parallel's exchange
+
+
+def default_comm(backend: str, mode: str) -> str:
+    """The exchange a point runs unless the sweep names one: host MPI on the CPU and in the staged modes, else NCCL."""
+    from perflab.config import HOST_STAGED
+    return "mpi" if backend == "numpy" or mode in HOST_STAGED else "nccl"
 
 
 def grid(hidden=(512,), batch=(3200,), ranks=(1,), per_rank_batch=None, parallel=("data",), backend=("numpy",),
          mode=("resident",), gemm=("cublas",), dtype=("float32",), N=38400, epochs=1, learning_rate=0.1,
-         launch=("graph",)) -> list[dict]:
-    """All combinations; with per_rank_batch, B = p * B/p (the seeds' weak-scaling sweep)."""
+         launch=("graph",), comm=None) -> list[dict]:
+    """All combinations; with per_rank_batch, B = p * B/p (the seeds' weak-scaling sweep). comm (one of
+    GPU_EXCHANGES) sets resident GPU data parallel's exchange; None: default_comm."""
     bad = [x for x in launch if x not in LAUNCHES]
     if bad:
         raise ValueError(f"launch must be among {LAUNCHES}, got {bad[0]!r}")
+    if comm is not None and (comm not in GPU_EXCHANGES or set(backend) != {"cupy"} or set(mode) != {"resident"}
+                             or set(parallel) != {"data"}):
+        raise ValueError(f"--comm {comm}: a sweep chooses the exchange ({', '.join(GPU_EXCHANGES)}) of resident GPU data "
+                         f"parallel only; got backend {list(backend)}, mode {list(mode)}, parallel {list(parallel)}")
     points = []
     batches = per_rank_batch if per_rank_batch else batch
     for H, b, p, par, be, mo, ge, la, dt in itertools.product(hidden, batches, ranks, parallel, backend, mode, gemm,
@@ -50,7 +63,7 @@ def grid(hidden=(512,), batch=(3200,), ranks=(1,), per_rank_batch=None, parallel
             continue  # mode, GEMM variant and CUDA graphs exist only on the GPU
         points.append({"H": H, "B": B, "p": p, "parallel": par, "backend": be, "mode": mo, "gemm": ge,
                        "launch": "eager" if be == "numpy" else la, "dtype": dt, "N": N, "epochs": epochs,
-                       "learning_rate": learning_rate})
+                       "learning_rate": learning_rate, "comm": comm or default_comm(be, mo)})
     return points
 
 
@@ -66,6 +79,8 @@ def done_keys(path: Path) -> set:
     table = pd.read_csv(path)
     if "launch" not in table:  # a file from before sweeps chose it: every point launched the default way
         table["launch"] = ["eager" if b == "numpy" else "graph" for b in table.backend]
+    if "comm" not in table:  # a file from before sweeps chose it: every point exchanged the default way
+        table["comm"] = [default_comm(b, m) for b, m in zip(table.backend, table["mode"])]
     return {tuple(str(v) for v in row) for row in table[list(KEY)].itertuples(index=False)} if len(table) else set()
 
 
@@ -152,7 +167,8 @@ def measure_trained_point(point: dict, comm, dataset: str) -> dict | None:
                  num_epochs=point["epochs"], dtype=point["dtype"], test_size=0,
                  learning_rate=point.get("learning_rate", 0.1))
     device = Device(backend=point["backend"], mode=point["mode"], gemm=point["gemm"],
-                    comm="mpi" if point["mode"] in HOST_STAGED else "nccl", graphs=point.get("launch", "graph") == "graph")
+                    comm=point.get("comm") or default_comm(point["backend"], point["mode"]),
+                    graphs=point.get("launch", "graph") == "graph")
     probe = point["backend"] == "cupy" and point["mode"] == "staged"
     walks = copy_probe(comm, cfg.batch_size // comm.size, cfg.train_size // comm.size) if probe else []
     # one extra epoch first, dropped: it pays for kernel compilation, library handles and graph capture
