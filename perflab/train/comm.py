@@ -181,6 +181,11 @@ class P2PComm(MPIComm):
         if self.comm.allreduce(len(blind)):
             raise ConfigError(f"--comm p2p needs peer access between every pair of GPUs; GPU {me} has none to GPU(s) "
                               f"{blind} (on some rank): use --comm nccl")
+        from perflab.kernels import p2p
+        sms = self.comm.allgather(p2p.blocks())  # a block of the exchange speaks with its twin on every peer
+        if len(set(sms)) > 1:
+            raise ConfigError(f"--comm p2p pairs the exchange's blocks across GPUs, which needs GPUs of one kind; these "
+                              f"have {sorted(set(sms))} multiprocessors: use --comm nccl")
         self.G = None
 
     def own_array(self, size: int, dtype):
