@@ -786,7 +786,7 @@ def test_the_p2p_exchange_is_charged_its_own_ceiling_with_the_update_inside_it()
     with pytest.raises(predictor.PredictionError, match="no p2p_exchange_update rows at p=2: run `mpiexec -n 2 perflab ceilings`"):
         predictor.predict_point(point(comm="p2p", **two), base)
     one = predictor.predict_point(point(comm="p2p", H=1024, B=4000, p=1, N=16000), base)  # one GPU exchanges nothing
-    assert one["t_exchange"] == 0
+    assert one["t_exchange"] == 0 and one["composition"] == "max(kernels, the trainer's host floor)"
 
 
 def test_harness_rows_say_which_exchange_they_ran(tmp_path):

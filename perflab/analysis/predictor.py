@@ -375,11 +375,13 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
             if p > 1 and point.get("comm") == "p2p":  # the update is the exchange's kernel: off the kernels' sum
                 terms["kernels"] -= c.kernel("gpu", UPDATE, H, Bl)
                 terms["exchange"], exchange = c.p2p_exchange(p, gradient), "p2p exchange + update"
-            else:
-                terms["exchange"], exchange = c.nccl_exchange(p, gradient, ran_epoch_graphs(point)) if p > 1 \
-                    else (0.0, "NCCL all-reduce")
+            elif p > 1:
+                terms["exchange"], exchange = c.nccl_exchange(p, gradient, ran_epoch_graphs(point))
+            else:  # one GPU exchanges nothing
+                terms["exchange"], exchange = 0.0, None
             batch = max(terms["kernels"] + terms["exchange"], terms["host"])
-            composition = f"max(kernels + {exchange}, the trainer's host floor + launches)"
+            composition = (f"max(kernels + {exchange}, the trainer's host floor + launches)" if exchange
+                           else "max(kernels, the trainer's host floor)")
             if host_spread:  # the batch at the host floor's fastest and slowest repeat
                 band = {f"batch_{end}_s": max(terms["kernels"] + terms["exchange"], floor + launches)
                         for end, floor in zip(("low", "high"), host_spread)}
