@@ -495,3 +495,21 @@ def test_the_scaling_figure_draws_a_line_per_peer_with_ticks_at_the_gpus_measure
     assert sorted(line.get_label() for line in ax.lines) == ["jax sharded scan", "perflab resident"]
     assert list(ax.get_xticks()) == [1, 2] and ax.get_yscale() == "log"
     assert [list(line.get_xdata()) for line in ax.lines] == [[1, 2], [1, 2]]  # in order of p, whatever the rows' order
+
+
+def test_the_validation_is_broken_down_by_the_path_a_step_takes(monkeypatch, tmp_path):
+    """predictions.path_breakdown: a row per folder, mode and launch; paced_text counts the GPU-paced
+    steps (resident and pipelined graphs) apart from the host-paced ones (kernel by kernel, staged)."""
+    folder = tmp_path / "some-gpu"
+    folder.mkdir()
+    rows = [("resident", True, 0.05), ("resident", True, -0.30), ("pipelined", True, 0.02), ("resident", False, 0.6),
+            ("staged", True, -0.4), ("staged", False, 0.1)]
+    pd.DataFrame([{"source": "a.csv", "backend": "cupy", "mode": m, "graphs": g, "error": e} for m, g, e in rows]
+                 ).to_csv(folder / "validation.csv", index=False)
+    results_root(monkeypatch, tmp_path)
+    t = predictions.path_breakdown().set_index(["mode", "launch"])
+    assert t.loc[("resident", "graph"), "points"] == 2 and t.loc[("resident", "graph"), "beyond 25%"] == 1
+    assert t.loc[("resident", "kernel by kernel"), "worst"] == "60%" and t.loc[("staged", "graph"), "beyond 25%"] == 1
+    text = predictions.paced_text(predictions.path_breakdown())
+    assert "where the GPU sets the pace, median |error| 5% and 1 of 3 points beyond 25%" in text
+    assert "where the host sets the pace, median |error| 40% and 2 of 3 points beyond 25%" in text

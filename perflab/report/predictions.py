@@ -321,6 +321,46 @@ def checks_figure() -> Path | None:
                       folder=RESULTS_ROOT / "figures")
 
 
+def path_breakdown():
+    """Per machine folder and path (mode, graph or kernel by kernel) of its validated points: how many,
+    median and worst |error|, how many beyond 25%; None where no folder has a predicted point."""
+    import pandas as pd
+
+    from perflab.analysis import predictor
+    rows = []
+    for path in sorted(RESULTS_ROOT.glob("*/validation.csv")):
+        v = pd.read_csv(path)
+        if "error" not in v:
+            continue
+        done = v[v.error.notna()]
+        launch = [{"graph": "graph", "eager": "kernel by kernel"}[predictor.launch_name(r)]
+                  for r in done.to_dict("records")]
+        for (mode, how), g in done.groupby([done["mode"], pd.Series(launch, index=done.index)]):
+            e = g.error.abs()
+            rows.append({"machine folder": path.parent.name, "mode": mode, "launch": how, "points": len(g),
+                         "median abs error": f"{e.median():.0%}", "worst": f"{e.max():.0%}",
+                         "beyond 25%": int((e > 0.25).sum()), "beyond": list(e)})
+    return pd.DataFrame(rows) if rows else None
+
+
+def paced_text(paths) -> str:
+    """What path_breakdown says on the GPUs: the steps the GPU paces (resident and pipelined, graphed)
+    against those the host paces (kernel by kernel, or the staged path's pageable copy)."""
+    import numpy as np
+    gpu = paths[paths["machine folder"] != "cpu-amd-epyc"]
+    device = gpu["mode"].isin(["resident", "pipelined"]) & (gpu.launch == "graph")
+    parts = []
+    for name, rows in (("the GPU", gpu[device]), ("the host", gpu[~device])):
+        e = np.abs(np.concatenate(list(rows.beyond))) if len(rows) else np.array([])
+        if len(e):
+            parts.append(f"where {name} sets the pace, median |error| {np.median(e):.0%} and {int((e > 0.25).sum())} of "
+                         f"{len(e)} points beyond 25%")
+    return ("On the GPU folders, " + "; ".join(parts) + ". The host paces a step launched kernel by kernel and the staged "
+            "path's pageable copy, and its speed moves between and within lends of a machine by more than 25% "
+            "(`experiments/staged_copy/`; the host's terms per lend and the missed points in `results/REPORT.md`); "
+            "the GPU paces graphed resident and pipelined steps.")
+
+
 def predictor_sections(full: bool = True) -> list[str]:
     """The bottom-up predictor against every committed point (validation.csv per machine folder),
     and the predictions committed before their runs (results/predictions/*.json with their checks).
@@ -371,6 +411,10 @@ def predictor_sections(full: bool = True) -> list[str]:
            "predicted from ceilings measured on their own lend of the machine (the same kernel boot in both files' "
            "metadata; a user's main job is this case) are counted apart: the host's terms move between lends.\n\n"
            + fmt(pd.DataFrame(rows))]
+    paths = path_breakdown()
+    if paths is not None:
+        out.append("By the path a step takes (`launch`: the step a CUDA graph, or launched kernel by kernel). "
+                   + paced_text(paths) + "\n\n" + fmt(paths.drop(columns=["beyond"])) + "\n")
     checks = committed_checks()
     summary = checks_summary(check_points(checks))
     if summary:
