@@ -3,7 +3,7 @@
 # data against model parallel, the all-reduce bench, the pipelined staged path beside the serial one, and the
 # single-GPU benchmarks (stages: info check ceilings sweep scaling parallel allreduce pipeline bench x4 exchange
 # channels dataparallel). CEILINGS_ARGS: more for `perflab ceilings` (--hidden H.. --per-rank-batch b..).
-# Four GPUs (issue 33), one call: P=4 FLAGS="- overlap staged pipelined model" bash scripts/gpu_multi.sh x4 scaling ceilings allreduce
+# Four GPUs (issue 33), one call: P=4 FLAGS="- p2p overlap staged pipelined model" bash scripts/gpu_multi.sh x4 scaling ceilings allreduce
 # Every command has a time limit, so one hang cannot eat the call. Usage:
 #   OUT=/tmp/out P=2 bash scripts/gpu_multi.sh [stage...]
 set -uo pipefail
@@ -35,8 +35,9 @@ for stage in $stages; do
       done 2>&1 | tee "$OUT/gpu_check_multi.log"
       mpi -n $P python3 -m perflab check --backend cupy --dtype float32 --test-size 0 --json 2>/dev/null | show "p=$P seeds MNIST float32" | tee -a "$OUT/gpu_check_multi.log" ;;
     x4)  # issue 33 on four GPUs: the checks, then the runs of the predictions committed for them (results/predictions/h200x4_*)
-      for args in "data float32" "data float64" "model float32" "model float64"; do set -- $args
-        mpi -n $P python3 -m perflab check --backend cupy --parallel $1 --dtype $2 --mode resident $SMALL --json 2>"$OUT/err.txt" | show "p=$P $args resident"
+      for args in "data float32" "data float64" "model float32" "model float64" "data float32 --comm p2p" "data float64 --comm p2p"; do
+        set -- $args
+        mpi -n $P python3 -m perflab check --backend cupy --parallel $1 --dtype $2 --mode resident "${@:3}" $SMALL --json 2>"$OUT/err.txt" | show "p=$P $args resident"
       done 2>&1 | tee "$OUT/gpu_check_x4.log"
       for hb in "2048 3000" "512 800"; do set -- $hb
         LIMIT=200 mpi -n $P python3 -m perflab sweep --name prediction_check_h200x4_data_h512_h2048_b800_b3000 --hidden $1 \
@@ -97,7 +98,7 @@ print(json.dumps({k: d[k] for k in ('mode', 'comm', 'chunks', 'ranks', 'hidden_s
     scaling)  # every peer in one harness (perflab.measure.peers_multi): same warm-up, median of the same epochs
       for hb in "2048 3000" "512 800"; do set -- $hb; H=$1; b=$2
         for n in $RANKS; do
-          for flags in ${FLAGS:-- overlap no-graphs staged pipelined model}; do  # "-": resident, no flag
+          for flags in ${FLAGS:-- p2p overlap no-graphs staged pipelined model}; do  # "-": resident, no flag
             mpi -n $n python3 -m perflab.measure.peers_multi perflab $H $b 60000 ${flags#-} 2>/dev/null | tail -1
           done
           mpi -n $n python3 -m perflab.measure.peers_multi ddp $H $b 60000 2>/dev/null | tail -1
