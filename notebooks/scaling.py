@@ -20,7 +20,8 @@ for (machine, H, b), shape in t.groupby(["machine", "H", "b"]) if len(t) else []
         f"Epoch time against the number of GPUs on {machine} ({shape.gpu.iloc[0]} x{shape.gpus.iloc[0]}), H={H}, {b} "
         "samples per GPU per step, 60000 an epoch, FP32: perflab resident data parallel (NCCL, and where run --comm "
         "p2p: the peers' gradients read over NVLink) and model parallel, and staged (host MPI, the seeds' path), "
-        "beside PyTorch DDP and JAX's sharded scan. "
+        "beside PyTorch DDP and JAX's sharded scan; dashed: a variant that changes only the exchange, from the "
+        "one-GPU epoch it shares. "
         f"Source: results/{machine}/scaling.jsonl."))))
 
 # %% [markdown]

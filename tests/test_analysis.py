@@ -495,6 +495,11 @@ def test_the_scaling_figure_draws_a_line_per_peer_with_ticks_at_the_gpus_measure
     assert sorted(line.get_label() for line in ax.lines) == ["jax sharded scan", "perflab resident"]
     assert list(ax.get_xticks()) == [1, 2] and ax.get_yscale() == "log"
     assert [list(line.get_xdata()) for line in ax.lines] == [[1, 2], [1, 2]]  # in order of p, whatever the rows' order
+    p2p = pd.concat([shape, pd.DataFrame([{"peer": "perflab resident, p2p", "p": 2, "epoch_ms": 4.5},
+                                          {"peer": "perflab resident, no graphs", "p": 2, "epoch_ms": 6.0}])])
+    lines = plots.scaling_epoch(p2p, "x").axes[0].lines
+    dashed = [line for line in lines if line.get_linestyle() == "--"]  # p2p from the one-GPU epoch it shares; no graphs not
+    assert len(dashed) == 1 and list(dashed[0].get_xdata()) == [1, 2] and list(dashed[0].get_ydata()) == [10.0, 4.5]
 
 
 def test_the_validation_is_broken_down_by_the_path_a_step_takes(monkeypatch, tmp_path):

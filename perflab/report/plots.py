@@ -446,11 +446,19 @@ def graphs_bought(table, title: str = ""):
 
 def scaling_epoch(shape, title: str = ""):
     """Epoch time against the number of GPUs, a line per peer, for the scaling_rows of one machine
-    and shape (H, b): log time, the ticks at the p measured."""
+    and shape (H, b): log time, the ticks at the p measured. A perflab variant that changes only
+    the exchange and was not run on one GPU (roofline.one_gpu_twin) starts, dashed, from the
+    one-GPU epoch it shares."""
     from matplotlib.ticker import ScalarFormatter
+
+    from perflab.analysis.roofline import one_gpu_twin
     fig, ax = new_figure()
+    ones = {row.peer: row.epoch_ms for row in shape[shape.p == 1].itertuples()}
     for peer, g in shape.sort_values("p").groupby("peer"):
-        ax.plot(g.p, g.epoch_ms, "o-", label=peer)
+        line, = ax.plot(g.p, g.epoch_ms, "o-", label=peer)
+        twin = one_gpu_twin(("", peer, 0, 0))[1]
+        if 1 not in set(g.p) and twin != peer and twin in ones:
+            ax.plot([1, g.p.iloc[0]], [ones[twin], g.epoch_ms.iloc[0]], "--", color=line.get_color())
     ax.set_xticks(sorted(int(p) for p in shape.p.unique()))
     ax.set_xlabel("GPUs p")
     ax.set_ylabel("ms per epoch (60000 samples)")
