@@ -135,21 +135,20 @@ def scaling_rows(root: Path | None = None) -> pd.DataFrame:
     if len(t):  # T1 / (p Tp) at the same (H, b): each peer against its own one-GPU epoch
         keys = ["machine", "peer", "H", "b"]
         base = t[t.p == 1].set_index(keys)["epoch_ms"]
-        t["efficiency"] = [base.get(k, base.get(one_gpu_twin(k), np.nan)) / (p * ms) for k, p, ms in
-                           zip(t[keys].itertuples(index=False, name=None), t.p, t.epoch_ms)]
+        t["efficiency"] = [base.get((m, peer, H, b), base.get((m, one_gpu_twin(peer), H, b), np.nan)) / (p * ms)
+                           for m, peer, H, b, p, ms in zip(t.machine, t.peer, t.H, t.b, t.p, t.epoch_ms)]
     return t
 
 
 EXCHANGE_ONLY = ("p2p", "overlap")  # perflab harness flags that change the exchange alone: nothing on one GPU
 
 
-def one_gpu_twin(key: tuple) -> tuple:
-    """(machine, peer, H, b) of the one-GPU run a perflab variant shares: `perflab resident, p2p` and
-    `perflab resident, overlap` run perflab resident's step on one GPU (no exchange to change), so
-    their efficiency is against its epoch where they were not run alone."""
-    machine, peer, H, b = key
+def one_gpu_twin(peer: str) -> str:
+    """The peer whose one-GPU run a perflab variant shares: `perflab resident, p2p` and `perflab
+    resident, overlap` run perflab resident's step on one GPU (no exchange to change), so their
+    efficiency is against its epoch where they were not run alone; any other peer, itself."""
     mode, *flags = peer.split(", ")
-    return (machine, mode, H, b) if mode == "perflab resident" and flags and set(flags) <= set(EXCHANGE_ONLY) else key
+    return mode if mode == "perflab resident" and flags and set(flags) <= set(EXCHANGE_ONLY) else peer
 
 
 def folder_roofs(folder: Path, device: str) -> dict:

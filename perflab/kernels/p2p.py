@@ -24,15 +24,16 @@ def blocks() -> int:
 
 
 def exchange_update(params, grads, rank: int, n: int, learning_rate, ends, regs, ce_out, flags, rounds,
-                    timeout_ns: int) -> None:
+                    timeout_ns: int, grid: int) -> None:
     """params[:n] -= lr (sum over ranks of G[:n] + regs[segment] params); ce_out = the ranks' G[n] summed.
-    grads, flags: device arrays of every rank's buffer address (uint64, this rank's own included)."""
+    grads, flags: device arrays of every rank's buffer address (uint64, this rank's own included);
+    grid: blocks(), passed in (a launch in an eager step should not ask the device each time)."""
     function(f"exchange_update<{ctype(params.dtype)}>")(
-        (blocks(),), (THREADS,), (params, grads, i32(grads.size), i32(rank), u64(n), params.dtype.type(learning_rate),
-                                  ends, regs, i32(ends.size), ce_out, flags, rounds, np.int64(timeout_ns)))
+        (grid,), (THREADS,), (params, grads, i32(grads.size), i32(rank), u64(n), params.dtype.type(learning_rate),
+                              ends, regs, i32(ends.size), ce_out, flags, rounds, np.int64(timeout_ns)))
 
 
-def read_wait(rank: int, flags, rounds, timeout_ns: int) -> None:
-    """Hold the stream until every peer has read this rank's gradient of the last exchange."""
-    function("peer_read_wait")((1,), (1024,), (i32(flags.size), i32(rank), flags, rounds, i32(blocks()),
+def read_wait(rank: int, flags, rounds, timeout_ns: int, grid: int) -> None:
+    """Hold the stream until every peer has read this rank's gradient of the last exchange (of `grid` blocks)."""
+    function("peer_read_wait")((1,), (1024,), (i32(flags.size), i32(rank), flags, rounds, i32(grid),
                                                np.int64(timeout_ns)))

@@ -166,6 +166,17 @@ def allreduce_row(ceiling: str, device: str, impl: str, size: int, p: int, secon
             "unit": "B/s"}
 
 
+def ranks_together(comm):
+    """A graph replay's `before` for collectives: the last replay done here, then every rank starts
+    the next at once."""
+    import cupy as cp
+
+    def together():
+        cp.cuda.get_current_stream().synchronize()
+        comm.barrier()
+    return together
+
+
 def nccl_allreduce_graph(comm, sizes=SIZES, calls=10, repeats=10) -> list[dict]:
     """NCCL all-reduce of float32 device buffers inside a CUDA graph (`calls` a graph, device time
     between events, the ranks' replays started together): where an epoch graph holds it, the host's
@@ -176,13 +187,9 @@ def nccl_allreduce_graph(comm, sizes=SIZES, calls=10, repeats=10) -> list[dict]:
 
     from perflab.timing import time_graph_ms
     rows = []
-
-    def together():  # the last replay done here, then every rank starts the next at once
-        cp.cuda.get_current_stream().synchronize()
-        comm.barrier()
     for size in sizes:
         call = nccl_call(comm, cp.ones(size // 4, cp.float32))
-        t = time_graph_ms(cp, call, calls=calls, repeats=repeats, before=together) / 1e3
+        t = time_graph_ms(cp, call, calls=calls, repeats=repeats, before=ranks_together(comm)) / 1e3
         rows.append(allreduce_row("nccl_allreduce_graph", "gpu", "nccl in a CUDA graph", size, comm.size, t))
     return rows
 
@@ -196,10 +203,6 @@ def p2p_exchange_update(comm, sizes=SIZES, calls=10, repeats=10) -> list[dict]:
 
     from perflab.timing import time_graph_ms
     rows = []
-
-    def together():
-        cp.cuda.get_current_stream().synchronize()
-        comm.barrier()
     regs = cp.zeros(1, cp.float32)  # one segment, no L2: the kernel's work is the same
     for size in sizes:
         n = size // 4
@@ -209,7 +212,7 @@ def p2p_exchange_update(comm, sizes=SIZES, calls=10, repeats=10) -> list[dict]:
         def call():
             comm.read_wait()
             comm.exchange_update(params, 0.1, ends, regs)
-        t = time_graph_ms(cp, call, calls=calls, repeats=repeats, before=together) / 1e3
+        t = time_graph_ms(cp, call, calls=calls, repeats=repeats, before=ranks_together(comm)) / 1e3
         rows.append(allreduce_row("p2p_exchange_update", "gpu", "p2p: read, sum, update in one kernel", size, comm.size, t))
     return rows
 

@@ -456,7 +456,7 @@ def scaling_epoch(shape, title: str = ""):
     ones = {row.peer: row.epoch_ms for row in shape[shape.p == 1].itertuples()}
     for peer, g in shape.sort_values("p").groupby("peer"):
         line, = ax.plot(g.p, g.epoch_ms, "o-", label=peer)
-        twin = one_gpu_twin(("", peer, 0, 0))[1]
+        twin = one_gpu_twin(peer)
         if 1 not in set(g.p) and twin != peer and twin in ones:
             ax.plot([1, g.p.iloc[0]], [ones[twin], g.epoch_ms.iloc[0]], "--", color=line.get_color())
     ax.set_xticks(sorted(int(p) for p in shape.p.unique()))

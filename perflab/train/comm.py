@@ -182,7 +182,8 @@ class P2PComm(MPIComm):
             raise ConfigError(f"--comm p2p needs peer access between every pair of GPUs; GPU {me} has none to GPU(s) "
                               f"{blind} (on some rank): use --comm nccl")
         from perflab.kernels import p2p
-        sms = self.comm.allgather(p2p.blocks())  # a block of the exchange speaks with its twin on every peer
+        self.kernels, self.blocks = p2p, p2p.blocks()  # looked up once: an eager step launches them every batch
+        sms = self.comm.allgather(self.blocks)  # a block of the exchange speaks with its twin on every peer
         if len(set(sms)) > 1:
             raise ConfigError(f"--comm p2p pairs the exchange's blocks across GPUs, which needs GPUs of one kind; these "
                               f"have {sorted(set(sms))} multiprocessors: use --comm nccl")
@@ -201,11 +202,10 @@ class P2PComm(MPIComm):
     def register(self, size: int, dtype):
         """The gradient buffer (size values, the last the batch's CE sum) in memory every peer maps;
         returned for the trainer to write its gradient into (collective)."""
-        from perflab.kernels import p2p
         cp, runtime = self.cp, self.cp.cuda.runtime
         self.G = self.own_array(size, dtype)
-        self.flags_own = self.own_array(2 * p2p.blocks() * self.size, np.uint32)
-        self.rounds = cp.zeros(p2p.blocks(), np.uint32)
+        self.flags_own = self.own_array(2 * self.blocks * self.size, np.uint32)
+        self.rounds = cp.zeros(self.blocks, np.uint32)
         self.ce = cp.zeros(1, dtype)  # the ranks' CE sums added (G's own slot is the peers' to read)
         handles = self.comm.allgather((runtime.ipcGetMemHandle(self.G.data.ptr),
                                        runtime.ipcGetMemHandle(self.flags_own.data.ptr)))
@@ -218,17 +218,15 @@ class P2PComm(MPIComm):
 
     def exchange_update(self, params, learning_rate: float, ends, regs) -> None:
         """On the current stream: params -= lr (every rank's gradient summed + regs params), the CE sums into self.ce."""
-        from perflab.kernels import p2p
         with phase("MPI_Allreduce"):  # the seeds' name for the gradient exchange; here it holds the update too
-            p2p.exchange_update(params, self.grads, self.rank, self.G.size - 1, learning_rate, ends, regs, self.ce,
-                                self.flags, self.rounds, P2P_TIMEOUT_NS)
+            self.kernels.exchange_update(params, self.grads, self.rank, self.G.size - 1, learning_rate, ends, regs,
+                                         self.ce, self.flags, self.rounds, P2P_TIMEOUT_NS, self.blocks)
         self.records.append({"op": "allreduce", "strategy": self.strategy, "rank": self.rank,
                              "ranks": self.size, "bytes": self.G.nbytes, "seconds": float("nan")})  # async
 
     def read_wait(self) -> None:
         """On the current stream: hold until every peer has read this rank's last gradient."""
-        from perflab.kernels import p2p
-        p2p.read_wait(self.rank, self.flags, self.rounds, P2P_TIMEOUT_NS)
+        self.kernels.read_wait(self.rank, self.flags, self.rounds, P2P_TIMEOUT_NS, self.blocks)
 
     def allreduce(self, buf):
         if isinstance(buf, np.ndarray):
