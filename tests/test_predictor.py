@@ -785,6 +785,8 @@ def test_the_p2p_exchange_is_charged_its_own_ceiling_with_the_update_inside_it()
     assert update > 0 and p2p["t_kernels"] == pytest.approx(nccl["t_kernels"] - update)
     with pytest.raises(predictor.PredictionError, match="no p2p_exchange_update rows at p=2: run `mpiexec -n 2 perflab ceilings`"):
         predictor.predict_point(point(comm="p2p", **two), base)
+    larger = predictor.with_exchange(base, c)  # a larger machine's exchange file brings its p2p rows too
+    assert predictor.predict_point(point(comm="p2p", **two), larger)["t_exchange"] == pytest.approx(p2p["t_exchange"])
     one = predictor.predict_point(point(comm="p2p", H=1024, B=4000, p=1, N=16000), base)  # one GPU exchanges nothing
     assert one["t_exchange"] == 0 and one["composition"] == "max(kernels, the trainer's host floor)"
 

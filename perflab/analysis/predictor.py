@@ -313,7 +313,7 @@ class Ceilings:
 
 
 EXCHANGES = ("nccl_allreduce", "nccl_allreduce_graph", "mpi_allreduce", "staged_allreduce", "shm_allreduce",
-             "pipelined_allreduce")
+             "pipelined_allreduce", "p2p_exchange_update")
 
 
 def exchange_files(made: dict) -> list[str]:
