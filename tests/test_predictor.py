@@ -1,5 +1,6 @@
 """The bottom-up predictor: its look-ups, its composition of a step, and its committed validation."""
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -201,14 +202,18 @@ def test_committed_validation_is_what_the_predictor_says_now_and_meets_the_cpu_m
 
 def test_validation_names_the_ceilings_file_of_every_prediction():
     v = pd.read_csv(RESULTS_ROOT / "nvidia-h200" / "validation.csv")
-    harness = v[v.source == "scaling.jsonl"]  # the two-H200 harness ran before it recorded how its steps launched
-    assert len(harness) and harness.skipped.notna().all() and harness.ceilings.isna().all()
+    folder = RESULTS_ROOT / "nvidia-h200"
+    harness = v[(v.source == "scaling.jsonl") & v.error.notna()]  # from the ceilings of the lend the harness ran on
+    boots = {json.loads(line).get("boot") for line in (folder / "scaling.jsonl").read_text().splitlines()}
+    assert len(harness) >= 12 and {json.loads((folder / c).with_suffix(".json").read_text())["boot"]
+                                   for c in harness.ceilings} <= boots
     v = v[v.source != "scaling.jsonl"]
-    for source, used in zip(v.source, v.ceilings):  # its own lend's beside it, else its run's, else the folder's
+    for source, used in zip(v.source, v.ceilings):  # its own lend's beside it, else its run's, else the nearest
         own = f"{Path(source).stem}_ceilings/ceilings_p"
         run = Path(source).parent.name.startswith("mainjob") and Path(used).parent == Path(source).parent
-        assert used.startswith(own) or run or used == "ceilings_p2.csv", (source, used)
-    assert {"ceilings_p2.csv", "mainjob/ceilings_p2.csv", "mainjob_one_gpu/ceilings_p1.csv"} <= set(v.ceilings)
+        nearest = validation.own_ceilings(folder / source, folder, int(v[v.source == source].p.max()))
+        assert used.startswith(own) or run or (folder / used).parent == nearest, (source, used)
+    assert {"scaling_9637666/ceilings_p2.csv", "mainjob/ceilings_p2.csv", "mainjob_one_gpu/ceilings_p1.csv"} <= set(v.ceilings)
     assert v.ceilings.str.contains("_ceilings/").any()
     assert v.error.notna().all()
     meta = json.loads((RESULTS_ROOT / "nvidia-h200" / "validation.json").read_text())
@@ -648,8 +653,8 @@ def test_a_sweep_is_predicted_from_the_ceilings_measured_beside_it_first(tmp_pat
     # the lend: the kernel boot in the sweep's and the ceilings' metadata
     (beside / "ceilings_p1.json").write_text(json.dumps({"boot": "aaaa"}))
     (tmp_path / "ceilings_p1.json").write_text(json.dumps({"boot": "bbbb"}))
-    for name in ("prediction_check_x", "prediction_check_y"):
-        (tmp_path / f"{name}.json").write_text(json.dumps({"boot": "aaaa"}))
+    for name, boot in (("prediction_check_x", "aaaa"), ("prediction_check_y", "cccc")):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"boot": boot}))
     table_, _ = validation.validate_folder(tmp_path, write=False)
     assert table_.set_index("source").same_lend.to_dict() == {"prediction_check_x.csv": True, "prediction_check_y.csv": False}
     s = validation.summary(table_)
@@ -660,6 +665,15 @@ def test_a_sweep_is_predicted_from_the_ceilings_measured_beside_it_first(tmp_pat
     assert "1 predicted from ceilings of their own lend" in validation.describe(table_)
     (tmp_path / "prediction_check_y.json").write_text("{}")  # a sweep from before the boot was recorded
     assert validation.validate_folder(tmp_path, write=False)[0].same_lend.isna().sum() == 1
+    # no ceilings beside it: those of its own lend wherever they lie in the folder, else the nearest in time
+    (tmp_path / "prediction_check_y.json").write_text(json.dumps({"boot": "aaaa"}))
+    assert validation.own_ceilings(tmp_path / "prediction_check_y.csv", tmp_path) == beside
+    (tmp_path / "prediction_check_y.json").write_text(json.dumps({"date": "2026-11-25T10:00:00+00:00"}))
+    assert validation.own_ceilings(tmp_path / "prediction_check_y.csv", tmp_path) == tmp_path  # no dates: the folder's
+    (beside / "ceilings_p1.json").write_text(json.dumps({"boot": "aaaa", "date": "2026-11-25T09:00:00+00:00"}))
+    (tmp_path / "ceilings_p1.json").write_text(json.dumps({"boot": "bbbb", "date": "2026-11-24T10:00:00+00:00"}))
+    assert validation.own_ceilings(tmp_path / "prediction_check_y.csv", tmp_path) == beside
+    assert validation.own_ceilings(tmp_path / "prediction_check_y.csv", tmp_path, p=2) == tmp_path  # none covers p=2
 
 
 def test_a_graphed_staged_step_is_charged_copy_plus_kernels_less_the_copy_measured_under_a_step():
@@ -731,6 +745,13 @@ def test_the_scaling_harness_rows_are_validated_from_the_ceilings_of_their_own_l
                                                                            "its step launched"]
     assert validation.lend_ceilings({"lend"})(folder, 1).name == "ceilings_p2.csv"
     assert validation.lend_ceilings({"elsewhere"})(folder, 1).name == "ceilings_p1.csv"
+    beside = folder / "prediction_check_z_ceilings"  # a blind check's lend's ceilings count for its rows too
+    beside.mkdir()
+    c.table.to_csv(beside / "ceilings_p2.csv", index=False)
+    (beside / "ceilings_p2.json").write_text(json.dumps({"boot": "check"}))
+    assert validation.lend_ceilings({"check"})(folder, 2) == beside / "ceilings_p2.csv"
+    assert validation.lend_ceilings({"lend"})(folder, 2) == folder / "ceilings_p2.csv"
+    shutil.rmtree(beside)
     t, _ = validation.validate_folder(folder, write=False)
     assert list(t.source) == ["scaling.jsonl"] * 4 and list(t.peer) == [r["peer"] for r in rows[:4]]
     assert t.error.notna().sum() == 1 and set(t.ceilings.dropna()) == {"ceilings_p2.csv"}

@@ -590,6 +590,7 @@ def validate(points: pd.DataFrame, folder: Path, choose=None) -> pd.DataFrame:
         if path is None:
             rows.append({**base, "measured_ms": 1e3 * measured, "skipped": f"no ceilings file in {folder}"})
             continue
+        name = str(Path(path).relative_to(folder))  # a subfolder's file named from the folder
         try:
             if point["backend"] == "cupy" and point.get("parallel") == "model" \
                     and point.get("trainer") != "FusedModelParallel":
@@ -597,7 +598,7 @@ def validate(points: pd.DataFrame, folder: Path, choose=None) -> pd.DataFrame:
                                       "perflab.train.gpu.FusedModelParallel): not the step the predictor composes")
             pred = predict_point(point, load(path))
         except PredictionError as exc:
-            rows.append({**base, "measured_ms": 1e3 * measured, "skipped": str(exc), "ceilings": path.name})
+            rows.append({**base, "measured_ms": 1e3 * measured, "skipped": str(exc), "ceilings": name})
             continue
         band = {f"predicted_{k}": v for k, v in band_ms(pred).items()}
         if band:  # whether the point lies in the prediction's band
@@ -606,7 +607,7 @@ def validate(points: pd.DataFrame, folder: Path, choose=None) -> pd.DataFrame:
         own = {"epoch_spread": float(point["epoch_spread"])} if pd.notna(point.get("epoch_spread", np.nan)) else {}
         rows.append({**base, "measured_ms": 1e3 * measured, "predicted_ms": 1e3 * pred["batch_s"],
                      "error": pred["batch_s"] / measured - 1, "composition": pred["composition"], **band, **own,
-                     **{k: 1e3 * v for k, v in pred.items() if k.startswith("t_")}, "ceilings": path.name})
+                     **{k: 1e3 * v for k, v in pred.items() if k.startswith("t_")}, "ceilings": name})
     return pd.DataFrame(rows)
 
 

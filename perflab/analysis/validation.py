@@ -76,26 +76,47 @@ def validate_harness(folder: Path) -> pd.DataFrame | None:
 
 def lend_ceilings(boots: set):
     """choose(folder, p) for predictor.validate: the folder's ceilings file measured on the lend the
-    rows ran on (its metadata's boot among `boots`) that covers p ranks, else ceilings_for's."""
+    rows ran on (its metadata's boot among `boots`; a blind check's `_ceilings/` beside it counts)
+    that covers p ranks, else ceilings_for's."""
     def choose(folder: Path, p: int) -> Path | None:
-        ranks = {path: int(path.stem.split("_p")[1]) for path in Path(folder).glob("ceilings_p*.csv")}
+        ranks = {path: int(path.stem.split("_p")[1]) for path in sorted(Path(folder).rglob("ceilings_p*.csv"))}
         for path in sorted((f for f, n in ranks.items() if n >= p), key=ranks.get):
-            meta = path.with_suffix(".json")
-            if meta.exists() and json.loads(meta.read_text()).get("boot") in boots:
+            if read_meta(path).get("boot") in boots:
                 return path
         return predictor.ceilings_for(folder, p)
     return choose
 
 
-def own_ceilings(sweep: Path, folder: Path) -> Path:
+def own_ceilings(sweep: Path, folder: Path, p: int = 1) -> Path:
     """The folder of the ceilings that predict a sweep: those measured beside it, on the same lend of
     the machine (`<sweep>_ceilings/`: host-side terms differ between lends of one device image by up
-    to 1.5x), else its run's own (mainjob/), else the machine folder's."""
+    to 1.5x), else its run's own (mainjob/), else those of the machine folder (or a folder inside it)
+    that cover p ranks and were measured on the sweep's lend, else nearest in time to it: the code
+    and the lend it ran on, as near as the files tell."""
     beside = sweep.with_name(sweep.stem + "_ceilings")
     for candidate in (beside, sweep.parent):
-        if list(candidate.glob("ceilings_p*.csv")):
+        if list(candidate.glob("ceilings_p*.csv")) and candidate != folder:
             return candidate
-    return folder
+    meta = read_meta(sweep)
+    when = pd.to_datetime(meta.get("date"), utc=True, errors="coerce")
+    best, best_key = folder, None
+    for candidate in sorted({f.parent for f in folder.rglob("ceilings_p*.csv")}):
+        path = predictor.ceilings_for(candidate, p)
+        if path is None:
+            continue
+        made = read_meta(path)
+        other_lend = not (meta.get("boot") and made.get("boot") == meta["boot"])
+        gap = (pd.to_datetime(made.get("date"), utc=True, errors="coerce") - when).total_seconds()
+        key = (other_lend, abs(gap) if pd.notna(gap) else float("inf"), candidate != folder)
+        if best_key is None or key < best_key:
+            best, best_key = candidate, key
+    return best
+
+
+def read_meta(path: Path) -> dict:
+    """A result file's metadata (its .json beside it), {} where it has none."""
+    meta = Path(path).with_suffix(".json")
+    return json.loads(meta.read_text()) if meta.exists() else {}
 
 
 def validate_folder(folder: Path, out: str | None = None, write: bool = True) -> tuple[pd.DataFrame, Path | None]:
@@ -109,8 +130,8 @@ def validate_folder(folder: Path, out: str | None = None, write: bool = True) ->
         points = roofline.measured(pd.read_csv(path))
         if "epoch_seconds" not in points or not len(points):
             continue
-        meta = json.loads(path.with_suffix(".json").read_text()) if path.with_suffix(".json").exists() else {}
-        own = own_ceilings(path, folder)
+        meta = read_meta(path)
+        own = own_ceilings(path, folder, int(points.p.max()))
         table = predictor.validate(points, own)
         if "ceilings" in table:  # named from the machine folder: mainjob/ceilings_p1.csv
             table["ceilings"] = [str((own / n).relative_to(folder)) if isinstance(n, str) else n for n in table.ceilings]
@@ -146,8 +167,7 @@ def same_lend(sweep_meta: dict, ceilings: Path) -> bool | None:
     """Whether a sweep and the ceilings predicting it ran on one lend of the machine (the same kernel
     boot, metadata `boot`): only then are the host's terms the ones the sweep met. None: a file
     from before the boot was recorded."""
-    path = ceilings.with_suffix(".json")
-    boot = json.loads(path.read_text()).get("boot") if path.exists() else None
+    boot = read_meta(ceilings).get("boot")
     return (boot == sweep_meta["boot"]) if boot and sweep_meta.get("boot") else None
 
 
