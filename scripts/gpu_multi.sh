@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call on a several-GPU machine: multi-GPU checks, ceilings, roofline sweep, scaling,
 # data against model parallel, the all-reduce bench, the pipelined staged path beside the serial one, and the
-# single-GPU benchmarks (stages: info check ceilings sweep scaling parallel allreduce pipeline bench x4 exchange
+# single-GPU benchmarks (stages: info check auto ceilings sweep scaling parallel allreduce pipeline bench x4 exchange
 # channels dataparallel). CEILINGS_ARGS: more for `perflab ceilings` (--hidden H.. --per-rank-batch b..).
 # Four GPUs (issue 33), one call: P=4 FLAGS="- p2p overlap staged pipelined model" bash scripts/gpu_multi.sh x4 scaling ceilings allreduce
 # Every command has a time limit, so one hang cannot eat the call. Usage:
@@ -17,7 +17,8 @@ SMALL="--dataset synthetic --input-size 97 --hidden-size 61 --num-classes 7 --tr
 show() { python3 -c "import json,sys
 lines=[l for l in sys.stdin.read().splitlines() if l.startswith('{')]
 d=json.loads(lines[-1]) if lines else {}
-print('$1', f\"{d.get('max_rel_error', float('nan')):.2e}\", d.get('passed', 'NO RESULT'))"; }
+print('$1', f\"{d.get('max_rel_error', float('nan')):.2e}\", d.get('passed', 'NO RESULT'),
+      *([f\"(--comm auto kept {d['comm']}{' --overlap' * bool(d.get('overlap'))})\"] if d.get('exchange_trial_s') else []))"; }
 stages=${*:-"info check ceilings sweep scaling"}
 for stage in $stages; do
   echo "=== $stage $(date +%T)"
@@ -28,7 +29,7 @@ for stage in $stages; do
       for args in "data float32 resident" "data float32 resident --overlap" "data float32 staged" "data float64 resident" \
                   "data float32 resident --comm p2p" "data float64 resident --comm p2p" "data float32 resident --comm p2p --launch eager" \
                   "model float32 resident" "model float64 resident" "data float32 pipelined" "data float64 pipelined" "data float32 pipelined --shuffle" \
-                  "data float64 pipelined --comm shm" "data float64 staged --comm shm"; do
+                  "data float64 pipelined --comm shm" "data float64 staged --comm shm" "data float32 resident --shuffle"; do
         set -- $args
         mpi -n $P python3 -m perflab check --backend cupy --parallel $1 --dtype $2 --mode $3 "${@:4}" $SMALL --json 2>"$OUT/err.txt" | show "p=$P $args"
         tail -2 "$OUT/err.txt" | cut -c1-300
@@ -47,6 +48,11 @@ for stage in $stages; do
           --hidden $1 --per-rank-batch $2 --ranks $RANKS --backend cupy --mode resident --train-size 60000 --num-epochs 3 \
           --out "$OUT" 2>&1 | tail -1
       done ;;
+    auto)  # --comm auto (the default) at the scaling harness's shapes: the exchange it keeps, each one's epoch
+      for hb in "2048 3000" "512 800"; do set -- $hb
+        mpi -n $P python3 -m perflab train --backend cupy --dataset synthetic --hidden-size $1 --batch-size $(($2 * P)) \
+          --train-size 60000 --num-epochs 5 --test-size 0 --learning-rate 0.1 2>/dev/null | tail -2
+      done 2>&1 | tee "$OUT/comm_auto.log" ;;
     allreduce) LIMIT=150 mpi -n $P python3 -m perflab bench allreduce --out "$OUT" 2>&1 | tail -12 ;;
     ceilings) LIMIT=${LIMIT:-150} mpi -n $P python3 -m perflab ceilings ${CEILINGS_ARGS:-} --out "$OUT" 2>&1 | grep -v "^ *mpi_allreduce\|^ *nccl_allreduce.* 0\.0" | tail -30 ;;
     sweep)

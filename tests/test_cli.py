@@ -59,6 +59,25 @@ def test_the_p2p_exchange_is_refused_where_it_cannot_run(monkeypatch, changes, m
         device_from_args(argparse.Namespace(**{**args, "overlap": True, **changes}))
 
 
+def test_a_gpu_run_chooses_its_exchange_by_timing_unless_told(monkeypatch):
+    """--comm auto (the default on GPUs, resident) times the exchanges; --overlap alone means NCCL's; the host
+    modes and the CPU take host MPI; --comm auto with --overlap names the conflict."""
+    import argparse
+    import types
+
+    import perflab.backend
+    from perflab.cli import CLIError
+    from perflab.commands.options import device_from_args
+    monkeypatch.setattr(perflab.backend, "array_module", lambda name: types.SimpleNamespace(__name__=name))
+    args = dict(backend="cupy", mode="resident", gemm="cublas", comm=None, launch="graph", pinned=False, overlap=False,
+                chunks=None, parallel="data", dtype="float32", json=True)
+    comm = lambda **changes: device_from_args(argparse.Namespace(**{**args, **changes})).comm
+    assert comm() == "auto" and comm(overlap=True) == "nccl" and comm(mode="staged") == "mpi"
+    assert comm(backend="numpy") == "mpi" and comm(backend="numpy", comm="auto") == "mpi"
+    with pytest.raises(CLIError, match="--comm auto times NCCL with and without --overlap"):
+        comm(comm="auto", overlap=True)
+
+
 def test_help_explains_defaults():
     out = subprocess.run([sys.executable, "-m", "perflab", "train", "--help"], capture_output=True, text=True).stdout
     assert "seeds' performance workload" in out and "--learning-rate" in out and "--shuffle" in out

@@ -150,3 +150,60 @@ def test_fit_runs_whole_epochs_where_the_trainer_can_and_only_with_the_loss_at_t
     assert [r["loss"] for r in whole.losses] == [r["loss"] for r in each.losses if r["batch"] == 5]
     for a, b in zip(whole.params, each.params):
         assert np.array_equal(a, b)
+
+
+class Timed:
+    """A trainer whose epoch costs what its exchange is given to cost (no GPU): what fastest_exchange sees."""
+
+    def __init__(self, device, cost: float, closed: list):
+        import contextlib
+        self.device, self.cost, self.closed = device, cost, closed
+        self.P, self.stream, self.epochs_graphed = np.arange(5.0), contextlib.nullcontext(), 0
+
+    def sync(self):
+        pass
+
+    def close(self):
+        self.closed.append(self.device.comm + (" --overlap" if self.device.overlap else ""))
+
+
+@pytest.mark.parametrize("refused", [False, True])
+def test_comm_auto_keeps_the_exchange_whose_epoch_was_fastest_on_the_slowest_rank(monkeypatch, refused):
+    import types
+
+    from perflab.config import ConfigError
+    from perflab.train import runner
+    costs, closed = {"nccl": 3e-3, "nccl --overlap": 4e-3, "p2p": 2e-3}, []
+
+    def make(cfg, parallel, comm, device, train_set):
+        if refused and device.comm == "p2p":
+            raise ConfigError("--comm p2p reads the gradients of the GPUs of one node")
+        return Timed(device, costs[runner.exchange_name(device)], closed)
+
+    def epoch(cfg, trainer):
+        trainer.P += 1  # training moved the parameters; the kept trainer must start from its initial ones
+        trainer.epochs_graphed += 1
+        return trainer.cost
+    monkeypatch.setattr(runner, "make_gpu_trainer", make)
+    monkeypatch.setattr(runner, "epoch_seconds", epoch)
+    comm = types.SimpleNamespace(size=2, allgather=lambda x: [x, 1.5 * x])  # the other rank slower: its time counts
+    cfg = Config(hidden_sizes=(64,))
+    trainer = runner.fastest_exchange(cfg, "data", comm, runner.Device(backend="cupy", comm="auto"), None)
+    kept = "nccl" if refused else "p2p"
+    assert runner.exchange_name(trainer.chosen) == kept and np.array_equal(trainer.P, np.arange(5.0))
+    assert trainer.epochs_graphed == 0 and closed == (["nccl --overlap"] if refused else ["nccl --overlap", "nccl"])
+    summary = runner.exchange_summary(trainer)
+    assert summary["comm"] == kept and summary["exchange_trial_s"]["nccl --overlap"] == pytest.approx(6e-3)
+    text = runner.trial_text(summary)
+    assert text.startswith(f"--comm auto kept {kept},") and "nccl 4.50 ms" in text
+    assert ("p2p refused (--comm p2p reads the gradients of the GPUs of one node)" in text) == refused
+
+
+def test_comm_auto_times_nothing_where_a_run_takes_one_exchange():
+    from perflab.train import runner
+    gpu, one_layer = runner.Device(backend="cupy", comm="auto"), Config(hidden_sizes=(64,))
+    assert [runner.exchange_name(d) for d in runner.exchanges(one_layer, "data", 2, gpu)] == ["nccl", "nccl --overlap", "p2p"]
+    for cfg, parallel, ranks, device, only in [(one_layer, "data", 1, gpu, "nccl"), (one_layer, "model", 2, gpu, "nccl"),
+                                               (Config(hidden_sizes=(64, 32)), "data", 2, gpu, "nccl"),
+                                               (one_layer, "data", 2, runner.Device(backend="cupy", mode="staged"), "mpi")]:
+        assert [runner.exchange_name(d) for d in runner.exchanges(cfg, parallel, ranks, device)] == [only]

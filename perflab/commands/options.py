@@ -66,14 +66,16 @@ def device_options(parser: argparse.ArgumentParser) -> None:
                         "of perflab's kernels; on TF32 tensor cores (float32 only): tf32 (mma.sync), wgmma (Hopper's "
                         "warpgroup MMA), x3tf32 (3xTF32 on wgmma: FP32 accuracy at tensor-core speed, Hopper only), "
                         "cublas-x3tf32 (3xTF32 by three cuBLAS TF32 calls) (default %(default)s)")
-    g.add_argument("--comm", choices=STRATEGIES, default=None,
+    g.add_argument("--comm", choices=STRATEGIES + ("auto",), default=None,
                    help="gradient all-reduce: nccl (GPU, on the device), mpi (host MPI; GPU buffers staged), cuda-mpi "
                         "(GPU buffers straight to a CUDA-aware MPI, detected: an error where the MPI is not), hierarchical "
                         "(reduce in each node, all-reduce across node leaders, broadcast; PERFLAB_RANKS_PER_NODE=k "
                         "pretends nodes of k ranks), shm (ranks of one node sum through memory they all map, no "
                         "MPI message; host buffers, GPU ones staged), p2p (GPUs of one node: each reads the others' "
-                        "gradients over NVLink, sums and applies them in one kernel; resident data parallel). Default: "
-                        "nccl on GPUs (mpi in the staged modes), mpi on the CPU")
+                        "gradients over NVLink, sums and applies them in one kernel; resident data parallel), auto (the "
+                        "fastest of nccl, nccl --overlap and p2p for resident data parallel on several GPUs, an epoch "
+                        "of each timed before training; printed). Default: auto on GPUs (mpi in the staged modes), "
+                        "mpi on the CPU")
     from perflab.workbook.sweep import LAUNCHES
     g.add_argument("--launch", choices=LAUNCHES, default="graph",
                    help="GPU: replay each step as a CUDA graph, a whole epoch as one with data resident and the loss "
@@ -97,7 +99,12 @@ def device_from_args(args):
     backend = "numpy" if array_module(args.backend).__name__ == "numpy" else "cupy"
     if args.backend == "auto" and getattr(args, "json", False) is False:
         print(f"backend: {backend}", file=sys.stderr)
-    comm = args.comm or ("nccl" if backend == "cupy" and args.mode == "resident" else "mpi")
+    comm = args.comm or ("nccl" if args.overlap and backend == "cupy" and args.mode == "resident" else "auto")
+    if comm == "auto" and (backend == "numpy" or args.mode != "resident"):
+        comm = "mpi"  # the one exchange those runs take
+    if comm == "auto" and args.overlap:
+        raise CLIError("--comm auto times NCCL with and without --overlap and keeps the faster: leave --overlap out, "
+                       "or name --comm nccl")
     if backend == "numpy" and comm in ("nccl", "cuda-mpi", "p2p"):
         raise CLIError(f"--comm {comm} needs --backend cupy; on the CPU use mpi or hierarchical")
     if backend == "numpy" and args.gemm != "cublas":

@@ -1,6 +1,7 @@
 """`perflab train` and `perflab check`: the trainers, run on every rank."""
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 from perflab.commands.options import (
@@ -23,11 +24,13 @@ def cmd_train(args, comm) -> dict:
     parallel = args.parallel if args.parallel != "auto" else ("data" if comm.size > 1 else "sequential")
     quiet = args.json or comm.rank != 0
     device = device_from_args(args)
-    history, _ = runner.train_on_ranks(cfg, parallel, comm, device, log=None if quiet else print,
-                                       progress=not quiet and sys.stderr.isatty(), profiled=args.profile)
+    history, trainer = runner.train_on_ranks(cfg, parallel, comm, device, log=None if quiet else print,
+                                             progress=not quiet and sys.stderr.isatty(), profiled=args.profile)
+    chosen = runner.exchange_summary(trainer)
+    device = dataclasses.replace(device, comm=chosen["comm"], overlap=chosen["overlap"]) if chosen else device
     summary = {"final_loss": history.final_loss, "test_precision": history.test_precision,
                "epoch_seconds": history.epoch_seconds, "parallel": parallel, "ranks": comm.size,
-               "profiled": args.profile, **device_summary(device), **cfg.to_dict()}
+               "profiled": args.profile, **device_summary(device), **chosen, **cfg.to_dict()}
     if cfg.validation_size:
         summary["validation_precision"] = history.epochs[-1]["validation_precision"]
     phases = None
@@ -44,6 +47,8 @@ def cmd_train(args, comm) -> dict:
             precision += f"  validation precision {summary['validation_precision']:.4f}"
         print(f"final loss {history.final_loss:.6f}  test precision {precision}  "
               f"time per epoch {history.epoch_seconds:.3f} s  ({parallel}, {comm.size} rank(s))")
+        if chosen.get("exchange_trial_s"):
+            print(runner.trial_text(chosen))
     if args.save:
         meta = results.machine_metadata()
         fixed = {k: v for k, v in summary.items() if k not in ("final_loss", "test_precision", "epoch_seconds")}
@@ -82,13 +87,15 @@ def cmd_check(args, comm) -> dict:
 
     device = device_from_args(args)
     result = runner.check(config_from_args(args), args.parallel, comm, device)
-    result.update(device_summary(device))
+    result = {**result, **device_summary(device), **{k: result[k] for k in ("comm", "overlap") if k in result}}
     if comm.rank == 0 and not args.json:
         print(f"{args.parallel} parallel on {comm.size} rank(s), {result['dtype']}: "
               f"relative error vs the sequential reference (tolerance {result['tolerance']:.0e})")
         for name, err in result["errors"].items():
             print(f"  {name:4s} {err:.3e}  {'ok' if err <= result['tolerance'] else 'TOO LARGE'}")
         print(f"  replicas differ across ranks by at most {result['replica_max_abs_diff']:.3e}")
+        if result.get("exchange_trial_s"):
+            print(f"  {runner.trial_text(result)}")
         print("PASSED" if result["passed"] else "FAILED")
     if not result["passed"]:
         args.exit_code = 1

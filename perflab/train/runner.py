@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from dataclasses import dataclass
+import statistics
+import time
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -45,7 +47,7 @@ class Device:
     backend: str = "numpy"
     mode: str = "resident"   # resident | staged | pipelined (GPU only)
     gemm: str = "cublas"     # cublas (fastest measured) or a perflab GEMM variant (GPU only)
-    comm: str = "nccl"       # nccl | mpi | hierarchical (gradient exchange; the CPU path takes mpi or hierarchical)
+    comm: str = "nccl"       # nccl | mpi | hierarchical | ... | auto (the fastest of `exchanges`, timed: fastest_exchange)
     graphs: bool = True      # capture each batch's step as a CUDA graph (resident mode)
     pinned: bool = False     # staged mode: page-locked host copy of the data
     overlap: bool = False    # NCCL, several GPUs: exchange gradient chunks while backward GEMM 3 runs
@@ -53,6 +55,8 @@ class Device:
 
 
 def make_gpu_trainer(cfg: Config, parallel: str, comm, device: Device, train_set):
+    if device.comm == "auto":
+        return fastest_exchange(cfg, parallel, comm, device, train_set)
     from perflab.train import gpu
     from perflab.train.comm import for_gpu
     gpu.select_device(comm)
@@ -77,6 +81,92 @@ def make_gpu_trainer(cfg: Config, parallel: str, comm, device: Device, train_set
     import cupy as cp  # model parallel and deeper nets: the shared math on CuPy arrays
     params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed, xp=cp)
     return make_trainer(parallel, cfg, params, cp.asarray(train_set.X), cp.asarray(train_set.y), comm)
+
+
+def exchanges(cfg: Config, parallel: str, ranks: int, device: Device) -> list[Device]:
+    """What --comm auto chooses among: for the fused data-parallel trainer on several GPUs (resident),
+    NCCL's all-reduce after the step, NCCL with --overlap, and p2p; anywhere else the one exchange
+    the run takes (NCCL resident, host MPI in the staged modes)."""
+    plain = replace(device, comm="nccl" if device.mode == "resident" else "mpi", overlap=False)
+    if ranks == 1 or device.mode != "resident" or parallel not in ("sequential", "data") or len(cfg.hidden_sizes) != 1:
+        return [plain]
+    return [plain, replace(plain, overlap=True), replace(plain, comm="p2p")]
+
+
+def exchange_name(device: Device) -> str:
+    return device.comm + (" --overlap" if device.overlap else "")
+
+
+def fastest_exchange(cfg: Config, parallel: str, comm, device: Device, train_set):
+    """--comm auto: a trainer with each of `exchanges`, an epoch of each timed (epoch_seconds, the
+    slowest rank's), the fastest kept with its initial parameters put back; `chosen` is its Device
+    and `exchange_trial` the seconds (or why one was refused). Measured on the run's own shapes and
+    GPUs because the order moves with them: p2p beat NCCL and the overlap lost to no overlap at H = 512
+    and 2048 on two H100 and two H200 (results/*/scaling.jsonl), but p2p reads every peer's whole
+    gradient, which NCCL's ring does not."""
+    candidates = exchanges(cfg, parallel, comm.size, device)
+    if len(candidates) == 1:
+        trainer = make_gpu_trainer(cfg, parallel, comm, candidates[0], train_set)
+        trainer.chosen, trainer.exchange_trial = candidates[0], {}
+        return trainer
+    best, trial = None, {}
+    for candidate in candidates:
+        try:
+            trainer = make_gpu_trainer(cfg, parallel, comm, candidate, train_set)
+        except ConfigError as exc:  # refused on every rank alike (p2p: ranks on several nodes, no peer access)
+            trial[exchange_name(candidate)] = str(exc)
+            continue
+        initial = trainer.P.copy()
+        with profile.paused():
+            seconds = trial[exchange_name(candidate)] = max(comm.allgather(epoch_seconds(cfg, trainer)))
+        if best is not None and seconds >= trial[exchange_name(best[1])]:
+            trainer.close()
+            continue
+        if best is not None:
+            best[0].close()
+        best = trainer, candidate, initial
+    trainer, chosen, initial = best
+    with trainer.stream:
+        trainer.P[...] = initial
+    trainer.sync()
+    trainer.chosen, trainer.exchange_trial, trainer.epochs_graphed = chosen, trial, 0
+    return trainer
+
+
+def exchange_summary(trainer) -> dict:
+    """The exchange --comm auto chose and what each took (empty where nothing was chosen)."""
+    chosen = getattr(trainer, "chosen", None)
+    if chosen is None:
+        return {}
+    return {"comm": chosen.comm, "overlap": chosen.overlap, "exchange_trial_s": trainer.exchange_trial}
+
+
+def trial_text(summary: dict) -> str:
+    """One line for the user: the exchange kept and each one's timed epoch (or why it was refused)."""
+    times = [f"{name} {1e3 * t:.2f} ms" if isinstance(t, float) else f"{name} refused ({t})"
+             for name, t in summary["exchange_trial_s"].items()]
+    kept = summary["comm"] + (" --overlap" if summary["overlap"] else "")
+    return f"--comm auto kept {kept}, the fastest on this run's first epoch: {', '.join(times)}"
+
+
+def epoch_seconds(cfg: Config, trainer, repeats: int = 3, most_batches: int = 64) -> float:
+    """An epoch's first batches (all of them where fit runs the epoch as one CUDA graph, else up to
+    `most_batches`, batch by batch without the loss): the median of `repeats` runs after one that
+    captures their graphs and loads the kernels."""
+    batches = loop.batch_indices(cfg, 0)
+    whole = (cfg.print_every or cfg.num_batches) >= len(batches) and trainer.graphs_an_epoch(batches)
+    trainer.want_loss = False
+
+    def run():
+        start = time.perf_counter()
+        if whole:
+            trainer.epoch(batches, want_loss=False)
+        else:
+            for index in batches[:most_batches]:
+                trainer.batch(index)
+        trainer.sync()
+        return time.perf_counter() - start
+    return statistics.median([run() for _ in range(repeats + 1)][1:])
 
 
 def train_on_ranks(cfg: Config, parallel: str, comm, device: Device | None = None, log=print, progress=False,
@@ -146,5 +236,6 @@ def check(cfg: Config, parallel: str, comm, device: Device | None = None) -> dic
         worst = max(errors.values())
         result = {"parallel": parallel, "ranks": comm.size, "dtype": cfg.dtype, "max_rel_error": worst,
                   "errors": errors, "tolerance": tolerance, "replica_max_abs_diff": replica_drift,
-                  "passed": bool(worst <= tolerance and replica_drift == 0.0), **cfg.to_dict()}
+                  "passed": bool(worst <= tolerance and replica_drift == 0.0), **cfg.to_dict(),
+                  **exchange_summary(trainer)}
     return comm.bcast(result)
