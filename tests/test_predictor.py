@@ -296,6 +296,12 @@ def test_whatif_and_validate_reject_bad_input_naming_it(tmp_path):
     assert row["comm"] == "p2p" and "p2p exchange + update" in row["composition"]
     proc = run("whatif", "--ceilings", two, "--comm", "p2p", "--mode", "staged")
     assert proc.returncode == 2 and "--comm p2p: a sweep chooses the exchange" in proc.stderr
+    proc = run("whatif", "--ceilings", two, "--comm", "auto", "--ranks", "1", "2", "--mode", "resident", "staged",
+               "--out", str(out), "--json")  # what perflab train keeps unless told: here p2p, on two GPUs resident
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads((out / "whatif.json").read_text())["rows"]
+    assert [(r["p"], r["mode"], r["comm"]) for r in rows] == [(1, "resident", "nccl"), (1, "staged", "mpi"),
+                                                             (2, "resident", "p2p"), (2, "staged", "mpi")]
     proc = run("whatif", "--ceilings", h100, "--launch", "eager")  # a file from before the eager resident floor
     assert proc.returncode == 2 and "no step_floor row 'trainer resident eager'" in proc.stderr
     one = RESULTS_ROOT / "nvidia-h200" / "mainjob_one_gpu" / "ceilings_p1.csv"  # with the epoch graph's stretch
@@ -810,6 +816,23 @@ def test_the_p2p_exchange_is_charged_its_own_ceiling_with_the_update_inside_it()
     assert predictor.predict_point(point(comm="p2p", **two), larger)["t_exchange"] == pytest.approx(p2p["t_exchange"])
     one = predictor.predict_point(point(comm="p2p", H=1024, B=4000, p=1, N=16000), base)  # one GPU exchanges nothing
     assert one["t_exchange"] == 0 and one["composition"] == "max(kernels, the trainer's host floor)"
+
+
+def test_comm_auto_is_predicted_as_the_faster_exchange_the_trainer_would_keep():
+    """--comm auto (perflab train's default on GPUs) keeps the faster of NCCL and p2p: the predictor
+    composes both and keeps the faster, NCCL where the ceilings never timed p2p, and the one
+    exchange there is on one GPU or in the staged modes."""
+    base = table()
+    two = dict(H=1024, B=8000, p=2, N=16000)
+    for cost, kept in ((3e10, "p2p"), (3e7, "nccl")):  # a fast p2p read, then a slow one
+        rows = [{"ceiling": "p2p_exchange_update", "ranks": 2, "size_bytes": size, "seconds": 3e-6 + size / cost,
+                 "value": size / (3e-6 + size / cost)} for size in (2 ** 16, 2 ** 20, 2 ** 24)]
+        c = predictor.Ceilings(pd.concat([base.table, pd.DataFrame(rows)], ignore_index=True), source="made-up")
+        comm, pred = predictor.predict_auto(point(comm="auto", **two), c)
+        assert comm == kept and pred == predictor.predict_point(point(comm=kept, **two), c)
+    assert predictor.predict_auto(point(comm="auto", **two), base)[0] == "nccl"  # no p2p rows: NCCL
+    assert predictor.predict_auto(point(comm="auto", H=1024, B=4000, p=1, N=16000), c)[0] == "nccl"
+    assert predictor.predict_auto(point(comm="auto", mode="staged", **two), c)[0] == "mpi"
 
 
 def test_harness_rows_say_which_exchange_they_ran(tmp_path):

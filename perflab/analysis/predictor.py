@@ -535,6 +535,24 @@ def predict_point(point: dict, c: Ceilings) -> dict:
     return {**pred, "full_batch_s": pred["batch_s"], **per_batch, "epoch_s": epochs["batch_s"]}
 
 
+def predict_auto(point: dict, c: Ceilings) -> tuple[str, dict]:
+    """--comm auto as the trainer runs it (perflab.train.runner.fastest_exchange): where several GPUs
+    run resident data parallel, the faster of NCCL and p2p (p2p where the ceilings timed it), each
+    with predict_point; elsewhere the one exchange there is. The third exchange the trainer times,
+    NCCL with --overlap, is not composed: it measured slower than no overlap on two H100 and two
+    H200. (the exchange kept, its prediction)"""
+    if not (point["backend"] == "cupy" and point["mode"] == "resident" and point["parallel"] == "data"
+            and int(point["p"]) > 1):
+        only = "nccl" if point["backend"] == "cupy" and point["mode"] == "resident" else "mpi"
+        return only, predict_point({**point, "comm": only}, c)
+    kept, best = "nccl", predict_point({**point, "comm": "nccl"}, c)
+    if len(c.rows("p2p_exchange_update", ranks=int(point["p"]))):
+        p2p = predict_point({**point, "comm": "p2p"}, c)
+        if p2p["epoch_s"] < best["epoch_s"]:
+            kept, best = "p2p", p2p
+    return kept, best
+
+
 def band_ms(pred: dict) -> dict:
     """A prediction's band in ms per batch (the staged copy's and the eager host floor's spreads),
     where it has one."""

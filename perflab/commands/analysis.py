@@ -61,7 +61,7 @@ def cmd_whatif(args, comm) -> dict:
     try:
         points = sweep.grid(hidden=args.hidden, per_rank_batch=args.per_rank_batch, ranks=args.ranks,
                             parallel=args.parallel, backend=[args.backend], mode=args.mode, gemm=args.gemm,
-                            N=args.train_size, launch=args.launch, comm=args.comm)
+                            N=args.train_size, launch=args.launch, comm=None if args.comm == "auto" else args.comm)
     except ValueError as exc:
         raise CLIError(str(exc)) from None
     rows = []
@@ -69,7 +69,10 @@ def cmd_whatif(args, comm) -> dict:
         point["graphs"] = point["launch"] == "graph"
         point["step_graph"] = point["backend"] == "cupy" and point["parallel"] == "model" and point["graphs"]  # NCCL
         try:
-            pred = predictor.predict_point(point, ceilings)
+            if args.comm == "auto":  # what perflab train does unless told: the faster exchange, the name kept
+                point["comm"], pred = predictor.predict_auto(point, ceilings)
+            else:
+                pred = predictor.predict_point(point, ceilings)
         except predictor.PredictionError as exc:
             raise CLIError(str(exc)) from None
         rows.append({k: point[k] for k in ("H", "B", "p", "parallel", "backend", "mode", "gemm", "launch", "N", "comm")}
@@ -195,10 +198,12 @@ def register(sub) -> None:
     p.add_argument("--launch", nargs="+", choices=LAUNCHES, default=["graph"],
                    help="each step a CUDA graph replay where the trainer makes one (graph), or its kernels launched one "
                         "by one (eager; the seeds' way); default graph")
-    p.add_argument("--comm", choices=GPU_EXCHANGES, default=None,
-                   help="resident GPU data parallel's gradient exchange: nccl (NCCL's all-reduce, then the update) or "
-                        "p2p (the peers' gradients read over NVLink and applied in one kernel; GPUs of one node); "
-                        "default nccl there, host MPI in the staged modes and on the CPU")
+    p.add_argument("--comm", choices=GPU_EXCHANGES + ("auto",), default=None,
+                   help="resident GPU data parallel's gradient exchange: nccl (NCCL's all-reduce, then the update), "
+                        "p2p (the peers' gradients read over NVLink and applied in one kernel; GPUs of one node) or "
+                        "auto (the faster of the two predicted, as perflab train keeps by timing them; the row names "
+                        "the one kept); default nccl there (as perflab sweep measures), host MPI in the staged modes "
+                        "and on the CPU")
     p.add_argument("--train-size", type=positive, default=60000, metavar="N")
     p.add_argument("--name", default="whatif", help="file name (default %(default)s)")
     p.add_argument("--out", metavar="DIR", type=out_folder, help="folder (default this machine's run folder)")
