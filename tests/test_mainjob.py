@@ -137,6 +137,10 @@ def test_a_sweep_chooses_the_exchange_of_resident_gpu_data_parallel_only():
     for bad in ({"mode": ("staged",)}, {"parallel": ("model",)}, {"backend": ("numpy",)}):
         with pytest.raises(ValueError, match="--comm p2p: a sweep chooses the exchange"):
             sweep.grid(**{"backend": ("cupy",), **bad}, comm="p2p")
+    overlap = sweep.grid(hidden=(8,), batch=(50,), backend=("cupy",), comm="overlap")[0]
+    assert overlap["comm"] == "overlap" and sweep.key(overlap) != sweep.key(p2p[0])
+    assert sweep.exchange_fields("overlap") == {"comm": "nccl", "overlap": True}  # the trainer's --overlap
+    assert sweep.exchange_fields("p2p") == {"comm": "p2p", "overlap": False}
 
 
 def test_a_file_from_before_the_launch_column_is_resumed_as_launched_by_default(tmp_path):

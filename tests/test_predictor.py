@@ -724,12 +724,16 @@ def test_a_ceilings_run_prints_each_rate_at_its_peak_and_the_floors_in_microseco
     rows += [ceilings.kernel_row("gpu", predictor.sequence_name("wgmma"), 256, 400, 1e-5)]  # its kernels untimed
     assert ceilings.summary(rows).endswith("\nthe step in sequence (cublas): 1.00-1.09x its kernels alone "
                                            "(median 1.03, 4 shapes)")
+    rows += [ceilings.kernel_row("gpu", predictor.overlap_name(2), H, B, 1e-5 * r, ranks=2) | {"ceiling": "overlap_exchange"}
+             for (H, B), r in zip([(256, 400), (1920, 1250)], (1.5, 1.25))]  # GEMM 3 alone: 1e-5
+    assert ceilings.summary(rows).endswith("\n\n--overlap's GEMM 3 with its chunks' all-reduces under it: 1.25-1.50x "
+                                           "GEMM 3 alone (median 1.38, 2 shapes, p=2)")
 
 
 def test_the_scaling_harness_rows_are_validated_from_the_ceilings_of_their_own_lend(tmp_path):
-    """perflab's rows of scaling.jsonl become points (epoch of N samples, B = p b, launched as recorded),
-    the peers' rows are left out, --overlap and rows from before the harness recorded how its step
-    launched are skipped with why, and the ceilings file of the rows' own lend is preferred."""
+    """perflab's rows of scaling.jsonl become points (epoch of N samples, B = p b, launched as recorded,
+    the exchange its flags name), the peers' rows are left out, rows from before the harness recorded
+    how its step launched are skipped with why, and the ceilings file of the rows' own lend is preferred."""
     folder = tmp_path / "machine"
     folder.mkdir()
     c = table()
@@ -744,11 +748,12 @@ def test_the_scaling_harness_rows_are_validated_from_the_ceilings_of_their_own_l
             {"peer": "jax sharded scan", "H": 1024, "b": 2000, "p": 2, "epoch_ms": 3.0}]
     (folder / "scaling.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     points, skipped = validation.harness_points(folder)
-    assert list(points.peer) == ["perflab resident", "perflab resident, model parallel"]
-    assert list(points.B) == [4000, 4000] and list(points.batches) == [2, 2] and list(points.parallel) == ["data", "model"]
-    assert list(points.trainer) == ["FusedGPU", "FusedModelParallel"] and list(points.step_graph) == [False, True]
-    assert [s["skipped"].split(":")[0] for s in skipped] == ["--overlap", "the harness did not yet record N and how "
-                                                                           "its step launched"]
+    assert list(points.peer) == ["perflab resident", "perflab resident, model parallel", "perflab resident, overlap"]
+    assert list(points.B) == [4000] * 3 and list(points.batches) == [2] * 3
+    assert list(points.parallel) == ["data", "model", "data"] and list(points.comm) == ["nccl", "nccl", "overlap"]
+    assert list(points.trainer) == ["FusedGPU", "FusedModelParallel", "FusedGPU"]
+    assert list(points.step_graph) == [False, True, False]
+    assert [s["skipped"] for s in skipped] == ["the harness did not yet record N and how its step launched"]
     assert validation.lend_ceilings({"lend"})(folder, 1).name == "ceilings_p2.csv"
     assert validation.lend_ceilings({"elsewhere"})(folder, 1).name == "ceilings_p1.csv"
     beside = folder / "prediction_check_z_ceilings"  # a blind check's lend's ceilings count for its rows too
@@ -762,6 +767,7 @@ def test_the_scaling_harness_rows_are_validated_from_the_ceilings_of_their_own_l
     assert list(t.source) == ["scaling.jsonl"] * 4 and list(t.peer) == [r["peer"] for r in rows[:4]]
     assert t.error.notna().sum() == 1 and set(t.ceilings.dropna()) == {"ceilings_p2.csv"}
     assert "has no gpu step_kernel rows" in t.skipped.iloc[1]  # the made-up file times no model-parallel kernels
+    assert "has no overlap_exchange rows at p=2 in 2 chunks" in t.skipped.iloc[2]  # nor --overlap's GEMM 3
     assert list(t.measured_git) == ["abc", "abc", "abc", "?"]
     one = predictor.predict_point({**points.iloc[0].to_dict()}, c)
     assert t.predicted_ms.iloc[0] == pytest.approx(1e3 * one["batch_s"]) and t.same_lend.iloc[0]
@@ -818,10 +824,31 @@ def test_the_p2p_exchange_is_charged_its_own_ceiling_with_the_update_inside_it()
     assert one["t_exchange"] == 0 and one["composition"] == "max(kernels, the trainer's host floor)"
 
 
+def test_the_overlap_is_charged_gemm3_and_its_exchanges_as_timed_running_at_once():
+    """--overlap runs backward GEMM 3 in chunks with each chunk's NCCL all-reduce under the next: the
+    predictor takes GEMM 3 off the kernels' sum and charges the pair as the ceilings timed them at
+    once (overlap_exchange over H x B'), not the sum or the max of the two alone."""
+    base = table()
+    rows = [{"ceiling": "overlap_exchange", "device": "gpu", "impl": predictor.overlap_name(2), "ranks": 2, "H": H, "B": B,
+             "seconds": H * B * 3e-11} for H in (256, 4096) for B in (100, 20000)]
+    c = predictor.Ceilings(pd.concat([base.table, pd.DataFrame(rows)], ignore_index=True), source="made-up")
+    two = dict(H=1024, B=8000, p=2, N=16000)
+    nccl = predictor.predict_point(point(**two), c)
+    overlap = predictor.predict_point(point(comm="overlap", **two), c)
+    gemm3 = c.kernel("gpu", "backward GEMM 3 (cuBLAS)", 1024, 4000)
+    assert gemm3 > 0 and overlap["t_kernels"] == pytest.approx(nccl["t_kernels"] - gemm3)
+    assert overlap["t_exchange"] == pytest.approx(1024 * 4000 * 3e-11) and "overlap_exchange" in overlap["composition"]
+    assert overlap["batch_s"] == pytest.approx(overlap["t_kernels"] + overlap["t_exchange"])
+    with pytest.raises(predictor.PredictionError, match="no overlap_exchange rows at p=2 in 2 chunks: run `mpiexec -n 2"):
+        predictor.predict_point(point(comm="overlap", **two), base)
+    one = predictor.predict_point(point(comm="overlap", H=1024, B=4000, p=1, N=16000), base)  # one GPU: no exchange
+    assert one["t_exchange"] == 0
+
+
 def test_comm_auto_is_predicted_as_the_faster_exchange_the_trainer_would_keep():
-    """--comm auto (perflab train's default on GPUs) keeps the faster of NCCL and p2p: the predictor
-    composes both and keeps the faster, NCCL where the ceilings never timed p2p, and the one
-    exchange there is on one GPU or in the staged modes."""
+    """--comm auto (perflab train's default on GPUs) keeps the fastest of NCCL, the overlap and p2p:
+    the predictor composes each the ceilings timed and keeps the fastest, and the one exchange there
+    is on one GPU or in the staged modes."""
     base = table()
     two = dict(H=1024, B=8000, p=2, N=16000)
     for cost, kept in ((3e10, "p2p"), (3e7, "nccl")):  # a fast p2p read, then a slow one
@@ -830,7 +857,11 @@ def test_comm_auto_is_predicted_as_the_faster_exchange_the_trainer_would_keep():
         c = predictor.Ceilings(pd.concat([base.table, pd.DataFrame(rows)], ignore_index=True), source="made-up")
         comm, pred = predictor.predict_auto(point(comm="auto", **two), c)
         assert comm == kept and pred == predictor.predict_point(point(comm=kept, **two), c)
-    assert predictor.predict_auto(point(comm="auto", **two), base)[0] == "nccl"  # no p2p rows: NCCL
+    fast_overlap = [{"ceiling": "overlap_exchange", "device": "gpu", "impl": predictor.overlap_name(2), "ranks": 2,
+                     "H": H, "B": B, "seconds": 1e-9} for H in (256, 4096) for B in (100, 20000)]
+    with_overlap = predictor.Ceilings(pd.concat([c.table, pd.DataFrame(fast_overlap)], ignore_index=True), source="x")
+    assert predictor.predict_auto(point(comm="auto", **two), with_overlap)[0] == "overlap"  # timed, and fastest here
+    assert predictor.predict_auto(point(comm="auto", **two), base)[0] == "nccl"  # neither timed: NCCL
     assert predictor.predict_auto(point(comm="auto", H=1024, B=4000, p=1, N=16000), c)[0] == "nccl"
     assert predictor.predict_auto(point(comm="auto", mode="staged", **two), c)[0] == "mpi"
 

@@ -78,6 +78,8 @@ def test_overlap_exchanges_every_gradient_once_the_rest_of_g_with_the_last_chunk
     assert [lo for lo, _ in pieces] == [0, 21, 42, 63] and pieces[-1] == (63, total)
     assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:]))  # contiguous: each element exchanged once
     assert overlap_pieces([(0, H)], D, total) == [(0, total)]  # one chunk: one exchange of all of G
+    from perflab.train.gpu import row_chunks
+    assert row_chunks(10, 4) == [(0, 3), (3, 6), (6, 9), (9, 10)] and row_chunks(2048, 2) == [(0, 1024), (1024, 2048)]
 
 
 def test_an_epoch_is_one_graph_wherever_the_exchange_can_sit_in_it():

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from perflab.analysis import perfmodel
+from perflab.config import OVERLAP_CHUNKS
 
 FUSED_STEP = ("forward GEMM 1 (cuBLAS)", "fused forward: sigmoid, GEMM 2, softmax", "db2 row sums",
               "fused backward: dz1, dW2, db1", "backward GEMM 3 (cuBLAS)")
@@ -53,6 +54,11 @@ def fused_step(gemm: str) -> tuple:
 def sequence_name(gemm: str) -> str:
     """The ceilings' name for the fused step's kernels (with the update) timed one after another."""
     return f"step in sequence ({gemm})"
+
+
+def overlap_name(chunks: int) -> str:
+    """The ceilings' name of --overlap's backward GEMM 3 with its exchanges, in `chunks` chunks."""
+    return f"backward GEMM 3 (cuBLAS) in {chunks} chunks, each all-reduced by NCCL under the next"
 
 
 CPU_STEP = ("forward", "backward", "step")  # the NumPy reference's step as the ceilings time it
@@ -295,6 +301,16 @@ class Ceilings:
                                   "perflab ceilings` on GPUs of one node with peer access")
         return self.allreduce("p2p_exchange_update", p, nbytes)
 
+    def overlap_exchange(self, p: int, H: float, B: float, chunks: int) -> float:
+        """--overlap: backward GEMM 3 in row chunks with each chunk's NCCL all-reduce under the next,
+        as timed at once (overlap_exchange rows at p ranks), interpolated in (H, B') as a kernel."""
+        t = self.rows("overlap_exchange", ranks=p, impl=overlap_name(chunks))
+        if not len(t):
+            raise PredictionError(f"{self.source} has no overlap_exchange rows at p={p} in {chunks} chunks: run "
+                                  f"`mpiexec -n {p} perflab ceilings` (it times --overlap's default of 2 chunks)")
+        at_h = {h: loglog(g.B, g.seconds, B) for h, g in t.groupby("H")}
+        return loglog(list(at_h), list(at_h.values()), H)
+
     def piece_allreduce(self, p: int, nbytes: float) -> float:
         """The pipelined trainer's host all-reduce of one gradient piece: as timed beside a computing
         GPU in the trainer's own chain (pipelined_allreduce), else the idle one (mpi_allreduce)."""
@@ -375,6 +391,12 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
             if p > 1 and point.get("comm") == "p2p":  # the update is the exchange's kernel: off the kernels' sum
                 terms["kernels"] -= c.kernel("gpu", UPDATE, H, Bl)
                 terms["exchange"], exchange = c.p2p_exchange(p, gradient), "p2p exchange + update"
+            elif p > 1 and point.get("comm") == "overlap":  # GEMM 3 and the exchange at once: off the kernels' sum
+                if gemm != "cublas":
+                    raise PredictionError(f"--overlap is timed with cuBLAS's GEMM 3 (overlap_exchange); got --gemm {gemm}")
+                terms["kernels"] -= c.kernel("gpu", "backward GEMM 3 (cuBLAS)", H, Bl)
+                terms["exchange"] = c.overlap_exchange(p, H, Bl, OVERLAP_CHUNKS)  # what sweeps and the harness run
+                exchange = "backward GEMM 3 in chunks, each all-reduced under the next (overlap_exchange)"
             elif p > 1:
                 terms["exchange"], exchange = c.nccl_exchange(p, gradient, ran_epoch_graphs(point))
             else:  # one GPU exchanges nothing
@@ -537,20 +559,18 @@ def predict_point(point: dict, c: Ceilings) -> dict:
 
 def predict_auto(point: dict, c: Ceilings) -> tuple[str, dict]:
     """--comm auto as the trainer runs it (perflab.train.runner.fastest_exchange): where several GPUs
-    run resident data parallel, the faster of NCCL and p2p (p2p where the ceilings timed it), each
-    with predict_point; elsewhere the one exchange there is. The third exchange the trainer times,
-    NCCL with --overlap, is not composed: it measured slower than no overlap on two H100 and two
-    H200. (the exchange kept, its prediction)"""
+    run resident data parallel, the fastest of NCCL, the overlap and p2p, each with predict_point
+    (the overlap and p2p where the ceilings timed them); elsewhere the one exchange there is.
+    (the exchange kept, its prediction)"""
     if not (point["backend"] == "cupy" and point["mode"] == "resident" and point["parallel"] == "data"
             and int(point["p"]) > 1):
         only = "nccl" if point["backend"] == "cupy" and point["mode"] == "resident" else "mpi"
         return only, predict_point({**point, "comm": only}, c)
-    kept, best = "nccl", predict_point({**point, "comm": "nccl"}, c)
-    if len(c.rows("p2p_exchange_update", ranks=int(point["p"]))):
-        p2p = predict_point({**point, "comm": "p2p"}, c)
-        if p2p["epoch_s"] < best["epoch_s"]:
-            kept, best = "p2p", p2p
-    return kept, best
+    p = int(point["p"])
+    timed = {"overlap": len(c.rows("overlap_exchange", ranks=p)), "p2p": len(c.rows("p2p_exchange_update", ranks=p))}
+    preds = {x: predict_point({**point, "comm": x}, c) for x in ("nccl", "overlap", "p2p") if timed.get(x, 1)}
+    kept = min(preds, key=lambda x: preds[x]["epoch_s"])
+    return kept, preds[kept]
 
 
 def band_ms(pred: dict) -> dict:

@@ -27,9 +27,9 @@ HARNESS = "scaling.jsonl"  # the multi-GPU scaling harness's rows (perflab.measu
 
 def harness_points(folder: Path) -> tuple[pd.DataFrame, list[dict]]:
     """The scaling harness's perflab rows of a machine folder as sweep points (an epoch of N samples,
-    B = p b, its step launched as the harness recorded), and the rows it cannot predict, each with why:
-    --overlap (the chunked exchange inside the step is not composed), or rows from before the
-    harness recorded how its step launched."""
+    B = p b, its step launched as the harness recorded, its exchange named by its flags: p2p,
+    overlap, else NCCL), and the rows from before the harness recorded how its step launched, each
+    with why it cannot be predicted."""
     path = folder / HARNESS
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")] if path.exists() else []
     points, skipped = [], []
@@ -40,12 +40,9 @@ def harness_points(folder: Path) -> tuple[pd.DataFrame, list[dict]]:
         B, N = r["b"] * r["p"], r.get("N")
         point = {"H": r["H"], "B": B, "p": r["p"], "backend": "cupy", "mode": mode, "gemm": "cublas", "dtype": "float32",
                  "parallel": "model" if "model parallel" in flags else "data", "peer": r["peer"],
-                 "comm": "p2p" if "p2p" in flags else "nccl",
+                 "comm": next((f for f in ("p2p", "overlap") if f in flags), "nccl"),
                  "git_commit": r.get("git_commit"), "boot": r.get("boot")}
-        if "overlap" in flags:
-            skipped.append({**point, "skipped": "--overlap: the predictor does not compose the chunked exchange inside "
-                                                "the step"})
-        elif N is None or "epoch_graph" not in r:
+        if N is None or "epoch_graph" not in r:
             skipped.append({**point, "skipped": "the harness did not yet record N and how its step launched"})
         else:
             points.append({**point, "N": N, "batches": -(-N // B), "epoch_seconds": r["epoch_ms"] / 1e3,

@@ -12,6 +12,8 @@ Rows (tidy): ceiling, size_bytes or shape, ranks, value, unit. Measured where th
   p2p_exchange_update   --comm p2p's exchange: the peers' gradients read over NVLink, summed and
                    applied to the parameters in one kernel, with the wait before the next
                    backward, in a CUDA graph (device time; GPUs of one node with peer access)
+  overlap_exchange --overlap's backward GEMM 3 in row chunks, each chunk all-reduced by NCCL on a
+                   second stream under the next, over the grid of H and B' (device time in a graph)
   pipelined_allreduce   the host all-reduce of a gradient piece as the pipelined trainer makes it:
                    pinned, just copied down, copied up after, a chain of pieces, the GPU computing
   step_kernel      each kernel of perflab's training step timed alone over a grid of hidden
@@ -214,6 +216,38 @@ def p2p_exchange_update(comm, sizes=SIZES, calls=10, repeats=10) -> list[dict]:
             comm.exchange_update(params, 0.1, ends, regs)
         t = time_graph_ms(cp, call, calls=calls, repeats=repeats, before=ranks_together(comm)) / 1e3
         rows.append(allreduce_row("p2p_exchange_update", "gpu", "p2p: read, sum, update in one kernel", size, comm.size, t))
+    return rows
+
+
+def overlap_exchange(comm, hidden=HIDDEN_GRID, batches=BATCH_GRID, repeats: int = 10) -> list[dict]:
+    """--overlap's backward GEMM 3 and gradient exchange at each (H, B') on every rank (the comm an
+    NCCLComm), as the trainer runs it (perflab.train.gpu.overlapped_gemm3) inside its step's graph:
+    dW1 in row chunks, each chunk's all-reduce on a second stream while the next computes, device
+    seconds of the whole in a replayed graph, the ranks' replays started together. NCCL's kernels
+    and the GEMM run at once and share the SMs, which no sum of the two alone says."""
+    import cupy as cp
+
+    from perflab import kernels
+    from perflab.analysis.predictor import overlap_name
+    from perflab.config import OVERLAP_CHUNKS as chunks
+    from perflab.measure.bench import C, D
+    from perflab.timing import time_graph_ms
+    from perflab.train.gpu import overlapped_gemm3, row_chunks
+    rng = np.random.default_rng(0)
+    side, handoff = cp.cuda.Stream(non_blocking=True), cp.cuda.Event(disable_timing=True)
+    gemm = lambda a, b, out: kernels.gemm(a, b, out=out, variant="cublas")  # noqa: E731
+    rows = []
+    for H in hidden:
+        for B in batches:
+            da1 = cp.asarray(rng.uniform(-1e-3, 1e-3, (H, B)).astype(np.float32))
+            X = cp.asfortranarray(cp.asarray(rng.uniform(0, 1, (D, B)).astype(np.float32)))
+            G = cp.zeros(H * D + H + C * H + C + 1, np.float32)
+            dW1 = G[:H * D].reshape(H, D)
+            call = lambda: overlapped_gemm3(gemm, comm.allreduce, da1, X, dW1, G, row_chunks(H, chunks), side,  # noqa: E731
+                                            handoff)
+            seconds = time_graph_ms(cp, call, calls=2, repeats=repeats, before=ranks_together(comm)) * 1e-3
+            rows.append(kernel_row("gpu", overlap_name(chunks), H, B, seconds, ranks=comm.size) | {"ceiling": "overlap_exchange"})
+    cp.get_default_memory_pool().free_all_blocks()
     return rows
 
 
@@ -600,6 +634,9 @@ def measure(comm, gpu: bool, sizes=SIZES, log=print, kernels: bool = True, grid=
         if comm.size > 1:
             nccl = for_gpu(comm, "nccl")
             rows += nccl_allreduce(nccl, sizes) + nccl_allreduce_graph(nccl, sizes)
+            if kernels:
+                log("--overlap's GEMM 3 and exchange over H x B ...") if comm.rank == 0 else None
+                rows += overlap_exchange(nccl, hidden, batches)
             rows += staged_allreduce(comm, sizes) + pipelined_allreduce(comm)
             try:
                 rows += p2p_exchange_update(for_gpu(comm, "p2p"), sizes)
@@ -647,6 +684,13 @@ def summary(rows: list[dict]) -> str:
         parts.append(f"{len(kernels)} step-kernel timings ({kernels['impl'].nunique()} kernels) at H "
                      f"{sorted(int(h) for h in kernels['H'].unique())} x B {sorted(int(b) for b in kernels['B'].unique())}"
                      + "".join(f"\n{line}" for line in sequence_lines(kernels)))
+    overlap = df[df.ceiling == "overlap_exchange"]
+    alone = kernels[kernels.impl == "backward GEMM 3 (cuBLAS)"] if len(kernels) else kernels
+    both = overlap.merge(alone, on=["H", "B"], suffixes=("", "_alone")) if len(overlap) and len(alone) else overlap.iloc[:0]
+    if len(both):
+        ratio = both.seconds / both.seconds_alone
+        parts.append(f"--overlap's GEMM 3 with its chunks' all-reduces under it: {ratio.min():.2f}-{ratio.max():.2f}x "
+                     f"GEMM 3 alone (median {ratio.median():.2f}, {len(both)} shapes, p={int(both.ranks.iloc[0])})")
     return "\n\n".join(parts)
 
 

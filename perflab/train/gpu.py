@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from perflab import kernels
-from perflab.config import MODES, Config, ConfigError
+from perflab.config import MODES, OVERLAP_CHUNKS, Config, ConfigError
 from perflab.train import model, profile
 from perflab.train.loop import Sequential
 from perflab.train.parallel import check_batch_split, gather_shards, local_part, sharded_logits
@@ -70,7 +70,7 @@ class FusedGPU(Sequential):
     name = "data"
 
     def __init__(self, cfg: Config, X, y, comm, mode="resident", gemm="cublas", graphs=True, pinned=False,
-                 fuse_output=True, fuse_backward=True, overlap=False, overlap_chunks=2):
+                 fuse_output=True, fuse_backward=True, overlap=False, overlap_chunks=OVERLAP_CHUNKS):
         import cupy as cp
         if len(cfg.hidden_sizes) != 1:
             raise GPUError("the fused GPU trainer takes one hidden layer; use --gemm cublas-generic for deeper nets")
@@ -132,8 +132,7 @@ class FusedGPU(Sequential):
         if self.overlap:
             self.comm_stream = cp.cuda.Stream(non_blocking=True)
             self.handoff = cp.cuda.Event(disable_timing=True)
-            rows = -(-H // overlap_chunks)
-            self.chunks = [(r, min(r + rows, H)) for r in range(0, H, rows)]
+            self.chunks = row_chunks(H, overlap_chunks)
         # Whether the exchange and the update are in a step's graph too, a batch at a time (an epoch's
         # graph holds them whenever the exchange is capturable). On several GPUs without --overlap they
         # launch after it: as fast as capturing them at H = 2048 and faster at H = 512 (two H200); one
@@ -254,32 +253,11 @@ class FusedGPU(Sequential):
     def backward_gemm3(self, da1, Xb, dW1):
         """dW1 = dz1 X^T, the step's last GEMM (in chunks, each exchanged as it is done, with --overlap)."""
         if self.overlap:
-            self.dW1_overlapped(da1, Xb, dW1)
+            overlapped_gemm3(self.gemm, self.comm.allreduce, da1, Xb, dW1, self.G, self.chunks, self.comm_stream,
+                             self.handoff)
         else:
             with phase("backward GEMM 3"):
                 self.gemm(da1, Xb.T, dW1)
-
-    def dW1_overlapped(self, da1, Xb, dW1):
-        """Backward GEMM 3 in row chunks, the all-reduce of each finished chunk (contiguous rows of G)
-        on a second stream while the next chunks compute; the last chunk's carries the rest of G
-        (b1, W2, b2, the CE slot), all final by then. Sent on its own first, that 0.1 MB took one NCCL
-        call more a step, and overlap with one chunk (so two calls) ran 4% slower than no overlap
-        (one call after the graph; two H200, H = 2048: results/nvidia-h200/nccl_graph_capture.log).
-        The update waits for the last exchange."""
-        main, side = self.cp.cuda.get_current_stream(), self.comm_stream
-        D = dW1.shape[1]
-
-        def exchange(part):
-            self.handoff.record(main)
-            side.wait_event(self.handoff)
-            with side:
-                self.comm.allreduce(part)
-        for (r0, r1), (lo, hi) in zip(self.chunks, overlap_pieces(self.chunks, D, self.G.size)):
-            with phase("backward GEMM 3"):
-                self.gemm(da1[r0:r1], Xb.T, dW1[r0:r1])
-            exchange(self.G[lo:hi])
-        self.handoff.record(side)
-        main.wait_event(self.handoff)
 
     def batch(self, index):
         part = self.local(index)
@@ -387,6 +365,33 @@ def capturable_exchange(comm) -> bool:
     """Whether comm's all-reduce can sit in a CUDA graph: none on one rank, NCCL's and p2p's can; a
     host MPI one (or a CUDA-aware MPI's, which does not follow streams) cannot."""
     return comm.size == 1 or getattr(comm, "strategy", "") in ("nccl", "p2p")
+
+
+def row_chunks(H: int, k: int) -> list[tuple[int, int]]:
+    """[r0, r1) of dW1's H rows in k chunks (the last one shorter where k does not divide H)."""
+    rows = -(-H // k)
+    return [(r, min(r + rows, H)) for r in range(0, H, rows)]
+
+
+def overlapped_gemm3(gemm, allreduce, da1, Xb, dW1, G, chunks, side, handoff):
+    """--overlap's backward GEMM 3: dW1 = dz1 X^T in row chunks on the current stream, the all-reduce
+    of each finished chunk (contiguous rows of G) on `side` while the next chunks compute; the last
+    chunk's carries the rest of G (b1, W2, b2, the CE slot), all final by then. Sent on its own
+    first, that 0.1 MB took one NCCL call more a step, and overlap with one chunk (so two calls) ran
+    4% slower than no overlap (one call after the graph; two H200, H = 2048:
+    results/nvidia-h200/nccl_graph_capture.log). The current stream waits for the last exchange.
+    The trainer runs it (FusedGPU.backward_gemm3), and perflab ceilings times it (overlap_exchange)."""
+    import cupy as cp
+    main, D = cp.cuda.get_current_stream(), dW1.shape[1]
+    for (r0, r1), (lo, hi) in zip(chunks, overlap_pieces(chunks, D, G.size)):
+        with phase("backward GEMM 3"):
+            gemm(da1[r0:r1], Xb.T, dW1[r0:r1])
+        handoff.record(main)
+        side.wait_event(handoff)
+        with side:
+            allreduce(G[lo:hi])
+    handoff.record(side)
+    main.wait_event(handoff)
 
 
 def overlap_pieces(chunks, D: int, total: int) -> list[tuple[int, int]]:

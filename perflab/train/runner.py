@@ -11,7 +11,7 @@ import numpy as np
 
 from perflab import data
 from perflab.backend import blas_threads, to_numpy
-from perflab.config import Config, ConfigError
+from perflab.config import OVERLAP_CHUNKS, Config, ConfigError
 from perflab.train import loop, model, profile
 from perflab.train.parallel import make_trainer
 
@@ -77,7 +77,7 @@ def make_gpu_trainer(cfg: Config, parallel: str, comm, device: Device, train_set
         return gpu.FusedModelParallel(cfg, train_set.X, train_set.y, comm, device.gemm, device.graphs)
     if parallel in ("sequential", "data") and len(cfg.hidden_sizes) == 1:
         return gpu.FusedGPU(cfg, train_set.X, train_set.y, comm, device.mode, device.gemm, device.graphs, device.pinned,
-                            overlap=device.overlap, overlap_chunks=device.chunks or 2)
+                            overlap=device.overlap, overlap_chunks=device.chunks or OVERLAP_CHUNKS)
     import cupy as cp  # model parallel and deeper nets: the shared math on CuPy arrays
     params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed, xp=cp)
     return make_trainer(parallel, cfg, params, cp.asarray(train_set.X), cp.asarray(train_set.y), comm)

@@ -33,13 +33,19 @@ from pathlib import Path
 
 KEY = ("H", "B", "p", "parallel", "backend", "mode", "gemm", "launch", "dtype", "N", "epochs", "comm")
 LAUNCHES = ("graph", "eager")
-GPU_EXCHANGES = ("nccl", "p2p")  # a sweep's --comm: resident GPU data parallel's exchange
+GPU_EXCHANGES = ("nccl", "p2p", "overlap")  # a sweep's --comm: resident GPU data parallel's exchange (overlap:
+# NCCL in dW1 chunks under backward GEMM 3, perflab train --overlap)
 
 
 def default_comm(backend: str, mode: str) -> str:
     """The exchange a point runs unless the sweep names one: host MPI on the CPU and in the staged modes, else NCCL."""
     from perflab.config import HOST_STAGED
     return "mpi" if backend == "numpy" or mode in HOST_STAGED else "nccl"
+
+
+def exchange_fields(name: str) -> dict:
+    """The Device fields of a point's exchange: `overlap` is NCCL with --overlap."""
+    return {"comm": "nccl", "overlap": True} if name == "overlap" else {"comm": name, "overlap": False}
 
 
 def grid(hidden=(512,), batch=(3200,), ranks=(1,), per_rank_batch=None, parallel=("data",), backend=("numpy",),
@@ -167,7 +173,7 @@ def measure_trained_point(point: dict, comm, dataset: str) -> dict | None:
                  num_epochs=point["epochs"], dtype=point["dtype"], test_size=0,
                  learning_rate=point.get("learning_rate", 0.1))
     device = Device(backend=point["backend"], mode=point["mode"], gemm=point["gemm"],
-                    comm=point.get("comm") or default_comm(point["backend"], point["mode"]),
+                    **exchange_fields(point.get("comm") or default_comm(point["backend"], point["mode"])),
                     graphs=point.get("launch", "graph") == "graph")
     probe = point["backend"] == "cupy" and point["mode"] == "staged"
     walks = copy_probe(comm, cfg.batch_size // comm.size, cfg.train_size // comm.size) if probe else []
