@@ -194,17 +194,14 @@ def register(sub) -> None:
     p.add_argument("--gemm", nargs="+", choices=("cublas",) + WGMMA_VARIANTS, default=["cublas"],
                    help="the step's GEMMs: cublas, or Hopper's tensor-core GEMMs (data parallel, resident or staged; "
                         "their kernels in the ceilings file); default cublas")
-    from perflab.workbook.sweep import GPU_EXCHANGES, LAUNCHES
+    from perflab.workbook.sweep import EXCHANGES_HELP, GPU_EXCHANGES, LAUNCHES
     p.add_argument("--launch", nargs="+", choices=LAUNCHES, default=["graph"],
                    help="each step a CUDA graph replay where the trainer makes one (graph), or its kernels launched one "
                         "by one (eager; the seeds' way); default graph")
     p.add_argument("--comm", choices=GPU_EXCHANGES + ("auto",), default=None,
-                   help="resident GPU data parallel's gradient exchange: nccl (NCCL's all-reduce, then the update), "
-                        "p2p (the peers' gradients read over NVLink and applied in one kernel; GPUs of one node) or "
-                        "overlap (NCCL in dW1 row chunks, each all-reduced under the next chunk's GEMM: perflab train "
-                        "--overlap); auto (the fastest of them predicted, as perflab train keeps by "
-                        "timing them; the row names the one kept); default nccl there (as perflab sweep measures), "
-                        "host MPI in the staged modes and on the CPU")
+                   help=EXCHANGES_HELP + ", or auto (the fastest of them predicted, as perflab train keeps by timing "
+                        "them; the row names the one kept); default nccl there (as perflab sweep measures), host MPI "
+                        "in the staged modes and on the CPU")
     p.add_argument("--train-size", type=positive, default=60000, metavar="N")
     p.add_argument("--name", default="whatif", help="file name (default %(default)s)")
     p.add_argument("--out", metavar="DIR", type=out_folder, help="folder (default this machine's run folder)")

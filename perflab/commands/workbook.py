@@ -100,16 +100,13 @@ def register(sub) -> None:
     p.add_argument("--mode", nargs="+", choices=MODES, default=["resident"],
                    help="GPU data and exchange path (default resident)")
     p.add_argument("--gemm", nargs="+", choices=variants, default=["cublas"], help="GPU GEMM variants (default cublas)")
-    from perflab.workbook.sweep import GPU_EXCHANGES, LAUNCHES
+    from perflab.workbook.sweep import EXCHANGES_HELP, GPU_EXCHANGES, LAUNCHES
     p.add_argument("--launch", nargs="+", choices=LAUNCHES, default=["graph"],
                    help="GPU: replay each step as a CUDA graph where the trainer can, a whole epoch as one with data "
                         "resident (graph), or launch its kernels one by one as the seeds do (eager); both to "
                         "see what graphs buy (default graph)")
     p.add_argument("--comm", choices=GPU_EXCHANGES, default=None,
-                   help="resident GPU data parallel's gradient exchange: nccl (NCCL's all-reduce, then the update), "
-                        "p2p (the peers' gradients read over NVLink and applied in one kernel; GPUs of one node) or "
-                        "overlap (NCCL in dW1 row chunks, each all-reduced under the next chunk's GEMM: perflab train "
-                        "--overlap); default nccl there, host MPI in the staged modes and on the CPU")
+                   help=EXCHANGES_HELP + "; default nccl there, host MPI in the staged modes and on the CPU")
     p.add_argument("--dtype", nargs="+", choices=DTYPES, default=["float32"], help="default float32")
     p.add_argument("--train-size", type=positive, default=38400, metavar="N",
                    help="samples an epoch (default %(default)s, the seeds')")

@@ -33,8 +33,10 @@ from pathlib import Path
 
 KEY = ("H", "B", "p", "parallel", "backend", "mode", "gemm", "launch", "dtype", "N", "epochs", "comm")
 LAUNCHES = ("graph", "eager")
-GPU_EXCHANGES = ("nccl", "p2p", "overlap")  # a sweep's --comm: resident GPU data parallel's exchange (overlap:
-# NCCL in dW1 chunks under backward GEMM 3, perflab train --overlap)
+GPU_EXCHANGES = ("nccl", "p2p", "overlap")  # a sweep's --comm: resident GPU data parallel's exchange
+EXCHANGES_HELP = ("resident GPU data parallel's gradient exchange: nccl (NCCL's all-reduce, then the update), p2p (the "
+                  "peers' gradients read over NVLink and applied in one kernel; GPUs of one node), overlap (NCCL in dW1 "
+                  "row chunks, each all-reduced under the next chunk's GEMM: perflab train --overlap)")
 
 
 def default_comm(backend: str, mode: str) -> str:
