@@ -188,6 +188,7 @@ def test_comm_auto_keeps_the_exchange_whose_epoch_was_fastest_on_the_slowest_ran
         return trainer.cost
     monkeypatch.setattr(runner, "make_gpu_trainer", make)
     monkeypatch.setattr(runner, "epoch_seconds", epoch)
+    monkeypatch.setattr(runner, "on_this_gpu", lambda comm, split: split)
     comm = types.SimpleNamespace(size=2, allgather=lambda x: [x, 1.5 * x])  # the other rank slower: its time counts
     cfg = Config(hidden_sizes=(64,))
     trainer = runner.fastest_exchange(cfg, "data", comm, runner.Device(backend="cupy", comm="auto"), None)

@@ -109,6 +109,7 @@ def fastest_exchange(cfg: Config, parallel: str, comm, device: Device, train_set
         trainer = make_gpu_trainer(cfg, parallel, comm, candidates[0], train_set)
         trainer.chosen, trainer.exchange_trial = candidates[0], {}
         return trainer
+    train_set = on_this_gpu(comm, train_set)  # once, shared by the trainers tried: no second copy of the images
     best, trial = None, {}
     for candidate in candidates:
         try:
@@ -131,6 +132,15 @@ def fastest_exchange(cfg: Config, parallel: str, comm, device: Device, train_set
     trainer.sync()
     trainer.chosen, trainer.exchange_trial, trainer.epochs_graphed = chosen, trial, 0
     return trainer
+
+
+def on_this_gpu(comm, split: data.Split) -> data.Split:
+    """The split copied to this rank's GPU (which it selects), as a resident trainer copies it."""
+    import cupy as cp
+
+    from perflab.train import gpu
+    gpu.select_device(comm)
+    return data.Split(cp.asarray(split.X), cp.asarray(split.y))
 
 
 def exchange_summary(trainer) -> dict:
