@@ -16,7 +16,9 @@ Terms (seconds per batch, one rank):
             pipelined: from pinned memory, on a stream of its own under the step before
   exchange  p > 1: NCCL all-reduce (resident), device -> host, MPI all-reduce, host -> device
             (staged), MPI alone (numpy); each from a latency-bandwidth fit t = a + S / b to the
-            measured times of that very call against size at p ranks
+            measured times of that very call against size at p ranks; --comm p2p's one kernel
+            (the update in it); --overlap's backward GEMM 3 with its chunks' all-reduces, timed
+            running at once over the (H, B') grid (in place of GEMM 3 in the kernels' sum)
 Composition follows the code: where the host enqueues work the GPU runs later, the two overlap
 (max); on one GPU the staged copy of the next batch (the host's memcpy into the driver's staging)
 runs while the GPU replays the step's graph (max); a host all-reduce, and the copy behind a step

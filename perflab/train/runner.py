@@ -155,7 +155,7 @@ def trial_text(summary: dict) -> str:
     """One line for the user: the exchange kept and each one's timed epoch (or why it was refused)."""
     times = [f"{name} {1e3 * t:.2f} ms" if isinstance(t, float) else f"{name} refused ({t})"
              for name, t in summary["exchange_trial_s"].items()]
-    kept = summary["comm"] + (" --overlap" if summary["overlap"] else "")
+    kept = exchange_name(Device(comm=summary["comm"], overlap=summary["overlap"]))
     return f"--comm auto kept {kept}, the fastest on this run's first epoch: {', '.join(times)}"
 
 
