@@ -205,8 +205,10 @@ def test_validation_names_the_ceilings_file_of_every_prediction():
     folder = RESULTS_ROOT / "nvidia-h200"
     harness = v[(v.source == "scaling.jsonl") & v.error.notna()]  # from the ceilings of the lend the harness ran on
     boots = {json.loads(line).get("boot") for line in (folder / "scaling.jsonl").read_text().splitlines()}
-    assert len(harness) >= 12 and {json.loads((folder / c).with_suffix(".json").read_text())["boot"]
-                                   for c in harness.ceilings} <= boots
+    own = harness.same_lend.astype(str) == "True"
+    assert own.sum() >= 12 and {json.loads((folder / c).with_suffix(".json").read_text())["boot"]
+                                for c in harness.ceilings[own]} <= boots
+    assert harness.peer[~own].str.contains("overlap").all()  # only what that lend never timed comes from another
     v = v[v.source != "scaling.jsonl"]
     for source, used in zip(v.source, v.ceilings):  # its own lend's beside it, else its run's, else the nearest
         own = f"{Path(source).stem}_ceilings/ceilings_p"
@@ -217,7 +219,8 @@ def test_validation_names_the_ceilings_file_of_every_prediction():
     assert v.ceilings.str.contains("_ceilings/").any()
     assert v.error.notna().all()
     meta = json.loads((RESULTS_ROOT / "nvidia-h200" / "validation.json").read_text())
-    assert {m["gpu"] for m in meta["ceilings"].values()} == {"NVIDIA H200"} and set(meta["ceilings"]) == set(v.ceilings)
+    used = set(pd.read_csv(RESULTS_ROOT / "nvidia-h200" / "validation.csv").ceilings.dropna())  # the harness's too
+    assert {m["gpu"] for m in meta["ceilings"].values()} == {"NVIDIA H200"} and set(meta["ceilings"]) == used
 
 
 def test_the_committed_predictions_came_before_their_measurements():
@@ -754,14 +757,14 @@ def test_the_scaling_harness_rows_are_validated_from_the_ceilings_of_their_own_l
     assert list(points.trainer) == ["FusedGPU", "FusedModelParallel", "FusedGPU"]
     assert list(points.step_graph) == [False, True, False]
     assert [s["skipped"] for s in skipped] == ["the harness did not yet record N and how its step launched"]
-    assert validation.lend_ceilings({"lend"})(folder, 1).name == "ceilings_p2.csv"
-    assert validation.lend_ceilings({"elsewhere"})(folder, 1).name == "ceilings_p1.csv"
+    assert [f.name for f in validation.lend_ceilings({"lend"})(folder, 1)] == ["ceilings_p2.csv", "ceilings_p1.csv"]
+    assert [f.name for f in validation.lend_ceilings({"elsewhere"})(folder, 1)] == ["ceilings_p1.csv", "ceilings_p2.csv"]
     beside = folder / "prediction_check_z_ceilings"  # a blind check's lend's ceilings count for its rows too
     beside.mkdir()
     c.table.to_csv(beside / "ceilings_p2.csv", index=False)
     (beside / "ceilings_p2.json").write_text(json.dumps({"boot": "check"}))
-    assert validation.lend_ceilings({"check"})(folder, 2) == beside / "ceilings_p2.csv"
-    assert validation.lend_ceilings({"lend"})(folder, 2) == folder / "ceilings_p2.csv"
+    assert validation.lend_ceilings({"check"})(folder, 2) == [beside / "ceilings_p2.csv", folder / "ceilings_p2.csv"]
+    assert validation.lend_ceilings({"lend"})(folder, 2) == [folder / "ceilings_p2.csv", beside / "ceilings_p2.csv"]
     shutil.rmtree(beside)
     t, _ = validation.validate_folder(folder, write=False)
     assert list(t.source) == ["scaling.jsonl"] * 4 and list(t.peer) == [r["peer"] for r in rows[:4]]
@@ -771,6 +774,17 @@ def test_the_scaling_harness_rows_are_validated_from_the_ceilings_of_their_own_l
     assert list(t.measured_git) == ["abc", "abc", "abc", "?"]
     one = predictor.predict_point({**points.iloc[0].to_dict()}, c)
     assert t.predicted_ms.iloc[0] == pytest.approx(1e3 * one["batch_s"]) and t.same_lend.iloc[0]
+    # a row its lend's file cannot predict (--overlap, never timed there) takes the next file that can
+    later = folder / "ceilings_later"
+    later.mkdir()
+    timed = [{"ceiling": "overlap_exchange", "device": "gpu", "impl": predictor.overlap_name(2), "ranks": 2, "H": H,
+              "B": B, "seconds": 1e-4} for H in (256, 4096) for B in (100, 20000)]
+    pd.concat([c.table, pd.DataFrame(timed)]).to_csv(later / "ceilings_p2.csv", index=False)
+    (later / "ceilings_p2.json").write_text(json.dumps({"boot": "later"}))
+    t, _ = validation.validate_folder(folder, write=False)
+    overlap = t[t.peer == "perflab resident, overlap"].iloc[0]
+    assert overlap.ceilings == "ceilings_later/ceilings_p2.csv" and pd.notna(overlap.error) and not overlap.same_lend
+    assert t[t.peer == "perflab resident"].ceilings.iloc[0] == "ceilings_p2.csv"  # the lend's own file first
 
 
 def test_an_all_reduce_inside_a_graph_is_charged_the_graph_replayed_ceiling_where_measured():

@@ -619,26 +619,33 @@ def as_measured(row) -> dict:
 
 def validate(points: pd.DataFrame, folder: Path, choose=None) -> pd.DataFrame:
     """Predicted against measured per point, each with the ceilings file it used (`choose(folder, p)`,
-    default ceilings_for); points the predictor does not cover, or whose ceilings are missing, say
-    why in `skipped`."""
+    default ceilings_for: a file, or files in order of preference, the first that can predict the
+    point used); points the predictor does not cover, or whose ceilings are missing, say why in
+    `skipped` (the first file's reason)."""
     rows, load, choose = [], loader(), choose or ceilings_for
     for _, r in points.iterrows():
         point = as_measured(r)
         base = {k: point[k] for k in ("H", "B", "p", "backend", "mode", "parallel", "gemm", "dtype", "graphs") if k in point}
         measured = measured_batch_seconds(point)
-        path = choose(folder, int(point["p"]))
-        if path is None:
+        chosen = choose(folder, int(point["p"]))
+        paths = [chosen] if isinstance(chosen, Path) else list(chosen or [])
+        if not paths:
             rows.append({**base, "measured_ms": 1e3 * measured, "skipped": f"no ceilings file in {folder}"})
             continue
-        name = str(Path(path).relative_to(folder))  # a subfolder's file named from the folder
-        try:
-            if point["backend"] == "cupy" and point.get("parallel") == "model" \
-                    and point.get("trainer") != "FusedModelParallel":
-                raise PredictionError("a GPU model-parallel point measured by the generic trainer (before the fused one, "
-                                      "perflab.train.gpu.FusedModelParallel): not the step the predictor composes")
-            pred = predict_point(point, load(path))
-        except PredictionError as exc:
-            rows.append({**base, "measured_ms": 1e3 * measured, "skipped": str(exc), "ceilings": name})
+        pred, refusals = None, []
+        for path in paths:
+            try:
+                if point["backend"] == "cupy" and point.get("parallel") == "model" \
+                        and point.get("trainer") != "FusedModelParallel":
+                    raise PredictionError("a GPU model-parallel point measured by the generic trainer (before the fused "
+                                          "one, perflab.train.gpu.FusedModelParallel): not the step the predictor composes")
+                pred = predict_point(point, load(path))
+                break
+            except PredictionError as exc:
+                refusals.append(str(exc))
+        name = str(Path(path if pred is not None else paths[0]).relative_to(folder))  # a subfolder's file: from the folder
+        if pred is None:
+            rows.append({**base, "measured_ms": 1e3 * measured, "skipped": refusals[0], "ceilings": name})
             continue
         band = {f"predicted_{k}": v for k, v in band_ms(pred).items()}
         if band:  # whether the point lies in the prediction's band

@@ -72,15 +72,16 @@ def validate_harness(folder: Path) -> pd.DataFrame | None:
 
 
 def lend_ceilings(boots: set):
-    """choose(folder, p) for predictor.validate: the folder's ceilings file measured on the lend the
-    rows ran on (its metadata's boot among `boots`; a blind check's `_ceilings/` beside it counts)
-    that covers p ranks, else ceilings_for's."""
-    def choose(folder: Path, p: int) -> Path | None:
+    """choose(folder, p) for predictor.validate: the folder's ceilings files that cover p ranks, those
+    measured on the lend the rows ran on first (their metadata's boot among `boots`; a blind check's
+    `_ceilings/` beside it counts), then ceilings_for's, then the rest: a row the first cannot
+    predict (a term its lend never timed) takes the next that can."""
+    def choose(folder: Path, p: int) -> list[Path]:
         ranks = {path: int(path.stem.split("_p")[1]) for path in sorted(Path(folder).rglob("ceilings_p*.csv"))}
-        for path in sorted((f for f, n in ranks.items() if n >= p), key=ranks.get):
-            if read_meta(path).get("boot") in boots:
-                return path
-        return predictor.ceilings_for(folder, p)
+        covering = sorted((f for f, n in ranks.items() if n >= p), key=ranks.get)
+        own = [f for f in covering if read_meta(f).get("boot") in boots]
+        first = [f for f in [*own, predictor.ceilings_for(folder, p)] if f is not None]
+        return list(dict.fromkeys(first + covering))
     return choose
 
 
