@@ -49,6 +49,23 @@ def table(**extra) -> predictor.Ceilings:
     return predictor.Ceilings(pd.DataFrame(rows), source="made-up")
 
 
+def more(c: predictor.Ceilings, rows: list[dict]) -> predictor.Ceilings:
+    """c's rows and these, as one made-up ceilings file."""
+    return predictor.Ceilings(pd.concat([c.table, pd.DataFrame(rows)], ignore_index=True), source="made-up")
+
+
+def exchange_rows(ceiling: str, alpha: float, bandwidth: float, p: int = 2) -> list[dict]:
+    """An exchange's rows at three sizes, t = alpha + S / bandwidth."""
+    return [{"ceiling": ceiling, "ranks": p, "size_bytes": size, "seconds": alpha + size / bandwidth,
+             "value": size / (alpha + size / bandwidth)} for size in (2 ** 16, 2 ** 20, 2 ** 24)]
+
+
+def overlap_rows(seconds) -> list[dict]:
+    """--overlap's GEMM 3 with its exchanges (2 chunks, p = 2) at the corners of the grid, seconds(H, B)."""
+    return [{"ceiling": "overlap_exchange", "device": "gpu", "impl": predictor.overlap_name(2), "ranks": 2, "H": H, "B": B,
+             "seconds": seconds(H, B)} for H in (256, 4096) for B in (100, 20000)]
+
+
 def point(**kw):
     return {"H": 1024, "B": 4000, "p": 1, "N": 8000, "parallel": "data", "dtype": "float32", "gemm": "cublas",
             "backend": "cupy", "mode": "resident", **kw}
@@ -106,7 +123,7 @@ def test_a_pipeline_of_pieces_is_bound_by_its_slowest_stage_and_its_fill():
 
 def test_the_pipelined_path_overlaps_what_the_staged_path_runs_in_series():
     rows = [{"ceiling": d, "impl": "pinned", "size_bytes": s, "value": 2e10} for d in ("h2d", "d2h") for s in (2 ** 12, 2 ** 26)]
-    c = predictor.Ceilings(pd.concat([table().table, pd.DataFrame(rows)], ignore_index=True), source="made-up")
+    c = more(table(), rows)
     one = predictor.predict_point(point(mode="pipelined"), c)
     assert one["batch_s"] == pytest.approx(max(6 * 1024 * 4000e-11, (784 * 4 + 8) * 4000 / 2e10, 3e-5))
     staged = predictor.predict_point(point(mode="staged", p=2, B=8000, N=16000), c)
@@ -127,7 +144,7 @@ def test_the_pipelined_path_overlaps_what_the_staged_path_runs_in_series():
     # the pieces' all-reduce as timed beside a computing GPU in the trainer's chain, where measured
     busy = [{"ceiling": "pipelined_allreduce", "ranks": 2, "size_bytes": size, "seconds": 1.3 * (1e-5 + size / 1e10)}
             for size in (2 ** 16, 2 ** 20, 2 ** 24)]
-    cb = predictor.Ceilings(pd.concat([c.table, pd.DataFrame(busy)], ignore_index=True), source="made-up")
+    cb = more(c, busy)
     beside = predictor.predict_point(point(mode="pipelined", p=2, B=8000, N=16000), cb)
     assert beside["t_mpi"] == pytest.approx(1.3 * mpi, rel=1e-6) and beside["batch_s"] >= piped["batch_s"]
     assert predictor.predict_point(point(mode="staged", p=2, B=8000, N=16000), cb)["batch_s"] == staged["batch_s"]
@@ -136,7 +153,7 @@ def test_the_pipelined_path_overlaps_what_the_staged_path_runs_in_series():
 def test_the_fused_model_parallel_step_splits_h_and_all_reduces_the_logits(tmp_path):
     extra = [{"ceiling": "step_kernel", "device": "gpu", "impl": name, "H": H, "B": B, "ranks": 1, "seconds": H * B * 1e-11}
              for name in predictor.MODEL_PARALLEL_STEP for H in (256, 4096) for B in (100, 20000)]
-    c = predictor.Ceilings(pd.concat([table().table, pd.DataFrame(extra)], ignore_index=True), source="made-up")
+    c = more(table(), extra)
     one = predictor.predict_point(point(parallel="model"), c)
     assert one["batch_s"] == pytest.approx(predictor.predict_point(point(), c)["batch_s"])  # the data-parallel step
     two = predictor.predict_point(point(parallel="model", p=2, B=8000, N=16000), c)
@@ -410,7 +427,7 @@ def test_the_tensor_core_gemms_compose_the_step_from_their_own_kernels():
     extra = [{"ceiling": "step_kernel", "device": "gpu", "impl": name, "H": H, "B": B, "ranks": 1,
               "seconds": H * B * 0.5e-11} for H in (256, 4096) for B in (100, 20000) for name in names]
     base = table()
-    c = predictor.Ceilings(pd.concat([base.table, pd.DataFrame(extra)], ignore_index=True), source="made-up")
+    c = more(base, extra)
     kernel = 1024 * 4000 * 1e-11
     # x3tf32: GEMM 1, the backward pass with the split and GEMM 3 at half cuBLAS's time; 3 kernels as before
     x3 = predictor.predict_point(point(gemm="x3tf32"), c)
@@ -436,7 +453,7 @@ def test_a_step_timed_in_sequence_replaces_the_sum_of_its_kernels_alone_with_its
     kernel = 1024 * 4000 * 1e-11
     sequence = [{"ceiling": "step_kernel", "device": "gpu", "impl": predictor.sequence_name("cublas"), "H": H, "B": B,
                  "ranks": 1, "seconds": 6.6 * H * B * 1e-11} for H in (256, 1024, 4096) for B in (100, 1000, 20000)]
-    c = predictor.Ceilings(pd.concat([base.table, pd.DataFrame(sequence)], ignore_index=True), source="made-up")
+    c = more(base, sequence)
     assert c.step_names("cupy", "cublas") == (predictor.sequence_name("cublas"),)
     assert c.step_names("numpy") == predictor.CPU_STEP
     for mode in ("resident", "staged"):
@@ -777,9 +794,7 @@ def test_the_scaling_harness_rows_are_validated_from_the_ceilings_of_their_own_l
     # a row its lend's file cannot predict (--overlap, never timed there) takes the next file that can
     later = folder / "ceilings_later"
     later.mkdir()
-    timed = [{"ceiling": "overlap_exchange", "device": "gpu", "impl": predictor.overlap_name(2), "ranks": 2, "H": H,
-              "B": B, "seconds": 1e-4} for H in (256, 4096) for B in (100, 20000)]
-    pd.concat([c.table, pd.DataFrame(timed)]).to_csv(later / "ceilings_p2.csv", index=False)
+    more(c, overlap_rows(lambda H, B: 1e-4)).table.to_csv(later / "ceilings_p2.csv", index=False)
     (later / "ceilings_p2.json").write_text(json.dumps({"boot": "later"}))
     t, _ = validation.validate_folder(folder, write=False)
     overlap = t[t.peer == "perflab resident, overlap"].iloc[0]
@@ -792,9 +807,8 @@ def test_an_all_reduce_inside_a_graph_is_charged_the_graph_replayed_ceiling_wher
     ceilings' nccl_allreduce_graph rows price it; a graph a step launches it eagerly after the
     graph, and a ceilings file from before those rows keeps the launched all-reduce."""
     base = table()
-    graph_rows = [{"ceiling": "nccl_allreduce_graph", "ranks": 2, "size_bytes": size, "seconds": 2e-6 + size / 2e10,
-                   "value": size / (2e-6 + size / 2e10)} for size in (2 ** 16, 2 ** 20, 2 ** 24)]
-    c = predictor.Ceilings(pd.concat([base.table, pd.DataFrame(graph_rows)], ignore_index=True), source="made-up")
+    graph_rows = exchange_rows("nccl_allreduce_graph", 2e-6, 2e10)
+    c = more(base, graph_rows)
     two = dict(H=1024, B=8000, p=2, N=16000)
     grad = perfmodel.gradient_buffer_bytes(1024)
     whole = predictor.predict_point(point(**two), c)
@@ -806,7 +820,7 @@ def test_an_all_reduce_inside_a_graph_is_charged_the_graph_replayed_ceiling_wher
     assert older["t_exchange"] == pytest.approx(stepwise["t_exchange"]) and older["batch_s"] > whole["batch_s"]
     extra = [{"ceiling": "step_kernel", "device": "gpu", "impl": name, "H": H, "B": B, "ranks": 1, "seconds": H * B * 1e-11}
              for name in predictor.MODEL_PARALLEL_STEP for H in (256, 4096) for B in (100, 20000)]
-    cm = predictor.Ceilings(pd.concat([c.table, pd.DataFrame(extra)], ignore_index=True), source="made-up")
+    cm = more(c, extra)
     model = predictor.predict_point(point(parallel="model", step_graph=True, **two), cm)
     assert model["t_exchange"] == pytest.approx(2e-6 + 10 * 8000 * 4 / 2e10, rel=1e-6)
     eager = predictor.predict_point(point(parallel="model", **two), cm)
@@ -820,9 +834,8 @@ def test_the_p2p_exchange_is_charged_its_own_ceiling_with_the_update_inside_it()
     p2p_exchange_update rows and takes the update off the kernels' sum; a ceilings file without
     those rows says which command makes them; a harness row flagged p2p becomes a p2p point."""
     base = table()
-    rows = [{"ceiling": "p2p_exchange_update", "ranks": 2, "size_bytes": size, "seconds": 3e-6 + size / 3e10,
-             "value": size / (3e-6 + size / 3e10)} for size in (2 ** 16, 2 ** 20, 2 ** 24)]
-    c = predictor.Ceilings(pd.concat([base.table, pd.DataFrame(rows)], ignore_index=True), source="made-up")
+    rows = exchange_rows("p2p_exchange_update", 3e-6, 3e10)
+    c = more(base, rows)
     two = dict(H=1024, B=8000, p=2, N=16000)
     grad = perfmodel.gradient_buffer_bytes(1024)
     nccl = predictor.predict_point(point(**two), c)
@@ -843,9 +856,8 @@ def test_the_overlap_is_charged_gemm3_and_its_exchanges_as_timed_running_at_once
     predictor takes GEMM 3 off the kernels' sum and charges the pair as the ceilings timed them at
     once (overlap_exchange over H x B'), not the sum or the max of the two alone."""
     base = table()
-    rows = [{"ceiling": "overlap_exchange", "device": "gpu", "impl": predictor.overlap_name(2), "ranks": 2, "H": H, "B": B,
-             "seconds": H * B * 3e-11} for H in (256, 4096) for B in (100, 20000)]
-    c = predictor.Ceilings(pd.concat([base.table, pd.DataFrame(rows)], ignore_index=True), source="made-up")
+    rows = overlap_rows(lambda H, B: H * B * 3e-11)
+    c = more(base, rows)
     two = dict(H=1024, B=8000, p=2, N=16000)
     nccl = predictor.predict_point(point(**two), c)
     overlap = predictor.predict_point(point(comm="overlap", **two), c)
@@ -866,14 +878,11 @@ def test_comm_auto_is_predicted_as_the_faster_exchange_the_trainer_would_keep():
     base = table()
     two = dict(H=1024, B=8000, p=2, N=16000)
     for cost, kept in ((3e10, "p2p"), (3e7, "nccl")):  # a fast p2p read, then a slow one
-        rows = [{"ceiling": "p2p_exchange_update", "ranks": 2, "size_bytes": size, "seconds": 3e-6 + size / cost,
-                 "value": size / (3e-6 + size / cost)} for size in (2 ** 16, 2 ** 20, 2 ** 24)]
-        c = predictor.Ceilings(pd.concat([base.table, pd.DataFrame(rows)], ignore_index=True), source="made-up")
+        rows = exchange_rows("p2p_exchange_update", 3e-6, cost)
+        c = more(base, rows)
         comm, pred = predictor.predict_auto(point(comm="auto", **two), c)
         assert comm == kept and pred == predictor.predict_point(point(comm=kept, **two), c)
-    fast_overlap = [{"ceiling": "overlap_exchange", "device": "gpu", "impl": predictor.overlap_name(2), "ranks": 2,
-                     "H": H, "B": B, "seconds": 1e-9} for H in (256, 4096) for B in (100, 20000)]
-    with_overlap = predictor.Ceilings(pd.concat([c.table, pd.DataFrame(fast_overlap)], ignore_index=True), source="x")
+    with_overlap = more(c, overlap_rows(lambda H, B: 1e-9))
     assert predictor.predict_auto(point(comm="auto", **two), with_overlap)[0] == "overlap"  # timed, and fastest here
     assert predictor.predict_auto(point(comm="auto", **two), base)[0] == "nccl"  # neither timed: NCCL
     assert predictor.predict_auto(point(comm="auto", H=1024, B=4000, p=1, N=16000), c)[0] == "nccl"

@@ -48,6 +48,12 @@ TENSOR_CORE_STEPS = {
                                                                  "backward GEMM 3 (x3tf32)")}
 
 
+def on_grid(t: pd.DataFrame, H: float, B: float) -> float:
+    """Seconds at (H, B') from rows timed over an (H, B') grid: log-log in B at each grid H, then in H."""
+    at_h = {h: loglog(g.B, g.seconds, B) for h, g in t.groupby("H")}
+    return loglog(list(at_h), list(at_h.values()), H)
+
+
 def fused_step(gemm: str) -> tuple:
     """The kernels of the fused data-parallel step with this GEMM."""
     return FUSED_STEP if gemm == "cublas" else TENSOR_CORE_STEPS[gemm]
@@ -131,8 +137,7 @@ class Ceilings:
                 f"it is a {other.upper()}'s file (--backend {'numpy' if other == 'cpu' else 'cupy'} predicts from it)"
                 if len(self.rows("step_kernel", device=other)) else
                 "measure them with `perflab ceilings` (perflab 0.1 + the predictor)"))
-        at_h = {h: loglog(g.B, g.seconds, B) for h, g in t.groupby("H")}
-        return loglog(list(at_h), list(at_h.values()), H)
+        return on_grid(t, H, B)
 
     def step_names(self, backend: str, gemm: str = "cublas") -> tuple:
         """The step_kernel rows a data-parallel step sums: on a GPU its kernels timed one after another
@@ -310,8 +315,7 @@ class Ceilings:
         if not len(t):
             raise PredictionError(f"{self.source} has no overlap_exchange rows at p={p} in {chunks} chunks: run "
                                   f"`mpiexec -n {p} perflab ceilings` (it times --overlap's default of 2 chunks)")
-        at_h = {h: loglog(g.B, g.seconds, B) for h, g in t.groupby("H")}
-        return loglog(list(at_h), list(at_h.values()), H)
+        return on_grid(t, H, B)
 
     def piece_allreduce(self, p: int, nbytes: float) -> float:
         """The pipelined trainer's host all-reduce of one gradient piece: as timed beside a computing
@@ -568,9 +572,9 @@ def predict_auto(point: dict, c: Ceilings) -> tuple[str, dict]:
             and int(point["p"]) > 1):
         only = "nccl" if point["backend"] == "cupy" and point["mode"] == "resident" else "mpi"
         return only, predict_point({**point, "comm": only}, c)
-    p = int(point["p"])
-    timed = {"overlap": len(c.rows("overlap_exchange", ranks=p)), "p2p": len(c.rows("p2p_exchange_update", ranks=p))}
-    preds = {x: predict_point({**point, "comm": x}, c) for x in ("nccl", "overlap", "p2p") if timed.get(x, 1)}
+    timed = [x for x, ceiling in (("overlap", "overlap_exchange"), ("p2p", "p2p_exchange_update"))
+             if len(c.rows(ceiling, ranks=int(point["p"])))]
+    preds = {x: predict_point({**point, "comm": x}, c) for x in ["nccl", *timed]}
     kept = min(preds, key=lambda x: preds[x]["epoch_s"])
     return kept, preds[kept]
 

@@ -87,7 +87,7 @@ def cmd_check(args, comm) -> dict:
 
     device = device_from_args(args)
     result = runner.check(config_from_args(args), args.parallel, comm, device)
-    result = {**result, **device_summary(device), **{k: result[k] for k in ("comm", "overlap") if k in result}}
+    result = {**device_summary(device), **result}  # the exchange --comm auto kept over the asked one
     if comm.rank == 0 and not args.json:
         print(f"{args.parallel} parallel on {comm.size} rank(s), {result['dtype']}: "
               f"relative error vs the sequential reference (tolerance {result['tolerance']:.0e})")
