@@ -152,6 +152,15 @@ def test_a_file_from_before_the_launch_column_is_resumed_as_launched_by_default(
     assert sweep.key(eager) not in sweep.done_keys(tmp_path / "old.csv")
 
 
+def test_a_point_times_epochs_enough_to_fill_the_minimum():
+    m = sweep.MIN_TIMED_SECONDS
+    assert sweep.epochs_to_fill(epoch=m, timed=m) == 0  # long enough already
+    assert sweep.epochs_to_fill(epoch=m / 10, timed=m / 10) == 9
+    assert sweep.epochs_to_fill(epoch=m / 4, timed=0.9 * m) == 1  # a part of an epoch still takes a whole one
+    assert sweep.epochs_to_fill(epoch=1e-6, timed=1e-6) == sweep.MAX_EXTRA_EPOCHS
+    assert sweep.epochs_to_fill(epoch=0.0, timed=0.0) == sweep.MAX_EXTRA_EPOCHS
+
+
 def test_two_sweeps_on_one_file_split_the_grid(tmp_path):
     args = [sys.executable, "-m", "perflab", "sweep", "--hidden", "8", "12", "16", "20", "24", "28", "--batch", "100",
             "--train-size", "2000", "--out", str(tmp_path), "--name", "shared", "--json"]
@@ -161,7 +170,11 @@ def test_two_sweeps_on_one_file_split_the_grid(tmp_path):
         assert proc.returncode == 0, err[-2000:]
     table = pd.read_csv(tmp_path / "shared.csv")
     assert sorted(table.H) == [8, 12, 16, 20, 24, 28]  # each point once: no duplicate rows
-    assert (table.epoch_spread >= 0).all()  # one timed epoch each here: nothing to disagree with
+    assert (table.epoch_spread >= 0).all()
+    # epochs of a few ms: more than the one asked for are timed, up to the cap (sweep.timed_epochs; a
+    # point whose first epoch stalled past the minimum on this loaded host times that one alone)
+    assert ((table.timed_epochs >= 1) & (table.timed_epochs <= 1 + sweep.MAX_EXTRA_EPOCHS)).all()
+    assert (table.timed_epochs > 1).sum() >= 3
     assert not (tmp_path / "shared.claims").exists()
 
 

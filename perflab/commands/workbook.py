@@ -100,7 +100,7 @@ def register(sub) -> None:
     p.add_argument("--mode", nargs="+", choices=MODES, default=["resident"],
                    help="GPU data and exchange path (default resident)")
     p.add_argument("--gemm", nargs="+", choices=variants, default=["cublas"], help="GPU GEMM variants (default cublas)")
-    from perflab.workbook.sweep import EXCHANGES_HELP, GPU_EXCHANGES, LAUNCHES
+    from perflab.workbook.sweep import EXCHANGES_HELP, GPU_EXCHANGES, LAUNCHES, MIN_TIMED_SECONDS
     p.add_argument("--launch", nargs="+", choices=LAUNCHES, default=["graph"],
                    help="GPU: replay each step as a CUDA graph where the trainer can, a whole epoch as one with data "
                         "resident (graph), or launch its kernels one by one as the seeds do (eager); both to "
@@ -111,7 +111,8 @@ def register(sub) -> None:
     p.add_argument("--train-size", type=positive, default=38400, metavar="N",
                    help="samples an epoch (default %(default)s, the seeds')")
     p.add_argument("--num-epochs", type=positive, default=1, help="timed epochs a point, after one warm-up "
-                                                                  "(default %(default)s)")
+                        f"(default %(default)s; more where they would take under {MIN_TIMED_SECONDS} s, so that one "
+                        "host stall is not the median)")
     p.add_argument("--dataset", choices=DATASETS, default="synthetic", help="default synthetic (any size)")
     p.add_argument("--learning-rate", type=positive_float, default=0.1, help="SGD step of every point (default %(default)s); a "
                                                                     "point whose loss diverges is written as failed")

@@ -5,7 +5,8 @@ A point is plain values (H, B, p, parallel, backend, mode, gemm, launch, dtype, 
 one (the seeds' way; the row's `graphs` says what ran); comm is the gradient exchange (host MPI in the
 staged modes and on the CPU, NCCL or p2p for resident GPU data parallel). Each is
 measured twice on p ranks: an unprofiled run for the epoch time (`epoch_seconds`: median of
-`epochs` epochs after one warm-up epoch; nothing synchronizes inside an epoch; `epoch_spread`:
+`epochs` epochs after one warm-up epoch, more where those would last under MIN_TIMED_SECONDS
+(`timed_epochs` says how many ran); nothing synchronizes inside an epoch; `epoch_spread`:
 their (slowest - fastest) / median, how far the measurement itself moved) and a profiled
 epoch for the per-phase medians the roofline needs (`t_<phase>`: device synchronized at every
 phase edge). Rows go to
@@ -26,11 +27,14 @@ import contextlib
 import fcntl
 import itertools
 import json
+import math
 import os
 import platform
 import statistics
 from pathlib import Path
 
+MIN_TIMED_SECONDS = 0.25  # a point's timed epochs last at least this long (timed_epochs)
+MAX_EXTRA_EPOCHS = 200
 KEY = ("H", "B", "p", "parallel", "backend", "mode", "gemm", "launch", "dtype", "N", "epochs", "comm")
 LAUNCHES = ("graph", "eager")
 GPU_EXCHANGES = ("nccl", "p2p", "overlap")  # a sweep's --comm: resident GPU data parallel's exchange
@@ -179,9 +183,7 @@ def measure_trained_point(point: dict, comm, dataset: str) -> dict | None:
                     graphs=point.get("launch", "graph") == "graph")
     probe = point["backend"] == "cupy" and point["mode"] == "staged"
     walks = copy_probe(comm, cfg.batch_size // comm.size, cfg.train_size // comm.size) if probe else []
-    # one extra epoch first, dropped: it pays for kernel compilation, library handles and graph capture
-    history, trainer = train_on_ranks(cfg.replace(num_epochs=cfg.num_epochs + 1), point["parallel"], comm, device, log=None)
-    history.epochs = history.epochs[1:]
+    seconds, history, trainer = timed_epochs(cfg, point["parallel"], comm, device)
     walks += copy_probe(comm, cfg.batch_size // comm.size, cfg.train_size // comm.size) if probe else []
     profiled, _ = train_on_ranks(cfg.replace(num_epochs=1), point["parallel"], comm, device, log=None, profiled=True)
     phases = [t for t in comm.allgather(profiled.phases)]
@@ -195,11 +197,10 @@ def measure_trained_point(point: dict, comm, dataset: str) -> dict | None:
                            host_allreduce=point["backend"] == "numpy" or device.comm == "mpi", N=cfg.train_size)
     by = perfmodel.phase_bytes(w)
     step_graph = bool(getattr(trainer, "graphs", False) and getattr(trainer, "whole_graph", False))
-    seconds = [e["seconds"] for e in history.epochs]  # the timed epochs
     row = {**point, "status": "measured", "trainer": type(trainer).__name__, "step_graph": step_graph,
            "graphs": bool(getattr(trainer, "graphs", False)),
            "epoch_graph": bool(getattr(trainer, "epochs_graphed", 0)),  # fit ran its epochs as one CUDA graph each
-           "epoch_seconds": float(np.median(seconds)), "epoch_spread": spread(seconds),
+           "epoch_seconds": float(np.median(seconds)), "epoch_spread": spread(seconds), "timed_epochs": len(seconds),
            "flops_per_batch": perfmodel.seeds_flops(w)["batch"], "exact_flops_per_batch": sum(perfmodel.phase_flops(w).values()),
            "bytes_pcie": by["pcie_gradients"], "bytes_images": by["pcie_images"], "bytes_mpi": by["mpi_seeds"],
            "ai": perfmodel.arithmetic_intensity(w), "batches": cfg.num_batches, "final_loss": history.final_loss}
@@ -210,6 +211,36 @@ def measure_trained_point(point: dict, comm, dataset: str) -> dict | None:
     row.update({f"t_{name}": float(v) for name, v in medians.items()})
     row.update(perfmodel.effective_rates(w, medians.to_dict()))
     return row
+
+
+def timed_epochs(cfg, parallel: str, comm, device) -> tuple[list[float], object, object]:
+    """The seconds of each timed epoch, the history and the trainer: `cfg.num_epochs` epochs after
+    one dropped (it pays for kernel compilation, library handles and graph capture). Where they
+    took under MIN_TIMED_SECONDS, a second run adds enough epochs to fill it, so the median is
+    not one host stall: an epoch of a few ms launched by the host took 1.9x its usual time in 1
+    of 15 fresh processes on one H100, where the GPU-paced epochs moved by 1%
+    (experiments/predictor/README.md, host_moments.py)."""
+    from perflab.train.runner import train_on_ranks
+    history, trainer = train_on_ranks(cfg.replace(num_epochs=cfg.num_epochs + 1), parallel, comm, device, log=None)
+    seconds = [e["seconds"] for e in history.epochs[1:]]
+    ranks = comm.allgather((statistics.median(seconds), sum(seconds)))
+    more = epochs_to_fill(max(r[0] for r in ranks), min(r[1] for r in ranks))  # the same on every rank
+    if more:
+        close = getattr(trainer, "close", None)
+        if close:
+            close()
+        history, trainer = train_on_ranks(cfg.replace(num_epochs=more + 1), parallel, comm, device, log=None)
+        seconds += [e["seconds"] for e in history.epochs[1:]]
+    history.epochs = history.epochs[1:]
+    return seconds, history, trainer
+
+
+def epochs_to_fill(epoch: float, timed: float) -> int:
+    """How many more epochs of `epoch` seconds bring `timed` seconds to MIN_TIMED_SECONDS (at most
+    MAX_EXTRA_EPOCHS); 0 where it is reached."""
+    if timed >= MIN_TIMED_SECONDS:
+        return 0
+    return min(MAX_EXTRA_EPOCHS, math.ceil((MIN_TIMED_SECONDS - timed) / max(epoch, 1e-9)))
 
 
 def spread(seconds: list[float]) -> float:
