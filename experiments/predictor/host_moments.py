@@ -18,6 +18,8 @@ the cross-moment one large, the miss is the host's drift, not a term the model l
 
   python3 -m perflab ceilings --hidden 1472 2560 --per-rank-batch 1350 2750 --out C
   for i in 1 2 3 4 5 6 7 8; do python3 experiments/predictor/host_moments.py moment $i >> moments.jsonl; done
+  (moment LABEL 0: the points' 3 epochs alone, as sweeps timed before 98c230d; else at least
+  perflab.workbook.sweep.MIN_TIMED_SECONDS of epochs)
   python3 experiments/predictor/host_moments.py summary moments.jsonl C/ceilings_p1.csv
 """
 import json
@@ -41,10 +43,12 @@ def floors_needed() -> list[tuple]:
                    for mode, launch, gemm, _, _ in POINTS})
 
 
-def moment(label: str) -> None:
+def moment(label: str, min_timed: float | None = None) -> None:
     from perflab.measure import ceilings
     from perflab.train.comm import Serial
     from perflab.workbook import sweep
+    if min_timed is not None:  # 0: the asked 3 epochs alone, as sweeps timed before 98c230d
+        sweep.MIN_TIMED_SECONDS = min_timed
 
     def emit(kind: str, row: dict) -> None:
         print(json.dumps({"moment": label, "kind": kind, "time": time.time(), **row}, default=float), flush=True)
@@ -121,6 +125,6 @@ def summary(log: str, ceilings_path: str) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1] == "moment":
-        moment(sys.argv[2])
+        moment(sys.argv[2], float(sys.argv[3]) if len(sys.argv) > 3 else None)
     else:
         summary(sys.argv[2], sys.argv[3])
