@@ -20,7 +20,7 @@ the cross-moment one large, the miss is the host's drift, not a term the model l
   for i in 1 2 3 4 5 6 7 8; do python3 experiments/predictor/host_moments.py moment $i >> moments.jsonl; done
   (moment LABEL 0: the points' 3 epochs alone, as sweeps timed before 98c230d; else at least
   perflab.workbook.sweep.MIN_TIMED_SECONDS of epochs)
-  python3 experiments/predictor/host_moments.py summary moments.jsonl C/ceilings_p1.csv
+  python3 experiments/predictor/host_moments.py summary moments.jsonl [C/ceilings_p1.csv]
 """
 import json
 import random
@@ -88,43 +88,65 @@ def with_terms(c, terms: list[dict]):
     return Ceilings(t, source=f"{c.source} with one moment's host terms")
 
 
-def summary(log: str, ceilings_path: str) -> None:
+def variant(label: str) -> str:
+    """A moment's label less its number: moments of one variant (a, b, p, ...) are summarised together."""
+    return label.rstrip("0123456789")
+
+
+def summary(log: str, ceilings_path: str | None = None) -> None:
+    """Per variant: each step's time over the moments and, given the lend's ceilings, the predictor's
+    error from the file, from the point's own moment's host terms and from each other moment's; then
+    the same errors by what paces the step (the host: staged or kernel by kernel; else the GPU)."""
     import pandas as pd
 
     from perflab.analysis.predictor import Ceilings, as_measured, measured_batch_seconds, predict_point
     lines = [json.loads(x) for x in open(log) if x.strip()]
-    c = Ceilings.load(ceilings_path)
-    moments = sorted({x["moment"] for x in lines}, key=str)
-    at = {m: with_terms(c, [x for x in lines if x["moment"] == m and x["kind"] == "term"]) for m in moments}
-    out = []
-    for x in (x for x in lines if x["kind"] == "point"):
-        point = as_measured(pd.Series(x))
-        measured = measured_batch_seconds(x)
-        errors = {m: predict_point(point, at[m])["batch_s"] / measured - 1 for m in moments}
-        out.append({"step": f"{x['mode']} {x['launch']} {x['gemm']} H {x['H']} b {x['B']}", "moment": x["moment"],
-                    "measured_ms": 1e3 * measured, "file": predict_point(point, c)["batch_s"] / measured - 1,
-                    "own": errors[x["moment"]], "others": [e for m, e in errors.items() if m != x["moment"]]})
-    table = []
-    for step, rows in pd.DataFrame(out).groupby("step", sort=False):
-        ms = rows.measured_ms
-        others = [abs(e) for o in rows.others for e in o]
-        table.append({"step": step, "moments": len(rows), "ms min": ms.min(), "ms median": ms.median(),
-                      "ms max": ms.max(), "max/min": ms.max() / ms.min(),
-                      "file |err| median": rows.file.abs().median(), "file worst": rows.file.abs().max(),
-                      "own median": rows.own.median(), "own worst": rows.own.abs().max(),
-                      "others |err| median": statistics.median(others), "others worst": max(others),
-                      "others > 25%": sum(e > 0.25 for e in others) / len(others)})
-    with pd.option_context("display.width", 250, "display.max_columns", 20):
-        print(pd.DataFrame(table).round(3).to_string(index=False))
-    terms = pd.DataFrame([x for x in lines if x["kind"] == "term"])
-    terms["what"] = terms.impl.where(terms.ceiling == "step_floor", "staged copy B " + terms.B.astype(str))
-    spread = terms.groupby("what").seconds.agg(["min", "median", "max"]) * 1e3
-    spread["max/min"] = spread["max"] / spread["min"]
-    print("\nthe host's terms over the moments, ms:\n" + spread.round(3).to_string())
+    c = Ceilings.load(ceilings_path) if ceilings_path else None
+    for name in sorted({variant(x["moment"]) for x in lines}):
+        mine = [x for x in lines if variant(x["moment"]) == name]
+        moments = sorted({x["moment"] for x in mine}, key=str)
+        at = {m: with_terms(c, [x for x in mine if x["moment"] == m and x["kind"] == "term"]) for m in moments} if c else {}
+        out = []
+        for x in (x for x in mine if x["kind"] == "point"):
+            measured = measured_batch_seconds(x)
+            row = {"step": f"{x['mode']} {x['launch']} {x['gemm']} H {x['H']} b {x['B']}", "measured_ms": 1e3 * measured,
+                   "host paced": x["mode"] == "staged" or x["launch"] == "eager"}
+            if c:
+                point = as_measured(pd.Series(x))
+                errors = {m: predict_point(point, at[m])["batch_s"] / measured - 1 for m in moments}
+                row |= {"file": predict_point(point, c)["batch_s"] / measured - 1, "own": errors[x["moment"]],
+                        "others": [abs(e) for m, e in errors.items() if m != x["moment"]]}
+            out.append(row)
+        out = pd.DataFrame(out)
+        table = []
+        for step, rows in out.groupby("step", sort=False):
+            ms = rows.measured_ms
+            row = {"step": step, "moments": len(rows), "ms min": ms.min(), "ms median": ms.median(), "ms max": ms.max(),
+                   "max/min": ms.max() / ms.min()}
+            if c:
+                others = [e for o in rows.others for e in o]
+                row |= {"file |err| median": rows.file.abs().median(), "file worst": rows.file.abs().max(),
+                        "own median": rows.own.median(), "own worst": rows.own.abs().max(),
+                        "others |err| median": statistics.median(others), "others worst": max(others),
+                        "others > 25%": sum(e > 0.25 for e in others) / len(others)}
+            table.append(row)
+        with pd.option_context("display.width", 250, "display.max_columns", 20):
+            print(f"== moments {name}* ({len(moments)})\n" + pd.DataFrame(table).round(3).to_string(index=False))
+            if c:
+                paced = out.assign(file=out.file.abs()).groupby("host paced").file
+                print(pd.DataFrame({"points": paced.size(), "file |err| median": paced.median(),
+                                    "worst": paced.max(), "beyond 25%": paced.apply(lambda e: int((e > 0.25).sum()))})
+                      .round(3).to_string())
+        terms = pd.DataFrame([x for x in mine if x["kind"] == "term"])
+        terms["what"] = terms.impl.where(terms.ceiling == "step_floor", "staged copy B " + terms.B.astype(str))
+        terms = terms[~terms.what.str.endswith("epoch")]  # a difference of two epochs' medians: noise at H = 16
+        spread = terms.groupby("what").seconds.agg(["min", "median", "max"]) * 1e3
+        spread["max/min"] = spread["max"] / spread["min"]
+        print("the host's terms over the moments, ms:\n" + spread.round(3).to_string() + "\n")
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "moment":
         moment(sys.argv[2], float(sys.argv[3]) if len(sys.argv) > 3 else None)
     else:
-        summary(sys.argv[2], sys.argv[3])
+        summary(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)
