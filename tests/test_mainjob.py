@@ -134,9 +134,10 @@ def test_a_sweep_chooses_the_exchange_of_resident_gpu_data_parallel_only():
     assert [(pt["backend"], pt["mode"], pt["comm"]) for pt in plain] == [
         ("numpy", "resident", "mpi"), ("cupy", "resident", "nccl"), ("cupy", "staged", "mpi")]
     assert sweep.key(p2p[0]) != sweep.key(plain[1])  # the same point with another exchange is another point
-    for bad in ({"mode": ("staged",)}, {"parallel": ("model",)}, {"backend": ("numpy",)}):
-        with pytest.raises(ValueError, match="--comm p2p: a sweep chooses the exchange"):
-            sweep.grid(**{"backend": ("cupy",), **bad}, comm="p2p")
+    for comm in ("p2p", "overlap"):
+        for bad in ({"mode": ("staged",)}, {"parallel": ("model",)}, {"backend": ("numpy",)}):
+            with pytest.raises(ValueError, match=f"--comm {comm}: a sweep chooses the exchange"):
+                sweep.grid(**{"backend": ("cupy",), **bad}, comm=comm)
     overlap = sweep.grid(hidden=(8,), batch=(50,), backend=("cupy",), comm="overlap")[0]
     assert overlap["comm"] == "overlap" and sweep.key(overlap) != sweep.key(p2p[0])
     assert sweep.exchange_fields("overlap") == {"comm": "nccl", "overlap": True}  # the trainer's --overlap

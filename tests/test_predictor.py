@@ -314,8 +314,9 @@ def test_whatif_and_validate_reject_bad_input_naming_it(tmp_path):
     assert proc.returncode == 0, proc.stderr
     (row,) = json.loads((out / "whatif.json").read_text())["rows"]
     assert row["comm"] == "p2p" and "p2p exchange + update" in row["composition"]
-    proc = run("whatif", "--ceilings", two, "--comm", "p2p", "--mode", "staged")
-    assert proc.returncode == 2 and "--comm p2p: a sweep chooses the exchange" in proc.stderr
+    for comm in ("p2p", "overlap"):
+        proc = run("whatif", "--ceilings", two, "--comm", comm, "--mode", "staged")
+        assert proc.returncode == 2 and f"--comm {comm}: a sweep chooses the exchange" in proc.stderr
     proc = run("whatif", "--ceilings", two, "--comm", "auto", "--ranks", "1", "2", "--mode", "resident", "staged",
                "--out", str(out), "--json")  # what perflab train keeps unless told: here p2p, on two GPUs resident
     assert proc.returncode == 0, proc.stderr
