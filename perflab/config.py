@@ -15,6 +15,15 @@ DTYPES = ("float32", "float64")
 MODES = ("resident", "staged", "pipelined")  # GPU data paths (perflab.train.gpu, perflab.train.pipelined)
 HOST_STAGED = ("staged", "pipelined")         # the modes whose images and gradients pass through the host
 OVERLAP_CHUNKS = 2  # --overlap: dW1 in 2 row chunks, faster than 4 on two H100 (experiments/p2p/README.md)
+# resident GPU data parallel's gradient exchanges: what a sweep's --comm names and --comm auto times
+GPU_EXCHANGES = ("nccl", "overlap", "p2p")
+
+
+def exchange_fields(name: str) -> dict:
+    """The trainer's Device fields of one of GPU_EXCHANGES (or mpi): `overlap` is NCCL with --overlap."""
+    return {"comm": "nccl", "overlap": True} if name == "overlap" else {"comm": name, "overlap": False}
+
+
 DATASET_SHAPES = {"mnist": (784, 10, 60000, 10000), "fashion-mnist": (784, 10, 60000, 10000)}
 
 

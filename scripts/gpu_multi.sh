@@ -18,7 +18,7 @@ show() { python3 -c "import json,sys
 lines=[l for l in sys.stdin.read().splitlines() if l.startswith('{')]
 d=json.loads(lines[-1]) if lines else {}
 print('$1', f\"{d.get('max_rel_error', float('nan')):.2e}\", d.get('passed', 'NO RESULT'),
-      *([f\"(--comm auto kept {d['comm']}{' --overlap' * bool(d.get('overlap'))})\"] if d.get('exchange_trial_s') else []))"; }
+      *([f\"(--comm auto kept {'overlap' if d.get('overlap') else d['comm']})\"] if d.get('exchange_trial_s') else []))"; }
 stages=${*:-"info check ceilings sweep scaling"}
 for stage in $stages; do
   echo "=== $stage $(date +%T)"

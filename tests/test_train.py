@@ -166,7 +166,8 @@ class Timed:
         pass
 
     def close(self):
-        self.closed.append(self.device.comm + (" --overlap" if self.device.overlap else ""))
+        from perflab.train import runner
+        self.closed.append(runner.exchange_name(self.device))
 
 
 @pytest.mark.parametrize("refused", [False, True])
@@ -175,7 +176,7 @@ def test_comm_auto_keeps_the_exchange_whose_epoch_was_fastest_on_the_slowest_ran
 
     from perflab.config import ConfigError
     from perflab.train import runner
-    costs, closed = {"nccl": 3e-3, "nccl --overlap": 4e-3, "p2p": 2e-3}, []
+    costs, closed = {"nccl": 3e-3, "overlap": 4e-3, "p2p": 2e-3}, []
 
     def make(cfg, parallel, comm, device, train_set):
         if refused and device.comm == "p2p":
@@ -194,9 +195,9 @@ def test_comm_auto_keeps_the_exchange_whose_epoch_was_fastest_on_the_slowest_ran
     trainer = runner.fastest_exchange(cfg, "data", comm, runner.Device(backend="cupy", comm="auto"), None)
     kept = "nccl" if refused else "p2p"
     assert runner.exchange_name(trainer.chosen) == kept and np.array_equal(trainer.P, np.arange(5.0))
-    assert trainer.epochs_graphed == 0 and closed == (["nccl --overlap"] if refused else ["nccl --overlap", "nccl"])
+    assert trainer.epochs_graphed == 0 and closed == (["overlap"] if refused else ["overlap", "nccl"])
     summary = runner.exchange_summary(trainer)
-    assert summary["comm"] == kept and summary["exchange_trial_s"]["nccl --overlap"] == pytest.approx(6e-3)
+    assert summary["comm"] == kept and summary["exchange_trial_s"]["overlap"] == pytest.approx(6e-3)
     text = runner.trial_text(summary)
     assert text.startswith(f"--comm auto kept {kept},") and "nccl 4.50 ms" in text
     assert ("p2p refused (--comm p2p reads the gradients of the GPUs of one node)" in text) == refused
@@ -205,7 +206,7 @@ def test_comm_auto_keeps_the_exchange_whose_epoch_was_fastest_on_the_slowest_ran
 def test_comm_auto_times_nothing_where_a_run_takes_one_exchange():
     from perflab.train import runner
     gpu, one_layer = runner.Device(backend="cupy", comm="auto"), Config(hidden_sizes=(64,))
-    assert [runner.exchange_name(d) for d in runner.exchanges(one_layer, "data", 2, gpu)] == ["nccl", "nccl --overlap", "p2p"]
+    assert [runner.exchange_name(d) for d in runner.exchanges(one_layer, "data", 2, gpu)] == ["nccl", "overlap", "p2p"]
     for cfg, parallel, ranks, device, only in [(one_layer, "data", 1, gpu, "nccl"), (one_layer, "model", 2, gpu, "nccl"),
                                                (Config(hidden_sizes=(64, 32)), "data", 2, gpu, "nccl"),
                                                (one_layer, "data", 2, runner.Device(backend="cupy", mode="staged"), "mpi")]:

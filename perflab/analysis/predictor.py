@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from perflab.analysis import perfmodel
-from perflab.config import OVERLAP_CHUNKS
+from perflab.config import GPU_EXCHANGES, OVERLAP_CHUNKS
 
 FUSED_STEP = ("forward GEMM 1 (cuBLAS)", "fused forward: sigmoid, GEMM 2, softmax", "db2 row sums",
               "fused backward: dz1, dW2, db1", "backward GEMM 3 (cuBLAS)")
@@ -572,9 +572,9 @@ def predict_auto(point: dict, c: Ceilings) -> tuple[str, dict]:
             and int(point["p"]) > 1):
         only = "nccl" if point["backend"] == "cupy" and point["mode"] == "resident" else "mpi"
         return only, predict_point({**point, "comm": only}, c)
-    timed = [x for x, ceiling in (("overlap", "overlap_exchange"), ("p2p", "p2p_exchange_update"))
-             if len(c.rows(ceiling, ranks=int(point["p"])))]
-    preds = {x: predict_point({**point, "comm": x}, c) for x in ["nccl", *timed]}
+    timed_by = {"nccl": None, "overlap": "overlap_exchange", "p2p": "p2p_exchange_update"}  # nccl: any file
+    preds = {x: predict_point({**point, "comm": x}, c) for x in GPU_EXCHANGES
+             if timed_by[x] is None or len(c.rows(timed_by[x], ranks=int(point["p"])))}
     kept = min(preds, key=lambda x: preds[x]["epoch_s"])
     return kept, preds[kept]
 

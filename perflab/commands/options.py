@@ -73,7 +73,7 @@ def device_options(parser: argparse.ArgumentParser) -> None:
                         "pretends nodes of k ranks), shm (ranks of one node sum through memory they all map, no "
                         "MPI message; host buffers, GPU ones staged), p2p (GPUs of one node: each reads the others' "
                         "gradients over NVLink, sums and applies them in one kernel; resident data parallel), auto (the "
-                        "fastest of nccl, nccl --overlap and p2p for resident data parallel on several GPUs, an epoch "
+                        "fastest of nccl, overlap (nccl with --overlap) and p2p for resident data parallel on several GPUs, an epoch "
                         "of each timed before training; printed). Default: auto on GPUs (mpi in the staged modes), "
                         "mpi on the CPU")
     from perflab.workbook.sweep import LAUNCHES

@@ -11,7 +11,7 @@ import numpy as np
 
 from perflab import data
 from perflab.backend import blas_threads, to_numpy
-from perflab.config import OVERLAP_CHUNKS, Config, ConfigError
+from perflab.config import GPU_EXCHANGES, OVERLAP_CHUNKS, Config, ConfigError, exchange_fields
 from perflab.train import loop, model, profile
 from perflab.train.parallel import make_trainer
 
@@ -85,16 +85,17 @@ def make_gpu_trainer(cfg: Config, parallel: str, comm, device: Device, train_set
 
 def exchanges(cfg: Config, parallel: str, ranks: int, device: Device) -> list[Device]:
     """What --comm auto chooses among: for the fused data-parallel trainer on several GPUs (resident),
-    NCCL's all-reduce after the step, NCCL with --overlap, and p2p; anywhere else the one exchange
+    GPU_EXCHANGES (NCCL's all-reduce after the step, NCCL with --overlap, p2p); anywhere else the one exchange
     the run takes (NCCL resident, host MPI in the staged modes)."""
     plain = replace(device, comm="nccl" if device.mode == "resident" else "mpi", overlap=False)
     if ranks == 1 or device.mode != "resident" or parallel not in ("sequential", "data") or len(cfg.hidden_sizes) != 1:
         return [plain]
-    return [plain, replace(plain, overlap=True), replace(plain, comm="p2p")]
+    return [replace(plain, **exchange_fields(name)) for name in GPU_EXCHANGES]
 
 
 def exchange_name(device: Device) -> str:
-    return device.comm + (" --overlap" if device.overlap else "")
+    """The exchange's name as sweeps and perflab whatif give it: `overlap` for NCCL with --overlap."""
+    return "overlap" if device.overlap else device.comm
 
 
 def fastest_exchange(cfg: Config, parallel: str, comm, device: Device, train_set):

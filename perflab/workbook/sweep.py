@@ -33,11 +33,12 @@ import platform
 import statistics
 from pathlib import Path
 
+from perflab.config import GPU_EXCHANGES, exchange_fields
+
 MIN_TIMED_SECONDS = 0.25  # a point's timed epochs last at least this long (timed_epochs)
 MAX_EXTRA_EPOCHS = 200
 KEY = ("H", "B", "p", "parallel", "backend", "mode", "gemm", "launch", "dtype", "N", "epochs", "comm")
 LAUNCHES = ("graph", "eager")
-GPU_EXCHANGES = ("nccl", "p2p", "overlap")  # a sweep's --comm: resident GPU data parallel's exchange
 EXCHANGES_HELP = ("resident GPU data parallel's gradient exchange: nccl (NCCL's all-reduce, then the update), p2p (the "
                   "peers' gradients read over NVLink and applied in one kernel; GPUs of one node), overlap (NCCL in dW1 "
                   "row chunks, each all-reduced under the next chunk's GEMM: perflab train --overlap)")
@@ -47,11 +48,6 @@ def default_comm(backend: str, mode: str) -> str:
     """The exchange a point runs unless the sweep names one: host MPI on the CPU and in the staged modes, else NCCL."""
     from perflab.config import HOST_STAGED
     return "mpi" if backend == "numpy" or mode in HOST_STAGED else "nccl"
-
-
-def exchange_fields(name: str) -> dict:
-    """The Device fields of a point's exchange: `overlap` is NCCL with --overlap."""
-    return {"comm": "nccl", "overlap": True} if name == "overlap" else {"comm": name, "overlap": False}
 
 
 def grid(hidden=(512,), batch=(3200,), ranks=(1,), per_rank_batch=None, parallel=("data",), backend=("numpy",),
