@@ -357,8 +357,11 @@ def paced_text(paths) -> str:
                          f"{len(e)} points beyond 25%")
     return ("On the GPU folders, " + "; ".join(parts) + ". The host paces a step launched kernel by kernel and the staged "
             "path's pageable copy, and its speed moves between and within lends of a machine by more than 25% "
-            "(`experiments/staged_copy/`; the host's terms per lend and the missed points in `results/REPORT.md`); "
-            "the GPU paces graphed resident and pipelined steps.")
+            "(`experiments/staged_copy/`; the host's terms per lend and the missed points in `results/REPORT.md`): "
+            "one host-paced configuration, measured in fresh processes minutes apart on one lend, moves by more "
+            "than any prediction made before the run can follow, and the host's terms timed in the same process "
+            "do not follow it (`experiments/predictor/README.md`, host_moments). The GPU paces graphed resident "
+            "and pipelined steps.")
 
 
 def predictor_sections(full: bool = True) -> list[str]:
