@@ -463,6 +463,15 @@ def test_a_step_timed_in_sequence_replaces_the_sum_of_its_kernels_alone_with_its
     assert c.grid_error(c.step_names("cupy", "cublas"))["median_abs"] == pytest.approx(0, abs=1e-9)
     with pytest.raises(predictor.PredictionError, match="wgmma"):  # no rows of its own: its kernels alone, missing here
         predictor.predict_point(point(gemm="wgmma"), c)
+    c = more(c, [{"ceiling": "step_floor", "impl": "trainer resident eager", "ranks": 1, "seconds": 4e-4}])
+    eager = point(mode="resident", graphs=False)
+    assert predictor.predict_point(eager, c)["t_kernels"] == pytest.approx(6.6 * kernel)  # no eager rows: the graph's
+    launched = more(c, [{**r, "impl": predictor.sequence_name("cublas", eager=True), "seconds": 7.2 * r["H"] * r["B"] * 1e-11}
+                              for r in sequence])
+    assert launched.step_names("cupy", "cublas", eager=True) == (predictor.sequence_name("cublas", eager=True),)
+    for mode in ("resident", "staged"):  # a step launched kernel by kernel takes the sequence launched so
+        assert predictor.predict_point(point(mode=mode, graphs=False), launched)["t_kernels"] == pytest.approx(7.2 * kernel)
+        assert predictor.predict_point(point(mode=mode), launched)["t_kernels"] == pytest.approx(6.6 * kernel)
 
 
 def test_a_resident_epoch_in_one_graph_is_stretched_as_measured_at_real_sizes():

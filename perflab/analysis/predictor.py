@@ -59,9 +59,10 @@ def fused_step(gemm: str) -> tuple:
     return FUSED_STEP if gemm == "cublas" else TENSOR_CORE_STEPS[gemm]
 
 
-def sequence_name(gemm: str) -> str:
-    """The ceilings' name for the fused step's kernels (with the update) timed one after another."""
-    return f"step in sequence ({gemm})"
+def sequence_name(gemm: str, eager: bool = False) -> str:
+    """The ceilings' name for the fused step's kernels (with the update) timed one after another, in
+    a CUDA graph or (eager) launched one by one."""
+    return f"step in sequence, launched one by one ({gemm})" if eager else f"step in sequence ({gemm})"
 
 
 def overlap_name(chunks: int) -> str:
@@ -139,11 +140,14 @@ class Ceilings:
                 "measure them with `perflab ceilings` (perflab 0.1 + the predictor)"))
         return on_grid(t, H, B)
 
-    def step_names(self, backend: str, gemm: str = "cublas") -> tuple:
+    def step_names(self, backend: str, gemm: str = "cublas", eager: bool = False) -> tuple:
         """The step_kernel rows a data-parallel step sums: on a GPU its kernels timed one after another
-        (`step in sequence`), where the file has them; else each kernel timed alone."""
-        if backend != "numpy" and len(self.rows("step_kernel", device="gpu", impl=sequence_name(gemm))):
-            return (sequence_name(gemm),)
+        (`step in sequence`; launched one by one where the step is and the file timed that: each
+        launch leaves the GPU a gap a graph does not), where the file has them; else each kernel
+        timed alone."""
+        for name in ((sequence_name(gemm, eager=True),) if eager else ()) + (sequence_name(gemm),):
+            if backend != "numpy" and len(self.rows("step_kernel", device="gpu", impl=name)):
+                return (name,)
         return step_kernels(backend, gemm)
 
     def grid_error(self, names: tuple, device: str = "gpu") -> dict | None:
@@ -387,8 +391,8 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
     elif parallel == "model" and p > 1:  # one rank: FusedModelParallel runs the data-parallel step
         return model_parallel_batch(H, B, p, c, terms, graph=bool(point.get("step_graph", False)))
     else:
-        terms["kernels"] = sum(c.kernel("gpu", k, H, Bl) for k in c.step_names("cupy", gemm))
         graphed = launched_as_graph(point)
+        terms["kernels"] = sum(c.kernel("gpu", k, H, Bl) for k in c.step_names("cupy", gemm, eager=not graphed))
         host_spread = c.trainer_floor_spread(point["mode"], graphed, gemm) if point["mode"] != "pipelined" else None
         if point["mode"] == "resident":
             # on several GPUs, a graph a step: the all-reduce and the update launch one by one after it

@@ -323,7 +323,7 @@ def gpu_step_kernels(hidden=HIDDEN_GRID, batches=BATCH_GRID, repeats: int = 10, 
     from perflab.analysis.predictor import UPDATE, fused_step, sequence_name
     from perflab.kernels import wgmma
     from perflab.measure.bench import step_kernels, tensor_core_step_kernels
-    from perflab.timing import time_graph_ms
+    from perflab.timing import time_graph_ms, time_ms
     rows = []
     gemms = ("cublas",) + (wgmma.WGMMA_VARIANTS if wgmma.hopper() else ())
     for H, B in tqdm([(H, B) for H in hidden for B in batches], desc="step kernels", disable=not progress):
@@ -339,6 +339,10 @@ def gpu_step_kernels(hidden=HIDDEN_GRID, batches=BATCH_GRID, repeats: int = 10, 
             step = [calls[name] for name in fused_step(gemm) + (UPDATE,)]
             seconds = time_graph_ms(cp, lambda: [call() for call in step], calls=5, repeats=repeats) * 1e-3
             rows.append(kernel_row("gpu", sequence_name(gemm), H, B, seconds))
+            # and launched one by one, five steps between two events, as a step launched kernel by kernel
+            # runs where its host keeps ahead: each launch leaves the GPU a gap a graph does not
+            seconds = time_ms(cp, lambda: [call() for _ in range(5) for call in step], repeats=repeats) * 1e-3 / 5
+            rows.append(kernel_row("gpu", sequence_name(gemm, eager=True), H, B, seconds))
         wgmma.release()
         cp.get_default_memory_pool().free_all_blocks()
     return rows
@@ -708,4 +712,8 @@ def sequence_lines(kernels) -> list[str]:
         if len(ratio):
             lines.append(f"the step in sequence ({gemm}): {ratio.min():.2f}-{ratio.max():.2f}x its kernels alone "
                          f"(median {ratio.median():.2f}, {len(ratio)} shapes)")
+        eager = (kernels[kernels.impl == sequence_name(gemm, eager=True)].set_index(["H", "B"]).seconds / sequence).dropna()
+        if len(eager):
+            lines.append(f"  launched one by one: {eager.min():.2f}-{eager.max():.2f}x the sequence in a graph "
+                         f"(median {eager.median():.2f})")
     return lines
