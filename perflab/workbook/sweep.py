@@ -215,7 +215,8 @@ def timed_epochs(cfg, parallel: str, comm, device) -> tuple[list[float], object,
     took under MIN_TIMED_SECONDS, a second run adds enough epochs to fill it, so the median is
     not one host stall: an epoch of a few ms launched by the host took 1.9x its usual time in 1
     of 15 fresh processes on one H100, where the GPU-paced epochs moved by 1%
-    (experiments/predictor/README.md, host_moments.py)."""
+    (experiments/predictor/README.md, host_moments.py). It does not narrow the staged copy's
+    drift, which lasts longer than a point."""
     from perflab.train.runner import train_on_ranks
     history, trainer = train_on_ranks(cfg.replace(num_epochs=cfg.num_epochs + 1), parallel, comm, device, log=None)
     seconds = [e["seconds"] for e in history.epochs[1:]]
