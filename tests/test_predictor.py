@@ -894,6 +894,11 @@ def test_comm_auto_is_predicted_as_the_faster_exchange_the_trainer_would_keep():
         assert comm == kept and pred == predictor.predict_point(point(comm=kept, **two), c)
     with_overlap = more(c, overlap_rows(lambda H, B: 1e-9))
     assert predictor.predict_auto(point(comm="auto", **two), with_overlap)[0] == "overlap"  # timed, and fastest here
+    wgmma = more(with_overlap, [{"ceiling": "step_kernel", "device": "gpu", "impl": predictor.sequence_name("wgmma"),
+                                 "H": H, "B": B, "ranks": 1, "seconds": 3 * H * B * 1e-11}
+                                for H in (256, 4096) for B in (100, 20000)])
+    # the overlap is timed with cuBLAS's GEMM 3 only: another GEMM's auto chooses among the rest, no error
+    assert predictor.predict_auto(point(comm="auto", gemm="wgmma", **two), wgmma)[0] in ("nccl", "p2p")
     assert predictor.predict_auto(point(comm="auto", **two), base)[0] == "nccl"  # neither timed: NCCL
     assert predictor.predict_auto(point(comm="auto", H=1024, B=4000, p=1, N=16000), c)[0] == "nccl"
     assert predictor.predict_auto(point(comm="auto", mode="staged", **two), c)[0] == "mpi"

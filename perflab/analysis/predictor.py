@@ -27,6 +27,7 @@ pipeline of gradient pieces (`pipelined_batch`). Each prediction names the ceili
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,9 +146,10 @@ class Ceilings:
         (`step in sequence`; launched one by one where the step is and the file timed that: each
         launch leaves the GPU a gap a graph does not), where the file has them; else each kernel
         timed alone."""
-        for name in ((sequence_name(gemm, eager=True),) if eager else ()) + (sequence_name(gemm),):
-            if backend != "numpy" and len(self.rows("step_kernel", device="gpu", impl=name)):
-                return (name,)
+        if backend != "numpy":
+            for name in ((sequence_name(gemm, eager=True),) if eager else ()) + (sequence_name(gemm),):
+                if len(self.rows("step_kernel", device="gpu", impl=name)):
+                    return (name,)
         return step_kernels(backend, gemm)
 
     def grid_error(self, names: tuple, device: str = "gpu") -> dict | None:
@@ -569,16 +571,18 @@ def predict_point(point: dict, c: Ceilings) -> dict:
 
 def predict_auto(point: dict, c: Ceilings) -> tuple[str, dict]:
     """--comm auto as the trainer runs it (perflab.train.runner.fastest_exchange): where several GPUs
-    run resident data parallel, the fastest of NCCL, the overlap and p2p, each with predict_point
-    (the overlap and p2p where the ceilings timed them); elsewhere the one exchange there is.
-    (the exchange kept, its prediction)"""
+    run resident data parallel, the fastest of GPU_EXCHANGES, each with predict_point (NCCL always;
+    the overlap and p2p where the ceilings can predict them: timed at p ranks, and the overlap with
+    cuBLAS's GEMM 3); elsewhere the one exchange there is. (the exchange kept, its prediction)"""
     if not (point["backend"] == "cupy" and point["mode"] == "resident" and point["parallel"] == "data"
             and int(point["p"]) > 1):
         only = "nccl" if point["backend"] == "cupy" and point["mode"] == "resident" else "mpi"
         return only, predict_point({**point, "comm": only}, c)
-    timed_by = {"nccl": None, "overlap": "overlap_exchange", "p2p": "p2p_exchange_update"}  # nccl: any file
-    preds = {x: predict_point({**point, "comm": x}, c) for x in GPU_EXCHANGES
-             if timed_by[x] is None or len(c.rows(timed_by[x], ranks=int(point["p"])))}
+    preds = {"nccl": predict_point({**point, "comm": "nccl"}, c)}
+    for x in GPU_EXCHANGES:
+        if x not in preds:
+            with contextlib.suppress(PredictionError):
+                preds[x] = predict_point({**point, "comm": x}, c)
     kept = min(preds, key=lambda x: preds[x]["epoch_s"])
     return kept, preds[kept]
 
