@@ -194,7 +194,8 @@ def register(sub) -> None:
     p.add_argument("--gemm", nargs="+", choices=("cublas",) + WGMMA_VARIANTS, default=["cublas"],
                    help="the step's GEMMs: cublas, or Hopper's tensor-core GEMMs (data parallel, resident or staged; "
                         "their kernels in the ceilings file); default cublas")
-    from perflab.workbook.sweep import EXCHANGES_HELP, GPU_EXCHANGES, LAUNCHES
+    from perflab.config import GPU_EXCHANGES
+    from perflab.workbook.sweep import EXCHANGES_HELP, LAUNCHES
     p.add_argument("--launch", nargs="+", choices=LAUNCHES, default=["graph"],
                    help="each step a CUDA graph replay where the trainer makes one (graph), or its kernels launched one "
                         "by one (eager; the seeds' way); default graph")

@@ -100,7 +100,8 @@ def register(sub) -> None:
     p.add_argument("--mode", nargs="+", choices=MODES, default=["resident"],
                    help="GPU data and exchange path (default resident)")
     p.add_argument("--gemm", nargs="+", choices=variants, default=["cublas"], help="GPU GEMM variants (default cublas)")
-    from perflab.workbook.sweep import EXCHANGES_HELP, GPU_EXCHANGES, LAUNCHES, MIN_TIMED_SECONDS
+    from perflab.config import GPU_EXCHANGES
+    from perflab.workbook.sweep import EXCHANGES_HELP, LAUNCHES, MIN_TIMED_SECONDS
     p.add_argument("--launch", nargs="+", choices=LAUNCHES, default=["graph"],
                    help="GPU: replay each step as a CUDA graph where the trainer can, a whole epoch as one with data "
                         "resident (graph), or launch its kernels one by one as the seeds do (eager); both to "
