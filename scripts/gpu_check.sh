@@ -5,7 +5,7 @@ set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 XLA_PYTHON_CLIENT_PREALLOCATE=false
 OUT=${OUT:-/tmp/perflab-out}; mkdir -p "$OUT"
 stages=${*:-"info compile tests gemm hold check train"}
-known=" info compile tests gemm check train peers tensorcores tcgemm hold splitab stagedspread stagedtimeline "
+known=" info compile tests gemm check train deep peers tensorcores tcgemm hold splitab stagedspread stagedtimeline "
 for stage in $stages; do  # every name checked before any runs: a typo must not skip a stage of a paid call
   [[ $known == *" $stage "* ]] || { echo "gpu_check.sh: unknown stage '$stage'; stages:$known" >&2; exit 2; }
 done
@@ -21,6 +21,12 @@ for stage in $stages; do
              python3 -m perflab check --backend cupy --dtype $dt --test-size 0 --json | tail -1 | cut -c1-400
            done 2>&1 | tee "$OUT/gpu_check_mnist.log" ;;
     train) python3 -m perflab bench train --peers perflab "perflab (tf32 gemm)" "cublas 5-gemm floor" "jax scan epoch" --out "$OUT" 2>&1 | tail -30 ;;
+    deep) for dt in float64 float32; do  # the seeds' Network2 against the float64 reference, on MNIST
+            python3 -m perflab check --backend cupy --dtype $dt --hidden-size 1024 1024 --test-size 0 --json | tail -1 | cut -c1-400
+          done 2>&1 | tee "$OUT/gpu_check_deep_mnist.log"
+          python3 -m perflab bench train --configs 1024,3200 1024-1024,3200 1024-1024,12000 2048-2048,3200 2048-2048,12000 \
+            --peers perflab "perflab (x3tf32 gemm)" "jax scan epoch" "pytorch cuda graph" "cublas 5-gemm floor" \
+            --out "$OUT" 2>&1 | tail -40 ;;
     peers) python3 -m perflab bench train --out "$OUT" 2>&1 | tail -40 ;;
     tensorcores) python3 -m pytest -q -m gpu tests/test_gpu.py -k "wgmma or x3tf32 or tf32" -p no:cacheprovider 2>&1 \
                    | tee "$OUT/gpu_tests_tensor_cores.log" | tail -15

@@ -351,6 +351,26 @@ def test_elementwise_kernels(rng, dtype):
     assert rel(dev.get(), 1 / (1 + np.exp(-(zz + bb[:, None])))) <= TOL[dtype]
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("H, n", [(37, 301), (1, 1), (130, 3203)])
+def test_sigmoid_backward_rows_makes_dz_and_its_row_sums_in_one_pass(rng, dtype, H, n):
+    """dz = da o a o (1 - a) in place and db = dz's row sums; with dz_small (float32), da keeps dz's
+    TF32 big parts and dz_small the rest: their sum is dz to FP32's rounding."""
+    a, da = rng.uniform(0.05, 0.95, (H, n)), rng.normal(size=(H, n)) + 0.1
+    want = da * a * (1 - a)
+    dev, db = cp.asarray(da.astype(dtype)), cp.full(H, np.nan, dtype)
+    kernels.sigmoid_backward_rows(dev, cp.asarray(a.astype(dtype)), db)
+    assert rel(dev.get(), want) <= TOL[dtype] and rel(db.get(), want.sum(axis=1)) <= TOL[dtype]
+    if dtype == "float32":
+        dev, small = cp.asarray(da.astype(dtype)), cp.full((H, n), np.nan, cp.float32)
+        kernels.sigmoid_backward_rows(dev, cp.asarray(a.astype(dtype)), db, small)
+        big = dev.get()
+        assert np.array_equal(big.view(np.uint32) & 0x1FFF, np.zeros_like(big.view(np.uint32)))  # TF32: 13 low bits 0
+        assert rel(big.astype(np.float64) + small.get(), want) <= TOL[dtype]
+        with pytest.raises(kernels.KernelError, match="dz_small must be a C-contiguous float32 array"):
+            kernels.sigmoid_backward_rows(dev, cp.asarray(a.astype(dtype)), db, small[:, :-1])
+
+
 def test_sgd_update_one_launch(rng):
     p, g = rng.normal(size=23), rng.normal(size=23)
     ends, regs = np.array([12, 15, 21, 23]), np.array([0.1, 0.0, 0.1, 0.0])
@@ -490,15 +510,80 @@ def test_gpu_training_with_tf32_gemms_stays_within_tf32_tolerance():
     assert result["tolerance"] == 5e-3 and result["passed"], result["errors"]
 
 
-def test_gpu_model_parallel_and_deep_net_single_rank():
+def test_gpu_model_parallel_single_rank():
     from perflab.config import Config
     from perflab.train.comm import Serial
     from perflab.train.runner import Device, check
     cfg = Config(dataset="synthetic", input_size=50, hidden_sizes=(31,), num_classes=5, train_size=300,
                  batch_size=64, num_epochs=2, learning_rate=0.5, test_size=0)
     assert check(cfg, "model", Serial(), Device(backend="cupy"))["passed"]
-    deep = cfg.replace(hidden_sizes=(31, 17))
-    assert check(deep, "data", Serial(), Device(backend="cupy"))["passed"]
+
+
+DEEP = [(61, 37), (61, 37, 23)]  # odd widths, each its own: depths 2 and 3
+
+
+@pytest.mark.parametrize("hidden", DEEP)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("gemm, mode, graphs", [("cublas", "resident", True), ("cublas", "resident", False),
+                                                ("best", "resident", True), ("tiled", "staged", True),
+                                                ("cublas", "staged", False), ("cublas", "pipelined", True),
+                                                ("best", "pipelined", False)])
+def test_deep_nets_train_on_the_fused_trainer_as_the_reference(hidden, dtype, gemm, mode, graphs):
+    """Any depth runs the fused trainer (no second path): every GEMM, data mode and graph choice ends
+    in the float64 reference's weights, and the losses it reports are the reference's, batch by batch."""
+    from perflab import data
+    from perflab.config import Config
+    from perflab.train import gpu, loop
+    from perflab.train.comm import Serial
+    from perflab.train.runner import Device, check, make_gpu_trainer
+    cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=hidden, num_classes=7, train_size=517,
+                 batch_size=100, num_epochs=2, learning_rate=0.5, test_size=50, dtype=dtype, print_every=2)
+    device = Device(backend="cupy", mode=mode, gemm=gemm, graphs=graphs, comm="mpi")
+    trainer = make_gpu_trainer(cfg, "data", Serial(), device, data.load(cfg)[0])
+    assert isinstance(trainer, gpu.FusedGPU) and len(trainer.params) == 2 * len(hidden) + 2
+    history = loop.fit(cfg, trainer, progress=False, sync=trainer.sync)
+    trainer.close()
+    train_set = data.load(cfg)[0]
+    reference = loop.fit(cfg, loop.Sequential(cfg, model.init_params(cfg.layer_sizes, "float64", cfg.seed),
+                                              train_set.X, train_set.y), progress=False)
+    for got, want in zip(history.params, reference.params):
+        assert rel(got, want) <= TOL[dtype]
+    assert len(history.losses) == len(reference.losses) > 4
+    assert rel([r["loss"] for r in history.losses], np.array([r["loss"] for r in reference.losses])) <= TOL[dtype]
+    assert check(cfg, "data", Serial(), device)["passed"]
+
+
+@pytest.mark.parametrize("hidden", DEEP)
+@pytest.mark.parametrize("fuse_output, fuse_backward", [(False, True), (False, False), (True, False)])
+def test_deep_nets_with_the_output_layer_unfused_match_the_reference(hidden, fuse_output, fuse_backward):
+    from perflab import data
+    from perflab.config import Config
+    from perflab.train import loop
+    from perflab.train.comm import Serial
+    from perflab.train.gpu import FusedGPU
+    cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=hidden, num_classes=7, train_size=517,
+                 batch_size=100, num_epochs=2, learning_rate=0.5, test_size=0, dtype="float64")
+    split = data.load(cfg)[0]
+    trainer = FusedGPU(cfg, split.X, split.y, Serial(), fuse_output=fuse_output, fuse_backward=fuse_backward)
+    got = loop.fit(cfg, trainer, progress=False, sync=trainer.sync).params
+    reference = loop.fit(cfg, loop.Sequential(cfg, model.init_params(cfg.layer_sizes, "float64", cfg.seed), split.X,
+                                              split.y), progress=False).params
+    for a, b in zip(got, reference):
+        assert rel(a, b) <= TOL["float64"]
+
+
+def test_a_deep_profiled_run_names_every_layers_gemms():
+    """Profiled, the step runs unfused and each GEMM is its own phase, numbered as the seeds number them."""
+    from perflab.config import Config
+    from perflab.train.comm import Serial
+    from perflab.train.runner import Device, train_on_ranks
+    cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=(61, 37, 23), num_classes=7, train_size=500,
+                 batch_size=100, learning_rate=0.5, test_size=0, dtype="float32")
+    history, trainer = train_on_ranks(cfg, "data", Serial(), Device(backend="cupy"), log=None, profiled=True)
+    trainer.close()
+    names = set(history.phases["phase"])
+    assert {f"forward GEMM {k}" for k in (1, 2, 3, 4)} <= names
+    assert {f"backward GEMM {k}" for k in range(1, 8)} <= names and "backward GEMM 8" not in names
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -859,6 +944,11 @@ def test_training_with_the_wgmma_gemms_matches_the_reference(gemm, tolerance):
     for mode, graphs in (("resident", True), ("staged", True), ("staged", False)):
         result = check(cfg, "data", Serial(), Device(backend="cupy", gemm=gemm, comm="mpi", mode=mode, graphs=graphs))
         assert result["tolerance"] == tolerance and result["passed"], (mode, graphs, result["errors"])
+    for hidden in DEEP:  # deeper: dz_1 split by the pass under the second layer, the others whole
+        for mode, graphs in (("resident", True), ("staged", False)):
+            result = check(cfg.replace(hidden_sizes=hidden), "data", Serial(),
+                           Device(backend="cupy", gemm=gemm, comm="mpi", mode=mode, graphs=graphs))
+            assert result["tolerance"] == tolerance and result["passed"], (hidden, mode, graphs, result["errors"])
 
 
 def test_wgmma_reads_slices_of_a_constant_from_its_kept_forms(rng):

@@ -206,8 +206,9 @@ def test_comm_auto_keeps_the_exchange_whose_epoch_was_fastest_on_the_slowest_ran
 def test_comm_auto_times_nothing_where_a_run_takes_one_exchange():
     from perflab.train import runner
     gpu, one_layer = runner.Device(backend="cupy", comm="auto"), Config(hidden_sizes=(64,))
-    assert [runner.exchange_name(d) for d in runner.exchanges(one_layer, "data", 2, gpu)] == ["nccl", "overlap", "p2p"]
+    for hidden in ((64,), (64, 32), (64, 32, 16)):  # every depth: the fused trainer exchanges one gradient buffer
+        exchanges = runner.exchanges(Config(hidden_sizes=hidden), "data", 2, gpu)
+        assert [runner.exchange_name(d) for d in exchanges] == ["nccl", "overlap", "p2p"]
     for cfg, parallel, ranks, device, only in [(one_layer, "data", 1, gpu, "nccl"), (one_layer, "model", 2, gpu, "nccl"),
-                                               (Config(hidden_sizes=(64, 32)), "data", 2, gpu, "nccl"),
                                                (one_layer, "data", 2, runner.Device(backend="cupy", mode="staged"), "mpi")]:
         assert [runner.exchange_name(d) for d in runner.exchanges(cfg, parallel, ranks, device)] == [only]

@@ -10,6 +10,7 @@ from perflab.commands.options import (
     hidden_batch,
     hold_seconds,
     hyperparameter_options,
+    net_batch,
     outputs,
     positive,
     save_rows,
@@ -253,8 +254,9 @@ def register(sub) -> None:
                                     "and every installed peer; a missing peer is skipped with a message. Peers named "
                                     "(TF32) or (3xTF32) run their matmuls on the tensor cores so: the peers of "
                                     "perflab's wgmma and x3tf32 GEMMs.")
-    b.add_argument("--configs", nargs="+", type=hidden_batch, default=[(512, 3200), (1024, 3200), (2048, 12000)],
-                   metavar="H,B", help="hidden size and batch pairs (default 512,3200 1024,3200 2048,12000)")
+    b.add_argument("--configs", nargs="+", type=net_batch, default=[(512, 3200), (1024, 3200), (2048, 12000)],
+                   metavar="H,B", help="hidden size and batch pairs (default 512,3200 1024,3200 2048,12000); a deeper "
+                                       "net names its widths, 1024-1024,3200 for 784-1024-1024-10")
     b.add_argument("--train-size", type=positive, default=60000)
     b.add_argument("--peers", nargs="+", choices=list(PEERS), metavar="PEER", help=f"subset of: {', '.join(PEERS)}")
     b.add_argument("--repeats", type=positive, default=5)

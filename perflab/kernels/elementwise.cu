@@ -51,6 +51,46 @@ __global__ void sigmoid_backward(T* da, const T* __restrict__ a, size_t n) {
     if (e < n) { T v = a[e]; da[e] *= v * (T(1) - v); }
 }
 
+// Per row i of an H x n hidden layer below another (any depth past the output layer's fused pass):
+//   dz[i, j] = da[i, j] * a[i, j] * (1 - a[i, j])   in place on da (da = W^T dz of the layer above)
+//   db[i]    = sum_j dz[i, j]                        the layer's bias gradient, a fixed-order tree
+// One block a row, so the pass reads da and a once and writes dz once (sigmoid_backward and row_sum
+// apart read dz a second time). With dz_small (float only), dz holds its TF32 big parts and dz_small
+// the small ones, as output_backward writes them for x3tf32's weight gradient of the first layer.
+template <typename T>
+__device__ __forceinline__ T tf32_nearest(T x) {
+    if constexpr (sizeof(T) == 4) return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
+    else return x;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256)
+sigmoid_backward_rows(T* __restrict__ da, const T* __restrict__ a, T* __restrict__ db, int cols,
+                      T* __restrict__ dz_small) {
+    __shared__ T part[256];
+    const size_t row = (size_t)blockIdx.x * cols;
+    T s = 0;
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+        const T v = a[row + j];
+        const T d = da[row + j] * v * (T(1) - v);
+        if (dz_small != nullptr) {
+            const T big = tf32_nearest(d);
+            da[row + j] = big;
+            dz_small[row + j] = tf32_nearest(d - big);
+        } else {
+            da[row + j] = d;
+        }
+        s += d;
+    }
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+        if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) db[blockIdx.x] = part[0];
+}
+
 // out[i] = sum_j X[i, j]: bias gradients (row sums of delta). One block a row, tree reduce
 // in a fixed order so the result does not change from run to run.
 template <typename T>
@@ -178,11 +218,6 @@ output_forward(const T* __restrict__ W2, const T* __restrict__ b1, T* z1, T* __r
 // GEMM makes no pass of its own over dz1 to split it.
 #define BW_ROWS 2
 #define BW_COLS 512
-template <typename T>
-__device__ __forceinline__ T tf32_nearest(T x) {
-    if constexpr (sizeof(T) == 4) return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
-    else return x;
-}
 
 template <typename T, int CMAX>
 __global__ void __launch_bounds__(256)

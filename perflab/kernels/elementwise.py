@@ -74,6 +74,28 @@ def sigmoid_backward(da, a):
     return da
 
 
+def sigmoid_backward_rows(da, a, db, dz_small=None):
+    """da <- dz = da o a o (1 - a) in place and db <- dz's row sums, in one pass (a hidden layer under
+    another). With dz_small (float32, da's shape), da gets dz's TF32 big parts and dz_small the small
+    ones, as x3tf32 reads them (gemm(..., a_small=dz_small))."""
+    rows, cols = da.shape
+    if a.shape != da.shape or db.shape != (rows,) or not (da.flags.c_contiguous and a.flags.c_contiguous):
+        raise KernelError(f"sigmoid_backward_rows takes C-contiguous da and a of one shape and db of their rows: got "
+                          f"da {da.shape}, a {a.shape}, db {db.shape}")
+    check_small_part(dz_small, da, "dz_small")
+    elementwise("sigmoid_backward_rows", da.dtype)((rows,), (256,),
+                                                   (da, a, db, i32(cols), u64(0) if dz_small is None else dz_small))
+    return da
+
+
+def check_small_part(small, whole, name: str) -> None:
+    """A TF32 small-part buffer must be a C-contiguous float32 array shaped as the array it splits."""
+    if small is not None and (small.shape != whole.shape or small.dtype != whole.dtype or whole.itemsize != 4
+                              or not small.flags.c_contiguous):
+        raise KernelError(f"{name} must be a C-contiguous float32 array shaped as {whole.shape}, got "
+                          f"{small.dtype} {small.shape}")
+
+
 def row_sum(x, out):
     rows, cols = x.shape
     elementwise("row_sum", x.dtype)((rows,), (256,), (x, out, i32(rows), i32(cols)))
@@ -116,10 +138,7 @@ def output_backward(W2, delta, a1, dz1, dW2, db1, part, dz1_small=None):
     over a1 and a fixed-order reduction (C <= 16; part: output_backward_partials elements). With
     dz1_small (float32, dz1's shape), dz1 gets its TF32 big parts and dz1_small the small ones, as
     x3tf32 reads them (gemm(..., a_small=dz1_small))."""
-    if dz1_small is not None and (dz1_small.shape != dz1.shape or dz1_small.dtype != dz1.dtype or dz1.itemsize != 4
-                                  or not dz1_small.flags.c_contiguous):
-        raise KernelError(f"dz1_small must be a C-contiguous float32 array shaped as dz1 {dz1.shape}, got "
-                          f"{dz1_small.dtype} {dz1_small.shape}")
+    check_small_part(dz1_small, dz1, "dz1_small")
     C, H = W2.shape
     n = a1.shape[1]
     bound = class_bound(C, "output_backward")

@@ -1,6 +1,6 @@
 """The same MLP epoch in the frameworks a practitioner would pick, for `perflab bench train`.
 
-Every peer: 784-H-10, sigmoid, softmax + cross-entropy, L2 (reg/2 ||W||^2 on weights), plain
+Every peer: 784-H-10 or deeper (H a tuple of widths: 784-H1-H2-...-10), sigmoid, softmax + cross-entropy, L2 (reg/2 ||W||^2 on weights), plain
 SGD, data resident on the GPU, float32 with TF32 off (a peer named "(TF32)" or "(3xTF32)": its
 matmuls on the tensor cores so, the peers of perflab's wgmma and x3tf32 GEMMs), N samples an epoch in batches of B (the
 last batch keeps N % B). Each returns the median milliseconds of an epoch over `repeats`
@@ -26,9 +26,26 @@ def timed_epochs(run_epoch, sync, warmup: int, repeats: int) -> float:
     return 1e3 * median_seconds(run_epoch, repeats, warmup, sync)
 
 
+def widths(H) -> tuple:
+    """The hidden widths of H: one width (an int) or several (a tuple, deepest last)."""
+    return (H,) if isinstance(H, (int, np.integer)) else tuple(H)
+
+
+def net_name(H) -> str:
+    """'512' for one hidden layer, '1024-1024' for two: a config's name in rows and logs."""
+    return "-".join(map(str, widths(H)))
+
+
 def initial(D, H, C, seed=0):
     from perflab.train import model
-    return [p.astype(np.float32) for p in model.init_params((D, H, C), "float64", seed)]
+    return [p.astype(np.float32) for p in model.init_params((D, *widths(H), C), "float64", seed)]
+
+
+def gemm_flops(N: int, D: int, H, C: int = 10) -> int:
+    """FLOPs of an epoch's GEMMs: each layer's forward GEMM and weight gradient, and past the first
+    layer its input gradient (2 M N K each)."""
+    sizes = (D, *widths(H), C)
+    return sum((4 if l == 0 else 6) * N * fan_in * fan_out for l, (fan_in, fan_out) in enumerate(zip(sizes, sizes[1:])))
 
 
 # ----------------------------------------------------------------------------- perflab
@@ -44,7 +61,7 @@ def perflab_epoch(X, y, H, B, lr, reg, warmup=2, repeats=5, gemm="cublas", graph
     from perflab.train.gpu import FusedGPU, FusedModelParallel
     comm = comm or Serial()
     N, D = X.shape
-    cfg = Config(dataset="synthetic", input_size=D, hidden_sizes=(H,), num_classes=10, train_size=N,
+    cfg = Config(dataset="synthetic", input_size=D, hidden_sizes=widths(H), num_classes=10, train_size=N,
                  batch_size=B, learning_rate=lr, reg=reg, dtype="float32", test_size=0)
     if parallel == "model":
         trainer = FusedModelParallel(cfg, np.asfortranarray(X.T), y, comm, gemm, graphs)
@@ -93,14 +110,16 @@ def fp32_torch(tf32: bool = False):
 def torch_setup(X, y, H, lr, reg, tf32=False):
     torch = fp32_torch(tf32)
     dev = torch.device("cuda")
-    W1, b1, W2, b2 = (torch.tensor(p, device=dev, requires_grad=True) for p in initial(X.shape[1], H, 10))
+    params = [torch.tensor(p, device=dev, requires_grad=True) for p in initial(X.shape[1], H, 10)]
     Xd, yd = torch.tensor(X, device=dev), torch.tensor(y, device=dev)
-    opt = torch.optim.SGD([{"params": [W1, W2], "weight_decay": reg}, {"params": [b1, b2], "weight_decay": 0.0}],
+    opt = torch.optim.SGD([{"params": params[0::2], "weight_decay": reg}, {"params": params[1::2], "weight_decay": 0.0}],
                           lr=lr, foreach=True)
 
     def loss_fn(xb, yb):
-        a1 = torch.sigmoid(xb @ W1.T + b1)
-        return torch.nn.functional.cross_entropy(a1 @ W2.T + b2, yb)
+        a = xb
+        for W, b in zip(params[0:-2:2], params[1:-2:2]):
+            a = torch.sigmoid(a @ W.T + b)
+        return torch.nn.functional.cross_entropy(a @ params[-2].T + params[-1], yb)
     return torch, Xd, yd, opt, loss_fn
 
 
@@ -185,11 +204,12 @@ def jax_setup(X, y, H, lr, reg, algorithm=None):
         return jnp.matmul(a, b, precision=precision)
 
     def loss(params, xb, yb):
-        W1, b1, W2, b2 = params
-        a1 = jax.nn.sigmoid(mm(xb, W1.T) + b1)
-        logp = jax.nn.log_softmax(mm(a1, W2.T) + b2)
+        a = xb
+        for W, b in zip(params[0:-2:2], params[1:-2:2]):
+            a = jax.nn.sigmoid(mm(a, W.T) + b)
+        logp = jax.nn.log_softmax(mm(a, params[-2].T) + params[-1])
         ce = -jnp.take_along_axis(logp, yb[:, None], axis=1).mean()
-        return ce + 0.5 * reg * (jnp.sum(W1 * W1) + jnp.sum(W2 * W2))
+        return ce + 0.5 * reg * sum(jnp.sum(W * W) for W in params[0::2])
 
     def step(params, xb, yb):
         grads = jax.grad(loss)(params, xb, yb)
@@ -231,33 +251,39 @@ def jax_scan(X, y, H, B, lr, reg, warmup=2, repeats=5, algorithm=None):
 
 # ----------------------------------------------------------------------------- floor
 def cublas_floor(X, y, H, B, lr, reg, warmup=2, repeats=5):
-    """Only the five GEMMs of a step through cuBLAS (forward 2, backward 3; no input
-    gradient), each batch's set captured once in a CUDA graph and replayed: no elementwise
-    work, no update. A training step built on cuBLAS's GEMMs cannot be faster. (CuPy graphs
-    and cuBLAS through ctypes: the same calls perflab's cublas path makes.)"""
+    """Only the GEMMs of a step through cuBLAS (each layer's forward GEMM and weight gradient, and past
+    the first layer its input gradient: five for one hidden layer), each batch's set captured once in
+    a CUDA graph and replayed: no elementwise work, no update. A training step built on cuBLAS's GEMMs
+    cannot be faster. (CuPy graphs and cuBLAS through ctypes: the same calls perflab's cublas path makes.)"""
     try:
         import cupy as cp
     except ImportError as exc:
         raise PeerMissing(f"CuPy not installed ({exc})") from None
     from perflab import kernels
     Xd = cp.asarray(np.asfortranarray(X.T))  # D x N, as perflab keeps it
-    W1, _, W2, _ = (cp.asarray(p) for p in initial(X.shape[1], H, 10))
-    dW1, dW2 = cp.empty_like(W1), cp.empty_like(W2)
-    a1, da1 = cp.empty(H * B, cp.float32), cp.empty(H * B, cp.float32)
-    z2 = cp.empty(10 * B, cp.float32)
+    W = [cp.asarray(p) for p in initial(X.shape[1], H, 10)[0::2]]
+    dW = [cp.empty_like(w) for w in W]
+    acts = [cp.empty(w.shape[0] * B, cp.float32) for w in W]  # each layer's output, then its input gradient
+    grads = [cp.empty(w.shape[0] * B, cp.float32) for w in W]
     stream = cp.cuda.Stream(non_blocking=True)
     graphs = []
     with stream:
         for s, e in batches(len(X), B):
             n = e - s
-            xb, h1, dh, z = Xd[:, s:e], a1[:H * n].reshape(H, n), da1[:H * n].reshape(H, n), z2[:10 * n].reshape(10, n)
+            a = [Xd[:, s:e]] + [buf[:w.shape[0] * n].reshape(w.shape[0], n) for buf, w in zip(acts, W)]
+            d = [buf[:w.shape[0] * n].reshape(w.shape[0], n) for buf, w in zip(grads, W)]
+            calls = [(w, a[l], a[l + 1]) for l, w in enumerate(W)]  # forward
+            for l in range(len(W) - 1, -1, -1):  # backward: the weight gradient, then the input gradient
+                calls.append((d[l], a[l].T, dW[l]))
+                if l > 0:
+                    calls.append((W[l].T, d[l], d[l - 1]))
 
-            def five(xb=xb, h1=h1, dh=dh, z=z):
-                for a, b, out in ((W1, xb, h1), (W2, h1, z), (z, h1.T, dW2), (W2.T, z, dh), (dh, xb.T, dW1)):
-                    kernels.gemm(a, b, out=out, variant="cublas")
-            five()
+            def gemms(calls=calls):
+                for a_, b_, out in calls:
+                    kernels.gemm(a_, b_, out=out, variant="cublas")
+            gemms()
             stream.begin_capture()
-            five()
+            gemms()
             graphs.append(stream.end_capture())
 
     def epoch():
@@ -285,7 +311,7 @@ PEERS = {
     "jax scan epoch": jax_scan,
     "jax scan epoch (3xTF32)": lambda *a, **k: jax_scan(*a, algorithm="x3", **k),
     "jax scan epoch (TF32)": lambda *a, **k: jax_scan(*a, algorithm="tf32", **k),
-    "cublas 5-gemm floor": cublas_floor,
+    "cublas 5-gemm floor": cublas_floor,  # (the name of one hidden layer's five; deeper nets have more)
 }
 
 
@@ -320,23 +346,25 @@ def run_peer_process(module: str, args: list, timeout: int):
 
 def bench_train(configs=((512, 3200), (1024, 3200), (2048, 12000)), N=60000, lr=0.1, reg=1e-4, peers=None,
                 warmup=2, repeats=5, log=print, timeout=300, on_config=None):
-    """Rows: one per (config, peer) with the median epoch in ms and its ratio to perflab.
+    """Rows: one per (config, peer) with the median epoch in ms and its ratio to perflab; a config is
+    (H, B) with H one width or a tuple of them (a deeper net), named in rows as net_name gives it.
     Each peer runs in a process of its own: one framework's memory pool, allocator or crash
     cannot touch the next one's numbers. on_config(rows so far) runs after each config, so a
     run cut short keeps what it finished."""
     rows = []
     for H, B in configs:
-        flops = 4 * N * H * 784 + 6 * N * H * 10
+        flops = gemm_flops(N, 784, H)
         got = {}
         for name in peers or PEERS:
-            result, why = run_peer_process("perflab.measure.peers", [name, H, B, N, lr, reg, warmup, repeats], timeout)
+            result, why = run_peer_process("perflab.measure.peers", [name, widths(H), B, N, lr, reg, warmup, repeats],
+                                           timeout)
             if result is None:
                 log(f"peer skipped: {name} ({why})")
                 continue
             got[name] = result["epoch_ms"]
-            log(f"H={H} B={B} {name}: {got[name]:.3f} ms/epoch")
+            log(f"H={net_name(H)} B={B} {name}: {got[name]:.3f} ms/epoch")
         for name, ms in got.items():
-            rows.append({"H": H, "B": B, "N": N, "peer": name, "epoch_ms": ms,
+            rows.append({"H": net_name(H), "B": B, "N": N, "peer": name, "epoch_ms": ms,
                          "ratio_to_perflab": ms / got["perflab"] if "perflab" in got else float("nan"),
                          "tflops": flops / ms / 1e9})
         if on_config is not None and rows:

@@ -1,14 +1,21 @@
-"""GPU training: the seeds' step on one GPU per rank, fused and graph-captured.
+"""GPU training: the seeds' step on one GPU per rank, fused and graph-captured, for any depth.
 
-Same math as perflab.train.model (checked against it), laid out for speed:
-  forward   z1 = W1 X                          one GEMM
-            a1 = sigmoid(z1 + b1), z2 = W2 a1  one pass over z1 (a1 written in place, z2 in row-block sums)
-            delta = (softmax(z2 + b2) - Y)/B   one kernel, with the per-sample CE for the loss
-  backward  dW2 = delta a1^T, db2 = rowsum(delta), da1 = W2^T delta, dz1 = da1 o a1 o (1 - a1),
-            dW1 = dz1 X^T, db1 = rowsum(dz1)  (no input gradient is needed)
+Same math as perflab.train.model (checked against it), laid out for speed. Layers l = 1..L, hidden
+layers 1..L-1 (a_0 = X):
+  forward   z_l = W_l a_{l-1}, a_l = sigmoid(z_l + b_l)   a GEMM a hidden layer (bias + sigmoid its
+                                                          epilogue or a pass after it)
+            the last hidden layer's bias + sigmoid, z_L = W_L a_{L-1} and
+            delta = (softmax(z_L + b_L) - Y)/B           one pass over z_{L-1}, then one kernel (with the
+                                                          per-sample CE for the loss)
+  backward  dW_L, db_{L-1}, dz_{L-1} = (W_L^T delta) o a o (1 - a)   one pass over a_{L-1}
+            per hidden layer l below it: dW_{l+1} = dz_{l+1} a_l^T and W_{l+1}^T dz_{l+1} (two GEMMs),
+            then dz_l and db_l in one pass (sigmoid_backward_rows)
+            dW_1 = dz_1 X^T, the last GEMM (no input gradient is needed)
   exchange  one all-reduce of one fused gradient buffer (NCCL on the GPU, or staged via MPI; with
             --comm p2p the peers' buffers read over NVLink, summed and applied in one kernel)
   step      p <- p - lr (g + reg p) for every parameter in one launch
+GEMMs are counted as the seeds count them (perflab.train.model): forward GEMM l; backward GEMM 1 is
+dW_L, then each layer's input gradient and the weight gradient below it, 2L - 1 the last.
 Parameters and gradients each live in one flat device buffer. In `resident` mode the data
 sit on the GPU and each batch's whole step is captured once as a CUDA graph and replayed (on
 several GPUs forward and backward only; the all-reduce and update launch after it), and where
@@ -65,22 +72,20 @@ def check_memory(cfg: Config, resident: bool) -> None:
 
 
 class FusedGPU(Sequential):
-    """Data-parallel (or single-GPU) trainer for one hidden layer on CuPy with perflab kernels."""
+    """Data-parallel (or single-GPU) trainer for any depth on CuPy with perflab kernels."""
 
     name = "data"
 
     def __init__(self, cfg: Config, X, y, comm, mode="resident", gemm="cublas", graphs=True, pinned=False,
                  fuse_output=True, fuse_backward=True, overlap=False, overlap_chunks=OVERLAP_CHUNKS):
         import cupy as cp
-        if len(cfg.hidden_sizes) != 1:
-            raise GPUError("the fused GPU trainer takes one hidden layer; use --gemm cublas-generic for deeper nets")
         if mode not in MODES[:2]:
             raise GPUError(f"FusedGPU runs modes {MODES[:2]}, got {mode!r} (pipelined: perflab.train.pipelined.Pipelined)")
         self.cp, self.cfg, self.comm, self.mode, self.variant = cp, cfg, comm, mode, gemm
         host_params, bmax = self.shard()
-        # fuse_backward: backward GEMMs 1 and 2, sigmoid' and the bias sums in one pass over a1.
-        # fuse_output: GEMM 1 leaves z1 = W1 X; bias + sigmoid (in place) and forward GEMM 2 are one pass
-        # over it, then the softmax: 0.10 ms where the three kernels it replaces take 0.15 (H100, H=2048,
+        # fuse_backward: the output layer's backward GEMMs, sigmoid' and the bias sums in one pass over a_{L-1}.
+        # fuse_output: the last hidden GEMM leaves z_{L-1}; bias + sigmoid (in place) and the output GEMM are
+        # one pass over it, then the softmax: 0.10 ms where the three kernels it replaces take 0.15 (H100, H=2048,
         # B=12000; results/nvidia-h100-80gb-hbm3/bench_step.csv). A first version made a1 on load in both
         # fused kernels and never stored it: 3x slower, latency-bound re-reading W2 through L1 for every
         # row (results/nvidia-h100-80gb-hbm3/bench_step_fused_forward.csv, ncu_output_forward.txt).
@@ -88,7 +93,8 @@ class FusedGPU(Sequential):
         self.fuse_output = fuse_output and cfg.num_classes <= kernels.MAX_FUSED_CLASSES
         # staged: the copy lands in one device buffer, so the step after it replays a graph too
         self.graphs = graphs and (mode == "staged" or not cfg.shuffle)
-        (H, D), C = host_params[0].shape, cfg.num_classes
+        D, C = host_params[0].shape[1], cfg.num_classes
+        hidden = [p.shape[0] for p in host_params[0:-2:2]]  # this rank's widths (model parallel: its share)
         dtype = np.dtype(cfg.dtype)
         self.P = cp.asarray(np.concatenate([p.ravel() for p in host_params]))
         # --comm p2p: the gradient lives where the peers map it, and one kernel exchanges and updates
@@ -102,20 +108,23 @@ class FusedGPU(Sequential):
         sizes = np.cumsum([int(np.prod(s)) for s in shapes])
         self.ends = cp.asarray(sizes, dtype=np.int64)
         self.regs = cp.asarray([cfg.reg, 0.0] * (len(shapes) // 2), dtype=dtype)
-        # activations as flat buffers: a batch of n takes a contiguous (rows x n) view of each
-        self.a1, self.da1 = cp.empty(H * bmax, dtype), cp.empty(H * bmax, dtype)
-        # x3tf32: dz1's TF32 small parts, beside its big ones in da1 (written by the fused backward pass)
-        self.da1_small = cp.empty(H * bmax, dtype) if gemm == "x3tf32" else None
-        self.da1_split = False
-        self.z2, self.delta = cp.empty(C * bmax, dtype), cp.empty(C * bmax, dtype)
+        # each hidden layer's activations and the gradient at its input, flat: a batch of n takes a
+        # contiguous (rows x n) view of each
+        self.acts = [cp.empty(h * bmax, dtype) for h in hidden]
+        self.dz = [cp.empty(h * bmax, dtype) for h in hidden]
+        # x3tf32: dz_1's TF32 small parts, beside its big ones in dz[0] (written by the pass that makes dz_1)
+        self.dz1_small = cp.empty(hidden[0] * bmax, dtype) if gemm == "x3tf32" else None
+        self.dz1_split = False
+        self.z_out, self.delta = cp.empty(C * bmax, dtype), cp.empty(C * bmax, dtype)
         self.ce = cp.empty(bmax, dtype)
         # the loss's L2 term, made in the step (before its update, as the reference's J) with its scratch
         self.penalty, self.l2_part = cp.zeros(1, dtype), cp.empty(kernels.L2_BLOCKS, dtype)
         self.loss_host = pinned_copy(np.zeros(2, dtype))  # the CE sum and the L2 term, read by batch_loss
-        self.part = cp.empty(kernels.output_backward_partials(H, bmax, C), dtype) if self.fuse_backward else None
-        self.part_forward = cp.empty(kernels.output_layer_partials(H, bmax, C), dtype) if self.fuse_output else None
+        top = hidden[-1]
+        self.part = cp.empty(kernels.output_backward_partials(top, bmax, C), dtype) if self.fuse_backward else None
+        self.part_forward = cp.empty(kernels.output_layer_partials(top, bmax, C), dtype) if self.fuse_output else None
         # the tile kernels' workspace for split-K and stream-K (allocated here: never inside a graph capture)
-        self.work = kernels.workspace(H, max(D, bmax), dtype) if gemm in kernels.TILED_VARIANTS else None
+        self.work = kernels.workspace(max(hidden), max(D, bmax, *hidden), dtype) if gemm in kernels.TILED_VARIANTS else None
         if mode == "resident":
             self.X, self.y = cp.asarray(X), cp.asarray(y)
             if gemm in kernels.WGMMA_VARIANTS:  # the images' K-major copies and TF32 splits, made once
@@ -132,7 +141,7 @@ class FusedGPU(Sequential):
         if self.overlap:
             self.comm_stream = cp.cuda.Stream(non_blocking=True)
             self.handoff = cp.cuda.Event(disable_timing=True)
-            self.chunks = row_chunks(H, overlap_chunks)
+            self.chunks = row_chunks(hidden[0], overlap_chunks)
         # Whether the exchange and the update are in a step's graph too, a batch at a time (an epoch's
         # graph holds them whenever the exchange is capturable). On several GPUs without --overlap they
         # launch after it: as fast as capturing them at H = 2048 and faster at H = 512 (two H200); one
@@ -148,6 +157,11 @@ class FusedGPU(Sequential):
         self.epoch_graphs = True  # one graph an epoch where graphs_an_epoch allows (off: a graph a batch)
         self.tuned = set()  # GEMM operand layouts already tuned
         self.want_loss = True
+
+    @property
+    def last_gemm(self) -> str:
+        """The phase name of dW_1 = dz_1 X^T, the step's last GEMM: backward GEMM 2L - 1."""
+        return f"backward GEMM {len(self.params) - 1}"
 
     def shard(self):
         """(this rank's initial parameters on the host, the most samples a rank's step takes):
@@ -169,7 +183,7 @@ class FusedGPU(Sequential):
         return out
 
     def gemm(self, a, b, out, bias=None):
-        a_small = self.small_part(a) if self.da1_split else None
+        a_small = self.small_part(a) if self.dz1_split else None
         if self.variant in kernels.TUNABLE_VARIANTS:
             shape = (a.shape, a.strides, b.shape, b.strides)
             if shape not in self.tuned and not self.cp.cuda.get_current_stream().is_capturing():
@@ -178,11 +192,12 @@ class FusedGPU(Sequential):
         return kernels.gemm(a, b, out=out, bias=bias, variant=self.variant, work=self.work, a_small=a_small)
 
     def small_part(self, a):
-        """The view of da1_small at a's place in da1, where a is a view of da1, else None."""
-        offset = a.data.ptr - self.da1.data.ptr
-        if not 0 <= offset < self.da1.nbytes:
+        """The view of dz1_small at a's place in dz[0], where a is a view of dz[0], else None."""
+        whole = self.dz[0]
+        offset = a.data.ptr - whole.data.ptr
+        if not 0 <= offset < whole.nbytes:
             return None
-        flat = self.da1_small[offset // self.da1.itemsize:]
+        flat = self.dz1_small[offset // whole.itemsize:]
         return self.cp.lib.stride_tricks.as_strided(flat, a.shape, a.strides)
 
     def step(self, Xb, yb, global_b: int, want_loss: bool):
@@ -206,58 +221,65 @@ class FusedGPU(Sequential):
         """Enqueue forward and backward into G (capturable on one GPU; with --overlap, the
         exchange of G's chunks too)."""
         cp = self.cp
-        W1, b1, W2, b2 = self.params
-        dW1, db1, dW2, db2 = self.grads
-        n = Xb.shape[1]
-        H, C = W1.shape[0], W2.shape[0]
-        a1, da1 = self.a1[:H * n].reshape(H, n), self.da1[:H * n].reshape(H, n)
-        z2, delta = self.z2[:C * n].reshape(C, n), self.delta[:C * n].reshape(C, n)
+        W, b, dW, db = self.params[0::2], self.params[1::2], self.grads[0::2], self.grads[1::2]
+        n, L, C = Xb.shape[1], len(W), W[-1].shape[0]
+        acts = [Xb] + [a[:w.shape[0] * n].reshape(w.shape[0], n) for a, w in zip(self.acts, W)]
+        dz = [d[:w.shape[0] * n].reshape(w.shape[0], n) for d, w in zip(self.dz, W)]
+        z_out, delta = self.z_out[:C * n].reshape(C, n), self.delta[:C * n].reshape(C, n)
         fused = self.fuse_output and not profile.ACTIVE  # phases stay separate when profiling
         fused_backward = self.fuse_backward and not profile.ACTIVE
         ce = self.ce[:n] if want_loss else None
         with phase("forward"):
-            if fused:  # z1 into a1's buffer; bias + sigmoid (in place) + forward GEMM 2 in one pass, softmax
-                self.gemm(W1, Xb, a1)
-                kernels.output_layer(W2, b1, b2, a1, yb, delta, global_b, self.part_forward, ce)
+            for l in range(L - 1):  # the hidden layers; the last one's bias + sigmoid waits for the fused pass
+                with phase(f"forward GEMM {l + 1}"):
+                    self.gemm(W[l], acts[l], acts[l + 1], bias=None if fused and l == L - 2 else b[l])
+            if fused:  # bias + sigmoid (in place) + the output GEMM in one pass, then the softmax
+                kernels.output_layer(W[-1], b[-2], b[-1], acts[-1], yb, delta, global_b, self.part_forward, ce)
             else:
-                with phase("forward GEMM 1"):
-                    self.gemm(W1, Xb, a1, bias=b1)          # + bias + sigmoid (in the epilogue)
-                with phase("forward GEMM 2"):
-                    self.gemm(W2, a1, z2)
-                self.combine_logits(z2)
-                kernels.softmax_xent_grad(z2, b2, yb, delta, global_b, ce)
+                with phase(f"forward GEMM {L}"):
+                    self.gemm(W[-1], acts[-1], z_out)
+                self.combine_logits(z_out)
+                kernels.softmax_xent_grad(z_out, b[-1], yb, delta, global_b, ce)
         with phase("backward"):
             if self.peer_exchange:  # the peers have read the last step's gradient before this one overwrites it
                 self.comm.read_wait()
-            kernels.row_sum(delta, db2)
-            # x3tf32: the fused pass writes dz1's TF32 big and small parts, which backward GEMM 3 reads as they are
-            self.da1_split = fused_backward and self.da1_small is not None
-            if fused_backward:  # backward GEMMs 1 and 2 + sigmoid' + db1 in one pass over a1
-                kernels.output_backward(W2, delta, a1, da1, dW2, db1, self.part,
-                                        self.da1_small[:H * n].reshape(H, n) if self.da1_split else None)
+            kernels.row_sum(delta, db[-1])
+            # x3tf32: the pass that makes dz_1 writes its TF32 big and small parts, which dW_1's GEMM reads as they are
+            self.dz1_split = False
+            small = self.dz1_small[:dz[0].size].reshape(dz[0].shape) if self.dz1_small is not None else None
+            if fused_backward:  # backward GEMMs 1 and 2 + sigmoid' + db_{L-1} in one pass over a_{L-1}
+                kernels.output_backward(W[-1], delta, acts[-1], dz[-1], dW[-1], db[-2], self.part,
+                                        small if L == 2 else None)
             else:
                 with phase("backward GEMM 1"):
-                    self.gemm(delta, a1.T, dW2)
+                    self.gemm(delta, acts[-1].T, dW[-1])
                 with phase("backward GEMM 2"):
-                    self.gemm(W2.T, delta, da1)
-                kernels.sigmoid_backward(da1, a1)
-                kernels.row_sum(da1, db1)
+                    self.gemm(W[-1].T, delta, dz[-1])
+                kernels.sigmoid_backward_rows(dz[-1], acts[-1], db[-2], small if L == 2 else None)
+            for l in range(L - 2, 0, -1):  # hidden layer l + 1 over hidden layer l (1-based): W[l] is W_{l+1}
+                k = 2 * (L - l) - 1
+                with phase(f"backward GEMM {k}"):
+                    self.gemm(dz[l], acts[l].T, dW[l])
+                with phase(f"backward GEMM {k + 1}"):
+                    self.gemm(W[l].T, dz[l], dz[l - 1])
+                kernels.sigmoid_backward_rows(dz[l - 1], acts[l], db[l - 1], small if l == 1 else None)
+            self.dz1_split = small is not None
             if want_loss:  # the CE slot is all-reduced with the gradients; stale when unused
                 cp.sum(self.ce[:n], out=self.G[-1:].reshape(()))
                 kernels.l2_penalty(self.P, self.ends, self.regs, self.l2_part, self.penalty.reshape(()))
-            self.backward_gemm3(da1, Xb, dW1)
+            self.first_weight_gradient(dz[0], Xb, dW[0])
 
-    def combine_logits(self, z2):
-        """z2 = W2 a1 holds the whole batch's logits here (model parallel sums its ranks' parts)."""
+    def combine_logits(self, z_out):
+        """z_out = W_L a_{L-1} holds the whole batch's logits here (model parallel sums its ranks' parts)."""
 
-    def backward_gemm3(self, da1, Xb, dW1):
-        """dW1 = dz1 X^T, the step's last GEMM (in chunks, each exchanged as it is done, with --overlap)."""
+    def first_weight_gradient(self, dz1, Xb, dW1):
+        """dW_1 = dz_1 X^T, the step's last GEMM (in chunks, each exchanged as it is done, with --overlap)."""
         if self.overlap:
-            overlapped_gemm3(self.gemm, self.comm.allreduce, da1, Xb, dW1, self.G, self.chunks, self.comm_stream,
-                             self.handoff)
+            overlapped_gemm3(self.gemm, self.comm.allreduce, dz1, Xb, dW1, self.G, self.chunks, self.comm_stream,
+                             self.handoff, self.last_gemm)
         else:
-            with phase("backward GEMM 3"):
-                self.gemm(da1, Xb.T, dW1)
+            with phase(self.last_gemm):
+                self.gemm(dz1, Xb.T, dW1)
 
     def batch(self, index):
         part = self.local(index)
@@ -373,18 +395,18 @@ def row_chunks(H: int, k: int) -> list[tuple[int, int]]:
     return [(r, min(r + rows, H)) for r in range(0, H, rows)]
 
 
-def overlapped_gemm3(gemm, allreduce, da1, Xb, dW1, G, chunks, side, handoff):
+def overlapped_gemm3(gemm, allreduce, da1, Xb, dW1, G, chunks, side, handoff, name="backward GEMM 3"):
     """--overlap's backward GEMM 3: dW1 = dz1 X^T in row chunks on the current stream, the all-reduce
     of each finished chunk (contiguous rows of G) on `side` while the next chunks compute; the last
     chunk's carries the rest of G (b1, W2, b2, the CE slot), all final by then. Sent on its own
     first, that 0.1 MB took one NCCL call more a step, and overlap with one chunk (so two calls) ran
     4% slower than no overlap (one call after the graph; two H200, H = 2048:
     results/nvidia-h200/nccl_graph_capture.log). The current stream waits for the last exchange.
-    The trainer runs it (FusedGPU.backward_gemm3), and perflab ceilings times it (overlap_exchange)."""
+    The trainer runs it (FusedGPU.first_weight_gradient; `name`: its phase), and perflab ceilings times it (overlap_exchange)."""
     import cupy as cp
     main, D = cp.cuda.get_current_stream(), dW1.shape[1]
     for (r0, r1), (lo, hi) in zip(chunks, overlap_pieces(chunks, D, G.size)):
-        with phase("backward GEMM 3"):
+        with phase(name):
             gemm(da1[r0:r1], Xb.T, dW1[r0:r1])
         handoff.record(main)
         side.wait_event(handoff)

@@ -128,16 +128,16 @@ class Pipelined(FusedGPU):
         return self.batch_loss(global_b) if want else None
 
     # -- the gradient pipeline (several GPUs) ---------------------------------------------------
-    def backward_gemm3(self, da1, Xb, dW1):
-        """G's tail goes down first (it is complete before GEMM 3), then each dW1 row chunk behind its GEMM."""
+    def first_weight_gradient(self, dz1, Xb, dW1):
+        """G's tail goes down first (it is complete before dW1's GEMM), then each dW1 row chunk behind its GEMM."""
         if self.comm.size == 1:
-            return super().backward_gemm3(da1, Xb, dW1)
+            return super().first_weight_gradient(dz1, Xb, dW1)
         D = dW1.shape[1]
         self.sent = []
         self.send(dW1.size, self.G.size)
         for r0, r1 in self.chunks:
-            with phase("backward GEMM 3"):
-                self.gemm(da1[r0:r1], Xb.T, dW1[r0:r1])
+            with phase(self.last_gemm):
+                self.gemm(dz1[r0:r1], Xb.T, dW1[r0:r1])
             self.send(r0 * D, r1 * D)
         self.joined.record(self.down)  # the down stream joins back (a graph's capture must end on one stream)
         self.cp.cuda.get_current_stream().wait_event(self.joined)

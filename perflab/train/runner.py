@@ -61,24 +61,21 @@ def make_gpu_trainer(cfg: Config, parallel: str, comm, device: Device, train_set
     from perflab.train.comm import for_gpu
     gpu.select_device(comm)
     gpu.check_memory(cfg, device.mode == "resident")
-    if device.comm == "p2p" and not (parallel in ("sequential", "data") and device.mode == "resident"
-                                     and len(cfg.hidden_sizes) == 1):
-        raise gpu.GPUError("--comm p2p exchanges the fused data-parallel trainer's gradient buffer (resident, one "
-                           f"hidden layer); got --parallel {parallel}, --mode {device.mode}, hidden sizes "
-                           f"{list(cfg.hidden_sizes)}: use --comm nccl")
+    if device.comm == "p2p" and not (parallel in ("sequential", "data") and device.mode == "resident"):
+        raise gpu.GPUError("--comm p2p exchanges the fused data-parallel trainer's gradient buffer (resident); got "
+                           f"--parallel {parallel}, --mode {device.mode}: use --comm nccl")
     comm = for_gpu(comm, device.comm)
     if device.mode == "pipelined":
-        if parallel == "model" or len(cfg.hidden_sizes) != 1:
-            raise gpu.GPUError("--mode pipelined runs data parallel with one hidden layer; got --parallel "
-                               f"{parallel}, hidden sizes {list(cfg.hidden_sizes)}")
+        if parallel == "model":
+            raise gpu.GPUError("--mode pipelined runs data parallel; got --parallel model: use --mode resident")
         from perflab.train.pipelined import Pipelined
         return Pipelined(cfg, train_set.X, train_set.y, comm, device.gemm, device.graphs, device.chunks or 4)
     if parallel == "model" and len(cfg.hidden_sizes) == 1 and device.mode == "resident":
         return gpu.FusedModelParallel(cfg, train_set.X, train_set.y, comm, device.gemm, device.graphs)
-    if parallel in ("sequential", "data") and len(cfg.hidden_sizes) == 1:
+    if parallel in ("sequential", "data"):
         return gpu.FusedGPU(cfg, train_set.X, train_set.y, comm, device.mode, device.gemm, device.graphs, device.pinned,
                             overlap=device.overlap, overlap_chunks=device.chunks or OVERLAP_CHUNKS)
-    import cupy as cp  # model parallel and deeper nets: the shared math on CuPy arrays
+    import cupy as cp  # model parallel, staged or deeper: the shared math on CuPy arrays
     params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed, xp=cp)
     return make_trainer(parallel, cfg, params, cp.asarray(train_set.X), cp.asarray(train_set.y), comm)
 
@@ -88,7 +85,7 @@ def exchanges(cfg: Config, parallel: str, ranks: int, device: Device) -> list[De
     GPU_EXCHANGES (NCCL's all-reduce after the step, NCCL with --overlap, p2p); anywhere else the one exchange
     the run takes (NCCL resident, host MPI in the staged modes)."""
     plain = replace(device, comm="nccl" if device.mode == "resident" else "mpi", overlap=False)
-    if ranks == 1 or device.mode != "resident" or parallel not in ("sequential", "data") or len(cfg.hidden_sizes) != 1:
+    if ranks == 1 or device.mode != "resident" or parallel not in ("sequential", "data"):
         return [plain]
     return [replace(plain, **exchange_fields(name)) for name in GPU_EXCHANGES]
 
