@@ -8,8 +8,8 @@ import math
 
 from perflab.kernels.build import KernelError, ctype, i32, module, u64
 
-ELEMENTWISE = ("bias_sigmoid", "add_bias", "softmax_xent_grad", "sigmoid_backward", "row_sum", "sgd_update",
-               "l2_partials", "output_backward_reduce")
+ELEMENTWISE = ("bias_sigmoid", "add_bias", "softmax_xent_grad", "sigmoid_backward", "sigmoid_backward_rows", "row_sum",
+               "sgd_update", "l2_partials", "output_backward_reduce")
 
 
 MAX_FUSED_CLASSES = 16  # output_layer and output_backward keep C values per thread in registers
