@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call on a several-GPU machine: multi-GPU checks, ceilings, roofline sweep, scaling,
 # data against model parallel, the all-reduce bench, the pipelined staged path beside the serial one, and the
-# single-GPU benchmarks (stages: info check auto ceilings sweep scaling parallel allreduce pipeline bench x4 exchange
+# single-GPU benchmarks (stages: info check auto ceilings sweep scaling deep parallel allreduce pipeline bench x4 exchange
 # channels dataparallel). CEILINGS_ARGS: more for `perflab ceilings` (--hidden H.. --per-rank-batch b..).
 # Four GPUs (issue 33), one call: P=4 FLAGS="- p2p overlap staged pipelined model" bash scripts/gpu_multi.sh x4 scaling ceilings allreduce
 # Every command has a time limit, so one hang cannot eat the call. Usage:
@@ -53,6 +53,22 @@ for stage in $stages; do
         mpi -n $P python3 -m perflab train --backend cupy --dataset synthetic --hidden-size $1 --batch-size $(($2 * P)) \
           --train-size 60000 --num-epochs 5 --test-size 0 --learning-rate 0.1 2>/dev/null | tail -2
       done 2>&1 | tee "$OUT/comm_auto.log" ;;
+    deep)  # issue 52 on P GPUs: deeper nets checked with every exchange, then 784-1024-1024-10 at b = 3000 a GPU beside DDP and JAX
+      for args in "float32" "float64" "float32 --comm nccl" "float64 --comm p2p" "float32 --comm nccl --overlap" \
+                  "float32 --mode staged" "float64 --mode pipelined" "float32 --comm p2p --launch eager"; do
+        for hidden in "61 37" "61 37 23"; do
+          mpi -n $P python3 -m perflab check --backend cupy --parallel data --dtype $args $SMALL --hidden-size $hidden \
+            --json 2>"$OUT/err.txt" | show "p=$P data $args hidden $hidden"
+          tail -2 "$OUT/err.txt" | cut -c1-300
+        done
+      done 2>&1 | tee "$OUT/gpu_check_deep_p$P.log"
+      for n in $RANKS; do
+        for flags in - p2p overlap; do
+          mpi -n $n python3 -m perflab.measure.peers_multi perflab 1024-1024 3000 60000 ${flags#-} 2>/dev/null | tail -1
+        done
+        mpi -n $n python3 -m perflab.measure.peers_multi ddp 1024-1024 3000 60000 2>/dev/null | tail -1
+        timeout 120 python3 -m perflab.measure.peers_multi jax 1024-1024 3000 60000 $n 2>/dev/null | tail -1
+      done 2>&1 | tee "$OUT/scaling_deep.jsonl" ;;
     allreduce) LIMIT=150 mpi -n $P python3 -m perflab bench allreduce --out "$OUT" 2>&1 | tail -12 ;;
     ceilings) LIMIT=${LIMIT:-150} mpi -n $P python3 -m perflab ceilings ${CEILINGS_ARGS:-} --out "$OUT" 2>&1 | grep -v "^ *mpi_allreduce\|^ *nccl_allreduce.* 0\.0" | tail -30 ;;
     sweep)

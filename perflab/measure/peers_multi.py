@@ -7,6 +7,7 @@ results/nvidia-h200-x4/warmup_p4.log).
     mpirun -n P python -m perflab.measure.peers_multi perflab H b N [staged|pipelined] [overlap|p2p] [no-graphs] [step-graphs] [model]
     mpirun -n P python -m perflab.measure.peers_multi ddp H b N        (one process a GPU)
     python -m perflab.measure.peers_multi jax H b N P                    (one process, P GPUs)
+H is one width (512) or a deeper net's widths joined by '-' (1024-1024: 784-1024-1024-10).
 Each prints one JSON line {"peer", "H", "b", "p", "N", "epoch_ms"} (from rank 0; perflab's also how its
 step launched: graphs, epoch_graph, which perflab validate needs to predict the point). perflab's `model` flag
 runs model parallel (H split over the GPUs, every GPU the whole batch of p x b): the same samples
@@ -24,10 +25,16 @@ import sys
 
 import numpy as np
 
-from perflab.measure.peers import initial, timed_epochs
+from perflab.measure.peers import initial, net_name, timed_epochs
 
 WARMUP, REPEATS = 3, 7
 PERFLAB_FLAGS = ("staged", "pipelined", "overlap", "p2p", "no-graphs", "step-graphs", "model")
+
+
+def net_width(text: str):
+    """'512' -> 512; '1024-1024' -> (1024, 1024): the harness's H argument."""
+    widths = tuple(int(v) for v in text.split("-"))
+    return widths[0] if len(widths) == 1 else widths
 
 
 def perflab_mode(flags) -> str:
@@ -90,15 +97,18 @@ def ddp(H: int, b: int, N: int, lr=0.1, reg=1e-4, warmup=WARMUP, repeats=REPEATS
     class MLP(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            W1, b1, W2, b2 = (torch.nn.Parameter(torch.tensor(p)) for p in initial(784, H, 10))
-            self.W1, self.b1, self.W2, self.b2 = W1, b1, W2, b2
+            self.layers = torch.nn.ParameterList(torch.nn.Parameter(torch.tensor(p)) for p in initial(784, H, 10))
 
         def forward(self, x):
-            return torch.sigmoid(x @ self.W1.T + self.b1) @ self.W2.T + self.b2
+            p = self.layers
+            for W, b_ in zip(p[0:-2:2], p[1:-2:2]):
+                x = torch.sigmoid(x @ W.T + b_)
+            return x @ p[-2].T + p[-1]
 
     net = torch.nn.parallel.DistributedDataParallel(MLP().cuda(), device_ids=[torch.cuda.current_device()])
-    opt = torch.optim.SGD([{"params": [net.module.W1, net.module.W2], "weight_decay": reg},
-                           {"params": [net.module.b1, net.module.b2], "weight_decay": 0.0}], lr=lr, foreach=True)
+    layers = list(net.module.layers)
+    opt = torch.optim.SGD([{"params": layers[0::2], "weight_decay": reg},
+                           {"params": layers[1::2], "weight_decay": 0.0}], lr=lr, foreach=True)
     rng = np.random.default_rng(rank)
     n = N // size
     X = torch.tensor(rng.random((n, 784), dtype=np.float32), device="cuda")
@@ -134,9 +144,11 @@ def jax_sharded(H: int, b: int, N: int, p: int, lr=0.1, reg=1e-4, warmup=WARMUP,
     params = jax.device_put([jnp.asarray(q) for q in initial(784, H, 10)], NamedSharding(mesh, P()))
 
     def loss(params, xb, yb):
-        W1, b1, W2, b2 = params
-        logp = jax.nn.log_softmax(jax.nn.sigmoid(xb @ W1.T + b1) @ W2.T + b2)
-        return -jnp.take_along_axis(logp, yb[:, None], axis=1).mean() + 0.5 * reg * (jnp.sum(W1 * W1) + jnp.sum(W2 * W2))
+        for W, b_ in zip(params[0:-2:2], params[1:-2:2]):
+            xb = jax.nn.sigmoid(xb @ W.T + b_)
+        logp = jax.nn.log_softmax(xb @ params[-2].T + params[-1])
+        return (-jnp.take_along_axis(logp, yb[:, None], axis=1).mean()
+                + 0.5 * reg * sum(jnp.sum(W * W) for W in params[0::2]))
 
     @jax.jit
     def epoch_fn(params, X, Y):
@@ -152,18 +164,19 @@ def jax_sharded(H: int, b: int, N: int, p: int, lr=0.1, reg=1e-4, warmup=WARMUP,
 
 
 if __name__ == "__main__":
-    kind, *args = sys.argv[1:]
+    kind, net, *args = sys.argv[1:]
+    H = net_width(net)
     p = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", 1)))  # the MPI launchers' world size
     launched = {}
     if kind == "perflab":
-        H, b, N, *flags = args
-        (ms, launched), kind = perflab_on_gpus(int(H), int(b), int(N), *flags), perflab_name(flags)
+        b, N, *flags = args
+        (ms, launched), kind = perflab_on_gpus(H, int(b), int(N), *flags), perflab_name(flags)
     elif kind == "ddp":
-        ms, kind = ddp(*map(int, args)), "pytorch ddp"
+        ms, kind = ddp(H, *map(int, args)), "pytorch ddp"
     elif kind == "jax":
-        ms, p, kind = jax_sharded(*map(int, args)), int(args[3]), "jax sharded scan"
+        ms, p, kind = jax_sharded(H, *map(int, args)), int(args[2]), "jax sharded scan"
     else:
         raise SystemExit(f"unknown peer {kind!r}: perflab, ddp or jax (see the module's docstring)")
     if ms is not None:
-        print(json.dumps({"peer": kind, "H": int(args[0]), "b": int(args[1]), "p": p, "N": int(args[2]),
-                          "epoch_ms": ms, **launched}))
+        print(json.dumps({"peer": kind, "H": H if isinstance(H, int) else net_name(H), "b": int(args[0]), "p": p,
+                          "N": int(args[1]), "epoch_ms": ms, **launched}))

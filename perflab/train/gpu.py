@@ -444,6 +444,9 @@ class FusedModelParallel(FusedGPU):
 
     def __init__(self, cfg, X, y, comm, gemm="cublas", graphs=True):
         from perflab.train.parallel import ParallelError
+        if len(cfg.hidden_sizes) != 1:
+            raise ParallelError(f"model parallel on GPUs splits one hidden layer; got hidden sizes {list(cfg.hidden_sizes)} "
+                                "(use --parallel data for deeper nets)")
         if cfg.hidden_size < comm.size:
             raise ParallelError(f"model parallel over {comm.size} ranks needs at least {comm.size} hidden units, "
                                 f"got H={cfg.hidden_size}")
