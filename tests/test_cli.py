@@ -303,3 +303,19 @@ def test_git_commit_says_dirty_where_the_code_differs_from_head(tmp_path, monkey
     assert results.git_commit() == head + "-dirty"
     monkeypatch.setenv("PERFLAB_GIT_COMMIT", "abc123")
     assert results.git_commit() == "abc123"
+
+
+def test_the_harnesses_name_a_deeper_net_and_count_its_gemms():
+    """bench train's FLOPs: forward and weight gradient of every layer, the input gradient past the
+    first (the one-layer count as it was); the multi-GPU harness reads H as one width or several,
+    and stamps each line with where and when it ran."""
+    from perflab.measure.peers import gemm_flops, net_name, widths
+    from perflab.measure.peers_multi import machine_stamp, net_width
+    N, H = 60000, 1024
+    assert gemm_flops(N, 784, H) == 4 * N * H * 784 + 6 * N * H * 10
+    assert gemm_flops(N, 784, (H, 512)) == 4 * N * H * 784 + 6 * N * 512 * H + 6 * N * 10 * 512
+    assert widths(512) == (512,) and widths((1024, 1024)) == (1024, 1024)
+    assert net_name(512) == "512" and net_name((1024, 1024)) == "1024-1024"
+    assert net_width("512") == 512 and net_width("1024-1024") == (1024, 1024)
+    stamp = machine_stamp()
+    assert set(stamp) == {"gpu", "gpus", "git_commit", "date", "boot"} and len(stamp["date"]) == 10 and stamp["boot"]

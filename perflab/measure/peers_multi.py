@@ -8,7 +8,7 @@ results/nvidia-h200-x4/warmup_p4.log).
     mpirun -n P python -m perflab.measure.peers_multi ddp H b N        (one process a GPU)
     python -m perflab.measure.peers_multi jax H b N P                    (one process, P GPUs)
 H is one width (512) or a deeper net's widths joined by '-' (1024-1024: 784-1024-1024-10).
-Each prints one JSON line {"peer", "H", "b", "p", "N", "epoch_ms"} (from rank 0; perflab's also how its
+Each prints one JSON line {"peer", "H", "b", "p", "N", "epoch_ms", and machine_stamp's} (from rank 0; perflab's also how its
 step launched: graphs, epoch_graph, which perflab validate needs to predict the point). perflab's `model` flag
 runs model parallel (H split over the GPUs, every GPU the whole batch of p x b): the same samples
 per step and per epoch as data parallel, split the other way. `step-graphs`: a CUDA graph a step
@@ -29,6 +29,15 @@ from perflab.measure.peers import initial, net_name, timed_epochs
 
 WARMUP, REPEATS = 3, 7
 PERFLAB_FLAGS = ("staged", "pipelined", "overlap", "p2p", "no-graphs", "step-graphs", "model")
+
+
+def machine_stamp() -> dict:
+    """What a harness line carries of where and when it ran (the GPU, their count, the commit, the date
+    and the boot, by which validation finds the ceilings measured beside it)."""
+    from perflab.results import machine_metadata
+    meta = machine_metadata()
+    return {"gpu": meta.get("gpu"), "gpus": meta.get("gpu_count"), "git_commit": meta["git_commit"],
+            "date": meta["date"][:10], "boot": meta["boot"]}
 
 
 def net_width(text: str):
@@ -179,4 +188,4 @@ if __name__ == "__main__":
         raise SystemExit(f"unknown peer {kind!r}: perflab, ddp or jax (see the module's docstring)")
     if ms is not None:
         print(json.dumps({"peer": kind, "H": H if isinstance(H, int) else net_name(H), "b": int(args[0]), "p": p,
-                          "N": int(args[1]), "epoch_ms": ms, **launched}))
+                          "N": int(args[1]), "epoch_ms": ms, **launched, **machine_stamp()}))
