@@ -517,6 +517,9 @@ def test_gpu_model_parallel_single_rank():
     cfg = Config(dataset="synthetic", input_size=50, hidden_sizes=(31,), num_classes=5, train_size=300,
                  batch_size=64, num_epochs=2, learning_rate=0.5, test_size=0)
     assert check(cfg, "model", Serial(), Device(backend="cupy"))["passed"]
+    for hidden in ((31, 17), (31, 17, 13)):  # deeper: the layers split by rows and columns in turn, on CuPy arrays
+        result = check(cfg.replace(hidden_sizes=hidden, dtype="float64"), "model", Serial(), Device(backend="cupy"))
+        assert result["passed"] and len(result["errors"]) == 2 * len(hidden) + 2, result["errors"]
 
 
 DEEP = [(61, 37), (61, 37, 23)]  # odd widths, each its own: depths 2 and 3

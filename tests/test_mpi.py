@@ -77,9 +77,21 @@ def test_more_ranks_than_batch_samples():
 
 def test_model_parallel_limits():
     proc = mpirun(3, "train", "--parallel", "model", *SMALL[:4], "--hidden-size", "2", *SMALL[6:])
-    assert proc.returncode != 0 and "needs at least 3 hidden units, got H=2" in proc.stderr
-    proc = mpirun(2, "train", "--parallel", "model", *SMALL[:4], "--hidden-size", "6", "5", *SMALL[6:])
-    assert proc.returncode != 0 and "model parallel splits one hidden layer" in proc.stderr
+    assert proc.returncode != 0 and "needs at least 3 units in each layer it splits by rows" in proc.stderr
+    assert "got hidden sizes [2]" in proc.stderr
+    proc = mpirun(3, "train", "--parallel", "model", *SMALL[:4], "--hidden-size", "6", "2", "1", *SMALL[6:])
+    assert proc.returncode != 0 and "got hidden sizes [6, 2, 1]" in proc.stderr  # the third splits by rows: 1 < 3
+
+
+@pytest.mark.parametrize("hidden", [("7", "5"), ("7", "5", "4")])
+@pytest.mark.parametrize("parallel", ["data", "model"])
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+def test_deeper_nets_check_against_the_reference(ranks, parallel, hidden):
+    """Depths 2 and 3 (model parallel: layers split by rows and by columns in turn, the output layer
+    split or replicated), float64, as the seeds' grading modes check one hidden layer."""
+    result = last_json(mpirun(ranks, "check", "--parallel", parallel, "--json", *SMALL, "--hidden-size", *hidden))
+    assert result["passed"] and result["ranks"] == ranks and result["max_rel_error"] <= 1e-12
+    assert set(result["errors"]) == {f"{kind}{l}" for l in range(1, len(hidden) + 2) for kind in "Wb"}
 
 
 def test_ranks_disagreeing_on_hyperparameters_are_reported():

@@ -147,8 +147,9 @@ def config_from_args(args) -> Config:
 def parallel_option(parser, default: str) -> None:
     parser.add_argument("--parallel", choices=("auto", "sequential", "data", "model") if default == "auto"
                         else ("data", "model"), default=default,
-                        help="data: batch split over ranks, one fused gradient all-reduce a batch; model: hidden "
-                             "units split over ranks (one hidden layer only), one all-reduce of the C x B logits; "
+                        help="data: batch split over ranks, one fused gradient all-reduce a batch; model: layers "
+                             "split over ranks, by rows and by columns in turn (one hidden layer: its units, one "
+                             "all-reduce of the C x B logits; deeper: one all-reduce after each column-split layer); "
                              "auto: data under mpiexec with several ranks, else sequential (default %(default)s)")
 
 

@@ -6,10 +6,14 @@ global B, so the all-reduced sum is the sequential gradient; regularization is a
 after the exchange. One all-reduce a batch, over one fused buffer holding every gradient
 (and the batch's cross-entropy sum, so the loss costs no extra message).
 
-Model parallel (seeds' 001 section 4.3 and 003's model-parallel note): W1 split by rows
-(hidden units), W2 by columns, b1 split with W1, b2 replicated, the data replicated. Per batch
-one all-reduce of the C x B partial logits z2 = sum_r W2_r a1_r; softmax and the backward
-pass then need no communication.
+Model parallel (seeds' 001 section 4.3 and 003's model-parallel note; the HKUST lecture's two kinds of
+partition, alternated as Megatron-LM splits an MLP): hidden layers 1, 3, 5, ... split by rows (their
+units: W_l's rows and b_l's entries, the input whole), layers 2, 4, ... by columns (W_l's columns, the
+input units the layer below split; b_l whole), one all-reduce of the partial z_l after each
+column-split layer. With one hidden layer that is W1 by rows, W2 by columns and one all-reduce of the
+C x B partial logits a batch; with an odd number of layers the output layer sees a whole input and is
+replicated (every rank computes it alike). Backward: a row-split layer's input gradient is partial
+(all-reduced where a layer lies below); every other gradient is a rank's own.
 """
 from __future__ import annotations
 
@@ -82,62 +86,100 @@ class DataParallel(Sequential):
         return batch_loss
 
 
+def layer_splits(num_layers: int) -> list[str]:
+    """How model parallel splits each layer: "rows", "columns" in turn from the first, the output
+    layer "columns" after a row-split layer, else "whole" (replicated)."""
+    kinds = ["rows" if l % 2 == 0 else "columns" for l in range(num_layers - 1)]
+    return kinds + ["columns" if kinds[-1] == "rows" else "whole"]
+
+
 class ModelParallel:
-    """One hidden layer, its units split over the ranks."""
+    """Any depth, each layer split as layer_splits says, over the ranks."""
 
     name = "model"
 
     def __init__(self, cfg: Config, params, X, y, comm):
-        if len(cfg.hidden_sizes) != 1:
-            raise ParallelError(f"model parallel splits one hidden layer; got hidden sizes {list(cfg.hidden_sizes)} "
-                                "(use --parallel data for deeper nets)")
-        if cfg.hidden_size < comm.size:
-            raise ParallelError(f"model parallel over {comm.size} ranks needs at least {comm.size} hidden units, "
-                                f"got H={cfg.hidden_size}")
+        self.splits = layer_splits(len(cfg.hidden_sizes) + 1)
+        narrow = [h for h, kind in zip(cfg.hidden_sizes, self.splits) if kind == "rows" and h < comm.size]
+        if narrow:
+            raise ParallelError(f"model parallel over {comm.size} ranks needs at least {comm.size} units in each "
+                                f"layer it splits by rows (hidden layers 1, 3, ...), got hidden sizes "
+                                f"{list(cfg.hidden_sizes)}")
         self.cfg, self.X, self.y, self.comm = cfg, X, y, comm
-        self.rows = slice(*share(cfg.hidden_size, comm.size, comm.rank))
-        W1, b1, W2, b2 = params
-        xp = xp_of(W1)
-        # this rank's shard: W1 rows, b1 entries, W2 columns (contiguous copies), b2 whole
-        self.params = [xp.ascontiguousarray(W1[self.rows]), b1[self.rows].copy(),
-                       xp.ascontiguousarray(W2[:, self.rows]), b2.copy()]
+        xp = xp_of(params[0])
+        self.params = []
+        for W, b, kind in zip(params[0::2], params[1::2], self.splits):  # this rank's shard, contiguous copies
+            if kind == "rows":
+                rows = slice(*share(W.shape[0], comm.size, comm.rank))
+                self.params += [xp.ascontiguousarray(W[rows]), b[rows].copy()]
+            elif kind == "columns":
+                cols = slice(*share(W.shape[1], comm.size, comm.rank))
+                self.params += [xp.ascontiguousarray(W[:, cols]), b.copy()]
+            else:
+                self.params += [W.copy(), b.copy()]
         self.want_loss = True
 
+    def forward(self, X) -> list:
+        """[X, a_1, ..., logits]: a row-split layer's activations are this rank's units, a column-split
+        layer's output the all-reduced sum of every rank's part."""
+        acts = [X]
+        last = len(self.splits) - 1
+        for l, kind in enumerate(self.splits):
+            W, b = self.params[2 * l], self.params[2 * l + 1]
+            with phase(f"forward GEMM {l + 1}"):
+                z = W @ acts[-1]
+            if kind == "columns":
+                z = self.comm.allreduce(z)
+            z += b[:, None]
+            acts.append(z if l == last else model.sigmoid(z, out=z))
+        return acts
+
     def logits(self, X):
-        return sharded_logits(self.params, X, self.comm)
+        return self.forward(X)[-1]
 
     def batch(self, index):
         Xb, yb = self.X[:, index], self.y[index]
-        W1, b1, W2, b2 = self.params
         with phase("forward"):
-            a1, z2 = self.logits(Xb)
-            yhat = model.softmax(z2, out=z2)
+            acts = self.forward(Xb)
+            yhat = model.softmax(acts[-1], out=acts[-1])
+        grads = [None] * len(self.params)
         with phase("backward"):
-            delta = model.output_delta(yhat, yb, yb.shape[0])
-            with phase("backward GEMM 1"):
-                grads = [None, None, delta @ a1.T, delta.sum(axis=1)]
-            with phase("backward GEMM 2"):
-                dz1 = W2.T @ delta
-            dz1 *= a1 * (1 - a1)
-            with phase("backward GEMM 3"):
-                grads[0] = dz1 @ Xb.T
-            grads[1] = dz1.sum(axis=1)
+            dz = model.output_delta(yhat, yb, yb.shape[0])
+            gemm = 1
+            for l in range(len(self.splits) - 1, -1, -1):
+                W, a_in = self.params[2 * l], acts[l]
+                with phase(f"backward GEMM {gemm}"):
+                    grads[2 * l] = dz @ a_in.T
+                grads[2 * l + 1] = dz.sum(axis=1)
+                if l > 0:
+                    with phase(f"backward GEMM {gemm + 1}"):
+                        dz = W.T @ dz
+                    if self.splits[l] == "rows":  # each rank's part of the whole input's gradient
+                        dz = self.comm.allreduce(dz)
+                    dz *= a_in * (1 - a_in)
+                gemm += 2
         batch_loss = None
         if self.want_loss:
-            squares = self.comm.allreduce_scalar(sum(float(xp_of(W).vdot(W, W)) for W in (W1, W2)))
-            batch_loss = model.cross_entropy_sum(yhat, yb) / yb.shape[0] + 0.5 * self.cfg.reg * squares
+            batch_loss = model.cross_entropy_sum(yhat, yb) / yb.shape[0] + self.penalty()
         with phase("step"):
             model.add_regularization(grads, self.params, self.cfg.reg)
             model.sgd_step(self.params, grads, self.cfg.learning_rate)
         return batch_loss
 
+    def penalty(self) -> float:
+        """reg/2 sum ||W_l||^2: the split weights' squares summed over the ranks, a replicated one's once."""
+        xp = xp_of(self.params[0])
+        squares = {kind: 0.0 for kind in ("split", "whole")}
+        for W, kind in zip(self.params[0::2], self.splits):
+            squares["whole" if kind == "whole" else "split"] += float(xp.vdot(W, W))
+        return 0.5 * self.cfg.reg * (self.comm.allreduce_scalar(squares["split"]) + squares["whole"])
+
     def predict(self, X, chunk: int = 8192):
         xp = xp_of(X)
-        return xp.concatenate([self.logits(X[:, i:i + chunk])[1].argmax(axis=0)
-                               for i in range(0, X.shape[1], chunk)])
+        return xp.concatenate([self.logits(X[:, i:i + chunk]).argmax(axis=0) for i in range(0, X.shape[1], chunk)])
 
     def full_params(self) -> list:
-        return gather_shards(self.params, self.comm)
+        return gather_shards(self.params, self.comm, self.splits)
 
 
 def sharded_logits(params, X, comm):
@@ -155,12 +197,21 @@ def sharded_logits(params, X, comm):
     return a1, z2
 
 
-def gather_shards(params, comm) -> list:
-    """Every rank's shards [W1 rows, b1, W2 columns, b2] gathered into the full parameters (on the host)."""
+def gather_shards(params, comm, splits=("rows", "columns")) -> list:
+    """Every rank's shards (split per layer as layer_splits says; one hidden layer: [W1 rows, b1, W2
+    columns, b2]) gathered into the full parameters (on the host)."""
     from perflab.backend import to_numpy
     shards = comm.allgather([to_numpy(p) for p in params])
-    return [np.concatenate([s[0] for s in shards], axis=0), np.concatenate([s[1] for s in shards]),
-            np.concatenate([s[2] for s in shards], axis=1), shards[0][3]]
+    full = []
+    for l, kind in enumerate(splits):
+        Ws, bs = [s[2 * l] for s in shards], [s[2 * l + 1] for s in shards]
+        if kind == "rows":
+            full += [np.concatenate(Ws, axis=0), np.concatenate(bs)]
+        elif kind == "columns":
+            full += [np.concatenate(Ws, axis=1), bs[0]]
+        else:
+            full += [Ws[0], bs[0]]
+    return full
 
 
 TRAINERS = {"sequential": Sequential, "data": DataParallel, "model": ModelParallel}
