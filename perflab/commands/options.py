@@ -222,11 +222,13 @@ def gemm_shape(text: str) -> str:
 def net_batch(text: str) -> tuple:
     """'512,3200' -> (512, 3200); '1024-1024,3200' -> ((1024, 1024), 3200): a net's hidden widths
     (784-1024-1024-10) and a batch, for bench train's --configs."""
+    from perflab.measure.peers import widths
+    from perflab.measure.peers_multi import net_width
     try:
         net, b = text.split(",")
-        widths = tuple(int(v) for v in net.split("-"))
-        if all(h > 0 for h in widths) and int(b) > 0:
-            return (widths[0] if len(widths) == 1 else widths), int(b)
+        H = net_width(net)
+        if min(widths(H)) > 0 and int(b) > 0:
+            return H, int(b)
     except ValueError:
         pass
     raise argparse.ArgumentTypeError(f"expected H,B (one hidden layer, like 512,3200) or H1-H2-...,B (deeper, like "

@@ -169,10 +169,10 @@ class ModelParallel:
     def penalty(self) -> float:
         """reg/2 sum ||W_l||^2: the split weights' squares summed over the ranks, a replicated one's once."""
         xp = xp_of(self.params[0])
-        squares = {kind: 0.0 for kind in ("split", "whole")}
-        for W, kind in zip(self.params[0::2], self.splits):
-            squares["whole" if kind == "whole" else "split"] += float(xp.vdot(W, W))
-        return 0.5 * self.cfg.reg * (self.comm.allreduce_scalar(squares["split"]) + squares["whole"])
+        squares = [(float(xp.vdot(W, W)), kind) for W, kind in zip(self.params[0::2], self.splits)]
+        split = sum(sq for sq, kind in squares if kind != "whole")
+        whole = sum(sq for sq, kind in squares if kind == "whole")
+        return 0.5 * self.cfg.reg * (self.comm.allreduce_scalar(split) + whole)
 
     def predict(self, X, chunk: int = 8192):
         xp = xp_of(X)
