@@ -224,7 +224,12 @@ def test_bench_allreduce_needs_several_ranks(capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["sweep", "--ranks", "0"], "argument --ranks: expected a positive integer, got '0'"),
-    (["sweep", "--hidden", "big"], "argument --hidden: expected a positive integer, got 'big'"),
+    (["sweep", "--hidden", "big"], "argument --hidden: hidden widths 'big': expected one width like 512, or a deeper "
+                                   "net's widths like 1024-1024"),
+    (["sweep", "--hidden", "1024-0"], "argument --hidden: hidden widths '1024-0': expected"),
+    (["sweep", "--hidden", "-512"], "argument --hidden: hidden widths '-512': expected"),
+    (["whatif", "--ceilings", "x.csv", "--hidden", "1024-"], "argument --hidden: hidden widths '1024-': expected"),
+    (["whatif", "--ceilings", "x.csv", "--hidden", ""], "argument --hidden: hidden widths '': expected"),
     (["ceilings", "--max-log2-size", "-3"], "argument --max-log2-size: expected a positive integer, got '-3'"),
     (["bench", "gemm", "--repeats", "0"], "argument --repeats: expected a positive integer, got '0'"),
     (["compile", "--processes", "0"], "argument --processes: expected a positive integer, got '0'"),

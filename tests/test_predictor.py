@@ -194,7 +194,58 @@ def test_cpu_step_kernels_give_rows_the_predictor_reads():
     rows = ceilings.cpu_step_kernels(Serial(), hidden=(16, 32), batches=(20, 40), repeats=1)
     c = predictor.Ceilings(pd.DataFrame(rows + [{"ceiling": "x", "ranks": 1}]))
     t = c.kernel("cpu", "forward", 24, 30)
-    assert len(rows) == 12 and all(r["seconds"] > 0 for r in rows) and t > 0
+    assert len(rows) == 24 and all(r["seconds"] > 0 for r in rows) and t > 0  # 784-H-10 and 784-H-H-10
+    deep = c.kernel("cpu", "forward" + predictor.CPU_DEEP_SUFFIX, 24, 30)
+    assert deep > 0
+    one = predictor.predict_point(point(H=32, B=40, N=40, backend="numpy"), c)
+    two = predictor.predict_point(point(H="32-32", B=40, N=40, backend="numpy"), c)
+    assert two["t_kernels"] == pytest.approx(one["t_kernels"] + predictor.cpu_deeper(c, (32, 32), 40))
+    assert two["t_kernels"] >= one["t_kernels"]
+
+
+def deep_rows(seconds) -> list[dict]:
+    """`hidden layer (cublas)` at the grid's corners, seconds(H, B); each launched one by one 1.5x that."""
+    return [{"ceiling": "step_kernel", "device": "gpu", "impl": predictor.hidden_layer_name("cublas", eager), "H": H, "B": B,
+             "ranks": 1, "seconds": seconds(H, B) * (1.5 if eager else 1.0)}
+            for H in (256, 4096) for B in (100, 20000) for eager in (False, True)]
+
+
+def test_a_deeper_net_adds_each_hidden_layer_at_its_widths_and_exchanges_its_whole_gradient():
+    c = more(table(), deep_rows(lambda H, B: H * H * B * 1e-14)
+             + [{"ceiling": "step_floor", "impl": "trainer resident eager", "ranks": 1, "seconds": 1e-4}])
+    kernel = 1024 * 4000 * 1e-11
+    one = predictor.predict_point(point(), c)
+    two = predictor.predict_point(point(H="1024-1024"), c)
+    three = predictor.predict_point(point(H="1024-1024-1024"), c)
+    layer = 1024 * 1024 * 4000 * 1e-14
+    update = predictor.update_width((1024, 1024)) * 4000 * 1e-11 - kernel  # the update over all the parameters
+    assert two["t_kernels"] == pytest.approx(one["t_kernels"] + layer + update)
+    assert three["t_kernels"] == pytest.approx(one["t_kernels"] + 2 * layer + 2 * update, rel=1e-6)
+    # unequal widths: the layer at the geometric mean of its two, the output layer's kernels at the last width
+    mixed = predictor.predict_point(point(H="1024-256"), c)
+    out = 3 * (256 - 1024) * 4000 * 1e-11
+    mixed_update = predictor.update_width((1024, 256)) * 4000 * 1e-11 - kernel
+    assert mixed["t_kernels"] == pytest.approx(one["t_kernels"] + 512 ** 2 * 4000 * 1e-14 + out + mixed_update)
+    # the whole gradient exchanged on two GPUs: NCCL's t = a + S/b at the deeper net's S
+    pair = predictor.predict_point(point(H="1024-1024", p=2, B=8000, N=16000), c)
+    S = perfmodel.gradient_buffer_bytes((1024, 1024))
+    assert S == 4 * (1024 * 784 + 1024 + 1024 * 1024 + 1024 + 10 * 1024 + 10 + 1)
+    assert pair["t_exchange"] == pytest.approx(1e-5 + S / 1e10, rel=1e-3)
+    # kernel by kernel: the eager layer's own time, and its four launches on the host
+    eager = predictor.predict_point(point(H="1024-1024", graphs=False), c)
+    flat = predictor.predict_point(point(graphs=False), c)
+    assert eager["t_kernels"] == pytest.approx(flat["t_kernels"] + 1.5 * layer + update)
+    assert eager["t_host"] == pytest.approx(flat["t_host"] + 4 * 1e-5)
+
+
+def test_what_the_predictor_does_not_cover_at_depth_is_named():
+    c = more(table(), deep_rows(lambda H, B: H * H * B * 1e-14))
+    with pytest.raises(predictor.PredictionError, match="1024-1024.*model parallel"):
+        predictor.predict_point(point(H="1024-1024", parallel="model", p=2), c)
+    with pytest.raises(predictor.PredictionError, match="no gpu step_kernel rows for 'hidden layer"):
+        predictor.predict_point(point(H="1024-1024"), table())
+    with pytest.raises(predictor.PredictionError, match="one hidden layer, not 1024-1024"):
+        predictor.predict_phases(point(H="1024-1024"), c)
 
 
 def test_committed_validation_is_what_the_predictor_says_now_and_meets_the_cpu_median_target():

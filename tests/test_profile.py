@@ -59,7 +59,19 @@ def test_ceilings_under_mpi_writes_table(tmp_path):
     assert json.loads((tmp_path / "ceilings_p2.json").read_text())["cpu"]
     kernels = table[table.ceiling == "step_kernel"]  # the grid, and the shapes asked for beside it
     assert 100 in set(kernels.H) and 300 in set(kernels.B) and {128, 2048} <= set(kernels.H)
-    assert len(kernels[(kernels.H == 100) & (kernels.B == 300)]) == 3  # forward, backward, step
+    here = kernels[(kernels.H == 100) & (kernels.B == 300)]  # forward, backward, step of 784-100-10 and 784-100-100-10
+    assert sorted(here.impl) == sorted(k + s for k in ("forward", "backward", "step") for s in ("", ", two hidden layers"))
+    assert set(kernels[kernels.impl == "forward, two hidden layers"].H) == {100, 128, 512, 1024}
+    # depth as a sweep axis: nets of one, two and three hidden layers, predicted from these ceilings
+    proc = mpirun(2, "sweep", "--backend", "numpy", "--hidden", "100", "100-100", "100-100-100", "--ranks", "1", "2",
+                  "--per-rank-batch", "300", "--train-size", "1200", "--out", str(tmp_path), "--name", "prediction_check_depth")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    from perflab.analysis import validation
+    table, _ = validation.validate_folder(tmp_path, write=False)
+    assert sorted(map(str, table.H)) == sorted(["100", "100-100", "100-100-100"] * 2)
+    assert "skipped" not in table or table.skipped.isna().all(), table.get("skipped")
+    kernels_ms = table.set_index(["H", "p"]).t_kernels
+    assert kernels_ms["100", 1] < kernels_ms["100-100", 1] < kernels_ms["100-100-100", 1]
 
 
 @pytest.mark.mpi

@@ -7,9 +7,52 @@ exp is one FLOP; a GEMM (m x k)(k x n) is 2mnk. Phase names are the seeds' NVTX 
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 
 DTYPE_BYTES = {"float32": 4, "float64": 8}
+D_MNIST, C_MNIST = 784, 10
+
+
+class NetError(ValueError):
+    """A net's hidden widths that cannot make a net; the message names the value and what is allowed."""
+
+
+def widths(H) -> tuple:
+    """The hidden widths of a net, deepest last, from any way perflab writes them: one width
+    (512 or '512'), several joined by '-' ('1024-1024', a sweep row's H for 784-1024-1024-10), or a
+    sequence of widths ((1024, 1024))."""
+    allowed = "one width like 512, or a deeper net's widths like 1024-1024 (each a whole number >= 1)"
+    if isinstance(H, str):
+        parts = H.strip().split("-")
+        if not H.strip() or not all(p.strip().isdigit() for p in parts):
+            raise NetError(f"hidden widths {H!r}: expected {allowed}")
+        out = tuple(int(p) for p in parts)
+    elif whole(H):
+        out = (int(H),)
+    elif isinstance(H, (tuple, list)) and all(whole(h) for h in H):
+        out = tuple(int(h) for h in H)
+    else:
+        raise NetError(f"hidden widths {H!r}: expected {allowed}")
+    if not out or min(out) < 1:
+        raise NetError(f"hidden widths {H!r}: expected {allowed}")
+    return out
+
+
+def whole(x) -> bool:
+    """A whole number (NumPy's too, and 512.0 as a CSV column with gaps reads it), not a bool."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x) and float(x).is_integer()
+
+
+def net_label(H):
+    """How a sweep row names a net: its width (an int) for one hidden layer, '1024-1024' for deeper."""
+    w = widths(H)
+    return w[0] if len(w) == 1 else "-".join(map(str, w))
+
+
+def layer_sizes(H, D: int = D_MNIST, C: int = C_MNIST) -> tuple:
+    """(D, H1, ..., C) of the net H names."""
+    return (D, *widths(H), C)
 
 
 @dataclass(frozen=True)
@@ -35,7 +78,7 @@ class Workload:
 
     @property
     def num_params(self) -> int:
-        """HD + H + CH + C for one hidden layer."""
+        """HD + H + CH + C for one hidden layer; each layer's weights and biases for any depth."""
         L = self.layers
         return sum(L[i + 1] * L[i] + L[i + 1] for i in range(len(L) - 1))
 
@@ -44,10 +87,10 @@ class Workload:
         return math.ceil(self.N / self.B)
 
 
-def gradient_buffer_bytes(H: int, D: int = 784, C: int = 10) -> int:
+def gradient_buffer_bytes(H, D: int = D_MNIST, C: int = C_MNIST) -> int:
     """Bytes of the float32 buffer data-parallel training all-reduces every step: each parameter
-    of the D-H-C net, and the loss slot."""
-    return 4 * (Workload(layers=(D, H, C)).num_params + 1)
+    of the net (H: its hidden widths, `widths`), and the loss slot."""
+    return 4 * (Workload(layers=layer_sizes(H, D, C)).num_params + 1)
 
 
 def phase_flops(w: Workload) -> dict[str, float]:
@@ -80,16 +123,22 @@ def phase_flops(w: Workload) -> dict[str, float]:
 
 
 def seeds_flops(w: Workload) -> dict[str, float]:
-    """The seeds' approximation: forward ~ 2B'H(D+C), backward ~ 2B'H(D+C) (dominant GEMMs)."""
-    D, H, C = w.layers[0], w.layers[1], w.layers[-1]
-    approx = 2 * w.local_batch * H * (D + C)
-    return {"forward": approx, "backward": approx, "batch": 2 * approx}
+    """The seeds' approximation: forward ~ 2B'H(D+C), backward ~ 2B'H(D+C) (the dominant GEMMs:
+    forward and weight gradient of each layer). Deeper, the same count over every layer, and the
+    backward pass adds each hidden-to-hidden layer's input gradient (as large as its forward GEMM),
+    so 784-H-H-10 is forward 2B'H(D+H+C), backward 2B'H(D+2H+C)."""
+    L, Bp = w.layers, w.local_batch
+    forward = sum(2 * Bp * a * b for a, b in zip(L[:-1], L[1:]))
+    inner = sum(2 * Bp * a * b for a, b in zip(L[1:-2], L[2:-1]))  # hidden -> hidden layers' input gradients
+    return {"forward": forward, "backward": forward + inner, "batch": 2 * forward + inner}
 
 
-def gemm_flops(w: Workload) -> float:
-    """The seeds' P_flops numerator: forward GEMMs 1, 2 and backward GEMMs 1, 3 (two layers)."""
-    f = phase_flops(w)
-    return sum(v for k, v in f.items() if k in ("forward GEMM 1", "forward GEMM 2", "backward GEMM 1", "backward GEMM 3"))
+def seeds_gemms(w: Workload) -> tuple:
+    """The GEMM phases the seeds' P_flops counts (seeds_flops): every forward GEMM and every backward
+    GEMM but GEMM 2, the output layer's small input gradient (C rows)."""
+    nl = len(w.layers) - 1
+    return tuple(f"forward GEMM {l}" for l in range(1, nl + 1)) + tuple(
+        f"backward GEMM {g}" for g in range(1, 2 * nl) if g != 2)
 
 
 def ring_bytes(payload: float, p: int) -> float:
@@ -149,10 +198,11 @@ def roofline_combined(ai, peak_flops, p_pci, p_mpi):
 def effective_rates(w: Workload, medians: dict[str, float]) -> dict[str, float]:
     """P_flops, P_pci, P_mpi from median phase times in seconds (the seeds' formulas):
     P_flops = (2B'H(D+C) + 2B'H(D+C)) / (t_fwd GEMM 1 + t_fwd GEMM 2 + t_bwd GEMM 1 + t_bwd GEMM 3)
+        (deeper: seeds_flops over the time of seeds_gemms)
     P_pci = 2(HD + H + CH + C)b / (t_cudaMemcpyDeviceToHost + t_cudaMemcpyHostToDevice)
     P_mpi = 2(HD + H + CH + C)b / t_MPI_Allreduce."""
     out = {}
-    gemms = ("forward GEMM 1", "forward GEMM 2", "backward GEMM 1", "backward GEMM 3")
+    gemms = seeds_gemms(w)
     if all(k in medians for k in gemms):
         out["P_flops"] = seeds_flops(w)["batch"] / sum(medians[k] for k in gemms)
     two_s = 2 * w.num_params * w.b

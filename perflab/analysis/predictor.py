@@ -19,6 +19,9 @@ Terms (seconds per batch, one rank):
             measured times of that very call against size at p ranks; --comm p2p's one kernel
             (the update in it); --overlap's backward GEMM 3 with its chunks' all-reduces, timed
             running at once over the (H, B') grid (in place of GEMM 3 in the kernels' sum)
+Deeper nets (H1-H2-...): the one-layer step at H1, plus what each hidden layer past the first adds
+(timed by the ceilings for H over H: gpu_deeper, cpu_deeper), the output layer and the update at the
+net's own sizes, and the net's whole gradient exchanged.
 Composition follows the code: where the host enqueues work the GPU runs later, the two overlap
 (max); on one GPU the staged copy of the next batch (the host's memcpy into the driver's staging)
 runs while the GPU replays the step's graph (max); a host all-reduce, and the copy behind a step
@@ -72,6 +75,12 @@ def overlap_name(chunks: int) -> str:
 
 
 CPU_STEP = ("forward", "backward", "step")  # the NumPy reference's step as the ceilings time it
+CPU_DEEP_SUFFIX = ", two hidden layers"  # the reference's parts of 784-H-H-10: a hidden layer adds their excess
+
+
+def hidden_layer_name(gemm: str, eager: bool = False) -> str:
+    """The ceilings' name for what one more hidden layer of H units over one of H adds to a GPU step."""
+    return f"hidden layer, launched one by one ({gemm})" if eager else f"hidden layer ({gemm})"
 
 
 def step_kernels(backend: str, gemm: str = "cublas") -> tuple:
@@ -364,11 +373,49 @@ def with_exchange(base: Ceilings, exchange: Ceilings) -> Ceilings:
                     source=f"{base.source} with the all-reduces of {exchange.source}")
 
 
+HIDDEN_LAYER_LAUNCHES = 4  # a hidden layer's forward GEMM, dW and input-gradient GEMMs, sigmoid_backward_rows
+
+
+def update_width(hidden: tuple, D: int = 784, C: int = 10) -> float:
+    """The one-hidden-layer width with as many parameters as the net: the update, one pass over the
+    parameters and the gradient, is read from the grid there (the net's own width for one layer)."""
+    return (perfmodel.Workload(layers=(D, *hidden, C)).num_params - C) / (D + 1 + C)
+
+
+def gpu_deeper(c: Ceilings, hidden: tuple, Bl: float, gemm: str, eager: bool) -> float:
+    """Seconds a deeper net's step adds on the GPU to the one-hidden-layer step at its first width:
+    each hidden layer past the first (`hidden layer (<gemm>)`, timed for H over H, read at the
+    geometric mean of its two widths: a GEMM's work is their product), the output layer's kernels at
+    the last width instead of the first, and the update over all parameters instead of one layer's.
+    0 for one hidden layer."""
+    if len(hidden) == 1:
+        return 0.0
+    name = hidden_layer_name(gemm, eager=True)
+    name = name if eager and len(c.rows("step_kernel", device="gpu", impl=name)) else hidden_layer_name(gemm)
+    added = sum(c.kernel("gpu", name, math.sqrt(a * b), Bl) for a, b in zip(hidden, hidden[1:]))
+    first, top = hidden[0], hidden[-1]
+    added += sum(c.kernel("gpu", k, top, Bl) - c.kernel("gpu", k, first, Bl) for k in fused_step(gemm)[1:4])
+    return added + c.kernel("gpu", UPDATE, update_width(hidden), Bl) - c.kernel("gpu", UPDATE, first, Bl)
+
+
+def cpu_deeper(c: Ceilings, hidden: tuple, Bl: float) -> float:
+    """Seconds a deeper net's step adds on the CPU to the one-hidden-layer step at its first width:
+    for each hidden layer past the first, what the reference's 784-H-H-10 took over its 784-H-10 (the
+    ceilings' `<part>, two hidden layers`), at the geometric mean of the layer's two widths."""
+    return sum(max(c.kernel("cpu", k + CPU_DEEP_SUFFIX, H, Bl) - c.kernel("cpu", k, H, Bl), 0.0)
+               for H in (math.sqrt(a * b) for a, b in zip(hidden, hidden[1:])) for k in CPU_STEP)
+
+
 def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
     """Seconds of one batch of B samples (over the point's ranks) and its terms, from ceilings alone."""
-    H, p = int(point["H"]), int(point["p"])
+    hidden, p = perfmodel.widths(point["H"]), int(point["p"])
+    H = hidden[0]
     parallel = point.get("parallel", "data")
     gemm = point.get("gemm", "cublas")
+    if len(hidden) > 1 and (parallel == "model" or point.get("comm") == "overlap"):
+        raise PredictionError(f"the predictor composes deeper nets ({point['H']}) data parallel, without --overlap (timed "
+                              f"for one hidden layer's dW1 chunks), so far; got {parallel} parallel, comm "
+                              f"{point.get('comm', 'the default')}")
     tensor_cores = gemm in TENSOR_CORE_STEPS and point["backend"] == "cupy" and parallel == "data" \
         and point.get("mode") in ("resident", "staged")
     if point.get("dtype", "float32") != "float32" or (gemm != "cublas" and not tensor_cores) \
@@ -378,14 +425,14 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
                               f"or staged, so far; got {parallel} {point.get('dtype')} {gemm} on {point['backend']} "
                               f"{point.get('mode', '')}")
     Bl = B / p
-    gradient = perfmodel.gradient_buffer_bytes(H)
+    gradient = perfmodel.gradient_buffer_bytes(hidden)
     terms, band = {}, {}
     if point["backend"] == "numpy":
         if parallel == "model":  # a rank: H/p hidden units of the whole batch; the C x B logits all-reduced
             terms["kernels"] = sum(c.kernel("cpu", k, H / p, B) for k in CPU_STEP)
             exchanged = 10 * B * 4
         else:
-            terms["kernels"] = sum(c.kernel("cpu", k, H, Bl) for k in CPU_STEP)
+            terms["kernels"] = sum(c.kernel("cpu", k, H, Bl) for k in CPU_STEP) + cpu_deeper(c, hidden, Bl)
             exchanged = gradient
         terms["exchange"] = c.allreduce("mpi_allreduce", p, exchanged) if p > 1 else 0.0
         batch = terms["kernels"] + terms["exchange"]
@@ -395,13 +442,19 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
     else:
         graphed = launched_as_graph(point)
         terms["kernels"] = sum(c.kernel("gpu", k, H, Bl) for k in c.step_names("cupy", gemm, eager=not graphed))
+        terms["kernels"] += gpu_deeper(c, hidden, Bl, gemm, eager=not graphed)
+        update = c.kernel("gpu", UPDATE, update_width(hidden), Bl)
+        # a step launched kernel by kernel: each hidden layer past the first launches its four kernels
+        deeper_launches = 0.0 if graphed else HIDDEN_LAYER_LAUNCHES * (len(hidden) - 1) * c.launch()
         host_spread = c.trainer_floor_spread(point["mode"], graphed, gemm) if point["mode"] != "pipelined" else None
+        if host_spread:
+            host_spread = tuple(h + deeper_launches for h in host_spread)
         if point["mode"] == "resident":
             # on several GPUs, a graph a step: the all-reduce and the update launch one by one after it
-            launches = 2 * c.launch() if p > 1 and not ran_epoch_graphs(point) else 0.0
+            launches = (2 * c.launch() if p > 1 and not ran_epoch_graphs(point) else 0.0) + deeper_launches
             terms["host"] = c.trainer_floor("resident", graphed, gemm) + launches
             if p > 1 and point.get("comm") == "p2p":  # the update is the exchange's kernel: off the kernels' sum
-                terms["kernels"] -= c.kernel("gpu", UPDATE, H, Bl)
+                terms["kernels"] -= update
                 terms["exchange"], exchange = c.p2p_exchange(p, gradient), "p2p exchange + update"
             elif p > 1 and point.get("comm") == "overlap":  # GEMM 3 and the exchange at once: off the kernels' sum
                 if gemm != "cublas":
@@ -420,7 +473,7 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
                 band = {f"batch_{end}_s": max(terms["kernels"] + terms["exchange"], floor + launches)
                         for end, floor in zip(("low", "high"), host_spread)}
         elif point["mode"] == "staged":
-            terms["host"] = c.trainer_floor("staged", graphed, gemm)
+            terms["host"] = c.trainer_floor("staged", graphed, gemm) + deeper_launches
             terms["images"] = c.staged_images(Bl)
             terms["exchange"] = c.staged_exchange(p, gradient) if p > 1 else 0.0
             hidden = c.staged_hidden(Bl, terms["kernels"]) if graphed and p == 1 else None
@@ -446,7 +499,7 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
             if copies[0] != copies[1] or hosts[0] != hosts[1]:  # the batch at the spreads' fast and slow ends
                 band = {"batch_low_s": compose(copies[0], hosts[0]), "batch_high_s": compose(copies[1], hosts[1])}
         else:
-            return pipelined_batch(H, Bl, p, int(point.get("chunks", 4)), c, terms, graphed)
+            return pipelined_batch(hidden, Bl, p, int(point.get("chunks", 4)), c, terms, graphed)
     return {"batch_s": batch, "composition": composition, **band, **{f"t_{k}": v for k, v in terms.items()}}
 
 
@@ -507,7 +560,7 @@ def pipeline_end(ready: list[float], stages: list[list[float]], free: list[float
     return start
 
 
-def pipelined_batch(H: int, Bl: float, p: int, chunks: int, c: Ceilings, terms: dict, graphed: bool = True) -> dict:
+def pipelined_batch(hidden: tuple, Bl: float, p: int, chunks: int, c: Ceilings, terms: dict, graphed: bool = True) -> dict:
     """perflab.train.pipelined's step: the next batch's images (pinned) copy on their own stream under
     compute; on several GPUs G's tail, then each of `chunks` dW1 row blocks as backward GEMM 3 makes
     it, flows device -> host -> MPI -> host -> device (pinned copies, host MPI, each one piece at a
@@ -522,10 +575,12 @@ def pipelined_batch(H: int, Bl: float, p: int, chunks: int, c: Ceilings, terms: 
         batch = max(terms["kernels"], terms["images"], terms["host"])
         return {"batch_s": batch, "composition": "max(kernels, pinned images under the step, the host floor)",
                 **{f"t_{k}": v for k, v in terms.items()}}
-    rows = -(-H // chunks)
-    sizes = [4 * (H + 10 * H + 10 + 1)] + [4 * D * (min(r + rows, H) - r) for r in range(0, H, rows)]
+    H = hidden[0]
+    rows = -(-H // chunks)  # G's tail (all but W1: b1, the layers above, the loss slot), then dW1's row chunks
+    sizes = [perfmodel.gradient_buffer_bytes(hidden) - 4 * D * H] + [4 * D * (min(r + rows, H) - r)
+                                                                     for r in range(0, H, rows)]
     chunk_gemm = [c.kernel("gpu", "backward GEMM 3 (cuBLAS)", n / (4 * D), Bl) for n in sizes[1:]]
-    update = c.kernel("gpu", UPDATE, H, Bl)
+    update = c.kernel("gpu", UPDATE, update_width(hidden), Bl)
     before = terms["kernels"] - c.kernel("gpu", "backward GEMM 3 (cuBLAS)", H, Bl) - update
     ready = [before] + [before + float(t) for t in np.cumsum(chunk_gemm)]
     down = [c.copy("d2h", "pinned", n) for n in sizes]
@@ -700,7 +755,10 @@ def predict_phases(point: dict, c: Ceilings) -> dict:
     """Seconds of each profiled phase of one batch that the ceilings time directly. On the GPU the
     profiler synchronizes the device at each phase edge, so a phase's kernels start only as the
     host launches them: each adds its eager launch cost (the ceilings' eager step over its kernels)."""
-    H, p, B = int(point["H"]), int(point["p"]), int(point["B"])
+    hidden, p, B = perfmodel.widths(point["H"]), int(point["p"]), int(point["B"])
+    H = hidden[0]
+    if len(hidden) > 1:
+        raise PredictionError(f"the profiled phases are composed for one hidden layer, not {point['H']}")
     if point.get("gemm", "cublas") != "cublas":
         raise PredictionError(f"the profiled phases are timed for cuBLAS's GEMMs, not {point['gemm']}'s")
     if point["backend"] == "numpy":
@@ -746,7 +804,8 @@ def ceilings_from_rates(P_flops: float, P_pci: float, P_mpi: float, p: int, hidd
     D, C = 784, 10
     gemms = {"forward GEMM 1 (cuBLAS)": lambda H, B: 2 * H * D * B, "fused forward: sigmoid, GEMM 2, softmax":
              lambda H, B: 2 * C * H * B, "fused backward: dz1, dW2, db1": lambda H, B: 4 * C * H * B,
-             "backward GEMM 3 (cuBLAS)": lambda H, B: 2 * H * D * B}
+             "backward GEMM 3 (cuBLAS)": lambda H, B: 2 * H * D * B,
+             "hidden layer (cublas)": lambda H, B: 6 * H * H * B}  # a deeper net's: forward, dW, input gradient
     rows = [{"ceiling": "step_kernel", "device": "gpu", "impl": name, "H": H, "B": B, "ranks": 1,
              "seconds": (flops(H, B) / P_flops) if flops else 1e-12}
             for H in hidden for B in batches

@@ -34,7 +34,7 @@ def machines(root: Path | None = None) -> dict[str, dict]:
 
 
 def workload(row) -> perfmodel.Workload:
-    return perfmodel.Workload(layers=(784, int(row["H"]), 10), B=int(row["B"]), p=int(row["p"]),
+    return perfmodel.Workload(layers=perfmodel.layer_sizes(row["H"]), B=int(row["B"]), p=int(row["p"]),
                               parallel=row["parallel"], dtype=row["dtype"],
                               staged=row["backend"] == "numpy" or row["mode"] in HOST_STAGED,
                               host_allreduce=row["backend"] == "numpy" or row["mode"] in HOST_STAGED,

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from perflab.commands.options import (
     CLIError,
+    net,
     out_folder,
     outputs,
     positive,
@@ -183,7 +184,9 @@ def register(sub) -> None:
     p.add_argument("--exchange-ceilings", nargs="+", metavar="CSV",
                    help="the all-reduces from these ceilings files instead, each at the ranks it measured: machines "
                         "with more of the same GPUs whose step kernels were never measured (the rest from --ceilings)")
-    p.add_argument("--hidden", nargs="+", type=positive, default=[512], metavar="H")
+    p.add_argument("--hidden", nargs="+", type=net, default=[512], metavar="NET",
+                   help="nets, each one hidden width (512) or a deeper net's widths joined by '-' (1024-1024 for "
+                        "784-1024-1024-10); default 512")
     p.add_argument("--per-rank-batch", nargs="+", type=positive, default=[3000], metavar="b", help="samples per rank per step")
     p.add_argument("--ranks", nargs="+", type=positive, default=[1], metavar="P")
     p.add_argument("--backend", choices=("numpy", "cupy"), default="cupy")

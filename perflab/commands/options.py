@@ -222,17 +222,26 @@ def gemm_shape(text: str) -> str:
 def net_batch(text: str) -> tuple:
     """'512,3200' -> (512, 3200); '1024-1024,3200' -> ((1024, 1024), 3200): a net's hidden widths
     (784-1024-1024-10) and a batch, for bench train's --configs."""
-    from perflab.measure.peers import widths
     from perflab.measure.peers_multi import net_width
     try:
         net, b = text.split(",")
         H = net_width(net)
-        if min(widths(H)) > 0 and int(b) > 0:
+        if int(b) > 0:
             return H, int(b)
-    except ValueError:
+    except ValueError:  # NetError too
         pass
     raise argparse.ArgumentTypeError(f"expected H,B (one hidden layer, like 512,3200) or H1-H2-...,B (deeper, like "
                                      f"1024-1024,3200) with positive integers, got {text!r}")
+
+
+def net(text: str):
+    """argparse type of a sweep's or what-if's --hidden: '512' -> 512, '1024-1024' -> '1024-1024' (784-1024-1024-10,
+    as a sweep row names it: perfmodel.net_label), named in the error otherwise."""
+    from perflab.analysis.perfmodel import NetError, net_label
+    try:
+        return net_label(text)
+    except NetError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def hidden_batch(text: str) -> tuple[int, int]:

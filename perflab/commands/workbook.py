@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from perflab.commands.options import (
     CLIError,
+    net,
     outputs,
     positive,
     positive_float,
@@ -89,7 +90,9 @@ def register(sub) -> None:
                                    "points with fewer ranks use the first p.")
     from perflab.kernels import GEMM_VARIANTS as variants
     p.add_argument("--name", default="sweep", help="result file name (default %(default)s)")
-    p.add_argument("--hidden", nargs="+", type=positive, default=[512], metavar="H", help="hidden sizes (default 512)")
+    p.add_argument("--hidden", nargs="+", type=net, default=[512], metavar="NET",
+                   help="nets, each one hidden width (512) or a deeper net's widths joined by '-' (1024-1024 for "
+                        "784-1024-1024-10); several make depth a sweep axis (default 512)")
     p.add_argument("--batch", nargs="+", type=positive, default=[3200], metavar="B",
                    help="global mini-batch sizes, split over the ranks (default 3200)")
     p.add_argument("--per-rank-batch", nargs="+", type=positive, metavar="B/p",

@@ -243,6 +243,31 @@ def tensor_core_step_kernels(H: int, B: int) -> list[tuple]:
     return rows
 
 
+def hidden_layer_kernels(H: int, B: int, gemm: str = "cublas") -> list:
+    """The calls one more hidden layer (H x H weights, over a layer of H) adds to perflab's step at B
+    samples, as perflab.train.gpu.FusedGPU runs them: its forward GEMM with bias + sigmoid, then
+    backward its weight gradient dW = dz a^T, the input gradient W^T dz, and dz and db below in one
+    pass (sigmoid_backward_rows). Tunable GEMMs are tuned per shape first, as the trainer's first step
+    does (kernels.wgmma.release() frees what they keep once no graph holds them)."""
+    import cupy as cp
+
+    from perflab import kernels
+    rng = np.random.default_rng(1)
+    dev = lambda *shape: cp.asarray(rng.uniform(0.05, 0.95, shape).astype(np.float32))  # noqa: E731
+    W, b, dW, db = dev(H, H), dev(H), dev(H, H), dev(H)
+    below, a, dz, dz_below = dev(H, B), dev(H, B), dev(H, B), dev(H, B)
+    work = kernels.workspace(H, max(H, B), np.float32) if gemm in kernels.TILED_VARIANTS else None
+    gemms = ((W, below, a), (dz, below.T, dW), (W.T, dz, dz_below))
+    if gemm in kernels.TUNABLE_VARIANTS:
+        for x, y, out in gemms:
+            kernels.tune(x, y, out, gemm, work)
+    (fx, fy, fo), (wx, wy, wo), (ix, iy, io) = gemms
+    return [lambda: kernels.gemm(fx, fy, out=fo, bias=b, variant=gemm, work=work),
+            lambda: kernels.gemm(wx, wy, out=wo, variant=gemm, work=work),
+            lambda: kernels.gemm(ix, iy, out=io, variant=gemm, work=work),
+            lambda: kernels.sigmoid_backward_rows(dz_below, below, db)]
+
+
 def step_breakdown(H: int = 2048, B: int = 12000, dtype: str = "float32", repeats: int = 20):
     """Device milliseconds of each kernel of one perflab training step at H x B (resident,
     cuBLAS GEMMs), each timed alone in a replayed CUDA graph, with the bytes it must move and

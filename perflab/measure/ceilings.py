@@ -20,7 +20,10 @@ Rows (tidy): ceiling, size_bytes or shape, ranks, value, unit. Measured where th
                    sizes H and per-rank batches B (GPU: device time in a replayed graph; CPU:
                    the reference's forward, backward and update, on every rank at once, so the
                    ranks' contention for cores is in the number)
-                   and the whole step's kernels in sequence, per GEMM (`step in sequence (<gemm>)`)
+                   and the whole step's kernels in sequence, per GEMM (`step in sequence (<gemm>)`);
+                   what one more hidden layer of H over one of H adds to the step (GPU: its kernels
+                   in sequence, `hidden layer (<gemm>)`; CPU: the reference's parts of 784-H-H-10,
+                   `<part>, two hidden layers`, up to CPU_DEEP_MAX), for deeper nets
   step_floor       the host's floor of one step, at a size where the GPU finishes first: one
                    graph replay of the fused step, the fused step launched kernel by kernel;
                    perflab's trainer itself at H = 16 (trainer_floor) and what a resident epoch
@@ -44,6 +47,7 @@ HIDDEN_GRID = (256, 512, 1024, 2048, 4096)             # the step's kernels are 
 BATCH_GRID = (400, 800, 1600, 3200, 6400, 12800)       # per-rank batch B' = B / p
 CPU_HIDDEN_GRID = (128, 512, 1024, 2048)
 CPU_BATCH_GRID = (200, 800, 1600, 3200, 12800)
+CPU_DEEP_MAX = (1024, 3200)  # the CPU times 784-H-H-10 up to this (H, B) (2048 x 12800 takes 25 s on two cores): larger ones extrapolate
 TRAINING_SHAPES = [(512, 784, 3200), (1024, 784, 3200), (2048, 784, 12000), (512, 3200, 784)]
 
 
@@ -320,9 +324,9 @@ def gpu_step_kernels(hidden=HIDDEN_GRID, batches=BATCH_GRID, repeats: int = 10, 
     import cupy as cp
     from tqdm.auto import tqdm
 
-    from perflab.analysis.predictor import UPDATE, fused_step, sequence_name
+    from perflab.analysis.predictor import UPDATE, fused_step, hidden_layer_name, sequence_name
     from perflab.kernels import wgmma
-    from perflab.measure.bench import step_kernels, tensor_core_step_kernels
+    from perflab.measure.bench import hidden_layer_kernels, step_kernels, tensor_core_step_kernels
     from perflab.timing import time_graph_ms, time_ms
     rows = []
     gemms = ("cublas",) + (wgmma.WGMMA_VARIANTS if wgmma.hopper() else ())
@@ -343,6 +347,12 @@ def gpu_step_kernels(hidden=HIDDEN_GRID, batches=BATCH_GRID, repeats: int = 10, 
             # runs where its host keeps ahead: each launch leaves the GPU a gap a graph does not
             seconds = time_ms(cp, lambda: [call() for _ in range(5) for call in step], repeats=repeats) * 1e-3 / 5
             rows.append(kernel_row("gpu", sequence_name(gemm, eager=True), H, B, seconds))
+            # what one more hidden layer of H adds (deeper nets: the predictor adds one a layer), both ways
+            layer = hidden_layer_kernels(H, B, gemm)
+            seconds = time_graph_ms(cp, lambda: [call() for call in layer], calls=5, repeats=repeats) * 1e-3
+            rows.append(kernel_row("gpu", hidden_layer_name(gemm), H, B, seconds))
+            seconds = time_ms(cp, lambda: [call() for _ in range(5) for call in layer], repeats=repeats) * 1e-3 / 5
+            rows.append(kernel_row("gpu", hidden_layer_name(gemm, eager=True), H, B, seconds))
         wgmma.release()
         cp.get_default_memory_pool().free_all_blocks()
     return rows
@@ -581,13 +591,17 @@ def cpu_step_kernels(comm, hidden=CPU_HIDDEN_GRID, batches=CPU_BATCH_GRID, repea
 
 
 def cpu_step_kernel_rows(comm, hidden, batches, repeats) -> list[dict]:
+    from perflab.analysis.predictor import CPU_DEEP_SUFFIX
     from perflab.train import model
     rng = np.random.default_rng(comm.rank)
     X_all = np.asfortranarray(rng.random((784, 2 * max(batches)), dtype=np.float32))  # the data set's layout
     rows = []
-    for H in hidden:
-        params = model.init_params((784, H, 10), "float32", 0)
-        for B in batches:
+    small = sorted(hidden)[:2] + [H for H in hidden if H <= CPU_DEEP_MAX[0]]  # at least two of each, to interpolate
+    small_b = sorted(batches)[:2] + [B for B in batches if B <= CPU_DEEP_MAX[1]]
+    for layers, suffix, Bs in [((H,), "", batches) for H in hidden] + [
+            ((H, H), CPU_DEEP_SUFFIX, sorted(set(small_b))) for H in sorted(set(small))]:
+        params, H = model.init_params((784, *layers, 10), "float32", 0), layers[0]
+        for B in Bs:
             X, y = X_all[:, :B], rng.integers(0, 10, B)
             acts = model.forward(params, X)
             grads = model.backward(params, acts, y, B)
@@ -597,7 +611,8 @@ def cpu_step_kernel_rows(comm, hidden, batches, repeats) -> list[dict]:
                      "step": lambda: model.sgd_step(params, grads, 0.0)}
             for name, call in parts.items():
                 comm.barrier()
-                rows.append(kernel_row("cpu", name, H, B, median_seconds(call, repeats, warmup=1), ranks=comm.size))
+                rows.append(kernel_row("cpu", name + suffix, H, B, median_seconds(call, repeats, warmup=1),
+                                       ranks=comm.size))
     return rows
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from perflab.analysis.perfmodel import widths
+
 
 class PeerMissing(RuntimeError):
     pass
@@ -24,11 +26,6 @@ def timed_epochs(run_epoch, sync, warmup: int, repeats: int) -> float:
     """Median milliseconds of an epoch, the device synchronized around each."""
     from perflab.timing import median_seconds
     return 1e3 * median_seconds(run_epoch, repeats, warmup, sync)
-
-
-def widths(H) -> tuple:
-    """The hidden widths of H: one width (an int) or several (a tuple, deepest last)."""
-    return (H,) if isinstance(H, (int, np.integer)) else tuple(H)
 
 
 def net_name(H) -> str:

@@ -42,8 +42,9 @@ def machine_stamp() -> dict:
 
 def net_width(text: str):
     """'512' -> 512; '1024-1024' -> (1024, 1024): the harness's H argument."""
-    widths = tuple(int(v) for v in text.split("-"))
-    return widths[0] if len(widths) == 1 else widths
+    from perflab.analysis.perfmodel import widths
+    hidden = widths(text)
+    return hidden[0] if len(hidden) == 1 else hidden
 
 
 def perflab_mode(flags) -> str:

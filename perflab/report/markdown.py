@@ -634,7 +634,7 @@ def analysis_markdown() -> str:
             ceilings_file = min(path.parent.glob("ceilings_p*.csv"), default=None,
                                 key=lambda f: abs(int(f.stem.split("_p")[1]) - int(r["p"])))
             if ceilings_file is not None:
-                top = roofline.ceiling_rates(pd.read_csv(ceilings_file), gradient_buffer_bytes(int(r["H"])), int(r["p"]))
+                top = roofline.ceiling_rates(pd.read_csv(ceilings_file), gradient_buffer_bytes(r["H"]), int(r["p"]))
                 rates["machine ceiling"] = [top[k] for k in rates.rate]
                 rates["of ceiling"] = rates.measured / rates["machine ceiling"]
             out += ["", f"### Question 2.4: effective rates at H=512, B={r['B']}, p={r['p']}, staged (the seeds' path)", "",

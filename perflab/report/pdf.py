@@ -145,7 +145,7 @@ def sweep_section(doc: Document, path: Path) -> None:
     fb = roofline.flops_bytes_table(staged)
     first = fb.iloc[0]
     local_batch = int(first["B'"])
-    gradient_mb = perfmodel.gradient_buffer_bytes(int(first["H"])) / 1e6
+    gradient_mb = perfmodel.gradient_buffer_bytes(first["H"]) / 1e6
     doc.text(f"Per rank and batch the two dominant GEMM passes cost the seeds' 4B'H(D+C) FLOPs: "
              f"{first['forward GFLOP'] + first['backward GFLOP']:.3g} GFLOP at H = {int(first['H'])}, B' = {local_batch}. "
              f"The gradient that crosses PCIe twice and the all-reduce once is {gradient_mb:.3g} MB at H = {int(first['H'])} "
@@ -192,13 +192,13 @@ def sweep_section(doc: Document, path: Path) -> None:
             doc.text(f"perflab.analysis.predictor composes each point's step from this machine's ceilings files alone "
                      f"({', '.join(sorted(set(v.ceilings)))}): every kernel of the step timed alone, the trainer's host "
                      f"floor, the copies and all-reduces against size. {validation.describe(v)}; the worst, "
-                     f"{worst.error:+.0%}, at H = {int(worst.H)}, B = {int(worst.B)}, p = {int(worst.p)} ({worst['mode']}).")
+                     f"{worst.error:+.0%}, at H = {worst.H}, B = {int(worst.B)}, p = {int(worst.p)} ({worst['mode']}).")
             doc.table(v[["H", "B", "p", "mode", "measured_ms", "predicted_ms", "error"]])
     pred = roofline.prediction_table(staged, rates)
     doc.heading("Predicted against measured time per batch (the seeds' serial model)", 2)
     worst = pred.iloc[pred.error.abs().argmax()]
     doc.text(f"GEMM FLOPs / P_flops + bytes / P_pci + bytes / P_mpi, every rate from the reference point: median "
-             f"|error| {roofline.median_abs_error(pred):.0%}, worst {worst.error:+.0%} at H = {int(worst.H)}, "
+             f"|error| {roofline.median_abs_error(pred):.0%}, worst {worst.error:+.0%} at H = {worst.H}, "
              f"B = {int(worst.B)}, p = {int(worst.p)}. The model charges every GEMM at the reference point's rate, so points whose GEMMs run "
              "nearer the peak come out slower than predicted and the small ones faster.")
     doc.table(pred)

@@ -125,7 +125,7 @@ def estimate_seconds(points: list[dict], rate: float, per_point_s: float, shared
     from perflab.analysis import perfmodel
     total = 0.0
     for pt in points:
-        w = perfmodel.Workload(layers=(784, pt["H"], 10), B=pt["B"], p=pt["p"], N=pt["N"])
+        w = perfmodel.Workload(layers=perfmodel.layer_sizes(pt["H"]), B=pt["B"], p=pt["p"], N=pt["N"])
         batches = -(-pt["N"] // pt["B"])
         rank_rate = rate / pt["p"] if shared else rate
         total += (pt["epochs"] + 2) * batches * perfmodel.seeds_flops(w)["batch"] / rank_rate + per_point_s
@@ -162,8 +162,11 @@ ALLREDUCE_SIZES = [2 ** k for k in range(12, 25, 2)]  # 4 KiB .. 16 MiB: around 
 
 
 def kernel_grid(plan: Plan) -> tuple[list, list]:
-    """The (H, per-rank batch) shapes of the sweep: the step's kernels are timed at these."""
-    return sorted({pt["H"] for pt in plan.points}), sorted({pt["B"] // pt["p"] for pt in plan.points})
+    """The (H, per-rank batch) shapes of the sweep: the step's kernels are timed at these (every width
+    of every net: a deeper net's hidden layers are timed at their width too)."""
+    from perflab.analysis.perfmodel import widths
+    return (sorted({h for pt in plan.points for h in widths(pt["H"])}),
+            sorted({pt["B"] // pt["p"] for pt in plan.points}))
 
 
 def measure_ceilings(view, plan: Plan, folder, log=print) -> list:

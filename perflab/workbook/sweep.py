@@ -53,8 +53,11 @@ def default_comm(backend: str, mode: str) -> str:
 def grid(hidden=(512,), batch=(3200,), ranks=(1,), per_rank_batch=None, parallel=("data",), backend=("numpy",),
          mode=("resident",), gemm=("cublas",), dtype=("float32",), N=38400, epochs=1, learning_rate=0.1,
          launch=("graph",), comm=None) -> list[dict]:
-    """All combinations; with per_rank_batch, B = p * B/p (the seeds' weak-scaling sweep). comm (one of
-    GPU_EXCHANGES) sets resident GPU data parallel's exchange; None: default_comm."""
+    """All combinations; with per_rank_batch, B = p * B/p (the seeds' weak-scaling sweep). hidden: nets,
+    each one width (512) or a deeper net's widths (1024-1024 or (1024, 1024); a row's H names it as
+    perfmodel.net_label does). comm (one of GPU_EXCHANGES) sets resident GPU data parallel's exchange;
+    None: default_comm."""
+    from perflab.analysis import perfmodel
     bad = [x for x in launch if x not in LAUNCHES]
     if bad:
         raise ValueError(f"launch must be among {LAUNCHES}, got {bad[0]!r}")
@@ -69,7 +72,7 @@ def grid(hidden=(512,), batch=(3200,), ranks=(1,), per_rank_batch=None, parallel
         B = b * p if per_rank_batch else b
         if be == "numpy" and (mo != "resident" or ge != "cublas" or la != launch[0]):
             continue  # mode, GEMM variant and CUDA graphs exist only on the GPU
-        points.append({"H": H, "B": B, "p": p, "parallel": par, "backend": be, "mode": mo, "gemm": ge,
+        points.append({"H": perfmodel.net_label(H), "B": B, "p": p, "parallel": par, "backend": be, "mode": mo, "gemm": ge,
                        "launch": "eager" if be == "numpy" else la, "dtype": dt, "N": N, "epochs": epochs,
                        "learning_rate": learning_rate, "comm": comm or default_comm(be, mo)})
     return points
@@ -171,7 +174,7 @@ def measure_trained_point(point: dict, comm, dataset: str) -> dict | None:
     from perflab.analysis import perfmodel
     from perflab.config import HOST_STAGED, Config
     from perflab.train.runner import Device, train_on_ranks
-    cfg = Config(dataset=dataset, hidden_sizes=(point["H"],), batch_size=point["B"], train_size=point["N"],
+    cfg = Config(dataset=dataset, hidden_sizes=perfmodel.widths(point["H"]), batch_size=point["B"], train_size=point["N"],
                  num_epochs=point["epochs"], dtype=point["dtype"], test_size=0,
                  learning_rate=point.get("learning_rate", 0.1))
     device = Device(backend=point["backend"], mode=point["mode"], gemm=point["gemm"],
