@@ -1092,6 +1092,33 @@ def test_the_step_in_sequence_is_timed_per_gemm_and_takes_about_its_kernels_alon
         assert 0.9 * seconds[sequence_name(gemm)] < seconds[sequence_name(gemm, eager=True)] < 20 * alone, gemm
 
 
+def test_a_hidden_layer_is_timed_per_gemm_as_its_three_gemms_and_one_pass():
+    """gpu_step_kernels' `hidden layer (<gemm>)` rows (what a deeper net adds a layer): one per GEMM, each
+    at least its three H x H x B GEMMs' work at the GEMM's own rate alone and at most a few times it
+    (a layer missing a GEMM, or timing one twice, falls outside); launched one by one no faster."""
+    import cupy as cp
+
+    from perflab import kernels
+    from perflab.analysis.predictor import hidden_layer_name
+    from perflab.kernels import wgmma
+    from perflab.measure import ceilings
+    from perflab.timing import time_graph_ms
+    H, B = 512, 1001
+    rows = ceilings.gpu_step_kernels(hidden=(H,), batches=(B,), repeats=5)
+    seconds = {r["impl"]: r["seconds"] for r in rows}
+    gemms = ("cublas",) + (wgmma.WGMMA_VARIANTS if wgmma.hopper() else ())
+    assert {n for n in seconds if n.startswith("hidden layer")} == {hidden_layer_name(g, e) for g in gemms for e in (False, True)}
+    W, a, out = (cp.asarray(np.random.default_rng(0).random(s, np.float32)) for s in ((H, H), (H, B), (H, B)))
+    for gemm in gemms:
+        if gemm in kernels.TUNABLE_VARIANTS:
+            kernels.tune(W, a, out, gemm)
+        one = time_graph_ms(cp, lambda g=gemm: kernels.gemm(W, a, out=out, variant=g), calls=5, repeats=5) * 1e-3
+        layer = seconds[hidden_layer_name(gemm)]
+        assert 2.5 * one < layer < 8 * one, (gemm, one, layer)
+        assert seconds[hidden_layer_name(gemm, eager=True)] > 0.9 * layer, gemm
+    wgmma.release()
+
+
 def test_the_epoch_overhead_is_the_trainers_epoch_less_its_own_graph():
     from perflab.measure import ceilings
     rows = ceilings.epoch_overhead(shapes=((257, 301, 7),), epochs=4, repeats=3)
