@@ -207,6 +207,8 @@ def check_table(pred, measured) -> tuple:
     predicted graphed and eager pairs with its own launch only): (table, error per row, columns)."""
     import pandas as pd
     keys = ["H", "B", "p", "mode"] + [k for k in ("parallel", "gemm", "launch", "comm") if k in pred and k in measured]
+    # H as text on both sides: a deeper net's is '1024-1024', and a file of several nets reads 512 as '512'
+    pred, measured = pred.assign(H=pred.H.astype(str)), measured.assign(H=measured.H.astype(str))
     both = pred.merge(measured.assign(measured_ms=1e3 * measured.epoch_seconds / measured.batches), on=keys)
     err = both.batch_ms / both.measured_ms - 1
     both["error"] = err.map(lambda e: f"{e:+.0%}")
