@@ -237,7 +237,7 @@ def test_the_scaling_tables_carry_the_predictors_error_at_each_harness_point():
     """markdown.harness_errors reads a machine's validation.csv rows of its scaling harness: the committed
     two-H100 run's p2p point is predicted, the JAX row is not."""
     t = pd.read_csv(RESULTS_ROOT / "nvidia-h100-80gb-hbm3" / "validation.csv")
-    row = t[(t.source == "scaling.jsonl") & (t.peer == "perflab resident, p2p") & (t.H == 2048)].iloc[0]
+    row = t[(t.source == "scaling.jsonl") & (t.peer == "perflab resident, p2p") & (t.H.astype(str) == "2048")].iloc[0]
     errors = markdown.harness_errors("nvidia-h100-80gb-hbm3", 2048, 3000)
     assert errors[("perflab resident, p2p", 2)] == pytest.approx(row.error)
     assert ("jax sharded scan", 2) not in errors and markdown.harness_errors("no-such-machine", 2048, 3000) == {}

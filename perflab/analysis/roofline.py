@@ -57,7 +57,8 @@ def flops_bytes_table(table: pd.DataFrame) -> pd.DataFrame:
 def reference_rates(table: pd.DataFrame, H: int = 512) -> dict:
     """P_flops, P_pci, P_mpi from the medians of the reference point: H (default 512) at the
     largest p that exchanged gradients (the seeds used H=512, B=3000, p=2)."""
-    pick = table[table["H"] == H] if (table["H"] == H).any() else table
+    at_h = table["H"].astype(str) == str(H)  # as text: a sweep of deeper nets names them '1024-1024'
+    pick = table[at_h] if at_h.any() else table
     pick = pick.sort_values(["p", "B"]).iloc[-1]
     rates = {k: float(pick[k]) for k in ("P_flops", "P_pci", "P_mpi") if k in pick and np.isfinite(pick[k])}
     rates["reference"] = f"H={pick['H']} B={pick['B']} p={pick['p']}"

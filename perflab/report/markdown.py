@@ -479,7 +479,8 @@ def harness_errors(machine: str, H: int, b: int) -> dict:
     t = pd.read_csv(path)
     if "peer" not in t:
         return {}
-    t = t[(t.source == "scaling.jsonl") & (t.H == H) & (t.B == b * t.p) & t.error.notna()]
+    # H as text: a folder whose checks hold deeper nets ('1024-1024') reads the whole column so
+    t = t[(t.source == "scaling.jsonl") & (t.H.astype(str) == str(H)) & (t.B == b * t.p) & t.error.notna()]
     return {(peer, int(p)): float(e) for peer, p, e in zip(t.peer, t.p, t.error)}
 
 
@@ -626,7 +627,7 @@ def analysis_markdown() -> str:
                 "(synchronized at every phase edge, so slower than the unprofiled epochs in `epoch_seconds`)", "",
                 fmt(t[["H", "B", "p", "mode", "gemm", "GFLOP/batch", "t_batch_ms", "TFLOP/s", "utilization"]].round(4))]
         staged = t[t["mode"] == "staged"]
-        ref = staged[(staged.H == 512) & (staged.p > 1)]
+        ref = staged[(staged.H.astype(str) == "512") & (staged.p > 1)]
         if len(ref):
             r = ref.iloc[0]
             rates = pd.DataFrame([{"rate": k, "measured": r[k], "seeds RTX 6000": SEEDS_RATES[k],
