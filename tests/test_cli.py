@@ -228,6 +228,8 @@ def test_bench_allreduce_needs_several_ranks(capsys):
                                    "net's widths like 1024-1024"),
     (["sweep", "--hidden", "1024-0"], "argument --hidden: hidden widths '1024-0': expected"),
     (["sweep", "--hidden", "-512"], "argument --hidden: hidden widths '-512': expected"),
+    (["train", "--hidden-size", "1024", "abc"], "argument --hidden-size: expected a positive integer, got 'abc'"),
+    (["train", "--hidden-size", "0"], "argument --hidden-size: expected a positive integer, got '0'"),
     (["whatif", "--ceilings", "x.csv", "--hidden", "1024-"], "argument --hidden: hidden widths '1024-': expected"),
     (["whatif", "--ceilings", "x.csv", "--hidden", ""], "argument --hidden: hidden widths '': expected"),
     (["ceilings", "--max-log2-size", "-3"], "argument --max-log2-size: expected a positive integer, got '-3'"),

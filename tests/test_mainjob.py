@@ -57,6 +57,9 @@ def test_plan_picks_backend_and_engines_from_the_machine(monkeypatch):
     assert (gpu.backend, gpu.engines, gpu.ranks, gpu.N) == ("cupy", 2, [1, 2], 60000)
     assert {p["mode"] for p in gpu.points} == {"resident", "staged", "pipelined"} and all(p["backend"] == "cupy" for p in gpu.points)
     assert plan.roofline_plan(backend="numpy", engines=1, estimate=False).ranks == [1]
+    deep = plan.roofline_plan(backend="numpy", engines=1, hidden=[512, "1024-1024", (256, 256, 256)], estimate=False)
+    assert {p["H"] for p in deep.points} == {512, "1024-1024", "256-256-256"}  # depth a sweep axis
+    assert plan.kernel_grid(deep)[0] == [256, 512, 1024]  # every width of every net timed
     monkeypatch.setattr(plan.os, "cpu_count", lambda: 64)
     monkeypatch.setattr(plan, "gpu_count", lambda: 0)
     assert plan.roofline_plan(estimate=False).engines == plan.MAX_CPU_ENGINES
@@ -68,6 +71,9 @@ def test_plan_picks_backend_and_engines_from_the_machine(monkeypatch):
     ({"engines": 0}, "engines must be 'auto' or a whole number"),
     ({"engines": "four"}, "engines must be"),
     ({"engines": 1, "ranks": [1, 2]}, "need 2 engines"),
+    ({"hidden": []}, r"hidden must name at least one net .* got \[\]"),
+    ({"hidden": [512, "1024-0"]}, "hidden: hidden widths '1024-0': expected one width like 512, or a deeper net's"),
+    ({"hidden": ["big"]}, "hidden widths 'big'"),
 ])
 def test_plan_rejects_bad_values_naming_them(monkeypatch, kwargs, message):
     monkeypatch.setattr(plan, "gpu_count", lambda: 0)

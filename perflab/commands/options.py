@@ -29,7 +29,7 @@ def hyperparameter_options(parser: argparse.ArgumentParser, dtype: str | None = 
                    f"{' '.join(map(str, v)) if isinstance(v, tuple) else v}"
                    for k, v in ACCURACY.items() if k != "shuffle") + " --shuffle")
     g.add_argument("--input-size", type=int, default=d.input_size, metavar="D", help="pixels per image (default %(default)s)")
-    g.add_argument("--hidden-size", type=int, nargs="+", default=list(d.hidden_sizes), metavar="H",
+    g.add_argument("--hidden-size", type=positive, nargs="+", default=list(d.hidden_sizes), metavar="H",
                    help="hidden units; several values make a deeper net, e.g. 1024 1024 (default %(default)s)")
     g.add_argument("--num-classes", type=int, default=d.num_classes, metavar="C", help="classes (default %(default)s)")
     g.add_argument("--reg", type=float, default=d.reg, help="L2 weight: loss += reg/2 * sum ||W||^2 (default %(default)s)")

@@ -136,6 +136,15 @@ def roofline_plan(backend="auto", engines="auto", hidden=None, ranks=None, per_r
                   N=None, modes=None, epochs=None, estimate=True) -> Plan:
     """The roofline notebook's sweep for this machine; None means the backend's size."""
     from perflab.workbook import sweep
+    from perflab.analysis.perfmodel import NetError, widths
+    if hidden is not None:
+        if not list(hidden):
+            raise PlanError("hidden must name at least one net (512, or '1024-1024' for 784-1024-1024-10), got [] "
+                            "(None: the backend's sizes)")
+        try:
+            [widths(h) for h in hidden]
+        except NetError as exc:
+            raise PlanError(f"hidden: {exc}") from None
     gpus, cores = gpu_count(), os.cpu_count() or 1
     backend = resolve_backend(backend, gpus)
     engines = resolve_engines(engines, backend, gpus, cores)
