@@ -135,8 +135,8 @@ def estimate_seconds(points: list[dict], rate: float, per_point_s: float, shared
 def roofline_plan(backend="auto", engines="auto", hidden=None, ranks=None, per_rank_batch=None, batch_sweep=None,
                   N=None, modes=None, epochs=None, estimate=True) -> Plan:
     """The roofline notebook's sweep for this machine; None means the backend's size."""
-    from perflab.workbook import sweep
     from perflab.analysis.perfmodel import NetError, widths
+    from perflab.workbook import sweep
     if hidden is not None:
         if not list(hidden):
             raise PlanError("hidden must name at least one net (512, or '1024-1024' for 784-1024-1024-10), got [] "
