@@ -341,6 +341,21 @@ def test_whatif_and_validate_reject_bad_input_naming_it(tmp_path):
     assert proc.returncode == 2 and "no gpu step_kernel rows for 'forward GEMM 1 (x3tf32)'" in proc.stderr
     proc = run("whatif", "--ceilings", str(RESULTS_ROOT / "cpu-amd-epyc" / "ceilings_p1.csv"), "--hidden", "64")
     assert proc.returncode == 2 and "it is a CPU's file (--backend numpy predicts from it)" in proc.stderr
+    (tmp_path / "empty.csv").write_text("")
+    (tmp_path / "foreign.csv").write_text("peer,H,epoch_ms\nperflab,512,3.1\n")  # a result file, not ceilings
+    (tmp_path / "binary.csv").write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe")
+    for name, lacks in (("empty.csv", "the file is empty"), ("foreign.csv", "no 'ceiling' column (it has peer, H, epoch_ms)"),
+                        ("binary.csv", "not a CSV table")):
+        proc = run("whatif", "--ceilings", str(tmp_path / name))
+        assert proc.returncode == 2 and f"--ceilings {tmp_path / name}: {lacks}" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr and "the table `perflab ceilings` writes" in proc.stderr
+    folder = tmp_path / "bad_ceilings"  # validate: each point says which file it could not use, and why
+    folder.mkdir()
+    (folder / "ceilings_p1.csv").write_text("")
+    pd.DataFrame([{**point(), "epoch_seconds": 0.01, "batches": 2, "status": "measured"}]).to_csv(folder / "roofline.csv")
+    table_, _ = validation.validate_folder(folder, write=False)
+    assert table_.skipped.iloc[0].endswith("ceilings_p1.csv: the file is empty; a ceilings file is the table "
+                                           "`perflab ceilings` writes (ceilings_p<P>.csv, a row per measurement)")
     proc = run("validate", "--folder", str(tmp_path / "missing"))
     assert proc.returncode == 2 and "no such folder" in proc.stderr
     (tmp_path / "empty").mkdir()

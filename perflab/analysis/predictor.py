@@ -130,8 +130,18 @@ class Ceilings:
 
     @classmethod
     def load(cls, path) -> "Ceilings":
+        """The ceilings file at path; one that is empty, no CSV or no ceilings table is named with what it lacks."""
         path = Path(path)
-        return cls(pd.read_csv(path), source=str(path))
+        what = "a ceilings file is the table `perflab ceilings` writes (ceilings_p<P>.csv, a row per measurement)"
+        try:
+            table = pd.read_csv(path)
+        except pd.errors.EmptyDataError:
+            raise PredictionError(f"{path}: the file is empty; {what}") from None
+        except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+            raise PredictionError(f"{path}: not a CSV table ({str(exc).strip()}); {what}") from None
+        if "ceiling" not in table:
+            raise PredictionError(f"{path}: no 'ceiling' column (it has {', '.join(map(str, table.columns[:6]))}); {what}")
+        return cls(table, source=str(path))
 
     def rows(self, ceiling: str, **match) -> pd.DataFrame:
         t = self.table[self.table.ceiling == ceiling]

@@ -50,7 +50,10 @@ def cmd_whatif(args, comm) -> dict:
     path = Path(args.ceilings)
     if not path.is_file():
         raise CLIError(f"--ceilings {args.ceilings}: no such file (perflab ceilings writes <run folder>/ceilings_p<P>.csv)")
-    ceilings = predictor.Ceilings.load(path)
+    try:
+        ceilings = predictor.Ceilings.load(path)
+    except predictor.PredictionError as exc:
+        raise CLIError(f"--ceilings {exc}") from None
     exchanges = [Path(f) for f in args.exchange_ceilings or []]
     for exchange in exchanges:  # in order: a later file's ranks replace an earlier one's
         if not exchange.is_file():
