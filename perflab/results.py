@@ -135,6 +135,23 @@ def run_dir(meta: dict | None = None) -> Path:
     return RUNS_ROOT / machine_key(meta)
 
 
+def relative(path) -> str:
+    """A path as result files and the terminal name it: from the repository's root where it lies inside
+    it (results travel between machines; the writer's checkout means nothing elsewhere), else as given."""
+    path = Path(path)
+    try:
+        return str(path.resolve().relative_to(PROJECT_ROOT.resolve()))
+    except ValueError:
+        return str(path)
+
+
+def relative_text(text: str) -> str:
+    """text with the repository's root left out of every path that names it (an executed notebook's
+    printed lines and metadata)."""
+    root = str(PROJECT_ROOT.resolve())
+    return text.replace(root + "/", "").replace(root, ".")
+
+
 def made_on(path) -> dict:
     """The machine and commit a result file came from, from the metadata JSON beside it (nulls where
     there is none): what a prediction or a validation names for each file it used."""

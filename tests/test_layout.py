@@ -96,3 +96,38 @@ def test_the_readme_layout_names_every_room_and_module():
         room = f"`{parts[0]}/`" if len(parts) > 1 else None
         assert f"`{parts[-1]}`" in layout or (len(parts) == 1 and f"`{parts[0]}/`" in layout), name
         assert room is None or room in layout, name
+
+
+ABSOLUTE_PATH = r"(?:^|[\s\"'(=:])(/(?:[A-Za-z0-9._+-]+/)+[A-Za-z0-9._+-]*)"
+
+
+def test_no_committed_result_names_an_absolute_path():
+    """Results travel: a path in results/ is named from the repository's root (perflab.results.relative),
+    never by the writer's checkout, home or temporary folder."""
+    import re
+    import subprocess
+    root = PACKAGE.parent
+    files = subprocess.run(["git", "ls-files", "results"], cwd=root, capture_output=True, text=True).stdout.split()
+    assert len(files) > 100
+    found = {}
+    for name in files:
+        try:
+            text = (root / name).read_text(encoding="utf-8")
+        except (UnicodeDecodeError, FileNotFoundError):  # figures; a file deleted in the work tree
+            continue
+        paths = re.findall(ABSOLUTE_PATH, text, flags=re.M)
+        if paths:
+            found[name] = paths[:2]
+    assert not found, found
+
+
+def test_paths_inside_the_repository_are_named_from_its_root(tmp_path):
+    import re
+
+    from perflab import results
+    from perflab.data import PROJECT_ROOT
+    assert results.relative(PROJECT_ROOT / "results" / "x" / "ceilings_p2.csv") == "results/x/ceilings_p2.csv"
+    assert results.relative(tmp_path / "a.csv") == str(tmp_path / "a.csv")  # outside it: as given
+    text = f"results go to {PROJECT_ROOT}/runs/m/roofline.csv; cwd {PROJECT_ROOT}"
+    assert results.relative_text(text) == "results go to runs/m/roofline.csv; cwd ."
+    assert re.findall(ABSOLUTE_PATH, f"wrote {tmp_path}/x.csv") and not re.findall(ABSOLUTE_PATH, "ms/batch 3 / 4")

@@ -141,7 +141,8 @@ class Ceilings:
             raise PredictionError(f"{path}: not a CSV table ({str(exc).strip()}); {what}") from None
         if "ceiling" not in table:
             raise PredictionError(f"{path}: no 'ceiling' column (it has {', '.join(map(str, table.columns[:6]))}); {what}")
-        return cls(table, source=str(path))
+        from perflab.results import relative
+        return cls(table, source=relative(path))  # as validation's skip reasons name it
 
     def rows(self, ceiling: str, **match) -> pd.DataFrame:
         t = self.table[self.table.ceiling == ceiling]

@@ -149,7 +149,7 @@ def validate_folder(folder: Path, out: str | None = None, write: bool = True) ->
     if not write:
         return table, None
     used = sorted(set(table.get("ceilings", pd.Series(dtype=str)).dropna()))
-    meta = {"folder": str(folder), "ceilings": {}, "summary": summary(table)}
+    meta = {"folder": results.relative(folder), "ceilings": {}, "summary": summary(table)}
     for name in used:
         if (folder / name).with_suffix(".json").exists():
             meta["ceilings"][name] = results.made_on(folder / name)

@@ -34,7 +34,7 @@ def cmd_validate(args, comm) -> dict:
         table, path = validation.validate_folder(folder, args.out)
         summary[folder.name] = validation.summary(table)
         if not args.json:
-            print(f"{folder.name}: {validation.describe(table)}; wrote {path}")
+            print(f"{folder.name}: {validation.describe(table)}; wrote {results.relative(path)}")
     return summary
 
 

@@ -77,8 +77,9 @@ def cmd_notebook(args, comm) -> dict:
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     papermill.execute_notebook(notebook, str(out), parameters=params, cwd=str(source.parent),
                                progress_bar=not args.json, kernel_name="python3")
+    out.write_text(results.relative_text(out.read_text()))  # its printed paths and metadata travel
     if not args.json:
-        print(f"executed {source} -> {out}")
+        print(f"executed {results.relative(source)} -> {results.relative(out)}")
     return {"notebook": str(out), "parameters": params}
 
 
