@@ -1,4 +1,4 @@
-"""`perflab report`: the report PDF of a run, and the committed Markdown report and README block."""
+"""`perflab report`: the report PDF of a run, and the committed Markdown report and the README's headline with results/README.md."""
 from __future__ import annotations
 
 from perflab.commands.options import (
@@ -10,6 +10,7 @@ from perflab.commands.options import (
 def cmd_report(args, comm) -> dict:
     from perflab.data import PROJECT_ROOT
     from perflab.report import markdown, predictions
+    from perflab.results import relative
     if args.markdown:
         from perflab.results import RESULTS_ROOT
         path = RESULTS_ROOT / "REPORT.md"
@@ -19,12 +20,12 @@ def cmd_report(args, comm) -> dict:
         markdown.graphs_figures()
         path.write_text(markdown.analysis_markdown())
         if not args.json:
-            print(f"wrote {path}")
+            print(f"wrote {relative(path)}")
         return {"report": str(path)}
     if args.readme:
         changed = markdown.update_readme(PROJECT_ROOT / "README.md")
         if not args.json:
-            print("README results block " + ("updated" if changed else "already up to date"))
+            print("README headline and results/README.md " + ("updated" if changed else "already up to date"))
         return {"readme_changed": changed}
     if args.folder and not __import__("pathlib").Path(args.folder).is_dir():
         raise CLIError(f"--folder {args.folder}: no such folder (a run folder holds roofline.csv and figures/)")
@@ -33,7 +34,7 @@ def cmd_report(args, comm) -> dict:
     except FileNotFoundError as exc:
         raise CLIError(str(exc)) from None
     if not args.json:
-        print(f"wrote {path}")
+        print(f"wrote {relative(path)}")
     return {"report": str(path)}
 
 
@@ -43,7 +44,8 @@ def register(sub) -> None:
                                    "their points, predicted against measured, scaling, convergence, correctness, each "
                                    "with tables and a text generated from the numbers.")
     p.add_argument("--out", metavar="PDF", help="default <run folder>/report.pdf")
-    p.add_argument("--readme", action="store_true", help="instead: regenerate the README's results block from results/")
+    p.add_argument("--readme", action="store_true", help="instead: regenerate the README's headline and the tables of "
+                                                          "results/README.md from the result files")
     p.add_argument("--markdown", action="store_true", help="instead: write results/REPORT.md (the seeds' questions "
                                                            "answered from the committed GPU results)")
     p.add_argument("--folder", metavar="DIR", help="the run folder to report on (default: this machine's, "

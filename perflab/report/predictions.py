@@ -1,7 +1,7 @@
 """The predictor's evidence for readers: every committed point against its prediction (the
 validation tables per machine folder), every prediction committed before its run beside that run
 (the blind checks), the points missed by most and the host's terms per lend, as tables and figures
-for results/REPORT.md and the README's results block."""
+for results/REPORT.md and results/README.md."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -431,8 +431,7 @@ def predictor_sections(full: bool = True) -> list[str]:
                    "speed, which move between and within lends of a machine"
                    + (" (below: every point, and the host's terms per lend)" if full else
                       " (every point of every check, and the host's terms per lend: `results/REPORT.md`)")
-                   + ".\n\n" + (f"![every blind check's points](figures/{CHECKS_FIGURE}.png)\n\n" if full else
-                                  f"![every blind check's points](results/figures/{CHECKS_FIGURE}.png)\n\n")
+                   + f".\n\n![every blind check's points](figures/{CHECKS_FIGURE}.png)\n\n"  # both pages lie in results/
                    + summary)
     if full:
         out += missed_section()
