@@ -339,12 +339,12 @@ def test_the_readme_shows_the_tensor_core_roofline_where_report_markdown_drew_it
     folder.mkdir(parents=True)
     for name in ("bench_train_tensor_cores.csv", "bench_gemm_tensor_cores.csv"):
         shutil.copy(RESULTS_ROOT / folder.name / name, folder / name)
-    link = "results/figures/tensor_core_roofline_nvidia-h100-80gb-hbm3.png"
+    link = "figures/tensor_core_roofline_nvidia-h100-80gb-hbm3.png"  # from results/README.md, where the section lies
     section = lambda: markdown.tensor_core_section(folder / "bench_train_tensor_cores.csv",  # noqa: E731
                                                    folder / "bench_gemm_tensor_cores.csv")
     assert link not in section()  # no figure drawn yet: no dangling link
     (png,) = [p.with_suffix(".png") for p in markdown.tensor_core_figures()]
-    assert png == tmp_path / link and png.stat().st_size > 0 and link in section()
+    assert png == tmp_path / "results" / link and png.stat().st_size > 0 and f"]({link})" in section()
 
 
 def test_the_tensor_core_section_sets_wgmma_beside_the_fastest_tf32_peer(tmp_path, monkeypatch):
