@@ -22,6 +22,7 @@ $(VENV)/.installed-notebooks: pyproject.toml | $(PY)
 	touch $@
 
 roofline: $(VENV)/.installed-notebooks
+	$(PY) -m perflab.backend  # on a machine with NVIDIA GPUs: the CuPy its driver takes, so the main job measures them
 	$(PERFLAB) notebook roofline $(ROOFLINE_ARGS)
 	$(PERFLAB) report
 	@echo "outputs in this machine's run folder, runs/<machine key>/ (git-ignored): roofline.csv, notebooks/roofline.ipynb (executed), figures/, report.pdf"

@@ -247,7 +247,7 @@ if compare_committed:
 #
 # Each made by `perflab whatif` from a ceilings file alone, committed, then measured by a sweep run at
 # that commit. Graphed resident steps (the kernels' part of the model) land within a few percent; staged
-# and kernel-by-kernel steps follow the host's copy and launch speed, which move between and within lends.
+# and kernel-by-kernel steps follow the host's copy and launch speed, which move between and within boots.
 
 # %%
 if compare_committed:

@@ -94,7 +94,7 @@ def machine_name(meta: dict | None = None) -> str:
 
 
 def boot_id() -> str:
-    """Eight hex digits of this boot of the kernel: two lends of one device image (the same host name
+    """Eight hex digits of this boot of the kernel: two boots of one device image (the same host name
     and machine-id, so the same fingerprint) differ, and their host-side speeds do."""
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace("-", "")[:8]

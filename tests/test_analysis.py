@@ -360,7 +360,7 @@ def test_the_tensor_core_section_sets_wgmma_beside_the_fastest_tf32_peer(tmp_pat
     assert "TF32 peer" not in markdown.tensor_core_section(train, tmp_path / "none.csv")
 
 
-def test_the_lend_table_gives_every_ceilings_files_host_terms_and_its_boot(tmp_path, monkeypatch):
+def test_the_boot_table_gives_every_ceilings_files_host_terms_and_its_boot(tmp_path, monkeypatch):
     import json
     results_root(monkeypatch, tmp_path)
     folder = tmp_path / "gpu-box"
@@ -372,11 +372,11 @@ def test_the_lend_table_gives_every_ceilings_files_host_terms_and_its_boot(tmp_p
                      ).to_csv(folder / where / "ceilings_p1.csv", index=False)
         (folder / where / "ceilings_p1.json").write_text(json.dumps({"boot": boot, "date": "2026-11-24T21:00:00+00:00",
                                                                     "git_commit": "abc"}))
-    t = predictions.lend_table(folder).set_index("boot")
+    t = predictions.boot_table(folder).set_index("boot")
     assert list(t.ceilings) == ["ceilings_p1.csv", "mainjob/ceilings_p1.csv"]
     assert t.loc["bbbb0002", "staged copy, B = 3200 (ms)"] == 2.0 and t.loc["aaaa0001", "trainer staged, kernel by kernel (ms)"] == 0.2
     assert t.loc["aaaa0001", "trainer staged, graph (ms)"] == "-"  # a term the file lacks
-    (section,) = predictions.lend_section()
+    (section,) = predictions.boot_section()
     assert "gpu-box (slowest over fastest: staged copy, B = 3200 2.00x; trainer staged, kernel by kernel 2.00x)" in section
     assert "bbbb0002" in section
 

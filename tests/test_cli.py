@@ -95,7 +95,7 @@ def test_save_writes_csv_and_metadata(tmp_path, monkeypatch, capsys):
     assert csv_path.exists() and csv_path.with_suffix(".json").exists()
     meta = json.loads(csv_path.with_suffix(".json").read_text())
     assert meta["cpu"] and meta["git_commit"]
-    assert len(meta["boot"]) == 8 and int(meta["boot"], 16) >= 0  # this boot of the kernel: lends of one image differ
+    assert len(meta["boot"]) == 8 and int(meta["boot"], 16) >= 0  # this boot of the kernel: boots of one image differ
 
 
 def test_write_rows_appends_and_widens(tmp_path):

@@ -131,3 +131,25 @@ def test_paths_inside_the_repository_are_named_from_its_root(tmp_path):
     text = f"results go to {PROJECT_ROOT}/runs/m/roofline.csv; cwd {PROJECT_ROOT}"
     assert results.relative_text(text) == "results go to runs/m/roofline.csv; cwd ."
     assert re.findall(ABSOLUTE_PATH, f"wrote {tmp_path}/x.csv") and not re.findall(ABSOLUTE_PATH, "ms/batch 3 / 4")
+
+
+def test_the_code_and_documents_say_boot_not_lend():
+    """A user's machine is not lent: one run of a machine is a boot (the metadata's `boot`). The code,
+    what it prints and the documents say so; only the names of blind checks made before keep the word."""
+    import re
+    import subprocess
+    root = PACKAGE.parent
+    names = subprocess.run(["git", "ls-files", "perflab", "notebooks", "tests", "scripts", "experiments", "*.md"],
+                           cwd=root, capture_output=True, text=True).stdout.split()
+    said = {}
+    for name in names:
+        if name.endswith((".csv", ".json", ".jsonl", ".ipynb", ".log", ".pdf", ".png", ".svg")) or name == "tests/test_layout.py":
+            continue  # data a run wrote (its words are the record of that run); this test, which names the word
+        try:
+            text = (root / name).read_text(encoding="utf-8")
+        except (UnicodeDecodeError, FileNotFoundError):
+            continue
+        words = re.findall(r"\b(?:lend|lends|lent|lending)\b", text, flags=re.I)
+        if words:
+            said[name] = words[:3]
+    assert len(names) > 100 and not said, said

@@ -271,14 +271,14 @@ def test_committed_validation_is_what_the_predictor_says_now_and_meets_the_cpu_m
 def test_validation_names_the_ceilings_file_of_every_prediction():
     v = pd.read_csv(RESULTS_ROOT / "nvidia-h200" / "validation.csv")
     folder = RESULTS_ROOT / "nvidia-h200"
-    harness = v[(v.source == "scaling.jsonl") & v.error.notna()]  # from the ceilings of the lend the harness ran on
+    harness = v[(v.source == "scaling.jsonl") & v.error.notna()]  # from the ceilings of the boot the harness ran on
     boots = {json.loads(line).get("boot") for line in (folder / "scaling.jsonl").read_text().splitlines()}
-    own = harness.same_lend.astype(str) == "True"
+    own = harness.same_boot.astype(str) == "True"
     assert own.sum() >= 12 and {json.loads((folder / c).with_suffix(".json").read_text())["boot"]
                                 for c in harness.ceilings[own]} <= boots
-    assert harness.peer[~own].str.contains("overlap").all()  # only what that lend never timed comes from another
+    assert harness.peer[~own].str.contains("overlap").all()  # only what that boot never timed comes from another
     v = v[v.source != "scaling.jsonl"]
-    for source, used in zip(v.source, v.ceilings):  # its own lend's beside it, else its run's, else the nearest
+    for source, used in zip(v.source, v.ceilings):  # its own boot's beside it, else its run's, else the nearest
         own = f"{Path(source).stem}_ceilings/ceilings_p"
         run = Path(source).parent.name.startswith("mainjob") and Path(used).parent == Path(source).parent
         nearest = validation.own_ceilings(folder / source, folder, int(v[v.source == source].p.max()))
@@ -374,7 +374,7 @@ def test_whatif_and_validate_reject_bad_input_naming_it(tmp_path):
     assert proc.returncode == 0, proc.stderr
     graph, eager = json.loads((out / "whatif.json").read_text())["rows"]
     assert (graph["launch"], eager["launch"]) == ("graph", "eager") and eager["t_host"] > graph["t_host"]
-    two = str(RESULTS_ROOT / "nvidia-h100-80gb-hbm3" / "ceilings_p2.csv")  # its lend timed the p2p exchange
+    two = str(RESULTS_ROOT / "nvidia-h100-80gb-hbm3" / "ceilings_p2.csv")  # its boot timed the p2p exchange
     proc = run("whatif", "--ceilings", two, "--comm", "p2p", "--ranks", "2", "--hidden", "1536", "--per-rank-batch",
                "2000", "--out", str(out), "--json")
     assert proc.returncode == 0, proc.stderr
@@ -752,22 +752,22 @@ def test_a_sweep_is_predicted_from_the_ceilings_measured_beside_it_first(tmp_pat
     assert by.ceilings["prediction_check_x.csv"] == "prediction_check_x_ceilings/ceilings_p1.csv"
     assert by.ceilings["prediction_check_y.csv"] == "ceilings_p1.csv"
     assert by.predicted_ms["prediction_check_x.csv"] == pytest.approx(2 * by.predicted_ms["prediction_check_y.csv"])
-    # the lend: the kernel boot in the sweep's and the ceilings' metadata
+    # the boot: the kernel boot in the sweep's and the ceilings' metadata
     (beside / "ceilings_p1.json").write_text(json.dumps({"boot": "aaaa"}))
     (tmp_path / "ceilings_p1.json").write_text(json.dumps({"boot": "bbbb"}))
     for name, boot in (("prediction_check_x", "aaaa"), ("prediction_check_y", "cccc")):
         (tmp_path / f"{name}.json").write_text(json.dumps({"boot": boot}))
     table_, _ = validation.validate_folder(tmp_path, write=False)
-    assert table_.set_index("source").same_lend.to_dict() == {"prediction_check_x.csv": True, "prediction_check_y.csv": False}
+    assert table_.set_index("source").same_boot.to_dict() == {"prediction_check_x.csv": True, "prediction_check_y.csv": False}
     s = validation.summary(table_)
-    assert s["same_lend"] == 1 and s["median_abs_error_same_lend"] == pytest.approx(abs(table_.error.iloc[0]))
-    assert s["same_lend_graphed"] == 1  # a resident step on a GPU: a graph replay unless the row says not
+    assert s["same_boot"] == 1 and s["median_abs_error_same_boot"] == pytest.approx(abs(table_.error.iloc[0]))
+    assert s["same_boot_graphed"] == 1  # a resident step on a GPU: a graph replay unless the row says not
     eager = validation.summary(table_.assign(graphs=False))
-    assert eager["same_lend"] == 1 and "same_lend_graphed" not in eager
-    assert "1 predicted from ceilings of their own lend" in validation.describe(table_)
+    assert eager["same_boot"] == 1 and "same_boot_graphed" not in eager
+    assert "1 predicted from ceilings of their own boot" in validation.describe(table_)
     (tmp_path / "prediction_check_y.json").write_text("{}")  # a sweep from before the boot was recorded
-    assert validation.validate_folder(tmp_path, write=False)[0].same_lend.isna().sum() == 1
-    # no ceilings beside it: those of its own lend wherever they lie in the folder, else the nearest in time
+    assert validation.validate_folder(tmp_path, write=False)[0].same_boot.isna().sum() == 1
+    # no ceilings beside it: those of its own boot wherever they lie in the folder, else the nearest in time
     (tmp_path / "prediction_check_y.json").write_text(json.dumps({"boot": "aaaa"}))
     assert validation.own_ceilings(tmp_path / "prediction_check_y.csv", tmp_path) == beside
     (tmp_path / "prediction_check_y.json").write_text(json.dumps({"date": "2026-11-25T10:00:00+00:00"}))
@@ -826,17 +826,17 @@ def test_a_ceilings_run_prints_each_rate_at_its_peak_and_the_floors_in_microseco
                                            "GEMM 3 alone (median 1.38, 2 shapes, p=2)")
 
 
-def test_the_scaling_harness_rows_are_validated_from_the_ceilings_of_their_own_lend(tmp_path):
+def test_the_scaling_harness_rows_are_validated_from_the_ceilings_of_their_own_boot(tmp_path):
     """perflab's rows of scaling.jsonl become points (epoch of N samples, B = p b, launched as recorded,
     the exchange its flags name), the peers' rows are left out, rows from before the harness recorded
-    how its step launched are skipped with why, and the ceilings file of the rows' own lend is preferred."""
+    how its step launched are skipped with why, and the ceilings file of the rows' own boot is preferred."""
     folder = tmp_path / "machine"
     folder.mkdir()
     c = table()
-    for name, boot in (("ceilings_p1", "other"), ("ceilings_p2", "lend")):
+    for name, boot in (("ceilings_p1", "other"), ("ceilings_p2", "boot")):
         c.table.to_csv(folder / f"{name}.csv", index=False)
         (folder / f"{name}.json").write_text(json.dumps({"boot": boot}))
-    ran = {"N": 8000, "graphs": True, "epoch_graph": True, "boot": "lend", "git_commit": "abc"}
+    ran = {"N": 8000, "graphs": True, "epoch_graph": True, "boot": "boot", "git_commit": "abc"}
     rows = [{"peer": "perflab resident", "H": 1024, "b": 4000, "p": 1, "epoch_ms": 4.0, **ran},
             {"peer": "perflab resident, model parallel", "H": 1024, "b": 2000, "p": 2, "epoch_ms": 3.0, **ran},
             {"peer": "perflab resident, overlap", "H": 1024, "b": 2000, "p": 2, "epoch_ms": 3.0, **ran},
@@ -850,14 +850,14 @@ def test_the_scaling_harness_rows_are_validated_from_the_ceilings_of_their_own_l
     assert list(points.trainer) == ["FusedGPU", "FusedModelParallel", "FusedGPU"]
     assert list(points.step_graph) == [False, True, False]
     assert [s["skipped"] for s in skipped] == ["the harness did not yet record N and how its step launched"]
-    assert [f.name for f in validation.lend_ceilings({"lend"})(folder, 1)] == ["ceilings_p2.csv", "ceilings_p1.csv"]
-    assert [f.name for f in validation.lend_ceilings({"elsewhere"})(folder, 1)] == ["ceilings_p1.csv", "ceilings_p2.csv"]
-    beside = folder / "prediction_check_z_ceilings"  # a blind check's lend's ceilings count for its rows too
+    assert [f.name for f in validation.boot_ceilings({"boot"})(folder, 1)] == ["ceilings_p2.csv", "ceilings_p1.csv"]
+    assert [f.name for f in validation.boot_ceilings({"elsewhere"})(folder, 1)] == ["ceilings_p1.csv", "ceilings_p2.csv"]
+    beside = folder / "prediction_check_z_ceilings"  # a blind check's boot's ceilings count for its rows too
     beside.mkdir()
     c.table.to_csv(beside / "ceilings_p2.csv", index=False)
     (beside / "ceilings_p2.json").write_text(json.dumps({"boot": "check"}))
-    assert validation.lend_ceilings({"check"})(folder, 2) == [beside / "ceilings_p2.csv", folder / "ceilings_p2.csv"]
-    assert validation.lend_ceilings({"lend"})(folder, 2) == [folder / "ceilings_p2.csv", beside / "ceilings_p2.csv"]
+    assert validation.boot_ceilings({"check"})(folder, 2) == [beside / "ceilings_p2.csv", folder / "ceilings_p2.csv"]
+    assert validation.boot_ceilings({"boot"})(folder, 2) == [folder / "ceilings_p2.csv", beside / "ceilings_p2.csv"]
     shutil.rmtree(beside)
     t, _ = validation.validate_folder(folder, write=False)
     assert list(t.source) == ["scaling.jsonl"] * 4 and list(t.peer) == [r["peer"] for r in rows[:4]]
@@ -866,16 +866,16 @@ def test_the_scaling_harness_rows_are_validated_from_the_ceilings_of_their_own_l
     assert "has no overlap_exchange rows at p=2 in 2 chunks" in t.skipped.iloc[2]  # nor --overlap's GEMM 3
     assert list(t.measured_git) == ["abc", "abc", "abc", "?"]
     one = predictor.predict_point({**points.iloc[0].to_dict()}, c)
-    assert t.predicted_ms.iloc[0] == pytest.approx(1e3 * one["batch_s"]) and t.same_lend.iloc[0]
-    # a row its lend's file cannot predict (--overlap, never timed there) takes the next file that can
+    assert t.predicted_ms.iloc[0] == pytest.approx(1e3 * one["batch_s"]) and t.same_boot.iloc[0]
+    # a row its boot's file cannot predict (--overlap, never timed there) takes the next file that can
     later = folder / "ceilings_later"
     later.mkdir()
     more(c, overlap_rows(lambda H, B: 1e-4)).table.to_csv(later / "ceilings_p2.csv", index=False)
     (later / "ceilings_p2.json").write_text(json.dumps({"boot": "later"}))
     t, _ = validation.validate_folder(folder, write=False)
     overlap = t[t.peer == "perflab resident, overlap"].iloc[0]
-    assert overlap.ceilings == "ceilings_later/ceilings_p2.csv" and pd.notna(overlap.error) and not overlap.same_lend
-    assert t[t.peer == "perflab resident"].ceilings.iloc[0] == "ceilings_p2.csv"  # the lend's own file first
+    assert overlap.ceilings == "ceilings_later/ceilings_p2.csv" and pd.notna(overlap.error) and not overlap.same_boot
+    assert t[t.peer == "perflab resident"].ceilings.iloc[0] == "ceilings_p2.csv"  # the boot's own file first
 
 
 def test_an_all_reduce_inside_a_graph_is_charged_the_graph_replayed_ceiling_where_measured():
@@ -974,7 +974,7 @@ def test_harness_rows_say_which_exchange_they_ran(tmp_path):
     """A scaling harness row of perflab with the p2p flag is a p2p point, the others NCCL's."""
     folder = tmp_path / "machine"
     folder.mkdir()
-    ran = {"N": 8000, "graphs": True, "epoch_graph": True, "boot": "lend", "git_commit": "abc"}
+    ran = {"N": 8000, "graphs": True, "epoch_graph": True, "boot": "boot", "git_commit": "abc"}
     rows = [{"peer": "perflab resident", "H": 1024, "b": 2000, "p": 2, "epoch_ms": 3.0, **ran},
             {"peer": "perflab resident, p2p", "H": 1024, "b": 2000, "p": 2, "epoch_ms": 2.5, **ran}]
     (folder / "scaling.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

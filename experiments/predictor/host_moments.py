@@ -1,7 +1,7 @@
 """Is a host-paced point's miss the model's or the moment's? (#28: every point beyond 25% is a step
 the host paces: launched kernel by kernel, or staged through the pageable copy.)
 
-On one lend, in fresh processes one after another ("moments"), each process times, in a shuffled
+On one boot, in fresh processes one after another ("moments"), each process times, in a shuffled
 order:
   terms   the host's terms as `perflab ceilings` times them: the staged copy walk at each point's B
           (ceilings.staged_images, 3 walks) and the trainer's floor at H = 16 for every way a point
@@ -11,7 +11,7 @@ order:
 One JSON line per measurement.
 
 Then, here or anywhere, `summary` predicts every measured point with perflab's predictor from a
-ceilings file of the same lend, three ways: the file as it is; the file with the host's terms of the
+ceilings file of the same boot, three ways: the file as it is; the file with the host's terms of the
 point's own moment put in (the model, given the host as it was); and with those of each other moment
 (what a prediction made from ceilings at another moment meets). If the own-moment error is small and
 the cross-moment one large, the miss is the host's drift, not a term the model lacks.
@@ -94,7 +94,7 @@ def variant(label: str) -> str:
 
 
 def summary(log: str, ceilings_path: str | None = None) -> None:
-    """Per variant: each step's time over the moments and, given the lend's ceilings, the predictor's
+    """Per variant: each step's time over the moments and, given the boot's ceilings, the predictor's
     error from the file, from the point's own moment's host terms and from each other moment's; then
     the same errors by what paces the step (the host: staged or kernel by kernel; else the GPU)."""
     import pandas as pd

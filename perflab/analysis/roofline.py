@@ -153,7 +153,7 @@ def one_gpu_twin(peer: str) -> str:
 
 
 def folder_roofs(folder: Path, device: str) -> dict:
-    """machine_roofs over every ceilings file of a machine folder, its subfolders' too (earlier lends
+    """machine_roofs over every ceilings file of a machine folder, its subfolders' too (earlier boots
     kept beside their runs, blind checks' own): the fastest rates the machine was measured at."""
     files = sorted(Path(folder).rglob("ceilings_p*.csv"))
     return machine_roofs(pd.concat([pd.read_csv(f) for f in files], ignore_index=True), device)

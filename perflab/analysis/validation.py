@@ -60,10 +60,10 @@ def validate_harness(folder: Path) -> pd.DataFrame | None:
         return None
     rows = points.to_dict("records") + skipped  # in the table's order: the predicted, then the skipped
     boots = {r["boot"] for r in rows if r.get("boot")}
-    table = predictor.validate(points, folder, lend_ceilings(boots)) if len(points) else pd.DataFrame()
+    table = predictor.validate(points, folder, boot_ceilings(boots)) if len(points) else pd.DataFrame()
     table = pd.concat([table, pd.DataFrame(skipped)], ignore_index=True)
     if "ceilings" in table:
-        table["same_lend"] = [same_lend(r, folder / n) if isinstance(n, str) else None for r, n in zip(rows, table.ceilings)]
+        table["same_boot"] = [same_boot(r, folder / n) if isinstance(n, str) else None for r, n in zip(rows, table.ceilings)]
     table["peer"] = [r["peer"] for r in rows]
     table.insert(0, "source", HARNESS)
     table.insert(1, "peer", table.pop("peer"))
@@ -71,11 +71,11 @@ def validate_harness(folder: Path) -> pd.DataFrame | None:
     return table.drop(columns=["git_commit", "boot"], errors="ignore")
 
 
-def lend_ceilings(boots: set):
+def boot_ceilings(boots: set):
     """choose(folder, p) for predictor.validate: the folder's ceilings files that cover p ranks, those
-    measured on the lend the rows ran on first (their metadata's boot among `boots`; a blind check's
+    measured on the boot the rows ran on first (their metadata's boot among `boots`; a blind check's
     `_ceilings/` beside it counts), then ceilings_for's, then the rest: a row the first cannot
-    predict (a term its lend never timed) takes the next that can."""
+    predict (a term its boot never timed) takes the next that can."""
     def choose(folder: Path, p: int) -> list[Path]:
         ranks = {path: int(path.stem.split("_p")[1]) for path in sorted(Path(folder).rglob("ceilings_p*.csv"))}
         covering = sorted((f for f, n in ranks.items() if n >= p), key=ranks.get)
@@ -86,11 +86,11 @@ def lend_ceilings(boots: set):
 
 
 def own_ceilings(sweep: Path, folder: Path, p: int = 1) -> Path:
-    """The folder of the ceilings that predict a sweep: those measured beside it, on the same lend of
-    the machine (`<sweep>_ceilings/`: host-side terms differ between lends of one device image by up
+    """The folder of the ceilings that predict a sweep: those measured beside it, on the same boot of
+    the machine (`<sweep>_ceilings/`: host-side terms differ between boots of one device image by up
     to 1.5x), else its run's own (mainjob/), else those of the machine folder (or a folder inside it)
-    that cover p ranks and were measured on the sweep's lend, else nearest in time to it: the code
-    and the lend it ran on, as near as the files tell."""
+    that cover p ranks and were measured on the sweep's boot, else nearest in time to it: the code
+    and the boot it ran on, as near as the files tell."""
     beside = sweep.with_name(sweep.stem + "_ceilings")
     for candidate in (beside, sweep.parent):
         if list(candidate.glob("ceilings_p*.csv")) and candidate != folder:
@@ -103,9 +103,9 @@ def own_ceilings(sweep: Path, folder: Path, p: int = 1) -> Path:
         if path is None:
             continue
         made = read_meta(path)
-        other_lend = not (meta.get("boot") and made.get("boot") == meta["boot"])
+        other_boot = not (meta.get("boot") and made.get("boot") == meta["boot"])
         gap = (pd.to_datetime(made.get("date"), utc=True, errors="coerce") - when).total_seconds()
-        key = (other_lend, abs(gap) if pd.notna(gap) else float("inf"), candidate != folder)
+        key = (other_boot, abs(gap) if pd.notna(gap) else float("inf"), candidate != folder)
         if best_key is None or key < best_key:
             best, best_key = candidate, key
     return best
@@ -119,7 +119,7 @@ def read_meta(path: Path) -> dict:
 
 def validate_folder(folder: Path, out: str | None = None, write: bool = True) -> tuple[pd.DataFrame, Path | None]:
     """Every sweep point of the folder, and the scaling harness's perflab rows (from the ceilings of
-    their own lend where the folder has them), predicted from its ceilings; written to validation.csv
+    their own boot where the folder has them), predicted from its ceilings; written to validation.csv
     (+ .json naming the ceilings files and their machines) unless `write` is False, and every
     profiled phase the ceilings time to validation_phases.csv."""
     folder = Path(folder)
@@ -135,7 +135,7 @@ def validate_folder(folder: Path, out: str | None = None, write: bool = True) ->
             table["ceilings"] = [str((own / n).relative_to(folder)) if isinstance(n, str) else n for n in table.ceilings]
         table.insert(0, "source", str(path.relative_to(folder)))
         table["measured_git"] = str(meta.get("git_commit", "?"))[:12]
-        table["same_lend"] = [same_lend(meta, folder / n) if isinstance(n, str) else None
+        table["same_boot"] = [same_boot(meta, folder / n) if isinstance(n, str) else None
                               for n in table.get("ceilings", [None] * len(table))]
         tables.append(table)
         phases = predictor.validate_phases(points, own)
@@ -161,8 +161,8 @@ def validate_folder(folder: Path, out: str | None = None, write: bool = True) ->
     return table, path
 
 
-def same_lend(sweep_meta: dict, ceilings: Path) -> bool | None:
-    """Whether a sweep and the ceilings predicting it ran on one lend of the machine (the same kernel
+def same_boot(sweep_meta: dict, ceilings: Path) -> bool | None:
+    """Whether a sweep and the ceilings predicting it ran on one boot of the machine (the same kernel
     boot, metadata `boot`): only then are the host's terms the ones the sweep met. None: a file
     from before the boot was recorded."""
     boot = read_meta(ceilings).get("boot")
@@ -193,15 +193,15 @@ def summary(table: pd.DataFrame) -> dict:
     resident = banded.drop(staged.index)
     if len(resident):  # the resident points launched kernel by kernel and their host band
         out |= {"host_banded": int(len(resident)), "inside_host_band": int(resident.sum())}
-    lend = done[done.same_lend.astype(str) == "True"] if "same_lend" in done else done.iloc[:0]
-    if len(lend):  # predicted from ceilings measured on the sweep's own lend: the main job's case
-        out |= {"same_lend": int(len(lend)), "median_abs_error_same_lend": float(lend.error.abs().median()),
-                "worst_abs_error_same_lend": float(lend.error.abs().max())}
-        graphed = lend[[predictor.launch_name(r) == "graph" for r in lend.to_dict("records")]]
+    boot = done[done.same_boot.astype(str) == "True"] if "same_boot" in done else done.iloc[:0]
+    if len(boot):  # predicted from ceilings measured on the sweep's own boot: the main job's case
+        out |= {"same_boot": int(len(boot)), "median_abs_error_same_boot": float(boot.error.abs().median()),
+                "worst_abs_error_same_boot": float(boot.error.abs().max())}
+        graphed = boot[[predictor.launch_name(r) == "graph" for r in boot.to_dict("records")]]
         if len(graphed):  # ... each step a graph replay (the default): the host's speed out of the step
-            out |= {"same_lend_graphed": int(len(graphed)),
-                    "median_abs_error_same_lend_graphed": float(graphed.error.abs().median()),
-                    "worst_abs_error_same_lend_graphed": float(graphed.error.abs().max())}
+            out |= {"same_boot_graphed": int(len(graphed)),
+                    "median_abs_error_same_boot_graphed": float(graphed.error.abs().median()),
+                    "worst_abs_error_same_boot_graphed": float(graphed.error.abs().max())}
     spread = done[done.epoch_spread.notna()] if "epoch_spread" in done else done.iloc[:0]
     if len(spread):  # points whose sweep recorded how far their own timed epochs moved
         out |= {"spread": int(len(spread)), "median_epoch_spread": float(spread.epoch_spread.median()),
@@ -238,9 +238,9 @@ def describe(table: pd.DataFrame) -> str:
             + (f"; {s['inside_host_band']} of {s['host_banded']} resident points launched kernel by kernel inside their "
                "host band" if "host_banded" in s else "")
             + (f"; {probed_summary(s)}" if "probed" in s else "")
-            + (f"; {s['same_lend']} predicted from ceilings of their own lend: median |error| "
-               f"{s['median_abs_error_same_lend']:.0%}, worst {s['worst_abs_error_same_lend']:.0%}" if "same_lend" in s else "")
-            + (f" ({s['same_lend_graphed']} of them graphed: {s['median_abs_error_same_lend_graphed']:.0%}, worst "
-               f"{s['worst_abs_error_same_lend_graphed']:.0%})" if "same_lend_graphed" in s else "")
+            + (f"; {s['same_boot']} predicted from ceilings of their own boot: median |error| "
+               f"{s['median_abs_error_same_boot']:.0%}, worst {s['worst_abs_error_same_boot']:.0%}" if "same_boot" in s else "")
+            + (f" ({s['same_boot_graphed']} of them graphed: {s['median_abs_error_same_boot_graphed']:.0%}, worst "
+               f"{s['worst_abs_error_same_boot_graphed']:.0%})" if "same_boot_graphed" in s else "")
             + (f"; {s['spread']} with their epochs' own spread recorded (median {s['median_epoch_spread']:.0%}): "
                f"{s['off_past_spread']} off by more than it" if "spread" in s else ""))

@@ -100,7 +100,7 @@ def cmd_whatif(args, comm) -> dict:
         print(pd.DataFrame(rows).drop(columns=["composition"]).round(3).to_string(index=False))
         if "eager" in args.launch and args.backend == "cupy":
             print("eager steps: charged the trainer's host floor at H = 16; a step the host launches kernel by kernel "
-                  "moved by up to 2x between points of one run on the lent H100s (experiments/predictor/README.md)")
+                  "moved by up to 2x between points of one run on the borrowed H100s (experiments/predictor/README.md)")
         if made["epoch_stretch"] is not None and "resident" in args.mode and "graph" in args.launch:
             print(f"an epoch run as one CUDA graph (resident, graphed; on several GPUs NCCL inside): its steps x {made['epoch_stretch']:.3f}, "
                   "the ratio of the trainer's epoch to its graph replayed alone that the ceilings measured")

@@ -397,7 +397,7 @@ def trainer_floor(comm, mode: str = "resident", batches=(20, 400), graphs: bool 
     <mode>`, how it launched and, kernel by kernel, its GEMM (perflab.analysis.predictor.floor_name).
     With `repeats`, the pair is timed that many times: the median, and the fastest and slowest as
     min_seconds and max_seconds (a step launched kernel by kernel moves with the host, 0.26-0.40 ms
-    between two rounds on one H100: experiments/predictor/logs/eager_floor_lend_h100.jsonl)."""
+    between two rounds on one H100: experiments/predictor/logs/eager_floor_boot_h100.jsonl)."""
     from perflab.analysis.predictor import floor_name
     from perflab.config import Config
     from perflab.train.runner import Device, train_on_ranks

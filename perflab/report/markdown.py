@@ -231,7 +231,7 @@ def launch_section() -> list[str]:
            "operand set-up) each step, so a step whose kernels are short waits on the host. The eager times also "
            "move with the host's speed between points of one run (the predictor's misses on them, "
            "`experiments/predictor/README.md`), and a staged step's pageable copy drifts either way between points "
-           "(`experiments/staged_copy/`), so a ratio below 1 is that drift; a graph replay costs the same on every lend."]
+           "(`experiments/staged_copy/`), so a ratio below 1 is that drift; a graph replay costs the same on every boot."]
     for machine, t in points.items():
         summary = t.groupby(["mode", "gemm"])["eager / graph"].agg(points="size", median="median", lowest="min",
                                                                    highest="max").reset_index()
@@ -495,7 +495,7 @@ def scaling_story(scaling) -> list[str]:
         top = g[g.p == ps[-1]].set_index("peer")
         wide[f"efficiency p={ps[-1]}"] = top.efficiency
         errors = harness_errors(machine, H, b)
-        for p in ps:  # the predictor's error at each point it predicts (perflab validate, from the lend's ceilings)
+        for p in ps:  # the predictor's error at each point it predicts (perflab validate, from the boot's ceilings)
             wide[f"prediction error p={p}"] = [f"{errors[(peer, p)]:+.0%}" if (peer, p) in errors else "-" for peer in wide.index]
         meta = g.iloc[0]
         what = f", {meta['gpu']} x{meta['gpus']}, git {meta['git_commit'][:8]}, {meta['date']}" if "git_commit" in g else ""

@@ -1,6 +1,6 @@
 """The predictor's evidence for readers: every committed point against its prediction (the
 validation tables per machine folder), every prediction committed before its run beside that run
-(the blind checks), the points missed by most and the host's terms per lend, as tables and figures
+(the blind checks), the points missed by most and the host's terms per boot, as tables and figures
 for results/REPORT.md and results/README.md."""
 from __future__ import annotations
 
@@ -114,10 +114,10 @@ def staged_graphed(done) -> str:
     return median_worst(g.error) if len(g) else "-"
 
 
-def lend_table(folder: Path):
+def boot_table(folder: Path):
     """The host-side ceilings of every ceilings file of a machine folder (its own, its main job's, those
     measured beside a sweep), one row each with the kernel boot it ran on: how much the terms a
-    staged prediction rests on move between lends of one device image, and within one."""
+    staged prediction rests on move between boots of one device image, and within one."""
     import json
 
     import pandas as pd
@@ -134,11 +134,11 @@ def lend_table(folder: Path):
     return pd.DataFrame(rows)
 
 
-def lend_section() -> list[str]:
+def boot_section() -> list[str]:
     import pandas as pd
     out = []
     for folder in sorted(d for d in RESULTS_ROOT.iterdir() if d.is_dir()):
-        t = lend_table(folder)
+        t = boot_table(folder)
         if len(t) > 1:
             spread = {name: pd.to_numeric(t[name], errors="coerce").dropna() for name in HOST_TERMS}
             said = "; ".join(f"{name.removesuffix(' (ms)')} {v.max() / v.min():.2f}x" for name, v in spread.items() if len(v) > 1)
@@ -146,13 +146,13 @@ def lend_section() -> list[str]:
                 out.append(f"{folder.name} (slowest over fastest: {said}):\n\n" + fmt(t))
     if not out:
         return []
-    return ["\n### The host's terms between lends of one machine\n\n"
-            "Every ceilings file of a machine folder, with the kernel boot it ran on (metadata `boot`; lends of one "
+    return ["\n### The host's terms between boots of one machine\n\n"
+            "Every ceilings file of a machine folder, with the kernel boot it ran on (metadata `boot`; boots of one "
             "device image share host name and machine-id). The host's terms a staged prediction rests on, the "
-            "staged copy (the host's one-core memcpy) and a step launched kernel by kernel, move between lends and "
+            "staged copy (the host's one-core memcpy) and a step launched kernel by kernel, move between boots and "
             "within one (the main job's ceilings run beside the notebook's engines), far more than a graph "
             "replay's floor. Hence the staged step replays a graph, a staged point "
-            "carries its copy probed beside it, and a sweep is predicted from the ceilings measured on its own lend "
+            "carries its copy probed beside it, and a sweep is predicted from the ceilings measured on its own boot "
             "where they exist.\n\n" + "\n\n".join(out)]
 
 
@@ -358,9 +358,9 @@ def paced_text(paths) -> str:
             parts.append(f"where {name} sets the pace, median |error| {np.median(e):.0%} and {int((e > 0.25).sum())} of "
                          f"{len(e)} points beyond 25%")
     return ("On the GPU folders, " + "; ".join(parts) + ". The host paces a step launched kernel by kernel and the staged "
-            "path's pageable copy, and its speed moves between and within lends of a machine by more than 25% "
-            "(`experiments/staged_copy/`; the host's terms per lend and the missed points in `results/REPORT.md`): "
-            "one host-paced configuration, measured in fresh processes minutes apart on one lend, moves by more "
+            "path's pageable copy, and its speed moves between and within boots of a machine by more than 25% "
+            "(`experiments/staged_copy/`; the host's terms per boot and the missed points in `results/REPORT.md`): "
+            "one host-paced configuration, measured in fresh processes minutes apart on one boot, moves by more "
             "than any prediction made before the run can follow, and the host's terms timed in the same process "
             "do not follow it (`experiments/predictor/README.md`, host_moments). The GPU paces graphed resident "
             "and pipelined steps.")
@@ -369,7 +369,7 @@ def paced_text(paths) -> str:
 def predictor_sections(full: bool = True) -> list[str]:
     """The bottom-up predictor against every committed point (validation.csv per machine folder),
     and the predictions committed before their runs (results/predictions/*.json with their checks).
-    full: REPORT.md's, with every check's points, the missed points and the host's terms per lend;
+    full: REPORT.md's, with every check's points, the missed points and the host's terms per boot;
     the README's leaves those to it."""
     import pandas as pd
 
@@ -391,11 +391,11 @@ def predictor_sections(full: bool = True) -> list[str]:
                      "staged, copy probed: blind / at the probe": (
                          f"{s['probed']}: {s['median_abs_error_blind_probed']:.0%} ({s['worst_abs_error_blind_probed']:.0%}) / "
                          f"{s['median_abs_error_probed']:.0%} ({s['worst_abs_error_probed']:.0%})") if "probed" in s else "-",
-                     "ceilings of the point's own lend": (
-                         f"{s['same_lend']}: {s['median_abs_error_same_lend']:.0%} ({s['worst_abs_error_same_lend']:.0%})"
-                         + (f"; graphed {s['same_lend_graphed']}: {s['median_abs_error_same_lend_graphed']:.0%} "
-                            f"({s['worst_abs_error_same_lend_graphed']:.0%})" if "same_lend_graphed" in s else "")
-                         if "same_lend" in s else "-"),
+                     "ceilings of the point's own boot": (
+                         f"{s['same_boot']}: {s['median_abs_error_same_boot']:.0%} ({s['worst_abs_error_same_boot']:.0%})"
+                         + (f"; graphed {s['same_boot_graphed']}: {s['median_abs_error_same_boot_graphed']:.0%} "
+                            f"({s['worst_abs_error_same_boot_graphed']:.0%})" if "same_boot_graphed" in s else "")
+                         if "same_boot" in s else "-"),
                      "profiled phases": phase_error(path.with_name("validation_phases.csv")),
                      **({"sources": ", ".join(sorted(set(done.source))) if len(done) else
                          "no ceilings with the step's kernels"} if full else {})})
@@ -413,8 +413,8 @@ def predictor_sections(full: bool = True) -> list[str]:
            "walks the staged copy just before and after the timed epochs: `copy_probe_s`) are also predicted with the "
            "ceilings' copy at the probe's level: median (worst) |error| from the ceilings, then at the probe, says how "
            "much of a staged error is the copy's drift between the ceilings run and the point's. The points "
-           "predicted from ceilings measured on their own lend of the machine (the same kernel boot in both files' "
-           "metadata; a user's main job is this case) are counted apart: the host's terms move between lends.\n\n"
+           "predicted from ceilings measured on their own boot of the machine (the same kernel boot in both files' "
+           "metadata; a user's main job is this case) are counted apart: the host's terms move between boots.\n\n"
            + fmt(pd.DataFrame(rows))]
     paths = path_breakdown()
     if paths is not None:
@@ -428,14 +428,14 @@ def predictor_sections(full: bool = True) -> list[str]:
                    "run at that commit (`test_the_committed_predictions_came_before_their_measurements` checks the "
                    "order): median (worst) |error| and points, newest run first. The graphed resident steps are the "
                    "kernels' part of the model; staged and kernel-by-kernel points follow the host's copy and launch "
-                   "speed, which move between and within lends of a machine"
-                   + (" (below: every point, and the host's terms per lend)" if full else
-                      " (every point of every check, and the host's terms per lend: `results/REPORT.md`)")
+                   "speed, which move between and within boots of a machine"
+                   + (" (below: every point, and the host's terms per boot)" if full else
+                      " (every point of every check, and the host's terms per boot: `results/REPORT.md`)")
                    + f".\n\n![every blind check's points](figures/{CHECKS_FIGURE}.png)\n\n"  # both pages lie in results/
                    + summary)
     if full:
         out += missed_section()
-        out += lend_section()
+        out += boot_section()
     waiting = []
     for made_path, made, check in checks:
         if check is None:

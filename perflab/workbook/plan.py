@@ -36,8 +36,10 @@ def resolve_backend(backend: str, gpus: int) -> str:
     if backend not in ("auto", "numpy", "cupy"):
         raise PlanError(f"backend must be 'auto', 'numpy' or 'cupy', got {backend!r}")
     if backend == "cupy" and gpus == 0:
-        raise PlanError("backend 'cupy' needs CuPy and a visible NVIDIA GPU; none was found (nvidia-smi, "
-                        "pip install 'perflab[gpu]'), or pass backend 'auto' or 'numpy'")
+        from perflab.backend import gpu_setup_advice
+        raise PlanError("backend 'cupy' needs CuPy and a visible NVIDIA GPU; "
+                        + (gpu_setup_advice() or "none was found (nvidia-smi lists none)")
+                        + "; or pass backend 'auto' or 'numpy'")
     return backend if backend != "auto" else ("cupy" if gpus else "numpy")
 
 
@@ -106,11 +108,13 @@ class Plan:
     epochs: int = 1
     points: list = field(default_factory=list)
     estimate_s: float = float("nan")
+    gpu_advice: str | None = None  # why NVIDIA GPUs here go unused, and the fix (perflab.backend.gpu_setup_advice)
 
     def describe(self) -> str:
-        found = f"{self.cores} CPU cores, " + (f"{self.gpus} GPU(s)" if self.gpus else "no GPU")
+        found = f"{self.cores} CPU cores, " + (f"{self.gpus} GPU(s)" if self.gpus else "no GPU that CuPy sees")
         minutes = self.estimate_s / 60
-        return (f"found: {found}\n"
+        return ((f"note: {self.gpu_advice}\n" if self.gpu_advice else "")
+                + f"found: {found}\n"
                 f"will run: {len(self.points)} points on {self.backend}, {self.engines} MPI engine(s); "
                 f"H {self.hidden}, p {self.ranks} with B/p = {self.per_rank_batch}, a B sweep {self.batch_sweep} "
                 f"at p = 1, N = {self.N}, modes {self.modes}, median of {self.epochs} epoch(s) a point\n"
@@ -136,6 +140,7 @@ def roofline_plan(backend="auto", engines="auto", hidden=None, ranks=None, per_r
                   N=None, modes=None, epochs=None, estimate=True) -> Plan:
     """The roofline notebook's sweep for this machine; None means the backend's size."""
     from perflab.analysis.perfmodel import NetError, widths
+    from perflab.backend import gpu_setup_advice
     from perflab.workbook import sweep
     if hidden is not None:
         if not list(hidden):
@@ -152,7 +157,8 @@ def roofline_plan(backend="auto", engines="auto", hidden=None, ranks=None, per_r
     plan = Plan(backend=backend, engines=engines, gpus=gpus, cores=cores,
                 hidden=list(hidden or size["hidden"]), ranks=list(ranks or powers_of_two_upto(engines)),
                 per_rank_batch=per_rank_batch or size["per_rank_batch"], batch_sweep=list(batch_sweep or size["batch_sweep"]),
-                N=N or size["N"], modes=list(modes or size["modes"]), epochs=epochs or size["epochs"])
+                N=N or size["N"], modes=list(modes or size["modes"]), epochs=epochs or size["epochs"],
+                gpu_advice=gpu_setup_advice() if gpus == 0 else None)
     if max(plan.ranks) > engines:
         raise PlanError(f"ranks {plan.ranks} need {max(plan.ranks)} engines but engines={engines}")
     plan.points = sweep.grid(hidden=plan.hidden, per_rank_batch=[plan.per_rank_batch], ranks=plan.ranks, backend=[backend],
