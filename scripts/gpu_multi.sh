@@ -2,7 +2,7 @@
 # One device call on a several-GPU machine: multi-GPU checks, ceilings, roofline sweep, scaling,
 # data against model parallel, the all-reduce bench, the pipelined staged path beside the serial one, and the
 # single-GPU benchmarks (stages: info check auto ceilings sweep scaling deep parallel allreduce pipeline bench x4 exchange
-# channels dataparallel). CEILINGS_ARGS: more for `perflab ceilings` (--hidden H.. --per-rank-batch b..).
+# channels dataparallel watchdog). CEILINGS_ARGS: more for `perflab ceilings` (--hidden H.. --per-rank-batch b..).
 # Four GPUs (issue 33), one call: P=4 FLAGS="- p2p overlap staged pipelined model" bash scripts/gpu_multi.sh x4 scaling ceilings allreduce
 # Every command has a time limit, so one hang cannot eat the call. Usage:
 #   OUT=/tmp/out P=2 bash scripts/gpu_multi.sh [stage...]
@@ -69,6 +69,16 @@ for stage in $stages; do
         mpi -n $n python3 -m perflab.measure.peers_multi ddp 1024-1024 3000 60000 2>/dev/null | tail -1
         timeout 120 python3 -m perflab.measure.peers_multi jax 1024-1024 3000 60000 $n 2>/dev/null | tail -1
       done 2>&1 | tee "$OUT/scaling_deep.jsonl" ;;
+    watchdog)  # issue 54: rank 1 stopped (SIGSTOP) mid-training; the job must end within --timeout and a little, each other rank naming it
+      for args in "--comm nccl" "--comm nccl --launch eager" "--comm p2p" "--comm p2p --launch eager" "--comm mpi --mode staged" \
+                  "--comm nccl --parallel model" "--mode pipelined --comm mpi" "--comm nccl --hidden-size 1024 1024"; do
+        name=$(echo "$args" | tr -d '-' | tr ' ' '_')
+        timeout 150 python3 scripts/freeze_rank.py --after 3 --limit 100 --json "$OUT/watchdog_$name.json" -- \
+          mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x NCCL_NVLS_ENABLE -x PERFLAB_GIT_COMMIT -x PERFLAB_FREEZE_TOKEN \
+          -n $P python3 -m perflab train --backend cupy --dataset synthetic --hidden-size 1024 --train-size 60000 --batch-size 6000 \
+          --num-epochs 1000000 --test-size 0 --print-every 0 --timeout 15 $args | python3 -c "import json,sys; d=json.load(sys.stdin)
+print('$args:', 'exit', d['exit_status'], 'after', d.get('seconds_after_freeze'), 's;', *[l[:260] for l in d['stderr'][-4:]], sep='\n  ')"
+      done 2>&1 | tee "$OUT/watchdog.log" ;;
     allreduce) LIMIT=150 mpi -n $P python3 -m perflab bench allreduce --out "$OUT" 2>&1 | tail -12 ;;
     ceilings) LIMIT=${LIMIT:-150} mpi -n $P python3 -m perflab ceilings ${CEILINGS_ARGS:-} --out "$OUT" 2>&1 | grep -v "^ *mpi_allreduce\|^ *nccl_allreduce.* 0\.0" | tail -30 ;;
     sweep)

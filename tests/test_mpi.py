@@ -113,6 +113,29 @@ def test_failure_on_one_rank_ends_all_ranks(tmp_path):
     assert "rank 1:" in proc.stderr and "missing" in proc.stderr
 
 
+@pytest.mark.parametrize("ranks, comm, parallel, exchange", [
+    (3, "mpi", "data", "the host MPI all-reduce"),
+    (2, "shm", "data", "the shared-memory all-reduce"),
+    (2, "hierarchical", "model", "the hierarchical all-reduce"),
+])
+def test_a_frozen_rank_ends_the_job_with_a_line_from_every_other_rank(ranks, comm, parallel, exchange):
+    """Rank 1 stopped (SIGSTOP) mid-training: within the timeout and a little, the job ends with exit
+    status 3, and every other rank names rank 1, the exchange, the epoch and the batch."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from freeze_rank import freeze
+    train = [MPIEXEC, "-n", str(ranks), sys.executable, "-m", "perflab", "train", "--dataset", "synthetic",
+             "--hidden-size", "32", "--train-size", "1000", "--batch-size", "100", "--num-epochs", "1000000",
+             "--test-size", "0", "--print-every", "0", "--comm", comm, "--parallel", parallel, "--timeout", "4"]
+    report = freeze(train, rank=1, after=1.5, limit=90)
+    assert report["frozen"] and report["ended"], report
+    assert report["exit_status"] != 0 and report["seconds_after_freeze"] < 4 + 15, report
+    lines = [line for line in report["stderr"] if "no answer for" in line]
+    assert sorted(int(line.split("rank ")[1].split(":")[0]) for line in lines) == [r for r in range(ranks) if r != 1]
+    for line in lines:
+        assert f"s in {exchange} at epoch " in line and ", batch " in line and "rank 1 silent" in line, line
+        assert line.endswith("ending the job (--timeout 4)"), line
+
+
 @pytest.mark.parametrize("parallel", ["data", "model"])
 @pytest.mark.parametrize("ranks, per_node", [(3, 2), (4, 2), (4, 1)])
 def test_hierarchical_allreduce_on_pretend_nodes(ranks, per_node, parallel):

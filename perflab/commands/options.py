@@ -86,6 +86,12 @@ def device_options(parser: argparse.ArgumentParser) -> None:
                    help="NCCL on several GPUs: all-reduce the gradients in chunks on a second stream while backward "
                         "GEMM 3 still runs, all inside the step's CUDA graph (slower than one exchange after it on "
                         "two H200 and two H100: NCCL's kernels take SMs from the GEMM; experiments/p2p/README.md)")
+    from perflab.train.watchdog import TIMEOUT_S
+    g.add_argument("--timeout", type=positive_float, default=TIMEOUT_S, metavar="S",
+                   help="several ranks: a step that waits S seconds on the others (a rank stopped, a node lost) ends "
+                        "the job with one line per rank naming the silent rank, the exchange, the epoch and batch, exit "
+                        "status 3; every exchange (nccl, p2p, mpi, shm, hierarchical, cuda-mpi) is watched. The first "
+                        "step, which compiles kernels and captures graphs, is not (default %(default)g)")
     g.add_argument("--chunks", type=positive, default=None, metavar="K",
                    help="dW1 is exchanged in K row chunks, each as soon as its part of backward GEMM 3 is done "
                         "(default 2 with --overlap, faster than 4 on two H100: experiments/p2p/README.md; 4 with "
@@ -133,7 +139,7 @@ def device_from_args(args):
         raise CLIError(f"--gemm {args.gemm} runs on TF32 tensor cores from float32 operands: it needs --dtype float32, "
                        f"got --dtype {args.dtype}")
     return Device(backend=backend, mode=args.mode, gemm=args.gemm, comm=comm, graphs=args.launch == "graph",
-                  pinned=args.pinned, overlap=args.overlap, chunks=args.chunks)
+                  pinned=args.pinned, overlap=args.overlap, chunks=args.chunks, timeout=args.timeout)
 
 
 def config_from_args(args) -> Config:

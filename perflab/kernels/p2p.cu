@@ -11,9 +11,10 @@
 //   end:   tell every peer "I have read your round v". The wait for that is peer_read_wait,
 //          launched before this rank's backward next writes its gradient: by then it has
 //          long arrived, where a wait at the end of this kernel cost about 6 us.
-// A peer silent for timeout_ns is taken for dead: the waiting kernel prints who and traps, so
-// the next CUDA call raises instead of hanging. Blocks must all be resident at once (a block
-// spins on its peer's twin): launch at most one block of 512 a multiprocessor.
+// A peer silent for timeout_ns is taken for dead: the first waiting block prints who, every one traps,
+// so the next CUDA call raises instead of hanging (the host's watchdog, which waits less, speaks
+// first). Blocks must all be resident at once (a block spins on its peer's twin): launch at most
+// one block of 512 a multiprocessor.
 
 #ifndef __CUDACC_RTC__
 extern "C" __host__ __device__ int printf(const char*, ...);  // NVRTC has it built in, nvcc wants it declared
@@ -34,6 +35,8 @@ __device__ void signal_flag(unsigned* flag, unsigned v) {
     asm volatile("st.volatile.global.u32 [%0], %1;" :: "l"(flag), "r"(v) : "memory");
 }
 
+__device__ unsigned p2p_spoke = 0;  // a wait has timed out and said so
+
 __device__ void wait_flag(const unsigned* flag, unsigned v, long long timeout_ns, int rank, int peer, int block) {
     unsigned long long t0 = now_ns();
     for (;;) {
@@ -41,8 +44,9 @@ __device__ void wait_flag(const unsigned* flag, unsigned v, long long timeout_ns
         asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(seen) : "l"(flag) : "memory");
         if ((int)(seen - v) >= 0) return;  // counts wrap after 2^32 rounds: compare by difference
         if (now_ns() - t0 > (unsigned long long)timeout_ns) {
-            printf("--comm p2p: rank %d (block %d) heard nothing from rank %d for %lld ns\n", rank, block, peer,
-                   timeout_ns);
+            if (atomicExch(&p2p_spoke, 1u) == 0)  // one line, not one per waiting block
+                printf("--comm p2p: rank %d heard nothing from rank %d for %.0f s (block %d first)\n", rank, peer,
+                       timeout_ns * 1e-9, block);
             __trap();
         }
     }

@@ -17,6 +17,7 @@ import numpy as np
 
 from perflab.config import ConfigError
 from perflab.train.profile import phase
+from perflab.train.watchdog import TIMEOUT_S
 
 MPI_LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS", "SLURM_STEP_ID")
 STRATEGIES = ("mpi", "nccl", "hierarchical", "cuda-mpi", "shm", "p2p")
@@ -151,7 +152,7 @@ class NCCLComm(MPIComm):
 
 
 LAZY_PEER_ACCESS = 1  # cudaIpcMemLazyEnablePeerAccess
-P2P_TIMEOUT_NS = 30 * 10**9  # a peer silent this long is taken for dead: the waiting kernel traps
+P2P_TRAP_AFTER_S = 10  # the p2p kernel's own wait: this long past the watchdog's timeout, it traps
 P2P_KEPT = []  # the memory peers map, for the process's life: a peer may still read or signal into it
 
 
@@ -166,10 +167,13 @@ class P2PComm(MPIComm):
 
     strategy = "p2p"
 
-    def __init__(self, mpi: MPIComm):
+    def __init__(self, mpi: MPIComm, timeout_s: float):
         import cupy as cp
         super().__init__(mpi.comm)
         self.cp = cp
+        # a peer silent this long is taken for dead: the waiting kernel says so once and traps, so the next CUDA
+        # call raises; the host's watchdog (perflab.train.watchdog) speaks first, naming the epoch and batch
+        self.timeout_ns = int((timeout_s + P2P_TRAP_AFTER_S) * 1e9)
         node = self.comm.Split_type(self.MPI.COMM_TYPE_SHARED)
         on_one_node = self.comm.allreduce(node.Get_size()) == self.size * self.size
         node.Free()
@@ -220,13 +224,13 @@ class P2PComm(MPIComm):
         """On the current stream: params -= lr (every rank's gradient summed + regs params), the CE sums into self.ce."""
         with phase("MPI_Allreduce"):  # the seeds' name for the gradient exchange; here it holds the update too
             self.kernels.exchange_update(params, self.grads, self.rank, self.G.size - 1, learning_rate, ends, regs,
-                                         self.ce, self.flags, self.rounds, P2P_TIMEOUT_NS, self.blocks)
+                                         self.ce, self.flags, self.rounds, self.timeout_ns, self.blocks)
         self.records.append({"op": "allreduce", "strategy": self.strategy, "rank": self.rank,
                              "ranks": self.size, "bytes": self.G.nbytes, "seconds": float("nan")})  # async
 
     def read_wait(self) -> None:
         """On the current stream: hold until every peer has read this rank's last gradient."""
-        self.kernels.read_wait(self.rank, self.flags, self.rounds, P2P_TIMEOUT_NS, self.blocks)
+        self.kernels.read_wait(self.rank, self.flags, self.rounds, self.timeout_ns, self.blocks)
 
     def allreduce(self, buf):
         if isinstance(buf, np.ndarray):
@@ -399,8 +403,9 @@ def sub_world(world, p: int):
     return MPIComm(sub)
 
 
-def for_gpu(comm, strategy: str):
-    """The device-side strategy on top of the MPI world (after each rank picked its GPU)."""
+def for_gpu(comm, strategy: str, timeout_s: float = TIMEOUT_S):
+    """The device-side strategy on top of the MPI world (after each rank picked its GPU); timeout_s: the
+    watchdog's, which the p2p kernel's own wait outlasts."""
     if strategy not in STRATEGIES:
         raise ValueError(f"--comm must be one of {STRATEGIES}, got {strategy!r}")
     if comm.size == 1 or strategy == "mpi":
@@ -413,7 +418,7 @@ def for_gpu(comm, strategy: str):
         require_cuda_aware_mpi()
         return CUDAAwareMPIComm(comm.comm)
     if strategy == "p2p":
-        return P2PComm(comm)
+        return P2PComm(comm, timeout_s)
     return NCCLComm(comm)
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from perflab.config import Config
-from perflab.train import model, profile
+from perflab.train import model, profile, watchdog
 from perflab.train.profile import phase
 
 
@@ -104,13 +104,15 @@ def precision(trainer, test) -> float | None:
 
 
 def fit(cfg: Config, trainer, test=None, progress: bool = True, log=None, sync=lambda: None,
-        validation=None) -> History:
+        validation=None, dog=None) -> History:
     """Train for cfg.num_epochs; `log(msg)` receives the loss lines, `sync()` waits for the
     device so epoch times are honest on a GPU. Precision on the test (and validation) set is
     measured after each epoch, outside the epoch's time. A non-finite loss (checked wherever it
-    is computed: every `print_every` batches and each epoch's last) raises Diverged."""
+    is computed: every `print_every` batches and each epoch's last) raises Diverged. `dog`
+    (perflab.train.watchdog) is armed around everything that waits on the other ranks."""
     from tqdm.auto import tqdm
 
+    dog = dog or watchdog.Idle()
     history = History()
     every = cfg.print_every or cfg.num_batches
     total = cfg.num_epochs * cfg.num_batches
@@ -125,6 +127,7 @@ def fit(cfg: Config, trainer, test=None, progress: bool = True, log=None, sync=l
         sync()
         start = time.perf_counter()
         for i, index in [(len(batches) - 1, batches)] if whole else enumerate(batches):
+            dog.arm(epoch, None if whole else i, len(batches))
             if whole:  # the epoch's last batch stands for them all
                 step += len(batches) - 1
                 batch_loss = trainer.epoch(index, want_loss=True)
@@ -135,6 +138,7 @@ def fit(cfg: Config, trainer, test=None, progress: bool = True, log=None, sync=l
                     profile.current().batch = step
                 with phase("batch iteration"):
                     batch_loss = trainer.batch(index)
+            dog.disarm()
             if batch_loss is not None:
                 if not np.isfinite(batch_loss):
                     bar.close()
@@ -144,6 +148,7 @@ def fit(cfg: Config, trainer, test=None, progress: bool = True, log=None, sync=l
                     log(f"epoch {epoch} batch {i + 1}/{len(batches)} loss {batch_loss:.6f}")
             step += 1
             bar.update(len(batches) if whole else 1)
+        dog.arm(epoch, None, len(batches))
         sync()
         seconds = time.perf_counter() - start
         with profile.paused():  # evaluation is not a training phase
@@ -151,6 +156,7 @@ def fit(cfg: Config, trainer, test=None, progress: bool = True, log=None, sync=l
                    "test_precision": precision(trainer, test)}
             if validation is not None:
                 row["validation_precision"] = precision(trainer, validation)
+        dog.disarm()
         history.epochs.append(row)
         bar.set_postfix(loss=f"{row['loss']:.4f}", precision=row["test_precision"])
     bar.close()

@@ -12,7 +12,7 @@ import numpy as np
 from perflab import data
 from perflab.backend import blas_threads, to_numpy
 from perflab.config import GPU_EXCHANGES, OVERLAP_CHUNKS, Config, ConfigError, exchange_fields
-from perflab.train import loop, model, profile
+from perflab.train import loop, model, profile, watchdog
 from perflab.train.parallel import make_trainer
 
 TOLERANCE = {"float64": 1e-12, "float32": 1e-5, "tf32": 5e-3}  # tf32: one TF32 product a GEMM (tf32, wgmma)
@@ -52,6 +52,7 @@ class Device:
     pinned: bool = False     # staged mode: page-locked host copy of the data
     overlap: bool = False    # NCCL, several GPUs: exchange gradient chunks while backward GEMM 3 runs
     chunks: int | None = None  # dW1 row chunks exchanged one by one (None: 2 with overlap, 4 pipelined)
+    timeout: float = watchdog.TIMEOUT_S  # seconds a step may wait on the other ranks before the job ends
 
 
 def make_gpu_trainer(cfg: Config, parallel: str, comm, device: Device, train_set):
@@ -64,7 +65,7 @@ def make_gpu_trainer(cfg: Config, parallel: str, comm, device: Device, train_set
     if device.comm == "p2p" and not (parallel in ("sequential", "data") and device.mode == "resident"):
         raise gpu.GPUError("--comm p2p exchanges the fused data-parallel trainer's gradient buffer (resident); got "
                            f"--parallel {parallel}, --mode {device.mode}: use --comm nccl")
-    comm = for_gpu(comm, device.comm)
+    comm = for_gpu(comm, device.comm, device.timeout)
     if device.mode == "pipelined":
         if parallel == "model":
             raise gpu.GPUError("--mode pipelined runs data parallel; got --parallel model: use --mode resident")
@@ -194,8 +195,9 @@ def train_on_ranks(cfg: Config, parallel: str, comm, device: Device | None = Non
     with threads, recorder or contextlib.nullcontext() as prof:
         with profile.phase("train setup"):
             trainer, test_set, validation, sync = setup(cfg, parallel, comm, device)
-        history = loop.fit(cfg, trainer, test_set, progress=progress and comm.rank == 0,
-                            log=log if comm.rank == 0 else None, sync=sync, validation=validation)
+        with watchdog.for_run(getattr(trainer, "comm", comm), device.timeout) as dog:
+            history = loop.fit(cfg, trainer, test_set, progress=progress and comm.rank == 0,
+                                log=log if comm.rank == 0 else None, sync=sync, validation=validation, dog=dog)
     history.phases = prof.table() if prof is not None else None
     return history, trainer
 
