@@ -73,11 +73,13 @@ for stage in $stages; do
       for args in "--comm nccl" "--comm nccl --launch eager" "--comm p2p" "--comm p2p --launch eager" "--comm mpi --mode staged" \
                   "--comm nccl --parallel model" "--mode pipelined --comm mpi" "--comm nccl --hidden-size 1024 1024"; do
         name=$(echo "$args" | tr -d '-' | tr ' ' '_')
-        timeout 150 python3 scripts/freeze_rank.py --after 3 --limit 100 --json "$OUT/watchdog_$name.json" -- \
+        timeout 150 python3 scripts/freeze_rank.py --after 3 --limit 100 --json "$OUT/watchdog.json" -- \
           mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x NCCL_NVLS_ENABLE -x PERFLAB_GIT_COMMIT -x PERFLAB_FREEZE_TOKEN \
           -n $P python3 -m perflab train --backend cupy --dataset synthetic --hidden-size 1024 --train-size 60000 --batch-size 6000 \
-          --num-epochs 1000000 --test-size 0 --print-every 0 --timeout 15 $args | python3 -c "import json,sys; d=json.load(sys.stdin)
-print('$args:', 'exit', d['exit_status'], 'after', d.get('seconds_after_freeze'), 's;', *[l[:260] for l in d['stderr'][-4:]], sep='\n  ')"
+          --num-epochs 1000000 --test-size 0 --print-every 0 --timeout 15 $args >/dev/null
+        python3 -c "import json; d=json.load(open('$OUT/watchdog.json')); print('$args: exit', d['exit_status'], 'after',
+d.get('seconds_after_freeze'), 's', *[l for l in d['stderr'] if 'perflab' in l or 'p2p' in l or 'Timeout' in l], sep='\n  ')"
+        cat "$OUT/watchdog.json" >> "$OUT/watchdog.jsonl"; rm "$OUT/watchdog.json"
       done 2>&1 | tee "$OUT/watchdog.log" ;;
     allreduce) LIMIT=150 mpi -n $P python3 -m perflab bench allreduce --out "$OUT" 2>&1 | tail -12 ;;
     ceilings) LIMIT=${LIMIT:-150} mpi -n $P python3 -m perflab ceilings ${CEILINGS_ARGS:-} --out "$OUT" 2>&1 | grep -v "^ *mpi_allreduce\|^ *nccl_allreduce.* 0\.0" | tail -30 ;;

@@ -91,8 +91,12 @@ class Watchdog(Idle):
 
     def watch(self) -> None:
         import faulthandler
+        last = time.monotonic()
         while not self.stopping.wait(BEAT_S):
             self.row[0] = time.time()
+            if time.monotonic() - last > min(STALE_S, self.timeout / 2) and self.armed_since is not None:
+                self.armed_since = time.monotonic()  # this rank was the one stopped: resumed, it blames no one
+            last = time.monotonic()
             since = self.armed_since
             if since is None:
                 faulthandler.cancel_dump_traceback_later()
