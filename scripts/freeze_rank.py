@@ -96,7 +96,8 @@ def main(argv=None) -> int:
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the MPI job")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    report = freeze(command, args.rank, args.after, args.limit, args.when)
+    from perflab.results import machine_metadata
+    report = {**freeze(command, args.rank, args.after, args.limit, args.when), "machine": machine_metadata()}
     text = json.dumps(report)
     if args.json:
         with open(args.json, "w") as f:
