@@ -225,3 +225,24 @@ def test_scaling_harness_names_and_flags():
     proc = subprocess.run([sys.executable, "-m", "perflab.measure.peers_multi", "tensorflow", "8", "4", "16"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "unknown peer 'tensorflow': perflab, ddp or jax" in proc.stderr
+
+
+def test_the_committed_gpu_runs_ended_on_a_frozen_rank():
+    """On two H100 (scripts/gpu_multi.sh watchdog): rank 1 stopped mid-training under NCCL (graphed and eager),
+    p2p (both), host MPI (staged, pipelined), model parallel and a deeper net; each job ended within the
+    timeout and a little, exit status 3, rank 0 naming rank 1, the exchange and where."""
+    from perflab.results import RESULTS_ROOT
+    runs = [json.loads(line) for line in
+            (RESULTS_ROOT / "nvidia-h100-80gb-hbm3" / "watchdog" / "frozen_rank_h100x2.jsonl").read_text().splitlines()]
+    exchanges = {"nccl": "the NCCL all-reduce", "p2p": "the p2p exchange", "mpi": "the host MPI all-reduce"}
+    seen = set()
+    for run in runs:
+        command = run["command"]
+        timeout = float(command[command.index("--timeout") + 1])
+        comm = command[len(command) - 1 - command[::-1].index("--comm") + 1]
+        seen.add(comm)
+        assert run["machine"]["gpu_count"] == 2 and run["frozen"] and run["ended"], command
+        assert run["exit_status"] == 3 and run["seconds_after_freeze"] < timeout + 5, (command, run["seconds_after_freeze"])
+        said = [line for line in run["stderr"] if line.startswith("perflab: error: rank 0: no answer for")]
+        assert len(said) == 1 and f"in {exchanges[comm]} at epoch " in said[0] and "rank 1 silent" in said[0], said
+    assert seen == set(exchanges)
