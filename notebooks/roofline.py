@@ -148,17 +148,18 @@ print("the seeds' RTX 6000: P_flops 1.63e12, P_pci 1.27e10, P_mpi 7.95e9")
 
 # %%
 bw = rates.get("P_pci", rates.get("P_mpi"))
-exchanged = staged[staged.p > 1]
-fig = plots.roofline(exchanged if len(exchanged) else staged, rates["P_flops"], bw or 1e10, kind="serial",
+fig = plots.roofline(staged, rates["P_flops"], bw or 1e10, kind="serial",
                      title=f"Modified roofline, {machine}", label_bw="P_pci" if "P_pci" in rates else "P_mpi")
 png = plots.save(fig, f"roofline_serial_{machine}",
-    f"Modified (serial) roofline AI / (AI/P_flops + 1/BW) on {machine}, P_flops and BW the effective rates of "
-    f"{rates['reference']}; points: measured FLOP/s (seeds' FLOPs per batch over the median profiled batch "
-    f"iteration) of the H sweep with B/p = {job.per_rank_batch} at p > 1. Source: {path.name}.")
+    f"The modified (serial) roofline AI / (AI/P_flops + 1/BW) on {machine}, P_flops and BW the effective rates of "
+    f"{rates['reference']}, with every {'staged ' if job.backend == 'cupy' else ''}point of the sweep: measured FLOP/s "
+    f"(seeds' FLOPs per batch over the median profiled batch iteration); points that exchange nothing (p = 1) stand "
+    f"in the strip at the right. Source: {path.name}.")
 if "P_pci" in rates and "P_mpi" in rates:
-    fig = plots.roofline(exchanged, rates["P_flops"], rates["P_pci"], kind="combined", P_mpi=rates["P_mpi"],
+    fig = plots.roofline(staged, rates["P_flops"], rates["P_pci"], kind="combined", P_mpi=rates["P_mpi"],
                          title=f"Combined PCIe + MPI roofline, {machine}", label_bw="P_pci")
-    plots.save(fig, f"roofline_combined_{machine}", f"Combined roofline, 1/BW = (1/P_pci + 1/P_mpi)/2, on {machine}.")
+    plots.save(fig, f"roofline_combined_{machine}", f"The combined roofline, 1/BW = (1/P_pci + 1/P_mpi)/2, on "
+               f"{machine}, with every staged point of the sweep. Source: {path.name}.")
 display(Image(str(png)))
 
 # %% [markdown]

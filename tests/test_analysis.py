@@ -518,3 +518,59 @@ def test_the_validation_is_broken_down_by_the_path_a_step_takes(monkeypatch, tmp
     text = predictions.paced_text(predictions.path_breakdown())
     assert "where the GPU sets the pace, median |error| 5% and 1 of 3 points beyond 25%" in text
     assert "where the host sets the pace, median |error| 40% and 2 of 3 points beyond 25%" in text
+
+
+@pytest.mark.parametrize("folder", ["cpu-amd-epyc/mainjob", "nvidia-h100-80gb-hbm3/mainjob"])
+def test_the_main_jobs_rooflines_show_every_point_and_no_text_overlaps_another(folder):
+    """Drawn from a committed main job as the notebook draws them: the ceilings roofline and the modified one
+    show every point (p = 1's, which exchange nothing, in a strip at the right), and no two texts a reader
+    sees (title, labels, point labels, legend, the caption) intersect (matplotlib's renderer gives the boxes)."""
+    import matplotlib.text
+
+    from perflab.report import plots
+    path = RESULTS_ROOT / folder
+    table = roofline.measured(roofline.load(path / "roofline.csv"))
+    staged = table[table["mode"] == "staged"] if (table["mode"] == "staged").any() else table
+    roofs = roofline.folder_roofs(path, "gpu" if (table.backend == "cupy").any() else "cpu")
+    bounds = roofline.ceiling_bounds(table[table.gemm == "cublas"], roofs)
+    rates = roofline.reference_rates(staged)
+    figures = {"ceilings": plots.ceiling_roofline(bounds, roofs, title="Roofline from measured ceilings, a machine"),
+               "serial": plots.roofline(staged, rates["P_flops"], rates.get("P_pci", rates.get("P_mpi")) or 1e10,
+                                        title="Modified roofline, a machine"),
+               "predicted": plots.predicted_vs_measured(roofline.prediction_table(staged, rates), title="Predicted")}
+    both = roofline.overlap_bounds(table[table.gemm == "cublas"], roofs)
+    if len(both):
+        figures["pipelined"] = plots.overlap_roofline(both, roofs["P_flops"], title="Serial and pipelined")
+    shown = {"ceilings": len(bounds), "serial": len(staged)}
+    for name, fig in figures.items():
+        fig.text(0.01, 0.005, "A caption of one sentence, as plots.save writes it. Source: roofline.csv.", fontsize=7)
+        fig.tight_layout(rect=(0, 0.05, 1, 1))
+        plots.replace_labels(fig)  # as plots.save does once the caption moved the axes
+        assert plots.text_overlaps(fig) == [], name
+        if name in shown:  # a marker a point: every line artist's points, less the roofs' curves (200 samples each)
+            drawn = sum(len(line.get_xdata()) for line in fig.axes[0].get_lines() if len(line.get_xdata()) < 50)
+            labels = [t for t in fig.findobj(matplotlib.text.Annotation) if t.get_text().startswith("H=")]
+            assert drawn - (2 if name == "serial" else 0) >= shown[name] and labels, (name, drawn, shown[name])
+
+
+def test_the_report_pdf_opens_with_a_title_page_and_sentence_captions(tmp_path):
+    """A title page names the machine, the date, the commit and what was run; each figure's caption is the
+    sentence plots.save wrote beside it."""
+    import shutil
+
+    from perflab.report import pdf
+    run = tmp_path / "run"
+    shutil.copytree(RESULTS_ROOT / "cpu-amd-epyc" / "mainjob", run, ignore=shutil.ignore_patterns("report.pdf"))
+    doc = pdf.Document()
+    sweeps, figures = [run / "roofline.csv"], sorted((run / "figures").glob("*.png"))
+    pdf.title_page(doc, "perflab report: run", run, sweeps, figures)
+    texts = [getattr(f, "text", "") for f in doc.story]
+    meta = json.loads((run / "roofline.json").read_text())
+    assert any(t.startswith("<b>Machine:</b>") and meta["cpu"] in t for t in texts)
+    assert any(meta["date"] in t and meta["git_commit"][:12] in t for t in texts)
+    assert any(t.startswith("<b>What was run:</b> <i>roofline.csv</i>: 9 points on numpy") for t in texts)
+    assert type(doc.story[-1]).__name__ == "PageBreak"
+    for png in figures:
+        said = pdf.caption(png)
+        assert said == png.with_suffix(".txt").read_text().strip() and said.endswith(".") and "Source" in said, png
+    assert (pdf.build(folder=run)).stat().st_size > 50_000

@@ -218,6 +218,7 @@ def test_main_job_in_a_fresh_clone_measures_this_machine_and_leaves_git_status_c
     assert not errors
     printed = "".join(t for c in executed["cells"] for o in c.get("outputs", []) for t in o.get("text", ""))
     assert "found: " in printed and "will run: 5 points on numpy, 2 MPI engine(s)" in printed and "should take about" in printed
+    assert not [line for line in printed.splitlines() if "texts overlap" in line]  # plots.save says so of any figure
     table = pd.read_csv(run / "roofline.csv")
     assert len(table) == 5 and (table.status == "measured").all()
     figures = sorted(p.name for p in (run / "figures").iterdir())

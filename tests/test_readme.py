@@ -1,3 +1,5 @@
+import pytest
+
 from perflab.data import PROJECT_ROOT
 from perflab.report import markdown
 
@@ -26,12 +28,21 @@ def test_the_readme_is_a_front_door():
 
 def test_report_md_is_what_the_result_files_say_now():
     """results/REPORT.md is generated from the committed files: regenerate and compare (perflab report --markdown
-    fixes it); it opens with a list of its sections."""
+    fixes it). It goes by question: a list of them opens it, the seeds' first, then the campaign's, each a link
+    to its section, and no question is asked twice."""
+    import re
+
     from perflab.results import RESULTS_ROOT
     text = (RESULTS_ROOT / "REPORT.md").read_text()
     assert text == markdown.analysis_markdown()
-    contents = text[text.index("## Contents"):].split("\n\n")[1].splitlines()
-    assert len(contents) == text.count("\n## ") - 1 and all(line.startswith("- [") for line in contents)
+    contents = text[text.index("## Contents"):text.index("\n## ", text.index("## Contents"))]
+    seeds, campaign = contents.split("The campaign's questions:")
+    asked = re.findall(r"^## (.+)$", text, flags=re.M)[1:]
+    linked = re.findall(r"^- \[(.+?)\]\(#(.+?)\)$", contents, flags=re.M)
+    assert [q for q, _ in linked] == asked and len(set(asked)) == len(asked)
+    assert [a for _, a in linked] == [markdown.anchor(q) for q in asked]
+    assert "Questions 2.1 and 2.2" in seeds and "Question 2.4" in seeds and "predicts" in campaign
+    assert asked.index(markdown.Q_FLOPS) < asked.index(markdown.Q_RATES) < asked.index(markdown.Q_ROOFLINES)
 
 
 def test_readme_starts_with_the_two_commands():
@@ -49,3 +60,10 @@ def test_readme_main_job_durations_are_the_logs():
             for f in ("nvidia-h100-80gb-hbm3/mainjob", "nvidia-h200/mainjob_one_gpu", "nvidia-h200/mainjob")]
     took = [re.search(r"main job took (\d+) s", log.read_text()).group(1) for log in logs]
     assert said and list(said.groups()) == took
+
+
+def test_a_report_section_no_question_claims_is_named_not_lost():
+    with pytest.raises(ValueError, match="REPORT.md section 'A new study, x' answers none of markdown.QUESTIONS"):
+        markdown.by_question(["# t", "", "intro", "", "## A new study, x", "", "text"])
+    text = markdown.by_question(["# t", "", "intro", "", f"## {markdown.Q_RATES}, GPU x2", "", "### detail", "", "t"])
+    assert f"## {markdown.Q_RATES}\n\n### GPU x2\n" in text and "#### detail" in text

@@ -646,14 +646,14 @@ def span(values, spec: str) -> str:
     return lo if lo == hi else f"{lo} to {hi}"
 
 
-def roofline_text(place, rates: dict) -> list[str]:
+def roofline_text(place, rates: dict, machine: str) -> list[str]:
     """The placement table and what it says, from the numbers in it."""
     if not len(place):
         return []
     ridge = rates["P_flops"] / rates["P_pci"]
     left = place[place.AI < ridge]
-    out = ["", "### Where the points with p > 1 fall on the modified and combined rooflines (staged, rates above)", "",
-           fmt(place.round(3)), "",
+    out = ["", f"## {Q_ROOFLINES}, {machine}", "", "The points with p > 1, staged, on the modified and combined "
+           "rooflines of the effective rates above.", "", fmt(place.round(3)), "",
            f"The modified roofline's ridge is at AI = P_flops / P_pci = {ridge:.0f} FLOP/byte; {len(left)} of "
            f"{len(place)} points lie left of it (AI {span(place.AI, '.0f')}: FLOPs and gradient bytes both grow "
            "with H, so AI changes only with B/p and p), where the gradient bytes over PCIe take "
@@ -671,21 +671,57 @@ def roofline_text(place, rates: dict) -> list[str]:
     return out
 
 
-def with_contents(lines: list[str]) -> str:
-    """The report with a list of its sections (its `## ` headings, each a link) after the title and
-    its first paragraph: REPORT.md runs to a thousand lines."""
-    text = "\n".join(lines) + "\n"
-    headings = [h[3:].strip() for h in text.splitlines() if h.startswith("## ")]
-    if not headings:
-        return text
-    seen: dict = {}
-    items = []
-    for h in headings:
-        slug = re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-")  # GitHub's anchors
-        items.append(f"- [{h}](#{slug}" + (f"-{seen[slug]}" if slug in seen else "") + ")")
-        seen[slug] = seen.get(slug, 0) + 1
-    parts = text.split("\n\n", 2)
-    return "\n\n".join(parts[:2] + ["## Contents\n\n" + "\n".join(items)] + parts[2:])
+# REPORT.md by question: each `## ` section the generators write goes under the question whose answer it holds
+# (by its title's start), the seeds' questions first, then the campaign's; what follows the start names the part
+Q_FLOPS = "Questions 2.1 and 2.2: FLOPs per batch and the share of the peak"
+Q_RATES = "Question 2.4: the effective rates"
+Q_ROOFLINES = "Questions 2.5 and 2.6: the points on the modified and combined rooflines"
+Q_SERIAL_MODEL = "The seeds' serial model against measured time per batch"
+Q_STAGED = "What the seeds' staged path costs, and what pipelining it buys"
+QUESTIONS = [  # (question, whose, the section titles that answer it)
+    (Q_FLOPS, "seeds", (Q_FLOPS,)),
+    (Q_RATES, "seeds", (Q_RATES,)),
+    (Q_ROOFLINES, "seeds", (Q_ROOFLINES,)),
+    (Q_SERIAL_MODEL, "seeds", (Q_SERIAL_MODEL,)),
+    (Q_STAGED, "seeds", (Q_STAGED, "The seeds' path pipelined")),
+    ("Data against model parallel: which partition is faster, and where", "seeds", ("Data against model parallel",)),
+    ("How training scales over GPUs", "seeds", ("Scaling over GPUs", "The eight-GPU prediction", "Prediction for eight")),
+    ("How well perflab predicts a step from its ceilings, blind", "campaign", ("The bottom-up predictor",)),
+    ("Where an epoch's time goes: the sum of its kernels", "campaign", ("The epoch as the sum of its kernels",)),
+    ("What CUDA graphs buy", "campaign", ("What CUDA graphs buy",)),
+    ("How fast the gradient exchange runs", "campaign", ("The gradient all-reduce",)),
+    ("Whether perflab's best GEMM holds cuBLAS's pace under load", "campaign", ("The best GEMM against cuBLAS",)),
+]
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor of a heading."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+
+def by_question(lines: list[str]) -> str:
+    """The report regrouped: a contents list of the questions (the seeds', then the campaign's), then each
+    question with the sections that answer it as its parts, one level down. A section no question claims
+    is an error here, not a page lost at the end."""
+    head, *sections = re.split(r"\n(?=## )", "\n".join(lines) + "\n")
+    parts: dict = {q: [] for q, _, _ in QUESTIONS}
+    for section in sections:
+        title, _, body = section.partition("\n")
+        title = title[3:].strip()
+        question = next((q for q, _, starts in QUESTIONS if title.startswith(starts)), None)
+        if question is None:
+            raise ValueError(f"REPORT.md section {title!r} answers none of markdown.QUESTIONS: add it there")
+        start = next(s for s in dict(((q, st) for q, _, st in QUESTIONS))[question] if title.startswith(s))
+        part = title[len(start):].strip(" ,:") if start == question else title
+        body = re.sub(r"^(#{2,5}) ", lambda m: "#" + m.group(1) + " ", body, flags=re.M)  # one level down
+        parts[question].append(f"### {part or 'Every machine'}\n{body}")
+    out = [head.rstrip(), "", "## Contents"]
+    for whose, heading in (("seeds", "The seeds' questions"), ("campaign", "The campaign's questions")):
+        out += ["", f"{heading}:", ""] + [f"- [{q}](#{anchor(q)})" for q, w, _ in QUESTIONS if w == whose and parts[q]]
+    for q, _, _ in QUESTIONS:
+        if parts[q]:
+            out += ["", f"## {q}", ""] + [p.rstrip() + "\n" for p in parts[q]]
+    return "\n".join(out).rstrip() + "\n"
 
 
 def analysis_markdown() -> str:
@@ -697,7 +733,9 @@ def analysis_markdown() -> str:
 
     from perflab.analysis import roofline
     out = ["# perflab report: the seeds' questions on measured GPUs",
-           "", "Generated by `perflab report --markdown` from the committed result files named in each section."]
+           "", "Generated by `perflab report --markdown` from the committed result files named in each section, "
+           "question by question: the seeds' first, then those the campaign asked on the way. Each part names "
+           "its machine and its source file."]
     for path in sorted(RESULTS_ROOT.glob("*/roofline.csv")):
         meta = json.loads(path.with_suffix(".json").read_text())
         if "gpu" not in meta:
@@ -708,10 +746,11 @@ def analysis_markdown() -> str:
         t["GFLOP/batch"] = t["flops_per_batch"] / 1e9
         t["TFLOP/s"] = t["flops_per_batch"] / t["t_batch iteration"] / 1e12
         t["utilization"] = t["TFLOP/s"] * 1e12 / peak
-        out += ["", f"## {meta['gpu']} x{meta.get('gpu_count', '?')}", "", f"Source: {source(path)}.", "",
-                "### Questions 2.1 / 2.2: FLOPs per batch (seeds' 4B'H(D+C)) and effective compute utilization "
-                f"(against the FP32 peak {peak / 1e12:.1f} TFLOP/s), median batch iteration of the profiled run "
-                "(synchronized at every phase edge, so slower than the unprofiled epochs in `epoch_seconds`)", "",
+        machine = f"{meta['gpu']} x{meta.get('gpu_count', '?')}"
+        out += ["", f"## {Q_FLOPS}, {machine}", "", f"Source: {source(path)}. FLOPs per batch as the seeds count them "
+                f"(4B'H(D+C)), and the share of the FP32 peak {peak / 1e12:.1f} TFLOP/s reached over the median batch "
+                "iteration of the profiled run (synchronized at every phase edge, so slower than the unprofiled epochs "
+                "in `epoch_seconds`).", "",
                 fmt(t[["H", "B", "p", "mode", "gemm", "GFLOP/batch", "t_batch_ms", "TFLOP/s", "utilization"]].round(4))]
         staged = t[t["mode"] == "staged"]
         ref = staged[(staged.H.astype(str) == "512") & (staged.p > 1)]
@@ -725,8 +764,8 @@ def analysis_markdown() -> str:
                 top = roofline.ceiling_rates(pd.read_csv(ceilings_file), gradient_buffer_bytes(r["H"]), int(r["p"]))
                 rates["machine ceiling"] = [top[k] for k in rates.rate]
                 rates["of ceiling"] = rates.measured / rates["machine ceiling"]
-            out += ["", f"### Question 2.4: effective rates at H=512, B={r['B']}, p={r['p']}, staged (the seeds' path)", "",
-                    fmt(rates), "",
+            out += ["", f"## {Q_RATES}, {machine}", "", f"Source: {source(path)}. At H=512, B={r['B']}, p={r['p']}, "
+                    "staged (the seeds' path).", "", fmt(rates), "",
                     (f"Machine ceilings from `{ceilings_file.name}` beside it, counted as the seeds' formulas count "
                      "(the fastest cuBLAS GEMM at the training shapes; pageable copies and host MPI at the gradient's "
                      "size). P_flops sits well under the GEMM ceiling because the profiled GEMM phases include a "
@@ -736,12 +775,12 @@ def analysis_markdown() -> str:
                     "which is why they land near the seeds' numbers while P_flops is an order of magnitude higher."]
             rates_dict = {k: float(r[k]) for k in ("P_flops", "P_pci", "P_mpi") if np.isfinite(r[k])}
             if "P_pci" in rates_dict:  # the modified rooflines count gradient bytes: points that exchange them
-                out += roofline_text(roofline.roofline_placement(staged[staged.p > 1], rates_dict), rates_dict)
+                out += roofline_text(roofline.roofline_placement(staged[staged.p > 1], rates_dict), rates_dict, machine)
             pred = roofline.prediction_table(staged, rates_dict)
             pred["mode"] = "staged"
             worst = pred[pred.error.abs() > 0.15]
-            out += ["", "### Predicted (serial model, rates above) against measured time per batch, staged mode", "",
-                    fmt(pred.round(3)), "", f"Median |error| {100 * roofline.median_abs_error(pred):.0f}%. "
+            out += ["", f"## {Q_SERIAL_MODEL}, {machine}", "", f"Source: {source(path)}. The serial model with the "
+                    "effective rates of its reference point, staged mode.", "", fmt(pred.round(3)), "", f"Median |error| {100 * roofline.median_abs_error(pred):.0f}%. "
                     f"{len(worst)} of {len(pred)} points are off by more than 15%. The model charges GEMM FLOPs at one "
                     "P_flops and the image and gradient bytes at P_pci and P_mpi, all taken at the reference point. "
                     "Points below the prediction are the short batches (B = 800, and H = 512): fixed per-batch costs "
@@ -751,7 +790,8 @@ def analysis_markdown() -> str:
         both = t[t.gemm == "cublas"].pivot_table(index=["H", "B", "p"], columns="mode", values="t_batch_ms")
         if {"staged", "resident"} <= set(both.columns):
             both["staged / resident"] = both["staged"] / both["resident"]
-            out += ["", "### Staged (the seeds' path) against resident (data on the GPU, NCCL), ms per batch", "",
+            out += ["", f"## {Q_STAGED}, {machine}: staged against resident", "", f"Source: {source(path)}. Staged "
+                    "(the seeds' path) against resident (data on the GPU, NCCL), ms per batch.", "",
                     fmt(both.reset_index().round(3))]
     out += ["", "## The bottom-up predictor (perflab.analysis.predictor, from ceilings alone)", ""]
     if (RESULTS_ROOT / "figures" / f"{predictions.VALIDATION_FIGURE}.png").exists():
@@ -797,4 +837,4 @@ def analysis_markdown() -> str:
                 f"Source: `{prediction.relative_to(RESULTS_ROOT.parent)}` (method inside; `perflab predict`), "
                 f"calibrated on `results/nvidia-h200/{scaling}` (per-step cost on several GPUs beyond compute and all-reduce: "
                 f"{made['t_eager_us']:.0f} us). N = 60000, b samples per GPU per step.", "", fmt(wide.reset_index().round(3))]
-    return with_contents(out)
+    return by_question(out)

@@ -87,8 +87,7 @@ class Document:
         width, height = ImageReader(str(png)).getSize()
         shown = 16.5 * cm
         self.figures += 1
-        label = Paragraph(f"<b>Figure {self.figures}.</b> {png.stem} (caption under the plot; "
-                          f"source files named there)", self.styles["small"])
+        label = Paragraph(f"<b>Figure {self.figures}.</b> {escape(caption(png))}", self.styles["small"])
         self.story.append(KeepTogether([Image(str(png), width=shown, height=shown * height / width), label]))
 
     def save(self, out: Path, title: str) -> Path:
@@ -104,6 +103,44 @@ class Document:
                                 bottomMargin=2 * cm, title=title, author="perflab", invariant=1)
         doc.build(self.story, onFirstPage=footer, onLaterPages=footer)
         return out
+
+
+def caption(png: Path) -> str:
+    """The figure's caption as plots.save wrote it beside the image (<name>.txt): what it shows and its
+    source file; a figure without one is named by its file."""
+    text = png.with_suffix(".txt")
+    said = text.read_text().strip() if text.exists() else ""
+    return said or f"The figure {png.name}, drawn by perflab.report.plots from this folder's result files."
+
+
+def escape(text: str) -> str:
+    """ReportLab reads a paragraph as markup: a caption's '<' or '&' is text."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def title_page(doc: Document, title: str, folder: Path, sweeps: list[Path], figures: list[Path]) -> None:
+    """The machine, the date, the commit and what was run, before anything else."""
+    from reportlab.platypus import PageBreak
+    doc.heading(title, "title")
+    metas = [json.loads(p.with_suffix(".json").read_text()) for p in sweeps if p.with_suffix(".json").exists()]
+    meta = metas[0] if metas else {}
+    doc.text(f"<b>Machine:</b> {escape(machine_line(meta)) if meta else 'not recorded (no sweep metadata here)'}")
+    doc.text(f"<b>Measured:</b> {meta.get('date', '?')}. <b>Code:</b> git {str(meta.get('git_commit', '?'))[:12]}.")
+    ran = []
+    for path in sweeps:
+        t = pd.read_csv(path)
+        done = t[t["status"] == "measured"] if "status" in t else t
+        if len(done):
+            ran.append(f"<i>{path.name}</i>: {len(done)} points on {listed(done.backend)} (H {listed(done.H)}; "
+                       f"B {listed(done.B)}; p {listed(done.p)}; modes {listed(done['mode'])})")
+    notebooks = sorted(p.stem for p in (folder / "notebooks").glob("*.ipynb"))
+    doc.text("<b>What was run:</b> " + ("; ".join(ran) if ran else "no sweep") + "."
+             + (f" Notebooks executed: {', '.join(notebooks)}." if notebooks else "")
+             + f" {len(figures)} figures.")
+    doc.text("Data-parallel training of the seeds' 784-H-10 sigmoid MLP (softmax, cross-entropy, L2, SGD), measured by "
+             "perflab on the machine named above. Every number comes from the result files in this folder, each "
+             "with its machine metadata and git commit; the sections follow the seeds' questions.")
+    doc.story.append(PageBreak())
 
 
 def listed(column) -> str:
@@ -251,10 +288,7 @@ def build(out: str | None = None, folder: Path | None = None) -> Path:
         raise FileNotFoundError(f"nothing to report in {folder}: run `perflab notebook roofline` first")
     doc = Document()
     title = f"perflab report: {folder.name}"
-    doc.heading(title, "title")
-    doc.text("Data-parallel training of the seeds' 784-H-10 sigmoid MLP (softmax, cross-entropy, L2, SGD), measured by "
-             "perflab on the machine named below. Every number comes from the result files in this folder, each "
-             "with its machine metadata and git commit; the sections follow the seeds' questions.")
+    title_page(doc, title, folder, sweeps, figures)
     for path in sweeps:
         doc.heading(f"The roofline sweep ({path.stem})", 1)
         sweep_section(doc, path)

@@ -6,6 +6,7 @@ written under the plot and into <name>.txt, so it stands on its own.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,9 @@ def save(fig, name: str, caption: str, folder: Path | None = None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     fig.text(0.01, 0.005, "\n".join(textwrap.wrap(caption, 120)), fontsize=7, va="bottom", ha="left")
     fig.tight_layout(rect=(0, 0.03 + 0.018 * caption.count(" ") / 18, 1, 1))
+    replace_labels(fig)  # the caption's room moved the axes under the point labels
+    for a, b in text_overlaps(fig):  # said, not raised: the figure is still worth having
+        print(f"perflab: figure {name}: texts overlap: {a[:60]!r} and {b[:60]!r}", file=sys.stderr)
     fig.savefig(folder / f"{name}.pdf", metadata={"CreationDate": None})  # the same figure, the same bytes
     fig.savefig(folder / f"{name}.png", dpi=130)
     (folder / f"{name}.txt").write_text(caption + "\n")
@@ -60,7 +64,8 @@ def roofline(points, P_flops: float, bandwidth: float, kind: str = "serial", P_m
     ais = [r["ai"] for r in rows if np.isfinite(r["ai"])]
     lo = min(ais + [P_flops / bandwidth]) / 10
     hi = max(ais + [P_flops / bandwidth]) * 10
-    x = np.logspace(np.log10(lo), np.log10(hi), 200)
+    xs = no_exchange_x([r["ai"] for r in rows], hi)
+    x = np.logspace(np.log10(lo), np.log10(max(xs + [hi])), 200)
     if kind == "standard":
         y = [perfmodel.roofline_standard(a, P_flops, bandwidth) for a in x]
     elif kind == "combined":
@@ -76,21 +81,84 @@ def roofline(points, P_flops: float, bandwidth: float, kind: str = "serial", P_m
         ax.axhline(peak, color="tab:red", ls="--", lw=1)
         ax.text(x[-1], peak * 1.08, f"datasheet peak {peak / 1e12:.3g} TFLOP/s", fontsize=8, color="tab:red", ha="right")
     markers = "osD^v<>p*h"
-    for i, (H, group) in enumerate(points.groupby("H")):
-        for _, r in group.iterrows():
-            ax.loglog(r["ai"], point_rate(r), markers[i % len(markers)], ms=7,
-                      color=f"C{int(np.log2(max(r['p'], 1)))}", mfc="none" if r["p"] == 1 else None)
-            ax.annotate(f"H={H} B={r['B']} p={r['p']}", (r["ai"], point_rate(r)), fontsize=6,
-                        xytext=(4, -8), textcoords="offset points")
-    return finish_roofline(fig, ax, "arithmetic intensity (FLOPs / byte moved over PCIe + MPI)", title)
+    hs = list(dict.fromkeys(r["H"] for r in rows))
+    for r, xi in zip(rows, xs):
+        ax.loglog(xi, point_rate(r), markers[hs.index(r["H"]) % len(markers)], ms=7,
+                  color=f"C{int(np.log2(max(r['p'], 1)))}", mfc="none" if r["p"] == 1 else None)
+    if any(not np.isfinite(r["ai"]) for r in rows):
+        mark_no_exchange(ax, hi * 2, max(P_flops, peak or 0) * 1.3)
+    finish_roofline(fig, ax, "arithmetic intensity (FLOPs / byte moved over PCIe + MPI)", title, max(P_flops, peak or 0))
+    place_labels(fig, ax, [(xi, point_rate(r), f"H={r['H']} B={r['B']} p={r['p']}") for r, xi in zip(rows, xs)])
+    return fig
+
+LABEL_OFFSETS = sorted(((dx, dy) for dx in (5, -5, 45, -45) for dy in (-9, 3, -21, 15, -33, 27, -45, 39, -57, 51, -69, 63)),
+                       key=lambda o: abs(o[0]) + abs(o[1] + 3))  # in points from the marker, nearest first
 
 
-def finish_roofline(fig, ax, xlabel: str, title: str):
+def place_labels(fig, ax, labels, fontsize: float = 6) -> None:
+    """Annotate each (x, y, text) at the first offset (LABEL_OFFSETS) whose box meets no text already on the
+    figure: the point labels of a crowded roofline stay readable (text_overlaps finds none). Kept on the
+    figure, so that save places them again once the caption has moved the axes (replace_labels)."""
+    from matplotlib.transforms import Bbox
+    fig.perflab_labels = getattr(fig, "perflab_labels", []) + [(ax, labels, fontsize, len(ax.texts))]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    taken = [box for _, box in text_boxes(fig)]
+    for x, y in ax.transData.transform([(x, y) for x, y, _ in labels] or np.empty((0, 2))):  # the markers too
+        taken.append(Bbox([[x - 5, y - 5], [x + 5, y + 5]]))
+    inside = ax.get_window_extent(renderer)
+    for x, y, text in labels:
+        for dx, dy in LABEL_OFFSETS:
+            note = ax.annotate(text, (x, y), fontsize=fontsize, xytext=(dx, dy), textcoords="offset points",
+                               ha="left" if dx > 0 else "right", va="bottom")
+            box = note.get_window_extent(renderer)
+            if not any(box.overlaps(t) for t in taken) and inside.contains(box.x0, box.y0) \
+                    and inside.contains(box.x1, box.y1):
+                break
+            note.remove()
+        else:  # nowhere free inside the axes: the first place on the figure that is (text_overlaps says if none)
+            for dx, dy in LABEL_OFFSETS:
+                note = ax.annotate(text, (x, y), fontsize=fontsize, xytext=(dx, dy), textcoords="offset points",
+                                   ha="left" if dx > 0 else "right", va="bottom", annotation_clip=False)
+                box = note.get_window_extent(renderer)
+                if not any(box.overlaps(t) for t in taken) and fig.bbox.contains(box.x0, box.y0) \
+                        and fig.bbox.contains(box.x1, box.y1) or (dx, dy) == LABEL_OFFSETS[-1]:
+                    break
+                note.remove()
+        taken.append(box)
+
+
+def replace_labels(fig) -> None:
+    """Take place_labels' annotations off and place them again, where the axes now are."""
+    placed, fig.perflab_labels = getattr(fig, "perflab_labels", []), []
+    for ax, _, _, before in placed:
+        for note in ax.texts[before:]:
+            note.remove()
+    for ax, labels, fontsize, _ in placed:
+        place_labels(fig, ax, labels, fontsize)
+
+
+def no_exchange_x(ais, hi: float) -> list[float]:
+    """Where points that exchange nothing (AI infinite: one rank, or data resident on one GPU) are drawn:
+    spread out past the finite points' right edge `hi`, in a strip the figure marks."""
+    return [hi * 3 * 1.6 ** (i % 10) if not np.isfinite(a) else a for i, a in enumerate(ais)]
+
+
+def mark_no_exchange(ax, x0: float, y: float) -> None:
+    ax.axvline(x0, color="0.7", ls=":", lw=1)
+    ax.text(x0 * 1.08, y, "nothing exchanged\n(AI infinite)", fontsize=6, color="0.4", va="bottom")
+
+
+def finish_roofline(fig, ax, xlabel: str, title: str, roof: float | None = None):
     ax.set_xlabel(xlabel)
     ax.set_ylabel("FLOP/s")
     ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    if roof:  # room above the highest roof for its label, under the title
+        low, high = ax.get_ylim()
+        ax.set_ylim(low, max(high, roof * 4))
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="best")
     return fig
 
 
@@ -167,7 +235,7 @@ def tensor_core_roofline(bench, shapes=("fwd1", "bwd3")):
         if np.isfinite(rate):
             ax.loglog(x, np.minimum(rate, x * copy), style, lw=1.2)
             ax.text(x[0], rate * 1.08, f"{label}: {rate / 1e12:.3g} TFLOP/s", fontsize=7)
-    ax.text(x[2], x[2] * copy * 1.3, f"device copy {copy / 1e9:.3g} GB/s", fontsize=7, color="0.4", rotation=30)
+    ax.text(0.02, 0.03, f"slanted: device copy {copy / 1e9:.3g} GB/s", fontsize=7, color="0.4", transform=ax.transAxes)
     for i, variant in enumerate(v for v in TENSOR_CORE_ORDER if v in set(big.variant)):
         rows = big[big.variant == variant]
         ax.loglog(rows.ai, 1e12 * rows.tflops, "osD^v<"[i], color=f"C{i}", ms=6, label=variant, ls="none")
@@ -358,21 +426,30 @@ def ceiling_roofline(bounds, roofs: dict, title: str = ""):
              "NumPy (host MPI)": 2 * roofs["P_mpi"], "resident (NCCL)": roofs["P_nccl"]}
     path_of = lambda r: "NumPy (host MPI)" if r["backend"] == "numpy" else (  # noqa: E731
         "staged (PCIe + host MPI)" if r["mode"] in HOST_STAGED else "resident (NCCL)")
-    shown = bounds[np.isfinite(bounds.ai)]
-    ais = list(shown.ai) or [1.0]
-    x = np.logspace(np.log10(min(ais) / 10), np.log10(max(ais) * 100), 200)
+    finite = list(bounds.ai[np.isfinite(bounds.ai)]) or [1.0]
+    hi = max(finite) * 100
+    keys = [(r.H, r.B, r.p) for r in bounds.itertuples()]
+    slots = list(dict.fromkeys(k for k, a in zip(keys, bounds.ai) if not np.isfinite(a)))  # one x per H, B, p
+    shown = bounds.assign(x=[a if np.isfinite(a) else hi * 3 * 1.6 ** slots.index(k) for k, a in zip(keys, bounds.ai)])
+    x = np.logspace(np.log10(min(finite) / 10), np.log10(max(list(shown.x) + [hi])), 200)
     ax.axhline(roofs["P_flops"], color="k", ls=":", lw=1)
     ax.text(x[0], roofs["P_flops"] * 1.08, f"P_flops = {roofs['P_flops'] / 1e12:.3g} TFLOP/s (fastest GEMM measured)",
             fontsize=8)
+    marks = dict(zip(dict.fromkeys(shown["mode"]), "os^Dv<>p"))
     for i, (path, group) in enumerate(shown.groupby(shown.apply(path_of, axis=1))):
         bw = paths[path]
         ax.loglog(x, [perfmodel.roofline_serial(a, roofs["P_flops"], bw) for a in x], "-", color=f"C{i}", lw=2,
                   label=f"{path}: BW = {bw / 1e9:.3g} GB/s")
-        ax.loglog(group.ai, group.achieved, "o", color=f"C{i}", ms=7)
-        for _, r in group.iterrows():
-            ax.annotate(f"H={r['H']} B={r['B']} p={r['p']}", (r["ai"], r["achieved"]), fontsize=6,
-                        xytext=(4, -8), textcoords="offset points")
-    return finish_roofline(fig, ax, "arithmetic intensity (seeds' FLOPs / byte moved over PCIe + MPI)", title)
+        for mode, points in group.groupby("mode"):
+            ax.loglog(points.x, points.achieved, marks[mode], color=f"C{i}", ms=7, mfc="none")
+    for mode, mark in marks.items():  # the marker names the mode
+        ax.loglog([], [], mark, color="0.3", mfc="none", label=mode)
+    if not np.isfinite(bounds.ai).all():
+        mark_no_exchange(ax, hi * 2, roofs["P_flops"] * 1.3)
+    finish_roofline(fig, ax, "arithmetic intensity (seeds' FLOPs / byte moved over PCIe + MPI)", title, roofs["P_flops"])
+    labels = shown.groupby(["H", "B", "p", "x"], sort=False).achieved.max().reset_index()  # a label per place
+    place_labels(fig, ax, [(r.x, r.achieved, f"H={r.H} B={r.B} p={r.p}") for r in labels.itertuples()])
+    return fig
 
 
 def timeline(lanes, rank: int = 0, title: str = ""):
@@ -416,10 +493,10 @@ def overlap_roofline(bounds, P_flops: float, title: str = ""):
     ax.loglog(x, [perfmodel.roofline_serial(a, P_flops, bw) for a in x], "k--", lw=2, label="seeds' serial: AI / (AI/P_flops + 1/BW)")
     for i, (mode, group) in enumerate(bounds.groupby("mode")):
         ax.loglog(group.ai, group.achieved, "os"[i % 2], color=f"C{i}", ms=8, label=f"{mode} (measured)")
-        for _, r in group.iterrows():
-            ax.annotate(f"H={r['H']} p={r['p']}: {r['of standard']:.2f} of standard", (r["ai"], r["achieved"]),
-                        fontsize=6, xytext=(5, -9), textcoords="offset points")
-    return finish_roofline(fig, ax, "arithmetic intensity (seeds' FLOPs / byte moved over PCIe + MPI)", title)
+    finish_roofline(fig, ax, "arithmetic intensity (seeds' FLOPs / byte moved over PCIe + MPI)", title, P_flops)
+    place_labels(fig, ax, [(r["ai"], r["achieved"], f"H={r['H']} p={r['p']}: {r['of standard']:.2f} of standard")
+                           for _, r in bounds.iterrows()])
+    return fig
 
 
 def graphs_bought(table, title: str = ""):
@@ -468,3 +545,30 @@ def scaling_epoch(shape, title: str = ""):
     ax.set_title(title)
     ax.legend(fontsize=8)
     return fig
+
+
+def text_boxes(fig) -> list:
+    """(text, box) of every text a reader sees on a drawn figure: titles, axis labels, annotations, texts
+    placed in the axes or on the figure (the caption), each legend as one box. Tick labels are left to
+    matplotlib, which spaces them."""
+    import matplotlib.text
+    from matplotlib.axis import Tick
+    from matplotlib.legend import Legend
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ticks = {id(t) for tick in fig.findobj(Tick) for t in (tick.label1, tick.label2)}
+    legends = fig.findobj(Legend)
+    inside = {id(t) for legend in legends for t in legend.findobj(matplotlib.text.Text)}
+    out = [(f"legend: {', '.join(t.get_text() for t in legend.get_texts())}", legend.get_window_extent(renderer))
+           for legend in legends if legend.get_visible()]
+    for t in fig.findobj(matplotlib.text.Text):
+        if id(t) in ticks or id(t) in inside or not t.get_visible() or not t.get_text().strip():
+            continue
+        out.append((t.get_text(), t.get_window_extent(renderer)))
+    return out
+
+
+def text_overlaps(fig) -> list[tuple[str, str]]:
+    """Pairs of texts (text_boxes) whose boxes intersect: a figure a reader cannot read."""
+    boxes = text_boxes(fig)
+    return [(a, b) for i, (a, box_a) in enumerate(boxes) for b, box_b in boxes[i + 1:] if box_a.overlaps(box_b)]
