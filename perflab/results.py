@@ -29,6 +29,28 @@ RESULTS_ROOT = Path(os.environ.get("PERFLAB_RESULTS", PROJECT_ROOT / "results"))
 RUNS_ROOT = PROJECT_ROOT / "runs"
 
 
+class ResultFileError(ValueError):
+    """A result file that is empty, not a CSV table, or not the table it should be; the message names the
+    file, what it lacks and what writes the right one."""
+
+
+def read_table(path, needs: tuple, what: str):
+    """The CSV table at path, which must hold the columns `needs`; `what` says what writes such a file."""
+    import pandas as pd
+    path = Path(path)
+    try:
+        table = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise ResultFileError(f"{relative(path)}: the file is empty; {what}") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise ResultFileError(f"{relative(path)}: not a CSV table ({str(exc).strip()}); {what}") from None
+    missing = [c for c in needs if c not in table]
+    if missing:
+        raise ResultFileError(f"{relative(path)}: no {', '.join(repr(c) for c in missing)} column{'s' * (len(missing) > 1)} (it has "
+                              f"{', '.join(map(str, table.columns[:6]))}); {what}")
+    return table
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -328,3 +328,19 @@ def test_the_harnesses_name_a_deeper_net_and_count_its_gemms():
     assert net_width("512") == 512 and net_width("1024-1024") == (1024, 1024)
     stamp = machine_stamp()
     assert set(stamp) == {"gpu", "gpus", "git_commit", "date", "boot"} and len(stamp["date"]) == 10 and stamp["boot"]
+
+
+@pytest.mark.parametrize("command", ["report", "validate"])
+@pytest.mark.parametrize("content, says", [
+    ("", "roofline.csv: the file is empty; a sweep file is the table `perflab sweep` or the main job writes"),
+    ("x,y\n1,2\n", "roofline.csv: no 'H', 'B', 'p', 'backend', 'mode', 'epoch_seconds' columns (it has x, y)"),
+    ('H,B\n"1,2\n', "roofline.csv: not a CSV table"),
+])
+def test_report_and_validate_name_a_malformed_sweep_file_and_what_it_lacks(tmp_path, capsys, command, content, says):
+    (tmp_path / "roofline.csv").write_text(content)
+    (tmp_path / "figures").mkdir()
+    with pytest.raises(SystemExit) as info:
+        main([command, "--folder", str(tmp_path)] + (["--out", str(tmp_path / "r.pdf")] if command == "report" else []))
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and says in err and "Traceback" not in err, err
+    assert not (tmp_path / "r.pdf").exists() and not (tmp_path / "validation.csv").exists()  # nothing half written

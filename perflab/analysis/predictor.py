@@ -88,6 +88,10 @@ def step_kernels(backend: str, gemm: str = "cublas") -> tuple:
     return CPU_STEP if backend == "numpy" else fused_step(gemm) + (UPDATE,)
 
 
+CEILINGS_COLUMNS = ("ceiling",)
+CEILINGS_FILE = "a ceilings file is the table `perflab ceilings` writes (ceilings_p<P>.csv, a row per measurement)"
+
+
 class PredictionError(ValueError):
     pass
 
@@ -131,17 +135,11 @@ class Ceilings:
     @classmethod
     def load(cls, path) -> "Ceilings":
         """The ceilings file at path; one that is empty, no CSV or no ceilings table is named with what it lacks."""
-        path = Path(path)
-        what = "a ceilings file is the table `perflab ceilings` writes (ceilings_p<P>.csv, a row per measurement)"
+        from perflab.results import ResultFileError, read_table, relative
         try:
-            table = pd.read_csv(path)
-        except pd.errors.EmptyDataError:
-            raise PredictionError(f"{path}: the file is empty; {what}") from None
-        except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-            raise PredictionError(f"{path}: not a CSV table ({str(exc).strip()}); {what}") from None
-        if "ceiling" not in table:
-            raise PredictionError(f"{path}: no 'ceiling' column (it has {', '.join(map(str, table.columns[:6]))}); {what}")
-        from perflab.results import relative
+            table = read_table(path, CEILINGS_COLUMNS, CEILINGS_FILE)
+        except ResultFileError as exc:
+            raise PredictionError(str(exc)) from None
         return cls(table, source=relative(path))  # as validation's skip reasons name it
 
     def rows(self, ceiling: str, **match) -> pd.DataFrame:

@@ -10,11 +10,15 @@ import pandas as pd
 
 from perflab.analysis import perfmodel
 from perflab.config import HOST_STAGED
-from perflab.results import RESULTS_ROOT
+from perflab.results import RESULTS_ROOT, read_table
+
+SWEEP_COLUMNS = ("H", "B", "p", "backend", "mode", "epoch_seconds")
+SWEEP_FILE = "a sweep file is the table `perflab sweep` or the main job writes (roofline.csv, a row per point)"
 
 
 def load(path) -> pd.DataFrame:
-    return pd.read_csv(path)
+    """A sweep's table; one that is empty, no CSV or no sweep is named with what it lacks (ResultFileError)."""
+    return read_table(path, SWEEP_COLUMNS, SWEEP_FILE)
 
 
 def measured(table: pd.DataFrame) -> pd.DataFrame:
@@ -155,8 +159,10 @@ def one_gpu_twin(peer: str) -> str:
 def folder_roofs(folder: Path, device: str) -> dict:
     """machine_roofs over every ceilings file of a machine folder, its subfolders' too (earlier boots
     kept beside their runs, blind checks' own): the fastest rates the machine was measured at."""
+    from perflab.analysis.predictor import CEILINGS_COLUMNS, CEILINGS_FILE
     files = sorted(Path(folder).rglob("ceilings_p*.csv"))
-    return machine_roofs(pd.concat([pd.read_csv(f) for f in files], ignore_index=True), device)
+    return machine_roofs(pd.concat([read_table(f, CEILINGS_COLUMNS, CEILINGS_FILE) for f in files], ignore_index=True),
+                         device)
 
 
 def machine_roofs(ceilings: pd.DataFrame, device: str) -> dict:

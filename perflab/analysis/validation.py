@@ -125,8 +125,8 @@ def validate_folder(folder: Path, out: str | None = None, write: bool = True) ->
     folder = Path(folder)
     tables, phase_tables = [], []
     for path in sweep_files(folder):
-        points = roofline.measured(pd.read_csv(path))
-        if "epoch_seconds" not in points or not len(points):
+        points = roofline.measured(roofline.load(path))  # an empty or foreign file is named, not skipped
+        if not len(points):
             continue
         meta = read_meta(path)
         own = own_ceilings(path, folder, int(points.p.max()))

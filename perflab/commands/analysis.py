@@ -20,6 +20,7 @@ def cmd_validate(args, comm) -> dict:
     this machine's run folder, or with --committed of every committed machine folder."""
     from perflab import results
     from perflab.analysis import validation
+    from perflab.results import ResultFileError
     if args.committed and (args.folder or args.out):
         raise CLIError("--committed validates every folder under results/ and writes each one's validation.csv; "
                        "--folder and --out name a single run folder instead: give one or the other")
@@ -31,7 +32,10 @@ def cmd_validate(args, comm) -> dict:
         if not args.committed and not validation.sweep_files(folder):
             raise CLIError(f"{folder}: no measured sweep point to check the predictor against (a run folder gets them "
                            "from `perflab notebook roofline` or `perflab sweep`); nothing written")
-        table, path = validation.validate_folder(folder, args.out)
+        try:
+            table, path = validation.validate_folder(folder, args.out)
+        except ResultFileError as exc:
+            raise CLIError(f"{exc}; nothing written") from None
         summary[folder.name] = validation.summary(table)
         if not args.json:
             print(f"{folder.name}: {validation.describe(table)}; wrote {results.relative(path)}")

@@ -29,9 +29,10 @@ def cmd_report(args, comm) -> dict:
         return {"readme_changed": changed}
     if args.folder and not __import__("pathlib").Path(args.folder).is_dir():
         raise CLIError(f"--folder {args.folder}: no such folder (a run folder holds roofline.csv and figures/)")
+    from perflab.results import ResultFileError
     try:
         path = markdown.build(args.out, args.folder)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ResultFileError) as exc:
         raise CLIError(str(exc)) from None
     if not args.json:
         print(f"wrote {relative(path)}")

@@ -126,9 +126,10 @@ def title_page(doc: Document, title: str, folder: Path, sweeps: list[Path], figu
     meta = metas[0] if metas else {}
     doc.text(f"<b>Machine:</b> {escape(machine_line(meta)) if meta else 'not recorded (no sweep metadata here)'}")
     doc.text(f"<b>Measured:</b> {meta.get('date', '?')}. <b>Code:</b> git {str(meta.get('git_commit', '?'))[:12]}.")
+    from perflab.analysis import roofline
     ran = []
     for path in sweeps:
-        t = pd.read_csv(path)
+        t = roofline.load(path)
         done = t[t["status"] == "measured"] if "status" in t else t
         if len(done):
             ran.append(f"<i>{path.name}</i>: {len(done)} points on {listed(done.backend)} (H {listed(done.H)}; "
@@ -159,7 +160,7 @@ def sweep_section(doc: Document, path: Path) -> None:
     """The seeds' questions 2.1-2.6 from one roofline sweep."""
     from perflab.analysis import perfmodel, roofline
     meta = json.loads(path.with_suffix(".json").read_text()) if path.with_suffix(".json").exists() else {}
-    table = pd.read_csv(path)
+    table = roofline.load(path)
     failed = table[table["status"] == "failed"] if "status" in table else table.iloc[:0]
     table = roofline.measured(table)
     if not len(table):
