@@ -35,9 +35,11 @@ def rank_pids(token: str) -> dict[int, int]:
     return found
 
 
-def freeze(command: list[str], rank: int = 1, after: float = 4.0, limit: float = 180.0, when: str = "epoch ") -> dict:
-    """Run `command`; `after` seconds past the first stdout line holding `when` (training has begun),
-    stop `rank`; wait up to `limit` seconds for the job to end."""
+def freeze(command: list[str], rank: int = 1, after: float = 4.0, limit: float = 180.0, when: str = "epoch ",
+           when_file: str | None = None) -> dict:
+    """Run `command`; `after` seconds past the first stdout line holding `when` (training has begun), or past
+    the moment `when_file` holds a row under its header (a sweep's first point written), stop `rank`; wait up
+    to `limit` seconds for the job to end."""
     import threading
     token = uuid.uuid4().hex
     proc = subprocess.Popen(command, env={**os.environ, "PERFLAB_FREEZE_TOKEN": token},
@@ -54,7 +56,10 @@ def freeze(command: list[str], rank: int = 1, after: float = 4.0, limit: float =
     threading.Thread(target=lambda: errors.extend(proc.stderr), daemon=True).start()
     started = time.monotonic()
     while not began.wait(0.1) and proc.poll() is None and time.monotonic() - started < limit:
-        pass
+        if when_file and os.path.exists(when_file):
+            with open(when_file) as f:
+                if len(f.read().splitlines()) >= 2:
+                    began.set()
     pid = rank_pids(token).get(rank) if began.is_set() else None
     if pid is None:
         proc.kill()
@@ -90,6 +95,7 @@ def main(argv=None) -> int:
     parser.add_argument("--after", type=float, default=4.0,
                         help="seconds after the first stdout line holding --when (default %(default)s)")
     parser.add_argument("--when", default="epoch ", help="the text that says training has begun (default %(default)r)")
+    parser.add_argument("--when-file", default=None, help="instead: the file (a sweep's CSV) whose first row says so")
     parser.add_argument("--limit", type=float, default=180.0, help="seconds to wait for the job's end before killing "
                                                                    "it (default %(default)s)")
     parser.add_argument("--json", default=None, help="also write the report here")
@@ -97,7 +103,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     from perflab.results import machine_metadata
-    report = {**freeze(command, args.rank, args.after, args.limit, args.when), "machine": machine_metadata()}
+    report = {**freeze(command, args.rank, args.after, args.limit, args.when, args.when_file), "machine": machine_metadata()}
     text = json.dumps(report)
     if args.json:
         with open(args.json, "w") as f:

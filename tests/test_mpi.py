@@ -227,6 +227,23 @@ def test_scaling_harness_names_and_flags():
     assert proc.returncode != 0 and "unknown peer 'tensorflow': perflab, ddp or jax" in proc.stderr
 
 
+def test_a_sweep_ended_by_a_frozen_rank_keeps_the_points_it_wrote(tmp_path):
+    """Rank 1 stopped while the sweep's second point trains: the job ends with rank 0's line, and the first
+    point's row stays in the CSV, where a rerun resumes after it."""
+    import pandas as pd
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from freeze_rank import freeze
+    sweep = [MPIEXEC, "-n", "2", sys.executable, "-m", "perflab", "sweep", "--name", "frozen", "--out", str(tmp_path),
+             "--hidden", "16", "2048", "--ranks", "2", "--per-rank-batch", "100", "--train-size", "2000",
+             "--num-epochs", "200", "--timeout", "4", "--json"]
+    report = freeze(sweep, rank=1, after=1.5, limit=90, when_file=str(tmp_path / "frozen.csv"))
+    assert report["frozen"] and report["ended"] and report["exit_status"] != 0, report
+    assert any(line.startswith("perflab: error: rank 0: no answer for") and "rank 1 silent" in line
+               for line in report["stderr"]), report["stderr"]
+    rows = pd.read_csv(tmp_path / "frozen.csv")
+    assert list(rows.H) == [16] and (rows.status == "measured").all()
+
+
 def test_the_committed_gpu_runs_ended_on_a_frozen_rank():
     """On two H100 (scripts/gpu_multi.sh watchdog): rank 1 stopped mid-training under NCCL (graphed and eager),
     p2p (both), host MPI (staged, pipelined), model parallel and a deeper net; each job ended within the

@@ -45,7 +45,7 @@ def cmd_sweep(args, comm) -> dict:
         raise CLIError(f"the grid has points with p={max(too_big)} but {comm.size} rank(s) are running; "
                        f"start with mpiexec -n {max(too_big)} perflab sweep ...")
     path = sweep.run_grid_mpi(points, args.name, args.out, args.dataset, progress=not args.json and comm.rank == 0,
-                              log=(lambda m: None) if args.json else print)
+                              log=(lambda m: None) if args.json else print, timeout=args.timeout)
     if comm.rank == 0 and not args.json:
         print(f"wrote {path}")
     return {"points": len(points), "saved": str(path)}
@@ -113,6 +113,10 @@ def register(sub) -> None:
     p.add_argument("--comm", choices=GPU_EXCHANGES, default=None,
                    help=EXCHANGES_HELP + "; default nccl there, host MPI in the staged modes and on the CPU")
     p.add_argument("--dtype", nargs="+", choices=DTYPES, default=["float32"], help="default float32")
+    from perflab.train.watchdog import TIMEOUT_S
+    p.add_argument("--timeout", type=positive_float, default=TIMEOUT_S, metavar="S",
+                   help="a point's step that waits S seconds on the other ranks ends the sweep (the points written "
+                        "stay; a rerun resumes after them), every other rank naming the silent one (default %(default)g)")
     p.add_argument("--train-size", type=positive, default=38400, metavar="N",
                    help="samples an epoch (default %(default)s, the seeds')")
     p.add_argument("--num-epochs", type=positive, default=1, help="timed epochs a point, after one warm-up "

@@ -34,6 +34,7 @@ import statistics
 from pathlib import Path
 
 from perflab.config import GPU_EXCHANGES, exchange_fields
+from perflab.train.watchdog import TIMEOUT_S
 
 MIN_TIMED_SECONDS = 0.25  # a point's timed epochs last at least this long (timed_epochs)
 MAX_EXTRA_EPOCHS = 200
@@ -158,17 +159,17 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def measure_point(point: dict, comm, dataset: str = "synthetic") -> dict | None:
+def measure_point(point: dict, comm, dataset: str = "synthetic", timeout: float = TIMEOUT_S) -> dict | None:
     """Run one point on `comm` (exactly p ranks); rank 0 returns its row. A point whose training
     diverges (the same on every rank: the loss is all-reduced) gives a row marked failed."""
     from perflab.train.loop import Diverged
     try:
-        return measure_trained_point(point, comm, dataset)
+        return measure_trained_point(point, comm, dataset, timeout)
     except Diverged as exc:
         return {**point, "status": "failed", "error": str(exc)} if comm.rank == 0 else None
 
 
-def measure_trained_point(point: dict, comm, dataset: str) -> dict | None:
+def measure_trained_point(point: dict, comm, dataset: str, timeout: float = TIMEOUT_S) -> dict | None:
     import numpy as np
 
     from perflab.analysis import perfmodel
@@ -179,7 +180,7 @@ def measure_trained_point(point: dict, comm, dataset: str) -> dict | None:
                  learning_rate=point.get("learning_rate", 0.1))
     device = Device(backend=point["backend"], mode=point["mode"], gemm=point["gemm"],
                     **exchange_fields(point.get("comm") or default_comm(point["backend"], point["mode"])),
-                    graphs=point.get("launch", "graph") == "graph")
+                    graphs=point.get("launch", "graph") == "graph", timeout=timeout)
     probe = point["backend"] == "cupy" and point["mode"] == "staged"
     walks = copy_probe(comm, cfg.batch_size // comm.size, cfg.train_size // comm.size) if probe else []
     seconds, history, trainer = timed_epochs(cfg, point["parallel"], comm, device)
@@ -262,13 +263,13 @@ def copy_probe(comm, Bl: int, N: int) -> list[dict]:
     return [max(comm.allgather(walk), key=lambda w: w["seconds"])]
 
 
-def run_point_on_world(point: dict, dataset: str = "synthetic"):
+def run_point_on_world(point: dict, dataset: str = "synthetic", timeout: float = TIMEOUT_S):
     """Entry point on every rank (mpiexec or an ipyparallel engine): run one point on the first
     p ranks; rank 0 returns the row (JSON-serializable), the others None."""
     from perflab.train.comm import sub_world, world
     w = world()
     comm = sub_world(w, point["p"])
-    row = measure_point(point, comm, dataset) if comm is not None else None
+    row = measure_point(point, comm, dataset, timeout) if comm is not None else None
     if hasattr(comm, "comm") and comm.comm is not w.comm:
         comm.comm.Free()
     w.idle_barrier()
@@ -298,8 +299,10 @@ def report_failed(path: Path, log) -> None:
                 log(f"point H={row['H']} B={row['B']} p={row['p']} {row['backend']} {row['mode']} failed: {row['error']}")
 
 
-def run_grid_mpi(points, name, out: Path | None = None, dataset="synthetic", progress=True, log=print):
-    """Every rank of `mpiexec -n P perflab sweep` calls this; rank 0 claims the points and writes."""
+def run_grid_mpi(points, name, out: Path | None = None, dataset="synthetic", progress=True, log=print,
+                 timeout: float = TIMEOUT_S):
+    """Every rank of `mpiexec -n P perflab sweep` calls this; rank 0 claims the points and writes each as it
+    finishes (a job the watchdog ends keeps them: `timeout`, perflab.train.watchdog)."""
     from tqdm.auto import tqdm
 
     from perflab import results
@@ -314,7 +317,7 @@ def run_grid_mpi(points, name, out: Path | None = None, dataset="synthetic", pro
             continue  # measured or being measured by another sweep
         row = None
         try:
-            row = run_point_on_world(point, dataset)
+            row = run_point_on_world(point, dataset, timeout)
         finally:
             if w.rank == 0:
                 claims.finish(point, row, meta)
@@ -323,7 +326,8 @@ def run_grid_mpi(points, name, out: Path | None = None, dataset="synthetic", pro
     return path
 
 
-def run_grid_engines(view, points, name, out: Path | None = None, dataset="synthetic", progress=True, log=print):
+def run_grid_engines(view, points, name, out: Path | None = None, dataset="synthetic", progress=True, log=print,
+                     timeout: float = TIMEOUT_S):
     """The same through ipyparallel MPI engines: every engine runs the point, rank 0's row is
     written here (rows travel back as plain dicts and land in CSV, never as pickles on disk)."""
     from tqdm.auto import tqdm
@@ -338,7 +342,7 @@ def run_grid_engines(view, points, name, out: Path | None = None, dataset="synth
             continue
         rows = []
         try:
-            rows = [r for r in view.apply_sync(run_point_on_world, point, dataset) if r is not None]
+            rows = [r for r in view.apply_sync(run_point_on_world, point, dataset, timeout) if r is not None]
         finally:
             claims.finish(point, rows[0] if rows else None, meta)
     report_failed(path, log)
