@@ -2,7 +2,7 @@
 # One device call on a several-GPU machine: multi-GPU checks, ceilings, roofline sweep, scaling,
 # data against model parallel, the all-reduce bench, the pipelined staged path beside the serial one, and the
 # single-GPU benchmarks (stages: info check auto ceilings sweep scaling deep parallel allreduce pipeline bench x4 exchange
-# channels dataparallel watchdog). CEILINGS_ARGS: more for `perflab ceilings` (--hidden H.. --per-rank-batch b..).
+# channels dataparallel watchdog wfbp). CEILINGS_ARGS: more for `perflab ceilings` (--hidden H.. --per-rank-batch b..).
 # Four GPUs (issue 33), one call: P=4 FLAGS="- p2p overlap staged pipelined model" bash scripts/gpu_multi.sh x4 scaling ceilings allreduce
 # Every command has a time limit, so one hang cannot eat the call. Usage:
 #   OUT=/tmp/out P=2 bash scripts/gpu_multi.sh [stage...]
@@ -69,6 +69,20 @@ for stage in $stages; do
         mpi -n $n python3 -m perflab.measure.peers_multi ddp 1024-1024 3000 60000 2>/dev/null | tail -1
         timeout 120 python3 -m perflab.measure.peers_multi jax 1024-1024 3000 60000 $n 2>/dev/null | tail -1
       done 2>&1 | tee "$OUT/scaling_deep.jsonl" ;;
+    wfbp)  # issue 52 item 2: WFBP (--overlap past one hidden layer: each layer's gradient all-reduced as backward makes it)
+      # checked against the reference, then timed by --comm auto against one exchange after backward (and p2p)
+      for dt in float64 float32; do for hidden in "61 37" "61 37 23" "97 61 37 23"; do
+        mpi -n $P python3 -m perflab check --backend cupy --parallel data --dtype $dt --comm nccl --overlap $SMALL \
+          --hidden-size $hidden --json 2>"$OUT/err.txt" | show "p=$P $dt $hidden --overlap"; tail -1 "$OUT/err.txt" | cut -c1-300
+      done; done 2>&1 | tee "$OUT/wfbp_check.log"
+      python3 -c "import json; from perflab.results import machine_metadata; print(json.dumps(machine_metadata()))" > "$OUT/wfbp_machine.json"
+      for hidden in "1024 1024" "2048 2048" "1024 1024 1024" "4096 4096"; do for b in 3000 1000; do
+        LIMIT=150 mpi -n $P python3 -m perflab train --backend cupy --dataset synthetic --hidden-size $hidden --batch-size $((b * P)) \
+          --train-size 60000 --num-epochs 4 --test-size 0 --learning-rate 0.1 --json 2>/dev/null | tail -1
+      done; done | tee "$OUT/wfbp.jsonl" | python3 -c "import json,sys
+for l in sys.stdin:
+    d=json.loads(l); t=d['exchange_trial_s']
+    print(d['hidden_sizes'], d['batch_size'], 'kept', 'overlap' if d['overlap'] else d['comm'], {k: round(1e3*v, 3) if isinstance(v, float) else v for k, v in t.items()})" ;;
     watchdog)  # issue 54: rank 1 stopped (SIGSTOP) mid-training; the job must end within --timeout and a little, each other rank naming it
       for args in "--comm nccl" "--comm nccl --launch eager" "--comm p2p" "--comm p2p --launch eager" "--comm mpi --mode staged" \
                   "--comm nccl --parallel model" "--mode pipelined --comm mpi" "--comm nccl --hidden-size 1024 1024"; do

@@ -142,6 +142,10 @@ class FusedGPU(Sequential):
             self.comm_stream = cp.cuda.Stream(non_blocking=True)
             self.handoff = cp.cuda.Event(disable_timing=True)
             self.chunks = row_chunks(hidden[0], overlap_chunks)
+            # wait-free backprop (the lecture's WFBP) past one hidden layer: each layer's slice of G goes to
+            # the all-reduce as soon as backward has made it, under the GEMMs of the layers below
+            sizes = [int(np.prod(p.shape)) for p in host_params]
+            self.layer_starts = [int(sum(sizes[:k])) for k in range(0, len(sizes), 2)]  # W_l's place in G
         # Whether the exchange and the update are in a step's graph too, a batch at a time (an epoch's
         # graph holds them whenever the exchange is capturable). On several GPUs without --overlap they
         # launch after it: as fast as capturing them at H = 2048 and faster at H = 512 (two H200); one
@@ -256,27 +260,41 @@ class FusedGPU(Sequential):
                 with phase("backward GEMM 2"):
                     self.gemm(W[-1].T, delta, dz[-1])
                 kernels.sigmoid_backward_rows(dz[-1], acts[-1], db[-2], small if L == 2 else None)
+            unsent = self.G.size  # with --overlap, G[unsent:] is already on its way
+            if want_loss:  # the CE slot is all-reduced with the gradients (the output layer's slice); stale when unused
+                cp.sum(self.ce[:n], out=self.G[-1:].reshape(()))
             for l in range(L - 2, 0, -1):  # hidden layer l + 1 over hidden layer l (1-based): W[l] is W_{l+1}
                 k = 2 * (L - l) - 1
                 with phase(f"backward GEMM {k}"):
                     self.gemm(dz[l], acts[l].T, dW[l])
+                if self.overlap:  # layer l + 1 (and those above it, the first time) is final: send it (WFBP)
+                    unsent = self.send_layer(self.layer_starts[l], unsent)
                 with phase(f"backward GEMM {k + 1}"):
                     self.gemm(W[l].T, dz[l], dz[l - 1])
                 kernels.sigmoid_backward_rows(dz[l - 1], acts[l], db[l - 1], small if l == 1 else None)
             self.dz1_split = small is not None
-            if want_loss:  # the CE slot is all-reduced with the gradients; stale when unused
-                cp.sum(self.ce[:n], out=self.G[-1:].reshape(()))
+            if want_loss:
                 kernels.l2_penalty(self.P, self.ends, self.regs, self.l2_part, self.penalty.reshape(()))
-            self.first_weight_gradient(dz[0], Xb, dW[0])
+            self.first_weight_gradient(dz[0], Xb, dW[0], unsent)
 
     def combine_logits(self, z_out):
         """z_out = W_L a_{L-1} holds the whole batch's logits here (model parallel sums its ranks' parts)."""
 
-    def first_weight_gradient(self, dz1, Xb, dW1):
-        """dW_1 = dz_1 X^T, the step's last GEMM (in chunks, each exchanged as it is done, with --overlap)."""
+    def send_layer(self, lo: int, hi: int) -> int:
+        """All-reduce G[lo:hi] on the side stream once the current stream has made it; returns lo."""
+        main = self.cp.cuda.get_current_stream()
+        self.handoff.record(main)
+        self.comm_stream.wait_event(self.handoff)
+        with self.comm_stream:
+            self.comm.allreduce(self.G[lo:hi])
+        return lo
+
+    def first_weight_gradient(self, dz1, Xb, dW1, unsent: int):
+        """dW_1 = dz_1 X^T, the step's last GEMM (in chunks, each exchanged as it is done, with --overlap;
+        the last chunk carries what of G[:unsent] is not dW_1: b_1, and with one hidden layer the rest)."""
         if self.overlap:
-            overlapped_gemm3(self.gemm, self.comm.allreduce, dz1, Xb, dW1, self.G, self.chunks, self.comm_stream,
-                             self.handoff, self.last_gemm)
+            overlapped_gemm3(self.gemm, self.comm.allreduce, dz1, Xb, dW1, self.G[:unsent], self.chunks,
+                             self.comm_stream, self.handoff, self.last_gemm)
         else:
             with phase(self.last_gemm):
                 self.gemm(dz1, Xb.T, dW1)

@@ -128,10 +128,10 @@ class Pipelined(FusedGPU):
         return self.batch_loss(global_b) if want else None
 
     # -- the gradient pipeline (several GPUs) ---------------------------------------------------
-    def first_weight_gradient(self, dz1, Xb, dW1):
+    def first_weight_gradient(self, dz1, Xb, dW1, unsent: int):
         """G's tail goes down first (it is complete before dW1's GEMM), then each dW1 row chunk behind its GEMM."""
         if self.comm.size == 1:
-            return super().first_weight_gradient(dz1, Xb, dW1)
+            return super().first_weight_gradient(dz1, Xb, dW1, unsent)
         D = dW1.shape[1]
         self.sent = []
         self.send(dW1.size, self.G.size)
