@@ -574,3 +574,18 @@ def test_the_report_pdf_opens_with_a_title_page_and_sentence_captions(tmp_path):
         said = pdf.caption(png)
         assert said == png.with_suffix(".txt").read_text().strip() and said.endswith(".") and "Source" in said, png
     assert (pdf.build(folder=run)).stat().st_size > 50_000
+
+
+def test_the_committed_wfbp_runs_kept_the_fastest_exchange_and_checked_against_the_reference():
+    """On two H100 (scripts/gpu_multi.sh wfbp): --comm auto timed the exchange after backward, WFBP (--overlap past
+    one hidden layer) and p2p on deeper nets and kept the fastest; WFBP matched the float64 reference at depths 2-4."""
+    folder = RESULTS_ROOT / "nvidia-h100-80gb-hbm3" / "wfbp"
+    t = markdown.wfbp_rows(folder / "wfbp_h100x2.jsonl")
+    assert len(t) == 8 and (t.net.str.count("-") >= 3).all()  # every net past one hidden layer
+    times = t[["nccl after backward (ms)", "WFBP, --overlap (ms)", "p2p (ms)"]]
+    kept = times.idxmin(axis=1).map({"nccl after backward (ms)": "nccl", "WFBP, --overlap (ms)": "overlap",
+                                     "p2p (ms)": "p2p"})
+    assert list(kept) == list(t["--comm auto kept"])
+    checks = (folder / "wfbp_check_h100x2.log").read_text().splitlines()
+    assert len(checks) == 6 and all(line.endswith(" True") and "--overlap" in line for line in checks)
+    assert {line.split()[1] for line in checks} == {"float64", "float32"}
