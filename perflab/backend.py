@@ -43,10 +43,10 @@ def cpu_threads(comm) -> int:
     return max(1, (os.cpu_count() or 1) // local)
 
 
-def blas_threads(comm):
-    """A context in which NumPy's BLAS uses cpu_threads(comm) threads."""
+def blas_threads(comm, threads: int | None = None):
+    """A context in which NumPy's BLAS uses `threads` threads (None: cpu_threads(comm))."""
     from threadpoolctl import threadpool_limits
-    return threadpool_limits(cpu_threads(comm), user_api="blas")
+    return threadpool_limits(threads or cpu_threads(comm), user_api="blas")
 
 
 def xp_of(array):

@@ -55,7 +55,7 @@ def test_the_p2p_exchange_is_refused_where_it_cannot_run(monkeypatch, changes, m
     from perflab.commands.options import device_from_args
     monkeypatch.setattr(perflab.backend, "array_module", lambda name: types.SimpleNamespace(__name__="cupy"))
     args = dict(backend="cupy", mode="resident", gemm="cublas", comm="p2p", launch="graph", pinned=False, overlap=False,
-                chunks=None, parallel="data", dtype="float32", json=True, timeout=60.0)
+                chunks=None, parallel="data", dtype="float32", json=True, timeout=60.0, threads=None)
     assert device_from_args(argparse.Namespace(**args)).comm == "p2p"
     with pytest.raises(CLIError, match=message):
         device_from_args(argparse.Namespace(**{**args, "overlap": True, **changes}))
@@ -72,7 +72,7 @@ def test_a_gpu_run_chooses_its_exchange_by_timing_unless_told(monkeypatch):
     from perflab.commands.options import device_from_args
     monkeypatch.setattr(perflab.backend, "array_module", lambda name: types.SimpleNamespace(__name__=name))
     args = dict(backend="cupy", mode="resident", gemm="cublas", comm=None, launch="graph", pinned=False, overlap=False,
-                chunks=None, parallel="data", dtype="float32", json=True, timeout=60.0)
+                chunks=None, parallel="data", dtype="float32", json=True, timeout=60.0, threads=None)
     comm = lambda **changes: device_from_args(argparse.Namespace(**{**args, **changes})).comm
     assert comm() == "auto" and comm(overlap=True) == "nccl" and comm(mode="staged") == "mpi"
     assert comm(backend="numpy") == "mpi" and comm(backend="numpy", comm="auto") == "mpi"

@@ -15,6 +15,7 @@ SMALL = {
                     "-p", "hidden_sizes", "[16, 32]"],
     "scaling": [],
     "kernels": [],
+    "usc": ["-p", "cores", "[1, 2]", "-p", "batch", "200", "-p", "N", "1000", "-p", "epochs", "2", "-p", "gpu", "False"],
 }
 
 

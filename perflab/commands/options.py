@@ -86,6 +86,9 @@ def device_options(parser: argparse.ArgumentParser) -> None:
                    help="NCCL on several GPUs: all-reduce the gradients in chunks on a second stream while backward "
                         "GEMM 3 still runs, all inside the step's CUDA graph (slower than one exchange after it on "
                         "two H200 and two H100: NCCL's kernels take SMs from the GEMM; experiments/p2p/README.md)")
+    g.add_argument("--threads", type=positive, default=None, metavar="K",
+                   help="NumPy: BLAS threads a rank (default: this node's cores shared among its ranks); 1 with "
+                        "p ranks parallelizes over examples only, K with one rank inside the matrix products only")
     from perflab.train.watchdog import TIMEOUT_S
     g.add_argument("--timeout", type=positive_float, default=TIMEOUT_S, metavar="S",
                    help="several ranks: a step that waits S seconds on the others (a rank stopped, a node lost) ends "
@@ -113,6 +116,9 @@ def device_from_args(args):
                        "or name --comm nccl")
     if backend == "numpy" and comm in ("nccl", "cuda-mpi", "p2p"):
         raise CLIError(f"--comm {comm} needs --backend cupy; on the CPU use mpi or hierarchical")
+    if backend != "numpy" and getattr(args, "threads", None):
+        raise CLIError(f"--threads {args.threads} sets NumPy's BLAS threads a rank: it needs --backend numpy (a GPU "
+                       "rank's math runs on its GPU)")
     if backend == "numpy" and args.gemm != "cublas":
         raise CLIError(f"--gemm {args.gemm} runs perflab's CUDA kernels: it needs --backend cupy (the NumPy "
                        "backend multiplies with its BLAS)")
@@ -139,7 +145,8 @@ def device_from_args(args):
         raise CLIError(f"--gemm {args.gemm} runs on TF32 tensor cores from float32 operands: it needs --dtype float32, "
                        f"got --dtype {args.dtype}")
     return Device(backend=backend, mode=args.mode, gemm=args.gemm, comm=comm, graphs=args.launch == "graph",
-                  pinned=args.pinned, overlap=args.overlap, chunks=args.chunks, timeout=args.timeout)
+                  pinned=args.pinned, overlap=args.overlap, chunks=args.chunks, timeout=args.timeout,
+                  threads=args.threads)
 
 
 def config_from_args(args) -> Config:
@@ -162,7 +169,7 @@ def parallel_option(parser, default: str) -> None:
 def device_summary(device) -> dict:
     import dataclasses
     if device.backend == "numpy":
-        return {"backend": "numpy", "comm": device.comm}
+        return {"backend": "numpy", "comm": device.comm, "threads": device.threads}
     return dataclasses.asdict(device)
 
 

@@ -572,3 +572,30 @@ def text_overlaps(fig) -> list[tuple[str, str]]:
     """Pairs of texts (text_boxes) whose boxes intersect: a figure a reader cannot read."""
     boxes = text_boxes(fig)
     return [(a, b) for i, (a, box_a) in enumerate(boxes) for b, box_b in boxes[i + 1:] if box_a.overlaps(box_b)]
+
+
+def usc(table, title: str = ""):
+    """The USC seed's three plots side by side (perflab.workbook.usc): time per epoch, GFLOP/s and speedup over the
+    serial run against cores, a line per net and way of running in parallel; the GPU's as a dashed level."""
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.8))
+    columns = (("epoch_seconds", "seconds per epoch", True), ("gflops", "GFLOP/s (seeds' count)", True),
+               ("speedup", "speedup over serial", True))
+    styles = {"Network1": "-", "Network2": "--"}
+    for ax, (column, label, log) in zip(axes, columns):
+        for i, (way, marker) in enumerate((("examples", "o"), ("matrices", "s"))):
+            for net, group in table[table.way.isin([way, "serial"])].groupby("net"):
+                g = group.sort_values("cores")
+                ax.plot(g.cores, g[column], styles.get(net, ":"), marker=marker, color=f"C{i}", ms=5,
+                        label=f"{net}, {way}")
+        for net, group in table[table.way == "gpu"].groupby("net"):
+            ax.axhline(group[column].iloc[0], color="C2", ls=styles.get(net, ":"), lw=1, label=f"{net}, one GPU")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log" if log else "linear")
+        ax.set_xlabel("CPU cores")
+        ax.set_title(label, fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend(fontsize=6, loc="best")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig

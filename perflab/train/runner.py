@@ -53,6 +53,7 @@ class Device:
     overlap: bool = False    # NCCL, several GPUs: exchange gradient chunks while backward GEMM 3 runs
     chunks: int | None = None  # dW1 row chunks exchanged one by one (None: 2 with overlap, 4 pipelined)
     timeout: float = watchdog.TIMEOUT_S  # seconds a step may wait on the other ranks before the job ends
+    threads: int | None = None  # NumPy: BLAS threads a rank (None: the node's cores shared among its ranks)
 
 
 def make_gpu_trainer(cfg: Config, parallel: str, comm, device: Device, train_set):
@@ -190,7 +191,7 @@ def train_on_ranks(cfg: Config, parallel: str, comm, device: Device | None = Non
         import cupy as cuda
     if timeline and cuda is None:
         raise ConfigError("a timeline records CUDA streams: it needs --backend cupy")
-    threads = blas_threads(comm) if device.backend == "numpy" else contextlib.nullcontext()
+    threads = blas_threads(comm, device.threads) if device.backend == "numpy" else contextlib.nullcontext()
     recorder = profile.profiling(comm.rank, cuda) if profiled else profile.timeline(comm.rank, cuda) if timeline else None
     with threads, recorder or contextlib.nullcontext() as prof:
         with profile.phase("train setup"):
