@@ -38,3 +38,18 @@ def test_a_run_writes_each_configuration_and_a_rerun_measures_none_again(tmp_pat
 def test_a_configuration_that_fails_is_named_with_what_its_process_said(tmp_path):
     with pytest.raises(usc.USCError, match=r"Network1 serial on 1 core\(s\) failed \(exit 2\): .*hidden-size"):
         usc.run([1], nets={"Network1": (0,)}, batch=100, N=400, epochs=1, gpu=False, out=tmp_path, progress=False)
+
+
+def test_the_committed_run_holds_every_configuration_with_its_machine():
+    """results/nvidia-h100-80gb-hbm3/usc.csv: both nets, every way at 1-16 cores and the GPU, on its machine."""
+    import json
+
+    from perflab.results import RESULTS_ROOT
+    path = RESULTS_ROOT / "nvidia-h100-80gb-hbm3" / "usc.csv"
+    table = usc.with_speedup(pd.read_csv(path))
+    meta = json.loads(path.with_suffix(".json").read_text())
+    assert meta["cpu_count"] == 16 and meta["gpu"].startswith("NVIDIA H100") and meta["git_commit"] != "WORKTREE"
+    expected = usc.configs([1, 2, 4, 8, 16], gpu=True)
+    assert [(c["net"], c["way"], c["cores"]) for c in expected] == list(zip(table.net, table.way, table.cores))
+    gpu, cpu = table[table.way == "gpu"], table[table.way != "gpu"]
+    assert gpu.speedup.min() > 10 * cpu.speedup.max()  # what REPORT.md's USC section says of the GPU

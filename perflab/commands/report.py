@@ -18,6 +18,7 @@ def cmd_report(args, comm) -> dict:
         predictions.checks_figure()
         markdown.tensor_core_figures()
         markdown.graphs_figures()
+        markdown.usc_figures()
         path.write_text(markdown.analysis_markdown())
         if not args.json:
             print(f"wrote {relative(path)}")

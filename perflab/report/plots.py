@@ -33,8 +33,11 @@ def save(fig, name: str, caption: str, folder: Path | None = None) -> Path:
     import textwrap
     folder = Path(folder or figures_dir())
     folder.mkdir(parents=True, exist_ok=True)
-    fig.text(0.01, 0.005, "\n".join(textwrap.wrap(caption, 120)), fontsize=7, va="bottom", ha="left")
-    fig.tight_layout(rect=(0, 0.03 + 0.018 * caption.count(" ") / 18, 1, 1))
+    said = fig.text(0.01, 0.005, "\n".join(textwrap.wrap(caption, int(fig.get_figwidth() * 17))), fontsize=7,
+                    va="bottom", ha="left")
+    fig.canvas.draw()
+    height = said.get_window_extent(fig.canvas.get_renderer()).height / fig.bbox.height  # the caption's share
+    fig.tight_layout(rect=(0, min(0.5, 0.015 + height), 1, 1))
     replace_labels(fig)  # the caption's room moved the axes under the point labels
     for a, b in text_overlaps(fig):  # said, not raised: the figure is still worth having
         print(f"perflab: figure {name}: texts overlap: {a[:60]!r} and {b[:60]!r}", file=sys.stderr)
