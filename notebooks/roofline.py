@@ -15,10 +15,10 @@
 # %% tags=["parameters"]
 backend = "auto"        # auto (CuPy when a GPU is visible) | numpy | cupy
 engines = "auto"        # auto (one per GPU, else one per core up to 4) | a number
-hidden = None           # H sweep; default 512, 1024, 2048
+hidden = None           # nets: one width (512) or a deeper net's ('1024-1024'); default 512, 1024, 2048
 ranks = None            # p sweep with B/p constant; default 1, 2, 4, ... up to the engines
 per_rank_batch = None   # B/p (NumPy 1600, CuPy 3000)
-batch_sweep = None      # B sweep at p = 1 and the first H; default 800, 3200, 12000
+batch_sweep = None      # B sweep on one rank at the first net; default 800, 3200, 12000
 N = None                # samples an epoch (NumPy 38400, the seeds' N; CuPy 60000)
 modes = None            # GPU data paths: resident, staged (the seeds' path) and pipelined (it, overlapped)
 name = "roofline"       # <run folder>/<name>.csv

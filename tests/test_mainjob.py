@@ -204,7 +204,7 @@ def test_main_job_in_a_fresh_clone_measures_this_machine_and_leaves_git_status_c
     git("-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-q", "-m", "clone")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PERFLAB_")}
     env["PYTHONPATH"] = str(clone)  # the clone's package, as its own `pip install -e .` would give (kernel, engines)
-    small = ["-p", "hidden", "[32, 64]", "-p", "per_rank_batch", "100", "-p", "batch_sweep", "[100, 400]",
+    small = ["-p", "hidden", "['32-32', 64]", "-p", "per_rank_batch", "100", "-p", "batch_sweep", "[100, 400]",
              "-p", "N", "800", "-p", "engines", "2"]
     for command in (["notebook", "roofline", *small, "--json"], ["report", "--json"]):
         proc = subprocess.run([sys.executable, "-m", "perflab", *command], cwd=clone, capture_output=True, text=True,
@@ -221,6 +221,7 @@ def test_main_job_in_a_fresh_clone_measures_this_machine_and_leaves_git_status_c
     assert not [line for line in printed.splitlines() if "texts overlap" in line]  # plots.save says so of any figure
     table = pd.read_csv(run / "roofline.csv")
     assert len(table) == 5 and (table.status == "measured").all()
+    assert set(table.H.astype(str)) == {"32-32", "64"}  # a deeper net is a point of the main job like any other
     figures = sorted(p.name for p in (run / "figures").iterdir())
     for name in ("roofline_serial", "roofline_ceilings", "predictor_vs_measured", "seeds_model_vs_measured"):
         assert f"{name}_{run.name}.png" in figures, name

@@ -184,9 +184,11 @@ def sweep_section(doc: Document, path: Path) -> None:
     first = fb.iloc[0]
     local_batch = int(first["B'"])
     gradient_mb = perfmodel.gradient_buffer_bytes(first["H"]) / 1e6
-    doc.text(f"Per rank and batch the two dominant GEMM passes cost the seeds' 4B'H(D+C) FLOPs: "
-             f"{first['forward GFLOP'] + first['backward GFLOP']:.3g} GFLOP at H = {int(first['H'])}, B' = {local_batch}. "
-             f"The gradient that crosses PCIe twice and the all-reduce once is {gradient_mb:.3g} MB at H = {int(first['H'])} "
+    net = perfmodel.net_label(first["H"])  # 512, or a deeper net's widths: 1024-1024
+    doc.text(f"Per rank and batch the GEMM passes the seeds count (4B'H(D+C) with one hidden layer; every layer's "
+             f"forward GEMM and weight gradient, and past the first its input gradient, with more) cost "
+             f"{first['forward GFLOP'] + first['backward GFLOP']:.3g} GFLOP at H = {net}, B' = {local_batch}. "
+             f"The gradient that crosses PCIe twice and the all-reduce once is {gradient_mb:.3g} MB at H = {net} "
              "and grows with H as the FLOPs do, so the arithmetic intensity (FLOPs per gradient byte) changes only with B/p: "
              f"{fb['AI (FLOP/B)'].min():.3g} to {fb['AI (FLOP/B)'].max():.3g} FLOP/byte here.")
     doc.table(fb)

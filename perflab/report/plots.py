@@ -77,9 +77,10 @@ def roofline(points, P_flops: float, bandwidth: float, kind: str = "serial", P_m
         y = [perfmodel.roofline_serial(a, P_flops, bandwidth) for a in x]
     ax.loglog(x, y, "k-", lw=2, label=f"{kind} roofline")
     ax.axhline(P_flops, color="k", ls=":", lw=1)
-    ax.text(x[0], P_flops * 1.08, f"P_flops = {P_flops / 1e12:.3g} TFLOP/s", fontsize=8)
+    ax.text(P_flops / bandwidth * 2, P_flops * 1.08, f"P_flops = {P_flops / 1e12:.3g} TFLOP/s", fontsize=8)  # past the ridge
     ax.loglog(x, x * bandwidth, color="0.6", ls=":", lw=1)
-    ax.text(x[5], x[5] * bandwidth * 1.3, f"{label_bw} = {bandwidth / 1e9:.3g} GB/s", fontsize=8, color="0.4", rotation=25)
+    at = max(x[0], P_flops / bandwidth / 8)  # on the slope, left of and under the P_flops label
+    ax.text(at, at * bandwidth * 1.3, f"{label_bw} = {bandwidth / 1e9:.3g} GB/s", fontsize=8, color="0.4", rotation=25)
     if peak:
         ax.axhline(peak, color="tab:red", ls="--", lw=1)
         ax.text(x[-1], peak * 1.08, f"datasheet peak {peak / 1e12:.3g} TFLOP/s", fontsize=8, color="tab:red", ha="right")
