@@ -51,7 +51,7 @@ def bench_gemm(variants=("naive", "tiled", "regblock", "best", "tf32", "cublas")
     peak, dev = device_peak_flops(cp)
     copy_rate = device_copy_rate(cp)
     from perflab.kernels.wgmma import hopper
-    from perflab.measure.gemm_peers import TENSOR_CORE_PEERS, run_gemm_peers
+    from perflab.measure.gemm_peers import HALF_PEERS, TENSOR_CORE_PEERS, run_gemm_peers
     if not hopper() and any(v in kernels.WGMMA_VARIANTS for v in variants):
         log(f"skipped: {', '.join(kernels.WGMMA_VARIANTS)} (Hopper's wgmma; this GPU is not one)")
         variants = [v for v in variants if v not in kernels.WGMMA_VARIANTS]
@@ -86,15 +86,18 @@ def bench_gemm(variants=("naive", "tiled", "regblock", "best", "tf32", "cublas")
             base[variant] = (ms, err, choice[0], choice[1], schedule)
         for peer, times in peer_times.items():
             base[peer] = (*times[name], "", None, "")
-        fastest_peer = min((base[p][0] for p in ("cublas", *peer_times) if p in base and p not in TENSOR_CORE_PEERS),
-                           default=float("nan"))
+        fastest_peer = min((base[p][0] for p in ("cublas", *peer_times)
+                            if p in base and p not in TENSOR_CORE_PEERS and p not in HALF_PEERS), default=float("nan"))
         for variant, (ms, err, config, blocks, schedule) in base.items():
-            rows.append({"shape": name, "M": M, "K": K, "N": N, "variant": variant, "dtype": dtype, "ms": ms,
+            half, half_tolerance = HALF_PEERS.get(variant, (None, None))
+            stored_bytes = nbytes // np.dtype(dtype).itemsize * 2 if half else nbytes
+            rows.append({"shape": name, "M": M, "K": K, "N": N, "variant": variant, "dtype": half or dtype, "ms": ms,
                          "tflops": flops / ms / 1e9, "pct_peak": 100 * flops / (ms * 1e-3) / peak,
-                         "gbps": nbytes / ms / 1e6, "pct_copy_rate": 100 * nbytes / (ms * 1e-3) / copy_rate,
+                         "gbps": stored_bytes / ms / 1e6, "pct_copy_rate": 100 * stored_bytes / (ms * 1e-3) / copy_rate,
                          "rel_error": err, "gpu": dev["gpu"], "peak_tflops": peak / 1e12,
                          "copy_rate_gbps": copy_rate / 1e9, "config": config, "blocks": blocks, "schedule": schedule,
-                         "checked": bool(err <= TOLERANCE["tf32" if variant in ONE_TF32_PRODUCT else dtype]),
+                         "checked": bool(err <= (half_tolerance or TOLERANCE["tf32" if variant in ONE_TF32_PRODUCT
+                                                                            else dtype])),
                          "pct_cublas": 100 * base["cublas"][0] / ms if "cublas" in base else float("nan"),
                          "pct_fastest_peer": 100 * fastest_peer / ms,
                          **{f"pct_{p.replace('-', '_')}": 100 * base[p][0] / ms if p in base else float("nan")

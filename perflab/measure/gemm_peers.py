@@ -1,7 +1,8 @@
 """The training shapes' GEMMs in PyTorch and JAX, for `perflab bench gemm`: `best` has to beat
 the fastest SGEMM a practitioner would reach for, not only CuPy's cuBLAS call; the tensor-core
 GEMMs (wgmma, x3tf32) the fastest TF32 (`pytorch-tf32`: cuBLAS TF32) and 3xTF32 (`jax-x3`: XLA's
-TF32_TF32_F32_X3 dot algorithm) ones.
+TF32_TF32_F32_X3 dot algorithm) ones; and cuBLAS's BF16 and FP16 GEMMs (`pytorch-bf16`, `pytorch-fp16`)
+mark the floor of a half-precision step's GEMMs.
 
 They run float32 (`pytorch` and `jax` with TF32 off) on the bench's inputs (the same seed, storage
 and rotation past L2), checked against the float64 product. Each peer runs in a process of its own
@@ -22,8 +23,12 @@ import numpy as np
 from perflab.measure.gemm_inputs import gemm_shapes, operand_sets, rel_error
 from perflab.measure.peers import PeerMissing, fp32_jax, fp32_torch, run_peer_process
 
-GEMM_PEERS = ("pytorch", "jax", "pytorch-tf32", "jax-x3")
+GEMM_PEERS = ("pytorch", "jax", "pytorch-tf32", "jax-x3", "pytorch-bf16", "pytorch-fp16")
 TENSOR_CORE_PEERS = ("pytorch-tf32", "jax-x3")  # not SGEMM: compared with wgmma and x3tf32 only
+# cuBLAS's half-precision GEMMs (operands and product in BF16 or FP16, FP32 accumulation): the floor a
+# half-precision step's GEMMs cannot beat (issue 53), checked against the float64 product at the
+# precision their operands keep (8 and 11 bits of mantissa, the product rounded once more)
+HALF_PEERS = {"pytorch-bf16": ("bfloat16", 1.5e-2), "pytorch-fp16": ("float16", 2e-3)}
 
 
 def stored(x) -> tuple[np.ndarray, bool]:
@@ -38,23 +43,25 @@ def shape_inputs(M, K, N, ta, tb):
     return inputs, a0.astype(np.float64) @ b0.astype(np.float64)
 
 
-def pytorch_gemm(shapes, repeats: int, tf32: bool = False) -> dict:
+def pytorch_gemm(shapes, repeats: int, tf32: bool = False, half: str | None = None) -> dict:
     """{shape: (ms, rel_error)}: torch.matmul(a, b, out=...) over the rotated inputs, captured in
-    a CUDA graph and replayed between CUDA events, median of `repeats` (`tf32`: on TF32 tensor cores)."""
+    a CUDA graph and replayed between CUDA events, median of `repeats` (`tf32`: on TF32 tensor cores;
+    `half`: operands and product in bfloat16 or float16, the bench's float32 inputs rounded to it)."""
     torch = fp32_torch()
     torch.backends.cuda.matmul.allow_tf32 = tf32
+    dtype = getattr(torch, half) if half else torch.float32
     got = {}
     for name, M, K, N, ta, tb in shapes:
         inputs, reference = shape_inputs(M, K, N, ta, tb)
 
         def put(x):
             base, transposed = stored(x)
-            t = torch.from_numpy(base).cuda()
+            t = torch.from_numpy(base).cuda().to(dtype)
             return t.T if transposed else t
         pairs = [(put(a), put(b)) for a, b in inputs]
-        out = torch.empty((M, N), device="cuda")
+        out = torch.empty((M, N), device="cuda", dtype=dtype)
         torch.matmul(*pairs[0], out=out)
-        err = rel_error(out.cpu().numpy(), reference)
+        err = rel_error(out.float().cpu().numpy(), reference)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm-up off the default stream, as capture wants
@@ -127,7 +134,8 @@ if __name__ == "__main__":
         raise SystemExit(f"unknown GEMM peer {peer!r}: the peers are {GEMM_PEERS}")
     try:
         run = {"pytorch": pytorch_gemm, "jax": jax_gemm, "pytorch-tf32": functools.partial(pytorch_gemm, tf32=True),
-               "jax-x3": functools.partial(jax_gemm, x3=True)}[peer]
+               "jax-x3": functools.partial(jax_gemm, x3=True),
+               **{name: functools.partial(pytorch_gemm, half=half) for name, (half, _) in HALF_PEERS.items()}}[peer]
         print(json.dumps(run(list(gemm_shapes(hidden, batches)), repeats)))
     except PeerMissing as exc:
         print(json.dumps({"missing": str(exc)}))
