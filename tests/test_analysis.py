@@ -589,3 +589,16 @@ def test_the_committed_wfbp_runs_kept_the_fastest_exchange_and_checked_against_t
     checks = (folder / "wfbp_check_h100x2.log").read_text().splitlines()
     assert len(checks) == 6 and all(line.endswith(" True") and "--overlap" in line for line in checks)
     assert {line.split()[1] for line in checks} == {"float64", "float32"}
+
+
+def test_the_committed_half_precision_floor_is_checked_and_below_fp32_everywhere():
+    """bench gemm's BF16 and FP16 cuBLAS peers on one H100: every product within its precision of the float64 one,
+    and every training shape's half GEMM faster than perflab's FP32 cuBLAS call."""
+    from perflab.measure.gemm_peers import HALF_PEERS
+    t = pd.read_csv(RESULTS_ROOT / "nvidia-h100-80gb-hbm3" / "bench_gemm_half_floor.csv")
+    half = t[t.variant.isin(list(HALF_PEERS))]
+    assert len(half) == 2 * 45 and half.checked.all()
+    assert set(half.dtype) == {"bfloat16", "float16"}
+    assert all(half[half.variant == v].rel_error.max() <= tol for v, (_, tol) in HALF_PEERS.items())
+    wide = t.pivot_table(index="shape", columns="variant", values="ms")
+    assert (wide["pytorch-bf16"] < wide["cublas"]).all() and (wide["pytorch-fp16"] < wide["cublas"]).all()

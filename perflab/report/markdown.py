@@ -218,6 +218,36 @@ def graphs_figures() -> list[Path]:
             for machine, t in launch_points().items()]
 
 
+def half_floor_section() -> list[str]:
+    """What half precision would buy a one-hidden-layer step's GEMMs: cuBLAS at FP32, TF32, BF16 and FP16 on the
+    training shapes (`perflab bench gemm` with the half peers), summed per batch (issue 53's floor)."""
+    import numpy as np
+    import pandas as pd
+    out = []
+    for path in sorted(RESULTS_ROOT.glob("*/bench_gemm_half_floor.csv")):
+        t = pd.read_csv(path)
+        t["H"] = t["shape"].str.extract(r"H=(\d+)")[0].astype(int)
+        t["B"] = t["shape"].str.extract(r"B=(\d+)")[0].astype(int)
+        names = {"cublas": "FP32 (ms)", "pytorch-tf32": "TF32 (ms)", "pytorch-bf16": "BF16 (ms)", "pytorch-fp16": "FP16 (ms)"}
+        step = t[t.variant.isin(list(names))].pivot_table(index=["H", "B"], columns="variant", values="ms", aggfunc="sum")
+        step = step[list(names)].rename(columns=names)
+        step["FP32 / BF16"] = step["FP32 (ms)"] / step["BF16 (ms)"]
+        half = t[t.variant.isin(["pytorch-bf16", "pytorch-fp16"])]
+        big = step[step.index.get_level_values("B") >= 3200]
+        out += ["", f"## The half-precision GEMM floor, {path.parent.name}", "", f"Source: {source(path)}. The five GEMMs of "
+                "a one-hidden-layer step (forward 1 and 2, backward 1-3: `perflab bench gemm`'s training shapes), each "
+                "cuBLAS's, in FP32 (perflab's cuBLAS call), TF32 and, with operands and product in half precision and "
+                "FP32 accumulation, BF16 and FP16 (PyTorch's matmul in a replayed CUDA graph), summed per batch: the "
+                "floor of issue 53's half-precision step. Every half product matched the float64 one to the precision "
+                f"its operands keep (relative error BF16 {half[half.variant == 'pytorch-bf16'].rel_error.max():.1e}, FP16 "
+                f"{half[half.variant == 'pytorch-fp16'].rel_error.max():.1e}).", "",
+                fmt(step.reset_index().round(4)), "",
+                f"At B of 3200 and more, BF16's GEMMs take {np.exp(np.log(1 / big['FP32 / BF16']).mean()):.2f} of FP32's "
+                f"time (geometric mean; {big['FP32 / BF16'].min():.1f}x to {big['FP32 / BF16'].max():.1f}x faster). "
+                "perflab has no half-precision step yet (issue 53)."]
+    return out
+
+
 def usc_figures() -> list[Path]:
     """results/figures/usc_<machine>.png: the USC seed's experiment as committed (REPORT draws them)."""
     import pandas as pd
@@ -781,6 +811,7 @@ QUESTIONS = [  # (question, whose, the section titles that answer it)
     ("What CUDA graphs buy", "campaign", ("What CUDA graphs buy",)),
     ("How fast the gradient exchange runs", "campaign", ("The gradient all-reduce", "The gradient exchange layer by layer")),
     ("Whether perflab's best GEMM holds cuBLAS's pace under load", "campaign", ("The best GEMM against cuBLAS",)),
+    ("What half precision would buy the GEMMs", "campaign", ("The half-precision GEMM floor",)),
 ]
 
 
@@ -893,6 +924,7 @@ def analysis_markdown() -> str:
     out += parallel_section()
     out += allreduce_section()
     out += wfbp_section()
+    out += half_floor_section()
     out += pipelined_section()
     out += held_section()
     out += predictions.prediction_check_section()
