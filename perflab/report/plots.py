@@ -77,7 +77,7 @@ def roofline(points, P_flops: float, bandwidth: float, kind: str = "serial", P_m
         y = [perfmodel.roofline_serial(a, P_flops, bandwidth) for a in x]
     ax.loglog(x, y, "k-", lw=2, label=f"{kind} roofline")
     ax.axhline(P_flops, color="k", ls=":", lw=1)
-    ax.text(P_flops / bandwidth * 2, P_flops * 1.08, f"P_flops = {P_flops / 1e12:.3g} TFLOP/s", fontsize=8)  # past the ridge
+    ax.text(hi * 1.8, P_flops * 1.08, f"P_flops = {P_flops / 1e12:.3g} TFLOP/s", fontsize=8, ha="right")  # ends before the strip
     ax.loglog(x, x * bandwidth, color="0.6", ls=":", lw=1)
     at = max(x[0], P_flops / bandwidth / 8)  # on the slope, left of and under the P_flops label
     ax.text(at, at * bandwidth * 1.3, f"{label_bw} = {bandwidth / 1e9:.3g} GB/s", fontsize=8, color="0.4", rotation=25)
