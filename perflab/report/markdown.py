@@ -725,6 +725,22 @@ def headline() -> str:
             if len(err):
                 claim(f"the predictor, blind (committed before each run), {kind} steps on the GPUs: median absolute error",
                       f"{err.median():.0%} over {len(err)} points", RESULTS_ROOT / "predictions")
+    path = folder / "watchdog" / "frozen_rank_h100x2.jsonl"
+    if path.exists():
+        import json
+        runs = [json.loads(line) for line in path.read_text().splitlines()]
+        after = [r["seconds_after_freeze"] for r in runs if r["exit_status"] == 3]
+        timeout = {r["command"][r["command"].index("--timeout") + 1] for r in runs}
+        claim(f"a rank stopped mid-run on two H100 (NCCL, p2p, host MPI; --timeout {', '.join(sorted(timeout))}): "
+              "the job ends, the other rank naming it", f"{len(after)} of {len(runs)} runs, after "
+              + span(pd.Series(after), ".1f") + " s", path)
+    path = folder / "usc.csv"
+    if path.exists():
+        from perflab.workbook import usc
+        t = usc.with_speedup(pd.read_csv(path))
+        gpu, cpu = t[t.way == "gpu"], t[t.way.isin(["examples", "matrices"])]
+        claim("the USC seed's Network1 and Network2: speedup over the serial CPU run, the best of 1-16 cores / one GPU",
+              f"{span(cpu.groupby('net').speedup.max(), '.1f')} / {span(gpu.speedup, '.0f')}", path)
     for path in sorted(RESULTS_ROOT.glob("*/reference_mnist.csv"))[:1]:
         last = pd.read_csv(path).iloc[-1]
         claim(f"the float64 CPU reference on MNIST, test precision after {int(last.epoch) + 1} epochs",
