@@ -65,3 +65,18 @@ def test_report_names_a_timelines_dtype_and_takes_float64_for_one_recorded_befor
     from perflab.report import markdown
     assert markdown.timeline_dtype(made_up().assign(dtype="float32")) == "float32"
     assert markdown.timeline_dtype(made_up()).startswith("float64")
+
+
+def test_an_overlapped_run_draws_nccls_all_reduce_from_its_stream_under_backward():
+    """--modes overlap (resident with --overlap, WFBP past one hidden layer): NCCL's all-reduce is timed by its
+    side stream's events, not the host's clock, and drawn in a lane of its own beside compute."""
+    t = ranges("overlap", [("forward", 0, 1.0, 1.2), ("backward", 0, 1.2, 1.6), ("MPI_Allreduce", 0, 1.3, 1.4),
+                           ("MPI_Allreduce", 0, 1.5, 1.65), ("step", 0, 1.65, 1.66)])
+    t.loc[t.phase == "MPI_Allreduce", ["host_start", "host_end"]] = [9.0, 9.1]  # the host's clock is elsewhere
+    lanes = timeline.lanes(t)
+    nccl = lanes[lanes.lane == timeline.DEVICE_EXCHANGE]
+    assert len(nccl) == 2 and nccl.start_ms.round(6).tolist() == [300.0, 500.0]
+    busy = timeline.busy(lanes).set_index("lane").busy_ms
+    assert busy[timeline.DEVICE_EXCHANGE] == pytest.approx(250.0) and busy["compute"] == pytest.approx(610.0)
+    fig = plots.timeline(lanes)
+    assert [tick.get_text() for tick in fig.axes[0].get_yticklabels()] == ["compute", timeline.DEVICE_EXCHANGE]

@@ -15,7 +15,7 @@ from perflab.commands.options import (
     positive,
     save_rows,
 )
-from perflab.config import DTYPES, MODES
+from perflab.config import DTYPES
 
 
 def cmd_timeline(args, comm) -> dict:
@@ -39,17 +39,19 @@ def cmd_timeline(args, comm) -> dict:
         table = pd.concat(comm.allgather(table), ignore_index=True)
         if comm.rank != 0:
             return {}
-        name, ranks = f"timeline_H{cfg.hidden_size}_b{cfg.batch_size // comm.size}_p{comm.size}", comm.size
+        net = "-".join(map(str, cfg.hidden_sizes))
+        name, ranks = f"timeline_H{net}_b{cfg.batch_size // comm.size}_p{comm.size}", comm.size
         saved = save_rows(name, table.to_dict("records"), args.out)
-        title = f"H={cfg.hidden_size}, b={cfg.batch_size // comm.size} a GPU, p={ranks}, {cfg.dtype}"
+        title = f"H={net}, b={cfg.batch_size // comm.size} a GPU, p={ranks}, {cfg.dtype}"
     lanes = timeline.lanes(table)
     busy = timeline.busy(lanes)
     folder = Path(args.out) if args.out else Path(saved).parent
     figure = plots.save(plots.timeline(lanes, title=f"{title}: the second epoch"), name,
-                        "Where each phase of the staged path ran, rank 0, from CUDA events on each stream (the host "
-                        "all-reduce from the host clock), nothing synchronized: in series each lane waits for the one "
-                        f"before; pipelined, the copies and the host all-reduce run while the GPU computes ({ranks} "
-                        f"rank(s)); each step launched kernel by kernel (recorded phases cannot sit in a CUDA graph). "
+                        "Where each phase of a training step ran, rank 0, from CUDA events on each stream (the host "
+                        "all-reduce from the host clock), nothing synchronized: staged, each lane waits for the one "
+                        "before; pipelined, the copies and the host all-reduce run while the GPU computes; overlap, "
+                        f"NCCL's all-reduces run on a side stream under backward ({ranks} rank(s)); each step launched "
+                        "kernel by kernel (recorded phases cannot sit in a CUDA graph). "
                         f"Source: {Path(saved).name}.", folder / "figures")
     if not args.json:
         print(busy[busy["rank"] == 0].pivot_table(index="lane", columns="mode", values="busy_ms").round(3).to_string())
@@ -173,7 +175,10 @@ def register(sub) -> None:
                                    "show as they do with --launch eager, not as in a graphed run.")
     hyperparameter_options(p, dtype="float32")  # a sweep point's data sizes, not the reference's (twice as large)
     from perflab.kernels import GEMM_VARIANTS
-    p.add_argument("--modes", nargs="+", choices=MODES, default=["staged", "pipelined"], help="default staged pipelined")
+    from perflab.measure.timeline import TIMELINE_MODES
+    p.add_argument("--modes", nargs="+", choices=TIMELINE_MODES, default=["staged", "pipelined"],
+                   help="the data paths, and overlap: resident with --overlap, NCCL's all-reduces on a side stream under "
+                        "backward (layer by layer past one hidden layer: WFBP) (default staged pipelined)")
     p.add_argument("--from", dest="redraw", metavar="CSV", help="redraw the figure of a recorded timeline (no GPU needed)")
     p.add_argument("--gemm", choices=GEMM_VARIANTS, default="cublas", help="as for train (default %(default)s)")
     p.add_argument("--chunks", type=positive, default=4, metavar="K", help="as for train (default %(default)s)")

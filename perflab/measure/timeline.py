@@ -14,7 +14,10 @@ LANES = {"forward": "compute", "backward": "compute", "step": "compute",
          "cudaMemcpyDeviceToHost": "gradients device -> host",
          "MPI_Allreduce": "MPI all-reduce (host)",
          "cudaMemcpyHostToDevice": "gradients host -> device"}
-HOST_PHASES = ("MPI_Allreduce",)  # run by the host: its clock, not a stream's events, says when
+HOST_PHASES = ("MPI_Allreduce",)  # run by the host on the staged paths: its clock, not a stream's events, says when
+DEVICE_EXCHANGE = "NCCL all-reduce (side stream)"  # the all-reduce where NCCL runs it: resident data, --overlap
+LANE_ORDER = list(dict.fromkeys(LANES.values())) + [DEVICE_EXCHANGE]
+TIMELINE_MODES = ("resident", "staged", "pipelined", "overlap")  # overlap: resident with --overlap (WFBP past one layer)
 
 
 def record(cfg, comm, modes=("staged", "pipelined"), gemm: str = "cublas", chunks: int = 4, log=None) -> pd.DataFrame:
@@ -23,7 +26,8 @@ def record(cfg, comm, modes=("staged", "pipelined"), gemm: str = "cublas", chunk
     from perflab.train.runner import Device, train_on_ranks
     tables = []
     for mode in modes:
-        device = Device(backend="cupy", mode=mode, gemm=gemm, comm="nccl" if mode == "resident" else "mpi", chunks=chunks)
+        device = Device(backend="cupy", mode="resident" if mode == "overlap" else mode, gemm=gemm,
+                        comm="nccl" if mode in ("resident", "overlap") else "mpi", chunks=chunks, overlap=mode == "overlap")
         history, _ = train_on_ranks(cfg.replace(num_epochs=2), "data", comm, device, log=None, timeline=True)
         t = history.phases
         t = t[t.batch >= cfg.num_batches].assign(mode=mode, batch=lambda d: d.batch - cfg.num_batches)
@@ -37,10 +41,11 @@ def lanes(table: pd.DataFrame) -> pd.DataFrame:
     """The ranges that belong to a lane, in milliseconds from each (mode, rank)'s first start:
     columns mode, rank, batch, lane, phase, start_ms, end_ms."""
     t = table[table.phase.isin(LANES)].copy()
-    host = t.phase.isin(HOST_PHASES)
+    on_device = t["mode"].isin(["resident", "overlap"])  # NCCL's all-reduce: events on its stream say when
+    host = t.phase.isin(HOST_PHASES) & ~on_device
     t["start_ms"] = 1e3 * t.device_start.where(~host, t.host_start)
     t["end_ms"] = 1e3 * t.device_end.where(~host, t.host_end)
-    t["lane"] = t.phase.map(LANES)
+    t["lane"] = t.phase.map(LANES).where(~(t.phase.isin(HOST_PHASES) & on_device), DEVICE_EXCHANGE)
     t = t[t.end_ms >= t.start_ms]
     origin = t.groupby(["mode", "rank"]).start_ms.transform("min")
     t["start_ms"] -= origin

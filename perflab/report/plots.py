@@ -461,10 +461,10 @@ def timeline(lanes, rank: int = 0, title: str = ""):
     waits for the one before; pipelined, the copies and the host all-reduce run under compute."""
     import matplotlib.pyplot as plt
 
-    from perflab.measure.timeline import LANES
+    from perflab.measure.timeline import LANE_ORDER
     t = lanes[lanes["rank"] == rank]
     modes = list(dict.fromkeys(t["mode"]))
-    order = list(dict.fromkeys(LANES.values()))
+    order = [lane for lane in LANE_ORDER if lane in set(t.lane)]
     fig, axes = plt.subplots(len(modes), 1, figsize=(9, 1.2 + 1.4 * len(modes)), sharex=True, squeeze=False)
     colors = {lane: plt.cm.tab10(i) for i, lane in enumerate(order)}
     for ax, mode in zip(axes[:, 0], modes):
