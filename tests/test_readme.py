@@ -43,6 +43,8 @@ def test_report_md_is_what_the_result_files_say_now():
     assert [a for _, a in linked] == [markdown.anchor(q) for q in asked]
     assert "Questions 2.1 and 2.2" in seeds and "Question 2.4" in seeds and "predicts" in campaign
     assert asked.index(markdown.Q_FLOPS) < asked.index(markdown.Q_RATES) < asked.index(markdown.Q_ROOFLINES)
+    figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    assert figures and [f for f in figures if not (RESULTS_ROOT / f).exists()] == []  # every figure it shows is there
 
 
 def test_readme_starts_with_the_two_commands():

@@ -426,6 +426,33 @@ def wfbp_section() -> list[str]:
                 "take SMs from the backward GEMMs they run beside, as the chunked overlap of one hidden layer does "
                 "(`experiments/p2p/README.md`), and the exchange after backward, or p2p's read of the peers' gradients, "
                 "is as fast or faster: --comm auto times them on the run's own shapes and keeps the fastest."]
+        out += wfbp_timelines(path.parent)
+    return out
+
+
+def wfbp_timelines(folder: Path) -> list[str]:
+    """The timelines beside a WFBP run (`perflab timeline --modes resident overlap`): where the exchange ran."""
+    import pandas as pd
+
+    from perflab.measure import timeline
+    out = []
+    for path in sorted(folder.glob("timeline_*.csv")):
+        t = pd.read_csv(path)
+        busy = timeline.busy(timeline.lanes(t))
+        busy = busy[busy["rank"] == 0].pivot_table(index="mode", columns="lane", values="busy_ms")
+        epoch = t.groupby("mode").epoch_seconds.first() * 1e3
+        net = path.stem.split("_")[1].removeprefix("H")
+        out += ["", f"Where the exchange ran, 784-{net}-10 ({path.name}, rank 0, the second of two epochs, each step "
+                "launched kernel by kernel as recording needs):", "",
+                f"![timeline]({path.parent.relative_to(RESULTS_ROOT)}/figures/{path.stem}.png)", "",
+                fmt(pd.DataFrame({"epoch (ms)": epoch, "compute busy (ms)": busy["compute"],
+                                  "NCCL busy (ms)": busy[timeline.DEVICE_EXCHANGE]}).reset_index().round(3)), "",
+                "After backward, each step's all-reduce is one short call once the gradient is whole. Under backward, "
+                "each layer's all-reduce is enqueued as soon as that layer is done and runs until the peer reaches "
+                "the same call, its kernels holding SMs all the while: the NCCL lane is busy "
+                f"{busy.loc['overlap', timeline.DEVICE_EXCHANGE] / busy.loc['resident', timeline.DEVICE_EXCHANGE]:.0f}x "
+                "as long, and the compute beside it (forward, backward, the update) is busy "
+                f"{busy.loc['overlap', 'compute'] / busy.loc['resident', 'compute']:.2f}x as long."]
     return out
 
 
