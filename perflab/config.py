@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 
 DTYPES = ("float32", "float64")
+HALF_DTYPES = ("bfloat16", "float16")  # mixed precision: FP32 master weights, GEMM operands and products in half
 MODES = ("resident", "staged", "pipelined")  # GPU data paths (perflab.train.gpu, perflab.train.pipelined)
 HOST_STAGED = ("staged", "pipelined")         # the modes whose images and gradients pass through the host
 OVERLAP_CHUNKS = 2  # --overlap: dW1 in 2 row chunks, faster than 4 on two H100 (experiments/p2p/README.md)
@@ -60,6 +61,11 @@ class Config:
         return self.hidden_sizes[0]
 
     @property
+    def storage_dtype(self) -> str:
+        """The dtype the parameters and data are held in: a half-precision run keeps FP32 masters."""
+        return "float32" if self.dtype in HALF_DTYPES else self.dtype
+
+    @property
     def layer_sizes(self) -> tuple:
         """(D, H1, ..., C): W_l is layer_sizes[l] x layer_sizes[l-1]."""
         return (self.input_size, *self.hidden_sizes, self.num_classes)
@@ -105,8 +111,8 @@ def validate(cfg: Config) -> None:
     if cfg.batch_size > cfg.train_size:
         raise ConfigError(f"batch_size B={cfg.batch_size} is larger than train_size N={cfg.train_size}; "
                           f"allowed: 1 <= B <= N")
-    if cfg.dtype not in DTYPES:
-        raise ConfigError(f"dtype must be one of {DTYPES}, got {cfg.dtype!r}")
+    if cfg.dtype not in DTYPES + HALF_DTYPES:
+        raise ConfigError(f"dtype must be one of {DTYPES + HALF_DTYPES}, got {cfg.dtype!r}")
     if not cfg.learning_rate > 0:
         raise ConfigError(f"learning_rate must be positive, got {cfg.learning_rate!r}")
     if not cfg.reg >= 0:

@@ -204,7 +204,7 @@ def columns(split: Split, start: int, stop: int) -> Split:
 def load(cfg) -> tuple[Split, Split | None, Split | None]:
     """(train, test, validation) for a validated Config: the first N training samples train, the
     next validation_size are held out for validation; the test set is separate."""
-    dtype = np.dtype(cfg.dtype).type
+    dtype = np.dtype(cfg.storage_dtype).type
     n, v = cfg.train_size, cfg.validation_size
     if cfg.dataset == "synthetic":
         whole = synthetic(n + v + cfg.test_size, cfg.input_size, cfg.num_classes, dtype, cfg.seed)

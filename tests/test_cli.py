@@ -30,6 +30,9 @@ def test_train_json_last_line(capsys):
     (["--mode", "pipelined"], "--mode pipelined overlaps host <-> GPU copies with GPU compute: it needs --backend cupy"),
     (["--mode", "pipelined", "--comm", "nccl"], "--comm nccl needs --backend cupy"),
     (["--timeout", "0"], "argument --timeout: expected a positive number, got '0'"),
+    (["--dtype", "bfloat16", "--parallel", "model"], "--dtype bfloat16 trains data parallel (or on one rank); got "
+                                                      "--parallel model"),
+    (["--dtype", "bf16"], "argument --dtype: invalid choice: 'bf16'"),
     (["--timeout", "soon"], "argument --timeout: expected a positive number, got 'soon'"),
 ])
 def test_train_bad_values_exit_2_with_message(capsys, args, message):

@@ -8,7 +8,7 @@ from perflab.config import Config, ConfigError
     (dict(hidden_sizes=()), "at least one hidden layer"),
     (dict(batch_size=-5), "batch_size must be a positive integer, got -5"),
     (dict(batch_size=100, train_size=50), "batch_size B=100 is larger than train_size N=50"),
-    (dict(dtype="float16"), "dtype must be one of ('float32', 'float64'), got 'float16'"),
+    (dict(dtype="int8"), "dtype must be one of ('float32', 'float64', 'bfloat16', 'float16'), got 'int8'"),
     (dict(learning_rate=0.0), "learning_rate must be positive, got 0.0"),
     (dict(learning_rate=float("nan")), "learning_rate must be positive"),
     (dict(reg=-1.0), "reg must be zero or positive"),

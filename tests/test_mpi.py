@@ -94,6 +94,16 @@ def test_deeper_nets_check_against_the_reference(ranks, parallel, hidden):
     assert set(result["errors"]) == {f"{kind}{l}" for l in range(1, len(hidden) + 2) for kind in "Wb"}
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_mixed_precision_data_parallel_checks_against_its_own_precision_on_one_rank(dtype):
+    """--dtype bfloat16 | float16 on 3 ranks against the same emulated step on one: each rank's products are
+    rounded apart from the whole batch's, so they agree to the half format's precision, not bit for bit."""
+    proc = mpirun(3, "check", "--parallel", "data", "--dtype", dtype, *SMALL, "--hidden-size", "7", "5", "--json")
+    result = last_json(proc)
+    assert result["passed"] and result["dtype"] == dtype and 0 < result["max_rel_error"] <= result["tolerance"]
+    assert result["replica_max_abs_diff"] == 0.0  # every rank applied the same summed gradient
+
+
 def test_ranks_disagreeing_on_hyperparameters_are_reported():
     proc = mpirun(1, "train", "--parallel", "data", *SMALL, mpmd=[({}, ["train", "--parallel", "data", *SMALL, "--seed", "5"])])
     assert proc.returncode != 0

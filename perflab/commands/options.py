@@ -5,7 +5,7 @@ import argparse
 import os
 import sys
 
-from perflab.config import ACCURACY, DTYPES, MODES, Config
+from perflab.config import ACCURACY, DTYPES, HALF_DTYPES, MODES, Config
 from perflab.data import DATASETS
 from perflab.train.comm import STRATEGIES
 
@@ -41,9 +41,11 @@ def hyperparameter_options(parser: argparse.ArgumentParser, dtype: str | None = 
     g.add_argument("--num-epochs", type=int, default=d.num_epochs, help="passes over the training set (default %(default)s)")
     g.add_argument("--batch-size", type=int, default=d.batch_size, metavar="B",
                    help="global mini-batch, split over MPI ranks; the last batch of an epoch keeps N %% B samples (default %(default)s)")
-    g.add_argument("--dtype", choices=DTYPES, default=dtype or d.dtype,
+    g.add_argument("--dtype", choices=DTYPES + HALF_DTYPES, default=dtype or d.dtype,
                    help="float64 is the reference" + (f"; {dtype}, as perflab sweep measures" if dtype else "")
-                        + " (default %(default)s)")
+                        + "; bfloat16 and float16 train in mixed precision (every GEMM's operands and product in half, "
+                          "FP32 masters, float16 with dynamic loss scaling), emulated in FP32 on either backend "
+                          "(perflab.train.half: its accuracy, not yet its speed) (default %(default)s)")
     g.add_argument("--seed", type=int, default=d.seed, help="seed of the initial weights and of shuffling (default %(default)s)")
     g.add_argument("--dataset", choices=DATASETS, default=d.dataset,
                    help="mnist/fashion-mnist from data/ (verified); synthetic: learnable data of any D, C, N (default %(default)s)")

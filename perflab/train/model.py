@@ -50,13 +50,18 @@ def softmax(z, out=None):
     return out
 
 
-def forward(params, X) -> list:
+def product(a, b, out=None):
+    """a @ b: every GEMM of the step (a mixed-precision run passes its own: perflab.train.half)."""
+    return xp_of(a).matmul(a, b, out=out)
+
+
+def forward(params, X, matmul=product) -> list:
     """Activations [X, a1, ..., yhat] of a batch (the backward pass needs every one)."""
     acts = [X]
     last = len(params) // 2 - 1
     for l in range(last + 1):
         with phase(f"forward GEMM {l + 1}"):
-            z = params[2 * l] @ acts[-1]
+            z = matmul(params[2 * l], acts[-1])
         z += params[2 * l + 1][:, None]
         acts.append(softmax(z, out=z) if l == last else sigmoid(z, out=z))
     return acts
@@ -72,7 +77,7 @@ def output_delta(yhat, y, norm):
     return delta
 
 
-def backward(params, acts, y, norm, out=None) -> list:
+def backward(params, acts, y, norm, out=None, matmul=product) -> list:
     """Data-term gradients [dW1, db1, ...] of a batch, written into `out` when given (views
     of one fused buffer, ready for a single all-reduce). Regularization is added separately,
     once, by `add_regularization`."""
@@ -83,11 +88,11 @@ def backward(params, acts, y, norm, out=None) -> list:
     for l in range(len(params) // 2 - 1, -1, -1):
         a_prev = acts[l]
         with phase(f"backward GEMM {gemm}"):
-            grads[2 * l] = xp.matmul(delta, a_prev.T, out=grads[2 * l])
+            grads[2 * l] = matmul(delta, a_prev.T, out=grads[2 * l])
         grads[2 * l + 1] = xp.sum(delta, axis=1, out=grads[2 * l + 1])
         if l > 0:
             with phase(f"backward GEMM {gemm + 1}"):
-                delta = params[2 * l].T @ delta
+                delta = matmul(params[2 * l].T, delta)
             delta *= a_prev * (1 - a_prev)
         gemm += 2
     return grads
@@ -122,8 +127,8 @@ def loss(params, X, y, reg) -> float:
     return cross_entropy_sum(forward(params, X)[-1], y) / y.shape[0] + l2_penalty(params, reg)
 
 
-def predict(params, X, chunk: int = 8192):
+def predict(params, X, chunk: int = 8192, matmul=product):
     """Predicted labels argmax(yhat), in chunks so a large test set fits in memory."""
     xp = xp_of(X)
-    return xp.concatenate([forward(params, X[:, i:i + chunk])[-1].argmax(axis=0)
+    return xp.concatenate([forward(params, X[:, i:i + chunk], matmul)[-1].argmax(axis=0)
                            for i in range(0, X.shape[1], chunk)])

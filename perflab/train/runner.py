@@ -11,11 +11,12 @@ import numpy as np
 
 from perflab import data
 from perflab.backend import blas_threads, to_numpy
-from perflab.config import GPU_EXCHANGES, OVERLAP_CHUNKS, Config, ConfigError, exchange_fields
+from perflab.config import GPU_EXCHANGES, HALF_DTYPES, OVERLAP_CHUNKS, Config, ConfigError, exchange_fields
 from perflab.train import loop, model, profile, watchdog
 from perflab.train.parallel import make_trainer
 
-TOLERANCE = {"float64": 1e-12, "float32": 1e-5, "tf32": 5e-3}  # tf32: one TF32 product a GEMM (tf32, wgmma)
+TOLERANCE = {"float64": 1e-12, "float32": 1e-5, "tf32": 5e-3,  # tf32: one TF32 product a GEMM (tf32, wgmma)
+             "bfloat16": 3e-2, "float16": 5e-3}  # half: each rank's products rounded apart from the whole batch's
 ONE_TF32_PRODUCT = ("tf32", "wgmma")  # the 3xTF32 GEMMs keep float32's tolerance
 
 
@@ -203,9 +204,41 @@ def train_on_ranks(cfg: Config, parallel: str, comm, device: Device | None = Non
     return history, trainer
 
 
+def mixed_precision(cfg: Config, parallel: str, comm, device: Device, train_set):
+    """--dtype bfloat16 | float16: the emulated mixed-precision trainer (perflab.train.half) on either backend."""
+    from perflab.train import half
+    from perflab.train.comm import for_gpu, with_strategy
+    if parallel not in ("sequential", "data"):
+        raise ConfigError(f"--dtype {cfg.dtype} trains data parallel (or on one rank); got --parallel {parallel}: "
+                          "use --parallel data, or --dtype float32 for model parallel")
+    if device.backend == "numpy":
+        comm, xp, X, y = with_strategy(comm, device.comm), np, train_set.X, train_set.y
+    else:
+        if device.gemm != "cublas" or device.mode != "resident":
+            raise ConfigError(f"--dtype {cfg.dtype} runs the emulated mixed-precision step (every GEMM's operands and "
+                              f"product rounded to {cfg.dtype}, cuBLAS in FP32 beneath), data resident; got --gemm "
+                              f"{device.gemm}, --mode {device.mode}: use --gemm cublas --mode resident")
+        import cupy as xp
+
+        from perflab.train import gpu
+        gpu.select_device(comm)
+        comm, X, y = for_gpu(comm, "nccl" if device.comm in ("auto", "p2p") else device.comm, device.timeout), \
+            xp.asarray(train_set.X), xp.asarray(train_set.y)
+    params = model.init_params(cfg.layer_sizes, cfg.storage_dtype, cfg.seed, xp=xp)
+    return half.MixedPrecision(cfg, params, X, y, comm)
+
+
 def setup(cfg: Config, parallel: str, comm, device: Device):
     train_set, test_set, validation = data.load(cfg)
     check_agreement(comm, cfg, train_set)
+    if cfg.dtype in HALF_DTYPES:
+        trainer = mixed_precision(cfg, parallel, comm, device, train_set)
+        if device.backend == "numpy":
+            return trainer, test_set, validation, lambda: None
+        import cupy as cp
+        test_set, validation = (None if s is None else data.Split(cp.asarray(s.X), cp.asarray(s.y))
+                                for s in (test_set, validation))
+        return trainer, test_set, validation, cp.cuda.get_current_stream().synchronize
     if device.backend == "numpy":
         from perflab.train.comm import with_strategy
         comm = with_strategy(comm, device.comm)
@@ -237,10 +270,16 @@ def check(cfg: Config, parallel: str, comm, device: Device | None = None) -> dic
     replicas = comm.allgather(mine) if parallel == "data" else [mine]
     replica_drift = max(float(np.abs(r - m).max()) for other in replicas for r, m in zip(other, replicas[0]))
     result = None
-    if comm.rank == 0:
+    if comm.rank == 0:  # the same precision on one rank: a half-precision run's reference is its own step
         train_set = data.load(cfg)[0]
-        params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed)
-        reference = loop.fit(cfg, loop.Sequential(cfg, params, train_set.X, train_set.y), progress=False).params
+        params = model.init_params(cfg.layer_sizes, cfg.storage_dtype, cfg.seed)
+        if cfg.dtype in HALF_DTYPES:
+            from perflab.train.comm import Serial
+            from perflab.train.half import MixedPrecision
+            sequential = MixedPrecision(cfg, params, train_set.X, train_set.y, Serial())
+        else:
+            sequential = loop.Sequential(cfg, params, train_set.X, train_set.y)
+        reference = loop.fit(cfg, sequential, progress=False).params
         names = model.param_names(len(cfg.hidden_sizes) + 1)
         errors = {n: relative_error(p, r) for n, p, r in zip(names, mine, reference)}
         tolerance = TOLERANCE["tf32" if device is not None and device.gemm in ONE_TF32_PRODUCT else cfg.dtype]

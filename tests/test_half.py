@@ -1,0 +1,103 @@
+"""Mixed precision emulated in FP32 (perflab.train.half): rounding, the half GEMM, the loss scale, training."""
+import numpy as np
+import pytest
+
+from perflab.config import Config
+from perflab.train import half, model
+from perflab.train.comm import Serial
+
+
+def test_bfloat16_rounds_to_nearest_even_and_keeps_eight_bits():
+    one = np.float32(1)
+    x = np.array([1 + 2 ** -8, 1 + 3 * 2 ** -9, 1 + 2 ** -7, -2.5, 3e38, 1e-30], np.float32)
+    got = half.round_to(x, "bfloat16")
+    assert got.dtype == np.float32 and got.shape == x.shape
+    assert got[0] == one and got[1] == np.float32(1 + 2 ** -7) and got[2] == x[2] and got[3] == x[3]  # tie: even
+    assert np.isfinite(got[4]) and got[5] != 0  # FP32's range
+    r = np.random.default_rng(0).standard_normal((37, 29)).astype(np.float32)
+    rounded = half.round_to(r, "bfloat16")
+    assert (rounded.view(np.uint32) & 0xFFFF == 0).all()  # eight bits of mantissa left
+    assert np.abs(rounded / r - 1).max() <= 2 ** -8
+    assert np.array_equal(half.round_to(rounded, "bfloat16"), rounded)
+
+
+def test_float16_overflows_and_underflows_where_bfloat16_does_not():
+    x = np.array([7e4, 1e-8, 0.1], np.float32)
+    f16, bf16 = half.round_to(x, "float16"), half.round_to(x, "bfloat16")
+    assert np.isinf(f16[0]) and f16[1] == 0 and abs(f16[2] - 0.1) < 1e-4
+    assert np.isfinite(bf16).all() and bf16[1] != 0
+
+
+@pytest.mark.parametrize("kind, bound", [("bfloat16", 2 ** -7), ("float16", 2 ** -10)])
+def test_a_half_gemm_is_fp32_accumulation_of_rounded_operands_rounded_once_more(kind, bound):
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((23, 61)).astype(np.float32), rng.standard_normal((61, 17)).astype(np.float32)
+    got = half.half_product(kind)(a, b)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.array_equal(half.round_to(got, kind), got)  # every value one the format holds
+    assert np.linalg.norm(got - exact) / np.linalg.norm(exact) < bound
+    ref = half.round_to(half.round_to(a, kind) @ half.round_to(b, kind), kind)
+    out = np.empty_like(got)
+    assert half.half_product(kind)(a, b, out=out) is out and np.array_equal(out, ref)
+
+
+def test_the_loss_scale_halves_on_overflow_grows_back_and_gives_up_with_a_message():
+    s = half.LossScale("float16", growth_interval=3, most_skips=4)
+    assert s.value == 2 ** 16 and not s.update(False, "step 1") and s.value == 2 ** 15
+    assert all(s.update(True, "step") for _ in range(3)) and s.value == 2 ** 16  # three good steps: doubled
+    for k in range(3):
+        s.update(False, f"step {k}")
+    with pytest.raises(half.LossScaleError, match=r"the float16 gradients overflowed 4 steps in a row \(step 9; loss scale "
+                                                  r"down to 8192\): lower --learning-rate, or train in bfloat16"):
+        s.update(False, "step 9")
+    b = half.LossScale("bfloat16")
+    assert b.value == 1 and b.update(True, "") and b.value == 1
+
+
+def tiny(dtype, **kw):
+    from perflab import data
+    cfg = Config(dataset="synthetic", input_size=40, hidden_sizes=(24, 16), num_classes=5, train_size=300,
+                 batch_size=50, num_epochs=2, learning_rate=0.5, test_size=100, dtype=dtype, **kw)
+    train, test, _ = data.load(cfg)
+    params = model.init_params(cfg.layer_sizes, cfg.storage_dtype, cfg.seed)
+    return cfg, params, train, test
+
+
+@pytest.mark.parametrize("kind", ["bfloat16", "float16"])
+def test_mixed_precision_trains_near_the_float64_reference(kind):
+    from perflab.train import loop
+    cfg, params, train, test = tiny(kind)
+    trainer = half.MixedPrecision(cfg, params, train.X, train.y, Serial())
+    history = loop.fit(cfg, trainer, test, progress=False)
+    cfg64, params64, train64, test64 = tiny("float64")
+    reference = loop.fit(cfg64, loop.Sequential(cfg64, params64, train64.X, train64.y), test64, progress=False)
+    assert all(p.dtype == np.float32 for p in history.params)  # FP32 masters
+    worst = max(np.linalg.norm(p - r) / np.linalg.norm(r) for p, r in zip(history.params, reference.params)
+                if np.linalg.norm(r) > 0)
+    assert 0 < worst < {"bfloat16": 3e-2, "float16": 5e-3}[kind]  # not FP32's numbers, but near them
+    assert abs(history.final_loss - reference.final_loss) < 0.02 and trainer.scale.skipped == 0
+
+
+def test_float16_loses_small_gradients_that_the_loss_scale_keeps():
+    """Small gradients (a loss 1e5 times smaller, as late in training): in float16 without a scale all of dW1
+    flushes to zero; scaled by 2^16 (as a run starts) none does, and bfloat16 keeps them unscaled."""
+    cfg, params, train, _ = tiny("float16")
+    X, y = train.X[:, :50], train.y[:50]
+
+    def zeros(kind, scale, smaller=1e5):
+        matmul = half.half_product(kind)
+        acts = model.forward(params, X, matmul=matmul)
+        grads = model.backward(params, acts, y, 50 * smaller / scale, matmul=matmul)
+        return float((grads[0] == 0).mean())
+    assert zeros("float16", 1.0) == 1.0 and zeros("float16", 2.0 ** 16) == 0 and zeros("bfloat16", 1.0) == 0
+    assert zeros("float16", 1.0, smaller=1.0) < 0.01  # at an ordinary loss float16 keeps them too
+
+
+def test_a_run_whose_scale_overflows_every_step_ends_with_an_error():
+    from perflab.train import loop
+    cfg, params, train, _ = tiny("float16")
+    trainer = half.MixedPrecision(cfg, params, train.X, train.y, Serial())
+    trainer.scale = half.LossScale("float16", most_skips=3)
+    trainer.scale.value = 2.0 ** 80  # overflows however far it is halved in three steps
+    with pytest.raises(half.LossScaleError, match="overflowed 3 steps in a row"):
+        loop.fit(cfg, trainer, None, progress=False)
