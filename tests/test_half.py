@@ -101,3 +101,18 @@ def test_a_run_whose_scale_overflows_every_step_ends_with_an_error():
     trainer.scale.value = 2.0 ** 80  # overflows however far it is halved in three steps
     with pytest.raises(half.LossScaleError, match="overflowed 3 steps in a row"):
         loop.fit(cfg, trainer, None, progress=False)
+
+
+def test_the_committed_mnist_runs_hold_fp32s_precision_within_three_tenths_of_a_point():
+    """One H100, 15 epochs of MNIST: BF16 and FP16 (emulated) beside FP32, for 784-1024-10 and 784-1024-1024-10
+    (issue 53's accuracy target: within 0.3 points of FP32)."""
+    import json
+
+    from perflab.results import RESULTS_ROOT
+    rows = [json.loads(line) for line in
+            (RESULTS_ROOT / "nvidia-h100-80gb-hbm3" / "half" / "half_accuracy.jsonl").read_text().splitlines()]
+    got = {(tuple(r["hidden_sizes"]), r["dtype"]): r["test_precision"] for r in rows}
+    assert set(got) == {(net, dt) for net in ((1024,), (1024, 1024)) for dt in ("float32", "bfloat16", "float16")}
+    assert all(r["num_epochs"] == 15 and r["dataset"] == "mnist" and r["machine"]["git_commit"] != "WORKTREE" for r in rows)
+    for (net, dt), p in got.items():
+        assert abs(p - got[(net, "float32")]) <= 0.003, (net, dt)

@@ -248,6 +248,37 @@ def half_floor_section() -> list[str]:
     return out
 
 
+def half_accuracy_section() -> list[str]:
+    """What half precision costs in accuracy: MNIST test precision after the runs in results/*/half/ (perflab
+    train --dtype, the emulated mixed-precision step) beside FP32's."""
+    import json
+
+    import pandas as pd
+    out = []
+    for path in sorted(RESULTS_ROOT.glob("*/half/half_accuracy.jsonl")):
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        meta = rows[0]["machine"]
+        t = pd.DataFrame([{"net": "784-" + "-".join(map(str, r["hidden_sizes"])) + "-10", "dtype": r["dtype"],
+                           "test precision": r["test_precision"], "final loss": r["final_loss"]} for r in rows])
+        fp32 = t[t.dtype == "float32"].set_index("net")["test precision"]
+        t["points from FP32"] = [100 * (p - fp32[n]) for n, p in zip(t.net, t["test precision"])]
+        first = rows[0]
+        half = t[t.dtype != "float32"]
+        t["test precision"] = t["test precision"].map("{:.4f}".format)  # the points that differ are in the 4th digit
+        out += ["", f"## The half-precision accuracy, {path.parent.parent.name}", "",
+                f"Source: `{path.relative_to(RESULTS_ROOT.parent)}` ({meta['gpu']}, git {meta['git_commit'][:8]}, "
+                f"{meta['date']}). `perflab train --dtype`, MNIST, {first['num_epochs']} epochs of {first['train_size']} "
+                f"samples, B = {first['batch_size']}, learning rate {first['learning_rate']}, reg {first['reg']}, "
+                "shuffled; bfloat16 and float16 on the emulated mixed-precision step (perflab.train.half: every "
+                "GEMM's operands and product rounded to half, FP32 masters, float16 loss-scaled), FP32 on the fused "
+                "trainer.", "", fmt(t.round(4)), "",
+                f"Every half-precision run lands within {half['points from FP32'].abs().max():.2f} points of FP32's test "
+                "precision. The emulation is the accuracy reference, not a speed: its epochs ran "
+                f"{min(r['epoch_seconds'] for r in rows if r['dtype'] != 'float32') / max(r['epoch_seconds'] for r in rows if r['dtype'] == 'float32'):.0f}x "
+                "and more the fused FP32 trainer's."]
+    return out
+
+
 def usc_figures() -> list[Path]:
     """results/figures/usc_<machine>.png: the USC seed's experiment as committed (REPORT draws them)."""
     import pandas as pd
@@ -854,7 +885,8 @@ QUESTIONS = [  # (question, whose, the section titles that answer it)
     ("What CUDA graphs buy", "campaign", ("What CUDA graphs buy",)),
     ("How fast the gradient exchange runs", "campaign", ("The gradient all-reduce", "The gradient exchange layer by layer")),
     ("Whether perflab's best GEMM holds cuBLAS's pace under load", "campaign", ("The best GEMM against cuBLAS",)),
-    ("What half precision would buy the GEMMs", "campaign", ("The half-precision GEMM floor",)),
+    ("What half precision buys and what it costs", "campaign", ("The half-precision GEMM floor",
+                                                                 "The half-precision accuracy")),
 ]
 
 
@@ -968,6 +1000,7 @@ def analysis_markdown() -> str:
     out += allreduce_section()
     out += wfbp_section()
     out += half_floor_section()
+    out += half_accuracy_section()
     out += pipelined_section()
     out += held_section()
     out += predictions.prediction_check_section()
