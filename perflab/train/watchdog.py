@@ -29,7 +29,8 @@ BACKSTOP_S = 5.0  # past the timeout, faulthandler ends a process whose watchdog
 EXCHANGES = {"mpi": "the host MPI all-reduce", "nccl": "the NCCL all-reduce", "p2p": "the p2p exchange",
              "shm": "the shared-memory all-reduce", "hierarchical": "the hierarchical all-reduce",
              "cuda-mpi": "the CUDA-aware MPI all-reduce"}
-FIELDS = 4  # a board row: heartbeat (wall seconds), epoch, batch, steps begun
+FIELDS = 5  # a board row: heartbeat (wall seconds), epoch, batch, steps begun, said (1: it printed its line)
+GATHER_S = 10.0  # the most a rank that has spoken waits for the others alive on its node to speak too
 
 
 class Idle:
@@ -70,7 +71,7 @@ class Watchdog(Idle):
         self.window = comm.MPI.Win.Allocate_shared(FIELDS * 8, 8, comm=node)
         self.board = [np.frombuffer(self.window.Shared_query(r)[0], np.float64, FIELDS) for r in range(node.Get_size())]
         self.row = self.board[node.Get_rank()]
-        self.row[:] = (time.time(), -1, -1, 0)
+        self.row[:] = (time.time(), -1, -1, 0, 0)
         self.node = node
         node.Barrier()
         self.armed_since, self.steps, self.epoch, self.batch, self.batches = None, 0, -1, None, 0
@@ -111,7 +112,7 @@ class Watchdog(Idle):
     def silent(self) -> list[str]:
         """The ranks of this node whose watchdog stopped beating, or that never reached this step."""
         now, out, stale = time.time(), [], min(STALE_S, self.timeout / 2)
-        for rank, (beat, epoch, batch, steps) in zip(self.node_ranks, [row.copy() for row in self.board]):
+        for rank, (beat, epoch, batch, steps, _) in zip(self.node_ranks, [row.copy() for row in self.board]):
             if rank == self.comm.rank:
                 continue
             last = f"last at epoch {int(epoch)}" + (f", batch {int(batch) + 1}" if batch >= 0 else "")
@@ -131,8 +132,21 @@ class Watchdog(Idle):
         print(f"perflab: error: rank {self.comm.rank}: no answer for {waited:.0f} s in {self.exchange} at "
               f"{where}: {who}; ending the job (--timeout {self.timeout:g})", file=sys.stderr, flush=True)
         sys.stdout.flush()
-        time.sleep(2 * BEAT_S)  # the other waiting ranks say theirs before the launcher ends them
+        self.row[4] = 1
+        self.gather(time.monotonic() + min(GATHER_S, self.timeout))
         os._exit(EXIT_STATUS)
+
+    def gather(self, until: float) -> None:
+        """Wait until every rank of this node that is alive has said its line too (the launcher ends them all
+        once one exits), or `until`; the heartbeat keeps going meanwhile, so this rank is not taken for silent."""
+        stale = min(STALE_S, self.timeout / 2)
+        while time.monotonic() < until:
+            self.row[0] = time.time()
+            rows = [row.copy() for row in self.board]
+            if all(said or time.time() - beat > stale for beat, _, _, _, said in rows):
+                break
+            time.sleep(0.1)
+        time.sleep(0.2)  # the last line's way through the launcher
 
     def stop(self) -> None:
         self.armed_since = None
