@@ -104,7 +104,9 @@ def fp32_torch(tf32: bool = False):
     return torch
 
 
-def torch_setup(X, y, H, lr, reg, tf32=False):
+def torch_setup(X, y, H, lr, reg, tf32=False, autocast: str | None = None):
+    """(torch, X, y, optimizer, loss) on the GPU; `autocast` ("bfloat16"): the forward under torch.autocast, the
+    GEMMs in that precision with FP32 masters (PyTorch's mixed precision; issue 53's peer)."""
     torch = fp32_torch(tf32)
     dev = torch.device("cuda")
     params = [torch.tensor(p, device=dev, requires_grad=True) for p in initial(X.shape[1], H, 10)]
@@ -113,10 +115,11 @@ def torch_setup(X, y, H, lr, reg, tf32=False):
                           lr=lr, foreach=True)
 
     def loss_fn(xb, yb):
-        a = xb
-        for W, b in zip(params[0:-2:2], params[1:-2:2]):
-            a = torch.sigmoid(a @ W.T + b)
-        return torch.nn.functional.cross_entropy(a @ params[-2].T + params[-1], yb)
+        with torch.autocast("cuda", dtype=getattr(torch, autocast or "bfloat16"), enabled=autocast is not None):
+            a = xb
+            for W, b in zip(params[0:-2:2], params[1:-2:2]):
+                a = torch.sigmoid(a @ W.T + b)
+            return torch.nn.functional.cross_entropy(a @ params[-2].T + params[-1], yb)
     return torch, Xd, yd, opt, loss_fn
 
 
@@ -144,10 +147,10 @@ def torch_compiled(X, y, H, B, lr, reg, warmup=2, repeats=5, mode="default"):
     return timed_epochs(epoch, torch.cuda.synchronize, warmup, repeats)
 
 
-def torch_graph(X, y, H, B, lr, reg, warmup=2, repeats=5, tf32=False):
+def torch_graph(X, y, H, B, lr, reg, warmup=2, repeats=5, tf32=False, autocast=None):
     """The whole step (forward, backward, SGD) captured with torch.cuda.graph, one graph per
     batch size; each batch is copied into the static input, then the graph is replayed."""
-    torch, Xd, yd, opt, loss_fn = torch_setup(X, y, H, lr, reg, tf32)
+    torch, Xd, yd, opt, loss_fn = torch_setup(X, y, H, lr, reg, tf32, autocast)
     graphs = {}
     for n in sorted({e - s for s, e in batches(len(X), B)}):
         sx, sy = Xd[:n].clone(), yd[:n].clone()
@@ -191,13 +194,15 @@ def fp32_jax():
 
 def jax_setup(X, y, H, lr, reg, algorithm=None):
     """(jax, jnp, params, step, X, y) on the GPU; `algorithm` "x3" or "tf32": every matmul by XLA's
-    3xTF32 or TF32 dot algorithm (None: full FP32)."""
+    3xTF32 or TF32 dot algorithm, "bf16": on bfloat16 operands (None: full FP32)."""
     jax, jnp = fp32_jax()
     params = [jnp.asarray(p) for p in initial(X.shape[1], H, 10)]
     presets = {"x3": jax.lax.DotAlgorithmPreset.TF32_TF32_F32_X3, "tf32": jax.lax.DotAlgorithmPreset.TF32_TF32_F32}
-    precision = presets[algorithm] if algorithm else None
+    precision = presets.get(algorithm)
 
     def mm(a, b):
+        if algorithm == "bf16":  # operands in bfloat16, FP32 accumulation and product (issue 53's peer)
+            return jnp.matmul(a.astype(jnp.bfloat16), b.astype(jnp.bfloat16), preferred_element_type=jnp.float32)
         return jnp.matmul(a, b, precision=precision)
 
     def loss(params, xb, yb):
@@ -308,6 +313,8 @@ PEERS = {
     "jax scan epoch": jax_scan,
     "jax scan epoch (3xTF32)": lambda *a, **k: jax_scan(*a, algorithm="x3", **k),
     "jax scan epoch (TF32)": lambda *a, **k: jax_scan(*a, algorithm="tf32", **k),
+    "jax scan epoch (bf16)": lambda *a, **k: jax_scan(*a, algorithm="bf16", **k),
+    "pytorch cuda graph (bf16 autocast)": lambda *a, **k: torch_graph(*a, autocast="bfloat16", **k),
     "cublas 5-gemm floor": cublas_floor,  # (the name of one hidden layer's five; deeper nets have more)
 }
 

@@ -25,7 +25,7 @@ def train_table(path: Path) -> str:
     wide.columns = [f"H={h} B={b} (ms)" for h, b in wide.columns]
     best_peer = {}
     for (h, b), group in t.groupby(["H", "B"]):
-        tensor_cores = group.peer.str.contains("tf32|wgmma", case=False)  # the targets are FP32, on both sides
+        tensor_cores = group.peer.str.contains("tf32|wgmma|bf16", case=False)  # the targets are FP32, on both sides
         peers = group[~group.peer.str.startswith(("perflab", "cublas")) & ~tensor_cores]
         fp32 = group.peer.str.startswith("perflab") & ~tensor_cores
         ours = group[fp32].epoch_ms.min()
@@ -717,8 +717,9 @@ HEADLINE_MACHINE = "nvidia-h100-80gb-hbm3"  # the README's headline claims: one 
 
 
 def fp32_peers(t) -> list:
-    """The FP32 peers of a bench train table: every framework's epoch, not perflab's, not the floor, TF32 off."""
-    return [p for p in t.peer.unique() if not p.startswith(("perflab", "cublas")) and "TF32" not in p]
+    """The FP32 peers of a bench train table: every framework's epoch, not perflab's, not the floor, neither TF32
+    nor half precision."""
+    return [p for p in t.peer.unique() if not p.startswith(("perflab", "cublas")) and "TF32" not in p and "bf16" not in p]
 
 
 def epoch_ratios(t, mine: str, against):
