@@ -33,6 +33,8 @@ def test_train_json_last_line(capsys):
     (["--dtype", "bfloat16", "--parallel", "model"], "--dtype bfloat16 trains data parallel (or on one rank); got "
                                                       "--parallel model"),
     (["--dtype", "bf16"], "argument --dtype: invalid choice: 'bf16'"),
+    (["--threads", "0"], "argument --threads: expected a positive integer, got '0'"),
+    (["--threads", "many"], "argument --threads: expected a positive integer, got 'many'"),
     (["--timeout", "soon"], "argument --timeout: expected a positive number, got 'soon'"),
 ])
 def test_train_bad_values_exit_2_with_message(capsys, args, message):
@@ -62,6 +64,21 @@ def test_the_p2p_exchange_is_refused_where_it_cannot_run(monkeypatch, changes, m
     assert device_from_args(argparse.Namespace(**args)).comm == "p2p"
     with pytest.raises(CLIError, match=message):
         device_from_args(argparse.Namespace(**{**args, "overlap": True, **changes}))
+
+
+def test_threads_are_numpys_and_refused_on_the_gpu_by_name(monkeypatch):
+    import argparse
+    import types
+
+    import perflab.backend
+    from perflab.cli import CLIError
+    from perflab.commands.options import device_from_args
+    monkeypatch.setattr(perflab.backend, "array_module", lambda name: types.SimpleNamespace(__name__=name))
+    args = dict(backend="numpy", mode="resident", gemm="cublas", comm=None, launch="graph", pinned=False, overlap=False,
+                chunks=None, parallel="data", dtype="float32", json=True, timeout=60.0, threads=3)
+    assert device_from_args(argparse.Namespace(**args)).threads == 3
+    with pytest.raises(CLIError, match="--threads 3 sets NumPy's BLAS threads a rank: it needs --backend numpy"):
+        device_from_args(argparse.Namespace(**{**args, "backend": "cupy"}))
 
 
 def test_a_gpu_run_chooses_its_exchange_by_timing_unless_told(monkeypatch):

@@ -239,6 +239,7 @@ def test_main_job_in_a_fresh_clone_measures_this_machine_and_leaves_git_status_c
 @pytest.mark.parametrize("args, message", [
     (["sweep", "--learning-rate", "0"], "argument --learning-rate: expected a positive number, got '0'"),
     (["sweep", "--learning-rate", "fast"], "expected a positive number, got 'fast'"),
+    (["sweep", "--timeout", "-5"], "argument --timeout: expected a positive number, got '-5'"),
     (["report", "--folder", "/no/such/run"], "--folder /no/such/run: no such folder"),
     (["validate", "--committed", "--out", "x.csv"], "--committed validates every folder"),
     (["notebook", "roofline", "-p", "backend", "tpu"], "backend must be 'auto', 'numpy' or 'cupy', got 'tpu'"),
