@@ -266,8 +266,7 @@ def half_accuracy_section() -> list[str]:
         half = t[t.dtype != "float32"]
         t["test precision"] = t["test precision"].map("{:.4f}".format)  # the points that differ are in the 4th digit
         out += ["", f"## The half-precision accuracy, {path.parent.parent.name}", "",
-                f"Source: `{path.relative_to(RESULTS_ROOT.parent)}` ({meta['gpu']}, git {meta['git_commit'][:8]}, "
-                f"{meta['date']}). `perflab train --dtype`, MNIST, {first['num_epochs']} epochs of {first['train_size']} "
+                f"Source: {source(path, meta)}. `perflab train --dtype`, MNIST, {first['num_epochs']} epochs of {first['train_size']} "
                 f"samples, B = {first['batch_size']}, learning rate {first['learning_rate']}, reg {first['reg']}, "
                 "shuffled; bfloat16 and float16 on the emulated mixed-precision step (perflab.train.half: every "
                 "GEMM's operands and product rounded to half, FP32 masters, float16 loss-scaled), FP32 on the fused "
@@ -463,8 +462,7 @@ def wfbp_section() -> list[str]:
         meta = json.loads(path.read_text().splitlines()[0])["machine"]
         pays = t[t["WFBP / after"] < 0.99]
         out += ["", f"## The gradient exchange layer by layer (WFBP), {path.parent.parent.name}", "",
-                f"Source: `{path.relative_to(RESULTS_ROOT.parent)}` ({meta['gpu']} x{meta['gpu_count']}, git "
-                f"{meta['git_commit'][:8]}, {meta['date']}), each row one `perflab train --comm auto` on {meta['gpu_count']} "
+                f"Source: {source(path, meta)}, each row one `perflab train --comm auto` on {meta['gpu_count']} "
                 "GPUs, 60000 samples: each exchange's epoch as auto timed it before training (median of 3 after one), "
                 "then the one it kept. With --overlap past one hidden layer, each layer's gradient is all-reduced on a "
                 "side stream as soon as backward has made it, under the GEMMs of the layers below; dW1's rows go in "

@@ -67,7 +67,7 @@ def roofline(points, P_flops: float, bandwidth: float, kind: str = "serial", P_m
     ais = [r["ai"] for r in rows if np.isfinite(r["ai"])]
     lo = min(ais + [P_flops / bandwidth]) / 10
     hi = max(ais + [P_flops / bandwidth]) * 10
-    xs = no_exchange_x([r["ai"] for r in rows], hi)
+    xs = no_exchange_x([r["ai"] for r in rows], [(r["H"], r["B"], r["p"]) for r in rows], hi)
     x = np.logspace(np.log10(lo), np.log10(max(xs + [hi])), 200)
     if kind == "standard":
         y = [perfmodel.roofline_standard(a, P_flops, bandwidth) for a in x]
@@ -105,9 +105,8 @@ def place_labels(fig, ax, labels, fontsize: float = 6) -> None:
     figure, so that save places them again once the caption has moved the axes (replace_labels)."""
     from matplotlib.transforms import Bbox
     fig.perflab_labels = getattr(fig, "perflab_labels", []) + [(ax, labels, fontsize, len(ax.texts))]
-    fig.canvas.draw()
+    taken = [box for _, box in text_boxes(fig)]  # (it draws the figure)
     renderer = fig.canvas.get_renderer()
-    taken = [box for _, box in text_boxes(fig)]
     for x, y in ax.transData.transform([(x, y) for x, y, _ in labels] or np.empty((0, 2))):  # the markers too
         taken.append(Bbox([[x - 5, y - 5], [x + 5, y + 5]]))
     inside = ax.get_window_extent(renderer)
@@ -142,10 +141,12 @@ def replace_labels(fig) -> None:
         place_labels(fig, ax, labels, fontsize)
 
 
-def no_exchange_x(ais, hi: float) -> list[float]:
-    """Where points that exchange nothing (AI infinite: one rank, or data resident on one GPU) are drawn:
-    spread out past the finite points' right edge `hi`, in a strip the figure marks."""
-    return [hi * 3 * 1.6 ** (i % 10) if not np.isfinite(a) else a for i, a in enumerate(ais)]
+def no_exchange_x(ais, keys, hi: float) -> list[float]:
+    """Where points are drawn: at their AI, or, for those that exchange nothing (AI infinite: one rank, or data
+    resident on one GPU), past the finite points' right edge `hi`, one place a key (H, B, p) so a point's modes
+    stand together, in a strip the figure marks."""
+    slots = list(dict.fromkeys(k for k, a in zip(keys, ais) if not np.isfinite(a)))
+    return [a if np.isfinite(a) else hi * 3 * 1.6 ** slots.index(k) for k, a in zip(keys, ais)]
 
 
 def mark_no_exchange(ax, x0: float, y: float) -> None:
@@ -432,9 +433,7 @@ def ceiling_roofline(bounds, roofs: dict, title: str = ""):
         "staged (PCIe + host MPI)" if r["mode"] in HOST_STAGED else "resident (NCCL)")
     finite = list(bounds.ai[np.isfinite(bounds.ai)]) or [1.0]
     hi = max(finite) * 100
-    keys = [(r.H, r.B, r.p) for r in bounds.itertuples()]
-    slots = list(dict.fromkeys(k for k, a in zip(keys, bounds.ai) if not np.isfinite(a)))  # one x per H, B, p
-    shown = bounds.assign(x=[a if np.isfinite(a) else hi * 3 * 1.6 ** slots.index(k) for k, a in zip(keys, bounds.ai)])
+    shown = bounds.assign(x=no_exchange_x(list(bounds.ai), [(r.H, r.B, r.p) for r in bounds.itertuples()], hi))
     x = np.logspace(np.log10(min(finite) / 10), np.log10(max(list(shown.x) + [hi])), 200)
     ax.axhline(roofs["P_flops"], color="k", ls=":", lw=1)
     ax.text(x[0], roofs["P_flops"] * 1.08, f"P_flops = {roofs['P_flops'] / 1e12:.3g} TFLOP/s (fastest GEMM measured)",

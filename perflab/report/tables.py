@@ -16,8 +16,10 @@ def fmt(table) -> str:
     return "\n".join(lines)
 
 
-def source(path: Path) -> str:
+def source(path: Path, meta: dict | None = None) -> str:
+    """The file, its machine, commit and date: from the JSON beside it, or `meta` (a JSON-lines file's own)."""
     import json
-    meta = json.loads(path.with_suffix(".json").read_text()) if path.with_suffix(".json").exists() else {}
+    if meta is None:
+        meta = json.loads(path.with_suffix(".json").read_text()) if path.with_suffix(".json").exists() else {}
     what = meta.get("gpu") or meta.get("cpu", "?")
     return f"`{path.relative_to(RESULTS_ROOT.parent)}` ({what}, git {str(meta.get('git_commit', '?'))[:8]}, {meta.get('date', '?')})"

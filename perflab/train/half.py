@@ -17,7 +17,7 @@ import numpy as np
 from perflab.backend import xp_of
 from perflab.config import Config, ConfigError
 from perflab.train import model
-from perflab.train.parallel import DataParallel, local_part
+from perflab.train.parallel import DataParallel
 from perflab.train.profile import phase
 
 INITIAL_SCALE = {"float16": 2.0 ** 16, "bfloat16": 1.0}  # bfloat16 needs none: FP32's exponent range
@@ -92,21 +92,11 @@ class MixedPrecision(DataParallel):
         self.steps = 0
 
     def batch(self, index):
-        part = local_part(index, self.comm.rank, self.comm.size)
-        Xb, yb = self.X[:, part], self.y[part]
-        global_b = (index.stop - index.start) if isinstance(index, slice) else len(index)
         scale = self.scale.value
-        with phase("forward"):
-            acts = model.forward(self.params, Xb, matmul=self.matmul)
-        with phase("backward"):  # dz_L = scale (yhat - Y) / B: every gradient carries the scale
-            model.backward(self.params, acts, yb, global_b / scale, out=self.grads, matmul=self.matmul)
-            self.buffer[-1] = model.cross_entropy_sum(acts[-1], yb) if self.want_loss else 0.0
-            self.comm.allreduce(self.buffer)
-        xp = xp_of(self.buffer)
+        batch_loss = self.gradients(index, scale, regularize=False)
         self.steps += 1
-        batch_loss = (float(self.buffer[-1]) / global_b + model.l2_penalty(self.params, self.cfg.reg)
-                      if self.want_loss else None)
-        if not self.scale.update(bool(xp.isfinite(self.buffer[:-1]).all()), f"step {self.steps}"):
+        finite = bool(xp_of(self.buffer).isfinite(self.buffer[:-1]).all())
+        if not self.scale.update(finite, f"step {self.steps}"):
             return batch_loss  # skipped: the parameters stay as they were
         with phase("step"):
             self.buffer[:-1] /= scale

@@ -61,6 +61,7 @@ def fused(params, xp, extra: int = 0):
 
 class DataParallel(Sequential):
     name = "data"
+    matmul = staticmethod(model.product)  # every GEMM of the step (perflab.train.half rounds them to half)
 
     def __init__(self, cfg: Config, params, X, y, comm):
         check_batch_split(cfg, comm.size)
@@ -68,19 +69,26 @@ class DataParallel(Sequential):
         self.comm = comm
         self.buffer, self.grads = fused(params, xp_of(params[0]), extra=1)
 
-    def batch(self, index):
+    def gradients(self, index, scale: float = 1.0, regularize: bool = True) -> float | None:
+        """Forward, backward and the exchange of this rank's share of the batch: the summed gradient, times
+        `scale` (its data term: then unscaled and regularized by the caller), in self.grads; returns the batch
+        loss when wanted."""
         part = local_part(index, self.comm.rank, self.comm.size)
         Xb, yb = self.X[:, part], self.y[part]
         global_b = (index.stop - index.start) if isinstance(index, slice) else len(index)
         with phase("forward"):
-            acts = model.forward(self.params, Xb)
-        with phase("backward"):
-            model.backward(self.params, acts, yb, global_b, out=self.grads)
+            acts = model.forward(self.params, Xb, matmul=self.matmul)
+        with phase("backward"):  # dz_L = scale (yhat - Y) / B: every gradient carries the scale
+            model.backward(self.params, acts, yb, global_b / scale, out=self.grads, matmul=self.matmul)
             self.buffer[-1] = model.cross_entropy_sum(acts[-1], yb) if self.want_loss else 0.0
             self.comm.allreduce(self.buffer)
-            model.add_regularization(self.grads, self.params, self.cfg.reg)
-        batch_loss = (float(self.buffer[-1]) / global_b + model.l2_penalty(self.params, self.cfg.reg)
-                      if self.want_loss else None)
+            if regularize:
+                model.add_regularization(self.grads, self.params, self.cfg.reg)
+        return (float(self.buffer[-1]) / global_b + model.l2_penalty(self.params, self.cfg.reg)
+                if self.want_loss else None)
+
+    def batch(self, index):
+        batch_loss = self.gradients(index)
         with phase("step"):
             model.sgd_step(self.params, self.grads, self.cfg.learning_rate)
         return batch_loss

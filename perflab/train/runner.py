@@ -231,15 +231,10 @@ def mixed_precision(cfg: Config, parallel: str, comm, device: Device, train_set)
 def setup(cfg: Config, parallel: str, comm, device: Device):
     train_set, test_set, validation = data.load(cfg)
     check_agreement(comm, cfg, train_set)
-    if cfg.dtype in HALF_DTYPES:
-        trainer = mixed_precision(cfg, parallel, comm, device, train_set)
-        if device.backend == "numpy":
-            return trainer, test_set, validation, lambda: None
-        import cupy as cp
-        test_set, validation = (None if s is None else data.Split(cp.asarray(s.X), cp.asarray(s.y))
-                                for s in (test_set, validation))
-        return trainer, test_set, validation, cp.cuda.get_current_stream().synchronize
-    if device.backend == "numpy":
+    half = cfg.dtype in HALF_DTYPES
+    if device.backend == "numpy" and half:
+        trainer, sync = mixed_precision(cfg, parallel, comm, device, train_set), lambda: None
+    elif device.backend == "numpy":
         from perflab.train.comm import with_strategy
         comm = with_strategy(comm, device.comm)
         params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed)
@@ -247,7 +242,7 @@ def setup(cfg: Config, parallel: str, comm, device: Device):
         sync = lambda: None
     else:
         import cupy as cp
-        trainer = make_gpu_trainer(cfg, parallel, comm, device, train_set)
+        trainer = (mixed_precision if half else make_gpu_trainer)(cfg, parallel, comm, device, train_set)
         test_set, validation = (None if s is None else data.Split(cp.asarray(s.X), cp.asarray(s.y))
                                 for s in (test_set, validation))
         sync = cp.cuda.get_current_stream().synchronize if not hasattr(trainer, "sync") else trainer.sync

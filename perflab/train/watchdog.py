@@ -61,11 +61,12 @@ class Idle:
 
 
 class Watchdog(Idle):
-    def __init__(self, comm, timeout_s: float = TIMEOUT_S, exchange: str | None = None):
+    def __init__(self, comm, timeout_s: float = TIMEOUT_S):
         if not timeout_s > 0:
             raise ValueError(f"--timeout must be a positive number of seconds, got {timeout_s!r}")
         self.comm, self.timeout = comm, float(timeout_s)
-        self.exchange = exchange or EXCHANGES.get(getattr(comm, "strategy", "mpi"), "the gradient exchange")
+        self.stale = min(STALE_S, self.timeout / 2)  # a heartbeat older than this: a rank that no longer runs
+        self.exchange = EXCHANGES.get(getattr(comm, "strategy", "mpi"), "the gradient exchange")
         node = comm.comm.Split_type(comm.MPI.COMM_TYPE_SHARED)
         self.node_ranks = node.allgather(comm.rank)  # the run's rank of each row of the board
         self.window = comm.MPI.Win.Allocate_shared(FIELDS * 8, 8, comm=node)
@@ -95,7 +96,7 @@ class Watchdog(Idle):
         last = time.monotonic()
         while not self.stopping.wait(BEAT_S):
             self.row[0] = time.time()
-            if time.monotonic() - last > min(STALE_S, self.timeout / 2) and self.armed_since is not None:
+            if time.monotonic() - last > self.stale and self.armed_since is not None:
                 self.armed_since = time.monotonic()  # this rank was the one stopped: resumed, it blames no one
             last = time.monotonic()
             since = self.armed_since
@@ -111,12 +112,12 @@ class Watchdog(Idle):
 
     def silent(self) -> list[str]:
         """The ranks of this node whose watchdog stopped beating, or that never reached this step."""
-        now, out, stale = time.time(), [], min(STALE_S, self.timeout / 2)
+        now, out = time.time(), []
         for rank, (beat, epoch, batch, steps, _) in zip(self.node_ranks, [row.copy() for row in self.board]):
             if rank == self.comm.rank:
                 continue
             last = f"last at epoch {int(epoch)}" + (f", batch {int(batch) + 1}" if batch >= 0 else "")
-            if now - beat > stale:
+            if now - beat > self.stale:
                 out.append(f"rank {rank} silent (no sign of life for {now - beat:.0f} s; {last})")
             elif steps < self.steps:
                 out.append(f"rank {rank} alive but behind ({last})")
@@ -139,11 +140,10 @@ class Watchdog(Idle):
     def gather(self, until: float) -> None:
         """Wait until every rank of this node that is alive has said its line too (the launcher ends them all
         once one exits), or `until`; the heartbeat keeps going meanwhile, so this rank is not taken for silent."""
-        stale = min(STALE_S, self.timeout / 2)
         while time.monotonic() < until:
             self.row[0] = time.time()
             rows = [row.copy() for row in self.board]
-            if all(said or time.time() - beat > stale for beat, _, _, _, said in rows):
+            if all(said or time.time() - beat > self.stale for beat, _, _, _, said in rows):
                 break
             time.sleep(0.1)
         time.sleep(0.2)  # the last line's way through the launcher
