@@ -116,3 +116,12 @@ def test_the_committed_mnist_runs_hold_fp32s_precision_within_three_tenths_of_a_
     assert all(r["num_epochs"] == 15 and r["dataset"] == "mnist" and r["machine"]["git_commit"] != "WORKTREE" for r in rows)
     for (net, dt), p in got.items():
         assert abs(p - got[(net, "float32")]) <= 0.003, (net, dt)
+
+
+@pytest.mark.parametrize("kind", ["bfloat16", "float16"])
+def test_storage_holds_the_rounded_values_in_two_bytes_each(kind):
+    x = np.random.default_rng(2).standard_normal((13, 7)).astype(np.float32)
+    held = half.to_storage(x, kind)
+    assert held.dtype.itemsize == 2 and held.shape == x.shape
+    assert np.array_equal(half.from_storage(held, kind), half.round_to(x, kind))
+    assert half.to_storage(np.float32([1 + 3 * 2 ** -9]), "bfloat16")[0] == 0x3F81  # bfloat16's bits, tie to even

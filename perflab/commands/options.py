@@ -43,9 +43,10 @@ def hyperparameter_options(parser: argparse.ArgumentParser, dtype: str | None = 
                    help="global mini-batch, split over MPI ranks; the last batch of an epoch keeps N %% B samples (default %(default)s)")
     g.add_argument("--dtype", choices=DTYPES + HALF_DTYPES, default=dtype or d.dtype,
                    help="float64 is the reference" + (f"; {dtype}, as perflab sweep measures" if dtype else "")
-                        + "; bfloat16 and float16 train in mixed precision (every GEMM's operands and product in half, "
-                          "FP32 masters, float16 with dynamic loss scaling), emulated in FP32 on either backend "
-                          "(perflab.train.half: its accuracy, not yet its speed) (default %(default)s)")
+                        + "; bfloat16 and float16 train in mixed precision (GEMM operands and activations in half, "
+                          "FP32 accumulation, masters, update and loss; float16 with dynamic loss scaling): on the GPU "
+                          "with cuBLAS's tensor-core GEMMs (--gemm cublas, --mode resident), on NumPy emulated in FP32 "
+                          "(perflab.train.half, the reference) (default %(default)s)")
     g.add_argument("--seed", type=int, default=d.seed, help="seed of the initial weights and of shuffling (default %(default)s)")
     g.add_argument("--dataset", choices=DATASETS, default=d.dataset,
                    help="mnist/fashion-mnist from data/ (verified); synthetic: learnable data of any D, C, N (default %(default)s)")

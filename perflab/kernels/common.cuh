@@ -16,3 +16,33 @@ __device__ __forceinline__ T finish(T acc, T alpha, T beta, const T* C, int ldc,
     if (EPI == 1) v = sigmoid(v + bias[i]);
     return v;
 }
+
+// Half-precision storage for the step's big arrays (activations, their gradients, the images): a
+// kernel computes in T (float) and reads and writes S. bf16 and fp16 are their bits (CuPy has no
+// bfloat16: perflab holds it in uint16 arrays); float and double pass through.
+struct bf16 { unsigned short bits; };
+struct fp16 { unsigned short bits; };
+
+__device__ __forceinline__ float widen(float x) { return x; }
+__device__ __forceinline__ double widen(double x) { return x; }
+__device__ __forceinline__ float widen(bf16 x) { return __uint_as_float((unsigned)x.bits << 16); }
+__device__ __forceinline__ float widen(fp16 x) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
+    return f;
+}
+
+template <typename S, typename T>
+__device__ __forceinline__ S narrow(T v) { return S(v); }
+template <>
+__device__ __forceinline__ bf16 narrow<bf16, float>(float v) {  // to nearest, ties to even (sm_80 and later)
+    unsigned short h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    return bf16{h};
+}
+template <>
+__device__ __forceinline__ fp16 narrow<fp16, float>(float v) {  // to nearest even; past 65504: inf
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    return fp16{h};
+}

@@ -7,8 +7,8 @@ import functools
 import math
 
 from perflab.kernels.build import KernelError, ctype, cupy, i32, launch_tile, module, multiprocessors
-from perflab.kernels.cublas import cublas_gemm, cublas_x3tf32
-from perflab.kernels.elementwise import bias_sigmoid
+from perflab.kernels.cublas import cublas_gemm, cublas_gemm_half, cublas_x3tf32
+from perflab.kernels.elementwise import HALF_CTYPES, bias_sigmoid
 from perflab.kernels.tiles import (
     TILED_VARIANTS,
     check_blocks,
@@ -185,4 +185,27 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, c=None, bias=None, variant: str = 
         grid, block = (math.ceil(N / 16), math.ceil(M / 64)), (16, 4)
     kernel(grid, block, (i32(M), i32(N), i32(K), scalar(alpha), a, i32(lda), b, i32(ldb), scalar(beta),
                          cptr, i32(N), out, i32(N), bptr))
+    return out
+
+
+def half_gemm(a, b, out, bias=None):
+    """out = a @ b on the tensor cores through cuBLAS: a and b in one half precision (float16, or bfloat16
+    held in uint16), FP32 accumulation, out in that half precision or float32 (a weight gradient); with
+    bias, out <- sigmoid(out + bias[:, None]) after, in a pass of its own (the forward layer)."""
+    (M, K), (K2, N) = a.shape, b.shape
+    if K != K2:
+        raise KernelError(f"inner dimensions differ: a is {a.shape}, b is {b.shape}")
+    if a.dtype != b.dtype or a.dtype.name not in HALF_CTYPES:
+        raise KernelError(f"half_gemm takes a and b in one half precision (float16, or uint16 holding bfloat16), "
+                          f"got {a.dtype} and {b.dtype}")
+    if out.shape != (M, N) or not out.flags.c_contiguous or out.dtype not in (a.dtype, "float32"):
+        raise KernelError(f"out must be a C-contiguous {a.dtype} or float32 array of shape {(M, N)}, got "
+                          f"{out.dtype} {out.shape} (C-contiguous: {out.flags.c_contiguous})")
+    if M == 0 or N == 0:
+        return out
+    ta, lda = storage(a, "a")
+    tb, ldb = storage(b, "b")
+    cublas_gemm_half(M, N, K, a, ta, lda, b, tb, ldb, out)
+    if bias is not None:
+        bias_sigmoid(out, bias)
     return out

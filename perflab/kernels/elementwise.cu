@@ -1,11 +1,19 @@
 // Fused elementwise steps of the training step: each reads its inputs once and writes once.
 #include "common.cuh"
 
-// z[i, j] = sigmoid(z[i, j] + b[i]): the forward hidden layer after a GEMM without epilogue.
-template <typename T>
-__global__ void bias_sigmoid(T* z, const T* __restrict__ b, int rows, int cols) {
+// z[i, j] = sigmoid(z[i, j] + b[i]): the forward hidden layer after a GEMM without epilogue (z stored
+// as S: half precision in a mixed-precision step, computed in T).
+template <typename T, typename S = T>
+__global__ void bias_sigmoid(S* z, const T* __restrict__ b, int rows, int cols) {
     size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (e < (size_t)rows * cols) z[e] = sigmoid(z[e] + b[e / cols]);
+    if (e < (size_t)rows * cols) z[e] = narrow<S>(sigmoid(widen(z[e]) + b[e / cols]));
+}
+
+// y = x rounded to S (a mixed-precision step's weights and images in half precision, from FP32)
+template <typename S>
+__global__ void narrow_copy(const float* __restrict__ x, S* __restrict__ y, size_t n) {
+    size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e < n) y[e] = narrow<S>(x[e]);
 }
 
 // z[i, j] += b[i]
@@ -20,11 +28,12 @@ __global__ void add_bias(T* z, const T* __restrict__ b, int rows, int cols) {
 //   ce[j] = -log yhat[y_j, j]                              (only when want_ce)
 // One thread a column: C is small (10), and threads of a warp read consecutive columns.
 // With groups > 1, z holds that many C x B partial sums (output_forward's), added first in a
-// fixed order into the first.
+// fixed order into the first. With scale (a float16 step's loss scale, on the device so a graph
+// follows it), delta is multiplied by *scale.
 template <typename T>
 __global__ void softmax_xent_grad(T* z, const T* __restrict__ b2, const long long* __restrict__ y,
                                   T* __restrict__ delta, T* __restrict__ ce, int want_ce, int C, int B, T inv_norm,
-                                  int groups) {
+                                  int groups, const T* __restrict__ scale) {
     int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= B) return;
     for (int c = 0; c < C && groups > 1; ++c) {
@@ -37,6 +46,7 @@ __global__ void softmax_xent_grad(T* z, const T* __restrict__ b2, const long lon
     T s = 0;
     for (int c = 0; c < C; ++c) s += exp(z[c * B + j] + b2[c] - m);
     int label = (int)y[j];
+    if (scale != nullptr) inv_norm *= *scale;
     for (int c = 0; c < C; ++c) {
         T p = exp(z[c * B + j] + b2[c] - m) / s;
         delta[c * B + j] = (p - (c == label ? T(1) : T(0))) * inv_norm;
@@ -63,22 +73,22 @@ __device__ __forceinline__ T tf32_nearest(T x) {
     else return x;
 }
 
-template <typename T>
+template <typename T, typename S = T>
 __global__ void __launch_bounds__(256)
-sigmoid_backward_rows(T* __restrict__ da, const T* __restrict__ a, T* __restrict__ db, int cols,
+sigmoid_backward_rows(S* __restrict__ da, const S* __restrict__ a, T* __restrict__ db, int cols,
                       T* __restrict__ dz_small) {
     __shared__ T part[256];
     const size_t row = (size_t)blockIdx.x * cols;
     T s = 0;
     for (int j = threadIdx.x; j < cols; j += blockDim.x) {
-        const T v = a[row + j];
-        const T d = da[row + j] * v * (T(1) - v);
+        const T v = widen(a[row + j]);
+        const T d = widen(da[row + j]) * v * (T(1) - v);
         if (dz_small != nullptr) {
             const T big = tf32_nearest(d);
-            da[row + j] = big;
+            da[row + j] = narrow<S>(big);
             dz_small[row + j] = tf32_nearest(d - big);
         } else {
-            da[row + j] = d;
+            da[row + j] = narrow<S>(d);
         }
         s += d;
     }
@@ -121,6 +131,42 @@ __global__ void sgd_update(T* p, const T* __restrict__ g, size_t n, T lr, const 
     p[e] -= lr * (g[e] + regs[s] * p[e]);
 }
 
+// Dynamic loss scaling on the device (a float16 step; inside the step's or the epoch's graph):
+// overflow[0] <- 1 where any gradient is not finite (reset to 0 before), the update skipped then,
+// else made with the gradients divided by the scale; then the scale follows, as LossScale in
+// perflab/train/half.py: halved on overflow, doubled after `growth` good steps in a row.
+// counts: good steps in a row, overflowed steps in a row, overflowed steps in all.
+template <typename T>
+__global__ void find_overflow(const T* __restrict__ g, size_t n, int* overflow) {
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x)
+        if (!isfinite(g[e])) { *overflow = 1; return; }
+}
+
+template <typename T>
+__global__ void sgd_update_scaled(T* p, const T* __restrict__ g, size_t n, T lr, const long long* __restrict__ ends,
+                                  const T* __restrict__ regs, int nseg, const T* __restrict__ scale,
+                                  const int* __restrict__ overflow) {
+    size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= n || *overflow) return;
+    int s = 0;
+    while (s < nseg - 1 && e >= (size_t)ends[s]) ++s;
+    p[e] -= lr * (g[e] / *scale + regs[s] * p[e]);
+}
+
+template <typename T>
+__global__ void loss_scale_update(T* scale, const int* __restrict__ overflow, long long* counts, int growth) {
+    if (*overflow) {
+        *scale /= 2;
+        counts[0] = 0;
+        counts[1] += 1;
+        counts[2] += 1;
+    } else {
+        counts[0] += 1;
+        counts[1] = 0;
+        if (counts[0] % growth == 0) *scale *= 2;
+    }
+}
+
 // The loss's L2 term on the device, half of sum_s reg_s ||segment s||^2 over the fused parameter
 // buffer (reg_s = 0 on biases), one partial per block of 256 threads, added in a fixed order after:
 // no atomics, the same sum every run. Computed in the step's graph, it spares the loss the host's
@@ -153,9 +199,9 @@ __global__ void l2_partials(const T* __restrict__ p, size_t n, const long long* 
 // b1) sits in shared memory (read as broadcasts); FW_UNROLL rows' loads issued before any is used.
 #define FW_ROWS 128
 #define FW_UNROLL 8
-template <typename T, int CMAX>
+template <typename T, int CMAX, typename S = T>
 __global__ void __launch_bounds__(256)
-output_forward(const T* __restrict__ W2, const T* __restrict__ b1, T* z1, T* __restrict__ part, int C, int H, int n) {
+output_forward(const T* __restrict__ W2, const T* __restrict__ b1, S* z1, T* __restrict__ part, int C, int H, int n) {
     // W2's slice and b1's, then (reused once they are done with) the 8 warps' sums
     constexpr int SLICE = FW_ROWS * (CMAX + 1), SUMS = 8 * 32 * (CMAX + 1);
     __shared__ T smem[SLICE > SUMS ? SLICE : SUMS];
@@ -178,14 +224,15 @@ output_forward(const T* __restrict__ W2, const T* __restrict__ b1, T* z1, T* __r
 #pragma unroll
             for (int u = 0; u < FW_UNROLL; ++u) {
                 const int r = rb + 8 * u;
-                a[u] = r < rows ? z1[(size_t)(r0 + r) * n + j] : T(0);
+                a[u] = r < rows ? widen(z1[(size_t)(r0 + r) * n + j]) : T(0);
             }
 #pragma unroll
             for (int u = 0; u < FW_UNROLL; ++u) {
                 const int r = rb + 8 * u;
                 if (r < rows) {
-                    const T v = sigmoid(a[u] + bias[r]);
-                    z1[(size_t)(r0 + r) * n + j] = v;
+                    const S stored = narrow<S>(sigmoid(a[u] + bias[r]));
+                    const T v = widen(stored);  // a1 as the next GEMMs read it
+                    z1[(size_t)(r0 + r) * n + j] = stored;
 #pragma unroll
                     for (int c = 0; c < CMAX; ++c) acc[c] += w[r * CMAX + c] * v;
                 }
@@ -219,9 +266,9 @@ output_forward(const T* __restrict__ W2, const T* __restrict__ b1, T* z1, T* __r
 #define BW_ROWS 2
 #define BW_COLS 512
 
-template <typename T, int CMAX>
+template <typename T, int CMAX, typename S = T>
 __global__ void __launch_bounds__(256)
-output_backward(const T* __restrict__ W2, const T* __restrict__ delta, const T* __restrict__ a1, T* __restrict__ dz1,
+output_backward(const T* __restrict__ W2, const T* __restrict__ delta, const S* __restrict__ a1, S* __restrict__ dz1,
                 T* __restrict__ part, int C, int H, int n, T* __restrict__ dz1_small) {
     // columns a lane loads at once: as many as the registers hold (4 for float and C <= 10)
     constexpr int BW_UNROLL = CMAX * sizeof(T) <= 40 ? 4 : CMAX * sizeof(T) <= 80 ? 2 : 1;
@@ -246,7 +293,7 @@ output_backward(const T* __restrict__ W2, const T* __restrict__ delta, const T* 
                 const int j = jb + 32 * u;
                 const bool in = j < jend;
 #pragma unroll
-                for (int r = 0; r < BW_ROWS; ++r) a[u][r] = (in && h0 + r < H) ? a1[(size_t)(h0 + r) * n + j] : T(0);
+                for (int r = 0; r < BW_ROWS; ++r) a[u][r] = (in && h0 + r < H) ? widen(a1[(size_t)(h0 + r) * n + j]) : T(0);
 #pragma unroll
                 for (int c = 0; c < CMAX; ++c) d[u][c] = (in && c < C) ? delta[(size_t)c * n + j] : T(0);
             }
@@ -266,10 +313,10 @@ output_backward(const T* __restrict__ W2, const T* __restrict__ delta, const T* 
                         const size_t at = (size_t)(h0 + r) * n + j;
                         if (dz1_small != nullptr) {
                             const T big = tf32_nearest(v);
-                            dz1[at] = big;
+                            dz1[at] = narrow<S>(big);
                             dz1_small[at] = tf32_nearest(v - big);
                         } else {
-                            dz1[at] = v;
+                            dz1[at] = narrow<S>(v);
                         }
                     }
                     acc[r][CMAX] += v;

@@ -6,10 +6,19 @@ from __future__ import annotations
 import functools
 import math
 
+import numpy as np
+
 from perflab.kernels.build import KernelError, ctype, i32, module, u64
 
 ELEMENTWISE = ("bias_sigmoid", "add_bias", "softmax_xent_grad", "sigmoid_backward", "sigmoid_backward_rows", "row_sum",
                "sgd_update", "l2_partials", "output_backward_reduce")
+LOSS_SCALING = ("find_overflow", "sgd_update_scaled", "loss_scale_update")  # float16's, on the device (float only)
+
+# Half-precision storage: the dtype of the CuPy arrays that hold it, and the kernels' type for it. CuPy
+# has no bfloat16, so perflab holds bfloat16 values as their bits in uint16 arrays.
+HALF_STORAGE = {"bfloat16": np.dtype(np.uint16), "float16": np.dtype(np.float16)}
+HALF_CTYPES = {"uint16": "bf16", "float16": "fp16"}
+HALF_KERNELS = ("bias_sigmoid", "sigmoid_backward_rows")  # (and the fused output layer's two, and narrow_copy)
 
 
 MAX_FUSED_CLASSES = 16  # output_layer and output_backward keep C values per thread in registers
@@ -25,8 +34,29 @@ FW_ROWS = 128  # output_forward: rows a block sums over, as in elementwise.cu
 
 
 def elementwise_names(T: str) -> tuple:
-    return tuple(f"{k}<{T}>" for k in ELEMENTWISE) + tuple(f"{kernel}<{T},{c}>" for kernel in ("output_forward", "output_backward")
-                                                           for c in CLASS_BOUNDS)
+    """Every instantiation of elementwise.cu for compute type T; for float also those that store half
+    precision and the loss-scaling kernels."""
+    names = tuple(f"{k}<{T}>" for k in ELEMENTWISE) + tuple(f"{kernel}<{T},{c}>" for kernel in ("output_forward", "output_backward")
+                                                            for c in CLASS_BOUNDS)
+    if T != "float":
+        return names
+    halves = HALF_CTYPES.values()
+    return (names + tuple(f"{k}<float>" for k in LOSS_SCALING) + tuple(f"narrow_copy<{S}>" for S in halves)
+            + tuple(f"{k}<float,{S}>" for k in HALF_KERNELS for S in halves)
+            + tuple(f"{kernel}<float,{c},{S}>" for kernel in ("output_forward", "output_backward") for c in CLASS_BOUNDS
+                    for S in halves))
+
+
+def storage_types(dtype) -> tuple[str, str]:
+    """(compute type, storage type) of the kernels for arrays of `dtype`: float over half storage."""
+    half = HALF_CTYPES.get(np.dtype(dtype).name)
+    return ("float", half) if half else (ctype(dtype), ctype(dtype))
+
+
+def stored(kernel: str, dtype, *bounds) -> object:
+    """The instantiation of `kernel` for big arrays of `dtype` (half storage computes in float)."""
+    T, S = storage_types(dtype)
+    return elementwise_function(f"{kernel}<{','.join([T, *map(str, bounds)] + ([S] if S != T else []))}>", T)
 
 
 def elementwise(name: str, dtype):
@@ -48,8 +78,19 @@ def grid_1d(n: int, per: int = 256) -> tuple:
 def bias_sigmoid(z, b):
     """z <- sigmoid(z + b[:, None]) in place."""
     rows, cols = z.shape
-    elementwise("bias_sigmoid", z.dtype)(grid_1d(z.size), (256,), (z, b, i32(rows), i32(cols)))
+    stored("bias_sigmoid", z.dtype)(grid_1d(z.size), (256,), (z, b, i32(rows), i32(cols)))
     return z
+
+
+def narrow_copy(x, out):
+    """out <- x (float32) rounded to nearest even in out's half precision (uint16: bfloat16's bits)."""
+    if (x.dtype != np.float32 or out.shape != x.shape or out.dtype.name not in HALF_CTYPES
+            or tuple(2 * s for s in out.strides) != x.strides):
+        raise KernelError(f"narrow_copy rounds float32 into a half-precision array of its shape and layout, got "
+                          f"{x.dtype} {x.shape} (strides {x.strides}) into {out.dtype} {out.shape} (strides {out.strides})")
+    elementwise_function(f"narrow_copy<{HALF_CTYPES[out.dtype.name]}>", "float")(grid_1d(x.size), (256,),
+                                                                                (x, out, u64(x.size)))
+    return out
 
 
 def add_bias(z, b):
@@ -58,13 +99,14 @@ def add_bias(z, b):
     return z
 
 
-def softmax_xent_grad(z, b2, y, delta, norm, ce=None, groups=1):
-    """delta <- (softmax(z + b2) - onehot(y)) / norm; ce[j] <- -log yhat[y_j, j] if ce is given.
-    With groups > 1, z stacks that many partial sums of the logits, added (into the first) first."""
+def softmax_xent_grad(z, b2, y, delta, norm, ce=None, groups=1, scale=None):
+    """delta <- (softmax(z + b2) - onehot(y)) / norm (times scale[0], a loss scale on the device, if given);
+    ce[j] <- -log yhat[y_j, j] if ce is given. With groups > 1, z stacks that many partial sums of the
+    logits, added (into the first) first."""
     C, B = z.shape[0] // groups, z.shape[1]
     elementwise("softmax_xent_grad", z.dtype)(
         grid_1d(B, 128), (128,), (z, b2, y, delta, delta if ce is None else ce, i32(ce is not None),
-                                 i32(C), i32(B), z.dtype.type(1 / norm), i32(groups)))
+                                 i32(C), i32(B), z.dtype.type(1 / norm), i32(groups), u64(0) if scale is None else scale))
     return delta
 
 
@@ -83,8 +125,7 @@ def sigmoid_backward_rows(da, a, db, dz_small=None):
         raise KernelError(f"sigmoid_backward_rows takes C-contiguous da and a of one shape and db of their rows: got "
                           f"da {da.shape}, a {a.shape}, db {db.shape}")
     check_small_part(dz_small, da, "dz_small")
-    elementwise("sigmoid_backward_rows", da.dtype)((rows,), (256,),
-                                                   (da, a, db, i32(cols), u64(0) if dz_small is None else dz_small))
+    stored("sigmoid_backward_rows", da.dtype)((rows,), (256,), (da, a, db, i32(cols), u64(0) if dz_small is None else dz_small))
     return da
 
 
@@ -113,7 +154,7 @@ def output_layer_partials(H: int, n: int, C: int) -> int:
     return math.ceil(H / FW_ROWS) * C * n
 
 
-def output_layer(W2, b1, b2, z1, y, delta, norm, part, ce=None):
+def output_layer(W2, b1, b2, z1, y, delta, norm, part, ce=None, scale=None):
     """z1 <- a1 = sigmoid(z1 + b1) in place, and delta <- (softmax(W2 a1 + b2) - onehot(y)) / norm, with
     the C x H by H x n GEMM done in the same pass over z1 (C <= 16; part: output_layer_partials
     elements); ce[j] <- -log yhat[y_j, j] if ce is given."""
@@ -123,9 +164,10 @@ def output_layer(W2, b1, b2, z1, y, delta, norm, part, ce=None):
     groups = math.ceil(H / FW_ROWS)
     if part.size < groups * C * n:
         raise KernelError(f"output_layer needs a workspace of {groups * C * n} elements, got {part.size}")
-    elementwise(f"output_forward<{ctype(z1.dtype)},{bound}>", z1.dtype)(
+    stored("output_forward", z1.dtype, bound)(
         (max(1, math.ceil(n / 32)), groups), (256,), (W2, b1, z1, part, i32(C), i32(H), i32(n)))
-    return softmax_xent_grad(part[:groups * C * n].reshape(groups * C, n), b2, y, delta, norm, ce, groups=groups)
+    return softmax_xent_grad(part[:groups * C * n].reshape(groups * C, n), b2, y, delta, norm, ce, groups=groups,
+                             scale=scale)
 
 
 def output_backward_partials(H: int, n: int, C: int) -> int:
@@ -145,11 +187,11 @@ def output_backward(W2, delta, a1, dz1, dW2, db1, part, dz1_small=None):
     nb = math.ceil(n / BW_COLS)
     if part.size < nb * (C + 1) * H:
         raise KernelError(f"output_backward needs a workspace of {nb * (C + 1) * H} elements, got {part.size}")
-    elementwise(f"output_backward<{ctype(a1.dtype)},{bound}>", a1.dtype)(
+    stored("output_backward", a1.dtype, bound)(
         (nb, math.ceil(H / (8 * BW_ROWS))), (256,),
         (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n), u64(0) if dz1_small is None else dz1_small))
-    elementwise("output_backward_reduce", a1.dtype)(grid_1d((C + 1) * H), (256,),
-                                                    (part, dW2, db1, i32(C), i32(H), i32(nb)))
+    elementwise("output_backward_reduce", part.dtype)(grid_1d((C + 1) * H), (256,),
+                                                      (part, dW2, db1, i32(C), i32(H), i32(nb)))
     return dz1
 
 
@@ -158,6 +200,19 @@ def sgd_update(params, grads, learning_rate, ends, regs):
     elementwise("sgd_update", params.dtype)(grid_1d(params.size), (256,),
                                             (params, grads, u64(params.size), params.dtype.type(learning_rate),
                                              ends, regs, i32(ends.size)))
+    return params
+
+
+def sgd_update_scaled(params, grads, learning_rate, ends, regs, scale, overflow, counts, growth: int):
+    """A float16 step's update under dynamic loss scaling, all on the device: overflow <- whether any
+    gradient is not finite; unless so, params <- params - lr * (grads / scale + regs[segment] * params);
+    then scale and counts (good steps in a row, overflowed in a row, overflowed in all) follow."""
+    overflow.fill(0)
+    elementwise("find_overflow", grads.dtype)((L2_BLOCKS,), (256,), (grads, u64(grads.size), overflow))
+    elementwise("sgd_update_scaled", params.dtype)(grid_1d(params.size), (256,),
+                                                   (params, grads, u64(params.size), params.dtype.type(learning_rate),
+                                                    ends, regs, i32(ends.size), scale, overflow))
+    elementwise("loss_scale_update", params.dtype)((1,), (1,), (scale, overflow, counts, i32(growth)))
     return params
 
 

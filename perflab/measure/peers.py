@@ -9,6 +9,8 @@ missing raises PeerMissing and is skipped with a message.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from perflab.analysis.perfmodel import widths
@@ -48,18 +50,19 @@ def gemm_flops(N: int, D: int, H, C: int = 10) -> int:
 # ----------------------------------------------------------------------------- perflab
 def perflab_epoch(X, y, H, B, lr, reg, warmup=2, repeats=5, gemm="cublas", graphs=True, fuse_output=True,
                   fuse_backward=True, comm=None, mode="resident", overlap=False, parallel="data", epoch_graphs=True,
-                  launched=None):
+                  launched=None, dtype="float32"):
     """perflab's fused trainer, as loop.fit runs it (one graph an epoch where it can; `epoch_graphs`
     False: a graph a batch); with an MPI comm (one rank a GPU), data (or model) parallel over its
     ranks, each epoch ended by a barrier so it times the slowest rank. A `launched` dict is filled
-    with how the trainer ran (graphs: its steps graphed; epoch_graph: its epochs one graph each)."""
+    with how the trainer ran (graphs: its steps graphed; epoch_graph: its epochs one graph each). `dtype`
+    "bfloat16" or "float16": its mixed-precision step."""
     from perflab.config import Config
     from perflab.train.comm import Serial
     from perflab.train.gpu import FusedGPU, FusedModelParallel
     comm = comm or Serial()
     N, D = X.shape
     cfg = Config(dataset="synthetic", input_size=D, hidden_sizes=widths(H), num_classes=10, train_size=N,
-                 batch_size=B, learning_rate=lr, reg=reg, dtype="float32", test_size=0)
+                 batch_size=B, learning_rate=lr, reg=reg, dtype=dtype, test_size=0)
     if parallel == "model":
         trainer = FusedModelParallel(cfg, np.asfortranarray(X.T), y, comm, gemm, graphs)
     elif mode == "pipelined":
@@ -194,29 +197,29 @@ def fp32_jax():
 
 def jax_setup(X, y, H, lr, reg, algorithm=None):
     """(jax, jnp, params, step, X, y) on the GPU; `algorithm` "x3" or "tf32": every matmul by XLA's
-    3xTF32 or TF32 dot algorithm, "bf16": on bfloat16 operands (None: full FP32)."""
+    3xTF32 or TF32 dot algorithm; "bf16": mixed precision as a JAX user writes it (jmp's policy: FP32
+    masters cast to bfloat16 each step, the images held in bfloat16, every layer computed and its
+    activations kept in bfloat16, the logits and loss in FP32); None: full FP32."""
     jax, jnp = fp32_jax()
     params = [jnp.asarray(p) for p in initial(X.shape[1], H, 10)]
     presets = {"x3": jax.lax.DotAlgorithmPreset.TF32_TF32_F32_X3, "tf32": jax.lax.DotAlgorithmPreset.TF32_TF32_F32}
     precision = presets.get(algorithm)
-
-    def mm(a, b):
-        if algorithm == "bf16":  # operands in bfloat16, FP32 accumulation and product (issue 53's peer)
-            return jnp.matmul(a.astype(jnp.bfloat16), b.astype(jnp.bfloat16), preferred_element_type=jnp.float32)
-        return jnp.matmul(a, b, precision=precision)
+    compute = jnp.bfloat16 if algorithm == "bf16" else jnp.float32
 
     def loss(params, xb, yb):
+        low = [p.astype(compute) for p in params]
         a = xb
-        for W, b in zip(params[0:-2:2], params[1:-2:2]):
-            a = jax.nn.sigmoid(mm(a, W.T) + b)
-        logp = jax.nn.log_softmax(mm(a, params[-2].T) + params[-1])
+        for W, b in zip(low[0:-2:2], low[1:-2:2]):
+            a = jax.nn.sigmoid(jnp.matmul(a, W.T, precision=precision) + b)
+        logits = jnp.matmul(a, low[-2].T, precision=precision).astype(jnp.float32) + params[-1]
+        logp = jax.nn.log_softmax(logits)
         ce = -jnp.take_along_axis(logp, yb[:, None], axis=1).mean()
         return ce + 0.5 * reg * sum(jnp.sum(W * W) for W in params[0::2])
 
     def step(params, xb, yb):
         grads = jax.grad(loss)(params, xb, yb)
         return [p - lr * g for p, g in zip(params, grads)]
-    return jax, jnp, params, step, jnp.asarray(X), jnp.asarray(y.astype(np.int32))
+    return jax, jnp, params, step, jnp.asarray(X, dtype=compute), jnp.asarray(y.astype(np.int32))
 
 
 def jax_jit(X, y, H, B, lr, reg, warmup=2, repeats=5):
@@ -252,21 +255,25 @@ def jax_scan(X, y, H, B, lr, reg, warmup=2, repeats=5, algorithm=None):
 
 
 # ----------------------------------------------------------------------------- floor
-def cublas_floor(X, y, H, B, lr, reg, warmup=2, repeats=5):
+def cublas_floor(X, y, H, B, lr, reg, warmup=2, repeats=5, half=None):
     """Only the GEMMs of a step through cuBLAS (each layer's forward GEMM and weight gradient, and past
     the first layer its input gradient: five for one hidden layer), each batch's set captured once in
     a CUDA graph and replayed: no elementwise work, no update. A training step built on cuBLAS's GEMMs
-    cannot be faster. (CuPy graphs and cuBLAS through ctypes: the same calls perflab's cublas path makes.)"""
+    cannot be faster. (CuPy graphs and cuBLAS through ctypes: the same calls perflab's cublas path makes;
+    `half` "bfloat16" or "float16": its half-precision step's, weight gradients in FP32.)"""
     try:
         import cupy as cp
     except ImportError as exc:
         raise PeerMissing(f"CuPy not installed ({exc})") from None
     from perflab import kernels
-    Xd = cp.asarray(np.asfortranarray(X.T))  # D x N, as perflab keeps it
-    W = [cp.asarray(p) for p in initial(X.shape[1], H, 10)[0::2]]
-    dW = [cp.empty_like(w) for w in W]
-    acts = [cp.empty(w.shape[0] * B, cp.float32) for w in W]  # each layer's output, then its input gradient
-    grads = [cp.empty(w.shape[0] * B, cp.float32) for w in W]
+    from perflab.train.half import to_storage
+    held = (lambda x: x) if half is None else (lambda x: to_storage(x, half))  # noqa: E731
+    Xd = cp.asarray(held(np.asfortranarray(X.T)))  # D x N, as perflab keeps it
+    W = [cp.asarray(held(p)) for p in initial(X.shape[1], H, 10)[0::2]]
+    dW = [cp.empty(w.shape, cp.float32) for w in W]
+    acts = [cp.empty(w.shape[0] * B, Xd.dtype) for w in W]  # each layer's output, then its input gradient
+    grads = [cp.empty(w.shape[0] * B, Xd.dtype) for w in W]
+    gemm = functools.partial(kernels.gemm, variant="cublas") if half is None else kernels.half_gemm
     stream = cp.cuda.Stream(non_blocking=True)
     graphs = []
     with stream:
@@ -282,7 +289,7 @@ def cublas_floor(X, y, H, B, lr, reg, warmup=2, repeats=5):
 
             def gemms(calls=calls):
                 for a_, b_, out in calls:
-                    kernels.gemm(a_, b_, out=out, variant="cublas")
+                    gemm(a_, b_, out=out)
             gemms()
             stream.begin_capture()
             gemms()
@@ -316,6 +323,10 @@ PEERS = {
     "jax scan epoch (bf16)": lambda *a, **k: jax_scan(*a, algorithm="bf16", **k),
     "pytorch cuda graph (bf16 autocast)": lambda *a, **k: torch_graph(*a, autocast="bfloat16", **k),
     "cublas 5-gemm floor": cublas_floor,  # (the name of one hidden layer's five; deeper nets have more)
+    "perflab (bf16)": lambda *a, **k: perflab_epoch(*a, dtype="bfloat16", **k),
+    "perflab (fp16)": lambda *a, **k: perflab_epoch(*a, dtype="float16", **k),
+    "cublas floor (bf16)": lambda *a, **k: cublas_floor(*a, half="bfloat16", **k),
+    "cublas floor (fp16)": lambda *a, **k: cublas_floor(*a, half="float16", **k),
 }
 
 

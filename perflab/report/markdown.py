@@ -25,13 +25,13 @@ def train_table(path: Path) -> str:
     wide.columns = [f"H={h} B={b} (ms)" for h, b in wide.columns]
     best_peer = {}
     for (h, b), group in t.groupby(["H", "B"]):
-        tensor_cores = group.peer.str.contains("tf32|wgmma|bf16", case=False)  # the targets are FP32, on both sides
+        tensor_cores = group.peer.str.contains("tf32|wgmma|bf16|fp16", case=False)  # the targets are FP32, on both sides
         peers = group[~group.peer.str.startswith(("perflab", "cublas")) & ~tensor_cores]
         fp32 = group.peer.str.startswith("perflab") & ~tensor_cores
         ours = group[fp32].epoch_ms.min()
         if len(peers):
             best = peers.loc[peers.epoch_ms.idxmin()]
-            floor = group[group.peer.str.startswith("cublas")].epoch_ms
+            floor = group[group.peer.str.startswith("cublas") & ~tensor_cores].epoch_ms
             best_peer[f"H={h} B={b}"] = (f"best peer {best.peer} {best.epoch_ms:.2f} ms; perflab best (FP32) {ours:.2f} ms; "
                                          f"ratio {ours / best.epoch_ms:.2f}"
                                          + (f"; FLOP rate {floor.min() / ours:.2f} of the cuBLAS floor's" if len(floor) else ""))
@@ -737,7 +737,7 @@ HEADLINE_MACHINE = "nvidia-h100-80gb-hbm3"  # the README's headline claims: one 
 def fp32_peers(t) -> list:
     """The FP32 peers of a bench train table: every framework's epoch, not perflab's, not the floor, neither TF32
     nor half precision."""
-    return [p for p in t.peer.unique() if not p.startswith(("perflab", "cublas")) and "TF32" not in p and "bf16" not in p]
+    return [p for p in t.peer.unique() if not p.startswith(("perflab", "cublas")) and "TF32" not in p and "bf16" not in p and "fp16" not in p]
 
 
 def epoch_ratios(t, mine: str, against):

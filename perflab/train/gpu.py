@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from perflab import kernels
-from perflab.config import MODES, OVERLAP_CHUNKS, Config, ConfigError
+from perflab.config import HALF_DTYPES, MODES, OVERLAP_CHUNKS, Config, ConfigError
 from perflab.train import model, profile
 from perflab.train.loop import Sequential
 from perflab.train.parallel import check_batch_split, gather_shards, local_part, sharded_logits
@@ -60,7 +60,7 @@ def check_memory(cfg: Config, resident: bool) -> None:
     """Fail early, naming the sizes, when the run cannot fit in GPU memory."""
     import cupy as cp
     free, total = cp.cuda.runtime.memGetInfo()
-    item = np.dtype(cfg.dtype).itemsize
+    item = np.dtype(cfg.storage_dtype).itemsize
     sizes = cfg.layer_sizes
     params = sum(a * b + a for a, b in zip(sizes[1:], sizes[:-1]))
     activations = cfg.batch_size * sum(sizes) * 3
@@ -71,8 +71,28 @@ def check_memory(cfg: Config, resident: bool) -> None:
                        f"layers {list(sizes)}, {cfg.dtype}) but {free / 2**30:.2f} of {total / 2**30:.2f} GiB are free")
 
 
+def check_half(dtype: str, parallel: str, mode: str, gemm: str, exchange: str) -> None:
+    """What a half-precision run on the GPU can be, or GPUError naming what was asked and what to use."""
+    if dtype not in HALF_DTYPES:
+        return
+    if parallel not in ("sequential", "data") or mode != "resident" or gemm != "cublas":
+        raise GPUError(f"--dtype {dtype} trains data parallel (or on one GPU) with the data resident and cuBLAS's "
+                       f"half-precision GEMMs; got --parallel {parallel}, --mode {mode}, --gemm {gemm}: use --parallel "
+                       "data --mode resident --gemm cublas, or --dtype float32")
+    if dtype == "float16" and exchange == "p2p":
+        raise GPUError("--comm p2p updates the parameters in its own kernel, which does not unscale float16's loss "
+                       "scale: use --comm nccl, or --dtype bfloat16")
+
+
 class FusedGPU(Sequential):
-    """Data-parallel (or single-GPU) trainer for any depth on CuPy with perflab kernels."""
+    """Data-parallel (or single-GPU) trainer for any depth on CuPy with perflab kernels.
+
+    Mixed precision (--dtype bfloat16 | float16): the images, activations and their gradients are held
+    in half precision and every GEMM but the fused output layer's runs on half operands with FP32
+    accumulation (cuBLAS); the weights are rounded from the FP32 masters once a step; gradients, the
+    exchange, the update, biases, softmax and loss stay FP32. float16 scales the loss dynamically on
+    the device (kernels.sgd_update_scaled), so a graph an epoch holds it. The same step as
+    perflab.train.half emulates, bar where it rounds (checked against it)."""
 
     name = "data"
 
@@ -82,6 +102,8 @@ class FusedGPU(Sequential):
         if mode not in MODES[:2]:
             raise GPUError(f"FusedGPU runs modes {MODES[:2]}, got {mode!r} (pipelined: perflab.train.pipelined.Pipelined)")
         self.cp, self.cfg, self.comm, self.mode, self.variant = cp, cfg, comm, mode, gemm
+        self.half = cfg.dtype if cfg.dtype in HALF_DTYPES else None
+        check_half(cfg.dtype, self.name, mode, gemm, "p2p" if hasattr(comm, "exchange_update") else "nccl")
         host_params, bmax = self.shard()
         # fuse_backward: the output layer's backward GEMMs, sigmoid' and the bias sums in one pass over a_{L-1}.
         # fuse_output: the last hidden GEMM leaves z_{L-1}; bias + sigmoid (in place) and the output GEMM are
@@ -95,7 +117,8 @@ class FusedGPU(Sequential):
         self.graphs = graphs and (mode == "staged" or not cfg.shuffle)
         D, C = host_params[0].shape[1], cfg.num_classes
         hidden = [p.shape[0] for p in host_params[0:-2:2]]  # this rank's widths (model parallel: its share)
-        dtype = np.dtype(cfg.dtype)
+        dtype = np.dtype(cfg.storage_dtype)  # the parameters, gradients and update: FP32 masters in a half run
+        store = kernels.HALF_STORAGE[self.half] if self.half else dtype  # the images, activations, their gradients
         self.P = cp.asarray(np.concatenate([p.ravel() for p in host_params]))
         # --comm p2p: the gradient lives where the peers map it, and one kernel exchanges and updates
         self.peer_exchange = hasattr(comm, "exchange_update")
@@ -110,12 +133,24 @@ class FusedGPU(Sequential):
         self.regs = cp.asarray([cfg.reg, 0.0] * (len(shapes) // 2), dtype=dtype)
         # each hidden layer's activations and the gradient at its input, flat: a batch of n takes a
         # contiguous (rows x n) view of each
-        self.acts = [cp.empty(h * bmax, dtype) for h in hidden]
-        self.dz = [cp.empty(h * bmax, dtype) for h in hidden]
+        self.acts = [cp.empty(h * bmax, store) for h in hidden]
+        self.dz = [cp.empty(h * bmax, store) for h in hidden]
         # x3tf32: dz_1's TF32 small parts, beside its big ones in dz[0] (written by the pass that makes dz_1)
         self.dz1_small = cp.empty(hidden[0] * bmax, dtype) if gemm == "x3tf32" else None
         self.dz1_split = False
         self.z_out, self.delta = cp.empty(C * bmax, dtype), cp.empty(C * bmax, dtype)
+        if self.half:  # the weights the GEMMs read, rounded from P each step; delta as the unfused GEMMs read it
+            self.P_half = cp.empty(self.P.size, store)
+            self.half_params = self.views(self.P_half, shapes)
+            self.delta_half = cp.empty(C * bmax, store)
+        # float16's dynamic loss scale, on the device: the scale, whether this step overflowed, and the counts
+        # (good steps in a row, overflowed in a row, overflowed in all), read with the loss
+        self.scaled = self.half == "float16"
+        if self.scaled:
+            from perflab.train import half
+            self.scale = cp.asarray([half.INITIAL_SCALE["float16"]], dtype)
+            self.overflow, self.scale_counts = cp.zeros(1, np.int32), cp.zeros(3, np.int64)
+            self.counts_host = pinned_copy(np.zeros(3, np.int64))
         self.ce = cp.empty(bmax, dtype)
         # the loss's L2 term, made in the step (before its update, as the reference's J) with its scratch
         self.penalty, self.l2_part = cp.zeros(1, dtype), cp.empty(kernels.L2_BLOCKS, dtype)
@@ -127,6 +162,8 @@ class FusedGPU(Sequential):
         self.work = kernels.workspace(max(hidden), max(D, bmax, *hidden), dtype) if gemm in kernels.TILED_VARIANTS else None
         if mode == "resident":
             self.X, self.y = cp.asarray(X), cp.asarray(y)
+            if self.half:  # the images in half precision, once
+                self.X = kernels.narrow_copy(self.X, cp.empty_like(self.X, dtype=store))
             if gemm in kernels.WGMMA_VARIANTS:  # the images' K-major copies and TF32 splits, made once
                 kernels.wgmma.constant(self.X)
                 self.constant_images = self.X
@@ -171,7 +208,13 @@ class FusedGPU(Sequential):
         """(this rank's initial parameters on the host, the most samples a rank's step takes):
         data parallel replicates the parameters and splits the batch."""
         check_batch_split(self.cfg, self.comm.size)
-        return model.init_params(self.cfg.layer_sizes, self.cfg.dtype, self.cfg.seed), -(-self.cfg.batch_size // self.comm.size)
+        return (model.init_params(self.cfg.layer_sizes, self.cfg.storage_dtype, self.cfg.seed),
+                -(-self.cfg.batch_size // self.comm.size))
+
+    @property
+    def state(self) -> list:
+        """The device buffers a step changes and a replay's warm-up or --comm auto's trial must put back."""
+        return [self.P] + ([self.scale, self.scale_counts] if self.scaled else [])
 
     def local(self, index):
         """This rank's samples of a global batch."""
@@ -187,6 +230,8 @@ class FusedGPU(Sequential):
         return out
 
     def gemm(self, a, b, out, bias=None):
+        if self.half:
+            return kernels.half_gemm(a, b, out, bias)
         a_small = self.small_part(a) if self.dz1_split else None
         if self.variant in kernels.TUNABLE_VARIANTS:
             shape = (a.shape, a.strides, b.shape, b.strides)
@@ -219,13 +264,33 @@ class FusedGPU(Sequential):
 
     def update(self):
         with phase("step"):
-            kernels.sgd_update(self.P, self.G[:-1], self.cfg.learning_rate, self.ends, self.regs)
+            if self.scaled:
+                from perflab.train.half import GROWTH_INTERVAL
+                kernels.sgd_update_scaled(self.P, self.G[:-1], self.cfg.learning_rate, self.ends, self.regs, self.scale,
+                                          self.overflow, self.scale_counts, GROWTH_INTERVAL)
+            else:
+                kernels.sgd_update(self.P, self.G[:-1], self.cfg.learning_rate, self.ends, self.regs)
+
+    def gemm_weights(self) -> list:
+        """The weights as the GEMMs read them: P's, or (half precision) P's rounded now into P_half."""
+        if not self.half:
+            return self.params[0::2]
+        kernels.narrow_copy(self.P, self.P_half)
+        return self.half_params[0::2]
+
+    def gemm_operand(self, x, half_buffer):
+        """x as a GEMM reads it: itself, or (half precision) rounded into half_buffer."""
+        if not self.half:
+            return x
+        return kernels.narrow_copy(x, half_buffer[:x.size].reshape(x.shape))
 
     def gradients(self, Xb, yb, global_b: int, want_loss: bool):
         """Enqueue forward and backward into G (capturable on one GPU; with --overlap, the
         exchange of G's chunks too)."""
         cp = self.cp
         W, b, dW, db = self.params[0::2], self.params[1::2], self.grads[0::2], self.grads[1::2]
+        Wg = self.gemm_weights()  # W for the GEMMs (the fused output layer's kernels read W[-1] in FP32)
+        scale = self.scale if self.scaled else None
         n, L, C = Xb.shape[1], len(W), W[-1].shape[0]
         acts = [Xb] + [a[:w.shape[0] * n].reshape(w.shape[0], n) for a, w in zip(self.acts, W)]
         dz = [d[:w.shape[0] * n].reshape(w.shape[0], n) for d, w in zip(self.dz, W)]
@@ -236,14 +301,14 @@ class FusedGPU(Sequential):
         with phase("forward"):
             for l in range(L - 1):  # the hidden layers; the last one's bias + sigmoid waits for the fused pass
                 with phase(f"forward GEMM {l + 1}"):
-                    self.gemm(W[l], acts[l], acts[l + 1], bias=None if fused and l == L - 2 else b[l])
+                    self.gemm(Wg[l], acts[l], acts[l + 1], bias=None if fused and l == L - 2 else b[l])
             if fused:  # bias + sigmoid (in place) + the output GEMM in one pass, then the softmax
-                kernels.output_layer(W[-1], b[-2], b[-1], acts[-1], yb, delta, global_b, self.part_forward, ce)
+                kernels.output_layer(W[-1], b[-2], b[-1], acts[-1], yb, delta, global_b, self.part_forward, ce, scale)
             else:
                 with phase(f"forward GEMM {L}"):
-                    self.gemm(W[-1], acts[-1], z_out)
+                    self.gemm(Wg[-1], acts[-1], z_out)
                 self.combine_logits(z_out)
-                kernels.softmax_xent_grad(z_out, b[-1], yb, delta, global_b, ce)
+                kernels.softmax_xent_grad(z_out, b[-1], yb, delta, global_b, ce, scale=scale)
         with phase("backward"):
             if self.peer_exchange:  # the peers have read the last step's gradient before this one overwrites it
                 self.comm.read_wait()
@@ -255,10 +320,11 @@ class FusedGPU(Sequential):
                 kernels.output_backward(W[-1], delta, acts[-1], dz[-1], dW[-1], db[-2], self.part,
                                         small if L == 2 else None)
             else:
+                delta_op = self.gemm_operand(delta, getattr(self, "delta_half", None))
                 with phase("backward GEMM 1"):
-                    self.gemm(delta, acts[-1].T, dW[-1])
+                    self.gemm(delta_op, acts[-1].T, dW[-1])
                 with phase("backward GEMM 2"):
-                    self.gemm(W[-1].T, delta, dz[-1])
+                    self.gemm(Wg[-1].T, delta_op, dz[-1])
                 kernels.sigmoid_backward_rows(dz[-1], acts[-1], db[-2], small if L == 2 else None)
             unsent = self.G.size  # with --overlap, G[unsent:] is already on its way
             if want_loss:  # the CE slot is all-reduced with the gradients (the output layer's slice); stale when unused
@@ -270,7 +336,7 @@ class FusedGPU(Sequential):
                 if self.overlap:  # layer l + 1 (and those above it, the first time) is final: send it (WFBP)
                     unsent = self.send_layer(self.layer_starts[l], unsent)
                 with phase(f"backward GEMM {k + 1}"):
-                    self.gemm(W[l].T, dz[l], dz[l - 1])
+                    self.gemm(Wg[l].T, dz[l], dz[l - 1])
                 kernels.sigmoid_backward_rows(dz[l - 1], acts[l], db[l - 1], small if l == 1 else None)
             self.dz1_split = small is not None
             if want_loss:
@@ -352,9 +418,10 @@ class FusedGPU(Sequential):
         """Launch the CUDA graph of run(*args) on self.stream, captured on first use."""
         graph = self.cache.get(key)
         if graph is None:
-            saved = self.P.copy()  # a warm-up pass loads every kernel before capture...
+            saved = [x.copy() for x in self.state]  # a warm-up pass loads every kernel before capture...
             run(*args)
-            self.P[...] = saved    # ...and is undone, so the replay below is the only step
+            for x, was in zip(self.state, saved):  # ...and is undone, so the replay below is the only step
+                x[...] = was
             self.stream.begin_capture()
             run(*args)
             graph = self.cache[key] = self.stream.end_capture()
@@ -380,16 +447,30 @@ class FusedGPU(Sequential):
         for k, src in enumerate((self.ce_sum, self.penalty)):
             copy(self.loss_host.ctypes.data + k * size, src.data.ptr, size,
                  self.cp.cuda.runtime.memcpyDeviceToHost, self.stream.ptr)
+        if self.scaled:
+            copy(self.counts_host.ctypes.data, self.scale_counts.data.ptr, self.counts_host.nbytes,
+                 self.cp.cuda.runtime.memcpyDeviceToHost, self.stream.ptr)
         self.stream.synchronize()
+        if self.scaled:
+            self.check_scale()
         return float(self.loss_host[0]), float(self.loss_host[1])
+
+    def check_scale(self):
+        """A float16 run whose loss scale overflowed step after step ends with LossScaleError (read with
+        the loss, so at the latest where the epoch ends)."""
+        from perflab.train.half import MOST_SKIPS, overflow_error
+        good, in_a_row, self.skipped = (int(v) for v in self.counts_host)
+        if in_a_row >= MOST_SKIPS:
+            raise overflow_error("float16", in_a_row, "on the GPU", float(self.scale.get()[0]))
 
     def batch_loss(self, global_b: int) -> float:
         ce, penalty = self.loss_parts()
         return ce / global_b + penalty
 
     def predict(self, X):
+        from perflab.train.half import half_product
         with self.stream:
-            out = model.predict(self.params, self.cp.asarray(X))
+            out = model.predict(self.params, self.cp.asarray(X), matmul=half_product(self.half) if self.half else model.product)
         self.stream.synchronize()
         return out
 

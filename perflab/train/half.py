@@ -29,6 +29,11 @@ class LossScaleError(ConfigError):
     """The loss scale overflowed step after step: the run cannot go on in this precision."""
 
 
+def overflow_error(kind: str, in_a_row: int, where: str, scale: float) -> LossScaleError:
+    return LossScaleError(f"the {kind} gradients overflowed {in_a_row} steps in a row ({where}; loss scale down to "
+                          f"{scale:g}): lower --learning-rate, or train in bfloat16 (FP32's range) or float32")
+
+
 def round_to(x, kind: str):
     """x (float32) rounded to the nearest value the half format `kind` holds, still float32."""
     xp = xp_of(x)
@@ -38,6 +43,24 @@ def round_to(x, kind: str):
     bits = xp.ascontiguousarray(x, dtype=xp.float32).view(xp.uint32)
     bits = (bits + xp.uint32(0x7FFF) + ((bits >> 16) & xp.uint32(1))) & xp.uint32(0xFFFF0000)  # nearest even
     return bits.view(xp.float32).reshape(x.shape)
+
+
+def to_storage(x, kind: str):
+    """x (float32) as perflab's GPU step holds `kind`: float16, or bfloat16's bits in uint16 (CuPy has no
+    bfloat16), rounded to nearest even."""
+    xp = xp_of(x)
+    if kind == "float16":
+        with np.errstate(over="ignore"):
+            return x.astype(xp.float16)
+    return (round_to(x, kind).view(xp.uint32) >> 16).astype(xp.uint16)
+
+
+def from_storage(x, kind: str):
+    """The float32 values of an array `to_storage` made (or a GPU step wrote)."""
+    xp = xp_of(x)
+    if kind == "float16":
+        return x.astype(xp.float32)
+    return (x.astype(xp.uint32) << 16).view(xp.float32)
 
 
 def half_product(kind: str):
@@ -73,9 +96,7 @@ class LossScale:
         self.skips_in_a_row += 1
         self.good = 0
         if self.skips_in_a_row >= self.most_skips:
-            raise LossScaleError(f"the {self.kind} gradients overflowed {self.skips_in_a_row} steps in a row ({where}; "
-                                 f"loss scale down to {self.value:g}): lower --learning-rate, or train in bfloat16 "
-                                 "(FP32's range) or float32")
+            raise overflow_error(self.kind, self.skips_in_a_row, where, self.value)
         self.value /= 2
         return False
 

@@ -62,6 +62,7 @@ def make_gpu_trainer(cfg: Config, parallel: str, comm, device: Device, train_set
         return fastest_exchange(cfg, parallel, comm, device, train_set)
     from perflab.train import gpu
     from perflab.train.comm import for_gpu
+    gpu.check_half(cfg.dtype, parallel, device.mode, device.gemm, device.comm)
     gpu.select_device(comm)
     gpu.check_memory(cfg, device.mode == "resident")
     if device.comm == "p2p" and not (parallel in ("sequential", "data") and device.mode == "resident"):
@@ -118,7 +119,7 @@ def fastest_exchange(cfg: Config, parallel: str, comm, device: Device, train_set
         except ConfigError as exc:  # refused on every rank alike (p2p: ranks on several nodes, no peer access)
             trial[exchange_name(candidate)] = str(exc)
             continue
-        initial = trainer.P.copy()
+        initial = [x.copy() for x in trainer.state]
         with profile.paused():
             seconds = trial[exchange_name(candidate)] = max(comm.allgather(epoch_seconds(cfg, trainer)))
         if best is not None and seconds >= trial[exchange_name(best[1])]:
@@ -129,7 +130,8 @@ def fastest_exchange(cfg: Config, parallel: str, comm, device: Device, train_set
         best = trainer, candidate, initial
     trainer, chosen, initial = best
     with trainer.stream:
-        trainer.P[...] = initial
+        for x, was in zip(trainer.state, initial):
+            x[...] = was
     trainer.sync()
     trainer.chosen, trainer.exchange_trial, trainer.epochs_graphed = chosen, trial, 0
     return trainer
@@ -205,27 +207,15 @@ def train_on_ranks(cfg: Config, parallel: str, comm, device: Device | None = Non
 
 
 def mixed_precision(cfg: Config, parallel: str, comm, device: Device, train_set):
-    """--dtype bfloat16 | float16: the emulated mixed-precision trainer (perflab.train.half) on either backend."""
+    """--dtype bfloat16 | float16 on NumPy: the emulated mixed-precision trainer (perflab.train.half; on
+    the GPU, FusedGPU runs the same step on the tensor cores)."""
     from perflab.train import half
-    from perflab.train.comm import for_gpu, with_strategy
+    from perflab.train.comm import with_strategy
     if parallel not in ("sequential", "data"):
         raise ConfigError(f"--dtype {cfg.dtype} trains data parallel (or on one rank); got --parallel {parallel}: "
                           "use --parallel data, or --dtype float32 for model parallel")
-    if device.backend == "numpy":
-        comm, xp, X, y = with_strategy(comm, device.comm), np, train_set.X, train_set.y
-    else:
-        if device.gemm != "cublas" or device.mode != "resident":
-            raise ConfigError(f"--dtype {cfg.dtype} runs the emulated mixed-precision step (every GEMM's operands and "
-                              f"product rounded to {cfg.dtype}, cuBLAS in FP32 beneath), data resident; got --gemm "
-                              f"{device.gemm}, --mode {device.mode}: use --gemm cublas --mode resident")
-        import cupy as xp
-
-        from perflab.train import gpu
-        gpu.select_device(comm)
-        comm, X, y = for_gpu(comm, "nccl" if device.comm in ("auto", "p2p") else device.comm, device.timeout), \
-            xp.asarray(train_set.X), xp.asarray(train_set.y)
-    params = model.init_params(cfg.layer_sizes, cfg.storage_dtype, cfg.seed, xp=xp)
-    return half.MixedPrecision(cfg, params, X, y, comm)
+    params = model.init_params(cfg.layer_sizes, cfg.storage_dtype, cfg.seed)
+    return half.MixedPrecision(cfg, params, train_set.X, train_set.y, with_strategy(comm, device.comm))
 
 
 def setup(cfg: Config, parallel: str, comm, device: Device):
@@ -242,7 +232,7 @@ def setup(cfg: Config, parallel: str, comm, device: Device):
         sync = lambda: None
     else:
         import cupy as cp
-        trainer = (mixed_precision if half else make_gpu_trainer)(cfg, parallel, comm, device, train_set)
+        trainer = make_gpu_trainer(cfg, parallel, comm, device, train_set)
         test_set, validation = (None if s is None else data.Split(cp.asarray(s.X), cp.asarray(s.y))
                                 for s in (test_set, validation))
         sync = cp.cuda.get_current_stream().synchronize if not hasattr(trainer, "sync") else trainer.sync

@@ -1,0 +1,200 @@
+"""Mixed precision on the GPU (--dtype bfloat16 | float16 on FusedGPU): the half-precision GEMMs and
+kernels against float64 on the values the half format holds, and the trainer against the emulated step
+(perflab.train.half) it implements. Random non-zero inputs of odd sizes, outputs poisoned first."""
+import numpy as np
+import pytest
+
+from perflab.backend import cupy_or_none
+from perflab.train import half, model
+
+cp = cupy_or_none()
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(cp is None, reason="no CUDA GPU with CuPy here: run `make gpu-test` on a GPU machine")]
+if cp is not None:
+    from perflab import kernels
+
+KINDS = ["bfloat16", "float16"]
+ULP = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}  # half a unit in the last place, relative
+
+
+def rel(a, b):
+    a = np.asarray(a, np.float64)
+    assert np.isfinite(a).all(), "non-finite output: an element was not written"
+    return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+def held(rng, shape, kind, transposed=False, scale=1.0):
+    """(device array in kind's storage, its float64 values): a row-major matrix or a transposed view of one."""
+    x = (scale * (rng.uniform(-1, 1, shape[::-1] if transposed else shape) + 0.1)).astype(np.float32)
+    dev = cp.asarray(half.to_storage(x, kind))
+    values = half.from_storage(half.to_storage(x, kind), kind).astype(np.float64)
+    return (dev.T, values.T) if transposed else (dev, values)
+
+
+def poisoned(shape, dtype):
+    return cp.full(shape, np.nan if np.dtype(dtype).kind == "f" else 0xFFFF, dtype)
+
+
+def values(x, kind):
+    x = x.get()
+    return x.astype(np.float64) if x.dtype == np.float32 else half.from_storage(x, kind).astype(np.float64)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("M, K, N", [(1, 1, 1), (17, 33, 65), (511, 785, 3199), (10, 1024, 3200), (130, 7, 259)])
+def test_half_gemm_in_every_storage_order_is_fp32_accumulation_of_what_it_reads(rng, kind, M, K, N):
+    """Against float64 on the operands' half values: a float32 product within FP32 accumulation's error, a
+    half one within one rounding; a wrong type or shape is named."""
+    storage = kernels.HALF_STORAGE[kind]
+    for ta in (False, True):
+        for tb in (False, True):
+            (a, ha), (b, hb) = held(rng, (M, K), kind, ta), held(rng, (K, N), kind, tb)
+            for out_dtype, bound in ((np.float32, 1e-5), (storage, ULP[kind])):
+                out = poisoned((M, N), out_dtype)
+                kernels.half_gemm(a, b, out)
+                err = rel(values(out, kind), ha @ hb)
+                assert err <= bound, f"{kind} {M}x{K}x{N} ta={ta} tb={tb} -> {np.dtype(out_dtype)}: {err:.2e}"
+    with pytest.raises(kernels.KernelError, match="one half precision"):
+        kernels.half_gemm(cp.zeros((3, 4), np.float32), cp.zeros((4, 5), np.float32), cp.zeros((3, 5), np.float32))
+    with pytest.raises(kernels.KernelError, match=r"out must be a C-contiguous .* of shape \(3, 5\)"):
+        kernels.half_gemm(cp.zeros((3, 4), storage), cp.zeros((4, 5), storage), cp.zeros((3, 4), np.float32))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_narrow_copy_rounds_as_the_reference_does_in_any_layout(rng, kind):
+    x = cp.asarray(np.asfortranarray(rng.standard_normal((37, 101)).astype(np.float32) * 3))
+    out = kernels.narrow_copy(x, cp.empty_like(x, dtype=kernels.HALF_STORAGE[kind]))
+    assert out.flags.f_contiguous
+    assert np.array_equal(out.get(), half.to_storage(x.get(), kind))
+    with pytest.raises(kernels.KernelError, match="shape and layout"):
+        kernels.narrow_copy(x, cp.empty(x.shape, kernels.HALF_STORAGE[kind]))  # C order: not x's layout
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("C, H, n", [(10, 512, 3200), (7, 61, 37), (3, 1001, 4097)])
+def test_the_step_kernels_read_and_write_half_and_compute_in_fp32(rng, kind, C, H, n):
+    """bias + sigmoid, the fused output layer forward and backward, and sigmoid' with row sums, each
+    against float64 on the half values it reads, its half output within one rounding."""
+    f32 = lambda x: cp.asarray(x.astype(np.float32))  # noqa: E731
+    W2, b1, b2 = rng.normal(size=(C, H)) * 0.2, rng.normal(size=H), rng.normal(size=C)
+    z, hz = held(rng, (H, n), kind, scale=2.0)
+    kernels.bias_sigmoid(z, f32(b1))
+    a_ref = model.sigmoid(hz + b1.astype(np.float32)[:, None])
+    assert rel(values(z, kind), a_ref) <= ULP[kind]
+    z, hz = held(rng, (H, n), kind, scale=2.0)
+    y = rng.integers(0, C, n)
+    delta, ce = poisoned((C, n), np.float32), poisoned(n, np.float32)
+    forward = poisoned(kernels.output_layer_partials(H, n, C), np.float32)
+    scale = cp.asarray([4.0], np.float32)
+    kernels.output_layer(f32(W2), f32(b1), f32(b2), z, cp.asarray(y), delta, 3 * n, forward, ce, scale)
+    a1 = values(z, kind)  # the activation as stored: what the output GEMM read
+    assert rel(a1, model.sigmoid(hz + b1.astype(np.float32)[:, None])) <= ULP[kind]
+    W2_32 = W2.astype(np.float32).astype(np.float64)
+    yhat = model.softmax(W2_32 @ a1 + b2.astype(np.float32)[:, None])
+    assert rel(delta.get(), 4.0 * model.output_delta(yhat, y, 3 * n)) <= 1e-5  # times the loss scale
+    assert rel(ce.get(), -np.log(yhat[y, np.arange(n)])) <= 1e-5
+    d = rng.normal(size=(C, n)).astype(np.float32) / n
+    a, ha = held(rng, (H, n), kind)
+    dz, dW2, db1 = poisoned((H, n), a.dtype), poisoned((C, H), np.float32), poisoned(H, np.float32)
+    part = poisoned(kernels.output_backward_partials(H, n, C), np.float32)
+    kernels.output_backward(f32(W2), cp.asarray(d), a, dz, dW2, db1, part)
+    ref_dz = (W2_32.T @ d) * ha * (1 - ha)
+    assert rel(values(dz, kind), ref_dz) <= ULP[kind]
+    assert rel(dW2.get(), d @ ha.T) <= 1e-5 and rel(db1.get(), ref_dz.sum(axis=1)) <= 1e-5
+    da, hda = held(rng, (H, n), kind)
+    db = poisoned(H, np.float32)
+    kernels.sigmoid_backward_rows(da, a, db)
+    ref = hda * ha * (1 - ha)
+    assert rel(values(da, kind), ref) <= ULP[kind] and rel(db.get(), ref.sum(axis=1)) <= 1e-5
+
+
+def tiny(kind, hidden, **kw):
+    from perflab.config import Config
+    return Config(**{**dict(dataset="synthetic", input_size=97, hidden_sizes=hidden, num_classes=7, train_size=517,
+                            batch_size=100, num_epochs=2, learning_rate=0.5, test_size=50, dtype=kind, print_every=2),
+                     **kw})
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("hidden", [(61,), (61, 37), (61, 37, 23)])
+@pytest.mark.parametrize("graphs", [True, False])
+def test_the_fused_half_step_trains_as_the_emulated_one(kind, hidden, graphs):
+    """perflab check on the GPU: the fused trainer against the emulated step of the same precision (FP32
+    masters, losses batch by batch), at depths 1-3, graphed (an epoch a graph) and not."""
+    from perflab import data
+    from perflab.train import gpu, loop
+    from perflab.train.comm import Serial
+    from perflab.train.runner import TOLERANCE, Device, check, make_gpu_trainer
+    cfg = tiny(kind, hidden)
+    device = Device(backend="cupy", graphs=graphs, comm="nccl")
+    trainer = make_gpu_trainer(cfg, "data", Serial(), device, data.load(cfg)[0])
+    assert isinstance(trainer, gpu.FusedGPU) and trainer.acts[0].itemsize == 2 and trainer.P.dtype == np.float32
+    history = loop.fit(cfg, trainer, progress=False, sync=trainer.sync)
+    trainer.close()
+    train_set = data.load(cfg)[0]
+    emulated = half.MixedPrecision(cfg, model.init_params(cfg.layer_sizes, "float32", cfg.seed), train_set.X,
+                                   train_set.y, Serial())
+    reference = loop.fit(cfg, emulated, progress=False)
+    for got, want in zip(history.params, reference.params):
+        assert rel(got, want) <= TOLERANCE[kind]
+    assert rel([r["loss"] for r in history.losses], np.array([r["loss"] for r in reference.losses])) <= TOLERANCE[kind]
+    result = check(cfg, "data", Serial(), device)
+    assert result["passed"], result["errors"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("fuse_output, fuse_backward", [(False, False), (True, False), (False, True)])
+def test_the_unfused_half_step_trains_as_the_fused_one(kind, fuse_output, fuse_backward):
+    from perflab import data
+    from perflab.train import loop
+    from perflab.train.comm import Serial
+    from perflab.train.gpu import FusedGPU
+    from perflab.train.runner import TOLERANCE
+    cfg = tiny(kind, (61, 37))
+    split = data.load(cfg)[0]
+    runs = []
+    for o, b in ((fuse_output, fuse_backward), (True, True)):
+        trainer = FusedGPU(cfg, split.X, split.y, Serial(), fuse_output=o, fuse_backward=b)
+        runs.append(loop.fit(cfg, trainer, progress=False, sync=trainer.sync).params)
+    for a, b in zip(*runs):
+        assert rel(a, b) <= TOLERANCE[kind] / 3
+
+
+def test_float16_skips_a_step_that_overflowed_on_the_device_and_gives_up_with_a_message():
+    """The loss scale lives on the device, inside the epoch's graph: a scale that overflows leaves the
+    parameters as they were and halves; one that overflows step after step ends the run."""
+    from perflab import data
+    from perflab.train import loop
+    from perflab.train.comm import Serial
+    from perflab.train.gpu import FusedGPU
+    cfg = tiny("float16", (61,))
+    split = data.load(cfg)[0]
+    trainer = FusedGPU(cfg, split.X, split.y, Serial())
+    before = trainer.P.copy()
+    trainer.scale[...] = 2.0 ** 120  # delta times this overflows float16 at once
+    trainer.batch(slice(0, 100))
+    assert bool((trainer.P == before).all()) and float(trainer.scale.get()[0]) == 2.0 ** 119
+    assert trainer.scale_counts.get().tolist() == [0, 1, 1] and trainer.skipped == 1
+    trainer.scale[...] = 2.0 ** 16
+    trainer.batch(slice(100, 200))
+    assert not bool((trainer.P == before).all()) and trainer.scale_counts.get().tolist() == [1, 0, 1]
+    trainer.scale[...] = 2.0 ** 126
+    with pytest.raises(half.LossScaleError, match=r"float16 gradients overflowed 4\d steps in a row"):
+        loop.fit(tiny("float16", (61,), num_epochs=10), trainer, progress=False, sync=trainer.sync)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"gemm": "best"}, "--gemm best: use --parallel data --mode resident --gemm cublas"),
+    ({"mode": "staged"}, "--mode staged"),
+    ({"mode": "pipelined"}, "--mode pipelined"),
+])
+def test_a_half_run_the_gpu_step_cannot_make_is_refused_naming_what_to_use(kwargs, message):
+    from perflab import data
+    from perflab.train import gpu
+    from perflab.train.comm import Serial
+    from perflab.train.runner import Device, make_gpu_trainer
+    cfg = tiny("bfloat16", (61,))
+    with pytest.raises(gpu.GPUError, match=message):
+        make_gpu_trainer(cfg, "data", Serial(), Device(backend="cupy", comm="nccl", **kwargs), data.load(cfg)[0])
+    with pytest.raises(gpu.GPUError, match="--parallel model"):
+        make_gpu_trainer(cfg, "model", Serial(), Device(backend="cupy", comm="nccl"), data.load(cfg)[0])
