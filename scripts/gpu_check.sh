@@ -5,7 +5,7 @@ set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 XLA_PYTHON_CLIENT_PREALLOCATE=false
 OUT=${OUT:-/tmp/perflab-out}; mkdir -p "$OUT"
 stages=${*:-"info compile tests gemm hold check train"}
-known=" info compile tests gemm check train deep peers tensorcores tcgemm hold splitab stagedspread stagedtimeline half "
+known=" info compile tests gemm check train deep peers tensorcores tcgemm hold splitab stagedspread stagedtimeline half halfacc precision halfroof "
 for stage in $stages; do  # every name checked before any runs: a typo must not skip a stage of a paid call
   [[ $known == *" $stage "* ]] || { echo "gpu_check.sh: unknown stage '$stage'; stages:$known" >&2; exit 2; }
 done
@@ -34,7 +34,8 @@ for stage in $stages; do
               | tail -1 | cut -c1-400
           done; done 2>&1 | tee "$OUT/gpu_check_half_mnist.log"
           python3 -m perflab bench train --configs 1024,3200 1024,12000 1024-1024,3200 1024-1024,12000 \
-            --peers perflab "perflab (bf16)" "perflab (fp16)" "jax scan epoch (bf16)" "pytorch cuda graph (bf16 autocast)" \
+            --peers perflab "perflab (bf16)" "perflab (fp16)" "perflab (bf16, backward unfused)" "jax scan epoch (bf16)" \
+            "pytorch cuda graph (bf16 autocast)" \
             "cublas floor (bf16)" "cublas floor (fp16)" "cublas 5-gemm floor" --out "$OUT" 2>&1 | tail -40 ;;
     tensorcores) python3 -m pytest -q -m gpu tests/test_gpu.py -k "wgmma or x3tf32 or tf32" -p no:cacheprovider 2>&1 \
                    | tee "$OUT/gpu_tests_tensor_cores.log" | tail -15
@@ -42,6 +43,13 @@ for stage in $stages; do
                    "cublas 5-gemm floor" "jax scan epoch" "jax scan epoch (3xTF32)" --out "$OUT" 2>&1 | tail -30 ;;
     tcgemm) python3 -m perflab bench gemm --variants best tf32 wgmma x3tf32 cublas cublas-x3tf32 --batches 3200 12000 \
               --out "$OUT" 2>&1 | tail -70 ;;  # the tensor-core GEMMs beside cuBLAS FP32 and TF32 and JAX's 3xTF32
+    halfacc) for h in 1024 "1024 1024"; do for dt in float32 bfloat16 float16; do  # MNIST, 15 epochs, the fused step
+               python3 -m perflab train --backend cupy --dtype $dt --hidden-size $h --num-epochs 15 --batch-size 50 \
+                 --reg 1e-6 --learning-rate 1.0 --shuffle --train-size 60000 --json | tail -1
+             done; done > "$OUT/half_accuracy_gpu.jsonl"; cut -c1-120 "$OUT/half_accuracy_gpu.jsonl" ;;
+    precision) python3 -m perflab.workbook.precision --out "$OUT" 2>&1 | tail -8 ;;
+    halfroof) python3 -m perflab ceilings --no-step-kernels --max-log2-size 20 --out /tmp/roof 2>&1 | tail -3
+              cp /tmp/roof/ceilings_p1.csv "$OUT/ceilings_half_p1.csv"; cp /tmp/roof/ceilings_p1.json "$OUT/ceilings_half_p1.json" ;;
     hold) python3 -m perflab bench hold --out "$OUT" 2>&1 | tail -20 ;;  # clock and power under load
     splitab) python3 experiments/wgmma/split_ab.py 2>&1 | tee "$OUT/split_ab.jsonl" | tail -14 ;;  # issue 32's per-call split
     stagedspread) for i in 1 2 3 4 5; do  # one staged point in five fresh processes: the spread between runs

@@ -602,3 +602,31 @@ def test_the_committed_half_precision_floor_is_checked_and_below_fp32_everywhere
     assert all(half[half.variant == v].rel_error.max() <= tol for v, (_, tol) in HALF_PEERS.items())
     wide = t.pivot_table(index="shape", columns="variant", values="ms")
     assert (wide["pytorch-bf16"] < wide["cublas"]).all() and (wide["pytorch-fp16"] < wide["cublas"]).all()
+
+
+def test_the_half_precision_roof_comes_from_its_own_rows_and_is_drawn_above_fp32s():
+    """cuBLAS's BF16/FP16 GEMM rows (perflab ceilings on a GPU that has them) set P_half, never P_flops; a
+    half-precision point is bounded by P_half; the ceilings roofline draws it, its text clear of the rest."""
+    from perflab.analysis.predictor import CEILINGS_COLUMNS, CEILINGS_FILE
+    from perflab.results import read_table
+    path = RESULTS_ROOT / "nvidia-h100-80gb-hbm3/mainjob"
+    ceilings = pd.concat([read_table(f, CEILINGS_COLUMNS, CEILINGS_FILE) for f in sorted(path.rglob("ceilings_p*.csv"))],
+                         ignore_index=True)
+    fp32 = roofline.machine_roofs(ceilings, "gpu")
+    assert np.isnan(fp32["P_half"])  # no half rows in this file: no half roof
+    half = [{"ceiling": "gemm_flops", "device": "gpu", "impl": impl, "dtype": kind, "shape": "1024x784x3200",
+             "size_bytes": 1, "ranks": 1, "value": rate, "unit": "FLOP/s"}
+            for impl, kind, rate in (("cublas-bf16", "bfloat16", 6 * fp32["P_flops"]), ("cublas-fp16", "float16", 5 * fp32["P_flops"]))]
+    roofs = roofline.machine_roofs(pd.concat([ceilings, pd.DataFrame(half)], ignore_index=True), "gpu")
+    assert roofs["P_flops"] == fp32["P_flops"] and roofs["P_half"] == pytest.approx(6 * fp32["P_flops"])
+    table = roofline.measured(roofline.load(path / "roofline.csv"))
+    points = table[table.gemm == "cublas"]
+    as_half = points.assign(dtype="bfloat16")
+    plain, lifted = roofline.ceiling_bounds(points, roofs), roofline.ceiling_bounds(as_half, roofs)
+    assert (lifted.bound > plain.bound).all()  # the GEMMs' share of the bound at the half roof
+    fig = plots.ceiling_roofline(plain, roofs, title="Roofline from measured ceilings, a machine")
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert any(t.startswith(f"P_half = {roofs['P_half'] / 1e12:.3g} TFLOP/s") for t in texts)
+    fig.tight_layout()
+    plots.replace_labels(fig)
+    assert plots.text_overlaps(fig) == []

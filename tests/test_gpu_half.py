@@ -171,14 +171,17 @@ def test_float16_skips_a_step_that_overflowed_on_the_device_and_gives_up_with_a_
     split = data.load(cfg)[0]
     trainer = FusedGPU(cfg, split.X, split.y, Serial())
     before = trainer.P.copy()
-    trainer.scale[...] = 2.0 ** 120  # delta times this overflows float16 at once
+    with trainer.stream:  # (the trainer's stream does not wait for the default one)
+        trainer.scale[...] = 2.0 ** 120  # delta times this overflows float16 at once
     trainer.batch(slice(0, 100))
     assert bool((trainer.P == before).all()) and float(trainer.scale.get()[0]) == 2.0 ** 119
     assert trainer.scale_counts.get().tolist() == [0, 1, 1] and trainer.skipped == 1
-    trainer.scale[...] = 2.0 ** 16
+    with trainer.stream:
+        trainer.scale[...] = 2.0 ** 16
     trainer.batch(slice(100, 200))
     assert not bool((trainer.P == before).all()) and trainer.scale_counts.get().tolist() == [1, 0, 1]
-    trainer.scale[...] = 2.0 ** 126
+    with trainer.stream:
+        trainer.scale[...] = 2.0 ** 126
     with pytest.raises(half.LossScaleError, match=r"float16 gradients overflowed 4\d steps in a row"):
         loop.fit(tiny("float16", (61,), num_epochs=10), trainer, progress=False, sync=trainer.sync)
 
@@ -198,3 +201,20 @@ def test_a_half_run_the_gpu_step_cannot_make_is_refused_naming_what_to_use(kwarg
         make_gpu_trainer(cfg, "data", Serial(), Device(backend="cupy", comm="nccl", **kwargs), data.load(cfg)[0])
     with pytest.raises(gpu.GPUError, match="--parallel model"):
         make_gpu_trainer(cfg, "model", Serial(), Device(backend="cupy", comm="nccl"), data.load(cfg)[0])
+
+
+def test_float16_without_a_loss_scale_loses_small_gradients_that_the_scale_keeps():
+    """Gradients made small (a loss 10^4 times smaller, as late in training): the fused FP16 step unscaled
+    flushes most of the first hidden layer's gradient to zero and its dW1 strays far from FP32's; loss-scaled
+    by 2^16 it keeps them, and at the loss as it is both agree with FP32 (perflab.workbook.precision)."""
+    from perflab.workbook import precision
+    cfg = tiny("float16", (61,), batch_size=500, train_size=500, test_size=0)
+    trained = precision.trained_params(cfg, epochs=30)
+    unscaled, scaled = precision.fp16_gradient_loss(cfg, trained, smaller=1e4)
+    assert unscaled["loss_scale"] == 1 and scaled["loss_scale"] == 2 ** 16
+    flushed = (unscaled["dz1_flushed_to_zero"], scaled["dz1_flushed_to_zero"])
+    assert flushed[0] > 0.5 and flushed[1] < 0.01, flushed
+    errors = (unscaled["errors"]["W1"], scaled["errors"]["W1"])
+    assert errors[0] > 0.1 and errors[1] < 1e-2, errors
+    ordinary = precision.fp16_gradient_loss(cfg, trained)
+    assert all(r["errors"]["W1"] < 1e-2 for r in ordinary), [r["errors"] for r in ordinary]

@@ -125,3 +125,30 @@ def test_storage_holds_the_rounded_values_in_two_bytes_each(kind):
     assert held.dtype.itemsize == 2 and held.shape == x.shape
     assert np.array_equal(half.from_storage(held, kind), half.round_to(x, kind))
     assert half.to_storage(np.float32([1 + 3 * 2 ** -9]), "bfloat16")[0] == 0x3F81  # bfloat16's bits, tie to even
+
+
+@pytest.mark.parametrize("args, message", [
+    (("bfloat16", "data", "resident", "cublas", "nccl", "75"),
+     r"--dtype bfloat16 needs a GPU of compute capability 8.0 or later .* this one is 7.5: use --dtype float16"),
+    (("float16", "model", "resident", "cublas", "nccl", "90"), r"got --parallel model, --mode resident, --gemm cublas: "
+                                                              r"use --parallel data --mode resident --gemm cublas"),
+    (("bfloat16", "data", "staged", "cublas", "nccl", "90"), r"--mode staged"),
+    (("bfloat16", "data", "resident", "wgmma", "nccl", "90"), r"--gemm wgmma"),
+    (("float16", "data", "resident", "cublas", "p2p", "90"), r"does not unscale float16's loss scale: use --comm nccl"),
+])
+def test_a_half_run_the_gpu_cannot_make_is_refused_before_any_gpu_work_naming_what_to_use(args, message):
+    from perflab.train import gpu
+    with pytest.raises(gpu.GPUError, match=message):
+        gpu.check_half(*args)
+    gpu.check_half("bfloat16", "data", "resident", "cublas", "p2p", "80")  # runnable: no error
+    gpu.check_half("float32", "model", "staged", "best", "p2p", "60")  # not half: none of its business
+
+
+def test_the_precision_table_puts_each_run_against_the_float64_reference():
+    from perflab.workbook import precision
+    cfg, _, _, _ = tiny("float32")
+    rows = precision.weights_against_float64(cfg, {"FP32": ("float32", "cublas"), "BF16": ("bfloat16", "cublas")},
+                                             backend="numpy", log=lambda *a: None)
+    fp32, bf16 = (r["max_rel_error"] for r in rows)
+    assert [r["precision"] for r in rows] == ["FP32", "BF16"] and set(rows[0]["errors"]) == {"W1", "b1", "W2", "b2", "W3", "b3"}
+    assert 0 < fp32 < 1e-5 < bf16 < 3e-2  # FP32 near float64; BF16 (emulated on NumPy) about its 8 bits off

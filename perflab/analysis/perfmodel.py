@@ -10,7 +10,7 @@ import math
 import numbers
 from dataclasses import dataclass, field
 
-DTYPE_BYTES = {"float32": 4, "float64": 8}
+DTYPE_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}  # images and activations as stored
 D_MNIST, C_MNIST = 784, 10
 
 
@@ -70,6 +70,11 @@ class Workload:
     @property
     def b(self) -> int:
         return DTYPE_BYTES[self.dtype]
+
+    @property
+    def gradient_b(self) -> int:
+        """Bytes of a parameter or gradient element: FP32 in mixed precision (its masters and exchange)."""
+        return max(self.b, 4)
 
     @property
     def local_batch(self) -> float:
@@ -160,7 +165,7 @@ def phase_bytes(w: Workload) -> dict[str, float]:
     if w.parallel == "model":
         payload = w.layers[-1] * w.B * b
     else:
-        payload = w.num_params * b
+        payload = w.num_params * w.gradient_b
     exchange = w.p > 1
     out["pcie_gradients"] = 2 * payload if (w.host_allreduce and exchange) else 0.0
     out["mpi_seeds"] = 2 * payload if exchange else 0.0
@@ -205,7 +210,7 @@ def effective_rates(w: Workload, medians: dict[str, float]) -> dict[str, float]:
     gemms = seeds_gemms(w)
     if all(k in medians for k in gemms):
         out["P_flops"] = seeds_flops(w)["batch"] / sum(medians[k] for k in gemms)
-    two_s = 2 * w.num_params * w.b
+    two_s = 2 * w.num_params * w.gradient_b
     if "cudaMemcpyDeviceToHost" in medians and "cudaMemcpyHostToDevice" in medians:
         out["P_pci"] = two_s / (medians["cudaMemcpyDeviceToHost"] + medians["cudaMemcpyHostToDevice"])
     if "MPI_Allreduce" in medians:

@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 
 from perflab.analysis import perfmodel
-from perflab.config import HOST_STAGED
+from perflab.config import HALF_DTYPES, HOST_STAGED
+from perflab.measure.ceilings import HALF_IMPLS
 from perflab.results import RESULTS_ROOT, read_table
 
 SWEEP_COLUMNS = ("H", "B", "p", "backend", "mode", "epoch_seconds")
@@ -168,7 +169,8 @@ def folder_roofs(folder: Path, device: str) -> dict:
 def machine_roofs(ceilings: pd.DataFrame, device: str) -> dict:
     """The roofs a machine's ceilings file sets, as the seeds' formulas count them: P_flops the
     fastest GEMM it measured (BLAS on the CPU; cuBLAS, and the step's cuBLAS GEMMs over the H x B
-    grid, on the GPU), P_pci the fastest pinned copy, P_mpi = max 2S / t of the all-reduce."""
+    grid, on the GPU), P_pci the fastest pinned copy, P_mpi = max 2S / t of the all-reduce; P_half the
+    fastest half-precision GEMM (cuBLAS BF16 or FP16: the roof of --dtype bfloat16 | float16; nan where none ran)."""
     gemm = ceilings[(ceilings.ceiling == "gemm_flops") & (ceilings.device == device)]
     rates = list(gemm[gemm.impl.isin(["cublas", "numpy BLAS"])].value)
     kernels = ceilings[(ceilings.ceiling == "step_kernel") & (ceilings.device == "gpu")] if device == "gpu" else gemm.iloc[:0]
@@ -178,7 +180,9 @@ def machine_roofs(ceilings: pd.DataFrame, device: str) -> dict:
     copies = ceilings[ceilings.impl == "pinned"]
     mpi = ceilings[ceilings.ceiling == "mpi_allreduce"]
     nccl = ceilings[ceilings.ceiling.isin(["nccl_allreduce", "nccl_allreduce_graph"])]  # launched or in a graph
-    return {"P_flops": max(rates), "P_pci": float(copies.value.max()) if len(copies) else math.inf,
+    half = gemm[gemm.impl.isin(list(HALF_IMPLS.values()))]
+    return {"P_flops": max(rates), "P_half": float(half.value.max()) if len(half) else math.nan,
+            "P_pci": float(copies.value.max()) if len(copies) else math.inf,
             "P_mpi": float((2 * mpi.value).max()) if len(mpi) else math.inf,
             "P_nccl": float((2 * nccl.value).max()) if len(nccl) else math.inf}
 
@@ -199,7 +203,8 @@ def ceiling_bounds(points: pd.DataFrame, roofs: dict) -> pd.DataFrame:
         moved = by["mpi_seeds"] / roofs["P_mpi" if host_path else "P_nccl"] if r["p"] > 1 else 0.0
         if r["backend"] != "numpy":
             moved += by["pcie_gradients"] / roofs["P_pci"]
-        bound = flops / (flops / roofs["P_flops"] + moved)
+        peak = roofs["P_half"] if r["dtype"] in HALF_DTYPES else roofs["P_flops"]  # a half step's GEMMs: their roof
+        bound = flops / (flops / peak + moved)
         achieved = flops / (r["epoch_seconds"] / r["batches"])
         rows.append({"H": r["H"], "B": r["B"], "p": r["p"], "mode": r["mode"], "backend": r["backend"], "ai": r["ai"],
                      "achieved": achieved, "bound": bound, "of bound": achieved / bound})

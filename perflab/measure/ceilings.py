@@ -2,7 +2,9 @@
 
 Rows (tidy): ceiling, size_bytes or shape, ranks, value, unit. Measured where they apply:
   gemm_flops       GEMM rate at the training shapes: BLAS on the CPU; cuBLAS and perflab's
-                   best kernel on the GPU, and on a Hopper its tensor-core GEMMs (wgmma, x3tf32)
+                   best kernel on the GPU, and on a Hopper its tensor-core GEMMs (wgmma, x3tf32);
+                   the half-precision roof: cuBLAS's BF16 and FP16 GEMMs as --dtype runs them
+                   (impl cublas-bf16, cublas-fp16; from compute capability 8.0, FP16 from 7.0)
   h2d / d2h        host <-> device bandwidth against size, pageable and pinned (GPU)
   device_copy      device-to-device copy, bytes read + written (GPU)
   mpi_allreduce    host MPI all-reduce against size and p: algorithm bandwidth S/t and the
@@ -115,9 +117,14 @@ def gpu_ceilings(sizes=SIZES, shapes=TRAINING_SHAPES, repeats=10) -> list[dict]:
             for x in (a, b):
                 wgmma.forget(x)
             wgmma.release()
+        dtypes = dict.fromkeys(timed, "float32")
+        for kind, impl in HALF_IMPLS.items():
+            if int(cp.cuda.Device().compute_capability) >= HALF_CAPABILITY[kind]:
+                timed[impl], dtypes[impl] = half_gemm_ms(cp, kernels, M, K, N, kind, repeats), kind
         for impl, ms in timed.items():
-            rows.append({"ceiling": "gemm_flops", "device": "gpu", "impl": impl, "dtype": "float32",
-                         "shape": f"{M}x{K}x{N}", "size_bytes": a.nbytes + b.nbytes, "ranks": 1,
+            rows.append({"ceiling": "gemm_flops", "device": "gpu", "impl": impl, "dtype": dtypes[impl],
+                         "shape": f"{M}x{K}x{N}", "size_bytes": (M * K + K * N) * (2 if impl in HALF_IMPLS.values() else 4),
+                         "ranks": 1,
                          "value": 2 * M * K * N / (ms * 1e-3), "unit": "FLOP/s"})
     rows.append({"ceiling": "device_copy", "device": "gpu", "impl": "cupy copy", "dtype": "float32", "shape": "",
                  "size_bytes": 1 << 30, "ranks": 1, "value": device_copy_rate(cp), "unit": "B/s"})
@@ -140,6 +147,22 @@ def gpu_ceilings(sizes=SIZES, shapes=TRAINING_SHAPES, repeats=10) -> list[dict]:
                 rows.append({"ceiling": direction, "device": "gpu", "impl": "pinned" if pinned else "pageable",
                              "dtype": "uint8", "shape": "", "size_bytes": size, "ranks": 1, "value": size / t, "unit": "B/s"})
     return rows
+
+
+HALF_IMPLS = {"bfloat16": "cublas-bf16", "float16": "cublas-fp16"}  # the half-precision roof's rows
+HALF_CAPABILITY = {"bfloat16": 80, "float16": 70}  # the compute capability whose tensor cores take them
+
+
+def half_gemm_ms(cp, kernels, M: int, K: int, N: int, kind: str, repeats: int) -> float:
+    """cuBLAS's half GEMM (out in half, FP32 accumulation) at one shape, as the trainer calls it:
+    device milliseconds of graph replays, on random operands rounded to `kind`."""
+    from perflab.timing import time_graph_ms
+    rng = np.random.default_rng(1)
+    store = kernels.HALF_STORAGE[kind]
+    a, b = (kernels.narrow_copy(x, cp.empty(x.shape, store)) for x in
+            (cp.asarray(rng.random(shape, dtype=np.float32)) for shape in ((M, K), (K, N))))
+    out = cp.empty((M, N), store)
+    return time_graph_ms(cp, lambda: kernels.half_gemm(a, b, out), calls=5, repeats=repeats)
 
 
 def nccl_allreduce(comm, sizes=SIZES, repeats=20) -> list[dict]:

@@ -325,6 +325,7 @@ PEERS = {
     "cublas 5-gemm floor": cublas_floor,  # (the name of one hidden layer's five; deeper nets have more)
     "perflab (bf16)": lambda *a, **k: perflab_epoch(*a, dtype="bfloat16", **k),
     "perflab (fp16)": lambda *a, **k: perflab_epoch(*a, dtype="float16", **k),
+    "perflab (bf16, backward unfused)": lambda *a, **k: perflab_epoch(*a, dtype="bfloat16", fuse_backward=False, **k),
     "cublas floor (bf16)": lambda *a, **k: cublas_floor(*a, half="bfloat16", **k),
     "cublas floor (fp16)": lambda *a, **k: cublas_floor(*a, half="float16", **k),
 }

@@ -438,6 +438,12 @@ def ceiling_roofline(bounds, roofs: dict, title: str = ""):
     ax.axhline(roofs["P_flops"], color="k", ls=":", lw=1)
     ax.text(x[0], roofs["P_flops"] * 1.08, f"P_flops = {roofs['P_flops'] / 1e12:.3g} TFLOP/s (fastest GEMM measured)",
             fontsize=8)
+    top = roofs["P_flops"]
+    if np.isfinite(roofs.get("P_half", np.nan)):  # --dtype bfloat16 | float16's GEMMs: the roof above FP32's
+        top = roofs["P_half"]
+        ax.axhline(top, color="tab:purple", ls="--", lw=1)
+        ax.text(x[0], top * 1.08, f"P_half = {top / 1e12:.3g} TFLOP/s (cuBLAS BF16/FP16, fastest measured)", fontsize=8,
+                color="tab:purple")
     marks = dict(zip(dict.fromkeys(shown["mode"]), "os^Dv<>p"))
     for i, (path, group) in enumerate(shown.groupby(shown.apply(path_of, axis=1))):
         bw = paths[path]
@@ -449,7 +455,7 @@ def ceiling_roofline(bounds, roofs: dict, title: str = ""):
         ax.loglog([], [], mark, color="0.3", mfc="none", label=mode)
     if not np.isfinite(bounds.ai).all():
         mark_no_exchange(ax, hi * 2, roofs["P_flops"] * 1.3)
-    finish_roofline(fig, ax, "arithmetic intensity (seeds' FLOPs / byte moved over PCIe + MPI)", title, roofs["P_flops"])
+    finish_roofline(fig, ax, "arithmetic intensity (seeds' FLOPs / byte moved over PCIe + MPI)", title, top)
     labels = shown.groupby(["H", "B", "p", "x"], sort=False).achieved.max().reset_index()  # a label per place
     place_labels(fig, ax, [(r.x, r.achieved, f"H={r.H} B={r.B} p={r.p}") for r in labels.itertuples()])
     return fig

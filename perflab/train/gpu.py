@@ -71,10 +71,15 @@ def check_memory(cfg: Config, resident: bool) -> None:
                        f"layers {list(sizes)}, {cfg.dtype}) but {free / 2**30:.2f} of {total / 2**30:.2f} GiB are free")
 
 
-def check_half(dtype: str, parallel: str, mode: str, gemm: str, exchange: str) -> None:
-    """What a half-precision run on the GPU can be, or GPUError naming what was asked and what to use."""
+def check_half(dtype: str, parallel: str, mode: str, gemm: str, exchange: str, capability: str | None = None) -> None:
+    """What a half-precision run on the GPU can be, or GPUError naming what was asked and what to use
+    (`capability`: the GPU's compute capability, "90" for a Hopper)."""
     if dtype not in HALF_DTYPES:
         return
+    if dtype == "bfloat16" and capability is not None and int(capability) < 80:
+        raise GPUError(f"--dtype bfloat16 needs a GPU of compute capability 8.0 or later (Ampere, Hopper): its GEMMs "
+                       f"and conversions are theirs; this one is {capability[:-1]}.{capability[-1]}: use --dtype float16 "
+                       "(loss-scaled) or float32 here")
     if parallel not in ("sequential", "data") or mode != "resident" or gemm != "cublas":
         raise GPUError(f"--dtype {dtype} trains data parallel (or on one GPU) with the data resident and cuBLAS's "
                        f"half-precision GEMMs; got --parallel {parallel}, --mode {mode}, --gemm {gemm}: use --parallel "
@@ -103,7 +108,8 @@ class FusedGPU(Sequential):
             raise GPUError(f"FusedGPU runs modes {MODES[:2]}, got {mode!r} (pipelined: perflab.train.pipelined.Pipelined)")
         self.cp, self.cfg, self.comm, self.mode, self.variant = cp, cfg, comm, mode, gemm
         self.half = cfg.dtype if cfg.dtype in HALF_DTYPES else None
-        check_half(cfg.dtype, self.name, mode, gemm, "p2p" if hasattr(comm, "exchange_update") else "nccl")
+        check_half(cfg.dtype, self.name, mode, gemm, "p2p" if hasattr(comm, "exchange_update") else "nccl",
+                   cp.cuda.Device().compute_capability)
         host_params, bmax = self.shard()
         # fuse_backward: the output layer's backward GEMMs, sigmoid' and the bias sums in one pass over a_{L-1}.
         # fuse_output: the last hidden GEMM leaves z_{L-1}; bias + sigmoid (in place) and the output GEMM are
@@ -162,8 +168,10 @@ class FusedGPU(Sequential):
         self.work = kernels.workspace(max(hidden), max(D, bmax, *hidden), dtype) if gemm in kernels.TILED_VARIANTS else None
         if mode == "resident":
             self.X, self.y = cp.asarray(X), cp.asarray(y)
-            if self.half:  # the images in half precision, once
-                self.X = kernels.narrow_copy(self.X, cp.empty_like(self.X, dtype=store))
+            if self.half:  # the images in half precision, once, C-ordered (D x N, N contiguous): cuBLAS's half
+                # weight gradient dz_1 X^T then reads X^T K-major, 5-15% faster on an H100 than D-contiguous
+                # (experiments/half/gemm_layouts.py; the forward GEMM the same either way)
+                self.X = kernels.narrow_copy(cp.ascontiguousarray(self.X), cp.empty(self.X.shape, store))
             if gemm in kernels.WGMMA_VARIANTS:  # the images' K-major copies and TF32 splits, made once
                 kernels.wgmma.constant(self.X)
                 self.constant_images = self.X
