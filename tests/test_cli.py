@@ -27,6 +27,7 @@ def test_train_json_last_line(capsys):
     (["--overlap"], "--overlap overlaps an NCCL all-reduce with the backward pass: it needs --comm nccl"),
     (["--comm", "cuda-mpi"], "--comm cuda-mpi needs --backend cupy"),
     (["--comm", "p2p"], "--comm p2p needs --backend cupy"),
+    (["--comm", "nccl-half", "--dtype", "bfloat16"], "--comm nccl-half needs --backend cupy"),
     (["--mode", "pipelined"], "--mode pipelined overlaps host <-> GPU copies with GPU compute: it needs --backend cupy"),
     (["--mode", "pipelined", "--comm", "nccl"], "--comm nccl needs --backend cupy"),
     (["--timeout", "0"], "argument --timeout: expected a positive number, got '0'"),
@@ -212,6 +213,9 @@ def test_bench_hold_without_a_gpu_says_what_it_needs(capsys, monkeypatch):
     (["--gemm", "tf32", "--dtype", "float64"], "--gemm tf32 runs on TF32 tensor cores"),
     (["--gemm", "x3tf32", "--dtype", "float64"], "--gemm x3tf32 runs on TF32 tensor cores"),
     (["--gemm", "wgmma", "--dtype", "float64"], "--gemm wgmma runs on TF32 tensor cores"),
+    (["--comm", "nccl-half"], "--comm nccl-half exchanges the gradients in the run's half precision: it needs --dtype "
+                              "bfloat16 or float16, got --dtype float64 (use --comm nccl)"),
+    (["--comm", "nccl-half", "--dtype", "bfloat16", "--mode", "staged"], "--mode staged exchanges gradients through the host"),
 ])
 def test_gpu_options_that_cannot_go_together_are_refused_before_anything_runs(capsys, monkeypatch, args, message):
     import types

@@ -218,3 +218,21 @@ def test_float16_without_a_loss_scale_loses_small_gradients_that_the_scale_keeps
     assert errors[0] > 0.1 and errors[1] < 1e-2, errors
     ordinary = precision.fp16_gradient_loss(cfg, trained)
     assert all(r["errors"]["W1"] < 1e-2 for r in ordinary), [r["errors"] for r in ordinary]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_half_precision_exchange_sums_the_gradient_rounded_to_the_runs_precision(rng, kind):
+    """--comm nccl-half on one rank (an NCCL communicator of one): an FP32 buffer comes back as its values
+    rounded to the half precision, in place, its slices too (WFBP's), and widen_copy is narrow_copy's inverse."""
+    from perflab.train.comm import MPIComm, NCCLComm
+    comm = NCCLComm(MPIComm(), half=kind)
+    assert comm.strategy == "nccl-half"
+    host = (rng.standard_normal(10007) * 3).astype(np.float32)
+    buf = cp.asarray(host)
+    assert comm.allreduce(buf) is buf
+    assert np.array_equal(buf.get(), half.round_to(host, kind))
+    part = cp.asarray(host)
+    comm.allreduce(part[5:999])
+    assert np.array_equal(part.get()[5:999], half.round_to(host[5:999], kind)) and np.array_equal(part.get()[:5], host[:5])
+    held = kernels.narrow_copy(cp.asarray(host), cp.empty(host.size, kernels.HALF_STORAGE[kind]))
+    assert np.array_equal(kernels.widen_copy(held, cp.empty(host.size, np.float32)).get(), half.round_to(host, kind))

@@ -103,14 +103,14 @@ def test_a_run_whose_scale_overflows_every_step_ends_with_an_error():
         loop.fit(cfg, trainer, None, progress=False)
 
 
-def test_the_committed_mnist_runs_hold_fp32s_precision_within_three_tenths_of_a_point():
-    """One H100, 15 epochs of MNIST: BF16 and FP16 (emulated) beside FP32, for 784-1024-10 and 784-1024-1024-10
-    (issue 53's accuracy target: within 0.3 points of FP32)."""
+@pytest.mark.parametrize("name", ["half_accuracy.jsonl", "half_accuracy_gpu.jsonl"])
+def test_the_committed_mnist_runs_hold_fp32s_precision_within_three_tenths_of_a_point(name):
+    """One H100, 15 epochs of MNIST: BF16 and FP16 (emulated; the fused step on the tensor cores) beside FP32, for
+    784-1024-10 and 784-1024-1024-10 (issue 53's accuracy target: within 0.3 points of FP32)."""
     import json
 
     from perflab.results import RESULTS_ROOT
-    rows = [json.loads(line) for line in
-            (RESULTS_ROOT / "nvidia-h100-80gb-hbm3" / "half" / "half_accuracy.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (RESULTS_ROOT / "nvidia-h100-80gb-hbm3" / "half" / name).read_text().splitlines()]
     got = {(tuple(r["hidden_sizes"]), r["dtype"]): r["test_precision"] for r in rows}
     assert set(got) == {(net, dt) for net in ((1024,), (1024, 1024)) for dt in ("float32", "bfloat16", "float16")}
     assert all(r["num_epochs"] == 15 and r["dataset"] == "mnist" and r["machine"]["git_commit"] != "WORKTREE" for r in rows)
@@ -152,3 +152,40 @@ def test_the_precision_table_puts_each_run_against_the_float64_reference():
     fp32, bf16 = (r["max_rel_error"] for r in rows)
     assert [r["precision"] for r in rows] == ["FP32", "BF16"] and set(rows[0]["errors"]) == {"W1", "b1", "W2", "b2", "W3", "b3"}
     assert 0 < fp32 < 1e-5 < bf16 < 3e-2  # FP32 near float64; BF16 (emulated on NumPy) about its 8 bits off
+
+
+def test_the_committed_precision_table_orders_the_precisions_as_their_bits_do():
+    """One H100, MNIST, two epochs against float64: FP32 and 3xTF32 alike and nearest, FP16 (11 bits) next, TF32
+    and BF16 (8 and 11-bit operands, BF16 storing its activations in 8) furthest; FP16's gradient unscaled
+    flushes far more of dz1 than scaled."""
+    import json
+
+    from perflab.results import RESULTS_ROOT
+    rows = [json.loads(line) for line in
+            (RESULTS_ROOT / "nvidia-h100-80gb-hbm3" / "half" / "precision.jsonl").read_text().splitlines()]
+    worst = {r["precision"]: r["max_rel_error"] for r in rows if r["table"] == "weights against float64"}
+    assert worst["FP32"] == pytest.approx(worst["3xTF32"], rel=0.1) and worst["FP32"] < 1e-4
+    assert worst["FP32"] < worst["FP16"] < worst["TF32"] < worst["BF16"] < 3e-2
+    flushed = {r["loss_scale"]: r["dz1_flushed_to_zero"] for r in rows if r["table"] == "float16 gradient"}
+    assert flushed[1.0] > 10 * flushed[2.0 ** 16]
+    assert all(r["machine"]["git_commit"] != "WORKTREE" and r["dataset"] == "mnist" for r in rows)
+
+
+def test_the_committed_half_step_beats_fp32_and_the_half_peers_and_names_the_floor_it_misses():
+    """One H100 (bench train): perflab's BF16 epoch at most 0.8 of the fastest half peer in three of the four
+    configs and under every peer, 4x and more faster than its FP32 epoch, and 1.5-2x its BF16 GEMM floor (the
+    target it misses, said so in REPORT.md)."""
+    import pandas as pd
+
+    from perflab.report import markdown
+    from perflab.results import RESULTS_ROOT
+    t = pd.read_csv(RESULTS_ROOT / "nvidia-h100-80gb-hbm3" / "half" / "bench_train_half.csv")
+    ms = t.pivot_table(index=["H", "B"], columns="peer", values="epoch_ms")
+    peers = ms[["jax scan epoch (bf16)", "pytorch cuda graph (bf16 autocast)"]].min(axis=1)
+    ratio = ms["perflab (bf16)"] / peers
+    assert (ratio < 1).all() and (ratio <= 0.8).sum() >= 3
+    assert (ms["perflab"] / ms["perflab (bf16)"] > 4).all()
+    floor = ms["perflab (bf16)"] / ms["cublas floor (bf16)"]
+    assert ((floor > 1.5) & (floor < 2)).all()
+    text = "\n".join(markdown.half_step_section())
+    assert "The floor target is missed" in text and f"{ratio.iloc[0]:.2f} of the fastest half peer" in text

@@ -213,3 +213,12 @@ def test_comm_auto_times_nothing_where_a_run_takes_one_exchange():
     for cfg, parallel, ranks, device, only in [(one_layer, "data", 1, gpu, "nccl"), (one_layer, "model", 2, gpu, "nccl"),
                                                (one_layer, "data", 2, runner.Device(backend="cupy", mode="staged"), "mpi")]:
         assert [runner.exchange_name(d) for d in runner.exchanges(cfg, parallel, ranks, device)] == [only]
+
+
+def test_comm_auto_tries_the_half_precision_exchange_in_half_precision_runs_only():
+    from perflab.train import runner
+    device = runner.Device(backend="cupy", comm="auto")
+    names = lambda dtype: [runner.exchange_name(d) for d in runner.exchanges(Config(dtype=dtype), "data", 2, device)]  # noqa: E731
+    assert names("float32") == ["nccl", "overlap", "p2p"]
+    assert names("bfloat16") == ["nccl", "overlap", "p2p", "nccl-half"]
+    assert names("float16")[-1] == "nccl-half" and names("bfloat16")[:1] == ["nccl"]

@@ -75,8 +75,10 @@ def device_options(parser: argparse.ArgumentParser) -> None:
                         "(reduce in each node, all-reduce across node leaders, broadcast; PERFLAB_RANKS_PER_NODE=k "
                         "pretends nodes of k ranks), shm (ranks of one node sum through memory they all map, no "
                         "MPI message; host buffers, GPU ones staged), p2p (GPUs of one node: each reads the others' "
-                        "gradients over NVLink, sums and applies them in one kernel; resident data parallel), auto (the "
-                        "fastest of nccl, overlap (nccl with --overlap) and p2p for resident data parallel on several GPUs, an epoch "
+                        "gradients over NVLink, sums and applies them in one kernel; resident data parallel), nccl-half "
+                        "(--dtype bfloat16|float16: NCCL on the gradients rounded to the run's half precision, half the "
+                        "bytes), auto (the fastest of nccl, overlap (nccl with --overlap), p2p and, in half precision, "
+                        "nccl-half for resident data parallel on several GPUs, an epoch "
                         "of each timed before training; printed). Default: auto on GPUs (mpi in the staged modes), "
                         "mpi on the CPU")
     from perflab.workbook.sweep import LAUNCHES
@@ -117,7 +119,7 @@ def device_from_args(args):
     if comm == "auto" and args.overlap:
         raise CLIError("--comm auto times NCCL with and without --overlap and keeps the faster: leave --overlap out, "
                        "or name --comm nccl")
-    if backend == "numpy" and comm in ("nccl", "cuda-mpi", "p2p"):
+    if backend == "numpy" and comm in ("nccl", "nccl-half", "cuda-mpi", "p2p"):
         raise CLIError(f"--comm {comm} needs --backend cupy; on the CPU use mpi or hierarchical")
     if backend != "numpy" and getattr(args, "threads", None):
         raise CLIError(f"--threads {args.threads} sets NumPy's BLAS threads a rank: it needs --backend numpy (a GPU "
@@ -137,13 +139,16 @@ def device_from_args(args):
     if comm == "p2p" and getattr(args, "parallel", "data") == "model":
         raise CLIError("--comm p2p exchanges the data-parallel gradient buffer; model parallel all-reduces its logits: "
                        "use --comm nccl")
-    if args.mode != "resident" and comm in ("nccl", "cuda-mpi", "p2p"):
+    if args.mode != "resident" and comm in ("nccl", "nccl-half", "cuda-mpi", "p2p"):
         raise CLIError(f"--mode {args.mode} exchanges gradients through the host: use --comm mpi or hierarchical")
     if args.mode == "pipelined" and backend == "numpy":
         raise CLIError("--mode pipelined overlaps host <-> GPU copies with GPU compute: it needs --backend cupy")
     if args.mode == "pipelined" and getattr(args, "parallel", "data") == "model":
         raise CLIError("--mode pipelined exchanges gradients: it runs --parallel data (model parallel keeps the data "
                        "on the GPU: --mode resident)")
+    if comm == "nccl-half" and getattr(args, "dtype", "float32") not in HALF_DTYPES:
+        raise CLIError(f"--comm nccl-half exchanges the gradients in the run's half precision: it needs --dtype "
+                       f"bfloat16 or float16, got --dtype {getattr(args, 'dtype', 'float32')} (use --comm nccl)")
     if args.gemm in TF32_VARIANTS and getattr(args, "dtype", "float32") != "float32":
         raise CLIError(f"--gemm {args.gemm} runs on TF32 tensor cores from float32 operands: it needs --dtype float32, "
                        f"got --dtype {args.dtype}")

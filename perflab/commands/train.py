@@ -72,7 +72,8 @@ def phase_report(phases, cfg, parallel, ranks, device, quiet) -> dict:
     table = profile.summary(phases[phases.phase != "train setup"])
     w = perfmodel.Workload(layers=cfg.layer_sizes, B=cfg.batch_size, p=ranks, parallel=parallel if parallel != "sequential" else "data",
                            dtype=cfg.dtype, staged=device.backend == "numpy" or device.mode in HOST_STAGED,
-                           host_allreduce=device.backend == "numpy" or device.comm != "nccl", N=cfg.train_size)
+                           host_allreduce=device.backend == "numpy" or device.comm not in ("nccl", "nccl-half"),
+                           N=cfg.train_size)
     rates = perfmodel.effective_rates(w, table["median"].to_dict())
     if not quiet:
         shown = table.assign(**{c: table[c] * 1e3 for c in ("total", "median", "min", "max")})

@@ -16,6 +16,13 @@ __global__ void narrow_copy(const float* __restrict__ x, S* __restrict__ y, size
     if (e < n) y[e] = narrow<S>(x[e]);
 }
 
+// y = x in FP32 (a gradient summed in half precision, back into the FP32 buffer the update reads)
+template <typename S>
+__global__ void widen_copy(const S* __restrict__ x, float* __restrict__ y, size_t n) {
+    size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e < n) y[e] = widen(x[e]);
+}
+
 // z[i, j] += b[i]
 template <typename T>
 __global__ void add_bias(T* z, const T* __restrict__ b, int rows, int cols) {

@@ -41,7 +41,8 @@ def elementwise_names(T: str) -> tuple:
     if T != "float":
         return names
     halves = HALF_CTYPES.values()
-    return (names + tuple(f"{k}<float>" for k in LOSS_SCALING) + tuple(f"narrow_copy<{S}>" for S in halves)
+    return (names + tuple(f"{k}<float>" for k in LOSS_SCALING) + tuple(f"{k}<{S}>" for k in ("narrow_copy", "widen_copy")
+                                                                      for S in halves)
             + tuple(f"{k}<float,{S}>" for k in HALF_KERNELS for S in halves)
             + tuple(f"{kernel}<float,{c},{S}>" for kernel in ("output_forward", "output_backward") for c in CLASS_BOUNDS
                     for S in halves))
@@ -97,6 +98,17 @@ def add_bias(z, b):
     rows, cols = z.shape
     elementwise("add_bias", z.dtype)(grid_1d(z.size), (256,), (z, b, i32(rows), i32(cols)))
     return z
+
+
+def widen_copy(x, out):
+    """out (float32) <- the values of x, a half-precision array (uint16: bfloat16's bits) of out's shape and layout."""
+    if (out.dtype != np.float32 or out.shape != x.shape or x.dtype.name not in HALF_CTYPES
+            or tuple(2 * s for s in x.strides) != out.strides):
+        raise KernelError(f"widen_copy reads a half-precision array into float32 of its shape and layout, got "
+                          f"{x.dtype} {x.shape} (strides {x.strides}) into {out.dtype} {out.shape} (strides {out.strides})")
+    elementwise_function(f"widen_copy<{HALF_CTYPES[x.dtype.name]}>", "float")(grid_1d(x.size), (256,),
+                                                                            (x, out, u64(x.size)))
+    return out
 
 
 def softmax_xent_grad(z, b2, y, delta, norm, ce=None, groups=1, scale=None):

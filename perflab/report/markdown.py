@@ -8,7 +8,7 @@ from pathlib import Path
 from perflab.analysis.perfmodel import gradient_buffer_bytes
 from perflab.report import predictions
 from perflab.report.tables import fmt, source
-from perflab.results import RESULTS_ROOT
+from perflab.results import RESULTS_ROOT, read_table
 
 
 def build(out: str | None = None, folder: Path | None = None) -> Path:
@@ -244,7 +244,20 @@ def half_floor_section() -> list[str]:
                 fmt(step.reset_index().round(4)), "",
                 f"At B of 3200 and more, BF16's GEMMs take {np.exp(np.log(1 / big['FP32 / BF16']).mean()):.2f} of FP32's "
                 f"time (geometric mean; {big['FP32 / BF16'].min():.1f}x to {big['FP32 / BF16'].max():.1f}x faster). "
-                "perflab has no half-precision step yet (issue 53)."]
+                "perflab's half-precision step runs on these GEMMs (below: the half-precision step)."]
+    for path in sorted(RESULTS_ROOT.glob("*/half/ceilings_half_p1.csv")):
+        t = read_table(path, ("ceiling", "impl", "shape", "value"), "a ceilings file")
+        gemm = t[(t.ceiling == "gemm_flops") & t.impl.isin(["cublas", "wgmma", "cublas-bf16", "cublas-fp16"])]
+        wide = (gemm.pivot_table(index="shape", columns="impl", values="value") / 1e12).round(1)
+        wide = wide[[c for c in ("cublas", "wgmma", "cublas-bf16", "cublas-fp16") if c in wide]]
+        wide.columns = [{"cublas": "FP32 cuBLAS", "wgmma": "TF32 (perflab wgmma)", "cublas-bf16": "BF16 cuBLAS",
+                         "cublas-fp16": "FP16 cuBLAS"}[c] + " (TFLOP/s)" for c in wide.columns]
+        out += ["", f"## The half-precision GEMM roof, {path.parent.parent.name}", "",
+                f"Source: {source(path)}. `perflab ceilings` on one GPU: each GEMM rate at the training shapes (M x K x N), "
+                "the half-precision ones as the step calls them (operands and product in half, FP32 accumulation; "
+                "cuBLAS FP32 timed launch by launch, the others in replayed graphs). Their fastest, P_half = "
+                f"{gemm[gemm.impl.isin(['cublas-bf16', 'cublas-fp16'])].value.max() / 1e12:.0f} TFLOP/s, is the roof the "
+                "ceilings roofline draws above P_flops.", "", fmt(wide.reset_index())]
     return out
 
 
@@ -255,7 +268,11 @@ def half_accuracy_section() -> list[str]:
 
     import pandas as pd
     out = []
-    for path in sorted(RESULTS_ROOT.glob("*/half/half_accuracy.jsonl")):
+    steps = {"half_accuracy.jsonl": "the emulated mixed-precision step (perflab.train.half: every GEMM's operands and "
+                                    "product rounded to half, FP32 masters, float16 loss-scaled)",
+             "half_accuracy_gpu.jsonl": "the fused step on the tensor cores (`--backend cupy`: cuBLAS's half GEMMs, "
+                                        "activations held in half, FP32 masters, float16 loss-scaled on the device)"}
+    for path in sorted(p for name in steps for p in RESULTS_ROOT.glob(f"*/half/{name}")):
         rows = [json.loads(line) for line in path.read_text().splitlines()]
         meta = rows[0]["machine"]
         t = pd.DataFrame([{"net": "784-" + "-".join(map(str, r["hidden_sizes"])) + "-10", "dtype": r["dtype"],
@@ -265,36 +282,124 @@ def half_accuracy_section() -> list[str]:
         first = rows[0]
         half = t[t.dtype != "float32"]
         t["test precision"] = t["test precision"].map("{:.4f}".format)  # the points that differ are in the 4th digit
-        out += ["", f"## The half-precision accuracy, {path.parent.parent.name}", "",
+        emulated = path.name == "half_accuracy.jsonl"
+        slower = (min(r['epoch_seconds'] for r in rows if r['dtype'] != 'float32')
+                  / max(r['epoch_seconds'] for r in rows if r['dtype'] == 'float32'))
+        out += ["", f"## The half-precision accuracy, {'emulated' if emulated else 'on the tensor cores'}, "
+                f"{path.parent.parent.name}", "",
                 f"Source: {source(path, meta)}. `perflab train --dtype`, MNIST, {first['num_epochs']} epochs of {first['train_size']} "
                 f"samples, B = {first['batch_size']}, learning rate {first['learning_rate']}, reg {first['reg']}, "
-                "shuffled; bfloat16 and float16 on the emulated mixed-precision step (perflab.train.half: every "
-                "GEMM's operands and product rounded to half, FP32 masters, float16 loss-scaled), FP32 on the fused "
-                "trainer.", "", fmt(t.round(4)), "",
+                f"shuffled; bfloat16 and float16 on {steps[path.name]}, FP32 on the fused trainer.", "", fmt(t.round(4)), "",
                 f"Every half-precision run lands within {half['points from FP32'].abs().max():.2f} points of FP32's test "
-                "precision. The emulation is the accuracy reference, not a speed: its epochs ran "
-                f"{min(r['epoch_seconds'] for r in rows if r['dtype'] != 'float32') / max(r['epoch_seconds'] for r in rows if r['dtype'] == 'float32'):.0f}x "
-                "and more the fused FP32 trainer's."]
+                "precision (issue 53's target: 0.3). "
+                + (f"The emulation is the accuracy reference, not a speed: its epochs ran {slower:.0f}x and more the "
+                   "fused FP32 trainer's." if emulated else
+                   "These epochs launch kernel by kernel (shuffled batches of 50: no graph), so their times are the "
+                   "host's, not the GPU's.")]
     return out
 
 
-def half_peers_section() -> list[str]:
-    """The half-precision peers' epochs beside perflab's FP32 one and the FP32 cuBLAS floor (bench train)."""
+def half_step_section() -> list[str]:
+    """perflab's half-precision epoch beside the half-precision peers and the cuBLAS half GEMM floor of the
+    layers (bench train), and issue 53's two epoch targets, from the file."""
     import pandas as pd
     out = []
-    for path in sorted(RESULTS_ROOT.glob("*/half/bench_train_half_peers.csv")):
+    for path in sorted(RESULTS_ROOT.glob("*/half/bench_train_half.csv")):
         t = pd.read_csv(path)
         wide = t.pivot_table(index="peer", columns=["H", "B"], values="epoch_ms")
         wide.columns = [f"784-{h}-10, B={b} (ms)" for h, b in wide.columns]
-        out += ["", f"## The half-precision peers' epochs, {path.parent.parent.name}", "",
-                f"Source: {source(path)}. `perflab bench train`, 60000 samples, the median epoch: the peers in BF16 "
-                "(PyTorch's graphed step under bfloat16 autocast; JAX's whole-epoch scan with each matmul's operands "
-                "cast to bfloat16 and its product kept in FP32) beside perflab's FP32 epoch and the FP32 cuBLAS floor "
-                "of the layers' GEMMs. perflab has no fast half-precision step yet: these are the epochs issue 53 "
-                "sets its targets against.", "", fmt(wide.reset_index().round(3)), "",
-                "The JAX form here is not the fastest a skilled user would write: a scan in bfloat16 throughout "
-                "(parameters and activations too) is, and it is not yet this peer. On this file PyTorch's autocast "
-                "is the peer to beat."]
+        peers = ["jax scan epoch (bf16)", "pytorch cuda graph (bf16 autocast)"]
+        lines = []
+        ms = t.pivot_table(index=["H", "B"], columns="peer", values="epoch_ms")
+        unfused = ms["perflab (bf16, backward unfused)"] / ms["perflab (bf16)"]
+        for (h, b), g in t.groupby(["H", "B"], sort=False):
+            ms = g.set_index("peer").epoch_ms
+            best = ms[peers].idxmin()
+            lines.append(f"- 784-{h}-10, B = {b}: perflab BF16 {ms['perflab (bf16)']:.2f} ms, "
+                         f"{ms['perflab (bf16)'] / ms[best]:.2f} of the fastest half peer ({best}, {ms[best]:.2f} ms; "
+                         f"target 0.8) and {ms['perflab (bf16)'] / ms['cublas floor (bf16)']:.2f}x the BF16 GEMM floor "
+                         f"(target 1.5); {ms['perflab'] / ms['perflab (bf16)']:.1f}x faster than perflab's FP32 epoch; "
+                         f"FP16 {ms['perflab (fp16)']:.2f} ms.")
+        out += ["", f"## The half-precision step against its peers, {path.parent.parent.name}", "",
+                f"Source: {source(path)}. `perflab bench train`, 60000 samples, the median epoch, each peer in a process "
+                "of its own: perflab's fused step in BF16 and FP16 (`--dtype`; cuBLAS's half GEMMs, its own fused "
+                "kernels reading and writing half), and with the output layer's backward pass unfused; JAX's "
+                "whole-epoch scan in bfloat16 as a JAX user writes it (FP32 masters cast each step, images and "
+                "activations in bfloat16, logits and loss in FP32); PyTorch's graphed step under bfloat16 autocast; "
+                "the cuBLAS GEMM floor of the layers in BF16, FP16 and FP32 (each layer's forward GEMM and weight "
+                "gradient, past the first its input gradient, graphed, nothing else).", "",
+                fmt(wide.reset_index().round(3)), "", *lines, "",
+                "The floor target is missed: what the step adds to its GEMMs is the fused output layer's two passes, "
+                "bound by the latency of their loads rather than their bytes, so holding a1 in half made them no "
+                "faster than in FP32 (experiments/half/: a version with two columns a lane measured slower). The "
+                f"backward pass unfused (cuBLAS's half GEMMs and one pass) took {unfused.min():.2f}-{unfused.max():.2f} "
+                "of the fused one's epoch."]
+    return out
+
+
+def half_exchange_section() -> list[str]:
+    """The gradients all-reduced in half precision or in FP32 (--comm auto's trial epochs, several GPUs)."""
+    import json
+
+    import pandas as pd
+    out = []
+    for path in sorted(RESULTS_ROOT.glob("*/half/half_exchange_*.jsonl")):
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        meta, first = rows[0]["machine"], rows[0]
+        t = pd.DataFrame([{"dtype": r["dtype"], "net": "784-" + "-".join(map(str, r["hidden_sizes"])) + "-10",
+                           "b a GPU": r["batch_size"] // r["ranks"],
+                           **{f"{k} (ms)": (1e3 * v if isinstance(v, float) else "refused")
+                              for k, v in r["exchange_trial_s"].items()},
+                           "kept": "overlap" if r["overlap"] else r["comm"]} for r in rows])
+        gain = t["nccl-half (ms)"] / t["nccl (ms)"]
+        out += ["", f"## The half-precision gradient exchange, {path.parent.parent.name}", "",
+                f"Source: {source(path, meta)}. `mpirun -n {first['ranks']} perflab train --dtype bfloat16|float16 --comm "
+                f"auto`, synthetic data, {first['train_size']} samples: the first epoch with each exchange, as --comm auto "
+                "times it (the slowest rank's), in ms: NCCL's all-reduce of the FP32 gradient after the backward pass, "
+                "with --overlap (layer by layer), p2p (the peers' FP32 gradients read over NVLink, summed and applied "
+                "in one kernel), and nccl-half (the gradient rounded to the run's half precision, summed by NCCL in "
+                "it, widened back: half the bytes). p2p applies the update itself and does not unscale float16's "
+                "loss scale, so it is refused there.", "", fmt(t.round(3)), "",
+                f"The half-precision all-reduce took {gain.min():.2f}-{gain.max():.2f} of the FP32 one's epoch: its "
+                "gradient is a small part of a step on NVLink, and the two passes that round and widen it cost about "
+                "what the halved bytes save. --comm auto kept the fastest each time (p2p in BF16)."]
+    return out
+
+
+def precision_section() -> list[str]:
+    """What each precision does to the weights against float64, and FP16's gradient without a loss scale
+    (perflab.workbook.precision)."""
+    import json
+
+    import pandas as pd
+    out = []
+    for path in sorted(RESULTS_ROOT.glob("*/half/precision.jsonl")):
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        meta, first = rows[0]["machine"], rows[0]
+        weights = pd.DataFrame([{"precision": r["precision"], "GEMMs": r["gemm"],
+                                 **{f"{n} error": v for n, v in r["errors"].items()}, "worst": r["max_rel_error"]}
+                                for r in rows if r["table"] == "weights against float64"])
+        grads = pd.DataFrame([{"loss scale": f"{r['loss_scale']:g}", "dz1 flushed to zero": r["dz1_flushed_to_zero"],
+                               **{f"{n} error": v for n, v in r["errors"].items()}}
+                              for r in rows if r["table"] == "float16 gradient"])
+        fmt_e = lambda t: t.map(lambda v: f"{v:.2e}" if isinstance(v, float) else v)  # noqa: E731
+        unscaled = grads[grads["loss scale"] == "1"].iloc[0]
+        scaled = grads[grads["loss scale"] != "1"].iloc[0]
+        out += ["", f"## The half-precision weights against float64, {path.parent.parent.name}", "",
+                f"Source: {source(path, meta)}. `python -m perflab.workbook.precision`: 784-"
+                f"{'-'.join(map(str, first['hidden_sizes']))}-10 on MNIST, {first['num_epochs']} epochs of "
+                f"{first['train_size']} samples in batches of {first['batch_size']} (learning rate {first['learning_rate']}, "
+                "shuffled), from one initialisation, on one GPU; each parameter's relative error (Frobenius) against "
+                "the float64 NumPy reference's after the same batches.", "", fmt(fmt_e(weights)), "",
+                "One batch's gradient at the weights of 15 FP32 epochs (where gradients are small), by the fused "
+                "FP16 step without a loss scale and with float16's starting scale, 2^16, against the FP32 step's: "
+                "the share of the first hidden layer's gradient (held in FP16) flushed to zero where FP32's is not, "
+                "and each parameter's relative error.", "", fmt(fmt_e(grads)), "",
+                f"Without a scale FP16 flushed {100 * unscaled['dz1 flushed to zero']:.0f}% of that gradient's entries "
+                f"to zero; scaled, {100 * scaled['dz1 flushed to zero']:.0f}%. At this loss the entries lost are small "
+                f"enough that dW1 moved little (error {unscaled['W1 error']:.1e} against {scaled['W1 error']:.1e}); a "
+                "loss smaller still takes the rest (tests/test_gpu_half.py: at a loss 10^4 smaller, unscaled FP16 "
+                "loses most of dz1 and dW1 strays by more than 10%, scaled it keeps them)."]
     return out
 
 
@@ -788,6 +893,12 @@ def headline() -> str:
             epoch_ratios(deep, "perflab", fp32_peers(deep)), ".2f"), path)
         claim("deeper nets: epoch over the cuBLAS GEMMs of their layers", span(
             epoch_ratios(deep, "perflab", ["cublas 5-gemm floor"]), ".2f"), path)
+    path = folder / "half" / "bench_train_half.csv"
+    if path.exists():
+        t = pd.read_csv(path)
+        claim("one H100, BF16 mixed precision, 784-1024-10 and 784-1024-1024-10: epoch over the fastest "
+              "half-precision peer's (JAX bf16 scan, PyTorch autocast graph)", span(epoch_ratios(
+                  t, "perflab (bf16)", ["jax scan epoch (bf16)", "pytorch cuda graph (bf16 autocast)"]), ".2f"), path)
     path = RESULTS_ROOT / f"{HEADLINE_MACHINE}-x4" / "scaling_deep.jsonl"
     if path.exists():
         eff = efficiencies(path, "1024-1024", 4)
@@ -905,8 +1016,11 @@ QUESTIONS = [  # (question, whose, the section titles that answer it)
     ("How fast the gradient exchange runs", "campaign", ("The gradient all-reduce", "The gradient exchange layer by layer")),
     ("Whether perflab's best GEMM holds cuBLAS's pace under load", "campaign", ("The best GEMM against cuBLAS",)),
     ("What half precision buys and what it costs", "campaign", ("The half-precision GEMM floor",
+                                                                 "The half-precision GEMM roof",
+                                                                 "The half-precision step",
+                                                                 "The half-precision gradient exchange",
                                                                  "The half-precision accuracy",
-                                                                 "The half-precision peers")),
+                                                                 "The half-precision weights")),
 ]
 
 
@@ -1021,7 +1135,9 @@ def analysis_markdown() -> str:
     out += wfbp_section()
     out += half_floor_section()
     out += half_accuracy_section()
-    out += half_peers_section()
+    out += half_step_section()
+    out += half_exchange_section()
+    out += precision_section()
     out += pipelined_section()
     out += held_section()
     out += predictions.prediction_check_section()

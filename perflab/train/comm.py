@@ -20,7 +20,7 @@ from perflab.train.profile import phase
 from perflab.train.watchdog import TIMEOUT_S
 
 MPI_LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS", "SLURM_STEP_ID")
-STRATEGIES = ("mpi", "nccl", "hierarchical", "cuda-mpi", "shm", "p2p")
+STRATEGIES = ("mpi", "nccl", "nccl-half", "hierarchical", "cuda-mpi", "shm", "p2p")
 
 
 def launched_by_mpi() -> bool:
@@ -130,18 +130,38 @@ class NCCLComm(MPIComm):
 
     strategy = "nccl"
 
-    def __init__(self, mpi: MPIComm):
+    def __init__(self, mpi: MPIComm, half: str | None = None):
         import cupy
         from cupy.cuda import nccl
         super().__init__(mpi.comm)
         self.cupy, self.nccl = cupy, nccl
         uid = self.comm.bcast(nccl.get_unique_id() if self.rank == 0 else None, root=0)
         self.communicator = nccl.NcclCommunicator(self.size, uid, self.rank)
-        self.types = {"float32": nccl.NCCL_FLOAT32, "float64": nccl.NCCL_FLOAT64}
+        # bfloat16 travels as its bits in uint16 (perflab's storage of it, kernels.HALF_STORAGE)
+        self.types = {"float32": nccl.NCCL_FLOAT32, "float64": nccl.NCCL_FLOAT64, "float16": nccl.NCCL_FLOAT16,
+                      "uint16": nccl.NCCL_BFLOAT16}
+        # --comm nccl-half: an FP32 gradient is rounded to the run's half precision, summed by NCCL in it (half the
+        # bytes) and widened back in place; its buffers, one a size, made on first use (before any graph capture)
+        self.half, self.half_buffers = half, {}
+        if half is not None:
+            self.strategy = "nccl-half"
 
     def allreduce(self, buf):
         if isinstance(buf, np.ndarray):
             return super().allreduce(buf)
+        if self.half is not None and buf.dtype == np.float32:
+            from perflab import kernels
+            held = self.half_buffers.get(buf.size)
+            if held is None:
+                held = self.half_buffers[buf.size] = self.cupy.empty(buf.size, kernels.HALF_STORAGE[self.half])
+            kernels.narrow_copy(buf.reshape(-1), held)
+            self.reduce_device(held)
+            kernels.widen_copy(held, buf.reshape(-1))
+        else:
+            self.reduce_device(buf)
+        return buf
+
+    def reduce_device(self, buf):
         stream = self.cupy.cuda.get_current_stream()
         with phase("MPI_Allreduce"):  # the seeds' name for the gradient all-reduce, here through NCCL
             self.communicator.allReduce(buf.data.ptr, buf.data.ptr, buf.size, self.types[buf.dtype.name],
@@ -403,9 +423,10 @@ def sub_world(world, p: int):
     return MPIComm(sub)
 
 
-def for_gpu(comm, strategy: str, timeout_s: float = TIMEOUT_S):
+def for_gpu(comm, strategy: str, timeout_s: float = TIMEOUT_S, half: str | None = None):
     """The device-side strategy on top of the MPI world (after each rank picked its GPU); timeout_s: the
-    watchdog's, which the p2p kernel's own wait outlasts."""
+    watchdog's, which the p2p kernel's own wait outlasts; half: the run's half precision, which nccl-half
+    exchanges its gradients in."""
     if strategy not in STRATEGIES:
         raise ValueError(f"--comm must be one of {STRATEGIES}, got {strategy!r}")
     if comm.size == 1 or strategy == "mpi":
@@ -419,7 +440,10 @@ def for_gpu(comm, strategy: str, timeout_s: float = TIMEOUT_S):
         return CUDAAwareMPIComm(comm.comm)
     if strategy == "p2p":
         return P2PComm(comm, timeout_s)
-    return NCCLComm(comm)
+    if strategy == "nccl-half" and half is None:
+        raise ValueError("--comm nccl-half exchanges the gradients in the run's half precision: it needs --dtype "
+                         "bfloat16 or float16 (or use --comm nccl)")
+    return NCCLComm(comm, half if strategy == "nccl-half" else None)
 
 
 def share(n: int, parts: int, part: int) -> tuple[int, int]:

@@ -493,7 +493,7 @@ class FusedGPU(Sequential):
 def capturable_exchange(comm) -> bool:
     """Whether comm's all-reduce can sit in a CUDA graph: none on one rank, NCCL's and p2p's can; a
     host MPI one (or a CUDA-aware MPI's, which does not follow streams) cannot."""
-    return comm.size == 1 or getattr(comm, "strategy", "") in ("nccl", "p2p")
+    return comm.size == 1 or getattr(comm, "strategy", "") in ("nccl", "nccl-half", "p2p")
 
 
 def row_chunks(H: int, k: int) -> list[tuple[int, int]]:

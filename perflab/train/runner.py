@@ -68,7 +68,7 @@ def make_gpu_trainer(cfg: Config, parallel: str, comm, device: Device, train_set
     if device.comm == "p2p" and not (parallel in ("sequential", "data") and device.mode == "resident"):
         raise gpu.GPUError("--comm p2p exchanges the fused data-parallel trainer's gradient buffer (resident); got "
                            f"--parallel {parallel}, --mode {device.mode}: use --comm nccl")
-    comm = for_gpu(comm, device.comm, device.timeout)
+    comm = for_gpu(comm, device.comm, device.timeout, half=cfg.dtype if cfg.dtype in HALF_DTYPES else None)
     if device.mode == "pipelined":
         if parallel == "model":
             raise gpu.GPUError("--mode pipelined runs data parallel; got --parallel model: use --mode resident")
@@ -86,12 +86,14 @@ def make_gpu_trainer(cfg: Config, parallel: str, comm, device: Device, train_set
 
 def exchanges(cfg: Config, parallel: str, ranks: int, device: Device) -> list[Device]:
     """What --comm auto chooses among: for the fused data-parallel trainer on several GPUs (resident),
-    GPU_EXCHANGES (NCCL's all-reduce after the step, NCCL with --overlap, p2p); anywhere else the one exchange
-    the run takes (NCCL resident, host MPI in the staged modes)."""
+    GPU_EXCHANGES (NCCL's all-reduce after the step, NCCL with --overlap, p2p) and in half precision NCCL
+    on the gradients rounded to it; anywhere else the one exchange the run takes (NCCL resident, host MPI in
+    the staged modes)."""
     plain = replace(device, comm="nccl" if device.mode == "resident" else "mpi", overlap=False)
     if ranks == 1 or device.mode != "resident" or parallel not in ("sequential", "data"):
         return [plain]
-    return [replace(plain, **exchange_fields(name)) for name in GPU_EXCHANGES]
+    names = GPU_EXCHANGES + (("nccl-half",) if cfg.dtype in HALF_DTYPES else ())
+    return [replace(plain, **exchange_fields(name)) for name in names]
 
 
 def exchange_name(device: Device) -> str:

@@ -27,6 +27,7 @@ STALE_S = 5.0     # a heartbeat older than this (or half the timeout) is a rank 
 EXIT_STATUS = 3
 BACKSTOP_S = 5.0  # past the timeout, faulthandler ends a process whose watchdog could not run
 EXCHANGES = {"mpi": "the host MPI all-reduce", "nccl": "the NCCL all-reduce", "p2p": "the p2p exchange",
+             "nccl-half": "the NCCL all-reduce (in half precision)",
              "shm": "the shared-memory all-reduce", "hierarchical": "the hierarchical all-reduce",
              "cuda-mpi": "the CUDA-aware MPI all-reduce"}
 FIELDS = 5  # a board row: heartbeat (wall seconds), epoch, batch, steps begun, said (1: it printed its line)
