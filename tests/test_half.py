@@ -189,3 +189,21 @@ def test_the_committed_half_step_beats_fp32_and_the_half_peers_and_names_the_flo
     assert ((floor > 1.5) & (floor < 2)).all()
     text = "\n".join(markdown.half_step_section())
     assert "The floor target is missed" in text and f"{ratio.iloc[0]:.2f} of the fastest half peer" in text
+
+
+def test_the_committed_half_exchange_runs_kept_the_fastest_and_refused_p2p_for_float16():
+    """Two H100, --comm auto in BF16 and FP16: every exchange tried, nccl-half among them; the one kept the fastest
+    of the trial epochs; p2p refused for float16, naming why."""
+    import json
+
+    from perflab.results import RESULTS_ROOT
+    rows = [json.loads(line) for line in
+            (RESULTS_ROOT / "nvidia-h100-80gb-hbm3" / "half" / "half_exchange_h100x2.jsonl").read_text().splitlines()]
+    assert {r["dtype"] for r in rows} == {"bfloat16", "float16"} and all(r["ranks"] == 2 for r in rows)
+    for r in rows:
+        trial = r["exchange_trial_s"]
+        timed = {k: v for k, v in trial.items() if isinstance(v, float)}
+        kept = "overlap" if r["overlap"] else r["comm"]
+        assert set(trial) == {"nccl", "overlap", "p2p", "nccl-half"} and kept == min(timed, key=timed.get)
+        assert ("p2p" in timed) == (r["dtype"] == "bfloat16")
+        assert r["machine"]["git_commit"] != "WORKTREE"
