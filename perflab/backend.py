@@ -122,11 +122,15 @@ def gpu_setup_advice() -> str | None:
     try:
         wheel = cupy_wheel(driver)
     except GPUSetupError as exc:
-        return f"this machine has NVIDIA GPUs that perflab cannot use: {exc}; running NumPy on the CPU cores"
+        return f"{unusable(exc)}; running NumPy on the CPU cores"
     import sys
     return (f"this machine has {len(driver['gpus'])} NVIDIA GPU(s) ({driver['gpus'][0]}, driver for CUDA "
             f"{driver['cuda']}) but no CuPy that sees them; `{sys.executable} -m pip install '{wheel}'` (or "
             "`make roofline`, which runs it) puts them to work; running NumPy on the CPU cores until then")
+
+
+def unusable(exc: Exception) -> str:
+    return f"this machine has NVIDIA GPUs that perflab cannot use: {exc}"
 
 
 def install_cupy(dry_run: bool = False) -> int:
@@ -145,8 +149,7 @@ def install_cupy(dry_run: bool = False) -> int:
     try:
         wheel = cupy_wheel(driver)
     except GPUSetupError as exc:
-        print(f"perflab: this machine has NVIDIA GPUs that perflab cannot use: {exc}. The main job runs NumPy "
-              "on the CPU cores.")
+        print(f"perflab: {unusable(exc)}. The main job runs NumPy on the CPU cores.")
         return 0
     command = [sys.executable, "-m", "pip", "install", "-q", wheel]
     print(f"perflab: {len(driver['gpus'])} NVIDIA GPU(s) ({driver['gpus'][0]}), driver for CUDA {driver['cuda']}: "

@@ -341,6 +341,8 @@ def test_whatif_and_validate_reject_bad_input_naming_it(tmp_path):
     assert proc.returncode == 2 and "no gpu step_kernel rows for 'forward GEMM 1 (x3tf32)'" in proc.stderr
     proc = run("whatif", "--ceilings", str(RESULTS_ROOT / "cpu-amd-epyc" / "ceilings_p1.csv"), "--hidden", "64")
     assert proc.returncode == 2 and "it is a CPU's file (--backend numpy predicts from it)" in proc.stderr
+    proc = run("whatif", "--ceilings", str(RESULTS_ROOT / "nvidia-h200" / "ceilings_p2.csv"), "--dtype", "bfloat16")
+    assert proc.returncode == 2 and "has no `step in sequence (cublas-bf16)` rows" in proc.stderr, proc.stderr
     (tmp_path / "empty.csv").write_text("")
     (tmp_path / "foreign.csv").write_text("peer,H,epoch_ms\nperflab,512,3.1\n")  # a result file, not ceilings
     (tmp_path / "binary.csv").write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe")
@@ -980,3 +982,33 @@ def test_harness_rows_say_which_exchange_they_ran(tmp_path):
     (folder / "scaling.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     points, skipped = validation.harness_points(folder)
     assert list(points.comm) == ["nccl", "p2p"] and not skipped
+
+
+def test_a_half_precision_step_is_composed_from_its_own_timed_step_and_an_fp32_exchange():
+    """--dtype bfloat16 | float16 (resident data parallel on GPUs): the kernels term is the ceilings' timed
+    mixed-precision step (`step in sequence (cublas-bf16)`, and a hidden layer's rows for deeper nets of one
+    width), the exchange the FP32 gradient's; a file without those rows, or a point the predictor does not
+    cover yet, says so."""
+    base = table()
+    half = [{"ceiling": "step_kernel", "device": "gpu", "impl": name, "H": H, "B": B, "ranks": 1,
+             "seconds": H * B * scale}
+            for name, scale in ((predictor.sequence_name("cublas-bf16"), 1e-12), (predictor.hidden_layer_name("cublas-bf16"), 4e-13))
+            for H in (256, 4096) for B in (100, 20000)]
+    c = more(base, half + exchange_rows("nccl_allreduce_graph", 2e-6, 2e10))
+    one = predictor.predict_point(point(dtype="bfloat16"), c)
+    assert one["t_kernels"] == pytest.approx(1024 * 4000 * 1e-12)
+    fp32 = predictor.predict_point(point(), c)
+    assert one["batch_s"] < fp32["batch_s"]
+    deep = predictor.predict_point(point(dtype="bfloat16", H="1024-1024"), c)
+    assert deep["t_kernels"] == pytest.approx(1024 * 4000 * (1e-12 + 4e-13)
+                                              + c.kernel("gpu", predictor.UPDATE, predictor.update_width((1024, 1024)), 4000)
+                                              - c.kernel("gpu", predictor.UPDATE, 1024, 4000), rel=1e-6)
+    two = predictor.predict_point(point(dtype="bfloat16", p=2, B=8000, N=16000), c)
+    same = predictor.predict_point(point(p=2, B=8000, N=16000), c)
+    assert two["t_exchange"] == pytest.approx(same["t_exchange"])  # the FP32 gradient either way
+    with pytest.raises(predictor.PredictionError, match=r"has no `step in sequence \(cublas-fp16\)` rows.*run `perflab ceilings`"):
+        predictor.predict_point(point(dtype="float16"), c)
+    for bad, what in ((dict(mode="staged"), "staged"), (dict(gemm="wgmma"), "wgmma"), (dict(parallel="model", p=2), "model"),
+                      (dict(comm="nccl-half", p=2), "nccl-half"), (dict(H="1024-512"), "one width")):
+        with pytest.raises(predictor.PredictionError, match=what):
+            predictor.predict_point(point(dtype="bfloat16", **bad), c)

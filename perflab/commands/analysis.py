@@ -12,7 +12,7 @@ from perflab.commands.options import (
     positive,
     positive_float,
 )
-from perflab.config import MODES
+from perflab.config import HALF_DTYPES, MODES
 
 
 def cmd_validate(args, comm) -> dict:
@@ -69,7 +69,8 @@ def cmd_whatif(args, comm) -> dict:
     try:
         points = sweep.grid(hidden=args.hidden, per_rank_batch=args.per_rank_batch, ranks=args.ranks,
                             parallel=args.parallel, backend=[args.backend], mode=args.mode, gemm=args.gemm,
-                            N=args.train_size, launch=args.launch, comm=None if args.comm == "auto" else args.comm)
+                            dtype=args.dtype, N=args.train_size, launch=args.launch,
+                            comm=None if args.comm == "auto" else args.comm)
     except ValueError as exc:
         raise CLIError(str(exc)) from None
     rows = []
@@ -83,7 +84,7 @@ def cmd_whatif(args, comm) -> dict:
                 pred = predictor.predict_point(point, ceilings)
         except predictor.PredictionError as exc:
             raise CLIError(str(exc)) from None
-        rows.append({k: point[k] for k in ("H", "B", "p", "parallel", "backend", "mode", "gemm", "launch", "N", "comm")}
+        rows.append({k: point[k] for k in ("H", "B", "p", "parallel", "backend", "mode", "gemm", "launch", "dtype", "N", "comm")}
                     | {"b": point["B"] // point["p"], "batch_ms": 1e3 * pred["batch_s"], "epoch_ms": 1e3 * pred["epoch_s"],
                        "composition": pred["composition"]} | predictor.band_ms(pred)
                     | {k: 1e3 * v for k, v in pred.items() if k.startswith("t_")})
@@ -213,6 +214,9 @@ def register(sub) -> None:
                    help=EXCHANGES_HELP + ", or auto (the fastest of them predicted, as perflab train keeps by timing "
                         "them; the row names the one kept); default nccl there (as perflab sweep measures), host MPI "
                         "in the staged modes and on the CPU")
+    p.add_argument("--dtype", nargs="+", choices=("float32",) + HALF_DTYPES, default=["float32"],
+                   help="float32, or bfloat16 | float16: the mixed-precision step (resident data parallel; its ceilings "
+                        "from a GPU that runs it) (default float32)")
     p.add_argument("--train-size", type=positive, default=60000, metavar="N")
     p.add_argument("--name", default="whatif", help="file name (default %(default)s)")
     p.add_argument("--out", metavar="DIR", type=out_folder, help="folder (default this machine's run folder)")

@@ -8,7 +8,7 @@ from perflab.commands.options import (
     positive,
     positive_float,
 )
-from perflab.config import DTYPES, MODES
+from perflab.config import DTYPES, HALF_DTYPES, MODES
 from perflab.data import DATASETS
 
 
@@ -112,7 +112,9 @@ def register(sub) -> None:
                         "see what graphs buy (default graph)")
     p.add_argument("--comm", choices=GPU_EXCHANGES, default=None,
                    help=EXCHANGES_HELP + "; default nccl there, host MPI in the staged modes and on the CPU")
-    p.add_argument("--dtype", nargs="+", choices=DTYPES, default=["float32"], help="default float32")
+    p.add_argument("--dtype", nargs="+", choices=DTYPES + HALF_DTYPES, default=["float32"],
+                   help="float32 or float64; bfloat16 | float16: mixed precision (on GPUs its fused step, resident data "
+                        "parallel; on NumPy emulated) (default float32)")
     from perflab.train.watchdog import TIMEOUT_S
     p.add_argument("--timeout", type=positive_float, default=TIMEOUT_S, metavar="S",
                    help="a point's step that waits S seconds on the other ranks ends the sweep (the points written "

@@ -246,17 +246,26 @@ def tensor_core_step_kernels(H: int, B: int) -> list[tuple]:
     return rows
 
 
-def hidden_layer_kernels(H: int, B: int, gemm: str = "cublas") -> list:
+def hidden_layer_kernels(H: int, B: int, gemm: str = "cublas", half: str | None = None) -> list:
     """The calls one more hidden layer (H x H weights, over a layer of H) adds to perflab's step at B
     samples, as perflab.train.gpu.FusedGPU runs them: its forward GEMM with bias + sigmoid, then
     backward its weight gradient dW = dz a^T, the input gradient W^T dz, and dz and db below in one
     pass (sigmoid_backward_rows). Tunable GEMMs are tuned per shape first, as the trainer's first step
-    does (kernels.wgmma.release() frees what they keep once no graph holds them)."""
+    does (kernels.wgmma.release() frees what they keep once no graph holds them). `half` ("bfloat16" or
+    "float16"): the mixed-precision step's, its weights, activations and their gradients in half, cuBLAS's
+    half GEMMs, dW in FP32."""
     import cupy as cp
 
     from perflab import kernels
     rng = np.random.default_rng(1)
     dev = lambda *shape: cp.asarray(rng.uniform(0.05, 0.95, shape).astype(np.float32))  # noqa: E731
+    if half is not None:
+        store = kernels.HALF_STORAGE[half]
+        held = lambda *shape: kernels.narrow_copy(dev(*shape), cp.empty(shape, store))  # noqa: E731
+        W, b, dW, db = held(H, H), dev(H), dev(H, H), dev(H)
+        below, a, dz, dz_below = held(H, B), held(H, B), held(H, B), held(H, B)
+        return [lambda: kernels.half_gemm(W, below, a, bias=b), lambda: kernels.half_gemm(dz, below.T, dW),
+                lambda: kernels.half_gemm(W.T, dz, dz_below), lambda: kernels.sigmoid_backward_rows(dz_below, below, db)]
     W, b, dW, db = dev(H, H), dev(H), dev(H, H), dev(H)
     below, a, dz, dz_below = dev(H, B), dev(H, B), dev(H, B), dev(H, B)
     work = kernels.workspace(H, max(H, B), np.float32) if gemm in kernels.TILED_VARIANTS else None
@@ -269,6 +278,27 @@ def hidden_layer_kernels(H: int, B: int, gemm: str = "cublas") -> list:
             lambda: kernels.gemm(wx, wy, out=wo, variant=gemm, work=work),
             lambda: kernels.gemm(ix, iy, out=io, variant=gemm, work=work),
             lambda: kernels.sigmoid_backward_rows(dz_below, below, db)]
+
+
+def half_step(H: int, B: int, half: str):
+    """One mixed-precision step of perflab's fused trainer at 784-H-10 on B samples (resident, one GPU),
+    without its loss: the calls its graph holds (the weights rounded, the half GEMMs, the fused passes,
+    the update), as a callable on the current stream. The trainer itself, so the predictor's half rows
+    time what training runs."""
+    from perflab.config import Config
+    from perflab.train.comm import Serial
+    from perflab.train.gpu import FusedGPU
+    rng = np.random.default_rng(0)
+    X, y = np.asfortranarray(rng.random((D, B), dtype=np.float32)), rng.integers(0, C, B)
+    cfg = Config(dataset="synthetic", input_size=D, hidden_sizes=(H,), num_classes=C, train_size=B, batch_size=B,
+                 learning_rate=0.1, reg=1e-4, dtype=half, test_size=0)
+    trainer = FusedGPU(cfg, X, y, Serial())
+
+    def step():
+        trainer.gradients(trainer.X, trainer.y, B, want_loss=False)
+        trainer.update()
+    step.trainer = trainer  # kept alive with the callable
+    return step
 
 
 def step_breakdown(H: int = 2048, B: int = 12000, dtype: str = "float32", repeats: int = 20):

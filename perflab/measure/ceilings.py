@@ -347,9 +347,9 @@ def gpu_step_kernels(hidden=HIDDEN_GRID, batches=BATCH_GRID, repeats: int = 10, 
     import cupy as cp
     from tqdm.auto import tqdm
 
-    from perflab.analysis.predictor import UPDATE, fused_step, hidden_layer_name, sequence_name
+    from perflab.analysis.predictor import HALF_GEMMS, UPDATE, fused_step, hidden_layer_name, sequence_name
     from perflab.kernels import wgmma
-    from perflab.measure.bench import hidden_layer_kernels, step_kernels, tensor_core_step_kernels
+    from perflab.measure.bench import half_step, hidden_layer_kernels, step_kernels, tensor_core_step_kernels
     from perflab.timing import time_graph_ms, time_ms
     rows = []
     gemms = ("cublas",) + (wgmma.WGMMA_VARIANTS if wgmma.hopper() else ())
@@ -376,6 +376,18 @@ def gpu_step_kernels(hidden=HIDDEN_GRID, batches=BATCH_GRID, repeats: int = 10, 
             rows.append(kernel_row("gpu", hidden_layer_name(gemm), H, B, seconds))
             seconds = time_ms(cp, lambda: [call() for _ in range(5) for call in layer], repeats=repeats) * 1e-3 / 5
             rows.append(kernel_row("gpu", hidden_layer_name(gemm, eager=True), H, B, seconds))
+        for kind, gemm in HALF_GEMMS.items():  # the mixed-precision step, where this GPU runs it: the trainer's own
+            if int(cp.cuda.Device().compute_capability) < HALF_CAPABILITY[kind]:
+                continue
+            step = half_step(H, B, kind)
+            layer = hidden_layer_kernels(H, B, half=kind)
+            for name, calls in ((sequence_name(gemm), (step,)), (hidden_layer_name(gemm), layer)):
+                seconds = time_graph_ms(cp, lambda: [call() for call in calls], calls=5, repeats=repeats) * 1e-3
+                rows.append(kernel_row("gpu", name, H, B, seconds))
+            for name, calls in ((sequence_name(gemm, eager=True), (step,)), (hidden_layer_name(gemm, eager=True), layer)):
+                seconds = time_ms(cp, lambda: [call() for _ in range(5) for call in calls], repeats=repeats) * 1e-3 / 5
+                rows.append(kernel_row("gpu", name, H, B, seconds))
+            step.trainer.close()
         wgmma.release()
         cp.get_default_memory_pool().free_all_blocks()
     return rows

@@ -206,13 +206,13 @@ def check_table(pred, measured) -> tuple:
     """A committed prediction's rows beside its run's, matched on every setting both name (a point
     predicted graphed and eager pairs with its own launch only): (table, error per row, columns)."""
     import pandas as pd
-    keys = ["H", "B", "p", "mode"] + [k for k in ("parallel", "gemm", "launch", "comm") if k in pred and k in measured]
+    keys = ["H", "B", "p", "mode"] + [k for k in ("parallel", "gemm", "launch", "comm", "dtype") if k in pred and k in measured]
     # H as text on both sides: a deeper net's is '1024-1024', and a file of several nets reads 512 as '512'
     pred, measured = pred.assign(H=pred.H.astype(str)), measured.assign(H=measured.H.astype(str))
     both = pred.merge(measured.assign(measured_ms=1e3 * measured.epoch_seconds / measured.batches), on=keys)
     err = both.batch_ms / both.measured_ms - 1
     both["error"] = err.map(lambda e: f"{e:+.0%}")
-    columns = ["H", "b", "p", *(k for k in ("parallel", "gemm") if k in keys), "mode",
+    columns = ["H", "b", "p", *(k for k in ("parallel", "gemm", "dtype") if k in keys), "mode",
                *(["launch"] if "launch" in keys else []), "batch_ms", "measured_ms", "error"]
     if "low_ms" in both:  # the band from the copy ceiling's spread (staged) and the eager host floor's
         both["band ms/batch"] = [f"{lo:.3g}-{hi:.3g}" if pd.notna(lo) else "-" for lo, hi in zip(both.low_ms, both.high_ms)]
