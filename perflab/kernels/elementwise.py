@@ -85,12 +85,22 @@ def bias_sigmoid(z, b):
 
 def narrow_copy(x, out):
     """out <- x (float32) rounded to nearest even in out's half precision (uint16: bfloat16's bits)."""
-    if (x.dtype != np.float32 or out.shape != x.shape or out.dtype.name not in HALF_CTYPES
-            or tuple(2 * s for s in out.strides) != x.strides):
-        raise KernelError(f"narrow_copy rounds float32 into a half-precision array of its shape and layout, got "
+    return precision_copy("narrow_copy", x, out, full=x, half=out)
+
+
+def widen_copy(x, out):
+    """out (float32) <- the values of x, a half-precision array (uint16: bfloat16's bits)."""
+    return precision_copy("widen_copy", x, out, full=out, half=x)
+
+
+def precision_copy(kernel: str, x, out, full, half):
+    """out <- x between float32 (`full`) and a half precision (`half`), one of them each, of one shape and layout."""
+    if (full.dtype != np.float32 or out.shape != x.shape or half.dtype.name not in HALF_CTYPES
+            or tuple(2 * s for s in half.strides) != full.strides):
+        raise KernelError(f"{kernel} copies between float32 and a half-precision array of its shape and layout, got "
                           f"{x.dtype} {x.shape} (strides {x.strides}) into {out.dtype} {out.shape} (strides {out.strides})")
-    elementwise_function(f"narrow_copy<{HALF_CTYPES[out.dtype.name]}>", "float")(grid_1d(x.size), (256,),
-                                                                                (x, out, u64(x.size)))
+    elementwise_function(f"{kernel}<{HALF_CTYPES[half.dtype.name]}>", "float")(grid_1d(x.size), (256,),
+                                                                              (x, out, u64(x.size)))
     return out
 
 
@@ -98,17 +108,6 @@ def add_bias(z, b):
     rows, cols = z.shape
     elementwise("add_bias", z.dtype)(grid_1d(z.size), (256,), (z, b, i32(rows), i32(cols)))
     return z
-
-
-def widen_copy(x, out):
-    """out (float32) <- the values of x, a half-precision array (uint16: bfloat16's bits) of out's shape and layout."""
-    if (out.dtype != np.float32 or out.shape != x.shape or x.dtype.name not in HALF_CTYPES
-            or tuple(2 * s for s in x.strides) != out.strides):
-        raise KernelError(f"widen_copy reads a half-precision array into float32 of its shape and layout, got "
-                          f"{x.dtype} {x.shape} (strides {x.strides}) into {out.dtype} {out.shape} (strides {out.strides})")
-    elementwise_function(f"widen_copy<{HALF_CTYPES[x.dtype.name]}>", "float")(grid_1d(x.size), (256,),
-                                                                            (x, out, u64(x.size)))
-    return out
 
 
 def softmax_xent_grad(z, b2, y, delta, norm, ce=None, groups=1, scale=None):
