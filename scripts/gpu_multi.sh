@@ -2,7 +2,7 @@
 # One device call on a several-GPU machine: multi-GPU checks, ceilings, roofline sweep, scaling,
 # data against model parallel, the all-reduce bench, the pipelined staged path beside the serial one, and the
 # single-GPU benchmarks (stages: info check auto ceilings sweep scaling deep parallel allreduce pipeline bench x4 exchange
-# channels dataparallel watchdog wfbp halfexchange). CEILINGS_ARGS: more for `perflab ceilings` (--hidden H.. --per-rank-batch b..).
+# channels dataparallel watchdog wfbp halfexchange deepmodel). CEILINGS_ARGS: more for `perflab ceilings` (--hidden H.. --per-rank-batch b..).
 # Four GPUs (issue 33), one call: P=4 FLAGS="- p2p overlap staged pipelined model" bash scripts/gpu_multi.sh x4 scaling ceilings allreduce
 # Every command has a time limit, so one hang cannot eat the call. Usage:
 #   OUT=/tmp/out P=2 bash scripts/gpu_multi.sh [stage...]
@@ -83,6 +83,23 @@ for stage in $stages; do
 for l in sys.stdin:
     d=json.loads(l); t=d['exchange_trial_s']
     print(d['hidden_sizes'], d['batch_size'], 'kept', 'overlap' if d['overlap'] else d['comm'], {k: round(1e3*v, 3) if isinstance(v, float) else v for k, v in t.items()})" ;;
+    deepmodel)  # issue 52 item 1: the fused model-parallel trainer at any depth, checked, then timed beside data parallel
+      python3 -m pytest -q -m gpu tests/test_gpu.py -k fused_model_parallel -p no:cacheprovider 2>&1 | tail -2
+      for dt in float64 float32; do for hidden in "61" "61 37" "61 37 23" "97 61 37 23"; do for launch in graph eager; do
+        mpi -n $P python3 -m perflab check --backend cupy --parallel model --dtype $dt --comm nccl --launch $launch $SMALL \
+          --hidden-size $hidden --json 2>"$OUT/err.txt" | show "p=$P model $dt $hidden $launch"; tail -1 "$OUT/err.txt" | cut -c1-300
+      done; done; done 2>&1 | tee "$OUT/deep_model_check.log"
+      for hidden in "1024 1024" "2048 2048" "1024 1024 1024"; do for parallel in model data; do
+        LIMIT=150 mpi -n $P python3 -m perflab train --backend cupy --dataset synthetic --parallel $parallel --comm nccl \
+          --hidden-size $hidden --batch-size 6000 --train-size 60000 --num-epochs 4 --test-size 0 --learning-rate 0.1 --json \
+          2>/dev/null | tail -1
+      done; done | python3 -c "import json,sys
+from perflab.results import machine_metadata
+meta = machine_metadata()
+for l in sys.stdin:
+    d = json.loads(l); print(json.dumps({**d, 'machine': meta}))" | tee "$OUT/deep_model.jsonl" | python3 -c "import json,sys
+for l in sys.stdin:
+    d=json.loads(l); print(d['parallel'], d['hidden_sizes'], d['batch_size'], round(1e3 * d['epoch_seconds'], 3), 'ms an epoch')" ;;
     halfexchange)  # issue 53 item 4: the gradients exchanged in half precision or in FP32, checked, then timed by --comm auto
       python3 -m pytest -q -m gpu tests/test_gpu_half.py -k exchange -p no:cacheprovider 2>&1 | tail -2
       for dt in bfloat16 float16; do for args in "--comm nccl-half" "--comm nccl-half --hidden-size 61 37" "--comm auto"; do

@@ -591,13 +591,15 @@ def test_a_deep_profiled_run_names_every_layers_gemms():
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("graphs", [True, False])
-def test_fused_model_parallel_on_one_rank_matches_reference(dtype, graphs):
+@pytest.mark.parametrize("hidden", [(61,)] + DEEP)
+def test_fused_model_parallel_on_one_rank_matches_reference(dtype, graphs, hidden):
+    """Any depth: the model-parallel trainer's step on one rank (its splits' all-reduces none) is the reference's."""
     from perflab import data
     from perflab.config import Config
     from perflab.train import gpu
     from perflab.train.comm import Serial
     from perflab.train.runner import Device, check, make_gpu_trainer
-    cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=(61,), num_classes=7, train_size=517,
+    cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=hidden, num_classes=7, train_size=517,
                  batch_size=100, num_epochs=2, learning_rate=0.5, test_size=50, dtype=dtype)
     device = Device(backend="cupy", graphs=graphs)
     trainer = make_gpu_trainer(cfg, "model", Serial(), device, data.load(cfg)[0])

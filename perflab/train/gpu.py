@@ -31,7 +31,7 @@ from perflab import kernels
 from perflab.config import HALF_DTYPES, MODES, OVERLAP_CHUNKS, Config, ConfigError
 from perflab.train import model, profile
 from perflab.train.loop import Sequential
-from perflab.train.parallel import check_batch_split, gather_shards, local_part, sharded_logits
+from perflab.train.parallel import check_batch_split, gather_shards, local_part, sharded_forward
 from perflab.train.profile import phase
 
 
@@ -137,6 +137,7 @@ class FusedGPU(Sequential):
         sizes = np.cumsum([int(np.prod(s)) for s in shapes])
         self.ends = cp.asarray(sizes, dtype=np.int64)
         self.regs = cp.asarray([cfg.reg, 0.0] * (len(shapes) // 2), dtype=dtype)
+        self.penalty_regs = self.regs  # the loss's L2 term's (model parallel: a replicated layer's over the ranks)
         # each hidden layer's activations and the gradient at its input, flat: a batch of n takes a
         # contiguous (rows x n) view of each
         self.acts = [cp.empty(h * bmax, store) for h in hidden]
@@ -308,14 +309,20 @@ class FusedGPU(Sequential):
         ce = self.ce[:n] if want_loss else None
         with phase("forward"):
             for l in range(L - 1):  # the hidden layers; the last one's bias + sigmoid waits for the fused pass
+                deferred, exchanged = fused and l == L - 2, self.output_exchanged(l)
                 with phase(f"forward GEMM {l + 1}"):
-                    self.gemm(Wg[l], acts[l], acts[l + 1], bias=None if fused and l == L - 2 else b[l])
+                    self.gemm(Wg[l], acts[l], acts[l + 1], bias=None if deferred or exchanged else b[l])
+                if exchanged:  # the ranks' partial sums of the whole layer, then its bias and sigmoid
+                    self.comm.allreduce(acts[l + 1])
+                    if not deferred:
+                        kernels.bias_sigmoid(acts[l + 1], b[l])
             if fused:  # bias + sigmoid (in place) + the output GEMM in one pass, then the softmax
                 kernels.output_layer(W[-1], b[-2], b[-1], acts[-1], yb, delta, global_b, self.part_forward, ce, scale)
             else:
                 with phase(f"forward GEMM {L}"):
                     self.gemm(Wg[-1], acts[-1], z_out)
-                self.combine_logits(z_out)
+                if self.output_exchanged(L - 1):
+                    self.comm.allreduce(z_out)
                 kernels.softmax_xent_grad(z_out, b[-1], yb, delta, global_b, ce, scale=scale)
         with phase("backward"):
             if self.peer_exchange:  # the peers have read the last step's gradient before this one overwrites it
@@ -345,14 +352,23 @@ class FusedGPU(Sequential):
                     unsent = self.send_layer(self.layer_starts[l], unsent)
                 with phase(f"backward GEMM {k + 1}"):
                     self.gemm(Wg[l].T, dz[l], dz[l - 1])
+                if self.gradient_exchanged(l):  # the ranks' partial sums of the whole input gradient
+                    self.comm.allreduce(dz[l - 1])
                 kernels.sigmoid_backward_rows(dz[l - 1], acts[l], db[l - 1], small if l == 1 else None)
             self.dz1_split = small is not None
             if want_loss:
-                kernels.l2_penalty(self.P, self.ends, self.regs, self.l2_part, self.penalty.reshape(()))
+                kernels.l2_penalty(self.P, self.ends, self.penalty_regs, self.l2_part, self.penalty.reshape(()))
             self.first_weight_gradient(dz[0], Xb, dW[0], unsent)
 
-    def combine_logits(self, z_out):
-        """z_out = W_L a_{L-1} holds the whole batch's logits here (model parallel sums its ranks' parts)."""
+    def output_exchanged(self, l: int) -> bool:
+        """Whether layer l's GEMM (0-based; L - 1 the output layer) leaves each rank a partial sum of the
+        layer's whole output, all-reduced before its bias (model parallel's column-split layers)."""
+        return False
+
+    def gradient_exchanged(self, l: int) -> bool:
+        """Whether layer l's input gradient W_l^T dz_l is each rank's partial sum, all-reduced (model
+        parallel's row-split layers)."""
+        return False
 
     def send_layer(self, lo: int, hi: int) -> int:
         """All-reduce G[lo:hi] on the side stream once the current stream has made it; returns lo."""
@@ -539,40 +555,55 @@ def pinned_copy(X: np.ndarray) -> np.ndarray:
 
 
 class FusedModelParallel(FusedGPU):
-    """Model parallel on GPUs with the fused trainer's kernels (seeds' 001, section 4.3): W1's rows,
-    b1 and W2's columns split over the ranks, b2 and the data replicated. A step's one exchange is
-    the all-reduce of the C x B partial logits between forward GEMM 2 and the softmax; backward
-    needs none (each rank's dW1, db1, dW2 are its own shard's, db2 the same everywhere). One rank:
-    the data-parallel trainer's step exactly, a CUDA graph with the fused output layer; several:
-    the output layer unfused around the all-reduce, the whole step one CUDA graph with NCCL (launched
-    one by one with a CUDA-aware MPI, which a graph cannot hold)."""
+    """Model parallel on GPUs with the fused trainer's kernels, any depth (seeds' 001, section 4.3, and the
+    HKUST lecture's partition by layers in turn): each layer split as parallel.layer_splits says, the
+    hidden layers by rows and by columns in turn, the output layer by columns after a row-split layer
+    (else replicated), the data replicated. A column-split layer's GEMM leaves every rank a partial sum
+    of its whole output, all-reduced before its bias and sigmoid (the C x B logits at one hidden layer);
+    backward, a row-split layer's input gradient is all-reduced the same way; nothing else is
+    exchanged (each rank's gradients are its shard's; a replicated layer's are the same everywhere).
+    One rank: the data-parallel trainer's step exactly; the whole step one CUDA graph with NCCL
+    (launched one by one with a CUDA-aware MPI, which a graph cannot hold)."""
 
     name = "model"
 
     def __init__(self, cfg, X, y, comm, gemm="cublas", graphs=True):
-        from perflab.train.parallel import ParallelError
-        if len(cfg.hidden_sizes) != 1:
-            raise ParallelError(f"model parallel on GPUs splits one hidden layer; got hidden sizes {list(cfg.hidden_sizes)} "
-                                "(use --parallel data for deeper nets)")
-        if cfg.hidden_size < comm.size:
-            raise ParallelError(f"model parallel over {comm.size} ranks needs at least {comm.size} hidden units, "
-                                f"got H={cfg.hidden_size}")
+        from perflab.train.parallel import ParallelError, layer_splits
+        self.splits = layer_splits(len(cfg.hidden_sizes) + 1)
+        narrow = [h for h, kind in zip(cfg.hidden_sizes, self.splits) if kind == "rows" and h < comm.size]
+        if narrow:
+            raise ParallelError(f"model parallel over {comm.size} ranks needs at least {comm.size} units in each layer "
+                                f"it splits by rows (hidden layers 1, 3, ...), got hidden sizes {list(cfg.hidden_sizes)}")
+        # the output layer fused (bias + sigmoid + its GEMM in one pass) where its logits need no all-reduce
         super().__init__(cfg, X, y, comm, "resident", gemm, graphs and capturable_exchange(comm),
-                         fuse_output=comm.size == 1)  # the logits' all-reduce sits inside the step's graph
-        self.whole_graph = True  # the logits' all-reduce is inside the step; the update exchanges nothing
+                         fuse_output=comm.size == 1 or self.splits[-1] == "whole")
+        self.whole_graph = True  # the all-reduces are inside the step; the update exchanges nothing
+        if comm.size > 1:  # the loss's L2 term is summed over the ranks: a replicated layer's counted once
+            scale = [1 / comm.size if kind == "whole" else 1.0 for kind in self.splits for _ in (0, 1)]
+            self.penalty_regs = self.regs * self.cp.asarray(scale, self.regs.dtype)
 
     def shard(self):
         from perflab.train.comm import share
-        W1, b1, W2, b2 = model.init_params(self.cfg.layer_sizes, self.cfg.dtype, self.cfg.seed)
-        rows = slice(*share(self.cfg.hidden_size, self.comm.size, self.comm.rank))
-        return [W1[rows].copy(), b1[rows].copy(), np.ascontiguousarray(W2[:, rows]), b2.copy()], self.cfg.batch_size
+        full = model.init_params(self.cfg.layer_sizes, self.cfg.storage_dtype, self.cfg.seed)
+        out = []
+        for W, b, kind in zip(full[0::2], full[1::2], self.splits):
+            if kind == "rows":
+                rows = slice(*share(W.shape[0], self.comm.size, self.comm.rank))
+                out += [W[rows].copy(), b[rows].copy()]
+            elif kind == "columns":
+                out += [np.ascontiguousarray(W[:, slice(*share(W.shape[1], self.comm.size, self.comm.rank))]), b.copy()]
+            else:
+                out += [W.copy(), b.copy()]
+        return out, self.cfg.batch_size
 
     def local(self, index):
         return index  # every rank takes the whole batch
 
-    def combine_logits(self, z2):
-        if self.comm.size > 1:
-            self.comm.allreduce(z2)
+    def output_exchanged(self, l: int) -> bool:
+        return self.comm.size > 1 and self.splits[l] == "columns"
+
+    def gradient_exchanged(self, l: int) -> bool:
+        return self.comm.size > 1 and self.splits[l] == "rows"
 
     def exchange_and_update(self):
         self.update()  # the gradients are this rank's own shard's
@@ -583,11 +614,12 @@ class FusedModelParallel(FusedGPU):
 
     def predict(self, X, chunk: int = 8192):
         with self.stream:
-            out = self.cp.concatenate([sharded_logits(self.params, self.cp.asarray(X[:, i:i + chunk]), self.comm)[1]
-                                       .argmax(axis=0) for i in range(0, X.shape[1], chunk)])
+            out = self.cp.concatenate([sharded_forward(self.params, self.splits, self.comm,
+                                                       self.cp.asarray(X[:, i:i + chunk]))[-1].argmax(axis=0)
+                                       for i in range(0, X.shape[1], chunk)])
         self.stream.synchronize()
         return out
 
     def full_params(self) -> list:
         self.stream.synchronize()
-        return gather_shards(self.params, self.comm)
+        return gather_shards(self.params, self.comm, self.splits)

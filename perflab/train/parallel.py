@@ -128,19 +128,7 @@ class ModelParallel:
         self.want_loss = True
 
     def forward(self, X) -> list:
-        """[X, a_1, ..., logits]: a row-split layer's activations are this rank's units, a column-split
-        layer's output the all-reduced sum of every rank's part."""
-        acts = [X]
-        last = len(self.splits) - 1
-        for l, kind in enumerate(self.splits):
-            W, b = self.params[2 * l], self.params[2 * l + 1]
-            with phase(f"forward GEMM {l + 1}"):
-                z = W @ acts[-1]
-            if kind == "columns":
-                z = self.comm.allreduce(z)
-            z += b[:, None]
-            acts.append(z if l == last else model.sigmoid(z, out=z))
-        return acts
+        return sharded_forward(self.params, self.splits, self.comm, X)
 
     def logits(self, X):
         return self.forward(X)[-1]
@@ -190,19 +178,20 @@ class ModelParallel:
         return gather_shards(self.params, self.comm, self.splits)
 
 
-def sharded_logits(params, X, comm):
-    """a1 of this rank's hidden units and the full z2 (one all-reduce of the C x B partial sums);
-    every model-parallel trainer's forward pass, NumPy or CuPy."""
-    W1, b1, W2, b2 = params
-    with phase("forward GEMM 1"):
-        z1 = W1 @ X
-    z1 += b1[:, None]
-    a1 = model.sigmoid(z1, out=z1)
-    with phase("forward GEMM 2"):
-        partial = W2 @ a1
-    z2 = comm.allreduce(partial)
-    z2 += b2[:, None]
-    return a1, z2
+def sharded_forward(params, splits, comm, X) -> list:
+    """[X, a_1, ..., logits] of a model-parallel rank, NumPy or CuPy: a row-split layer's activations are
+    this rank's units, a column-split layer's output the all-reduced sum of every rank's part."""
+    acts = [X]
+    last = len(splits) - 1
+    for l, kind in enumerate(splits):
+        W, b = params[2 * l], params[2 * l + 1]
+        with phase(f"forward GEMM {l + 1}"):
+            z = W @ acts[-1]
+        if kind == "columns":
+            z = comm.allreduce(z)
+        z += b[:, None]
+        acts.append(z if l == last else model.sigmoid(z, out=z))
+    return acts
 
 
 def gather_shards(params, comm, splits=("rows", "columns")) -> list:

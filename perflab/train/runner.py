@@ -74,7 +74,7 @@ def make_gpu_trainer(cfg: Config, parallel: str, comm, device: Device, train_set
             raise gpu.GPUError("--mode pipelined runs data parallel; got --parallel model: use --mode resident")
         from perflab.train.pipelined import Pipelined
         return Pipelined(cfg, train_set.X, train_set.y, comm, device.gemm, device.graphs, device.chunks or 4)
-    if parallel == "model" and len(cfg.hidden_sizes) == 1 and device.mode == "resident":
+    if parallel == "model" and device.mode == "resident":
         return gpu.FusedModelParallel(cfg, train_set.X, train_set.y, comm, device.gemm, device.graphs)
     if parallel in ("sequential", "data"):
         return gpu.FusedGPU(cfg, train_set.X, train_set.y, comm, device.mode, device.gemm, device.graphs, device.pinned,
