@@ -222,3 +222,22 @@ def test_comm_auto_tries_the_half_precision_exchange_in_half_precision_runs_only
     assert names("float32") == ["nccl", "overlap", "p2p"]
     assert names("bfloat16") == ["nccl", "overlap", "p2p", "nccl-half"]
     assert names("float16")[-1] == "nccl-half" and names("bfloat16")[:1] == ["nccl"]
+
+
+def test_the_committed_deep_model_parallel_runs_passed_every_check_and_time_both_partitions():
+    """Two H100: the fused model-parallel trainer checked at depths 1-4 (float64 and float32, graphed and eager)
+    against the reference, every one passed at its precision; each deeper net timed both ways in one run."""
+    import json
+
+    from perflab.results import RESULTS_ROOT
+    folder = RESULTS_ROOT / "nvidia-h100-80gb-hbm3"
+    lines = (folder / "deep_model_check_h100x2.log").read_text().splitlines()
+    checks = [line.split() for line in lines if line.startswith("p=2 model")]
+    assert len(checks) == 16 and all(c[-1] == "True" for c in checks)
+    assert {len(c) - 6 for c in checks} == {1, 2, 3, 4}  # the depths: p=2 model dtype <widths> launch error passed
+    assert all(float(c[-2]) < (1e-12 if c[2] == "float64" else 1e-5) for c in checks)
+    rows = [json.loads(line) for line in (folder / "deep_model_h100x2.jsonl").read_text().splitlines()]
+    nets = {tuple(r["hidden_sizes"]) for r in rows}
+    assert len(nets) == 3 and all(len(n) > 1 for n in nets)
+    assert {(tuple(r["hidden_sizes"]), r["parallel"]) for r in rows} == {(n, p) for n in nets for p in ("model", "data")}
+    assert all(r["ranks"] == 2 and r["machine"]["git_commit"] != "WORKTREE" for r in rows)

@@ -474,6 +474,34 @@ def launch_section() -> list[str]:
     return out
 
 
+def deep_model_section() -> list[str]:
+    """Data against model parallel for deeper nets on GPUs (FusedModelParallel at any depth): each net's
+    epoch both ways from the same run's `perflab train --json` lines."""
+    import json
+
+    import pandas as pd
+    out = []
+    for path in sorted(RESULTS_ROOT.glob("*/deep_model_*.jsonl")):
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        meta, first = rows[0]["machine"], rows[0]
+        t = pd.DataFrame([{"net": "784-" + "-".join(map(str, r["hidden_sizes"])) + "-10", "parallel": r["parallel"],
+                           "epoch_ms": 1e3 * r["epoch_seconds"]} for r in rows])
+        wide = t.pivot_table(index="net", columns="parallel", values="epoch_ms", sort=False)
+        wide["model / data"] = wide["model"] / wide["data"]
+        out += ["", f"## Data against model parallel, deeper nets, {path.parent.name}", "",
+                f"Source: {source(path, meta)}. `mpirun -n {first['ranks']} perflab train --parallel model|data --comm "
+                f"nccl`, synthetic data, B = {first['batch_size']} ({first['batch_size'] // first['ranks']} a GPU in data "
+                f"parallel), {first['train_size']} samples, the median epoch (ms). Model parallel splits the hidden layers "
+                "by rows and by columns in turn (each rank a slice of every layer; a column-split layer's output and a "
+                "row-split layer's input gradient all-reduced, H x B values each), the whole step one CUDA graph with "
+                "NCCL inside; data parallel all-reduces the gradient once a step.", "", fmt(wide.reset_index().round(3)),
+                "", f"Model parallel took {wide['model / data'].min():.2f}-{wide['model / data'].max():.2f} of data "
+                "parallel's epoch: its all-reduces carry activations of the whole batch, layer by layer, where data "
+                "parallel's one carries the weights' gradient. The checks at depths 1-4 on these GPUs: "
+                f"`{path.with_name(path.name.replace('deep_model_', 'deep_model_check_')).with_suffix('.log').relative_to(RESULTS_ROOT.parent)}`."]
+    return out
+
+
 def parallel_section() -> list[str]:
     """Data against model parallel from each committed parallel.csv (`perflab sweep --name parallel
     --parallel data model`): epoch seconds, the all-reduce's median per batch and its bytes."""
@@ -1131,6 +1159,7 @@ def analysis_markdown() -> str:
     out += step_section()
     out += launch_section()
     out += parallel_section()
+    out += deep_model_section()
     out += allreduce_section()
     out += wfbp_section()
     out += half_floor_section()
