@@ -226,3 +226,16 @@ def test_the_half_precision_blind_check_lands_within_a_tenth_for_one_hidden_laye
     assert len(both) == 12 and set(both.dtype) == {"bfloat16", "float16"}
     deep = both.H.str.contains("-")
     assert (err[~deep].abs() <= 0.10).all() and (err[deep] < 0).all() and (err.abs() <= 0.25).all()
+
+
+def test_each_machine_is_given_the_precisions_it_runs():
+    from perflab.workbook import precision
+    assert list(precision.precisions_here("numpy")) == ["FP32", "BF16 (emulated)", "FP16 (emulated)"]
+    hopper = precision.precisions_here("cupy", "90")
+    assert list(hopper) == ["FP32", "TF32", "3xTF32", "BF16", "FP16"] and hopper["TF32"] == ("float32", "wgmma")
+    assert list(precision.precisions_here("cupy", "75")) == ["FP32", "FP16"]  # Turing: no TF32 or BF16 tensor cores
+    ampere = precision.precisions_here("cupy", "80")
+    assert ampere["TF32"][1] == "tf32" and ampere["3xTF32"][1] == "cublas-x3tf32" and "BF16" in ampere
+    table = precision.table([{"precision": "FP32", "gemm": "cublas", "dtype": "float32", "errors": {"W1": 1e-6},
+                              "max_rel_error": 1e-6}])
+    assert list(table.columns) == ["precision", "GEMMs", "dtype", "W1 error", "max_rel_error"]

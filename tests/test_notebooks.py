@@ -16,6 +16,7 @@ SMALL = {
     "scaling": [],
     "kernels": [],
     "usc": ["-p", "cores", "[1, 2]", "-p", "batch", "200", "-p", "N", "1000", "-p", "epochs", "2", "-p", "gpu", "False"],
+    "precision": ["-p", "hidden", "[12]", "-p", "N", "300", "-p", "B", "31", "-p", "dataset", "synthetic"],
 }
 
 

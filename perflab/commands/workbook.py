@@ -51,7 +51,7 @@ def cmd_sweep(args, comm) -> dict:
     return {"points": len(points), "saved": str(path)}
 
 
-NOTEBOOKS = ("roofline", "correctness", "convergence", "scaling", "kernels", "usc")
+NOTEBOOKS = ("roofline", "correctness", "convergence", "scaling", "kernels", "usc", "precision")
 
 
 def cmd_notebook(args, comm) -> dict:

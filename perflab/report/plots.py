@@ -608,3 +608,23 @@ def usc(table, title: str = ""):
     if title:
         fig.suptitle(title, fontsize=10)
     return fig
+
+
+def precision(table, title: str = ""):
+    """What each precision costs and buys (perflab.workbook.precision): the worst relative error of its weights
+    against float64 after the same batches (log scale), and its training epoch's time, a bar each."""
+    import matplotlib.pyplot as plt
+    fig, (err, time) = plt.subplots(1, 2, figsize=(9, 3.6))
+    names = list(table.precision)
+    colors = [f"C{i}" for i in range(len(names))]
+    err.bar(names, table.max_rel_error, color=colors)
+    err.set_yscale("log")
+    err.set_title("worst relative error of the weights against float64", fontsize=9)
+    time.bar(names, 1e3 * table.epoch_seconds, color=colors)
+    time.set_title("ms an epoch (training)", fontsize=9)
+    for ax in (err, time):
+        ax.tick_params(axis="x", labelsize=7, rotation=20)
+        ax.grid(True, axis="y", which="both", alpha=0.3)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig

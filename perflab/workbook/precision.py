@@ -22,6 +22,22 @@ from perflab.config import Config
 
 PRECISIONS = {"FP32": ("float32", "cublas"), "TF32": ("float32", "wgmma"), "3xTF32": ("float32", "x3tf32"),
               "BF16": ("bfloat16", "cublas"), "FP16": ("float16", "cublas")}
+CPU_PRECISIONS = {"FP32": ("float32", "cublas"), "BF16 (emulated)": ("bfloat16", "cublas"),
+                  "FP16 (emulated)": ("float16", "cublas")}  # NumPy: half precision's rounding, not its speed
+
+
+def precisions_here(backend: str, capability: str | None = None) -> dict:
+    """The precisions this machine runs: on a GPU FP32 and FP16, and from compute capability 8.0 (TF32 tensor
+    cores) TF32 and 3xTF32 (Hopper's wgmma kernels, else perflab's tf32 and cuBLAS's 3xTF32) and BF16; on
+    NumPy FP32 and the emulated half step."""
+    if backend == "numpy":
+        return dict(CPU_PRECISIONS)
+    if capability is None or int(capability) < 80:
+        return {"FP32": ("float32", "cublas"), "FP16": ("float16", "cublas")}
+    hopper = capability == "90"
+    return {"FP32": ("float32", "cublas"), "TF32": ("float32", "wgmma" if hopper else "tf32"),
+            "3xTF32": ("float32", "x3tf32" if hopper else "cublas-x3tf32"), "BF16": ("bfloat16", "cublas"),
+            "FP16": ("float16", "cublas")}
 LOSS_SCALES = (1.0, 2.0 ** 16)  # none, and where float16's dynamic scale starts
 
 
@@ -50,9 +66,18 @@ def weights_against_float64(cfg: Config, precisions: dict = PRECISIONS, backend:
         getattr(trainer, "close", lambda: None)()
         errors = {n: relative_error(p, r) for n, p, r in zip(names, history.params, reference)}
         rows.append({"precision": name, "dtype": dtype, "gemm": gemm, "max_rel_error": max(errors.values()),
-                     "errors": errors, "final_loss": history.final_loss, **cfg.to_dict()})
+                     "errors": errors, "final_loss": history.final_loss, "epoch_seconds": history.epoch_seconds,
+                     "backend": backend, **cfg.to_dict()})
         log(f"{name:7s} worst relative error against float64 {rows[-1]['max_rel_error']:.2e}")
     return rows
+
+
+def table(rows: list[dict]):
+    """weights_against_float64's rows as a table: each parameter's error, the worst, and (where timed) ms an epoch."""
+    import pandas as pd
+    return pd.DataFrame([{"precision": r["precision"], "GEMMs": r["gemm"], "dtype": r["dtype"],
+                          **{f"{n} error": v for n, v in r["errors"].items()}, "max_rel_error": r["max_rel_error"],
+                          **({"epoch_seconds": r["epoch_seconds"]} if "epoch_seconds" in r else {})} for r in rows])
 
 
 def trained_params(cfg: Config, epochs: int = 15) -> list:
