@@ -77,3 +77,14 @@ def test_gradient_buffer_is_every_parameter_and_the_loss_slot(H):
     from perflab.train import model
     params = model.init_params((784, H, 10), "float32", 0)
     assert pm.gradient_buffer_bytes(H) == 4 * (sum(p.size for p in params) + 1)
+
+
+def test_a_net_reads_the_same_however_a_table_wrote_it():
+    """One text per net for every reader of a table's H column (sweeps write 512, CSVs read '512' or 512.0
+    beside '1024-1024'); a gap names no net."""
+    import pandas as pd
+    assert pm.net_name(512) == pm.net_name("512") == pm.net_name((512,)) == "512"
+    assert pm.net_name([1024, 1024]) == pm.net_name("1024-1024") == "1024-1024"
+    column = pd.Series([512, "512", 512.0, "1024-1024", float("nan"), "", 2048], dtype=object)
+    assert pm.is_net(column, 512).tolist() == [True, True, True, False, False, False, False]
+    assert pm.is_net(column, (1024, 1024)).tolist() == [False, False, False, True, False, False, False]

@@ -44,6 +44,24 @@ def whole(x) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x) and float(x).is_integer()
 
 
+def net_name(H) -> str:
+    """'512' for one hidden layer, '1024-1024' for two: a net as text, whichever way it was written."""
+    return "-".join(map(str, widths(H)))
+
+
+def is_net(column, H):
+    """Which entries of a table's H column (ints, '512', '1024-1024', as CSVs read them back) name the net H
+    (an entry that names no net, a gap, is not it)."""
+    target = net_name(H)
+
+    def same(h) -> bool:
+        try:
+            return net_name(h) == target
+        except NetError:
+            return False
+    return column.map(same)
+
+
 def net_label(H):
     """How a sweep row names a net: its width (an int) for one hidden layer, '1024-1024' for deeper."""
     w = widths(H)

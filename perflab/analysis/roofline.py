@@ -62,7 +62,7 @@ def flops_bytes_table(table: pd.DataFrame) -> pd.DataFrame:
 def reference_rates(table: pd.DataFrame, H: int = 512) -> dict:
     """P_flops, P_pci, P_mpi from the medians of the reference point: H (default 512) at the
     largest p that exchanged gradients (the seeds used H=512, B=3000, p=2)."""
-    at_h = table["H"].astype(str) == str(H)  # as text: a sweep of deeper nets names them '1024-1024'
+    at_h = perfmodel.is_net(table["H"], H)
     pick = table[at_h] if at_h.any() else table
     pick = pick.sort_values(["p", "B"]).iloc[-1]
     rates = {k: float(pick[k]) for k in ("P_flops", "P_pci", "P_mpi") if k in pick and np.isfinite(pick[k])}

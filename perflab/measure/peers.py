@@ -13,7 +13,7 @@ import functools
 
 import numpy as np
 
-from perflab.analysis.perfmodel import widths
+from perflab.analysis.perfmodel import net_name, widths
 
 
 class PeerMissing(RuntimeError):
@@ -28,11 +28,6 @@ def timed_epochs(run_epoch, sync, warmup: int, repeats: int) -> float:
     """Median milliseconds of an epoch, the device synchronized around each."""
     from perflab.timing import median_seconds
     return 1e3 * median_seconds(run_epoch, repeats, warmup, sync)
-
-
-def net_name(H) -> str:
-    """'512' for one hidden layer, '1024-1024' for two: a config's name in rows and logs."""
-    return "-".join(map(str, widths(H)))
 
 
 def initial(D, H, C, seed=0):

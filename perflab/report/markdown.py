@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from perflab.analysis.perfmodel import gradient_buffer_bytes
+from perflab.analysis.perfmodel import gradient_buffer_bytes, is_net, widths
 from perflab.report import predictions
 from perflab.report.tables import fmt, source
 from perflab.results import RESULTS_ROOT, read_table
@@ -807,8 +807,7 @@ def harness_errors(machine: str, H: int, b: int) -> dict:
     t = pd.read_csv(path)
     if "peer" not in t:
         return {}
-    # H as text: a folder whose checks hold deeper nets ('1024-1024') reads the whole column so
-    t = t[(t.source == "scaling.jsonl") & (t.H.astype(str) == str(H)) & (t.B == b * t.p) & t.error.notna()]
+    t = t[(t.source == "scaling.jsonl") & is_net(t.H, H) & (t.B == b * t.p) & t.error.notna()]
     return {(peer, int(p)): float(e) for peer, p, e in zip(t.peer, t.p, t.error)}
 
 
@@ -886,7 +885,7 @@ def efficiencies(path: Path, net: str, p: int) -> dict:
 
     import pandas as pd
     rows = pd.DataFrame([json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")])
-    rows = rows[rows.H.astype(str) == net]
+    rows = rows[is_net(rows.H, net)]
     rows["family"] = ["perflab" if peer.startswith("perflab") else peer for peer in rows.peer]
     best = rows.groupby(["family", "p"]).epoch_ms.min().unstack()
     return (best[1] / (p * best[p])).dropna().to_dict() if p in best else {}
@@ -916,7 +915,7 @@ def headline() -> str:
     path = folder / "bench_train_deep.csv"
     if path.exists():
         t = pd.read_csv(path)
-        deep = t[t.H.astype(str).str.contains("-")]
+        deep = t[t.H.map(widths).map(len) > 1]
         claim("deeper nets (784-1024-1024-10, 784-2048-2048-10): epoch over the fastest FP32 peer's", span(
             epoch_ratios(deep, "perflab", fp32_peers(deep)), ".2f"), path)
         claim("deeper nets: epoch over the cuBLAS GEMMs of their layers", span(
@@ -1111,7 +1110,7 @@ def analysis_markdown() -> str:
                 "in `epoch_seconds`).", "",
                 fmt(t[["H", "B", "p", "mode", "gemm", "GFLOP/batch", "t_batch_ms", "TFLOP/s", "utilization"]].round(4))]
         staged = t[t["mode"] == "staged"]
-        ref = staged[(staged.H.astype(str) == "512") & (staged.p > 1)]
+        ref = staged[is_net(staged.H, 512) & (staged.p > 1)]
         if len(ref):
             r = ref.iloc[0]
             rates = pd.DataFrame([{"rate": k, "measured": r[k], "seeds RTX 6000": SEEDS_RATES[k],

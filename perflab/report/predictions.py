@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from perflab.analysis.perfmodel import net_name
 from perflab.config import MODES
 from perflab.report.tables import fmt, source
 from perflab.results import RESULTS_ROOT
@@ -208,7 +209,7 @@ def check_table(pred, measured) -> tuple:
     import pandas as pd
     keys = ["H", "B", "p", "mode"] + [k for k in ("parallel", "gemm", "launch", "comm", "dtype") if k in pred and k in measured]
     # H as text on both sides: a deeper net's is '1024-1024', and a file of several nets reads 512 as '512'
-    pred, measured = pred.assign(H=pred.H.astype(str)), measured.assign(H=measured.H.astype(str))
+    pred, measured = pred.assign(H=pred.H.map(net_name)), measured.assign(H=measured.H.map(net_name))
     both = pred.merge(measured.assign(measured_ms=1e3 * measured.epoch_seconds / measured.batches), on=keys)
     err = both.batch_ms / both.measured_ms - 1
     both["error"] = err.map(lambda e: f"{e:+.0%}")
