@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass
 
 DTYPES = ("float32", "float64")
+HALF_CAPABILITY = {"bfloat16": 80, "float16": 70}  # the compute capability (x10) whose tensor cores take each
+HALF_IMPLS = {"bfloat16": "cublas-bf16", "float16": "cublas-fp16"}  # their GEMMs' names in ceilings rows (and the half step's)
 HALF_DTYPES = ("bfloat16", "float16")  # mixed precision: FP32 master weights, GEMM operands and products in half
 MODES = ("resident", "staged", "pipelined")  # GPU data paths (perflab.train.gpu, perflab.train.pipelined)
 HOST_STAGED = ("staged", "pipelined")         # the modes whose images and gradients pass through the host

@@ -239,3 +239,19 @@ def test_each_machine_is_given_the_precisions_it_runs():
     table = precision.table([{"precision": "FP32", "gemm": "cublas", "dtype": "float32", "errors": {"W1": 1e-6},
                               "max_rel_error": 1e-6}])
     assert list(table.columns) == ["precision", "GEMMs", "dtype", "W1 error", "max_rel_error"]
+
+
+def test_the_precision_table_and_a_half_sweep_refuse_bad_values_naming_them(capsys):
+    from perflab.cli import main
+    from perflab.workbook import precision
+    for args, message in ((["--hidden-size", "0"], "argument --hidden-size: expected a positive integer, got '0'"),
+                          (["--num-epochs", "two"], "argument --num-epochs: expected a positive integer, got 'two'")):
+        with pytest.raises(SystemExit) as info:
+            precision.main(["--out", "/nonexistent", *args])
+        assert info.value.code == 2 and message in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:  # a half point the GPU step cannot make: refused before any point runs
+        main(["sweep", "--backend", "cupy", "--mode", "staged", "--dtype", "bfloat16", "--name", "never"])
+    assert info.value.code == 2 and "--dtype bfloat16 trains data parallel" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main(["sweep", "--dtype", "bf16"])
+    assert info.value.code == 2 and "argument --dtype: invalid choice: 'bf16'" in capsys.readouterr().err

@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from perflab.analysis import perfmodel
-from perflab.config import GPU_EXCHANGES, OVERLAP_CHUNKS
+from perflab.config import GPU_EXCHANGES, HALF_IMPLS, OVERLAP_CHUNKS
 
 FUSED_STEP = ("forward GEMM 1 (cuBLAS)", "fused forward: sigmoid, GEMM 2, softmax", "db2 row sums",
               "fused backward: dz1, dW2, db1", "backward GEMM 3 (cuBLAS)")
@@ -52,7 +52,6 @@ TENSOR_CORE_STEPS = {
                                                                  "backward GEMM 3 (x3tf32)")}
 
 
-HALF_GEMMS = {"bfloat16": "cublas-bf16", "float16": "cublas-fp16"}  # the mixed-precision step's rows, by --dtype
 
 
 def on_grid(t: pd.DataFrame, H: float, B: float) -> float:
@@ -171,7 +170,7 @@ class Ceilings:
             for name in ((sequence_name(gemm, eager=True),) if eager else ()) + (sequence_name(gemm),):
                 if len(self.rows("step_kernel", device="gpu", impl=name)):
                     return (name,)
-        if gemm in HALF_GEMMS.values():
+        if gemm in HALF_IMPLS.values():
             raise PredictionError(f"{self.source} has no `{sequence_name(gemm)}` rows: its ceilings predate the "
                                   "half-precision step, or its GPU lacks it (BF16 from compute capability 8.0): run "
                                   "`perflab ceilings` on the GPU to predict")
@@ -410,10 +409,10 @@ def gpu_deeper(c: Ceilings, hidden: tuple, Bl: float, gemm: str, eager: bool) ->
     name = name if eager and len(c.rows("step_kernel", device="gpu", impl=name)) else hidden_layer_name(gemm)
     added = sum(c.kernel("gpu", name, math.sqrt(a * b), Bl) for a, b in zip(hidden, hidden[1:]))
     first, top = hidden[0], hidden[-1]
-    if gemm in HALF_GEMMS.values() and top != first:
+    if gemm in HALF_IMPLS.values() and top != first:
         raise PredictionError(f"the predictor composes half-precision nets whose hidden layers are one width (its step "
                               f"is timed whole, not kernel by kernel), so far; got {'-'.join(map(str, hidden))}")
-    if gemm not in HALF_GEMMS.values():
+    if gemm not in HALF_IMPLS.values():
         added += sum(c.kernel("gpu", k, top, Bl) - c.kernel("gpu", k, first, Bl) for k in fused_step(gemm)[1:4])
     return added + c.kernel("gpu", UPDATE, update_width(hidden), Bl) - c.kernel("gpu", UPDATE, first, Bl)
 
@@ -439,14 +438,14 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
     tensor_cores = gemm in TENSOR_CORE_STEPS and point["backend"] == "cupy" and parallel == "data" \
         and point.get("mode") in ("resident", "staged")
     dtype = point.get("dtype", "float32")
-    if dtype in HALF_GEMMS:  # mixed precision: the fused step on cuBLAS's half GEMMs, resident data parallel on GPUs
+    if dtype in HALF_IMPLS:  # mixed precision: the fused step on cuBLAS's half GEMMs, resident data parallel on GPUs
         if (point["backend"], point.get("mode"), parallel, gemm) != ("cupy", "resident", "data", "cublas") \
                 or point.get("comm") in ("nccl-half", "overlap") or (dtype == "float16" and point.get("comm") == "p2p"):
             raise PredictionError(f"the predictor composes {dtype} steps on GPUs, resident data parallel with cuBLAS's "
                                   f"GEMMs and an FP32 exchange (nccl, p2p), so far; got {parallel} {gemm} on "
                                   f"{point['backend']} {point.get('mode', '')} {point.get('comm') or ''}")
-        gemm, dtype = HALF_GEMMS[dtype], "float32"  # its gradient, exchange and update are FP32's
-    if dtype != "float32" or (gemm != "cublas" and not tensor_cores and gemm not in HALF_GEMMS.values()) \
+        gemm, dtype = HALF_IMPLS[dtype], "float32"  # its gradient, exchange and update are FP32's
+    if dtype != "float32" or (gemm != "cublas" and not tensor_cores and gemm not in HALF_IMPLS.values()) \
             or (parallel == "model" and point["backend"] != "numpy" and point.get("mode") != "resident"):
         raise PredictionError("the predictor covers float32 points with cuBLAS GEMMs, data parallel (and model parallel "
                               "on NumPy, or resident on GPUs), and the wgmma and x3tf32 GEMMs data parallel, resident "

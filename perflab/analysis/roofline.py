@@ -9,8 +9,7 @@ import numpy as np
 import pandas as pd
 
 from perflab.analysis import perfmodel
-from perflab.config import HALF_DTYPES, HOST_STAGED
-from perflab.measure.ceilings import HALF_IMPLS
+from perflab.config import HALF_DTYPES, HALF_IMPLS, HOST_STAGED
 from perflab.results import RESULTS_ROOT, read_table
 
 SWEEP_COLUMNS = ("H", "B", "p", "backend", "mode", "epoch_seconds")

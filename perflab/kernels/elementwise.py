@@ -54,14 +54,11 @@ def storage_types(dtype) -> tuple[str, str]:
     return ("float", half) if half else (ctype(dtype), ctype(dtype))
 
 
-def stored(kernel: str, dtype, *bounds) -> object:
-    """The instantiation of `kernel` for big arrays of `dtype` (half storage computes in float)."""
+def elementwise(kernel: str, dtype, *bounds) -> object:
+    """The instantiation of `kernel` for arrays of `dtype` (half storage computes in float), with its
+    compile-time bounds (a class bound) after the compute type."""
     T, S = storage_types(dtype)
     return elementwise_function(f"{kernel}<{','.join([T, *map(str, bounds)] + ([S] if S != T else []))}>", T)
-
-
-def elementwise(name: str, dtype):
-    return elementwise_function(name, ctype(dtype))
 
 
 @functools.lru_cache(maxsize=None)
@@ -79,7 +76,7 @@ def grid_1d(n: int, per: int = 256) -> tuple:
 def bias_sigmoid(z, b):
     """z <- sigmoid(z + b[:, None]) in place."""
     rows, cols = z.shape
-    stored("bias_sigmoid", z.dtype)(grid_1d(z.size), (256,), (z, b, i32(rows), i32(cols)))
+    elementwise("bias_sigmoid", z.dtype)(grid_1d(z.size), (256,), (z, b, i32(rows), i32(cols)))
     return z
 
 
@@ -136,7 +133,7 @@ def sigmoid_backward_rows(da, a, db, dz_small=None):
         raise KernelError(f"sigmoid_backward_rows takes C-contiguous da and a of one shape and db of their rows: got "
                           f"da {da.shape}, a {a.shape}, db {db.shape}")
     check_small_part(dz_small, da, "dz_small")
-    stored("sigmoid_backward_rows", da.dtype)((rows,), (256,), (da, a, db, i32(cols), u64(0) if dz_small is None else dz_small))
+    elementwise("sigmoid_backward_rows", da.dtype)((rows,), (256,), (da, a, db, i32(cols), u64(0) if dz_small is None else dz_small))
     return da
 
 
@@ -175,7 +172,7 @@ def output_layer(W2, b1, b2, z1, y, delta, norm, part, ce=None, scale=None):
     groups = math.ceil(H / FW_ROWS)
     if part.size < groups * C * n:
         raise KernelError(f"output_layer needs a workspace of {groups * C * n} elements, got {part.size}")
-    stored("output_forward", z1.dtype, bound)(
+    elementwise("output_forward", z1.dtype, bound)(
         (max(1, math.ceil(n / 32)), groups), (256,), (W2, b1, z1, part, i32(C), i32(H), i32(n)))
     return softmax_xent_grad(part[:groups * C * n].reshape(groups * C, n), b2, y, delta, norm, ce, groups=groups,
                              scale=scale)
@@ -198,7 +195,7 @@ def output_backward(W2, delta, a1, dz1, dW2, db1, part, dz1_small=None):
     nb = math.ceil(n / BW_COLS)
     if part.size < nb * (C + 1) * H:
         raise KernelError(f"output_backward needs a workspace of {nb * (C + 1) * H} elements, got {part.size}")
-    stored("output_backward", a1.dtype, bound)(
+    elementwise("output_backward", a1.dtype, bound)(
         (nb, math.ceil(H / (8 * BW_ROWS))), (256,),
         (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n), u64(0) if dz1_small is None else dz1_small))
     elementwise("output_backward_reduce", part.dtype)(grid_1d((C + 1) * H), (256,),

@@ -41,7 +41,7 @@ import time
 
 import numpy as np
 
-from perflab.config import ConfigError
+from perflab.config import HALF_CAPABILITY, HALF_IMPLS, ConfigError
 from perflab.timing import median_seconds
 
 SIZES = [2**k for k in range(12, 29, 2)]  # 4 KiB .. 256 MiB
@@ -149,8 +149,6 @@ def gpu_ceilings(sizes=SIZES, shapes=TRAINING_SHAPES, repeats=10) -> list[dict]:
     return rows
 
 
-HALF_IMPLS = {"bfloat16": "cublas-bf16", "float16": "cublas-fp16"}  # the half-precision roof's rows
-HALF_CAPABILITY = {"bfloat16": 80, "float16": 70}  # the compute capability whose tensor cores take them
 
 
 def half_gemm_ms(cp, kernels, M: int, K: int, N: int, kind: str, repeats: int) -> float:
@@ -347,7 +345,7 @@ def gpu_step_kernels(hidden=HIDDEN_GRID, batches=BATCH_GRID, repeats: int = 10, 
     import cupy as cp
     from tqdm.auto import tqdm
 
-    from perflab.analysis.predictor import HALF_GEMMS, UPDATE, fused_step, hidden_layer_name, sequence_name
+    from perflab.analysis.predictor import UPDATE, fused_step, hidden_layer_name, sequence_name
     from perflab.kernels import wgmma
     from perflab.measure.bench import half_step, hidden_layer_kernels, step_kernels, tensor_core_step_kernels
     from perflab.timing import time_graph_ms, time_ms
@@ -376,7 +374,7 @@ def gpu_step_kernels(hidden=HIDDEN_GRID, batches=BATCH_GRID, repeats: int = 10, 
             rows.append(kernel_row("gpu", hidden_layer_name(gemm), H, B, seconds))
             seconds = time_ms(cp, lambda: [call() for _ in range(5) for call in layer], repeats=repeats) * 1e-3 / 5
             rows.append(kernel_row("gpu", hidden_layer_name(gemm, eager=True), H, B, seconds))
-        for kind, gemm in HALF_GEMMS.items():  # the mixed-precision step, where this GPU runs it: the trainer's own
+        for kind, gemm in HALF_IMPLS.items():  # the mixed-precision step, where this GPU runs it: the trainer's own
             if int(cp.cuda.Device().compute_capability) < HALF_CAPABILITY[kind]:
                 continue
             step = half_step(H, B, kind)

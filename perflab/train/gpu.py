@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from perflab import kernels
-from perflab.config import HALF_DTYPES, MODES, OVERLAP_CHUNKS, Config, ConfigError
+from perflab.config import HALF_CAPABILITY, HALF_DTYPES, MODES, OVERLAP_CHUNKS, Config, ConfigError
 from perflab.train import model, profile
 from perflab.train.loop import Sequential
 from perflab.train.parallel import check_batch_split, gather_shards, local_part, sharded_forward
@@ -76,7 +76,7 @@ def check_half(dtype: str, parallel: str, mode: str, gemm: str, exchange: str, c
     (`capability`: the GPU's compute capability, "90" for a Hopper)."""
     if dtype not in HALF_DTYPES:
         return
-    if dtype == "bfloat16" and capability is not None and int(capability) < 80:
+    if dtype == "bfloat16" and capability is not None and int(capability) < HALF_CAPABILITY["bfloat16"]:
         raise GPUError(f"--dtype bfloat16 needs a GPU of compute capability 8.0 or later (Ampere, Hopper): its GEMMs "
                        f"and conversions are theirs; this one is {capability[:-1]}.{capability[-1]}: use --dtype float16 "
                        "(loss-scaled) or float32 here")
@@ -287,11 +287,11 @@ class FusedGPU(Sequential):
         kernels.narrow_copy(self.P, self.P_half)
         return self.half_params[0::2]
 
-    def gemm_operand(self, x, half_buffer):
-        """x as a GEMM reads it: itself, or (half precision) rounded into half_buffer."""
+    def gemm_delta(self, delta):
+        """delta as the unfused output layer's GEMMs read it: itself, or (half precision) rounded into delta_half."""
         if not self.half:
-            return x
-        return kernels.narrow_copy(x, half_buffer[:x.size].reshape(x.shape))
+            return delta
+        return kernels.narrow_copy(delta, self.delta_half[:delta.size].reshape(delta.shape))
 
     def gradients(self, Xb, yb, global_b: int, want_loss: bool):
         """Enqueue forward and backward into G (capturable on one GPU; with --overlap, the
@@ -335,7 +335,7 @@ class FusedGPU(Sequential):
                 kernels.output_backward(W[-1], delta, acts[-1], dz[-1], dW[-1], db[-2], self.part,
                                         small if L == 2 else None)
             else:
-                delta_op = self.gemm_operand(delta, getattr(self, "delta_half", None))
+                delta_op = self.gemm_delta(delta)
                 with phase("backward GEMM 1"):
                     self.gemm(delta_op, acts[-1].T, dW[-1])
                 with phase("backward GEMM 2"):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from perflab.config import Config
+from perflab.config import HALF_CAPABILITY, Config
 
 PRECISIONS = {"FP32": ("float32", "cublas"), "TF32": ("float32", "wgmma"), "3xTF32": ("float32", "x3tf32"),
               "BF16": ("bfloat16", "cublas"), "FP16": ("float16", "cublas")}
@@ -32,7 +32,7 @@ def precisions_here(backend: str, capability: str | None = None) -> dict:
     NumPy FP32 and the emulated half step."""
     if backend == "numpy":
         return dict(CPU_PRECISIONS)
-    if capability is None or int(capability) < 80:
+    if capability is None or int(capability) < HALF_CAPABILITY["bfloat16"]:  # TF32's tensor cores came with BF16's
         return {"FP32": ("float32", "cublas"), "FP16": ("float16", "cublas")}
     hopper = capability == "90"
     return {"FP32": ("float32", "cublas"), "TF32": ("float32", "wgmma" if hopper else "tf32"),
@@ -130,16 +130,20 @@ def fp16_gradient_loss(cfg: Config, params: list, scales=LOSS_SCALES, smaller: f
 
 
 def main(argv=None) -> None:
-    from perflab.config import ACCURACY
+    from perflab.commands.options import positive
+    from perflab.config import ACCURACY, ConfigError
     from perflab.results import machine_metadata
     parser = argparse.ArgumentParser(prog="python -m perflab.workbook.precision", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="folder for precision.jsonl")
-    parser.add_argument("--hidden-size", type=int, nargs="+", default=[1024], metavar="H")
-    parser.add_argument("--num-epochs", type=int, default=2, help="epochs before the weights are compared (default 2)")
+    parser.add_argument("--hidden-size", type=positive, nargs="+", default=[1024], metavar="H")
+    parser.add_argument("--num-epochs", type=positive, default=2, help="epochs before the weights are compared (default 2)")
     args = parser.parse_args(argv)
-    cfg = Config(**{**ACCURACY, "hidden_sizes": tuple(args.hidden_size), "num_epochs": args.num_epochs,
-                    "dataset": "mnist", "test_size": 0})
+    try:
+        cfg = Config(**{**ACCURACY, "hidden_sizes": tuple(args.hidden_size), "num_epochs": args.num_epochs,
+                        "dataset": "mnist", "test_size": 0})
+    except ConfigError as exc:
+        parser.error(str(exc))
     rows = [{"table": "weights against float64", **r} for r in weights_against_float64(cfg)]
     rows += [{"table": "float16 gradient", **r} for r in fp16_gradient_loss(cfg, trained_params(cfg))]
     args.out.mkdir(parents=True, exist_ok=True)

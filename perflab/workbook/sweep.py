@@ -73,6 +73,9 @@ def grid(hidden=(512,), batch=(3200,), ranks=(1,), per_rank_batch=None, parallel
         B = b * p if per_rank_batch else b
         if be == "numpy" and (mo != "resident" or ge != "cublas" or la != launch[0]):
             continue  # mode, GEMM variant and CUDA graphs exist only on the GPU
+        if be == "cupy":  # a half-precision point the GPU step cannot make: refused before any runs
+            from perflab.train.gpu import check_half
+            check_half(dt, par, mo, ge, comm or default_comm(be, mo))
         points.append({"H": perfmodel.net_label(H), "B": B, "p": p, "parallel": par, "backend": be, "mode": mo, "gemm": ge,
                        "launch": "eager" if be == "numpy" else la, "dtype": dt, "N": N, "epochs": epochs,
                        "learning_rate": learning_rate, "comm": comm or default_comm(be, mo)})
