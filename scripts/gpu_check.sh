@@ -5,7 +5,7 @@ set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 XLA_PYTHON_CLIENT_PREALLOCATE=false
 OUT=${OUT:-/tmp/perflab-out}; mkdir -p "$OUT"
 stages=${*:-"info compile tests gemm hold check train"}
-known=" info compile tests gemm check train deep peers tensorcores tcgemm hold splitab stagedspread stagedtimeline half halfacc precision halfroof "
+known=" info compile tests gemm check train deep peers tensorcores tcgemm hold splitab stagedspread stagedtimeline half halfacc precision halfroof halfwgmma "
 for stage in $stages; do  # every name checked before any runs: a typo must not skip a stage of a paid call
   [[ $known == *" $stage "* ]] || { echo "gpu_check.sh: unknown stage '$stage'; stages:$known" >&2; exit 2; }
 done
@@ -37,6 +37,14 @@ for stage in $stages; do
             --peers perflab "perflab (bf16)" "perflab (fp16)" "perflab (bf16, backward unfused)" "jax scan epoch (bf16)" \
             "pytorch cuda graph (bf16 autocast)" \
             "cublas floor (bf16)" "cublas floor (fp16)" "cublas 5-gemm floor" --out "$OUT" 2>&1 | tail -40 ;;
+    halfwgmma) python3 -m pytest -q -m gpu tests/test_gpu_half.py -k wgmma -p no:cacheprovider 2>&1 \
+                 | tee "$OUT/gpu_tests_half_wgmma.log" | tail -25
+               for dt in bfloat16 float16; do  # perflab's half wgmma GEMM beside cuBLAS's at the half step's GEMMs
+                 python3 -m perflab bench gemm --dtype $dt --batches 3200 12000 --out "$OUT" 2>&1 | tail -34
+               done
+               python3 -m perflab bench train --configs 1024,3200 1024,12000 1024-1024,3200 1024-1024,12000 \
+                 --peers "perflab (bf16)" "perflab (bf16, wgmma gemm)" "perflab (fp16)" "perflab (fp16, wgmma gemm)" \
+                 "jax scan epoch (bf16)" "cublas floor (bf16)" --out "$OUT" 2>&1 | tail -30 ;;
     tensorcores) python3 -m pytest -q -m gpu tests/test_gpu.py -k "wgmma or x3tf32 or tf32" -p no:cacheprovider 2>&1 \
                    | tee "$OUT/gpu_tests_tensor_cores.log" | tail -15
                  python3 -m perflab bench train --peers perflab "perflab (wgmma gemm)" "perflab (x3tf32 gemm)" \

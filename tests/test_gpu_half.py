@@ -60,6 +60,66 @@ def test_half_gemm_in_every_storage_order_is_fp32_accumulation_of_what_it_reads(
         kernels.half_gemm(cp.zeros((3, 4), storage), cp.zeros((4, 5), storage), cp.zeros((3, 4), np.float32))
 
 
+def hopper_or_skip():
+    if int(cp.cuda.Device().compute_capability) != 90:
+        pytest.skip("the wgmma GEMMs are sm_90a code: this GPU is not a Hopper")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("M, K, N", [(1, 1, 1), (17, 33, 65), (511, 785, 3199), (10, 1024, 3200), (130, 7, 259),
+                                     (1024, 784, 3200), (136, 3200, 784), (264, 72, 1000)])
+def test_half_wgmma_in_every_storage_order_is_fp32_accumulation_of_what_it_reads(rng, kind, M, K, N):
+    """perflab's BF16/FP16 wgmma GEMM, each operand K-major or MN-major (read in place where its rows are
+    16-byte aligned, copied where not), into float32 or half, with and without the bias + sigmoid
+    epilogue: against float64 on the half values it reads, within FP32 accumulation's error (one
+    rounding more for a half product); the choice tune() makes for the shape, then the untuned one."""
+    hopper_or_skip()
+    storage = kernels.HALF_STORAGE[kind]
+    bias = rng.uniform(-1, 1, M)
+    for ta in (False, True):
+        for tb in (False, True):
+            (a, ha), (b, hb) = held(rng, (M, K), kind, ta), held(rng, (K, N), kind, tb)
+            for out_dtype, bound in ((np.float32, 1e-5), (storage, ULP[kind])):
+                out = poisoned((M, N), out_dtype)
+                kernels.half_gemm(a, b, out, variant="wgmma", config="wg2-n256-s4", splits=1)
+                err = rel(values(out, kind), ha @ hb)
+                assert err <= bound, f"{kind} {M}x{K}x{N} ta={ta} tb={tb} -> {np.dtype(out_dtype)}: {err:.2e}"
+                out = poisoned((M, N), out_dtype)
+                kernels.half_gemm(a, b, out, cp.asarray(bias, np.float32), variant="wgmma")
+                want = 1 / (1 + np.exp(-(ha @ hb + bias[:, None])))
+                assert rel(values(out, kind), want) <= bound, f"bias: {kind} {M}x{K}x{N} ta={ta} tb={tb}"
+    out = poisoned((M, N), np.float32)
+    kernels.tune(a, b, out, "wgmma")
+    kernels.half_gemm(a, b, out, variant="wgmma")
+    assert rel(values(out, kind), ha @ hb) <= 1e-5
+    with pytest.raises(kernels.KernelError, match="the half-precision GEMMs are .* got 'best'"):
+        kernels.half_gemm(a, b, out, variant="best")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_half_wgmma_config_and_split_in_the_layouts_a_step_reads(rng, kind):
+    """Every (config, splits) tune() may pick, in each layout the half step reads in place (W X with X
+    N-contiguous; dz a^T; W^T dz), into half (bias + sigmoid after the split-K sum too) and float32;
+    a config that is not the half kernel's is refused naming those that are."""
+    hopper_or_skip()
+    from perflab.kernels.wgmma import choices
+    M, K, N = 200, 1096, 392
+    storage = kernels.HALF_STORAGE[kind]
+    bias = rng.uniform(-1, 1, M)
+    for ta, tb in ((False, False), (False, True), (True, False)):
+        (a, ha), (b, hb) = held(rng, (M, K), kind, ta), held(rng, (K, N), kind, tb)
+        want = 1 / (1 + np.exp(-(ha @ hb + bias[:, None])))
+        for config, splits in choices(M, N, K, "half"):
+            out = poisoned((M, N), storage)
+            kernels.half_gemm(a, b, out, cp.asarray(bias, np.float32), variant="wgmma", config=config, splits=splits)
+            assert rel(values(out, kind), want) <= ULP[kind], (ta, tb, config, splits)
+            out = poisoned((M, N), np.float32)
+            kernels.half_gemm(a, b, out, variant="wgmma", config=config, splits=splits)
+            assert rel(values(out, kind), ha @ hb) <= 1e-5, (ta, tb, config, splits)
+    with pytest.raises(kernels.KernelError, match="half has no tile config 'wg2-n192-s5'"):
+        kernels.half_gemm(a, b, out, variant="wgmma", config="wg2-n192-s5", splits=1)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_narrow_copy_rounds_as_the_reference_does_in_any_layout(rng, kind):
     x = cp.asarray(np.asfortranarray(rng.standard_normal((37, 101)).astype(np.float32) * 3))
@@ -140,6 +200,23 @@ def test_the_fused_half_step_trains_as_the_emulated_one(kind, hidden, graphs):
     assert rel([r["loss"] for r in history.losses], np.array([r["loss"] for r in reference.losses])) <= TOLERANCE[kind]
     result = check(cfg, "data", Serial(), device)
     assert result["passed"], result["errors"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("gemm", ["cublas", "wgmma"])
+@pytest.mark.parametrize("sizes", [dict(), dict(input_size=104, hidden_sizes=(64, 40), batch_size=96, train_size=576)])
+def test_the_half_step_on_each_gemm_trains_as_the_emulated_one(kind, gemm, sizes):
+    """--gemm cublas | wgmma with --dtype bfloat16 | float16: perflab check against the emulated step, at
+    its precision's tolerance, graphed and not, at odd sizes (wgmma's operands copied K-major) and at
+    sizes whose rows are 16-byte aligned (every operand read in place, K-major or MN-major)."""
+    if gemm == "wgmma":
+        hopper_or_skip()
+    from perflab.train.comm import Serial
+    from perflab.train.runner import TOLERANCE, Device, check
+    cfg = tiny(kind, (61, 37), **sizes)
+    for graphs in (True, False):
+        result = check(cfg, "data", Serial(), Device(backend="cupy", gemm=gemm, graphs=graphs, comm="nccl"))
+        assert result["passed"] and result["tolerance"] == TOLERANCE[kind], (graphs, result["errors"])
 
 
 @pytest.mark.parametrize("kind", KINDS)

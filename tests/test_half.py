@@ -133,7 +133,9 @@ def test_storage_holds_the_rounded_values_in_two_bytes_each(kind):
     (("float16", "model", "resident", "cublas", "nccl", "90"), r"got --parallel model, --mode resident, --gemm cublas: "
                                                               r"use --parallel data --mode resident --gemm cublas"),
     (("bfloat16", "data", "staged", "cublas", "nccl", "90"), r"--mode staged"),
-    (("bfloat16", "data", "resident", "wgmma", "nccl", "90"), r"--gemm wgmma"),
+    (("bfloat16", "data", "resident", "x3tf32", "nccl", "90"), r"--gemm x3tf32: use .* --gemm cublas \(or wgmma on a Hopper\)"),
+    (("float16", "data", "resident", "wgmma", "nccl", "80"), r"--gemm wgmma with --dtype float16 is Hopper's wgmma .* "
+                                                             r"this GPU is 8.0: use --gemm cublas"),
     (("float16", "data", "resident", "cublas", "p2p", "90"), r"does not unscale float16's loss scale: use --comm nccl"),
 ])
 def test_a_half_run_the_gpu_cannot_make_is_refused_before_any_gpu_work_naming_what_to_use(args, message):
@@ -141,6 +143,7 @@ def test_a_half_run_the_gpu_cannot_make_is_refused_before_any_gpu_work_naming_wh
     with pytest.raises(gpu.GPUError, match=message):
         gpu.check_half(*args)
     gpu.check_half("bfloat16", "data", "resident", "cublas", "p2p", "80")  # runnable: no error
+    gpu.check_half("bfloat16", "data", "resident", "wgmma", "nccl", "90")
     gpu.check_half("float32", "model", "staged", "best", "p2p", "60")  # not half: none of its business
 
 

@@ -146,14 +146,16 @@ def test_every_wgmma_config_fits_a_hopper_block():
     1024 threads, at most 227 KiB of shared memory, N a wgmma shape the kernel has a wrapper and an
     mma<N> for; at least 2 stages; a cluster's CTAs each load whole 8-row swizzle atoms of B."""
     from perflab.kernels.build import KERNEL_DIR
-    from perflab.kernels.wgmma import CONFIGS, smem_bytes
-    ops, source = (KERNEL_DIR / "wgmma_ops.cuh").read_text(), (KERNEL_DIR / "gemm_wgmma.cu").read_text()
-    for x3, configs in CONFIGS.items():
+    from perflab.kernels.wgmma import CONFIGS, KINDS, smem_bytes
+    ops = (KERNEL_DIR / "wgmma_ops.cuh").read_text()
+    assert set(CONFIGS) == set(KINDS)
+    for kind, configs in CONFIGS.items():
         for wgs, bn, stages, cluster in configs:
             assert 128 * (wgs + 1) <= 1024 and bn % 8 == 0 and bn <= 256 and stages >= 2
-            assert f"m64n{bn}k8" in ops and f"void mma<{bn}>" in source, bn
-            assert cluster in (1, 2) and bn % (8 * cluster) == 0
-            assert smem_bytes((wgs, bn, stages, cluster), x3) <= 227 * 1024, (x3, wgs, bn, stages)
+            instructions = ("k16.f32.bf16", "k16.f32.f16") if kind == "half" else ("k8.f32.tf32",)
+            assert all(f"m64n{bn}{i}" in ops for i in instructions), bn
+            assert cluster in (1, 2) and bn % ((64 if kind == "half" else 8) * cluster) == 0
+            assert smem_bytes((wgs, bn, stages, cluster), kind) <= 227 * 1024, (kind, wgs, bn, stages)
 
 
 @pytest.mark.parametrize("M, N, K", [(1, 1, 1), (2048, 12000, 784), (512, 784, 3200), (130, 260, 1000), (7, 9, 33)])
@@ -161,20 +163,21 @@ def test_wgmma_plans_cover_k_in_whole_stages_on_a_persistent_grid(M, N, K):
     """Every split is whole 32-k stages, the splits cover K and none is empty; the grid is at most
     a CTA an SM, in whole clusters, and no more clusters than there are pairs of tiles to take;
     the untuned choice fills the SMs or keeps 256 of K a split (pure Python)."""
-    from perflab.kernels.wgmma import CONFIGS, MIN_SPLIT_K, SPLITS, choices, heuristic, plan
-    for x3 in (False, True):
-        for _, splits in choices(M, N, K, x3):
+    from perflab.kernels.wgmma import CONFIGS, KINDS, MIN_SPLIT_K, SPLITS, choices, heuristic, plan
+    for kind in KINDS:
+        bk = 64 if kind == "half" else 32
+        for _, splits in choices(M, N, K, kind):
             assert splits == 1 or K // splits >= MIN_SPLIT_K
-        for config in CONFIGS[x3]:
+        for config in CONFIGS[kind]:
             for splits in SPLITS:
-                kps, z, grid = plan(M, N, K, config, splits, 132)
-                assert kps % 32 == 0 and z * kps >= K and (z - 1) * kps < K and z <= splits
+                kps, z, grid = plan(M, N, K, config, splits, 132, bk)
+                assert kps % bk == 0 and z * kps >= K and (z - 1) * kps < K and z <= splits
                 assert 1 <= grid <= 132 and grid % config[3] == 0
                 units = -(-N // config[1]) * -(-M // (64 * config[0] * config[3])) * z
                 assert grid // config[3] <= units
-        config, splits = heuristic(M, N, K, x3, 132)
+        config, splits = heuristic(M, N, K, kind, 132)
         tiles = -(-N // config[1]) * -(-M // (64 * config[0]))
-        assert config == CONFIGS[x3][0]
+        assert config == CONFIGS[kind][0]
         assert splits == 1 or tiles * splits // 2 < 132 and K // splits >= MIN_SPLIT_K
 
 
@@ -185,7 +188,14 @@ def test_wgmma_refuses_what_the_copy_engine_and_its_configs_cannot_take():
     with pytest.raises(KernelError, match="16-byte aligned, got 3140 bytes"):
         tensor_map_fields(100, 785, 3140, 128)
     with pytest.raises(KernelError, match="wg2-n128-s3"):
-        parse_config("wg9-n1-s1", True)
+        parse_config("wg9-n1-s1", "x3tf32")
+    with pytest.raises(KernelError, match="half has no tile config 'wg2-n192-s5'.*wg1-n128-s8"):
+        parse_config("wg2-n192-s5", "half")
+    # 16-bit: 64 k a box (128 bytes); MN-major boxes are 64 rows of M or N by that k, the rows contiguous
+    k_major = tensor_map_fields(1000, 784, 1568, 256, "uint16")
+    assert k_major["dtype"] == 9 and k_major["dims"] == (784, 1000) and k_major["box"] == (64, 256)
+    mn_major = tensor_map_fields(1000, 784, 2000, 256, "float16", mn_major=True)
+    assert mn_major["dtype"] == 6 and mn_major["dims"] == (1000, 784) and mn_major["box"] == (64, 64)
 
 
 def test_a_slice_of_a_constant_is_found_in_either_orientation():

@@ -15,7 +15,7 @@ from perflab.commands.options import (
     positive,
     save_rows,
 )
-from perflab.config import DTYPES
+from perflab.config import DTYPES, HALF_DTYPES
 
 
 def cmd_timeline(args, comm) -> dict:
@@ -92,6 +92,17 @@ def cmd_compile(args, comm) -> dict:
 
 def cmd_bench_gemm(args, comm) -> dict:
     from perflab.measure import bench
+    if args.dtype in HALF_DTYPES:  # perflab's half wgmma GEMM beside cuBLAS's at the half step's GEMMs
+        rows = bench.bench_half_gemm(args.dtype, hidden=args.hidden, batches=args.batches, repeats=args.repeats,
+                                     progress=not args.json,
+                                     on_shape=lambda so_far: save_rows(f"bench_gemm_{args.dtype}", so_far, args.out))
+        saved = save_rows(f"bench_gemm_{args.dtype}", rows, args.out)
+        if not args.json:
+            import pandas as pd
+            print(pd.DataFrame(rows).pivot_table(index="shape", columns="variant", values="tflops", sort=False)
+                  .round(1).to_string())
+            print(bench.half_gemm_ratio(rows))
+        return {"rows": len(rows), "saved": saved}
     rows = bench.bench_gemm(variants=args.variants, dtype=args.dtype, hidden=args.hidden, batches=args.batches,
                             repeats=args.repeats, progress=not args.json, peers=args.peers,
                             log=(lambda m: None) if args.json else print,
@@ -228,7 +239,9 @@ def register(sub) -> None:
                                     "shape.")
     b.add_argument("--variants", nargs="+", choices=GEMM_VARIANTS, default=list(GEMM_VARIANTS),
                    help="default: all")
-    b.add_argument("--dtype", choices=DTYPES, default="float32", help="default float32")
+    b.add_argument("--dtype", choices=DTYPES + HALF_DTYPES, default="float32",
+                   help="default float32; bfloat16 or float16: perflab's half-precision wgmma GEMM (Hopper) beside "
+                        "cuBLAS's at the half step's GEMMs, each layer's, in its layouts")
     b.add_argument("--hidden", nargs="+", type=positive, default=[512, 1024, 2048], metavar="H",
                    help="hidden sizes of the training shapes (default 512 1024 2048)")
     b.add_argument("--batches", nargs="+", type=positive, default=[800, 3200, 12000], metavar="B",

@@ -88,7 +88,8 @@ PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM
 CLUSTER_DIMENSION = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
 
 
-SCALAR_CTYPES = {np.int32: ctypes.c_int32, np.float32: ctypes.c_float, np.float64: ctypes.c_double}
+SCALAR_CTYPES = {np.int32: ctypes.c_int32, np.float32: ctypes.c_float, np.float64: ctypes.c_double,
+                 np.uint64: ctypes.c_uint64}  # (a uint64 stands for a pointer: a null one)
 
 
 def function_pointer(kernel) -> ctypes.c_void_p:

@@ -7,7 +7,7 @@ from perflab.kernels.dispatch import CUBLAS_VARIANTS, GEMM_VARIANTS, gemm_names,
 from perflab.kernels.elementwise import elementwise_names
 from perflab.kernels.p2p import P2P_KERNELS
 from perflab.kernels.tiles import TILE_CONFIGS, TILED_VARIANTS, tile_configs
-from perflab.kernels.wgmma import WGMMA_VARIANTS, hopper, wgmma_names
+from perflab.kernels.wgmma import HELPERS, WGMMA_VARIANTS, hopper, wgmma_names
 
 
 def modules() -> list[tuple[str, tuple]]:
@@ -20,7 +20,9 @@ def modules() -> list[tuple[str, tuple]]:
             elif (variant, T) in TILE_CONFIGS:
                 out += [(source_file(variant), gemm_names(variant, T, config)) for config in tile_configs(variant, T)]
         out.append(("elementwise.cu", elementwise_names(T)))
-    return out + [("gemm_wgmma.cu", wgmma_names()), ("p2p.cu", P2P_KERNELS)]
+    # the wgmma GEMMs a module an instantiation, as wgmma.kernel() compiles them, and their helpers in one
+    return out + [("gemm_wgmma.cu", (name,)) for name in wgmma_names()] + [("gemm_wgmma.cu", HELPERS),
+                                                                          ("p2p.cu", P2P_KERNELS)]
 
 
 def instantiations() -> dict[str, tuple]:

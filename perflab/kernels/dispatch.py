@@ -19,7 +19,7 @@ from perflab.kernels.tiles import (
     tile_launch,
     workspace_elements,
 )
-from perflab.kernels.wgmma import WGMMA_VARIANTS, wgmma_gemm
+from perflab.kernels.wgmma import WGMMA_VARIANTS, half_wgmma_gemm, wgmma_gemm
 from perflab.kernels.wgmma import choices as wgmma_choices
 
 GEMM_VARIANTS = ("naive", "tiled", "regblock", "best", "tf32", "wgmma", "x3tf32", "cublas", "cublas-x3tf32")
@@ -92,18 +92,22 @@ def tune(a, b, out, variant: str = "best", work=None, repeats: int = 5, a_small=
     gemm() takes it: x3tf32's a given split, as the trainer's backward GEMM 3 runs it."""
     from perflab.timing import time_graph_ms
     cp = cupy()
-    T = ctype(a.dtype)
+    half = a.dtype.name in HALF_CTYPES  # the half-precision wgmma GEMM (half_gemm's variant="wgmma")
+    T = HALF_CTYPES[a.dtype.name] if half else ctype(a.dtype)
     (M, K), N = a.shape, b.shape[1]
     ta, tb = storage(a, "a")[0], storage(b, "b")[0]
     key = (variant, T, M, N, K, ta, tb)
     if key in TUNED:
         return TUNED[key]
     timings = {}
-    options = (wgmma_choices(M, N, K, variant == "x3tf32") if variant in WGMMA_VARIANTS
+    options = (wgmma_choices(M, N, K, "half" if half else variant) if variant in WGMMA_VARIANTS
                else tile_choices(variant, T, M, N, K, work, multiprocessors()))
     for config, blocks in options:
-        run = functools.partial(gemm, a, b, out=out, variant=variant, config=config, blocks=blocks, work=work,
-                                a_small=a_small)
+        if half:
+            run = functools.partial(half_gemm, a, b, out, variant=variant, config=config, splits=blocks)
+        else:
+            run = functools.partial(gemm, a, b, out=out, variant=variant, config=config, blocks=blocks, work=work,
+                                    a_small=a_small)
         timings[(config, blocks)] = time_graph_ms(cp, run, calls=5, repeats=repeats)
     TUNED[key] = min(timings, key=timings.get)
     return TUNED[key]
@@ -188,10 +192,17 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, c=None, bias=None, variant: str = 
     return out
 
 
-def half_gemm(a, b, out, bias=None):
-    """out = a @ b on the tensor cores through cuBLAS: a and b in one half precision (float16, or bfloat16
-    held in uint16), FP32 accumulation, out in that half precision or float32 (a weight gradient); with
-    bias, out <- sigmoid(out + bias[:, None]) after, in a pass of its own (the forward layer)."""
+HALF_GEMMS = ("cublas", "wgmma")  # half_gemm's variants
+
+
+def half_gemm(a, b, out, bias=None, variant: str = "cublas", config: str | None = None, splits: int | None = None):
+    """out = a @ b on the tensor cores: a and b in one half precision (float16, or bfloat16 held in
+    uint16), FP32 accumulation, out in that half precision or float32 (a weight gradient); with bias,
+    out <- sigmoid(out + bias[:, None]). cuBLAS (bias and sigmoid a pass of their own), or perflab's
+    wgmma GEMM (Hopper; bias and sigmoid its epilogue), with the choice tune() made for the shape
+    unless config and splits are given."""
+    if variant not in HALF_GEMMS:
+        raise KernelError(f"the half-precision GEMMs are {HALF_GEMMS}, got {variant!r}")
     (M, K), (K2, N) = a.shape, b.shape
     if K != K2:
         raise KernelError(f"inner dimensions differ: a is {a.shape}, b is {b.shape}")
@@ -203,6 +214,12 @@ def half_gemm(a, b, out, bias=None):
                           f"{out.dtype} {out.shape} (C-contiguous: {out.flags.c_contiguous})")
     if M == 0 or N == 0:
         return out
+    if variant == "wgmma":
+        if config is None:
+            ta, tb = storage(a, "a")[0], storage(b, "b")[0]
+            config, tuned = TUNED.get((variant, HALF_CTYPES[a.dtype.name], M, N, K, ta, tb), (None, None))
+            splits = tuned if splits is None else splits
+        return half_wgmma_gemm(a, b, out, bias, config, splits)
     ta, lda = storage(a, "a")
     tb, ldb = storage(b, "b")
     cublas_gemm_half(M, N, K, a, ta, lda, b, tb, ldb, out)

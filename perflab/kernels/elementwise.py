@@ -229,9 +229,14 @@ L2_BLOCKS = 264  # l2_partials' blocks: two a multiprocessor of an H100 SXM, eno
 
 def l2_penalty(params, ends, regs, part, out):
     """out (0-d) = 1/2 sum_s regs[s] ||segment s of params||^2, the loss's L2 term: two launches and no
-    host round trip, so a CUDA graph can hold it. part: L2_BLOCKS elements of scratch."""
-    import cupy
+    host round trip or allocation, so a CUDA graph can hold it. part: L2_BLOCKS elements of scratch."""
     elementwise("l2_partials", params.dtype)((part.size,), (256,),
                                              (params, u64(params.size), ends, regs, i32(ends.size), part))
-    cupy.sum(part, out=out)
-    return out
+    return total(part, out)
+
+
+def total(x, out):
+    """out (0-d, or one element) = sum of vector x, in one launch that allocates nothing: cupy.sum(x, out=...)
+    allocated a temporary, which inside a CUDA graph's capture is memory freed after it that the graph
+    goes on writing at each replay (it overwrote a wgmma tensor map made later in its place)."""
+    return row_sum(x.reshape(1, -1), out.reshape(1))

@@ -1,9 +1,19 @@
-// TF32 (`wgmma`) and 3xTF32 (`x3tf32`) GEMMs on Hopper's warpgroup MMA (wgmma, sm_90a only).
+// TF32 (`wgmma`), 3xTF32 (`x3tf32`), BF16 and FP16 GEMMs on Hopper's warpgroup MMA (wgmma, sm_90a only).
 //
-// C (M x N, row-major, ldc) = alpha A Bt^T + beta C with A (M x K) and Bt (N x K) both K-major, as
-// TF32 wgmma requires, each given by a TMA tensor map in device memory (wgmma.py makes them, and
-// K-major copies of operands stored otherwise); M, N and K free: the copy engine reads zeros past
-// the edges, and rows past them are not stored.
+// C (M x N, row-major, ldc) = alpha A Bt^T + beta C with A (M x K) and Bt (N x K), each given by a TMA
+// tensor map in device memory (wgmma.py makes them); M, N and K free: the copy engine reads zeros past
+// the edges, and rows past them are not stored. E is the operands' element type: float (TF32: both
+// K-major, as TF32 wgmma requires; wgmma.py makes K-major copies of operands stored otherwise), or
+// bf16 and fp16, which wgmma reads K-major or MN-major (TA, TB: A, Bt MN-major, that is stored with
+// M or N contiguous), so that every layout a training step holds is read in place. Either way a stage
+// row is 128 bytes of K (32 TF32, 64 BF16) and a k-step 32 bytes of it (k8 TF32, k16 BF16): a K-major
+// tile is rows of 128 bytes; an MN-major one boxes of 64 rows of M or N (128 bytes) by the stage's
+// 64 k, 8 KiB apart. C holds O: float, or E (a half-precision product); with bias, C = sigmoid(C +
+// bias[row]) (the forward layer's epilogue, applied after the split-K sum where there are splits), the
+// product rounded to O first as cuBLAS's half GEMM and a bias pass of its own round it. O is a
+// template parameter, not a run-time choice: two store paths made the kernel's code overflow the
+// instruction cache at BN = 256 (warps stalled on "no instruction" 11 cycles an issue; TF32's
+// wg2-n256-s4-c2 fell from 253 to 190 TFLOP/s at 2048 x 12000 x 784).
 //
 // Warp-specialized and persistent: a CTA per multiprocessor walks the output tiles (N fastest,
 // then M, then the k-split). One producer thread fills STAGES shared-memory stages of 32 k by the
@@ -31,25 +41,27 @@
 #include "wgmma_ops.cuh"
 
 namespace wg {
-constexpr int BK = 32;
-
+constexpr int ROW = 128;        // bytes of K a stage holds of each row: one 128-byte swizzle row
+constexpr int MN_BOX = 64 * ROW;  // an MN-major box: 64 k-rows of 64 16-bit elements
 __device__ __forceinline__ unsigned smem_u32(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
 
-// The wgmma descriptor of a K-major tile in the 128-byte swizzle at byte address addr (tiles
-// 1024-byte aligned; a k-step of 8 TF32 adds 32 bytes to addr).
+// The wgmma descriptor of a tile in the 128-byte swizzle at byte address addr (tiles 1024-byte
+// aligned). K-major: rows of 128 bytes of K, 8-row groups 1024 bytes apart (a k-step adds 32 bytes
+// to addr). MN-major: k-rows of 64 elements of M or N, 8-k-row groups 1024 bytes apart, the next 64
+// of M or N (the next box) MN_BOX bytes on (a k-step of 16 adds 2048 bytes).
+template <bool MN>
 __device__ __forceinline__ unsigned long long descriptor(unsigned addr) {
     unsigned long long d = (unsigned long long)((addr & 0x3FFFF) >> 4);
-    d |= 1ull << 16;                               // leading byte offset: unused when swizzled
-    d |= (unsigned long long)(1024 >> 4) << 32;    // stride byte offset: the next 8-row group
-    d |= 1ull << 62;                               // the 128-byte swizzle
+    d |= (unsigned long long)(MN ? MN_BOX >> 4 : 1) << 16;   // leading byte offset: unused when K-major
+    d |= (unsigned long long)(1024 >> 4) << 32;              // stride byte offset: the next 8-row group
+    d |= 1ull << 62;                                         // the 128-byte swizzle
     return d;
 }
 
-template <int N> __device__ __forceinline__ void mma(float (&d)[N / 2], unsigned a, unsigned b, int accumulate);
-template <> __device__ __forceinline__ void mma<64>(float (&d)[32], unsigned a, unsigned b, int acc) { wgmma_n64(d, descriptor(a), descriptor(b), acc); }
-template <> __device__ __forceinline__ void mma<128>(float (&d)[64], unsigned a, unsigned b, int acc) { wgmma_n128(d, descriptor(a), descriptor(b), acc); }
-template <> __device__ __forceinline__ void mma<192>(float (&d)[96], unsigned a, unsigned b, int acc) { wgmma_n192(d, descriptor(a), descriptor(b), acc); }
-template <> __device__ __forceinline__ void mma<256>(float (&d)[128], unsigned a, unsigned b, int acc) { wgmma_n256(d, descriptor(a), descriptor(b), acc); }
+template <typename E, int N, bool TA, bool TB>
+__device__ __forceinline__ void mma(float (&d)[N / 2], unsigned a, unsigned b, int accumulate) {
+    wgmma<TA, TB>(E{}, d, descriptor<TA>(a), descriptor<TB>(b), accumulate);
+}
 
 __device__ __forceinline__ void mbar_init(unsigned bar, int count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
@@ -64,20 +76,33 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
                      : "=r"(done) : "r"(bar), "r"(parity) : "memory");
 }
 
-// a box of 32 k x rows of a K-major operand (its tensor map in global memory) into shared memory
-// at dst by the copy engine, completing on `bar`'s transaction count
-__device__ __forceinline__ void tma_load(unsigned dst, const void* map, int k, int row, unsigned bar) {
+// a box of an operand (its tensor map in global memory; c0 the coordinate along the contiguous
+// dimension) into shared memory at dst by the copy engine, completing on `bar`'s transaction count
+__device__ __forceinline__ void tma_load(unsigned dst, const void* map, int c0, int c1, unsigned bar) {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
-                 :: "r"(dst), "l"(map), "r"(k), "r"(row), "r"(bar) : "memory");
+                 :: "r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(bar) : "memory");
 }
 
 // the same box into the shared memory of every CTA of the cluster in cta_mask, at the same offset,
 // each completing on its own `bar` (the mbarrier at that offset in each)
-__device__ __forceinline__ void tma_load_multicast(unsigned dst, const void* map, int k, int row, unsigned bar,
+__device__ __forceinline__ void tma_load_multicast(unsigned dst, const void* map, int c0, int c1, unsigned bar,
                                                    unsigned short cta_mask) {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
                  " [%0], [%1, {%2, %3}], [%4], %5;\n"
-                 :: "r"(dst), "l"(map), "r"(k), "r"(row), "r"(bar), "h"(cta_mask) : "memory");
+                 :: "r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(bar), "h"(cta_mask) : "memory");
+}
+
+// rows [row, row + rows) of an operand at k0 into a stage's tile at dst: K-major one box of the
+// stage's k by rows, MN-major rows / 64 boxes of 64 rows by the stage's k; CL > 1: into every CTA of
+// the cluster
+template <bool MN, int CL>
+__device__ __forceinline__ void load(unsigned dst, const void* map, int k0, int row, int rows, unsigned bar) {
+    const int boxes = MN ? rows / 64 : 1;
+    for (int j = 0; j < boxes; ++j) {
+        const int c0 = MN ? row + 64 * j : k0, c1 = MN ? k0 : row;
+        if constexpr (CL == 1) tma_load(dst + j * MN_BOX, map, c0, c1, bar);
+        else tma_load_multicast(dst + j * MN_BOX, map, c0, c1, bar, (1 << CL) - 1);
+    }
 }
 
 // an arrival on the mbarrier at `bar`'s offset in CTA `cta` of the cluster. Release at the CTA's
@@ -102,35 +127,55 @@ __device__ __forceinline__ void cluster_sync() {
 
 // one warpgroup's MMAs of a stage (its 64 rows from row 64 wg of the A tile) into d, which the
 // first MMA starts afresh unless `accumulate`
-template <int BM, int BN, bool X3>
+template <typename E, int BM, int BN, bool X3, bool TA, bool TB>
 __device__ __forceinline__ void stage_mmas(float (&d)[BN / 2], unsigned stage, int wg, int accumulate) {
-    constexpr int A_BYTES = BM * BK * 4, HALF = (BM + BN) * BK * 4;
-    const unsigned a = stage + wg * 64 * 128, b = stage + A_BYTES;
+    constexpr int A_BYTES = BM * ROW, HALF = (BM + BN) * ROW;
+    constexpr int STEP_A = TA ? 16 * ROW : 32, STEP_B = TB ? 16 * ROW : 32;   // a k-step's bytes
+    const unsigned a = stage + wg * 64 * ROW, b = stage + A_BYTES;
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-    for (int ks = 0; ks < BK / 8; ++ks) {
+    for (int ks = 0; ks < 4; ++ks) {
         if constexpr (X3) {
-            mma<BN>(d, a + HALF + ks * 32, b + ks * 32, ks == 0 ? accumulate : 1);
-            mma<BN>(d, a + ks * 32, b + HALF + ks * 32, 1);
-            mma<BN>(d, a + ks * 32, b + ks * 32, 1);
+            mma<E, BN, TA, TB>(d, a + HALF + ks * 32, b + ks * 32, ks == 0 ? accumulate : 1);
+            mma<E, BN, TA, TB>(d, a + ks * 32, b + HALF + ks * 32, 1);
+            mma<E, BN, TA, TB>(d, a + ks * 32, b + ks * 32, 1);
         } else {
-            mma<BN>(d, a + ks * 32, b + ks * 32, ks == 0 ? accumulate : 1);
+            mma<E, BN, TA, TB>(d, a + ks * STEP_A, b + ks * STEP_B, ks == 0 ? accumulate : 1);
         }
     }
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
 
+// two adjacent elements of C at o (aligned for both): one 8-byte store of float, one 4-byte of 16-bit
+__device__ __forceinline__ void store_pair(float* o, float v0, float v1) { *reinterpret_cast<float2*>(o) = make_float2(v0, v1); }
+template <typename S>
+__device__ __forceinline__ void store_pair(S* o, float v0, float v1) {
+    *reinterpret_cast<unsigned*>(o) = narrow<S>(v0).bits | ((unsigned)narrow<S>(v1).bits << 16);
+}
+
+// C's element (of type O) from the accumulated v: alpha v + beta c (BETA), then with bias b (BIAS)
+// sigmoid(. + b) of it rounded to O. The sigmoid by the fast intrinsics (a few ulp of FP32): IEEE
+// division and expf made each of a thread's 128 elements a subroutine's worth of code.
+template <typename O, bool BETA, bool BIAS>
+__device__ __forceinline__ float epilogue(float v, float alpha, float beta, float c, float b) {
+    v = BETA ? alpha * v + beta * c : alpha * v;
+    return BIAS ? __fdividef(1.0f, 1.0f + __expf(-(widen(narrow<O>(v)) + b))) : v;
+}
+
 // a warpgroup's 64 x BN result to C (split: to split z's slice of the workspace): warp w holds rows
 // 16w..16w+15; lane l rows l/4 and l/4 + 8, and in each 8-column block j the columns 2(l%4) and
-// 2(l%4) + 1, stored as one float2 where C allows
-template <int BN>
-__device__ __forceinline__ void store(const float (&d)[BN / 2], int row0, int n0, int M, int N, float alpha,
-                                      float beta, float* C, int ldc, int z, bool split) {
-    float* out = split ? C + (size_t)z * M * ldc : C;
-    const bool pairs = (ldc % 2 == 0) && (reinterpret_cast<size_t>(C) % 8 == 0);
-    const bool scale_c = !split && beta != 0.0f;
+// 2(l%4) + 1, stored as one pair where C allows. One unrolled path per (BETA, BIAS): a path is
+// 128 elements' code, and a kernel that executed a general one (beta and bias tested at each
+// element) stalled on instruction fetch.
+template <int BN, typename O, bool BETA, bool BIAS>
+__device__ __forceinline__ void store_as(const float (&d)[BN / 2], int row0, int n0, int M, int N, float alpha,
+                                         float beta, O* out, int ldc, bool pairs, const float* bias) {
     const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const int r0 = row0 + warp * 16 + (lane >> 2);
+    float b[2] = {0.0f, 0.0f};
+    if constexpr (BIAS) {
+        for (int h = 0; h < 2; ++h) b[h] = r0 + h * 8 < M ? bias[r0 + h * 8] : 0.0f;
+    }
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
         const int col = n0 + j * 8 + (lane & 3) * 2;
@@ -139,44 +184,61 @@ __device__ __forceinline__ void store(const float (&d)[BN / 2], int row0, int n0
         for (int h = 0; h < 2; ++h) {
             const int row = r0 + h * 8;
             if (row >= M) continue;
-            float* o = out + (size_t)row * ldc + col;
-            float v0 = alpha * d[j * 4 + h * 2], v1 = alpha * d[j * 4 + h * 2 + 1];
-            if (pairs && col + 1 < N) {
-                if (scale_c) {
-                    const float2 c = *reinterpret_cast<const float2*>(o);
-                    v0 += beta * c.x;
-                    v1 += beta * c.y;
-                }
-                *reinterpret_cast<float2*>(o) = make_float2(v0, v1);
+            O* o = out + (size_t)row * ldc + col;
+            const bool both = col + 1 < N;
+            const float v0 = epilogue<O, BETA, BIAS>(d[j * 4 + h * 2], alpha, beta, BETA ? widen(o[0]) : 0.0f, b[h]);
+            const float v1 = epilogue<O, BETA, BIAS>(d[j * 4 + h * 2 + 1], alpha, beta,
+                                                     BETA && both ? widen(o[1]) : 0.0f, b[h]);
+            if (pairs && both) {
+                store_pair(o, v0, v1);
             } else {
-                o[0] = scale_c ? v0 + beta * o[0] : v0;
-                if (col + 1 < N) o[1] = scale_c ? v1 + beta * o[1] : v1;
+                o[0] = narrow<O>(v0);
+                if (both) o[1] = narrow<O>(v1);
             }
         }
     }
 }
+
+template <int BN, typename O>
+__device__ __forceinline__ void store(const float (&d)[BN / 2], int row0, int n0, int M, int N, float alpha,
+                                      float beta, O* C, int ldc, int z, bool split, const float* bias) {
+    O* out = split ? C + (size_t)z * M * ldc : C;
+    const bool pairs = (ldc % 2 == 0) && (reinterpret_cast<size_t>(C) % (2 * sizeof(O)) == 0);
+    const bool scale_c = !split && beta != 0.0f;
+    if (scale_c && bias) store_as<BN, O, true, true>(d, row0, n0, M, N, alpha, beta, out, ldc, pairs, bias);
+    else if (scale_c) store_as<BN, O, true, false>(d, row0, n0, M, N, alpha, beta, out, ldc, pairs, bias);
+    else if (bias) store_as<BN, O, false, true>(d, row0, n0, M, N, alpha, beta, out, ldc, pairs, bias);
+    else store_as<BN, O, false, false>(d, row0, n0, M, N, alpha, beta, out, ldc, pairs, bias);
+}
 }  // namespace wg
 
-template <int WGS, int BN, int STAGES, bool X3, int CL>
+template <typename E, typename O, int WGS, int BN, int STAGES, bool X3, int CL, bool TA, bool TB>
 __global__ void __launch_bounds__((WGS + 1) * 128, 1)
 gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const void* map_as, const void* map_b,
-           const void* map_bs, float beta, float* __restrict__ C, int ldc) {
+           const void* map_bs, float beta, O* __restrict__ C, int ldc, const float* __restrict__ bias, int m_fastest) {
     using namespace wg;
-    constexpr int BM = 64 * WGS, A_BYTES = BM * BK * 4, HALF = (BM + BN) * BK * 4, STAGE = HALF * (X3 ? 2 : 1);
-    constexpr int B_PART = BN / CL * BK * 4;   // the bytes of B a CTA of the cluster loads for all
+    constexpr int BK = ROW / sizeof(E);   // k a stage
+    constexpr int BM = 64 * WGS, A_BYTES = BM * ROW, HALF = (BM + BN) * ROW, STAGE = HALF * (X3 ? 2 : 1);
+    constexpr int B_PART = BN / CL * ROW;   // the bytes of B a CTA of the cluster loads for all
     static_assert(BN % (8 * CL) == 0, "a CTA's part of B must be whole 8-row swizzle atoms");
+    static_assert(sizeof(E) == 2 || (!TA && !TB), "TF32 operands are K-major");
+    static_assert(sizeof(E) == 4 || !X3, "3xTF32 splits FP32 operands");
+    static_assert(!TB || (BN / CL) % 64 == 0, "an MN-major B part is whole boxes of 64");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const unsigned base = (smem_u32(smem_raw) + 1023) & ~1023u;   // the 128-byte swizzle wants 1024-aligned tiles
     const unsigned full = base + STAGES * STAGE, empty = full + 8 * STAGES;
     const unsigned rank = CL > 1 ? cluster_rank() : 0;
-    // a cluster's CL CTAs take the CL tiles of one column of tiles_n, M-adjacent: B's tile is shared
+    // a cluster's CL CTAs take the CL tiles of one column of tiles_n, M-adjacent: B's tile is shared.
+    // m_fastest: tiles walk M first, so that the CTAs running at once share a few of B's column blocks
+    // (which stay in L2) where N first has each wave of tiles read all of B again
     const int tiles_n = (N + BN - 1) / BN, tiles_m = (M + BM * CL - 1) / (BM * CL), splits = (K + kps - 1) / kps;
     const int tiles = tiles_n * tiles_m * splits, first = blockIdx.x / CL, step = gridDim.x / CL;
     struct Work { int m0, n0, z, kbegin, ktiles; };
     auto work = [&](int tile) {
         Work w;
-        w.n0 = (tile % tiles_n) * BN;
-        w.m0 = ((tile / tiles_n % tiles_m) * CL + rank) * BM;   // past M: zeros loaded, nothing stored
+        const int t = tile % (tiles_n * tiles_m);
+        w.n0 = (m_fastest ? t / tiles_m : t % tiles_n) * BN;
+        w.m0 = ((m_fastest ? t % tiles_m : t / tiles_n) * CL + rank) * BM;   // past M: zeros loaded, nothing stored
         w.z = tile / (tiles_n * tiles_m);
         w.kbegin = w.z * kps;
         w.ktiles = (min(K, w.kbegin + kps) - w.kbegin + BK - 1) / BK;
@@ -199,17 +261,13 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
                 const unsigned stage = base + s * STAGE, bar = full + 8 * s;
                 mbar_wait(empty + 8 * s, ((it / STAGES) & 1) ^ 1);   // a fresh barrier passes parity 1
                 asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(STAGE) : "memory");
-                tma_load(stage, map_a, k0, w.m0, bar);
-                if constexpr (X3) tma_load(stage + HALF, map_as, k0, w.m0, bar);
-                if constexpr (CL == 1) {
-                    tma_load(stage + A_BYTES, map_b, k0, w.n0, bar);
-                    if constexpr (X3) tma_load(stage + HALF + A_BYTES, map_bs, k0, w.n0, bar);
-                } else {   // this CTA's part of B's rows, into every CTA of the cluster
-                    const unsigned part = A_BYTES + rank * B_PART;
-                    const int row = w.n0 + rank * (BN / CL);
-                    tma_load_multicast(stage + part, map_b, k0, row, bar, (1 << CL) - 1);
-                    if constexpr (X3) tma_load_multicast(stage + HALF + part, map_bs, k0, row, bar, (1 << CL) - 1);
-                }
+                load<TA, 1>(stage, map_a, k0, w.m0, BM, bar);
+                if constexpr (X3) load<TA, 1>(stage + HALF, map_as, k0, w.m0, BM, bar);
+                // this CTA's part of B's rows (with clusters, into every CTA of the cluster)
+                const unsigned part = A_BYTES + rank * B_PART;
+                const int row = w.n0 + rank * (BN / CL);
+                load<TB, CL>(stage + part, map_b, k0, row, BN / CL, bar);
+                if constexpr (X3) load<TB, CL>(stage + HALF + part, map_bs, k0, row, BN / CL, bar);
             }
         }
     }
@@ -237,7 +295,7 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
         for (int t = 0; t < w.ktiles; ++t) {
             const int s = (it + t) % STAGES;
             mbar_wait(full + 8 * s, ((it + t) / STAGES) & 1);
-            stage_mmas<BM, BN, X3>(d, base + s * STAGE, wgi, X3 ? 0 : 1);
+            stage_mmas<E, BM, BN, X3, TA, TB>(d, base + s * STAGE, wgi, X3 ? 0 : 1);
             if constexpr (X3) {   // wait 0: ptxas serializes every wgmma where running MMAs' registers are read
                 asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #pragma unroll
@@ -250,33 +308,35 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         if (w.ktiles > 0) release((it + w.ktiles - 1) % STAGES);
         it += w.ktiles;
-        store<BN>(X3 ? total : d, w.m0 + wgi * 64, w.n0, M, N, alpha, beta, C, ldc, w.z, splits > 1);
+        store<BN>(X3 ? total : d, w.m0 + wgi * 64, w.n0, M, N, alpha, beta, C, ldc, w.z, splits > 1, bias);
     }
     if constexpr (CL > 1) cluster_sync();   // no CTA leaves while another may still write to it
 }
 
-// C = the sum of the splits of work (splits x M x ldc) + beta C
-extern "C" __global__ void wgmma_splitk_sum(int M, int N, int splits, const float* __restrict__ work, float beta,
-                                            float* __restrict__ C, int ldc) {
+// C = the sum of the splits of work (splits x M x ldc) + beta C, with bias sigmoid(. + bias[row])
+template <typename O>
+__global__ void wgmma_splitk_sum(int M, int N, int splits, const float* __restrict__ work, float beta,
+                                 O* __restrict__ C, int ldc, const float* __restrict__ bias) {
     const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i >= (size_t)M * N) return;
     const size_t at = (i / N) * ldc + i % N;
     float s = 0.0f;
     for (int z = 0; z < splits; ++z) s += work[z * (size_t)M * ldc + at];
-    C[at] = beta == 0.0f ? s : s + beta * C[at];
+    const float b = bias ? bias[i / N] : 0.0f, c = beta == 0.0f ? 0.0f : widen(C[at]);
+    C[at] = narrow<O>(bias ? wg::epilogue<O, true, true>(s, 1.0f, beta, c, b) : wg::epilogue<O, true, false>(s, 1.0f, beta, c, b));
 }
 
 // The kernel's operands made K-major: dst (rows x K, ld apart) = src, whose element (r, k) is at
-// src[r sr + k sk], or (split) its TF32 big and small parts, rounded as tf32_split_kernel does.
+// src[r sr + k sk] (float, or a 16-bit type's bits), or (split, float) its TF32 big and small parts.
 // A 32 x 32 tile a block through shared memory, so that both the reads (along whichever of r and k
 // src holds contiguous: a transposed view is the common case) and the writes (along k) are
 // coalesced: an elementwise copy of a transposed view reads 4 bytes of every 32-byte sector.
 __device__ __forceinline__ float tf32_round(float x) { return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u); }
 
-template <bool SPLIT>
-__global__ void __launch_bounds__(256) k_major_copy(const float* __restrict__ src, long long sr, long long sk, int rows,
-                                                    int K, float* __restrict__ big, float* __restrict__ small, int ld) {
-    __shared__ float tile[32][33];
+template <typename T, bool SPLIT>
+__global__ void __launch_bounds__(256) k_major_copy(const T* __restrict__ src, long long sr, long long sk, int rows,
+                                                    int K, T* __restrict__ big, T* __restrict__ small, int ld) {
+    __shared__ T tile[32][33];
     const int r0 = blockIdx.x * 32, k0 = blockIdx.y * 32, tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
     const bool rows_contiguous = sr == 1 && sk != 1;
     for (int i = ty; i < 32; i += 8) {
@@ -286,9 +346,9 @@ __global__ void __launch_bounds__(256) k_major_copy(const float* __restrict__ sr
     __syncthreads();
     for (int i = ty; i < 32; i += 8) {
         if (r0 + i >= rows || k0 + tx >= K) continue;
-        const float x = tile[i][tx];
+        const T x = tile[i][tx];
         const size_t at = (size_t)(r0 + i) * ld + k0 + tx;
-        if (SPLIT) {
+        if constexpr (SPLIT) {
             const float b = tf32_round(x);
             big[at] = b;
             small[at] = tf32_round(x - b);

@@ -1,4 +1,5 @@
-"""TF32 (`wgmma`) and 3xTF32 (`x3tf32`) GEMMs on Hopper's warpgroup MMA (gemm_wgmma.cu).
+"""TF32 (`wgmma`), 3xTF32 (`x3tf32`), BF16 and FP16 (`half_wgmma_gemm`) GEMMs on Hopper's warpgroup MMA
+(gemm_wgmma.cu).
 
 The kernel reads two K-major operands through TMA tensor maps: A (M x K) and Bt = b^T (N x K), each
 row-major with 16-byte aligned rows. An operand stored so is read in place; any other (b as the
@@ -11,6 +12,10 @@ trainer's resident images) is prepared once instead: its K-major copies and spli
 orientations, are kept, and any slice of it is read from them. The buffers, the tensor maps and
 the split-K workspace are made on first use and kept per shape: a GEMM must run once outside CUDA
 graph capture before it is captured (the trainers and benchmarks warm up first).
+
+The half-precision GEMMs read 16-bit operands K-major or MN-major, as wgmma allows them: every layout
+a training step holds is read in place (a copy only where rows are not 16-byte aligned), and the
+forward layer's bias and sigmoid are the GEMM's epilogue.
 """
 from __future__ import annotations
 
@@ -32,15 +37,22 @@ from perflab.kernels.build import (
 )
 
 WGMMA_VARIANTS = ("wgmma", "x3tf32")
-BK = 32  # k of a shared-memory stage: one 128-byte swizzle row of TF32
-# (consumer warpgroups, BN, stages, CTAs a cluster) per kernel, X3 or not; tune() tries them all, the
-# first is the default (the fastest at the H100's training shapes, experiments/wgmma/logs/run6). A
-# CTA's shared memory stays within 227 KiB; an X3 stage holds both parts. Clusters of 2 share B's
-# tile through TMA multicast (gemm_wgmma.cu).
-CONFIGS = {False: ((2, 256, 4, 1), (2, 256, 4, 2), (2, 192, 5, 1), (2, 128, 6, 1), (2, 128, 6, 2), (2, 128, 4, 1),
-                   (2, 64, 8, 1)),
-           True: ((2, 128, 3, 1), (2, 128, 3, 2), (1, 128, 4, 1), (2, 64, 4, 1))}
+KINDS = ("wgmma", "x3tf32", "half")  # the kernel's families: TF32, 3xTF32, BF16/FP16 (each its configs)
+ROW = 128  # bytes of K a shared-memory stage holds of each operand row: one 128-byte swizzle row
+BK = ROW // 4  # k of a TF32 stage (a 16-bit stage holds 64)
+# (consumer warpgroups, BN, stages, CTAs a cluster) per kind; tune() tries them all, the first is the
+# default (TF32: the fastest at the H100's training shapes, experiments/wgmma/logs/run6). A CTA's
+# shared memory stays within 227 KiB; an X3 stage holds both parts. Clusters of 2 share B's tile
+# through TMA multicast (gemm_wgmma.cu). A half kind's B part a CTA loads is whole boxes of 64 rows
+# (an MN-major operand's), and each config is compiled for both half precisions and four layouts.
+CONFIGS = {"wgmma": ((2, 256, 4, 1), (2, 256, 4, 2), (2, 192, 5, 1), (2, 128, 6, 1), (2, 128, 6, 2), (2, 128, 4, 1),
+                     (2, 64, 8, 1)),
+           "x3tf32": ((2, 128, 3, 1), (2, 128, 3, 2), (1, 128, 4, 1), (2, 64, 4, 1)),
+           "half": ((2, 256, 4, 1), (2, 256, 4, 2), (2, 128, 6, 1), (2, 128, 6, 2), (1, 128, 8, 1))}
+HALF_TAGS = ("bf16", "fp16")  # the kernels' names for bfloat16 and float16 (elementwise.HALF_CTYPES' values)
+TENSOR_MAP_TYPES = {"float32": 7, "uint16": 9, "float16": 6}  # CUtensorMapDataType: FLOAT32, BFLOAT16, FLOAT16
 SPLITS = (1, 2, 4)
+M_FASTEST = True  # tiles walk M first where M has fewer of them than N (gemm_wgmma.cu's m_fastest)
 MIN_SPLIT_K = 256  # of K a split keeps, at least
 
 
@@ -48,44 +60,64 @@ def config_name(config: tuple) -> str:
     return "wg{}-n{}-s{}".format(*config) + (f"-c{config[3]}" if config[3] > 1 else "")
 
 
-def parse_config(name: str, x3: bool) -> tuple:
-    for config in CONFIGS[x3]:
+def kind_of(x3: bool) -> str:
+    return "x3tf32" if x3 else "wgmma"
+
+
+def parse_config(name: str, kind: str) -> tuple:
+    for config in CONFIGS[kind]:
         if config_name(config) == name:
             return config
-    raise KernelError(f"{'x3tf32' if x3 else 'wgmma'} has no tile config {name!r}: "
-                      f"the configs are {[config_name(c) for c in CONFIGS[x3]]}")
+    raise KernelError(f"{kind} has no tile config {name!r}: the configs are {[config_name(c) for c in CONFIGS[kind]]}")
 
 
-def smem_bytes(config: tuple, x3: bool) -> int:
+def smem_bytes(config: tuple, kind: str) -> int:
     """Shared memory of a CTA: the stages, their two mbarriers each, 1024 to align the base."""
     wgs, bn, stages, _ = config
-    return stages * (64 * wgs + bn) * BK * 4 * (2 if x3 else 1) + 16 * stages + 1024
+    return stages * (64 * wgs + bn) * ROW * (2 if kind == "x3tf32" else 1) + 16 * stages + 1024
 
 
-def kernel_name(x3: bool, config: tuple) -> str:
-    return "gemm_wgmma<{},{},{},{},{}>".format(*config[:3], str(x3).lower(), config[3])
+def kernel_name(config: tuple, kind: str, tag: str = "float", ta: bool = False, tb: bool = False,
+                out: str = "float") -> str:
+    """The instantiation: element type (float for TF32, a HALF_TAG), output type (float, or the half
+    tag), config, X3, and (16-bit) whether A and Bt are MN-major."""
+    wgs, bn, stages, cluster = config
+    flags = (str(kind == "x3tf32").lower(), cluster, str(ta).lower(), str(tb).lower())
+    return f"gemm_wgmma<{tag},{out},{wgs},{bn},{stages},{flags[0]},{flags[1]},{flags[2]},{flags[3]}>"
+
+
+HELPERS = tuple(f"wgmma_splitk_sum<{t}>" for t in ("float",) + HALF_TAGS) + (
+    "k_major_copy<float,false>", "k_major_copy<float,true>", "k_major_copy<unsigned short,false>", "small_part")
 
 
 def wgmma_names() -> tuple:
-    return (tuple(kernel_name(x3, c) for x3 in (False, True) for c in CONFIGS[x3])
-            + ("wgmma_splitk_sum", "k_major_copy<false>", "k_major_copy<true>", "small_part"))
+    """Every GEMM instantiation kernel() may compile (the helpers are HELPERS)."""
+    tf32 = tuple(kernel_name(c, kind) for kind in WGMMA_VARIANTS for c in CONFIGS[kind])
+    half = tuple(kernel_name(c, "half", tag, ta, tb, out) for tag in HALF_TAGS for c in CONFIGS["half"]
+                 for ta in (False, True) for tb in (False, True) for out in ("float", tag))
+    return tf32 + half
 
 
-def plan(M: int, N: int, K: int, config: tuple, splits: int, sms: int) -> tuple[int, int, int]:
-    """(k a split, splits, CTAs) of a launch: k a split rounded up to whole 32-k stages, and a
+def stage_k(itemsize: int) -> int:
+    """k of a shared-memory stage: 128 bytes of it."""
+    return ROW // itemsize
+
+
+def plan(M: int, N: int, K: int, config: tuple, splits: int, sms: int, bk: int = BK) -> tuple[int, int, int]:
+    """(k a split, splits, CTAs) of a launch: k a split rounded up to whole stages of `bk`, and a
     persistent grid of at most one CTA a multiprocessor (`sms`: as many as run at once), in whole
     clusters, each of which takes `cluster` M-adjacent tiles at a time."""
     cluster = config[3]
-    kps = math.ceil(math.ceil(K / splits) / BK) * BK
+    kps = math.ceil(math.ceil(K / splits) / bk) * bk
     z = math.ceil(K / kps)
     tiles = math.ceil(N / config[1]) * math.ceil(M / (64 * config[0] * cluster)) * z
     return kps, z, min(tiles, sms // cluster) * cluster
 
 
-def heuristic(M: int, N: int, K: int, x3: bool, sms: int) -> tuple[tuple, int]:
+def heuristic(M: int, N: int, K: int, kind: str, sms: int) -> tuple[tuple, int]:
     """Untuned: the first config, split-K into the fewest splits that give every multiprocessor a
     tile, keeping MIN_SPLIT_K of K a split."""
-    config = CONFIGS[x3][0]
+    config = CONFIGS[kind][0]
     tiles = math.ceil(N / config[1]) * math.ceil(M / (64 * config[0]))
     for splits in SPLITS:
         if tiles * splits >= sms or K // (2 * splits) < MIN_SPLIT_K:
@@ -93,31 +125,28 @@ def heuristic(M: int, N: int, K: int, x3: bool, sms: int) -> tuple[tuple, int]:
     return config, SPLITS[-1]
 
 
-def choices(M: int, N: int, K: int, x3: bool):
+def choices(M: int, N: int, K: int, kind: str):
     """The (config name, splits) pairs tune() times."""
-    for config in CONFIGS[x3]:
+    for config in CONFIGS[kind]:
         for splits in SPLITS:
             if splits == 1 or K // splits >= MIN_SPLIT_K:
                 yield config_name(config), splits
 
 
 @functools.lru_cache(maxsize=None)
-def kernel(x3: bool, config: tuple):
+def kernel(config: tuple, kind: str, tag: str = "float", ta: bool = False, tb: bool = False, out: str = "float"):
+    """One instantiation, compiled alone on first use (all of them at once took NVRTC minutes)."""
     check_device()
-    mod = module("gemm_wgmma.cu", wgmma_names())
-    fn = mod.get_function(kernel_name(x3, config))
-    fn.max_dynamic_shared_size_bytes = smem_bytes(config, x3)
+    name = kernel_name(config, kind, tag, ta, tb, out)
+    fn = module("gemm_wgmma.cu", (name,)).get_function(name)
+    fn.max_dynamic_shared_size_bytes = smem_bytes(config, kind)
     return fn
 
 
 @functools.lru_cache(maxsize=None)
 def helper(name: str):
-    """One of gemm_wgmma.cu's helper kernels (the split-K sum, the K-major copies, the small parts), cached."""
-    return module("gemm_wgmma.cu", wgmma_names()).get_function(name)
-
-
-def splitk_sum():
-    return helper("wgmma_splitk_sum")
+    """One of gemm_wgmma.cu's helper kernels (the split-K sums, the K-major copies, the small parts), cached."""
+    return module("gemm_wgmma.cu", HELPERS).get_function(name)
 
 
 def later(fn, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0):
@@ -138,16 +167,18 @@ def copy_k_major(x, big, small=None):
 
 def copy_k_major_launches(x, big, small=None) -> list:
     rows, K = x.shape
-    if x.dtype != cupy().float32 or big.shape != x.shape or big.strides[1] != 4 or (
-            small is not None and small.strides != big.strides):
-        raise KernelError(f"copy_k_major copies a float32 {x.shape} array into K-major float32 parts of its shape, "
-                          f"got {x.dtype} into {big.shape} with strides {big.strides}")
+    item = x.itemsize
+    if (x.dtype.name not in TENSOR_MAP_TYPES or big.dtype != x.dtype or big.shape != x.shape or big.strides[1] != item
+            or (small is not None and (small.strides != big.strides or item != 4))):
+        raise KernelError(f"copy_k_major copies a float32 or 16-bit {x.shape} array into K-major parts of its shape "
+                          f"and dtype (split parts: float32 only), got {x.dtype} into {big.dtype} {big.shape} with "
+                          f"strides {big.strides}")
     if x.size == 0:
         return []
-    fn = helper(f"k_major_copy<{str(small is not None).lower()}>")
+    fn = helper(f"k_major_copy<{'float' if item == 4 else 'unsigned short'},{str(small is not None).lower()}>")
     return [later(fn, (math.ceil(rows / 32), math.ceil(K / 32)), (256,),
-                  (x, np.int64(x.strides[0] // 4), np.int64(x.strides[1] // 4), i32(rows), i32(K), big,
-                   big if small is None else small, i32(big.strides[0] // 4)))]
+                  (x, np.int64(x.strides[0] // item), np.int64(x.strides[1] // item), i32(rows), i32(K), big,
+                   big if small is None else small, i32(big.strides[0] // item)))]
 
 
 def small_part(x, small):
@@ -178,17 +209,21 @@ def hopper() -> bool:
 def check_device():
     if not hopper():
         cc = int(cupy().cuda.Device().compute_capability)
-        raise KernelError(f"the wgmma and x3tf32 GEMMs need a Hopper GPU (sm_90a: H100, H200), this one is sm_{cc}: "
-                          f"use --gemm tf32 or cublas-x3tf32 there")
+        raise KernelError(f"the wgmma GEMMs (wgmma, x3tf32 and the half-precision wgmma) need a Hopper GPU (sm_90a: "
+                          f"H100, H200), this one is sm_{cc}: use --gemm tf32, cublas-x3tf32 or (half) cublas there")
 
 
-def tensor_map_fields(rows: int, K: int, row_bytes: int, box_rows: int) -> dict:
-    """cuTensorMapEncodeTiled's arguments for a K-major operand (rows x K, row_bytes apart) read
-    in boxes of 32 k x box_rows: FP32, 128-byte swizzle (the layout wgmma reads), zeros past the
-    edges. The copy engine wants 16-byte aligned rows."""
+def tensor_map_fields(rows: int, K: int, row_bytes: int, box_rows: int, dtype: str = "float32",
+                      mn_major: bool = False) -> dict:
+    """cuTensorMapEncodeTiled's arguments for an operand (rows x K) in the 128-byte swizzle wgmma
+    reads, zeros past the edges. K-major (row_bytes between rows): boxes of a stage's k (128 bytes)
+    x box_rows. MN-major (16-bit: stored K x rows, row_bytes between its k-rows): boxes of 64 rows x
+    a stage's k. The copy engine wants 16-byte aligned rows."""
     if row_bytes % 16:
         raise KernelError(f"a TMA operand's rows must be 16-byte aligned, got {row_bytes} bytes apart")
-    return {"dtype": 7, "rank": 2, "dims": (K, rows), "strides": (row_bytes,), "box": (BK, box_rows),
+    bk = stage_k(4 if dtype == "float32" else 2)
+    dims, box = ((rows, K), (64, bk)) if mn_major else ((K, rows), (bk, box_rows))
+    return {"dtype": TENSOR_MAP_TYPES[dtype], "rank": 2, "dims": dims, "strides": (row_bytes,), "box": box,
             "element_strides": (1, 1), "interleave": 0, "swizzle": 3, "l2_promotion": 2, "oob_fill": 0}
 
 
@@ -202,23 +237,24 @@ def encode_tiled():
 MAPS: dict = {}  # (address, rows, K, row bytes, box rows) -> the tensor map in device memory
 
 
-def tensor_map(x, K: int, box_rows: int):
-    """The device-memory tensor map of K-major x (rows x >= K, 16-byte aligned rows), made once per
-    address and shape and kept (until release()), since a captured graph may hold it."""
-    rows, row_bytes = x.shape[0], x.strides[0]
-    key = (x.data.ptr, rows, K, row_bytes, box_rows)
+def tensor_map(x, K: int, box_rows: int, mn_major: bool = False):
+    """The device-memory tensor map of x (rows x >= K; K-major with 16-byte aligned rows, or
+    mn_major: rows contiguous, k-rows 16-byte aligned), made once per address and shape and kept
+    (until release()), since a captured graph may hold it."""
+    rows, row_bytes = x.shape[0], x.strides[1 if mn_major else 0]
+    key = (x.data.ptr, rows, K, row_bytes, box_rows, x.dtype.name, mn_major)
     if key not in MAPS:
         cp = cupy()
         no_capture("a tensor map")
-        f = tensor_map_fields(rows, K, row_bytes, box_rows)
+        f = tensor_map_fields(rows, K, row_bytes, box_rows, x.dtype.name, mn_major)
         raw = (ctypes.c_uint64 * 16)()
         status = encode_tiled()(ctypes.byref(raw), f["dtype"], f["rank"], ctypes.c_void_p(x.data.ptr),
                                 (ctypes.c_uint64 * 2)(*f["dims"]), (ctypes.c_uint64 * 1)(*f["strides"]),
                                 (ctypes.c_uint32 * 2)(*f["box"]), (ctypes.c_uint32 * 2)(*f["element_strides"]),
                                 f["interleave"], f["swizzle"], f["l2_promotion"], f["oob_fill"])
         if status != 0:
-            raise KernelError(f"cuTensorMapEncodeTiled failed (CUresult {status}) for a {rows} x {K} operand, "
-                              f"rows {row_bytes} bytes apart, boxes of {BK} x {box_rows}")
+            raise KernelError(f"cuTensorMapEncodeTiled failed (CUresult {status}) for a {rows} x {K} {x.dtype} "
+                              f"operand, {row_bytes} bytes between its lines, boxes of {f['box']}")
         MAPS[key] = cp.asarray(np.frombuffer(bytes(raw), np.uint8))
     return MAPS[key]
 
@@ -232,18 +268,20 @@ def no_capture(what: str):
 BUFFERS: dict = {}  # (role, rows, K, parts) -> K-major buffers, ("split-k", ...) -> workspaces
 
 
-def k_major_zeros(rows: int, K: int, parts: int) -> list:
-    """`parts` zeroed K-major float32 arrays (rows x K, rows padded to 16 bytes for the copy engine)."""
-    padded = math.ceil(K / 4) * 4
-    return [cupy().zeros((rows, padded), cupy().float32)[:, :K] for _ in range(parts)]
+def k_major_zeros(rows: int, K: int, parts: int, dtype="float32") -> list:
+    """`parts` zeroed K-major arrays (rows x K, rows padded to 16 bytes for the copy engine)."""
+    dtype = np.dtype(dtype)
+    per = 16 // dtype.itemsize
+    padded = math.ceil(K / per) * per
+    return [cupy().zeros((rows, padded), dtype)[:, :K] for _ in range(parts)]
 
 
-def buffers(role: str, rows: int, K: int, parts: int) -> list:
-    """`parts` K-major buffers (k_major_zeros), kept per role and shape."""
-    key = (role, rows, K, parts)
+def buffers(role: str, rows: int, K: int, parts: int, dtype="float32") -> list:
+    """`parts` K-major buffers (k_major_zeros), kept per role, shape and dtype."""
+    key = (role, rows, K, parts, np.dtype(dtype).name)
     if key not in BUFFERS:
         no_capture("K-major operand buffers")
-        BUFFERS[key] = k_major_zeros(rows, K, parts)
+        BUFFERS[key] = k_major_zeros(rows, K, parts, dtype)
     return BUFFERS[key]
 
 
@@ -325,7 +363,7 @@ def prepared(v, x3: bool):
 
 def k_major_in_place(x) -> bool:
     """Whether the copy engine can read x (rows x K) as it is: K contiguous, rows 16-byte aligned."""
-    return (x.strides[1] == 4 or x.shape[1] == 1) and x.strides[0] % 16 == 0 and x.data.ptr % 16 == 0
+    return (x.strides[1] == x.itemsize or x.shape[1] == 1) and x.strides[0] % 16 == 0 and x.data.ptr % 16 == 0
 
 
 def k_major(x, role: str, x3: bool, launches: list) -> tuple:
@@ -390,18 +428,11 @@ def gemm_launches(a, b, out, alpha: float, beta: float, x3: bool, config: str | 
                   a_small) -> list:
     """wgmma_gemm's launches in order: the operands' K-major copies or splits, the GEMM, the split-K sum."""
     cp = cupy()
-    name = "x3tf32" if x3 else "wgmma"
+    kind = kind_of(x3)
     if a.dtype != cp.float32 or b.dtype != cp.float32:
-        raise KernelError(f"{name} takes float32 operands (TF32 tensor cores), got {a.dtype} and {b.dtype}")
+        raise KernelError(f"{kind} takes float32 operands (TF32 tensor cores), got {a.dtype} and {b.dtype}")
     (M, K), N = a.shape, b.shape[1]
-    sms = multiprocessors()
-    if config is None:
-        cfg, auto = heuristic(M, N, K, x3, sms)
-        splits = auto if splits is None else splits
-    else:
-        cfg = parse_config(config, x3)
-    if splits not in SPLITS:
-        raise KernelError(f"{name} splits K into one of {SPLITS} parts, got {splits}")
+    cfg, splits = choose(M, N, K, kind, config, splits)
     launches = []
     if a_small is None:
         A, As = k_major(a, "a", x3, launches)
@@ -413,19 +444,99 @@ def gemm_launches(a, b, out, alpha: float, beta: float, x3: bool, config: str | 
         A, As = buffers("a", M, K, 2)
         launches += copy_k_major_launches(a, A) + copy_k_major_launches(a_small, As)
     Bt, Bs = k_major(b.T, "b", x3, launches)
+    return launches + gemm_launch(cfg, kind, "float", (A, As, False), (Bt, Bs, False), out, alpha, beta, splits, None)
+
+
+def choose(M: int, N: int, K: int, kind: str, config: str | None, splits: int | None) -> tuple[tuple, int]:
+    """(config, splits): the ones asked for, else the untuned heuristic's."""
+    if config is None:
+        cfg, auto = heuristic(M, N, K, kind, multiprocessors())
+        splits = auto if splits is None else splits
+    else:
+        cfg = parse_config(config, kind)
+    if splits not in SPLITS:
+        raise KernelError(f"{kind} splits K into one of {SPLITS} parts, got {splits}")
+    return cfg, splits
+
+
+def gemm_launch(cfg: tuple, kind: str, tag: str, a_parts: tuple, b_parts: tuple, out, alpha: float, beta: float,
+                splits: int, bias) -> list:
+    """The GEMM's launch (and the split-K sum's) for operands given as (part, small part, MN-major):
+    out = alpha A Bt^T + beta out, then sigmoid(. + bias[row]) with bias."""
+    cp = cupy()
+    (A, As, ta), (Bt, Bs, tb) = a_parts, b_parts
+    (M, K), N = A.shape, Bt.shape[0]
     wgs, bn, _, cluster = cfg
-    fn, threads, smem = kernel(x3, cfg), 128 * (wgs + 1), smem_bytes(cfg, x3)
+    kps, z, _ = plan(M, N, K, cfg, splits, 1, stage_k(A.itemsize))
+    target = out if z == 1 else workspace(z, M, N)  # split: float32 parts, summed into out after
+    out_tag = "float" if out.dtype == cp.float32 else tag
+    fn, threads, smem = (kernel(cfg, kind, tag, ta, tb, "float" if z > 1 else out_tag), 128 * (wgs + 1),
+                         smem_bytes(cfg, kind))
+    sms = multiprocessors()
     if cluster > 1:  # a grid of clusters that all run at once
         sms = cluster * max_active_clusters(fn, threads, smem, cluster)
-    kps, z, grid = plan(M, N, K, cfg, splits, sms)
-    target = out if z == 1 else workspace(z, M, N)
-    args = (i32(M), i32(N), i32(K), i32(kps), cp.float32(alpha), tensor_map(A, K, 64 * wgs), tensor_map(As, K, 64 * wgs),
-            tensor_map(Bt, K, bn // cluster), tensor_map(Bs, K, bn // cluster), cp.float32(beta), target, i32(N))
+    grid = plan(M, N, K, cfg, splits, sms, stage_k(A.itemsize))[2]
+    no_bias = np.uint64(0)
+    args = (i32(M), i32(N), i32(K), i32(kps), cp.float32(alpha), tensor_map(A, K, 64 * wgs, ta),
+            tensor_map(As, K, 64 * wgs, ta), tensor_map(Bt, K, bn // cluster, tb), tensor_map(Bs, K, bn // cluster, tb),
+            cp.float32(beta), target, i32(N), bias if bias is not None and z == 1 else no_bias,
+            i32(M_FASTEST and math.ceil(M / (64 * wgs * cluster)) < math.ceil(N / bn)))
     if cluster > 1:
-        launches.append(prepared_launch_ex(fn, (grid,), (threads,), args, smem, {CLUSTER_DIMENSION: (cluster, 1, 1)}))
+        launches = [prepared_launch_ex(fn, (grid,), (threads,), args, smem, {CLUSTER_DIMENSION: (cluster, 1, 1)})]
     else:
-        launches.append(later(fn, (grid,), (threads,), args, smem))
+        launches = [later(fn, (grid,), (threads,), args, smem)]
     if z > 1:
-        launches.append(later(splitk_sum(), (math.ceil(M * N / 256),), (256,),
-                              (i32(M), i32(N), i32(z), target, cp.float32(beta), out, i32(N))))
+        launches.append(later(helper(f"wgmma_splitk_sum<{out_tag}>"), (math.ceil(M * N / 256),), (256,),
+                              (i32(M), i32(N), i32(z), target, cp.float32(beta), out, i32(N),
+                               no_bias if bias is None else bias)))
     return launches
+
+
+def mn_major_in_place(x) -> bool:
+    """Whether the copy engine can read 16-bit x (rows x K) MN-major as it is: rows contiguous, its
+    k-rows 16-byte aligned."""
+    return (x.strides[0] == 2 or x.shape[0] == 1) and x.strides[1] % 16 == 0 and x.data.ptr % 16 == 0
+
+
+def half_operand(x, role: str, launches: list) -> tuple:
+    """16-bit x (rows x K) as the kernel reads it: (x, x, False) K-major or (x, x, True) MN-major in
+    place, else a K-major copy (its launch appended to `launches`)."""
+    if k_major_in_place(x):
+        return x, x, False
+    if mn_major_in_place(x):
+        return x, x, True
+    (copy,) = buffers(role, *x.shape, 1, x.dtype)
+    launches += copy_k_major_launches(x, copy)
+    return copy, copy, False
+
+
+def half_wgmma_gemm(a, b, out, bias=None, config: str | None = None, splits: int | None = None):
+    """out = a b, then sigmoid(out + bias[:, None]) with bias (float32, M), on BF16 or FP16 wgmma with
+    FP32 accumulation: a and b in one half precision (float16, or bfloat16 held in uint16), out in it
+    or float32 (a weight gradient). Launches are worked out once per operands and kept, as wgmma_gemm's."""
+    from perflab.kernels.elementwise import HALF_CTYPES
+    cp = cupy()
+    (M, K), (K2, N) = a.shape, b.shape
+    tag = HALF_CTYPES.get(a.dtype.name)
+    if tag is None or b.dtype != a.dtype or out.dtype not in (a.dtype, cp.float32):
+        raise KernelError(f"the half-precision wgmma GEMM takes a and b in one half precision (float16, or uint16 "
+                          f"holding bfloat16) and out in it or float32, got {a.dtype}, {b.dtype} into {out.dtype}")
+    if K != K2 or out.shape != (M, N) or not out.flags.c_contiguous:
+        raise KernelError(f"a {a.shape} times b {b.shape} goes into a C-contiguous {(M, N)} out, got "
+                          f"{out.shape} (C-contiguous: {out.flags.c_contiguous})")
+    if bias is not None and (bias.dtype != cp.float32 or bias.shape != (M,)):
+        raise KernelError(f"bias is float32 of shape {(M,)}, got {bias.dtype} {bias.shape}")
+    if M == 0 or N == 0:
+        return out
+    key = (layout(a), layout(b), layout(out), layout(bias), config, splits, cp.cuda.get_current_stream().ptr)
+    launches = LAUNCHES.get(key)
+    if launches is None:
+        cfg, z = choose(M, N, K, "half", config, splits)
+        launches = []
+        a_parts = half_operand(a, "a", launches)
+        b_parts = half_operand(b.T, "b", launches)
+        launches += gemm_launch(cfg, "half", tag, a_parts, b_parts, out, 1.0, 0.0, z, bias)
+        LAUNCHES[key] = launches
+    for launch in launches:
+        launch()
+    return out

@@ -107,6 +107,61 @@ def bench_gemm(variants=("naive", "tiled", "regblock", "best", "tf32", "cublas")
     return rows
 
 
+def bench_half_gemm(kind: str = "bfloat16", hidden=(512, 1024, 2048), batches=(3200, 12000), repeats=20,
+                    progress=True, on_shape=None) -> list[dict]:
+    """Rows: perflab's half-precision wgmma GEMM (tuned per shape) beside cuBLAS's (cublasGemmEx, as the
+    half step calls it) at the half step's GEMMs (gemm_inputs.half_gemm_shapes), one per (shape,
+    variant): ms (device time of graph replays, inputs rotated past L2, median), TFLOP/s, % of cuBLAS's
+    speed, and the error against float64 on the half values each reads (checked: FP32 accumulation's,
+    one rounding more for a half product)."""
+    import cupy as cp
+    from tqdm.auto import tqdm
+
+    from perflab import kernels
+    from perflab.measure.gemm_inputs import half_gemm_shapes, weight_gradient
+    from perflab.train import half
+    store = kernels.HALF_STORAGE[kind]
+    rounding = 2.0 ** -8 if kind == "bfloat16" else 2.0 ** -11  # half a unit in the last place, relative
+    dev = {"gpu": cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"].decode()}
+    rows = []
+    for name, M, K, N, ta, tb in tqdm(list(half_gemm_shapes(hidden, batches)), disable=not progress,
+                                      desc="half gemm shapes"):
+        inputs = [tuple(kernels.narrow_copy(x, cp.empty_like(x, dtype=store)) for x in pair)
+                  for pair in operand_sets(cp, M, K, N, ta, tb)]
+        out = cp.empty((M, N), np.float32 if weight_gradient(name) else store)
+        a0, b0 = (half.from_storage(x.get(), kind).astype(np.float64) for x in inputs[0])
+        reference = a0 @ b0
+        base = {}
+        for variant in kernels.HALF_GEMMS:
+            choice = kernels.tune(*inputs[0], out, variant) if variant == "wgmma" else ("", None)
+            kernels.half_gemm(*inputs[0], out, variant=variant)
+            got = out.get()
+            err = rel_error(got.astype(np.float64) if got.dtype == np.float32
+                            else half.from_storage(got, kind).astype(np.float64), reference)
+            call = rotating(inputs, lambda a, b: kernels.half_gemm(a, b, out, variant=variant))
+            base[variant] = (time_graph_ms(cp, call, calls=2 * len(inputs), repeats=repeats), err, choice)
+        flops = 2.0 * M * N * K
+        for variant, (ms, err, (config, splits)) in base.items():
+            rows.append({"shape": name, "M": M, "K": K, "N": N, "variant": variant, "dtype": kind, "ms": ms,
+                         "tflops": flops / ms / 1e9, "out": out.dtype.name if out.dtype == np.float32 else kind,
+                         "rel_error": err, "checked": bool(err <= (1e-5 if out.dtype == np.float32 else rounding)),
+                         "config": config, "splits": splits, "pct_cublas": 100 * base["cublas"][0] / ms, **dev})
+        if on_shape is not None:
+            on_shape(rows)
+    return rows
+
+
+def half_gemm_ratio(rows) -> str:
+    """perflab's half wgmma GEMM against cuBLAS's: the geometric mean of its speed ratio, worst and best."""
+    ratio = {r["shape"]: r["pct_cublas"] / 100 for r in rows if r["variant"] == "wgmma"}
+    if not ratio:
+        return "no wgmma rows"
+    worst, best = min(ratio, key=ratio.get), max(ratio, key=ratio.get)
+    return (f"wgmma against cuBLAS ({rows[0]['dtype']}) at {len(ratio)} shapes: geometric mean "
+            f"{math.exp(np.mean(np.log(list(ratio.values())))):.3f}, worst {ratio[worst]:.3f} ({worst}), "
+            f"best {ratio[best]:.3f} ({best})")
+
+
 HOLD_SHAPES = ("bwd3 H=2048 B=12000", "fwd1 H=2048 B=12000", "fwd1 H=512 B=3200")
 
 

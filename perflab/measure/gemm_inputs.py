@@ -23,6 +23,25 @@ def gemm_shapes(hidden=(512, 1024, 2048), batches=(800, 3200, 12000)):
             yield f"bwd2 H={h} B={b}", h, C, b, True, False
 
 
+def half_gemm_shapes(hidden=(512, 1024, 2048), batches=(3200, 12000)):
+    """(name, M, K, N, a_transposed, b_transposed) of the half-precision step's GEMMs in its layouts
+    (images C-ordered, D x N; activations and their gradients H x B, row-major): forward W1 X and
+    dW1 = dz1 X^T, and past the first hidden layer W a, dW = dz a^T and dz_below = W^T dz. The output
+    layer's are fused kernels, not GEMMs. Weight gradients come out in float32, the rest in half."""
+    for h in hidden:
+        for b in batches:
+            yield f"fwd1 H={h} B={b}", h, D, b, False, False
+            yield f"bwd3 H={h} B={b}", h, b, D, False, True
+            yield f"fwd H={h}x{h} B={b}", h, h, b, False, False
+            yield f"bwd dW H={h}x{h} B={b}", h, b, h, False, True
+            yield f"bwd dz H={h}x{h} B={b}", h, h, b, True, False
+
+
+def weight_gradient(shape_name: str) -> bool:
+    """Whether a half_gemm_shapes GEMM makes a weight gradient (float32 out)."""
+    return shape_name.startswith(("bwd3", "bwd dW"))
+
+
 def named_gemm_shapes(names) -> list:
     """The gemm_shapes names asked for, each checked (the device scripts' argument): an unknown one
     is named with the ones there are, before anything needs a GPU."""

@@ -321,6 +321,8 @@ PEERS = {
     "perflab (bf16)": lambda *a, **k: perflab_epoch(*a, dtype="bfloat16", **k),
     "perflab (fp16)": lambda *a, **k: perflab_epoch(*a, dtype="float16", **k),
     "perflab (bf16, backward unfused)": lambda *a, **k: perflab_epoch(*a, dtype="bfloat16", fuse_backward=False, **k),
+    "perflab (bf16, wgmma gemm)": lambda *a, **k: perflab_epoch(*a, dtype="bfloat16", gemm="wgmma", **k),
+    "perflab (fp16, wgmma gemm)": lambda *a, **k: perflab_epoch(*a, dtype="float16", gemm="wgmma", **k),
     "cublas floor (bf16)": lambda *a, **k: cublas_floor(*a, half="bfloat16", **k),
     "cublas floor (fp16)": lambda *a, **k: cublas_floor(*a, half="float16", **k),
 }

@@ -80,10 +80,13 @@ def check_half(dtype: str, parallel: str, mode: str, gemm: str, exchange: str, c
         raise GPUError(f"--dtype bfloat16 needs a GPU of compute capability 8.0 or later (Ampere, Hopper): its GEMMs "
                        f"and conversions are theirs; this one is {capability[:-1]}.{capability[-1]}: use --dtype float16 "
                        "(loss-scaled) or float32 here")
-    if parallel not in ("sequential", "data") or mode != "resident" or gemm != "cublas":
-        raise GPUError(f"--dtype {dtype} trains data parallel (or on one GPU) with the data resident and cuBLAS's "
-                       f"half-precision GEMMs; got --parallel {parallel}, --mode {mode}, --gemm {gemm}: use --parallel "
-                       "data --mode resident --gemm cublas, or --dtype float32")
+    if parallel not in ("sequential", "data") or mode != "resident" or gemm not in kernels.HALF_GEMMS:
+        raise GPUError(f"--dtype {dtype} trains data parallel (or on one GPU) with the data resident and cuBLAS's or "
+                       f"perflab's wgmma half-precision GEMMs; got --parallel {parallel}, --mode {mode}, --gemm {gemm}: "
+                       "use --parallel data --mode resident --gemm cublas (or wgmma on a Hopper), or --dtype float32")
+    if gemm == "wgmma" and capability is not None and capability != "90":
+        raise GPUError(f"--gemm wgmma with --dtype {dtype} is Hopper's wgmma (compute capability 9.0); this GPU is "
+                       f"{capability[:-1]}.{capability[-1]}: use --gemm cublas here")
     if dtype == "float16" and exchange == "p2p":
         raise GPUError("--comm p2p updates the parameters in its own kernel, which does not unscale float16's loss "
                        "scale: use --comm nccl, or --dtype bfloat16")
@@ -173,7 +176,7 @@ class FusedGPU(Sequential):
                 # weight gradient dz_1 X^T then reads X^T K-major, 5-15% faster on an H100 than D-contiguous
                 # (experiments/half/gemm_layouts.py; the forward GEMM the same either way)
                 self.X = kernels.narrow_copy(cp.ascontiguousarray(self.X), cp.empty(self.X.shape, store))
-            if gemm in kernels.WGMMA_VARIANTS:  # the images' K-major copies and TF32 splits, made once
+            if gemm in kernels.WGMMA_VARIANTS and not self.half:  # the images' K-major copies and TF32 splits, once
                 kernels.wgmma.constant(self.X)
                 self.constant_images = self.X
         else:
@@ -239,14 +242,14 @@ class FusedGPU(Sequential):
         return out
 
     def gemm(self, a, b, out, bias=None):
-        if self.half:
-            return kernels.half_gemm(a, b, out, bias)
         a_small = self.small_part(a) if self.dz1_split else None
         if self.variant in kernels.TUNABLE_VARIANTS:
             shape = (a.shape, a.strides, b.shape, b.strides)
             if shape not in self.tuned and not self.cp.cuda.get_current_stream().is_capturing():
                 kernels.tune(a, b, out, self.variant, self.work, a_small=a_small)  # once per shape, in the first step
                 self.tuned.add(shape)
+        if self.half:
+            return kernels.half_gemm(a, b, out, bias, variant=self.variant)
         return kernels.gemm(a, b, out=out, bias=bias, variant=self.variant, work=self.work, a_small=a_small)
 
     def small_part(self, a):
@@ -296,7 +299,6 @@ class FusedGPU(Sequential):
     def gradients(self, Xb, yb, global_b: int, want_loss: bool):
         """Enqueue forward and backward into G (capturable on one GPU; with --overlap, the
         exchange of G's chunks too)."""
-        cp = self.cp
         W, b, dW, db = self.params[0::2], self.params[1::2], self.grads[0::2], self.grads[1::2]
         Wg = self.gemm_weights()  # W for the GEMMs (the fused output layer's kernels read W[-1] in FP32)
         scale = self.scale if self.scaled else None
@@ -343,7 +345,7 @@ class FusedGPU(Sequential):
                 kernels.sigmoid_backward_rows(dz[-1], acts[-1], db[-2], small if L == 2 else None)
             unsent = self.G.size  # with --overlap, G[unsent:] is already on its way
             if want_loss:  # the CE slot is all-reduced with the gradients (the output layer's slice); stale when unused
-                cp.sum(self.ce[:n], out=self.G[-1:].reshape(()))
+                kernels.total(self.ce[:n], self.G[-1:])
             for l in range(L - 2, 0, -1):  # hidden layer l + 1 over hidden layer l (1-based): W[l] is W_{l+1}
                 k = 2 * (L - l) - 1
                 with phase(f"backward GEMM {k}"):
