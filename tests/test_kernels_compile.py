@@ -150,12 +150,13 @@ def test_every_wgmma_config_fits_a_hopper_block():
     ops = (KERNEL_DIR / "wgmma_ops.cuh").read_text()
     assert set(CONFIGS) == set(KINDS)
     for kind, configs in CONFIGS.items():
-        for wgs, bn, stages, cluster in configs:
+        for wgs, bn, stages, cluster, rows in configs:
             assert 128 * (wgs + 1) <= 1024 and bn % 8 == 0 and bn <= 256 and stages >= 2
+            assert rows == 1 or (kind == "half" and rows * bn // 2 <= 192), (kind, rows, bn)  # accumulators a thread
             instructions = ("k16.f32.bf16", "k16.f32.f16") if kind == "half" else ("k8.f32.tf32",)
             assert all(f"m64n{bn}{i}" in ops for i in instructions), bn
             assert cluster in (1, 2) and bn % ((64 if kind == "half" else 8) * cluster) == 0
-            assert smem_bytes((wgs, bn, stages, cluster), kind) <= 227 * 1024, (kind, wgs, bn, stages)
+            assert smem_bytes((wgs, bn, stages, cluster, rows), kind) <= 227 * 1024, (kind, wgs, bn, stages)
 
 
 @pytest.mark.parametrize("M, N, K", [(1, 1, 1), (2048, 12000, 784), (512, 784, 3200), (130, 260, 1000), (7, 9, 33)])
@@ -173,10 +174,10 @@ def test_wgmma_plans_cover_k_in_whole_stages_on_a_persistent_grid(M, N, K):
                 kps, z, grid = plan(M, N, K, config, splits, 132, bk)
                 assert kps % bk == 0 and z * kps >= K and (z - 1) * kps < K and z <= splits
                 assert 1 <= grid <= 132 and grid % config[3] == 0
-                units = -(-N // config[1]) * -(-M // (64 * config[0] * config[3])) * z
+                units = -(-N // config[1]) * -(-M // (64 * config[0] * config[4] * config[3])) * z
                 assert grid // config[3] <= units
         config, splits = heuristic(M, N, K, kind, 132)
-        tiles = -(-N // config[1]) * -(-M // (64 * config[0]))
+        tiles = -(-N // config[1]) * -(-M // (64 * config[0] * config[4]))
         assert config == CONFIGS[kind][0]
         assert splits == 1 or tiles * splits // 2 < 132 and K // splits >= MIN_SPLIT_K
 

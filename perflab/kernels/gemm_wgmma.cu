@@ -125,22 +125,25 @@ __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
 }
 
-// one warpgroup's MMAs of a stage (its 64 rows from row 64 wg of the A tile) into d, which the
+// one warpgroup's MMAs of a stage (its R blocks of 64 rows from row 64 R wg of the A tile; in the
+// A tile a block of 64 rows is 64 ROW bytes whether K-major or an MN-major box) into d, which the
 // first MMA starts afresh unless `accumulate`
-template <typename E, int BM, int BN, bool X3, bool TA, bool TB>
-__device__ __forceinline__ void stage_mmas(float (&d)[BN / 2], unsigned stage, int wg, int accumulate) {
+template <typename E, int BM, int BN, int R, bool X3, bool TA, bool TB>
+__device__ __forceinline__ void stage_mmas(float (&d)[R][BN / 2], unsigned stage, int wg, int accumulate) {
     constexpr int A_BYTES = BM * ROW, HALF = (BM + BN) * ROW;
     constexpr int STEP_A = TA ? 16 * ROW : 32, STEP_B = TB ? 16 * ROW : 32;   // a k-step's bytes
-    const unsigned a = stage + wg * 64 * ROW, b = stage + A_BYTES;
+    const unsigned a = stage + wg * R * 64 * ROW, b = stage + A_BYTES;
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
         if constexpr (X3) {
-            mma<E, BN, TA, TB>(d, a + HALF + ks * 32, b + ks * 32, ks == 0 ? accumulate : 1);
-            mma<E, BN, TA, TB>(d, a + ks * 32, b + HALF + ks * 32, 1);
-            mma<E, BN, TA, TB>(d, a + ks * 32, b + ks * 32, 1);
+            mma<E, BN, TA, TB>(d[0], a + HALF + ks * 32, b + ks * 32, ks == 0 ? accumulate : 1);
+            mma<E, BN, TA, TB>(d[0], a + ks * 32, b + HALF + ks * 32, 1);
+            mma<E, BN, TA, TB>(d[0], a + ks * 32, b + ks * 32, 1);
         } else {
-            mma<E, BN, TA, TB>(d, a + ks * STEP_A, b + ks * STEP_B, ks == 0 ? accumulate : 1);
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+                mma<E, BN, TA, TB>(d[r], a + r * 64 * ROW + ks * STEP_A, b + ks * STEP_B, ks == 0 ? accumulate : 1);
         }
     }
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
@@ -212,13 +215,17 @@ __device__ __forceinline__ void store(const float (&d)[BN / 2], int row0, int n0
 }
 }  // namespace wg
 
-template <typename E, typename O, int WGS, int BN, int STAGES, bool X3, int CL, bool TA, bool TB>
+template <typename E, typename O, int WGS, int BN, int STAGES, bool X3, int CL, bool TA, bool TB, int R>
 __global__ void __launch_bounds__((WGS + 1) * 128, 1)
 gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const void* map_as, const void* map_b,
            const void* map_bs, float beta, O* __restrict__ C, int ldc, const float* __restrict__ bias, int m_fastest) {
     using namespace wg;
     constexpr int BK = ROW / sizeof(E);   // k a stage
-    constexpr int BM = 64 * WGS, A_BYTES = BM * ROW, HALF = (BM + BN) * ROW, STAGE = HALF * (X3 ? 2 : 1);
+    constexpr int BM = 64 * WGS * R, A_BYTES = BM * ROW, HALF = (BM + BN) * ROW, STAGE = HALF * (X3 ? 2 : 1);
+    // R > 1: a consumer warpgroup holds R x BN / 2 accumulators a thread, more than an even share of the
+    // register file allows; the producer warpgroup gives most of its registers to the consumers
+    constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = (65536 / 128 - PRODUCER_REGS) / WGS / 8 * 8;
+    static_assert(R == 1 || !X3, "3xTF32 keeps one block of rows a warpgroup");
     constexpr int B_PART = BN / CL * ROW;   // the bytes of B a CTA of the cluster loads for all
     static_assert(BN % (8 * CL) == 0, "a CTA's part of B must be whole 8-row swizzle atoms");
     static_assert(sizeof(E) == 2 || (!TA && !TB), "TF32 operands are K-major");
@@ -252,29 +259,33 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     if constexpr (CL > 1) cluster_sync(); else __syncthreads();
-    if (threadIdx.x == 0) {   // the producer: one thread drives the copy engine
-        int it = 0;        // the stages' ring position, continued across tiles
-        for (int tile = first; tile < tiles; tile += step) {
-            const Work w = work(tile);
-            for (int t = 0; t < w.ktiles; ++t, ++it) {
-                const int s = it % STAGES, k0 = w.kbegin + t * BK;
-                const unsigned stage = base + s * STAGE, bar = full + 8 * s;
-                mbar_wait(empty + 8 * s, ((it / STAGES) & 1) ^ 1);   // a fresh barrier passes parity 1
-                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(STAGE) : "memory");
-                load<TA, 1>(stage, map_a, k0, w.m0, BM, bar);
-                if constexpr (X3) load<TA, 1>(stage + HALF, map_as, k0, w.m0, BM, bar);
-                // this CTA's part of B's rows (with clusters, into every CTA of the cluster)
-                const unsigned part = A_BYTES + rank * B_PART;
-                const int row = w.n0 + rank * (BN / CL);
-                load<TB, CL>(stage + part, map_b, k0, row, BN / CL, bar);
-                if constexpr (X3) load<TB, CL>(stage + HALF + part, map_bs, k0, row, BN / CL, bar);
+    if (threadIdx.x < 128) {   // the producer warpgroup
+        if constexpr (R > 1) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(PRODUCER_REGS));
+        if (threadIdx.x == 0) {   // the producer: one thread drives the copy engine
+            int it = 0;        // the stages' ring position, continued across tiles
+            for (int tile = first; tile < tiles; tile += step) {
+                const Work w = work(tile);
+                for (int t = 0; t < w.ktiles; ++t, ++it) {
+                    const int s = it % STAGES, k0 = w.kbegin + t * BK;
+                    const unsigned stage = base + s * STAGE, bar = full + 8 * s;
+                    mbar_wait(empty + 8 * s, ((it / STAGES) & 1) ^ 1);   // a fresh barrier passes parity 1
+                    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(STAGE) : "memory");
+                    load<TA, 1>(stage, map_a, k0, w.m0, BM, bar);
+                    if constexpr (X3) load<TA, 1>(stage + HALF, map_as, k0, w.m0, BM, bar);
+                    // this CTA's part of B's rows (with clusters, into every CTA of the cluster)
+                    const unsigned part = A_BYTES + rank * B_PART;
+                    const int row = w.n0 + rank * (BN / CL);
+                    load<TB, CL>(stage + part, map_b, k0, row, BN / CL, bar);
+                    if constexpr (X3) load<TB, CL>(stage + HALF + part, map_bs, k0, row, BN / CL, bar);
+                }
             }
         }
-    }
-    if (threadIdx.x < 128) {   // the producer warpgroup waits for the cluster at the end
-        if constexpr (CL > 1) cluster_sync();
+        if constexpr (CL > 1) cluster_sync();   // the producer warpgroup waits for the cluster at the end
         return;
     }
+    // the consumers (R > 1: with the registers the producer gave up; ptxas holds the code this
+    // dominates within them)
+    if constexpr (R > 1) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(CONSUMER_REGS));
     const int wgi = (threadIdx.x >> 7) - 1;
     auto release = [&](int s) {   // after wgmma.wait_group: this warp's MMAs on stage s are done
         __syncwarp();
@@ -289,17 +300,21 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
     int it = 0;
     for (int tile = first; tile < tiles; tile += step) {
         const Work w = work(tile);
-        float d[BN / 2], total[BN / 2];
+        float d[R][BN / 2], total[X3 ? BN / 2 : 1];
 #pragma unroll
-        for (int i = 0; i < BN / 2; ++i) d[i] = total[i] = 0.0f;
+        for (int i = 0; i < BN / 2; ++i) {
+#pragma unroll
+            for (int r = 0; r < R; ++r) d[r][i] = 0.0f;
+            if constexpr (X3) total[i] = 0.0f;
+        }
         for (int t = 0; t < w.ktiles; ++t) {
             const int s = (it + t) % STAGES;
             mbar_wait(full + 8 * s, ((it + t) / STAGES) & 1);
-            stage_mmas<E, BM, BN, X3, TA, TB>(d, base + s * STAGE, wgi, X3 ? 0 : 1);
+            stage_mmas<E, BM, BN, R, X3, TA, TB>(d, base + s * STAGE, wgi, X3 ? 0 : 1);
             if constexpr (X3) {   // wait 0: ptxas serializes every wgmma where running MMAs' registers are read
                 asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #pragma unroll
-                for (int i = 0; i < BN / 2; ++i) total[i] += d[i];
+                for (int i = 0; i < BN / 2; ++i) total[i] += d[0][i];
             } else {
                 asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
             }
@@ -308,7 +323,13 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         if (w.ktiles > 0) release((it + w.ktiles - 1) % STAGES);
         it += w.ktiles;
-        store<BN>(X3 ? total : d, w.m0 + wgi * 64, w.n0, M, N, alpha, beta, C, ldc, w.z, splits > 1, bias);
+        if constexpr (X3) {
+            store<BN>(total, w.m0 + wgi * 64, w.n0, M, N, alpha, beta, C, ldc, w.z, splits > 1, bias);
+        } else {
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+                store<BN>(d[r], w.m0 + (wgi * R + r) * 64, w.n0, M, N, alpha, beta, C, ldc, w.z, splits > 1, bias);
+        }
     }
     if constexpr (CL > 1) cluster_sync();   // no CTA leaves while another may still write to it
 }

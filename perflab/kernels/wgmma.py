@@ -40,15 +40,19 @@ WGMMA_VARIANTS = ("wgmma", "x3tf32")
 KINDS = ("wgmma", "x3tf32", "half")  # the kernel's families: TF32, 3xTF32, BF16/FP16 (each its configs)
 ROW = 128  # bytes of K a shared-memory stage holds of each operand row: one 128-byte swizzle row
 BK = ROW // 4  # k of a TF32 stage (a 16-bit stage holds 64)
-# (consumer warpgroups, BN, stages, CTAs a cluster) per kind; tune() tries them all, the first is the
+# (consumer warpgroups, BN, stages, CTAs a cluster, blocks of 64 rows a warpgroup) per kind; tune() tries
+# them all, the first is the
 # default (TF32: the fastest at the H100's training shapes, experiments/wgmma/logs/run6). A CTA's
 # shared memory stays within 227 KiB; an X3 stage holds both parts. Clusters of 2 share B's tile
 # through TMA multicast (gemm_wgmma.cu). A half kind's B part a CTA loads is whole boxes of 64 rows
-# (an MN-major operand's), and each config is compiled for both half precisions and four layouts.
-CONFIGS = {"wgmma": ((2, 256, 4, 1), (2, 256, 4, 2), (2, 192, 5, 1), (2, 128, 6, 1), (2, 128, 6, 2), (2, 128, 4, 1),
-                     (2, 64, 8, 1)),
-           "x3tf32": ((2, 128, 3, 1), (2, 128, 3, 2), (1, 128, 4, 1), (2, 64, 4, 1)),
-           "half": ((2, 256, 4, 1), (2, 256, 4, 2), (2, 128, 6, 1), (2, 128, 6, 2), (1, 128, 8, 1))}
+# (an MN-major operand's), and each config is compiled for both half precisions and four layouts. Two
+# blocks of rows a warpgroup (a 256 x 192 tile: 110 FLOP a byte loaded where 128 x 256 does 85) take
+# registers the producer gives up (setmaxnreg).
+CONFIGS = {"wgmma": ((2, 256, 4, 1, 1), (2, 256, 4, 2, 1), (2, 192, 5, 1, 1), (2, 128, 6, 1, 1), (2, 128, 6, 2, 1),
+                     (2, 128, 4, 1, 1), (2, 64, 8, 1, 1)),
+           "x3tf32": ((2, 128, 3, 1, 1), (2, 128, 3, 2, 1), (1, 128, 4, 1, 1), (2, 64, 4, 1, 1)),
+           "half": ((2, 256, 4, 1, 1), (2, 256, 4, 2, 1), (2, 128, 6, 1, 1), (2, 128, 6, 2, 1), (1, 128, 8, 1, 1),
+                    (2, 192, 4, 1, 2))}
 HALF_TAGS = ("bf16", "fp16")  # the kernels' names for bfloat16 and float16 (elementwise.HALF_CTYPES' values)
 TENSOR_MAP_TYPES = {"float32": 7, "uint16": 9, "float16": 6}  # CUtensorMapDataType: FLOAT32, BFLOAT16, FLOAT16
 SPLITS = (1, 2, 4)
@@ -57,7 +61,8 @@ MIN_SPLIT_K = 256  # of K a split keeps, at least
 
 
 def config_name(config: tuple) -> str:
-    return "wg{}-n{}-s{}".format(*config) + (f"-c{config[3]}" if config[3] > 1 else "")
+    return ("wg{}-n{}-s{}".format(*config) + (f"-c{config[3]}" if config[3] > 1 else "")
+            + (f"-r{config[4]}" if config[4] > 1 else ""))
 
 
 def kind_of(x3: bool) -> str:
@@ -73,17 +78,22 @@ def parse_config(name: str, kind: str) -> tuple:
 
 def smem_bytes(config: tuple, kind: str) -> int:
     """Shared memory of a CTA: the stages, their two mbarriers each, 1024 to align the base."""
-    wgs, bn, stages, _ = config
-    return stages * (64 * wgs + bn) * ROW * (2 if kind == "x3tf32" else 1) + 16 * stages + 1024
+    stages = config[2]
+    return stages * (tile_rows(config) + config[1]) * ROW * (2 if kind == "x3tf32" else 1) + 16 * stages + 1024
+
+
+def tile_rows(config: tuple) -> int:
+    """BM: the rows of A a CTA's tile holds (64 a block, R blocks a consumer warpgroup)."""
+    return 64 * config[0] * config[4]
 
 
 def kernel_name(config: tuple, kind: str, tag: str = "float", ta: bool = False, tb: bool = False,
                 out: str = "float") -> str:
     """The instantiation: element type (float for TF32, a HALF_TAG), output type (float, or the half
     tag), config, X3, and (16-bit) whether A and Bt are MN-major."""
-    wgs, bn, stages, cluster = config
+    wgs, bn, stages, cluster, rows = config
     flags = (str(kind == "x3tf32").lower(), cluster, str(ta).lower(), str(tb).lower())
-    return f"gemm_wgmma<{tag},{out},{wgs},{bn},{stages},{flags[0]},{flags[1]},{flags[2]},{flags[3]}>"
+    return f"gemm_wgmma<{tag},{out},{wgs},{bn},{stages},{flags[0]},{flags[1]},{flags[2]},{flags[3]},{rows}>"
 
 
 HELPERS = tuple(f"wgmma_splitk_sum<{t}>" for t in ("float",) + HALF_TAGS) + (
@@ -110,7 +120,7 @@ def plan(M: int, N: int, K: int, config: tuple, splits: int, sms: int, bk: int =
     cluster = config[3]
     kps = math.ceil(math.ceil(K / splits) / bk) * bk
     z = math.ceil(K / kps)
-    tiles = math.ceil(N / config[1]) * math.ceil(M / (64 * config[0] * cluster)) * z
+    tiles = math.ceil(N / config[1]) * math.ceil(M / (tile_rows(config) * cluster)) * z
     return kps, z, min(tiles, sms // cluster) * cluster
 
 
@@ -118,7 +128,7 @@ def heuristic(M: int, N: int, K: int, kind: str, sms: int) -> tuple[tuple, int]:
     """Untuned: the first config, split-K into the fewest splits that give every multiprocessor a
     tile, keeping MIN_SPLIT_K of K a split."""
     config = CONFIGS[kind][0]
-    tiles = math.ceil(N / config[1]) * math.ceil(M / (64 * config[0]))
+    tiles = math.ceil(N / config[1]) * math.ceil(M / tile_rows(config))
     for splits in SPLITS:
         if tiles * splits >= sms or K // (2 * splits) < MIN_SPLIT_K:
             return config, splits
@@ -466,7 +476,8 @@ def gemm_launch(cfg: tuple, kind: str, tag: str, a_parts: tuple, b_parts: tuple,
     cp = cupy()
     (A, As, ta), (Bt, Bs, tb) = a_parts, b_parts
     (M, K), N = A.shape, Bt.shape[0]
-    wgs, bn, _, cluster = cfg
+    wgs, bn, _, cluster, _ = cfg
+    bm = tile_rows(cfg)
     kps, z, _ = plan(M, N, K, cfg, splits, 1, stage_k(A.itemsize))
     target = out if z == 1 else workspace(z, M, N)  # split: float32 parts, summed into out after
     out_tag = "float" if out.dtype == cp.float32 else tag
@@ -477,10 +488,10 @@ def gemm_launch(cfg: tuple, kind: str, tag: str, a_parts: tuple, b_parts: tuple,
         sms = cluster * max_active_clusters(fn, threads, smem, cluster)
     grid = plan(M, N, K, cfg, splits, sms, stage_k(A.itemsize))[2]
     no_bias = np.uint64(0)
-    args = (i32(M), i32(N), i32(K), i32(kps), cp.float32(alpha), tensor_map(A, K, 64 * wgs, ta),
-            tensor_map(As, K, 64 * wgs, ta), tensor_map(Bt, K, bn // cluster, tb), tensor_map(Bs, K, bn // cluster, tb),
+    args = (i32(M), i32(N), i32(K), i32(kps), cp.float32(alpha), tensor_map(A, K, bm, ta),
+            tensor_map(As, K, bm, ta), tensor_map(Bt, K, bn // cluster, tb), tensor_map(Bs, K, bn // cluster, tb),
             cp.float32(beta), target, i32(N), bias if bias is not None and z == 1 else no_bias,
-            i32(M_FASTEST and math.ceil(M / (64 * wgs * cluster)) < math.ceil(N / bn)))
+            i32(M_FASTEST and math.ceil(M / (bm * cluster)) < math.ceil(N / bn)))
     if cluster > 1:
         launches = [prepared_launch_ex(fn, (grid,), (threads,), args, smem, {CLUSTER_DIMENSION: (cluster, 1, 1)})]
     else:
