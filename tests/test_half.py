@@ -258,3 +258,35 @@ def test_the_precision_table_and_a_half_sweep_refuse_bad_values_naming_them(caps
     with pytest.raises(SystemExit) as info:
         main(["sweep", "--dtype", "bf16"])
     assert info.value.code == 2 and "argument --dtype: invalid choice: 'bf16'" in capsys.readouterr().err
+
+
+def test_the_committed_half_wgmma_gemm_is_checked_and_the_report_says_what_it_reached():
+    """One H100, `bench gemm --dtype bfloat16|float16`: every product of perflab's half wgmma GEMM and cuBLAS's
+    matched float64 on the half values; the report's verdict on the 0.9 target follows the file's geometric
+    mean, and the epoch on it is compared with the epoch on cuBLAS's."""
+    import math
+
+    import pandas as pd
+
+    from perflab.measure.bench import half_gemm_bound
+    from perflab.report import markdown
+    from perflab.results import RESULTS_ROOT
+    folder = RESULTS_ROOT / "nvidia-h100-80gb-hbm3" / "half"
+    for kind in ("bfloat16", "float16"):
+        t = pd.read_csv(folder / f"bench_gemm_{kind}_wgmma.csv")
+        bounds = [half_gemm_bound(kind, r.K, r.out == "float32") for r in t.itertuples()]
+        assert (t.rel_error <= bounds).all() and set(t.variant) == {"cublas", "wgmma"} and len(t) == 60
+        assert json_commit(folder / f"bench_gemm_{kind}_wgmma.json") != "WORKTREE"
+    t = pd.read_csv(folder / "bench_gemm_bfloat16_wgmma.csv")
+    mean = math.exp(t[t.variant == "wgmma"].pct_cublas.map(lambda p: math.log(p / 100)).mean())
+    text = "\n".join(markdown.half_gemm_section())
+    assert f"geometric mean {mean:.3f}" in text and ("Missed." in text) == (mean < 0.9)
+    e = pd.read_csv(folder / "bench_train_half_wgmma.csv").pivot_table(index=["H", "B"], columns="peer",
+                                                                         values="epoch_ms")
+    slower = e["perflab (bf16, wgmma gemm)"] / e["perflab (bf16)"]
+    assert (slower > 1).all() and "stays the half step's default" in text
+
+
+def json_commit(path) -> str:
+    import json
+    return json.loads(path.read_text())["git_commit"]
