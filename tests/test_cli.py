@@ -212,7 +212,9 @@ def test_bench_hold_without_a_gpu_says_what_it_needs(capsys, monkeypatch):
                                                         "operands: it needs --dtype float32, got --dtype float64"),
     (["--gemm", "tf32", "--dtype", "float64"], "--gemm tf32 runs on TF32 tensor cores"),
     (["--gemm", "x3tf32", "--dtype", "float64"], "--gemm x3tf32 runs on TF32 tensor cores"),
-    (["--gemm", "wgmma", "--dtype", "float64"], "--gemm wgmma runs on TF32 tensor cores"),
+    (["--gemm", "wgmma", "--dtype", "float64"], "it needs --dtype float32 (or, wgmma only, bfloat16 or float16), got "
+                                                 "--dtype float64"),
+    (["--gemm", "x3tf32", "--dtype", "bfloat16"], "--gemm x3tf32 runs on TF32 tensor cores"),
     (["--comm", "nccl-half"], "--comm nccl-half exchanges the gradients in the run's half precision: it needs --dtype "
                               "bfloat16 or float16, got --dtype float64 (use --comm nccl)"),
     (["--comm", "nccl-half", "--dtype", "bfloat16", "--mode", "staged"], "--mode staged exchanges gradients through the host"),
@@ -368,3 +370,17 @@ def test_report_and_validate_name_a_malformed_sweep_file_and_what_it_lacks(tmp_p
     err = capsys.readouterr().err
     assert info.value.code == 2 and says in err and "Traceback" not in err, err
     assert not (tmp_path / "r.pdf").exists() and not (tmp_path / "validation.csv").exists()  # nothing half written
+
+
+def test_gemm_wgmma_takes_a_half_precision_dtype_and_the_tf32_gemms_do_not(monkeypatch):
+    """--gemm wgmma with --dtype bfloat16 | float16 is perflab's own half GEMM: the options pass it to the trainer
+    (which checks the GPU); x3tf32 stays float32 only."""
+    import types
+
+    from perflab.cli import build_parser
+    from perflab.commands.options import device_from_args
+    monkeypatch.setattr("perflab.backend.cupy_or_none", lambda: types.ModuleType("cupy"))
+    for dtype in ("bfloat16", "float16"):
+        args = build_parser().parse_args(["train", "--dataset", "synthetic", "--backend", "cupy", "--gemm", "wgmma",
+                                          "--dtype", dtype, "--json"])
+        assert device_from_args(args).gemm == "wgmma"

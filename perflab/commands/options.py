@@ -149,9 +149,12 @@ def device_from_args(args):
     if comm == "nccl-half" and getattr(args, "dtype", "float32") not in HALF_DTYPES:
         raise CLIError(f"--comm nccl-half exchanges the gradients in the run's half precision: it needs --dtype "
                        f"bfloat16 or float16, got --dtype {getattr(args, 'dtype', 'float32')} (use --comm nccl)")
-    if args.gemm in TF32_VARIANTS and getattr(args, "dtype", "float32") != "float32":
-        raise CLIError(f"--gemm {args.gemm} runs on TF32 tensor cores from float32 operands: it needs --dtype float32, "
-                       f"got --dtype {args.dtype}")
+    dtype = getattr(args, "dtype", "float32")
+    half_wgmma = args.gemm == "wgmma" and dtype in HALF_DTYPES  # perflab's own BF16/FP16 GEMM
+    if args.gemm in TF32_VARIANTS and dtype != "float32" and not half_wgmma:
+        raise CLIError(f"--gemm {args.gemm} runs on TF32 tensor cores from float32 operands: it needs --dtype float32"
+                       + (" (or, wgmma only, bfloat16 or float16)" if args.gemm == "wgmma" else "")
+                       + f", got --dtype {dtype}")
     return Device(backend=backend, mode=args.mode, gemm=args.gemm, comm=comm, graphs=args.launch == "graph",
                   pinned=args.pinned, overlap=args.overlap, chunks=args.chunks, timeout=args.timeout,
                   threads=args.threads)
