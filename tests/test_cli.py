@@ -162,6 +162,16 @@ def test_bench_gemm_peers_are_named_with_the_ones_there_are(capsys):
     assert info.value.code == 2 and "argument --peers: invalid choice: 'torch'" in err and "pytorch" in err
 
 
+@pytest.mark.parametrize("extra", [["--variants", "best"], ["--peers", "pytorch"], ["--peers"]])
+def test_bench_gemm_in_half_precision_refuses_the_fp32_benchs_variants_and_peers(capsys, extra):
+    """--dtype bfloat16 times the half wgmma GEMM beside cuBLAS's only: --variants or --peers would be ignored, so
+    they are refused, naming why, before anything needs a GPU."""
+    with pytest.raises(SystemExit) as info:
+        main(["bench", "gemm", "--dtype", "bfloat16", *extra])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "leave out --variants and --peers (they are for float32 and float64)" in err
+
+
 def test_bench_train_peers_are_named_with_the_ones_there_are(capsys):
     with pytest.raises(SystemExit) as info:
         main(["bench", "train", "--peers", "perflab (one graph a batch)"])

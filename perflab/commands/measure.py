@@ -93,6 +93,11 @@ def cmd_compile(args, comm) -> dict:
 def cmd_bench_gemm(args, comm) -> dict:
     from perflab.measure import bench
     if args.dtype in HALF_DTYPES:  # perflab's half wgmma GEMM beside cuBLAS's at the half step's GEMMs
+        from perflab.kernels import GEMM_VARIANTS
+        from perflab.measure.gemm_peers import GEMM_PEERS
+        if args.variants != list(GEMM_VARIANTS) or args.peers != list(GEMM_PEERS):
+            raise CLIError(f"bench gemm --dtype {args.dtype} times perflab's half wgmma GEMM beside cuBLAS's, no other "
+                           "variant or peer: leave out --variants and --peers (they are for float32 and float64)")
         rows = bench.bench_half_gemm(args.dtype, hidden=args.hidden, batches=args.batches, repeats=args.repeats,
                                      progress=not args.json,
                                      on_shape=lambda so_far: save_rows(f"bench_gemm_{args.dtype}", so_far, args.out))
