@@ -79,6 +79,13 @@ def storage(x, name: str):
 TUNED: dict[tuple, tuple[str, int]] = {}  # (variant, T, M, N, K, ta, tb) -> (config, blocks), from tune()
 
 
+def tune_key(variant: str, a, b, ta: bool, tb: bool) -> tuple:
+    """TUNED's key of a GEMM of a by b (ta, tb: stored transposed): T the kernels' element type (float,
+    double, or a half precision's tag)."""
+    T = HALF_CTYPES.get(a.dtype.name) or ctype(a.dtype)
+    return variant, T, a.shape[0], b.shape[1], a.shape[1], ta, tb
+
+
 def tune(a, b, out, variant: str = "best", work=None, repeats: int = 5, a_small=None) -> tuple[str, int]:
     """Time every tile config and number of blocks `variant` can take here (device time of
     CUDA-graph replays, median of `repeats`: timing launches one by one would add the host's
@@ -93,10 +100,8 @@ def tune(a, b, out, variant: str = "best", work=None, repeats: int = 5, a_small=
     from perflab.timing import time_graph_ms
     cp = cupy()
     half = a.dtype.name in HALF_CTYPES  # the half-precision wgmma GEMM (half_gemm's variant="wgmma")
-    T = HALF_CTYPES[a.dtype.name] if half else ctype(a.dtype)
-    (M, K), N = a.shape, b.shape[1]
-    ta, tb = storage(a, "a")[0], storage(b, "b")[0]
-    key = (variant, T, M, N, K, ta, tb)
+    key = tune_key(variant, a, b, storage(a, "a")[0], storage(b, "b")[0])
+    _, T, M, N, K, _, _ = key
     if key in TUNED:
         return TUNED[key]
     timings = {}
@@ -146,7 +151,7 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, c=None, bias=None, variant: str = 
             out[...] = c
         if variant in WGMMA_VARIANTS:
             if config is None:
-                config, blocks = TUNED.get((variant, T, M, N, K, ta, tb), (None, blocks))
+                config, blocks = TUNED.get(tune_key(variant, a, b, ta, tb), (None, blocks))
             wgmma_gemm(a, b, out, alpha, beta, variant == "x3tf32", config, blocks, a_small)
         else:
             (cublas_gemm if variant == "cublas" else cublas_x3tf32)(M, N, K, alpha, a, ta, lda, b, tb, ldb, beta, out)
@@ -161,7 +166,7 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, c=None, bias=None, variant: str = 
     bptr = bias if bias is not None else out
     if variant in TILED_VARIANTS:
         if config is None:
-            config, auto_blocks = (TUNED.get((variant, T, M, N, K, ta, tb))
+            config, auto_blocks = (TUNED.get(tune_key(variant, a, b, ta, tb))
                                    or heuristic_tiles(variant, T, M, N, K, multiprocessors()))
             blocks = auto_blocks if blocks is None else blocks
         tiles = tile_grid(variant, T, config, M, N, K)[0]
@@ -216,8 +221,7 @@ def half_gemm(a, b, out, bias=None, variant: str = "cublas", config: str | None 
         return out
     if variant == "wgmma":
         if config is None:
-            ta, tb = storage(a, "a")[0], storage(b, "b")[0]
-            config, tuned = TUNED.get((variant, HALF_CTYPES[a.dtype.name], M, N, K, ta, tb), (None, None))
+            config, tuned = TUNED.get(tune_key(variant, a, b, storage(a, "a")[0], storage(b, "b")[0]), (None, None))
             splits = tuned if splits is None else splits
         return half_wgmma_gemm(a, b, out, bias, config, splits)
     ta, lda = storage(a, "a")

@@ -118,10 +118,15 @@ def plan(M: int, N: int, K: int, config: tuple, splits: int, sms: int, bk: int =
     persistent grid of at most one CTA a multiprocessor (`sms`: as many as run at once), in whole
     clusters, each of which takes `cluster` M-adjacent tiles at a time."""
     cluster = config[3]
-    kps = math.ceil(math.ceil(K / splits) / bk) * bk
-    z = math.ceil(K / kps)
+    kps, z = split_k(K, splits, bk)
     tiles = math.ceil(N / config[1]) * math.ceil(M / (tile_rows(config) * cluster)) * z
     return kps, z, min(tiles, sms // cluster) * cluster
+
+
+def split_k(K: int, splits: int, bk: int = BK) -> tuple[int, int]:
+    """(k a split, splits that hold any): K in `splits` parts rounded up to whole stages of `bk`."""
+    kps = math.ceil(math.ceil(K / splits) / bk) * bk
+    return kps, math.ceil(K / kps)
 
 
 def heuristic(M: int, N: int, K: int, kind: str, sms: int) -> tuple[tuple, int]:
@@ -478,7 +483,7 @@ def gemm_launch(cfg: tuple, kind: str, tag: str, a_parts: tuple, b_parts: tuple,
     (M, K), N = A.shape, Bt.shape[0]
     wgs, bn, _, cluster, _ = cfg
     bm = tile_rows(cfg)
-    kps, z, _ = plan(M, N, K, cfg, splits, 1, stage_k(A.itemsize))
+    kps, z = split_k(K, splits, stage_k(A.itemsize))  # the splits pick the kernel's output type; the grid needs it
     target = out if z == 1 else workspace(z, M, N)  # split: float32 parts, summed into out after
     out_tag = "float" if out.dtype == cp.float32 else tag
     fn, threads, smem = (kernel(cfg, kind, tag, ta, tb, "float" if z > 1 else out_tag), 128 * (wgs + 1),
@@ -506,7 +511,7 @@ def gemm_launch(cfg: tuple, kind: str, tag: str, a_parts: tuple, b_parts: tuple,
 def mn_major_in_place(x) -> bool:
     """Whether the copy engine can read 16-bit x (rows x K) MN-major as it is: rows contiguous, its
     k-rows 16-byte aligned."""
-    return (x.strides[0] == 2 or x.shape[0] == 1) and x.strides[1] % 16 == 0 and x.data.ptr % 16 == 0
+    return (x.strides[0] == x.itemsize or x.shape[0] == 1) and x.strides[1] % 16 == 0 and x.data.ptr % 16 == 0
 
 
 def half_operand(x, role: str, launches: list) -> tuple:
