@@ -8,7 +8,8 @@
 // M or N contiguous), so that every layout a training step holds is read in place. Either way a stage
 // row is 128 bytes of K (32 TF32, 64 BF16) and a k-step 32 bytes of it (k8 TF32, k16 BF16): a K-major
 // tile is rows of 128 bytes; an MN-major one boxes of 64 rows of M or N (128 bytes) by the stage's
-// 64 k, 8 KiB apart. C holds O: float, or E (a half-precision product); with bias, C = sigmoid(C +
+// 64 k, 8 KiB apart. C holds O: float, or E (a half-precision product: beta 0, no split-K, stored
+// through shared memory, store_staged); with bias, C = sigmoid(C +
 // bias[row]) (the forward layer's epilogue, applied after the split-K sum where there are splits), the
 // product rounded to O first as cuBLAS's half GEMM and a bias pass of its own round it. O is a
 // template parameter, not a run-time choice: two store paths made the kernel's code overflow the
@@ -202,12 +203,87 @@ __device__ __forceinline__ void store_as(const float (&d)[BN / 2], int row0, int
     }
 }
 
-template <int BN, typename O>
+constexpr int STAGING_PITCH = 144;   // bytes a staging row: 64 16-bit elements, and 16 that put 8 rows on all banks
+
+__device__ __forceinline__ void stmatrix_x4(unsigned addr, const unsigned (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n"
+                 :: "r"(addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
+}
+
+// a warpgroup's 64 x BN 16-bit result to C through shared memory (`staging`: 16 rows of
+// STAGING_PITCH a consumer warp), 64 columns at a time: stmatrix writes the accumulators' fragments
+// as rows, then a lane stores 16 bytes of a row, four rows an instruction. A warp's stores are then
+// whole 128-byte lines, where storing its fragments from registers wrote 4 bytes to each of eight
+// rows an instruction: the half GEMMs' forward and input-gradient products ran 1.2-1.5x faster. A
+// float C (weight gradients, split-K's workspace, TF32) gained nothing so (8-byte pieces are whole
+// sectors) and 3xTF32 lost 3% (experiments/half/epilogue_float_ab_h100.jsonl): it stays in registers.
+template <int BN, typename O, bool BIAS>
+__device__ __forceinline__ void store_staged(const float (&d)[BN / 2], int row0, int n0, int M, int N, float alpha,
+                                             O* C, int ldc, bool vectors, const float* bias, unsigned staging) {
+    const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int r0 = row0 + warp * 16;
+    float b[2] = {0.0f, 0.0f};
+    if constexpr (BIAS) {
+        for (int h = 0; h < 2; ++h) b[h] = r0 + (lane >> 2) + h * 8 < M ? bias[r0 + (lane >> 2) + h * 8] : 0.0f;
+    }
+    const unsigned mine = staging + ((threadIdx.x >> 5) - 4) * 16 * STAGING_PITCH;   // consumers' warps from 4 on
+    // stmatrix's 4 matrices a call: lane l gives the address of row l % 8 of matrix l / 8, whose rows
+    // start at 8 ((l / 8) % 2) and its columns at column block l / 16
+    const unsigned at = mine + (8 * ((lane >> 3) & 1) + (lane & 7)) * STAGING_PITCH + (lane >> 4) * 16;
+#pragma unroll
+    for (int c = 0; c < BN / 64; ++c) {
+#pragma unroll
+        for (int jj = 0; jj < 8; jj += 2) {
+            unsigned r[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int i = (c * 8 + jj + q / 2) * 4 + (q & 1) * 2;
+                r[q] = narrow<O>(epilogue<O, false, BIAS>(d[i], alpha, 0.0f, 0.0f, b[q & 1])).bits
+                       | ((unsigned)narrow<O>(epilogue<O, false, BIAS>(d[i + 1], alpha, 0.0f, 0.0f, b[q & 1])).bits << 16);
+            }
+            stmatrix_x4(at + jj * 16, r);
+        }
+        __syncwarp();
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int row = i * 4 + (lane >> 3), col = n0 + c * 64 + (lane & 7) * 8;
+            uint4 v;
+            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                         : "r"(mine + row * STAGING_PITCH + (lane & 7) * 16) : "memory");
+            if (r0 + row >= M || col >= N) continue;
+            O* o = C + (size_t)(r0 + row) * ldc + col;
+            if (vectors && col + 8 <= N) {
+                *reinterpret_cast<uint4*>(o) = v;
+            } else {
+                for (int e = 0; e < 8 && col + e < N; ++e) {
+                    const unsigned w = e < 2 ? v.x : e < 4 ? v.y : e < 6 ? v.z : v.w;
+                    o[e].bits = (unsigned short)(w >> (16 * (e % 2)));
+                }
+            }
+        }
+        __syncwarp();   // read back before the next 64 columns overwrite it
+    }
+}
+
+// STAGED: a 16-bit C goes through shared memory (store_staged); the rest from registers
+template <int BN, bool STAGED, typename O>
 __device__ __forceinline__ void store(const float (&d)[BN / 2], int row0, int n0, int M, int N, float alpha,
-                                      float beta, O* C, int ldc, int z, bool split, const float* bias) {
+                                      float beta, O* C, int ldc, int z, bool split, const float* bias,
+                                      unsigned staging) {
     O* out = split ? C + (size_t)z * M * ldc : C;
     const bool pairs = (ldc % 2 == 0) && (reinterpret_cast<size_t>(C) % (2 * sizeof(O)) == 0);
     const bool scale_c = !split && beta != 0.0f;
+    if constexpr (sizeof(O) == 2) {   // a product alone: half_wgmma_gemm passes beta 0, and splits sum in float
+        if constexpr (STAGED) {
+            const bool vectors = ldc % 8 == 0 && reinterpret_cast<size_t>(C) % 16 == 0;
+            if (bias) store_staged<BN, O, true>(d, row0, n0, M, N, alpha, C, ldc, vectors, bias, staging);
+            else store_staged<BN, O, false>(d, row0, n0, M, N, alpha, C, ldc, vectors, bias, staging);
+        } else {
+            if (bias) store_as<BN, O, false, true>(d, row0, n0, M, N, alpha, beta, C, ldc, pairs, bias);
+            else store_as<BN, O, false, false>(d, row0, n0, M, N, alpha, beta, C, ldc, pairs, bias);
+        }
+        return;
+    }
     if (scale_c && bias) store_as<BN, O, true, true>(d, row0, n0, M, N, alpha, beta, out, ldc, pairs, bias);
     else if (scale_c) store_as<BN, O, true, false>(d, row0, n0, M, N, alpha, beta, out, ldc, pairs, bias);
     else if (bias) store_as<BN, O, false, true>(d, row0, n0, M, N, alpha, beta, out, ldc, pairs, bias);
@@ -227,13 +303,16 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
     constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = (65536 / 128 - PRODUCER_REGS) / WGS / 8 * 8;
     static_assert(R == 1 || !X3, "3xTF32 keeps one block of rows a warpgroup");
     constexpr int B_PART = BN / CL * ROW;   // the bytes of B a CTA of the cluster loads for all
+    // a 16-bit C is stored through shared memory past the mbarriers (store_staged), where one block
+    // of rows a warpgroup leaves room for it (wgmma.py's smem_bytes)
+    constexpr bool STAGED = sizeof(O) == 2 && R == 1;
     static_assert(BN % (8 * CL) == 0, "a CTA's part of B must be whole 8-row swizzle atoms");
     static_assert(sizeof(E) == 2 || (!TA && !TB), "TF32 operands are K-major");
     static_assert(sizeof(E) == 4 || !X3, "3xTF32 splits FP32 operands");
     static_assert(!TB || (BN / CL) % 64 == 0, "an MN-major B part is whole boxes of 64");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const unsigned base = (smem_u32(smem_raw) + 1023) & ~1023u;   // the 128-byte swizzle wants 1024-aligned tiles
-    const unsigned full = base + STAGES * STAGE, empty = full + 8 * STAGES;
+    const unsigned full = base + STAGES * STAGE, empty = full + 8 * STAGES, staging = empty + 8 * STAGES;
     const unsigned rank = CL > 1 ? cluster_rank() : 0;
     // a cluster's CL CTAs take the CL tiles of one column of tiles_n, M-adjacent: B's tile is shared.
     // m_fastest: tiles walk M first, so that the CTAs running at once share a few of B's column blocks
@@ -324,11 +403,12 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
         if (w.ktiles > 0) release((it + w.ktiles - 1) % STAGES);
         it += w.ktiles;
         if constexpr (X3) {
-            store<BN>(total, w.m0 + wgi * 64, w.n0, M, N, alpha, beta, C, ldc, w.z, splits > 1, bias);
+            store<BN, STAGED>(total, w.m0 + wgi * 64, w.n0, M, N, alpha, beta, C, ldc, w.z, splits > 1, bias, staging);
         } else {
 #pragma unroll
             for (int r = 0; r < R; ++r)
-                store<BN>(d[r], w.m0 + (wgi * R + r) * 64, w.n0, M, N, alpha, beta, C, ldc, w.z, splits > 1, bias);
+                store<BN, STAGED>(d[r], w.m0 + (wgi * R + r) * 64, w.n0, M, N, alpha, beta, C, ldc, w.z, splits > 1,
+                                  bias, staging);
         }
     }
     if constexpr (CL > 1) cluster_sync();   // no CTA leaves while another may still write to it

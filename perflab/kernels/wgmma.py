@@ -76,10 +76,16 @@ def parse_config(name: str, kind: str) -> tuple:
     raise KernelError(f"{kind} has no tile config {name!r}: the configs are {[config_name(c) for c in CONFIGS[kind]]}")
 
 
+STAGING_ROW = 144  # bytes of a row of a half C's staging area: 64 16-bit elements and 16 of padding
+STAGING_ROWS = 16  # rows of it a consumer warp (gemm_wgmma.cu's store_staged)
+
+
 def smem_bytes(config: tuple, kind: str) -> int:
-    """Shared memory of a CTA: the stages, their two mbarriers each, 1024 to align the base."""
-    stages = config[2]
-    return stages * (tile_rows(config) + config[1]) * ROW * (2 if kind == "x3tf32" else 1) + 16 * stages + 1024
+    """Shared memory of a CTA: the stages, their two mbarriers each, 1024 to align the base, and for
+    a half kind with one block of rows a warpgroup the area its 16-bit C is stored through."""
+    wgs, stages, rows = config[0], config[2], config[4]
+    staging = 4 * wgs * STAGING_ROWS * STAGING_ROW if kind == "half" and rows == 1 else 0
+    return stages * (tile_rows(config) + config[1]) * ROW * (2 if kind == "x3tf32" else 1) + 16 * stages + 1024 + staging
 
 
 def tile_rows(config: tuple) -> int:
