@@ -1,6 +1,6 @@
 """Writes perflab/kernels/wgmma_ops.cuh: one inline-PTX wrapper per wgmma instruction perflab issues (N = 64, 128, 192,
-256, both operands from shared memory; TF32 k8, and BF16 and FP16 k16 with their transpose bits). Generated because
-each lists N/2 accumulator operands."""
+256, and for 16-bit operands 112 = 784 / 7, both operands from shared memory; TF32 k8, and BF16 and FP16 k16 with their
+transpose bits). Generated because each lists N/2 accumulator operands."""
 import pathlib
 
 # the element type's tag in the kernels (common.cuh), its PTX type and k an instruction
@@ -35,7 +35,8 @@ HEADER = """#pragma once
 
 
 def header() -> str:
-    return HEADER + "\n".join(wrapper(n, tag) for tag in TYPES for n in (64, 128, 192, 256))
+    return HEADER + "\n".join(wrapper(n, tag) for tag in TYPES
+                               for n in (64, 128, 192, 256) + ((112,) if TYPES[tag][1] == 16 else ()))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import numpy as np
 from perflab import kernels
 from perflab.kernels import build, wgmma
 
-STAGED = "constexpr bool STAGED = sizeof(O) == 2 && R == 1;"
+STAGED = "constexpr bool STAGED = sizeof(O) == 2 && R == 1 && BN % 64 == 0;"
 STORE = "store<BN, STAGED>(d[r]"
 VARIANTS = {"registers": (STAGED, "constexpr bool STAGED = false;"), "staged": ("", ""),
             "no store": (STORE, "if (M < 0) " + STORE)}
@@ -65,9 +65,7 @@ def main():
     from perflab.timing import time_graph_ms
     variants = ["registers", "staged"] + (["no store"] if "--no-store" in sys.argv else [])
     store = kernels.HALF_STORAGE["bfloat16"]
-    names = [wgmma.kernel_name(c, "half", "bf16", ta, tb, out) for c in wgmma.CONFIGS["half"]
-             for ta in (False, True) for tb in (False, True) for out in ("bf16", "float")]
-    names += [wgmma.kernel_name(c, kind) for kind in wgmma.WGMMA_VARIANTS for c in wgmma.CONFIGS[kind]]
+    names = [n for n in wgmma.wgmma_names() if "fp16" not in n]
     for v in variants:
         source_dir(v)
     with ProcessPoolExecutor(16, mp_context=multiprocessing.get_context("spawn")) as pool:

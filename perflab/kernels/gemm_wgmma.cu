@@ -303,9 +303,9 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
     constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = (65536 / 128 - PRODUCER_REGS) / WGS / 8 * 8;
     static_assert(R == 1 || !X3, "3xTF32 keeps one block of rows a warpgroup");
     constexpr int B_PART = BN / CL * ROW;   // the bytes of B a CTA of the cluster loads for all
-    // a 16-bit C is stored through shared memory past the mbarriers (store_staged), where one block
-    // of rows a warpgroup leaves room for it (wgmma.py's smem_bytes)
-    constexpr bool STAGED = sizeof(O) == 2 && R == 1;
+    // a 16-bit C is stored through shared memory past the mbarriers (store_staged), 64 columns at a
+    // time, where one block of rows a warpgroup leaves room for it (wgmma.py's smem_bytes)
+    constexpr bool STAGED = sizeof(O) == 2 && R == 1 && BN % 64 == 0;
     static_assert(BN % (8 * CL) == 0, "a CTA's part of B must be whole 8-row swizzle atoms");
     static_assert(sizeof(E) == 2 || (!TA && !TB), "TF32 operands are K-major");
     static_assert(sizeof(E) == 4 || !X3, "3xTF32 splits FP32 operands");

@@ -44,15 +44,16 @@ BK = ROW // 4  # k of a TF32 stage (a 16-bit stage holds 64)
 # them all, the first is the
 # default (TF32: the fastest at the H100's training shapes, experiments/wgmma/logs/run6). A CTA's
 # shared memory stays within 227 KiB; an X3 stage holds both parts. Clusters of 2 share B's tile
-# through TMA multicast (gemm_wgmma.cu). A half kind's B part a CTA loads is whole boxes of 64 rows
-# (an MN-major operand's), and each config is compiled for both half precisions and four layouts. Two
+# through TMA multicast (gemm_wgmma.cu). Each half config is compiled for both half precisions and
+# the layouts it reads: B MN-major only where the B part a CTA loads is whole boxes of 64 rows (BN =
+# 112, 784 / 7, the first layer's weight gradient's N, is read K-major: its operands are so). Two
 # blocks of rows a warpgroup (a 256 x 192 tile: 110 FLOP a byte loaded where 128 x 256 does 85) take
 # registers the producer gives up (setmaxnreg).
 CONFIGS = {"wgmma": ((2, 256, 4, 1, 1), (2, 256, 4, 2, 1), (2, 192, 5, 1, 1), (2, 128, 6, 1, 1), (2, 128, 6, 2, 1),
                      (2, 128, 4, 1, 1), (2, 64, 8, 1, 1)),
            "x3tf32": ((2, 128, 3, 1, 1), (2, 128, 3, 2, 1), (1, 128, 4, 1, 1), (2, 64, 4, 1, 1)),
            "half": ((2, 256, 4, 1, 1), (2, 256, 4, 2, 1), (2, 128, 6, 1, 1), (2, 128, 6, 2, 1), (1, 128, 8, 1, 1),
-                    (2, 192, 4, 1, 2))}
+                    (2, 192, 4, 1, 2), (1, 112, 9, 2, 1), (2, 112, 6, 2, 1))}
 HALF_TAGS = ("bf16", "fp16")  # the kernels' names for bfloat16 and float16 (elementwise.HALF_CTYPES' values)
 TENSOR_MAP_TYPES = {"float32": 7, "uint16": 9, "float16": 6}  # CUtensorMapDataType: FLOAT32, BFLOAT16, FLOAT16
 SPLITS = (1, 2, 4)
@@ -106,11 +107,18 @@ HELPERS = tuple(f"wgmma_splitk_sum<{t}>" for t in ("float",) + HALF_TAGS) + (
     "k_major_copy<float,false>", "k_major_copy<float,true>", "k_major_copy<unsigned short,false>", "small_part")
 
 
+def reads_b_mn_major(config: tuple) -> bool:
+    """Whether a half config reads B MN-major in place: the part of B's tile a CTA loads is whole boxes
+    of 64 rows. Otherwise an MN-major B is copied K-major first."""
+    return (config[1] // config[3]) % 64 == 0
+
+
 def wgmma_names() -> tuple:
     """Every GEMM instantiation kernel() may compile (the helpers are HELPERS)."""
     tf32 = tuple(kernel_name(c, kind) for kind in WGMMA_VARIANTS for c in CONFIGS[kind])
     half = tuple(kernel_name(c, "half", tag, ta, tb, out) for tag in HALF_TAGS for c in CONFIGS["half"]
-                 for ta in (False, True) for tb in (False, True) for out in ("float", tag))
+                 for ta in (False, True) for tb in (False, True) if reads_b_mn_major(c) or not tb
+                 for out in ("float", tag))
     return tf32 + half
 
 
@@ -520,12 +528,12 @@ def mn_major_in_place(x) -> bool:
     return (x.strides[0] == x.itemsize or x.shape[0] == 1) and x.strides[1] % 16 == 0 and x.data.ptr % 16 == 0
 
 
-def half_operand(x, role: str, launches: list) -> tuple:
-    """16-bit x (rows x K) as the kernel reads it: (x, x, False) K-major or (x, x, True) MN-major in
-    place, else a K-major copy (its launch appended to `launches`)."""
+def half_operand(x, role: str, launches: list, mn_major: bool = True) -> tuple:
+    """16-bit x (rows x K) as the kernel reads it: (x, x, False) K-major or (x, x, True) MN-major
+    (where the config reads it so) in place, else a K-major copy (its launch appended to `launches`)."""
     if k_major_in_place(x):
         return x, x, False
-    if mn_major_in_place(x):
+    if mn_major and mn_major_in_place(x):
         return x, x, True
     (copy,) = buffers(role, *x.shape, 1, x.dtype)
     launches += copy_k_major_launches(x, copy)
@@ -556,7 +564,7 @@ def half_wgmma_gemm(a, b, out, bias=None, config: str | None = None, splits: int
         cfg, z = choose(M, N, K, "half", config, splits)
         launches = []
         a_parts = half_operand(a, "a", launches)
-        b_parts = half_operand(b.T, "b", launches)
+        b_parts = half_operand(b.T, "b", launches, reads_b_mn_major(cfg))
         launches += gemm_launch(cfg, "half", tag, a_parts, b_parts, out, 1.0, 0.0, z, bias)
         LAUNCHES[key] = launches
     for launch in launches:
