@@ -27,7 +27,7 @@
 // loads half of B's tile into both (TMA multicast), so that the operands' traffic from L2 falls by
 // a third at BN = 256: at 2048 x 12000 x 784 the unclustered kernel moved 5.2-5.3 TB/s from L2
 // whether TF32 or 3xTF32, the L2's rate, not the tensor cores'. A stage is free once the consumer
-// warps of both CTAs have arrived on its empty mbarrier.
+// warps of both CTAs have arrived on its empty mbarrier. CL = 4 likewise, each CTA loading a quarter.
 //
 // X3 (3xTF32, FP32-accurate): A and Bt are the operands' TF32 big parts and As, Bs their small ones
 // (x = big + small, big = tf32(x), small = tf32(x - big)); each k-step issues As Bb + Ab Bs + Ab Bb.

@@ -43,8 +43,9 @@ BK = ROW // 4  # k of a TF32 stage (a 16-bit stage holds 64)
 # (consumer warpgroups, BN, stages, CTAs a cluster, blocks of 64 rows a warpgroup) per kind; tune() tries
 # them all, the first is the
 # default (TF32: the fastest at the H100's training shapes, experiments/wgmma/logs/run6). A CTA's
-# shared memory stays within 227 KiB; an X3 stage holds both parts. Clusters of 2 share B's tile
-# through TMA multicast (gemm_wgmma.cu). Each half config is compiled for both half precisions and
+# shared memory stays within 227 KiB; an X3 stage holds both parts. Clusters of 2 (and for the half
+# kind's 64 x 128 tile 4, as cuBLAS's kernels at the first layer's weight gradient have) share B's
+# tile through TMA multicast (gemm_wgmma.cu). Each half config is compiled for both half precisions and
 # the layouts it reads: B MN-major only where the B part a CTA loads is whole boxes of 64 rows (BN =
 # 112, 784 / 7, the first layer's weight gradient's N, is read K-major: its operands are so). Two
 # blocks of rows a warpgroup (a 256 x 192 tile: 110 FLOP a byte loaded where 128 x 256 does 85) take
@@ -53,7 +54,7 @@ CONFIGS = {"wgmma": ((2, 256, 4, 1, 1), (2, 256, 4, 2, 1), (2, 192, 5, 1, 1), (2
                      (2, 128, 4, 1, 1), (2, 64, 8, 1, 1)),
            "x3tf32": ((2, 128, 3, 1, 1), (2, 128, 3, 2, 1), (1, 128, 4, 1, 1), (2, 64, 4, 1, 1)),
            "half": ((2, 256, 4, 1, 1), (2, 256, 4, 2, 1), (2, 128, 6, 1, 1), (2, 128, 6, 2, 1), (1, 128, 8, 1, 1),
-                    (2, 192, 4, 1, 2), (1, 112, 9, 2, 1), (2, 112, 6, 2, 1))}
+                    (2, 192, 4, 1, 2), (1, 112, 9, 2, 1), (2, 112, 6, 2, 1), (1, 128, 8, 4, 1))}
 HALF_TAGS = ("bf16", "fp16")  # the kernels' names for bfloat16 and float16 (elementwise.HALF_CTYPES' values)
 TENSOR_MAP_TYPES = {"float32": 7, "uint16": 9, "float16": 6}  # CUtensorMapDataType: FLOAT32, BFLOAT16, FLOAT16
 SPLITS = (1, 2, 4)
