@@ -279,7 +279,8 @@ def test_the_committed_half_wgmma_gemm_is_checked_and_the_report_says_what_it_re
         assert json_commit(folder / f"bench_gemm_{kind}_wgmma.json") != "WORKTREE"
     t = pd.read_csv(folder / "bench_gemm_bfloat16_wgmma.csv")
     mean = math.exp(t[t.variant == "wgmma"].pct_cublas.map(lambda p: math.log(p / 100)).mean())
-    text = "\n".join(markdown.half_gemm_section())
+    sections = "\n".join(markdown.half_gemm_section()).split("## The half-precision GEMM")  # one a machine
+    text = next(s for s in sections if s.startswith(" of perflab's own against cuBLAS's, nvidia-h100-80gb-hbm3"))
     assert f"geometric mean {mean:.3f}" in text and ("Missed." in text) == (mean < 0.9)
     e = pd.read_csv(folder / "bench_train_half_wgmma.csv").pivot_table(index=["H", "B"], columns="peer",
                                                                          values="epoch_ms")
