@@ -238,6 +238,27 @@ def test_a_deeper_net_adds_each_hidden_layer_at_its_widths_and_exchanges_its_who
     assert eager["t_host"] == pytest.approx(flat["t_host"] + 4 * 1e-5)
 
 
+def test_a_deeper_net_with_overlap_sends_each_upper_layer_under_the_backward_pass_below_it():
+    """--overlap at depth (WFBP): the upper layers' all-reduces, top first with the output layer's, cost
+    only what the backward pass below the first of them does not cover, before dW1's chunked exchange."""
+    hidden = (1024, 1024, 1024)
+    sends = predictor.wfbp_sends(hidden)
+    assert sends[0] == 4 * (1024 * 1024 + 1024 + 10 * 1024 + 10 + 1) and sends[1] == 4 * (1024 * 1024 + 1024)
+    assert sum(sends) + 4 * (784 * 1024 + 1024) == perfmodel.gradient_buffer_bytes(hidden)  # dW1 and b1 go last
+    layer = lambda H, B: H * H * B * 1e-14  # noqa: E731
+    for alpha, bandwidth in ((1e-6, 1e12), (1e-4, 1e9)):  # NCCL fast enough to hide, and too slow to
+        base = table().table
+        c = more(predictor.Ceilings(base[base.ceiling != "nccl_allreduce"]), deep_rows(layer)
+                 + overlap_rows(lambda H, B: 2 * H * B * 1e-11) + exchange_rows("nccl_allreduce", alpha, bandwidth))
+        over = predictor.predict_point(point(H="1024-1024-1024", p=2, B=8000, N=16000, comm="overlap"), c)
+        flat = predictor.predict_point(point(p=2, B=8000, N=16000, comm="overlap"), c)
+        comm = sum(alpha + S / bandwidth for S in sends)
+        window = layer(1024, 4000) / 3 + 2 * layer(1024, 4000) / 3  # the top's input gradient, the next one's backward
+        assert over["t_wfbp_exposed"] == pytest.approx(max(0.0, comm - window), rel=1e-3, abs=1e-12)
+        assert over["t_exchange"] == pytest.approx(flat["t_exchange"] + over["t_wfbp_exposed"], rel=1e-6)
+    assert over["t_wfbp_exposed"] > 0 and "upper layers" in over["composition"]
+
+
 def test_what_the_predictor_does_not_cover_at_depth_is_named():
     c = more(table(), deep_rows(lambda H, B: H * H * B * 1e-14))
     with pytest.raises(predictor.PredictionError, match="1024-1024.*model parallel"):

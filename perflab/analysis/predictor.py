@@ -417,6 +417,27 @@ def gpu_deeper(c: Ceilings, hidden: tuple, Bl: float, gemm: str, eager: bool) ->
     return added + c.kernel("gpu", UPDATE, update_width(hidden), Bl) - c.kernel("gpu", UPDATE, first, Bl)
 
 
+def wfbp_sends(hidden: tuple, C: int = perfmodel.C_MNIST) -> list[int]:
+    """Bytes of each all-reduce --overlap sends before dW1's chunks on a deeper net, in order: once the
+    top hidden layer's dW is done its W and b with the output layer's and the loss slot, then each
+    layer below it (down to the second) with its own (FusedGPU.send_layer)."""
+    sizes = [4 * (a * b + a) for b, a in zip(hidden, hidden[1:])]  # W_l (H_l x H_l-1) and b_l, l = 2..L
+    sizes[-1] += 4 * (C * hidden[-1] + C + 1)
+    return sizes[::-1]
+
+
+def wfbp_exposed(c: Ceilings, hidden: tuple, Bl: float, p: int, in_graph: bool) -> float:
+    """Seconds --overlap's layer-by-layer exchange (WFBP) adds on a deeper net over one hidden layer's
+    overlap_exchange: the upper layers' all-reduces (wfbp_sends, NCCL's, in_graph where the step's graph
+    holds them, one after another on the side stream) run under the backward pass below the first of them: the top layer's input
+    gradient and sigmoid' (a third of its `hidden layer` time, one of its three equal GEMMs) and each
+    lower layer's weight and input gradients (two thirds). What they do not cover delays the chunked
+    dW1 exchange that follows them on that stream."""
+    comm = sum(c.nccl_exchange(p, nbytes, in_graph)[0] for nbytes in wfbp_sends(hidden))
+    layers = [c.kernel("gpu", hidden_layer_name("cublas"), math.sqrt(a * b), Bl) for a, b in zip(hidden, hidden[1:])]
+    return max(0.0, comm - layers[-1] / 3 - sum(2 * t / 3 for t in layers[:-1]))
+
+
 def cpu_deeper(c: Ceilings, hidden: tuple, Bl: float) -> float:
     """Seconds a deeper net's step adds on the CPU to the one-hidden-layer step at its first width:
     for each hidden layer past the first, what the reference's 784-H-H-10 took over its 784-H-10 (the
@@ -431,10 +452,9 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
     H = hidden[0]
     parallel = point.get("parallel", "data")
     gemm = point.get("gemm", "cublas")
-    if len(hidden) > 1 and (parallel == "model" or point.get("comm") == "overlap"):
-        raise PredictionError(f"the predictor composes deeper nets ({point['H']}) data parallel, without --overlap (timed "
-                              f"for one hidden layer's dW1 chunks), so far; got {parallel} parallel, comm "
-                              f"{point.get('comm', 'the default')}")
+    if len(hidden) > 1 and parallel == "model":
+        raise PredictionError(f"the predictor composes deeper nets ({point['H']}) data parallel, so far; got model "
+                              "parallel")
     tensor_cores = gemm in TENSOR_CORE_STEPS and point["backend"] == "cupy" and parallel == "data" \
         and point.get("mode") in ("resident", "staged")
     dtype = point.get("dtype", "float32")
@@ -489,6 +509,10 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
                 terms["kernels"] -= c.kernel("gpu", "backward GEMM 3 (cuBLAS)", H, Bl)
                 terms["exchange"] = c.overlap_exchange(p, H, Bl, OVERLAP_CHUNKS)  # what sweeps and the harness run
                 exchange = "backward GEMM 3 in chunks, each all-reduced under the next (overlap_exchange)"
+                if len(hidden) > 1:  # the layers above the first sent as their dW is done (WFBP)
+                    terms["wfbp_exposed"] = wfbp_exposed(c, hidden, Bl, p, graphed)
+                    terms["exchange"] += terms["wfbp_exposed"]
+                    exchange += " + what of the upper layers' all-reduces the backward below them leaves out"
             elif p > 1:
                 terms["exchange"], exchange = c.nccl_exchange(p, gradient, ran_epoch_graphs(point))
             else:  # one GPU exchanges nothing
