@@ -259,10 +259,33 @@ def test_a_deeper_net_with_overlap_sends_each_upper_layer_under_the_backward_pas
     assert over["t_wfbp_exposed"] > 0 and "upper layers" in over["composition"]
 
 
+def test_a_deeper_net_model_parallel_splits_its_layers_in_turn_and_all_reduces_between_them():
+    """Depth 2 (rows, columns, output whole): the first layer on H/p rows, the second's GEMMs a p-th of
+    its work, its output all-reduced, the output layer fused and whole; depth 3 (rows, columns, rows,
+    output by columns): also the third layer's input gradient and the logits all-reduced. Depth 1 is
+    MODEL_PARALLEL_STEP at H/p."""
+    layer = lambda H, B: H * H * B * 1e-14  # noqa: E731
+    extra = [{"ceiling": "step_kernel", "device": "gpu", "impl": name, "H": H, "B": B, "ranks": 1, "seconds": H * B * 1e-11}
+             for name in predictor.MODEL_PARALLEL_STEP for H in (256, 4096) for B in (100, 20000)]
+    c = more(table(), deep_rows(layer) + extra)
+    assert [k for k, _ in predictor.model_parallel_kernels((1024,), 2)[0]] == list(predictor.MODEL_PARALLEL_STEP)
+    two = predictor.predict_point(point(H="1024-1024", parallel="model", p=2, B=8000, N=16000, step_graph=True), c)
+    kernel = lambda H: H * 8000 * 1e-11  # noqa: E731  the whole batch on every rank
+    params = (1024 * 784 + 1024) / 2 + (1024 * 1024) / 2 + 1024 + 10 * 1024 + 10  # the rank's shards
+    expect = 3 * kernel(512) + 1024 * 1024 / 2 * 8000 * 1e-14 + 3 * kernel(1024) + kernel((params - 10) / 795)
+    assert two["t_kernels"] == pytest.approx(expect, rel=1e-6)
+    assert two["t_exchange"] == pytest.approx(1e-5 + 1024 * 8000 * 4 / 1e10, rel=1e-3)  # the second layer's output
+    three = predictor.predict_point(point(H="1024-1024-1024", parallel="model", p=2, B=8000, N=16000, step_graph=True), c)
+    sizes = (1024 * 8000 * 4, 1024 * 8000 * 4, 10 * 8000 * 4)
+    assert three["t_exchange"] == pytest.approx(sum(1e-5 + S / 1e10 for S in sizes), rel=1e-3)
+    eager = predictor.predict_point(point(H="1024-1024", parallel="model", p=2, B=8000, N=16000), c)
+    assert eager["t_host"] == pytest.approx(3e-5 + (8 + 3 + 1) * 1e-5)  # 8 kernels, a hidden layer's 3 more, NCCL
+
+
 def test_what_the_predictor_does_not_cover_at_depth_is_named():
     c = more(table(), deep_rows(lambda H, B: H * H * B * 1e-14))
-    with pytest.raises(predictor.PredictionError, match="1024-1024.*model parallel"):
-        predictor.predict_point(point(H="1024-1024", parallel="model", p=2), c)
+    with pytest.raises(predictor.PredictionError, match="1024-1024.*model parallel on GPUs"):
+        predictor.predict_point(point(H="1024-1024", parallel="model", p=2, backend="numpy"), c)
     with pytest.raises(predictor.PredictionError, match="no gpu step_kernel rows for 'hidden layer"):
         predictor.predict_point(point(H="1024-1024"), table())
     with pytest.raises(predictor.PredictionError, match="one hidden layer, not 1024-1024"):

@@ -452,9 +452,9 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
     H = hidden[0]
     parallel = point.get("parallel", "data")
     gemm = point.get("gemm", "cublas")
-    if len(hidden) > 1 and parallel == "model":
-        raise PredictionError(f"the predictor composes deeper nets ({point['H']}) data parallel, so far; got model "
-                              "parallel")
+    if len(hidden) > 1 and parallel == "model" and point["backend"] == "numpy":
+        raise PredictionError(f"the predictor composes deeper nets ({point['H']}) model parallel on GPUs, so far; got "
+                              "NumPy")
     tensor_cores = gemm in TENSOR_CORE_STEPS and point["backend"] == "cupy" and parallel == "data" \
         and point.get("mode") in ("resident", "staged")
     dtype = point.get("dtype", "float32")
@@ -485,7 +485,7 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
         batch = terms["kernels"] + terms["exchange"]
         composition = "kernels + MPI all-reduce (serial)"
     elif parallel == "model" and p > 1:  # one rank: FusedModelParallel runs the data-parallel step
-        return model_parallel_batch(H, B, p, c, terms, graph=bool(point.get("step_graph", False)))
+        return model_parallel_batch(hidden, B, p, c, terms, graph=bool(point.get("step_graph", False)))
     else:
         graphed = launched_as_graph(point)
         terms["kernels"] = sum(c.kernel("gpu", k, H, Bl) for k in c.step_names("cupy", gemm, eager=not graphed))
@@ -582,21 +582,58 @@ MODEL_PARALLEL_STEP = ("forward GEMM 1 (cuBLAS)", "unfused: bias + sigmoid", "un
                        "backward GEMM 3 (cuBLAS)", UPDATE)
 
 
-def model_parallel_batch(H: int, B: int, p: int, c: Ceilings, terms: dict, graph: bool) -> dict:
-    """perflab.train.gpu.FusedModelParallel's step on several GPUs: each rank H/p hidden units of the
-    whole batch, the output layer unfused, the C x B logits all-reduced by NCCL between forward GEMM 2
-    and the softmax; the whole step one CUDA graph (`graph`, the sweep's step_graph), or every
-    kernel launched by the host one by one (points measured before NCCL was captured)."""
-    terms["kernels"] = sum(c.kernel("gpu", k, H / p, B) for k in MODEL_PARALLEL_STEP)
-    terms["exchange"], nccl = c.nccl_exchange(p, 10 * B * 4, graph)
+def model_parallel_kernels(hidden: tuple, p: int) -> tuple[list[tuple[str, float]], list[int]]:
+    """A rank's kernels in perflab.train.gpu.FusedModelParallel's step on p GPUs, each (ceilings name, the
+    width it is read at), and the elements of each all-reduce (times the whole batch): the layers split
+    as parallel.layer_splits says. The first layer's GEMMs and bias + sigmoid on its H1/p rows; each
+    hidden layer past the first as `hidden layer (cublas)` at the width whose square is its GEMMs' share
+    (h_l h_l-1 / p); the output layer unfused on the top layer's shard where it is split (by columns,
+    its C logits all-reduced), else fused and whole; the update over the rank's parameters. A column-split
+    hidden layer all-reduces its output before its bias, a row-split one (past the first) its input
+    gradient. At one hidden layer: MODEL_PARALLEL_STEP at H/p and the logits."""
+    from perflab.train.parallel import layer_splits
+    splits, top, C = layer_splits(len(hidden) + 1), hidden[-1], perfmodel.C_MNIST
+    kernels = [("forward GEMM 1 (cuBLAS)", hidden[0] / p), ("unfused: bias + sigmoid", hidden[0] / p)]
+    exchanged = []
+    for l in range(1, len(hidden)):
+        kernels.append((hidden_layer_name("cublas"), math.sqrt(hidden[l] * hidden[l - 1] / p)))
+        exchanged.append(hidden[l] if splits[l] == "columns" else hidden[l - 1])
+    if splits[-1] == "columns":
+        kernels += [(k, top / p) for k in ("unfused: forward GEMM 2 (cuBLAS)", "unfused: softmax + CE gradient",
+                                            "db2 row sums", "fused backward: dz1, dW2, db1")]
+        exchanged.append(C)
+    else:
+        kernels += [(k, top) for k in ("fused forward: sigmoid, GEMM 2, softmax", "db2 row sums",
+                                        "fused backward: dz1, dW2, db1")]
+    layers = (perfmodel.D_MNIST, *hidden, C)
+    shards = [a * b / p + (a / p if kind == "rows" else a) if kind != "whole" else a * b + a
+              for b, a, kind in zip(layers, layers[1:], splits)]  # W_l (a x b) and b_l, the rank's part of each
+    width = (sum(shards) - C) / (perfmodel.D_MNIST + 1 + C)  # the one-layer width with as many parameters
+    return kernels + [("backward GEMM 3 (cuBLAS)", hidden[0] / p), (UPDATE, width)], exchanged
+
+
+def model_parallel_batch(hidden: tuple, B: int, p: int, c: Ceilings, terms: dict, graph: bool) -> dict:
+    """perflab.train.gpu.FusedModelParallel's step on several GPUs, any depth (model_parallel_kernels):
+    every rank the whole batch, its all-reduces by NCCL inside the step; the whole step one CUDA graph
+    (`graph`, the sweep's step_graph), or every kernel launched by the host one by one (points measured
+    before NCCL was captured)."""
+    kernels, exchanged = model_parallel_kernels(hidden, p)
+    terms["kernels"] = sum(c.kernel("gpu", k, width, B) for k, width in kernels)
+    terms["exchange"] = 0.0
+    for n in exchanged:
+        seconds, nccl = c.nccl_exchange(p, n * B * 4, graph)
+        terms["exchange"] += seconds
+    what = "the logits" if len(hidden) == 1 else f"{len(exchanged)} activations and gradients"
     if graph:
         terms["host"] = c.floor("trainer resident")
         how = "the host floor of a graph replay"
-    else:
-        terms["host"] = c.floor("trainer resident") + (len(MODEL_PARALLEL_STEP) + 1) * c.launch()  # + the all-reduce
+    else:  # a launch a kernel (a hidden layer's four) and one an all-reduce
+        hidden_layers = len(hidden) - 1
+        launches = len(kernels) + (HIDDEN_LAYER_LAUNCHES - 1) * hidden_layers + len(exchanged)
+        terms["host"] = c.floor("trainer resident") + launches * c.launch()
         how = "host floor + eager launches"
     batch = max(terms["kernels"] + terms["exchange"], terms["host"])
-    return {"batch_s": batch, "composition": f"max(kernels + {nccl} of the logits, {how})",
+    return {"batch_s": batch, "composition": f"max(kernels + {nccl} of {what}, {how})",
             **{f"t_{k}": v for k, v in terms.items()}}
 
 
