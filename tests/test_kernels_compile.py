@@ -141,6 +141,20 @@ def test_the_wgmma_wrappers_are_what_their_generator_writes():
     assert (KERNEL_DIR / "wgmma_ops.cuh").read_text() == gen.header()
 
 
+def test_a_half_config_is_compiled_for_an_mn_major_b_only_where_its_b_part_is_whole_64_row_boxes():
+    """gemm_wgmma.cu's static_assert: an MN-major B part a CTA loads is whole 64-row boxes. The configs
+    that are not so (BN = 112, a quarter of 128) read B K-major, and no such instantiation is compiled."""
+    from perflab.kernels.wgmma import CONFIGS, config_name, kernel_name, reads_b_mn_major, wgmma_names
+    names = set(wgmma_names())
+    narrow = [c for c in CONFIGS["half"] if not reads_b_mn_major(c)]
+    assert {config_name(c) for c in narrow} == {"wg1-n112-s9-c2", "wg2-n112-s6-c2", "wg1-n128-s8-c4"}
+    for config in CONFIGS["half"]:
+        for ta in (False, True):
+            mn = kernel_name(config, "half", "bf16", ta, True, "bf16")
+            assert (mn in names) == reads_b_mn_major(config) == ((config[1] // config[3]) % 64 == 0)
+            assert kernel_name(config, "half", "bf16", ta, False, "float") in names
+
+
 def test_every_wgmma_config_fits_a_hopper_block():
     """Each wgmma config's CTA (a producer warpgroup and its consumers) fits an H100/H200: at most
     1024 threads, at most 227 KiB of shared memory, N a wgmma shape the kernel has a wrapper and an
