@@ -366,10 +366,10 @@ def half_gemm_section() -> list[str]:
                            f"forward and input-gradient GEMMs (K = 784 or H, a 16-bit product stored through shared "
                            f"memory) run at {rest.min():.2f}-{rest.max():.2f} of cuBLAS, the weight gradients (K the "
                            f"batch, a float product) at {grads.min():.2f}-{grads.max():.2f}. The weakest is the first "
-                           f"layer's, dW1 = dz1 X^T ({first.min():.2f}-{first.max():.2f}): its 784 columns are few "
-                           "tiles, so it needs split-K and its sum, and it is bound by the bytes the multiprocessors "
-                           "take in from L2, which cuBLAS's larger tiles spend fewer of (experiments/half/README.md: "
-                           "Nsight Compute, and the steps taken).")
+                           f"layer's, dW1 = dz1 X^T ({first.min():.2f}-{first.max():.2f}): its 784 columns make few "
+                           "tiles (112 wide, or split K, where the tuner found it faster), and it is bound by the "
+                           "bytes the multiprocessors take in from L2, which cuBLAS's clusters of four CTAs sharing "
+                           "each tile spend fewer of (experiments/half/README.md: Nsight Compute, and the steps taken).")
                 wide = t.pivot_table(index="shape", columns="variant", values="tflops", sort=False).round(1)
                 wide["wgmma / cublas"] = (wide["wgmma"] / wide["cublas"]).round(2)
                 tables = ["", fmt(wide.reset_index().rename(columns={"cublas": "cuBLAS (TFLOP/s)",
