@@ -397,7 +397,12 @@ HIDDEN_LAYER_LAUNCHES = 5
 def update_width(hidden: tuple, D: int = 784, C: int = 10) -> float:
     """The one-hidden-layer width with as many parameters as the net: the update, one pass over the
     parameters and the gradient, is read from the grid there (the net's own width for one layer)."""
-    return (perfmodel.Workload(layers=(D, *hidden, C)).num_params - C) / (D + 1 + C)
+    return width_with_params(perfmodel.Workload(layers=(D, *hidden, C)).num_params, D, C)
+
+
+def width_with_params(params: float, D: int = 784, C: int = 10) -> float:
+    """The width H of the 784-H-10 net with `params` parameters: H (D + 1 + C) + C of them."""
+    return (params - C) / (D + 1 + C)
 
 
 def gpu_deeper(c: Ceilings, hidden: tuple, Bl: float, gemm: str, eager: bool) -> float:
@@ -611,8 +616,7 @@ def model_parallel_kernels(hidden: tuple, p: int) -> tuple[list[tuple[str, float
     layers = (perfmodel.D_MNIST, *hidden, C)
     shards = [a * b / p + (a / p if kind == "rows" else a) if kind != "whole" else a * b + a
               for b, a, kind in zip(layers, layers[1:], splits)]  # W_l (a x b) and b_l, the rank's part of each
-    width = (sum(shards) - C) / (perfmodel.D_MNIST + 1 + C)  # the one-layer width with as many parameters
-    return kernels + [("backward GEMM 3 (cuBLAS)", hidden[0] / p), (UPDATE, width)], exchanged
+    return kernels + [("backward GEMM 3 (cuBLAS)", hidden[0] / p), (UPDATE, width_with_params(sum(shards)))], exchanged
 
 
 def model_parallel_batch(hidden: tuple, B: int, p: int, c: Ceilings, terms: dict, graph: bool) -> dict:
@@ -630,7 +634,7 @@ def model_parallel_batch(hidden: tuple, B: int, p: int, c: Ceilings, terms: dict
     if graph:
         terms["host"] = c.floor("trainer resident")
         how = "the host floor of a graph replay"
-    else:  # a launch a kernel (a hidden layer's four) and one an all-reduce
+    else:  # a launch a kernel (a hidden layer's HIDDEN_LAYER_LAUNCHES) and one an all-reduce
         hidden_layers = len(hidden) - 1
         launches = len(kernels) + (HIDDEN_LAYER_LAUNCHES - 1) * hidden_layers + len(exchanged)
         terms["host"] = c.floor("trainer resident") + launches * c.launch()
