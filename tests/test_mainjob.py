@@ -168,6 +168,40 @@ def test_a_point_times_epochs_enough_to_fill_the_minimum():
     assert sweep.epochs_to_fill(epoch=0.0, timed=0.0) == sweep.MAX_EXTRA_EPOCHS
 
 
+def test_short_epochs_are_topped_up_by_a_second_run_and_its_first_epoch_is_dropped(monkeypatch):
+    """sweep.timed_epochs with a stand-in trainer whose epochs take known seconds: the second run's
+    length comes from the slowest rank's median and the shortest rank's total, and each run's first
+    epoch (compilation, capture) is never timed. Timing-free: CI's loaded host cannot move it."""
+    from types import SimpleNamespace
+
+    from perflab.config import Config
+    from perflab.train import runner
+    m = sweep.MIN_TIMED_SECONDS
+    runs, closed = [], []
+
+    def fake_train(cfg, parallel, comm, device, log=None):
+        runs.append(cfg.num_epochs)
+        first = 100.0  # the dropped epoch: long, so counting it would end the top-up
+        epochs = [{"seconds": first}] + [{"seconds": m / 10} for _ in range(cfg.num_epochs - 1)]
+        return SimpleNamespace(epochs=epochs), SimpleNamespace(close=lambda: closed.append(True))
+
+    class TwoRanks:  # the other rank is twice as slow: its median sets the epoch, this rank's total the time
+        def allgather(self, value):
+            return [value, (2 * value[0], 2 * value[1])]
+
+    monkeypatch.setattr(runner, "train_on_ranks", fake_train)
+    seconds, history, _ = sweep.timed_epochs(Config(num_epochs=2), "data", TwoRanks(), device=None)
+    more = sweep.epochs_to_fill(epoch=2 * m / 10, timed=2 * m / 10)
+    assert runs == [3, more + 1]
+    assert closed == [True]  # the first run's trainer is closed before the second starts
+    assert seconds == [m / 10] * (2 + more)
+    assert history.epochs == [{"seconds": m / 10}] * more
+
+    runs.clear()
+    seconds, _, _ = sweep.timed_epochs(Config(num_epochs=12), "data", TwoRanks(), device=None)
+    assert runs == [13] and len(seconds) == 12  # long enough already: one run
+
+
 def test_two_sweeps_on_one_file_split_the_grid(tmp_path):
     args = [sys.executable, "-m", "perflab", "sweep", "--hidden", "8", "12", "16", "20", "24", "28", "--batch", "100",
             "--train-size", "2000", "--out", str(tmp_path), "--name", "shared", "--json"]
@@ -178,10 +212,9 @@ def test_two_sweeps_on_one_file_split_the_grid(tmp_path):
     table = pd.read_csv(tmp_path / "shared.csv")
     assert sorted(table.H) == [8, 12, 16, 20, 24, 28]  # each point once: no duplicate rows
     assert (table.epoch_spread >= 0).all()
-    # epochs of a few ms: more than the one asked for are timed, up to the cap (sweep.timed_epochs; a
-    # point whose first epoch stalled past the minimum on this loaded host times that one alone)
+    # how many epochs a point times depends on this host's load (two sweeps on two cores): only the
+    # bounds are checked here; the top-up itself is checked without timing above
     assert ((table.timed_epochs >= 1) & (table.timed_epochs <= 1 + sweep.MAX_EXTRA_EPOCHS)).all()
-    assert (table.timed_epochs > 1).sum() >= 3
     assert not (tmp_path / "shared.claims").exists()
 
 
