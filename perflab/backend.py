@@ -30,6 +30,23 @@ def array_module(backend: str):
     return cp or np
 
 
+def host_memory_available() -> int | None:
+    """Bytes this host can give a new allocation now (Linux's MemAvailable; elsewhere all of its memory),
+    or None where neither can be read."""
+    import os
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 def cpu_threads(comm) -> int:
     """BLAS threads for one rank: this node's cores shared out among its ranks. Each rank's BLAS
     otherwise starts a thread per core, and two ranks on 2 cores ran their steps 4-7x slower than

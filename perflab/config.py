@@ -77,6 +77,17 @@ class Config:
         """Batches per epoch; the last one holds N % B samples when B does not divide N."""
         return -(-self.train_size // self.batch_size)
 
+    def memory_bytes(self, resident: bool = True) -> int:
+        """About what one process of the run holds: the parameters three times (weights, gradients, the
+        update's), the activations and their gradients at B, and the data (all of it where it is resident,
+        else a batch). Checked before anything is allocated, on the GPU and on the host."""
+        item = 4 if self.dtype in HALF_DTYPES or self.dtype == "float32" else 8
+        sizes = self.layer_sizes
+        params = sum(a * b + a for a, b in zip(sizes[1:], sizes[:-1]))
+        activations = self.batch_size * sum(sizes) * 3
+        data = self.input_size * (self.train_size + self.test_size) if resident else self.input_size * self.batch_size
+        return (3 * params + activations + data) * item
+
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["hidden_sizes"] = list(self.hidden_sizes)

@@ -288,6 +288,11 @@ def test_bench_allreduce_needs_several_ranks(capsys):
     (["sweep", "--launch", "lazy"], "argument --launch: invalid choice: 'lazy' (choose from"),
     (["whatif", "--ceilings", "x.csv", "--launch", "graph", "both"], "argument --launch: invalid choice: 'both'"),
     (["train", "--launch", "graphs"], "argument --launch: invalid choice: 'graphs'"),
+    (["train", "--save", "../up"], "argument --save: expected a plain file name like run1, without a folder"),
+    (["train", "--save", "a/b"], "argument --save: expected a plain file name like run1, without a folder"),
+    (["sweep", "--name", ".hidden"], "argument --name: expected a plain file name like run1, without a folder"),
+    (["whatif", "--ceilings", "x.csv", "--name", ""], "argument --name: expected a plain file name"),
+    (["predict", "--name", ".."], "argument --name: expected a plain file name"),
 ])
 def test_counts_and_rates_must_be_positive(capsys, argv, message):
     with pytest.raises(SystemExit) as info:
@@ -394,3 +399,34 @@ def test_gemm_wgmma_takes_a_half_precision_dtype_and_the_tf32_gemms_do_not(monke
         args = build_parser().parse_args(["train", "--dataset", "synthetic", "--backend", "cupy", "--gemm", "wgmma",
                                           "--dtype", dtype, "--json"])
         assert device_from_args(args).gemm == "wgmma"
+
+
+def test_a_net_too_large_for_this_host_is_refused_before_anything_is_allocated(capsys, monkeypatch):
+    from perflab import backend
+    assert backend.host_memory_available() > 2**20  # this host's is read
+    monkeypatch.setattr(backend, "host_memory_available", lambda: 2**30)
+    with pytest.raises(SystemExit) as info:  # 784-20000-20000-10 in float64: about 9 GiB
+        main(["train", "--dataset", "synthetic", "--hidden-size", "20000", "20000", "--train-size", "100",
+              "--batch-size", "10"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "GiB of host memory (N=100, B=10, layers [784, 20000, 20000, 10], float64) but " \
+                                    "1.00 GiB are available" in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["notebook", "roofline", "-p", "hiden", "[64]"], "notebook roofline has no parameter 'hiden'; its parameters: "
+                                                      "backend, engines, hidden,"),
+    (["notebook", "scaling", "-p", "N", "800"], "notebook scaling has no parameter 'N'; it takes none"),
+])
+def test_a_notebook_parameter_it_does_not_have_is_refused_before_it_runs(capsys, argv, message):
+    with pytest.raises(SystemExit) as info:  # papermill would only warn and run the notebook on its defaults
+        main(argv)
+    assert info.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra", [["--folder", "results/nvidia-h200"], ["--out", "x.pdf"]])
+@pytest.mark.parametrize("what", ["--markdown", "--readme"])
+def test_the_committed_reports_take_no_run_folder(capsys, what, extra):
+    with pytest.raises(SystemExit) as info:
+        main(["report", what, *extra])
+    assert info.value.code == 2 and "regenerates the committed reports from results/" in capsys.readouterr().err

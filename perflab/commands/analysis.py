@@ -6,6 +6,7 @@ from pathlib import Path
 
 from perflab.commands.options import (
     CLIError,
+    file_name,
     net,
     out_folder,
     outputs,
@@ -218,7 +219,7 @@ def register(sub) -> None:
                    help="float32, or bfloat16 | float16: the mixed-precision step (resident data parallel; its ceilings "
                         "from a GPU that runs it) (default float32)")
     p.add_argument("--train-size", type=positive, default=60000, metavar="N")
-    p.add_argument("--name", default="whatif", help="file name (default %(default)s)")
+    p.add_argument("--name", default="whatif", type=file_name, help="file name (default %(default)s)")
     p.add_argument("--out", metavar="DIR", type=out_folder, help="folder (default this machine's run folder)")
     outputs(p, folder=False)
     p.set_defaults(run=cmd_whatif)
@@ -229,7 +230,7 @@ def register(sub) -> None:
                                    "one-GPU steps measured on the H200s; written to <run folder>/NAME.json (the "
                                    "committed ones: --out results/predictions).")
     p.add_argument("--ranks", nargs="+", type=positive, default=[1, 2, 4, 8], help="GPU counts (default 1 2 4 8)")
-    p.add_argument("--name", default="p8", help="file name (default %(default)s; with --multinode a CSV)")
+    p.add_argument("--name", default="p8", type=file_name, help="file name (default %(default)s; with --multinode a CSV)")
     p.add_argument("--out", metavar="DIR", type=out_folder, help="folder (default this machine's run folder)")
     p.add_argument("--calibration", default="scaling_calibration.jsonl", metavar="FILE",
                    help="the scaling runs (in results/nvidia-h200/) that calibrate the per-step cost on several GPUs "

@@ -45,7 +45,7 @@ def hyperparameter_options(parser: argparse.ArgumentParser, dtype: str | None = 
                    help="float64 is the reference" + (f"; {dtype}, as perflab sweep measures" if dtype else "")
                         + "; bfloat16 and float16 train in mixed precision (GEMM operands and activations in half, "
                           "FP32 accumulation, masters, update and loss; float16 with dynamic loss scaling): on the GPU "
-                          "with cuBLAS's tensor-core GEMMs (--gemm cublas, --mode resident), on NumPy emulated in FP32 "
+                          "with cuBLAS's tensor-core GEMMs (--gemm cublas) or perflab's own on a Hopper (--gemm wgmma), --mode resident, on NumPy emulated in FP32 "
                           "(perflab.train.half, the reference) (default %(default)s)")
     g.add_argument("--seed", type=int, default=d.seed, help="seed of the initial weights and of shuffling (default %(default)s)")
     g.add_argument("--dataset", choices=DATASETS, default=d.dataset,
@@ -182,6 +182,14 @@ def device_summary(device) -> dict:
     if device.backend == "numpy":
         return {"backend": "numpy", "comm": device.comm, "threads": device.threads}
     return dataclasses.asdict(device)
+
+
+def file_name(text: str) -> str:
+    """A result file's name: plain, so that it lands in the folder --out (or the run folder) names."""
+    if not text or text in (".", "..") or "/" in text or "\\" in text or text.startswith("."):
+        raise argparse.ArgumentTypeError(f"expected a plain file name like run1, without a folder (the file goes to "
+                                         f"the run folder, or where --out says), got {text!r}")
+    return text
 
 
 def save_rows(name: str, rows: list[dict], out: str | None = None) -> str:

@@ -11,6 +11,9 @@ def cmd_report(args, comm) -> dict:
     from perflab.data import PROJECT_ROOT
     from perflab.report import markdown, predictions
     from perflab.results import relative
+    if (args.markdown or args.readme) and (args.folder or args.out):
+        raise CLIError(f"--{'markdown' if args.markdown else 'readme'} regenerates the committed reports from results/; "
+                       "--folder and --out are for a run's report PDF: leave them out, or leave it out")
     if args.markdown:
         from perflab.results import RESULTS_ROOT
         path = RESULTS_ROOT / "REPORT.md"

@@ -9,6 +9,7 @@ from perflab.commands.options import (
     device_from_args,
     device_options,
     device_summary,
+    file_name,
     hyperparameter_options,
     outputs,
     parallel_option,
@@ -113,7 +114,7 @@ def register(sub) -> None:
     p.add_argument("--profile", action="store_true",
                    help="time every phase (the seeds' NVTX names), synchronizing the device at phase edges; prints an "
                         "Nsight-like summary and P_flops/P_pci/P_mpi. Without it only whole epochs are timed.")
-    p.add_argument("--save", metavar="NAME", help="write the per-epoch table to <run folder>/NAME.csv (+ .json metadata)")
+    p.add_argument("--save", metavar="NAME", type=file_name, help="write the per-epoch table to <run folder>/NAME.csv (+ .json metadata)")
     outputs(p, folder=False)
     p.set_defaults(run=cmd_train)
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from perflab.commands.options import (
     CLIError,
+    file_name,
     net,
     outputs,
     positive,
@@ -54,6 +55,18 @@ def cmd_sweep(args, comm) -> dict:
 NOTEBOOKS = ("roofline", "correctness", "convergence", "scaling", "kernels", "usc", "precision")
 
 
+def notebook_parameters(notebook) -> list[str]:
+    """The names the notebook's cell tagged `parameters` assigns: what `-p NAME VALUE` may set."""
+    import ast
+    names = []
+    for cell in notebook.cells:
+        if "parameters" in cell.get("metadata", {}).get("tags", []):
+            for node in ast.parse(cell.source).body:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+                names += [t.id for t in targets if isinstance(t, ast.Name)]
+    return names
+
+
 def cmd_notebook(args, comm) -> dict:
     """Execute notebooks/NAME.py (Jupytext percent format, the one source) end to end with
     papermill; the executed copy lands in <run folder>/notebooks/NAME.ipynb."""
@@ -71,9 +84,15 @@ def cmd_notebook(args, comm) -> dict:
         except (ValueError, SyntaxError):
             params[k] = v
     source = PROJECT_ROOT / "notebooks" / f"{args.name}.py"
+    notebook = jupytext.read(source)
+    known = notebook_parameters(notebook)
+    unknown = [k for k in params if k not in known]
+    if unknown:  # papermill would only warn, and run the whole notebook on its defaults
+        takes = (f"its parameters: {', '.join(known)} (the parameters cell of {results.relative(source)} says what "
+                 f"each does)") if known else "it takes none"
+        raise CLIError(f"notebook {args.name} has no parameter {', '.join(map(repr, unknown))}; {takes}")
     out = results.run_dir() / "notebooks" / f"{args.name}.ipynb"
     out.parent.mkdir(parents=True, exist_ok=True)
-    notebook = jupytext.read(source)
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     papermill.execute_notebook(notebook, str(out), parameters=params, cwd=str(source.parent),
                                progress_bar=not args.json, kernel_name="python3")
@@ -90,7 +109,7 @@ def register(sub) -> None:
                                    "rerun skips points already in the file. Run under mpiexec -n P (P >= largest p); "
                                    "points with fewer ranks use the first p.")
     from perflab.kernels import GEMM_VARIANTS as variants
-    p.add_argument("--name", default="sweep", help="result file name (default %(default)s)")
+    p.add_argument("--name", default="sweep", type=file_name, help="result file name (default %(default)s)")
     p.add_argument("--hidden", nargs="+", type=net, default=[512], metavar="NET",
                    help="nets, each one hidden width (512) or a deeper net's widths joined by '-' (1024-1024 for "
                         "784-1024-1024-10); several make depth a sweep axis (default 512)")

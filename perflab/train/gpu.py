@@ -60,15 +60,11 @@ def check_memory(cfg: Config, resident: bool) -> None:
     """Fail early, naming the sizes, when the run cannot fit in GPU memory."""
     import cupy as cp
     free, total = cp.cuda.runtime.memGetInfo()
-    item = np.dtype(cfg.storage_dtype).itemsize
-    sizes = cfg.layer_sizes
-    params = sum(a * b + a for a, b in zip(sizes[1:], sizes[:-1]))
-    activations = cfg.batch_size * sum(sizes) * 3
-    data = cfg.input_size * (cfg.train_size + cfg.test_size) if resident else cfg.input_size * cfg.batch_size
-    need = (3 * params + activations + data) * item
+    need = cfg.memory_bytes(resident)
     if need > free:
         raise GPUError(f"needs about {need / 2**30:.2f} GiB of GPU memory (N={cfg.train_size}, B={cfg.batch_size}, "
-                       f"layers {list(sizes)}, {cfg.dtype}) but {free / 2**30:.2f} of {total / 2**30:.2f} GiB are free")
+                       f"layers {list(cfg.layer_sizes)}, {cfg.dtype}) but {free / 2**30:.2f} of {total / 2**30:.2f} "
+                       "GiB are free")
 
 
 def check_half(dtype: str, parallel: str, mode: str, gemm: str, exchange: str, capability: str | None = None) -> None:

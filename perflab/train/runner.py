@@ -220,7 +220,19 @@ def mixed_precision(cfg: Config, parallel: str, comm, device: Device, train_set)
     return half.MixedPrecision(cfg, params, train_set.X, train_set.y, with_strategy(comm, device.comm))
 
 
+def check_host_memory(cfg: Config) -> None:
+    """Fail before allocating, naming the sizes, when a NumPy run cannot fit in this host's memory."""
+    from perflab.backend import host_memory_available
+    need, free = cfg.memory_bytes(resident=True), host_memory_available()
+    if free is not None and need > free:
+        raise ConfigError(f"needs about {need / 2**30:.2f} GiB of host memory (N={cfg.train_size}, B={cfg.batch_size}, "
+                          f"layers {list(cfg.layer_sizes)}, {cfg.dtype}) but {free / 2**30:.2f} GiB are available: "
+                          "use smaller --hidden-size, --batch-size or --train-size")
+
+
 def setup(cfg: Config, parallel: str, comm, device: Device):
+    if device.backend == "numpy":
+        check_host_memory(cfg)
     train_set, test_set, validation = data.load(cfg)
     check_agreement(comm, cfg, train_set)
     half = cfg.dtype in HALF_DTYPES
