@@ -205,7 +205,7 @@ def test_the_report_pdf_compares_the_pipelined_path_with_serial_and_resident():
     from perflab.results import RESULTS_ROOT
     doc = pdf.Document()
     pdf.sweep_section(doc, RESULTS_ROOT / "nvidia-h100-80gb-hbm3" / "mainjob" / "roofline.csv")
-    texts = [getattr(f, "text", "") for f in doc.story]
+    texts = doc.texts()
     assert "The seeds' path pipelined: ms per epoch, serial against overlapped" in texts
     said = next(t for t in texts if t.startswith("The same copies and host all-reduce on CUDA streams"))
     assert "the resident epoch" in said and "faster than in series" in said
@@ -564,7 +564,7 @@ def test_the_report_pdf_opens_with_a_title_page_and_sentence_captions(tmp_path):
     doc = pdf.Document()
     sweeps, figures = [run / "roofline.csv"], sorted((run / "figures").glob("*.png"))
     pdf.title_page(doc, "perflab report: run", run, sweeps, figures)
-    texts = [getattr(f, "text", "") for f in doc.story]
+    texts = doc.texts()
     meta = json.loads((run / "roofline.json").read_text())
     assert any(t.startswith("<b>Machine:</b>") and meta["cpu"] in t for t in texts)
     assert any(meta["date"] in t and meta["git_commit"][:12] in t for t in texts)
@@ -630,3 +630,18 @@ def test_the_half_precision_roof_comes_from_its_own_rows_and_is_drawn_above_fp32
     fig.tight_layout()
     plots.replace_labels(fig)
     assert plots.text_overlaps(fig) == []
+
+
+def test_a_report_heading_is_never_left_alone_at_the_foot_of_a_page(tmp_path):
+    """A heading near a page's end goes to the next page with the figure it introduces."""
+    from perflab.report import pdf
+    png = sorted((RESULTS_ROOT / "cpu-amd-epyc" / "mainjob" / "figures").glob("*.png"))[0]
+    doc = pdf.Document()
+    for k in range(24):  # most of the first page
+        doc.text(f"line {k}")
+    doc.heading("A section", 1)
+    doc.figure(png)
+    doc.save(tmp_path / "r.pdf", "t")
+    page = {getattr(f, "text", type(f).__name__): p for p, f in doc.placed}
+    assert page["line 0"] == 1 and page["line 23"] == 1  # the filler stays on page 1, with room for a heading
+    assert page["A section"] == page["Image"] == 2  # the figure did not fit there, so its heading went with it

@@ -56,15 +56,38 @@ class Document:
                        "small": ParagraphStyle("small", parent=sheet["BodyText"], fontSize=7.5, leading=9.5),
                        "cell": ParagraphStyle("cell", parent=sheet["BodyText"], fontSize=7.5, leading=9)}
         self.story = []
+        self.held = []  # headings waiting for what they introduce
         self.figures = 0
+        self.placed = []  # (page, flowable) as save laid them out
+
+    def add(self, *flowables, together: bool = False) -> None:
+        """Append to the story, kept on one page if `together`; headings held before go with them, so none
+        is left alone at the foot of a page (keepWithNext does not hold a heading to a KeepTogether)."""
+        from reportlab.platypus import KeepTogether
+        if self.held or together:
+            self.story.append(KeepTogether([*self.held, *flowables]))
+            self.held = []
+        else:
+            self.story += flowables
+
+    def texts(self) -> list[str]:
+        """Every paragraph's text in story order (what a test reads)."""
+        def walk(flowables):
+            for f in flowables:
+                yield from walk(f._content) if hasattr(f, "_content") else [getattr(f, "text", "")]
+        return list(walk(self.story + self.held))
 
     def heading(self, text: str, level: int | str = 1) -> None:
         from reportlab.platypus import Paragraph
-        self.story.append(Paragraph(text, self.styles[level if level == "title" else f"h{level}"]))
+        paragraph = Paragraph(text, self.styles[level if level == "title" else f"h{level}"])
+        if level == "title":
+            self.add(paragraph)
+        else:
+            self.held.append(paragraph)
 
     def text(self, text: str, style: str = "body") -> None:
         from reportlab.platypus import Paragraph, Spacer
-        self.story += [Paragraph(text, self.styles[style]), Spacer(1, 4)]
+        self.add(Paragraph(text, self.styles[style]), Spacer(1, 4))
 
     def table(self, frame: pd.DataFrame, caption: str | None = None) -> None:
         from reportlab.lib.units import cm
@@ -76,32 +99,37 @@ class Document:
         table.setStyle(TableStyle([("GRID", (0, 0), (-1, -1), 0.3, self.colors.grey),
                                    ("BACKGROUND", (0, 0), (-1, 0), self.colors.whitesmoke),
                                    ("VALIGN", (0, 0), (-1, -1), "TOP")]))
-        self.story += [table, Spacer(1, 4)]
+        self.add(table, Spacer(1, 4))
         if caption:
             self.text(caption, "small")
 
     def figure(self, png: Path) -> None:
         from reportlab.lib.units import cm
         from reportlab.lib.utils import ImageReader
-        from reportlab.platypus import Image, KeepTogether, Paragraph
+        from reportlab.platypus import Image, Paragraph
         width, height = ImageReader(str(png)).getSize()
         shown = 16.5 * cm
         self.figures += 1
         label = Paragraph(f"<b>Figure {self.figures}.</b> {escape(caption(png))}", self.styles["small"])
-        self.story.append(KeepTogether([Image(str(png), width=shown, height=shown * height / width), label]))
+        self.add(Image(str(png), width=shown, height=shown * height / width), label, together=True)
 
     def save(self, out: Path, title: str) -> Path:
         from reportlab.lib.pagesizes import A4
         from reportlab.lib.units import cm
         from reportlab.platypus import SimpleDocTemplate
+        placed = self.placed
+
+        class Template(SimpleDocTemplate):
+            def afterFlowable(self, flowable):
+                placed.append((self.page, flowable))
 
         def footer(canvas, doc):
             canvas.setFont("Helvetica", 7.5)
             canvas.drawString(2 * cm, 1.2 * cm, f"{title}  -  page {doc.page}")
 
-        doc = SimpleDocTemplate(str(out), pagesize=A4, leftMargin=2 * cm, rightMargin=2 * cm, topMargin=1.8 * cm,
-                                bottomMargin=2 * cm, title=title, author="perflab", invariant=1)
-        doc.build(self.story, onFirstPage=footer, onLaterPages=footer)
+        doc = Template(str(out), pagesize=A4, leftMargin=2 * cm, rightMargin=2 * cm, topMargin=1.8 * cm,
+                       bottomMargin=2 * cm, title=title, author="perflab", invariant=1)
+        doc.build(self.story + self.held, onFirstPage=footer, onLaterPages=footer)
         return out
 
 
@@ -141,7 +169,7 @@ def title_page(doc: Document, title: str, folder: Path, sweeps: list[Path], figu
     doc.text("Data-parallel training of the seeds' 784-H-10 sigmoid MLP (softmax, cross-entropy, L2, SGD), measured by "
              "perflab on the machine named above. Every number comes from the result files in this folder, each "
              "with its machine metadata and git commit; the sections follow the seeds' questions.")
-    doc.story.append(PageBreak())
+    doc.add(PageBreak())
 
 
 def listed(column) -> str:
