@@ -395,7 +395,8 @@ def blind_checks(points):
             ax.axhline(level, color="0.5", lw=0.8, ls=style)
         ax.set_xticks(range(len(order)))
         prefix = os.path.commonprefix(order).rpartition("_")[0]  # h100_..., h200...: the panel's title says it
-        ax.set_xticklabels([c[len(prefix):].lstrip("_") for c in order], rotation=35, ha="right", fontsize=6)
+        names = [c[len(prefix):].lstrip("_") for c in order]  # a deep check's widths run long: cut, marked
+        ax.set_xticklabels([n if len(n) <= 32 else n[:31] + "…" for n in names], rotation=35, ha="right", fontsize=6)
         ax.set_ylabel("|error| %", fontsize=8)
         ax.set_title(f"{machine}: {len(order)} checks, {len(t)} points", fontsize=8)
         ax.grid(True, axis="y", alpha=0.2)
