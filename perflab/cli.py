@@ -17,7 +17,11 @@ ROOMS = (train, workbook, measure, analysis, report, data)  # a new command goes
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="perflab",
-        description="Train the seeds' MLP (784-H-10, sigmoid, softmax + cross-entropy, L2, SGD) and measure it.")
+        description="Train the seeds' MLPs (784-H-10 and deeper, 784-H1-H2-...-10; sigmoid, softmax + cross-entropy, "
+                    "L2, SGD) on the CPU and on GPUs, over MPI ranks; measure them, predict them, report. "
+                    "`perflab COMMAND --help` explains each command; docs/COMMANDS.md says what each is for.",
+        epilog="Start with `make roofline` (the main job: this machine measured, predicted and reported) or "
+               "`perflab train --help`.")
     from perflab import __version__
     parser.add_argument("--version", action="version", version=f"perflab {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -69,3 +69,21 @@ def test_a_report_section_no_question_claims_is_named_not_lost():
         markdown.by_question(["# t", "", "intro", "", "## A new study, x", "", "text"])
     text = markdown.by_question(["# t", "", "intro", "", f"## {markdown.Q_RATES}, GPU x2", "", "### detail", "", "t"])
     assert f"## {markdown.Q_RATES}\n\n### GPU x2\n" in text and "#### detail" in text
+
+
+def test_the_readme_lists_every_command_and_the_reference_page_names_only_files_that_exist():
+    """The Commands table names each `perflab` command once (a new one must be added there); docs/COMMANDS.md,
+    which the table sends readers to, cites only committed files that exist."""
+    import re
+
+    from perflab.cli import build_parser
+    text = (PROJECT_ROOT / "README.md").read_text()
+    section = text[text.index("## Commands"):text.index("\n## ", text.index("## Commands"))]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    named = [re.match(r"\| `(?:mpiexec -n P )?perflab (\w+)", row).group(1) for row in rows]
+    parser = build_parser()
+    commands = next(a for a in parser._actions if a.dest == "command").choices
+    assert set(named) == set(commands), set(named) ^ set(commands)
+    reference = (PROJECT_ROOT / "docs" / "COMMANDS.md").read_text()
+    cited = re.findall(r"`((?:results|experiments|scripts|perflab)/[^`* ]+)`", reference)
+    assert cited and [c for c in cited if not (PROJECT_ROOT / c).exists()] == []
