@@ -1,4 +1,5 @@
-"""The index logic of output_backward_mma.patch's kernel (output_backward_half) run in NumPy, lane by lane,
+"""The index logic of output_backward_mma.patch's kernels (output_forward_half, output_backward_half) run in
+NumPy, lane by lane,
 with mma.sync m16n8k16 and ldmatrix emulated from the PTX ISA's fragment tables: a check of which lane
 holds which element, made without a GPU before the patch's first device call. Values are kept in float64
 (the BF16 rounding is not what this checks). Usage: python experiments/half/mma_layout_check.py"""
@@ -107,6 +108,73 @@ def kernel_block(W2, delta, a1, bx, by, dz1, part):
                     part[bx, C, h0 + g + 8 * r] = s
 
 
+FW_ROWS, HF_COLS = 128, 256
+
+
+def forward_block(W2, b1, z1, bx, by, part):
+    """One block of output_forward_half, as the patch writes it (4 warps of 64 columns, FW_ROWS rows)."""
+    C, H = W2.shape
+    n = z1.shape[1]
+    r0 = by * FW_ROWS
+    rows = min(FW_ROWS, H - r0)
+    wfrag = {}
+    for kt in range(FW_ROWS // 16):
+        for lane in range(32):
+            g, t = lane // 4, lane % 4
+            regs = []
+            for i in range(4):
+                c, h = g + 8 * (i % 2), kt * 16 + 2 * t + 8 * (i // 2)
+                regs += [W2[c, r0 + h] if c < C and h < rows else 0.0, W2[c, r0 + h + 1] if c < C and h + 1 < rows else 0.0]
+            wfrag[kt, lane] = regs
+    bias = [b1[r0 + r] if r < rows else 0.0 for r in range(FW_ROWS)]
+    for warp in range(4):
+        jc = bx * HF_COLS + warp * 64
+        if jc >= n:
+            continue
+        acc = [[[0.0] * 4 for _ in range(32)] for _ in range(8)]
+        for kt in range(-(-rows // 16)):
+            v = [[[0.0] * 8 for _ in range(4)] for _ in range(32)]
+            for lane in range(32):
+                g, t = lane // 4, lane % 4
+                j = jc + 8 * g
+                for m in range(4):
+                    r = kt * 16 + 2 * t + m % 2 + 8 * (m // 2)
+                    for i in range(8):
+                        if r < rows:
+                            z = z1[r0 + r, j + i] if j + i < n else 0.0
+                            v[lane][m][i] = 1 / (1 + np.exp(-(z + bias[r])))
+                            if j + i < n:
+                                z1[r0 + r, j + i] = v[lane][m][i]
+            for i in range(8):
+                b = [[v[lane][0][i], v[lane][1][i], v[lane][2][i], v[lane][3][i]] for lane in range(32)]
+                mma(acc[i], [wfrag[kt, lane] for lane in range(32)], b)
+        for lane in range(32):
+            g, t = lane // 4, lane % 4
+            for k in range(2):
+                c = g + 8 * k
+                if c >= C:
+                    continue
+                for i in range(8):
+                    for e, col in ((0, jc + 16 * t + i), (1, jc + 16 * t + 8 + i)):
+                        if col < n:
+                            part[by, c, col] = acc[i][lane][2 * k + e]
+
+
+def check_forward(C, H, n, seed=0):
+    rng = np.random.default_rng(seed)
+    W2, b1, z = rng.normal(size=(C, H)), rng.normal(size=H), rng.normal(size=(H, n))
+    z1 = z.copy()
+    groups = -(-H // FW_ROWS)
+    part = np.full((groups, C, n), np.nan)
+    for bx in range(-(-n // HF_COLS)):
+        for by in range(groups):
+            forward_block(W2, b1, z1, bx, by, part)
+    a = 1 / (1 + np.exp(-(z + b1[:, None])))
+    errors = [np.abs(z1 - a).max(), np.abs(part.sum(axis=0) - W2 @ a).max() / np.abs(W2 @ a).max()]
+    print(f"forward C={C} H={H} n={n}: max error a1 {errors[0]:.1e}, max relative error W2 a1 {errors[1]:.1e}")
+    assert np.all(np.array(errors) < 1e-12)  # NaN (an element never written) fails too
+
+
 def check(C, H, n, seed=0):
     rng = np.random.default_rng(seed)
     W2, delta, a1 = rng.normal(size=(C, H)), rng.normal(size=(C, n)), rng.random((H, n))
@@ -120,9 +188,11 @@ def check(C, H, n, seed=0):
     dW2, db1 = part[:, :C].sum(axis=0), part[:, C].sum(axis=0)
     errors = [np.abs(x - y).max() / np.abs(y).max() for x, y in ((dz1, ref), (dW2, delta @ a1.T), (db1, ref.sum(axis=1)))]
     print(f"C={C} H={H} n={n}: max relative error dz1 {errors[0]:.1e}, dW2 {errors[1]:.1e}, db1 {errors[2]:.1e}")
-    assert max(errors) < 1e-12
+    assert np.all(np.array(errors) < 1e-12)  # NaN (an element never written) fails too
 
 
 if __name__ == "__main__":
     for C, H, n in ((10, 64, 320), (7, 61, 37), (16, 80, 300), (3, 17, 130)):
         check(C, H, n)
+    for C, H, n in ((10, 256, 320), (7, 61, 37), (16, 200, 300), (3, 17, 130)):
+        check_forward(C, H, n)
