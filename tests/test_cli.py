@@ -190,6 +190,15 @@ def test_bench_train_where_no_peer_ran_says_so_and_saves_nothing(capsys, monkeyp
     assert not list(tmp_path.iterdir())
 
 
+def test_a_gpu_sweep_without_cupy_says_what_it_needs_before_any_point_runs(capsys, monkeypatch, tmp_path):
+    from perflab import backend
+    monkeypatch.setattr(backend, "cupy_or_none", lambda: None)
+    with pytest.raises(SystemExit) as info:
+        main(["sweep", "--backend", "cupy", "--out", str(tmp_path)])
+    assert info.value.code == 2 and "--backend cupy needs CuPy and a visible NVIDIA GPU" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
 def test_a_sweep_whose_grid_is_empty_says_why(capsys, tmp_path):
     with pytest.raises(SystemExit) as info:
         main(["sweep", "--backend", "numpy", "--mode", "staged", "--hidden", "16", "--out", str(tmp_path)])

@@ -63,6 +63,15 @@ def test_plan_picks_backend_and_engines_from_the_machine(monkeypatch):
     monkeypatch.setattr(plan.os, "cpu_count", lambda: 64)
     monkeypatch.setattr(plan, "gpu_count", lambda: 0)
     assert plan.roofline_plan(estimate=False).engines == plan.MAX_CPU_ENGINES
+    small = plan.roofline_plan(backend="numpy", engines=1, N=1000, per_rank_batch=100, estimate=False)
+    assert sorted({p["B"] for p in small.points}) == [100, 800]  # the B sweep's 3200 and 12000 exceed N: left out
+
+
+def test_a_sweep_point_whose_batch_exceeds_the_training_set_is_refused_naming_both():
+    with pytest.raises(ValueError, match=r"a point's batch B=6000 is larger than the training set N=5000"):
+        sweep.grid(batch=(3000, 6000), N=5000)
+    with pytest.raises(ValueError, match=r"B=8000 \(B/p=2000 on p=4\) is larger than the training set N=6000"):
+        sweep.grid(per_rank_batch=(2000,), ranks=(1, 4), N=6000)
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -74,6 +83,8 @@ def test_plan_picks_backend_and_engines_from_the_machine(monkeypatch):
     ({"hidden": []}, r"hidden must name at least one net .* got \[\]"),
     ({"hidden": [512, "1024-0"]}, "hidden: hidden widths '1024-0': expected one width like 512, or a deeper net's"),
     ({"hidden": ["big"]}, "hidden widths 'big'"),
+    ({"N": 500, "per_rank_batch": 400, "engines": 2}, r"per_rank_batch 400 on ranks \[1, 2\]: a point's batch B=800 "
+                                                       r"\(B/p=400 on p=2\) is larger than the training set N=500"),
 ])
 def test_plan_rejects_bad_values_naming_them(monkeypatch, kwargs, message):
     monkeypatch.setattr(plan, "gpu_count", lambda: 0)

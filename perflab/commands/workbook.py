@@ -41,6 +41,9 @@ def cmd_sweep(args, comm) -> dict:
     if not points:  # every combination asked for a GPU-only setting on NumPy
         raise CLIError(f"the grid is empty: on --backend numpy only --mode resident and --gemm cublas run (got --mode "
                        f"{' '.join(args.mode)}, --gemm {' '.join(args.gemm)}); the others need --backend cupy")
+    if any(pt["backend"] == "cupy" for pt in points):
+        from perflab.backend import array_module
+        array_module("cupy")  # where CuPy or a GPU is missing, an error that says so before any point runs
     too_big = [pt["p"] for pt in points if pt["p"] > comm.size]
     if too_big:
         raise CLIError(f"the grid has points with p={max(too_big)} but {comm.size} rank(s) are running; "

@@ -161,11 +161,15 @@ def roofline_plan(backend="auto", engines="auto", hidden=None, ranks=None, per_r
                 gpu_advice=gpu_setup_advice() if gpus == 0 else None)
     if max(plan.ranks) > engines:
         raise PlanError(f"ranks {plan.ranks} need {max(plan.ranks)} engines but engines={engines}")
-    plan.points = sweep.grid(hidden=plan.hidden, per_rank_batch=[plan.per_rank_batch], ranks=plan.ranks, backend=[backend],
-                             mode=plan.modes, N=plan.N, epochs=plan.epochs)
-    plan.points += [pt for pt in sweep.grid(hidden=plan.hidden[:1], batch=plan.batch_sweep, ranks=[1], backend=[backend],
-                                            mode=plan.modes, N=plan.N, epochs=plan.epochs)
-                    if pt["B"] <= plan.N and sweep.key(pt) not in {sweep.key(q) for q in plan.points}]
+    try:
+        plan.points = sweep.grid(hidden=plan.hidden, per_rank_batch=[plan.per_rank_batch], ranks=plan.ranks,
+                                 backend=[backend], mode=plan.modes, N=plan.N, epochs=plan.epochs)
+    except ValueError as exc:
+        raise PlanError(f"per_rank_batch {plan.per_rank_batch} on ranks {plan.ranks}: {exc}") from None
+    fits = [b for b in plan.batch_sweep if b <= plan.N]  # the B sweep's batches past N are left out
+    plan.points += [pt for pt in (sweep.grid(hidden=plan.hidden[:1], batch=fits, ranks=[1], backend=[backend],
+                                             mode=plan.modes, N=plan.N, epochs=plan.epochs) if fits else [])
+                    if sweep.key(pt) not in {sweep.key(q) for q in plan.points}]
     if estimate:
         fixed = 2 * data_seconds(plan.N) + (3.0 if backend == "cupy" else 2.0)  # data twice, engines, graphs
         plan.estimate_s = estimate_seconds(plan.points, step_rate(backend, batch=plan.per_rank_batch), per_point_s=fixed,

@@ -71,6 +71,9 @@ def grid(hidden=(512,), batch=(3200,), ranks=(1,), per_rank_batch=None, parallel
     for H, b, p, par, be, mo, ge, la, dt in itertools.product(hidden, batches, ranks, parallel, backend, mode, gemm,
                                                               launch, dtype):
         B = b * p if per_rank_batch else b
+        if B > N:
+            raise ValueError(f"a point's batch B={B}" + (f" (B/p={b} on p={p})" if per_rank_batch else "")
+                             + f" is larger than the training set N={N}; allowed: B <= N (raise --train-size)")
         if be == "numpy" and (mo != "resident" or ge != "cublas" or la != launch[0]):
             continue  # mode, GEMM variant and CUDA graphs exist only on the GPU
         if be == "cupy":  # a half-precision point the GPU step cannot make: refused before any runs
