@@ -63,6 +63,8 @@ def test_plan_picks_backend_and_engines_from_the_machine(monkeypatch):
     monkeypatch.setattr(plan.os, "cpu_count", lambda: 64)
     monkeypatch.setattr(plan, "gpu_count", lambda: 0)
     assert plan.roofline_plan(estimate=False).engines == plan.MAX_CPU_ENGINES
+    one = plan.roofline_plan(backend="numpy", engines=1, hidden=512, batch_sweep=800, ranks=1, estimate=False)
+    assert {(p["H"], p["B"]) for p in one.points} == {(512, 1600), (512, 800)}  # single values as one-item lists
     small = plan.roofline_plan(backend="numpy", engines=1, N=1000, per_rank_batch=100, estimate=False)
     assert sorted({p["B"] for p in small.points}) == [100, 800]  # the B sweep's 3200 and 12000 exceed N: left out
 
@@ -83,6 +85,14 @@ def test_a_sweep_point_whose_batch_exceeds_the_training_set_is_refused_naming_bo
     ({"hidden": []}, r"hidden must name at least one net .* got \[\]"),
     ({"hidden": [512, "1024-0"]}, "hidden: hidden widths '1024-0': expected one width like 512, or a deeper net's"),
     ({"hidden": ["big"]}, "hidden widths 'big'"),
+    ({"N": -5}, r"N must be a whole number >= 1 \(or None: the backend's size\), got -5"),
+    ({"N": "many"}, "N must be a whole number >= 1"),
+    ({"per_rank_batch": 0}, "per_rank_batch must be a whole number >= 1"),
+    ({"epochs": 0}, "epochs must be a whole number >= 1"),
+    ({"batch_sweep": [800, 0]}, r"batch_sweep must be a non-empty list of whole numbers >= 1 .* got \[800, 0\]"),
+    ({"ranks": []}, "ranks must be a non-empty list of whole numbers >= 1"),
+    ({"modes": ["fast"]}, r"modes must be a non-empty list among \['resident', 'staged', 'pipelined'\]"),
+    ({"backend": "numpy", "modes": ["staged"]}, "on NumPy only 'resident' runs"),
     ({"N": 500, "per_rank_batch": 400, "engines": 2}, r"per_rank_batch 400 on ranks \[1, 2\]: a point's batch B=800 "
                                                        r"\(B/p=400 on p=2\) is larger than the training set N=500"),
 ])

@@ -11,6 +11,8 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from perflab.config import MODES
+
 MAX_CPU_ENGINES = 4  # NumPy ranks beyond this mostly fight over memory bandwidth on a laptop
 
 # sweep sizes per backend: the seeds' points on a CPU (minutes on 2 cores), their GPU sizes on a GPU
@@ -52,6 +54,25 @@ def resolve_engines(engines, backend: str, gpus: int, cores: int) -> int:
     if backend == "cupy" and engines > gpus:
         raise PlanError(f"engines={engines} on CuPy needs one GPU per engine, but {gpus} GPU(s) are visible")
     return engines
+
+
+def whole(name: str, value):
+    """A parameter that must be a whole number >= 1 (None: the backend's size), or PlanError naming it."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise PlanError(f"{name} must be a whole number >= 1 (or None: the backend's size), got {value!r}")
+    return value
+
+
+def wholes(name: str, values):
+    """A list parameter of whole numbers >= 1 (None: the backend's sizes), or PlanError naming it."""
+    if values is None:
+        return None
+    values = [values] if isinstance(values, int) and not isinstance(values, bool) else values  # -p ranks 2: [2]
+    if isinstance(values, str) or not list(values) or any(
+            isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
+        raise PlanError(f"{name} must be a non-empty list of whole numbers >= 1 (or None: the backend's sizes), "
+                        f"got {values!r}")
+    return list(values)
 
 
 def powers_of_two_upto(n: int) -> list[int]:
@@ -143,6 +164,7 @@ def roofline_plan(backend="auto", engines="auto", hidden=None, ranks=None, per_r
     from perflab.backend import gpu_setup_advice
     from perflab.workbook import sweep
     if hidden is not None:
+        hidden = [hidden] if isinstance(hidden, (int, str)) else hidden  # -p hidden 512: one net
         if not list(hidden):
             raise PlanError("hidden must name at least one net (512, or '1024-1024' for 784-1024-1024-10), got [] "
                             "(None: the backend's sizes)")
@@ -150,8 +172,14 @@ def roofline_plan(backend="auto", engines="auto", hidden=None, ranks=None, per_r
             [widths(h) for h in hidden]
         except NetError as exc:
             raise PlanError(f"hidden: {exc}") from None
+    N, per_rank_batch, epochs = whole("N", N), whole("per_rank_batch", per_rank_batch), whole("epochs", epochs)
+    ranks, batch_sweep = wholes("ranks", ranks), wholes("batch_sweep", batch_sweep)
+    if modes is not None and (isinstance(modes, str) or not list(modes) or set(modes) - set(MODES)):
+        raise PlanError(f"modes must be a non-empty list among {list(MODES)} (or None: the backend's), got {modes!r}")
     gpus, cores = gpu_count(), os.cpu_count() or 1
     backend = resolve_backend(backend, gpus)
+    if backend == "numpy" and modes is not None and "resident" not in modes:
+        raise PlanError(f"modes {modes} are GPU data paths: on NumPy only 'resident' runs (the data in memory)")
     engines = resolve_engines(engines, backend, gpus, cores)
     size = SIZES[backend]
     plan = Plan(backend=backend, engines=engines, gpus=gpus, cores=cores,
