@@ -273,3 +273,25 @@ def test_the_committed_gpu_runs_ended_on_a_frozen_rank():
         said = [line for line in run["stderr"] if line.startswith("perflab: error: rank 0: no answer for")]
         assert len(said) == 1 and f"in {exchanges[comm]} at epoch " in said[0] and "rank 1 silent" in said[0], said
     assert seen == set(exchanges)
+
+
+@pytest.mark.mpi
+def test_work_on_the_first_ranks_that_raises_leaves_no_rank_waiting():
+    """on_first_ranks (the engines' entry points: a sweep point, a correctness check, the ceilings): where the
+    work raises on the ranks that run it, the ranks that wait still return, and the error is raised where it
+    happened. Before, an engine's exception left the others at the closing barrier forever."""
+    if MPIEXEC is None:
+        pytest.fail("mpiexec not found: install the package's MPI (pip install mpich) into this environment")
+    script = ("from perflab.train.comm import on_first_ranks, world\n"
+              "def work(comm):\n"
+              "    raise ValueError('bad on purpose')\n"
+              "rank = world().rank\n"
+              "try:\n"
+              "    print(f'rank {rank} returned', on_first_ranks(1, work), flush=True)\n"
+              "except ValueError as exc:\n"
+              "    print(f'rank {rank} raised', exc, flush=True)\n"
+              "print(f'rank {rank} then', on_first_ranks(2, lambda comm: comm.size * 10 + comm.rank), flush=True)\n")
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    lines = sorted(proc.stdout.splitlines())
+    assert proc.returncode == 0 and lines == ["rank 0 raised bad on purpose", "rank 0 then 20", "rank 1 returned None",
+                                              "rank 1 then None"], (proc.stdout, proc.stderr[-2000:])

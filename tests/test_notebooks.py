@@ -37,3 +37,14 @@ def test_other_notebooks_run_and_write_figures(tmp_path, name):
     pngs = list((tmp_path / "run" / "figures").glob("*.png"))
     assert pngs and all(p.stat().st_size > 10_000 for p in pngs)
     assert all(p.with_suffix(".pdf").exists() and p.with_suffix(".txt").read_text().strip() for p in pngs)
+
+
+def test_a_notebook_that_stops_says_where_and_why_in_one_line_and_keeps_what_it_ran(tmp_path):
+    env = {**os.environ, "PERFLAB_RUN_DIR": str(tmp_path / "run")}
+    proc = subprocess.run([sys.executable, "-m", "perflab", "notebook", "correctness", "-p", "N", "-5", "--json"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        "perflab: error: notebook correctness stopped in cell 3: ConfigError: train_size must be a positive integer, "
+        "got -5 (the executed notebook, with the whole traceback: ")
+    assert (tmp_path / "run" / "notebooks" / "correctness.ipynb").exists()  # kept, with its traceback

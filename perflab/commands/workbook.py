@@ -97,9 +97,15 @@ def cmd_notebook(args, comm) -> dict:
     out = results.run_dir() / "notebooks" / f"{args.name}.ipynb"
     out.parent.mkdir(parents=True, exist_ok=True)
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    papermill.execute_notebook(notebook, str(out), parameters=params, cwd=str(source.parent),
-                               progress_bar=not args.json, kernel_name="python3")
-    out.write_text(results.relative_text(out.read_text()))  # its printed paths and metadata travel
+    try:
+        papermill.execute_notebook(notebook, str(out), parameters=params, cwd=str(source.parent),
+                                   progress_bar=not args.json, kernel_name="python3")
+    except papermill.PapermillExecutionError as exc:  # the cell's error in one line; the traceback is in the notebook
+        raise CLIError(f"notebook {args.name} stopped in cell {exc.exec_count}: {exc.ename}: {exc.evalue} (the executed "
+                       f"notebook, with the whole traceback: {results.relative(out)})") from None
+    finally:
+        if out.exists():
+            out.write_text(results.relative_text(out.read_text()))  # its printed paths and metadata travel
     if not args.json:
         print(f"executed {results.relative(source)} -> {results.relative(out)}")
     return {"notebook": str(out), "parameters": params}

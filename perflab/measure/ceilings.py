@@ -325,14 +325,8 @@ def measure_on_world(p: int, grid, sizes=SIZES) -> list[dict] | None:
     """On every MPI engine: the ceilings of the first p ranks (GPU where CuPy sees one), the step's
     kernels at `grid`; rank 0 returns the rows, the others None (the notebook's entry point)."""
     from perflab.backend import cupy_or_none
-    from perflab.train.comm import sub_world, world
-    w = world()
-    comm = sub_world(w, p)
-    rows = measure(comm, cupy_or_none() is not None, sizes, log=lambda m: None, grid=grid) if comm is not None else None
-    if hasattr(comm, "comm") and comm.comm is not w.comm:
-        comm.comm.Free()
-    w.idle_barrier()
-    return rows if comm is not None and comm.rank == 0 else None
+    from perflab.train.comm import on_first_ranks
+    return on_first_ranks(p, lambda comm: measure(comm, cupy_or_none() is not None, sizes, log=lambda m: None, grid=grid))
 
 
 def kernel_row(device: str, name: str, H: int, B: int, seconds: float, ranks: int = 1, nbytes: float = 0) -> dict:

@@ -423,6 +423,27 @@ def sub_world(world, p: int):
     return MPIComm(sub)
 
 
+def on_first_ranks(p: int, work):
+    """work(comm) on the first p ranks of the MPI world while the others wait without spinning; rank 0's
+    result, None elsewhere. Every rank reaches the closing barrier even where the work raised (through
+    ipyparallel engines, one engine's exception left the others waiting at it forever); the error is
+    raised again after it, on the ranks that had it."""
+    w = world()
+    comm = sub_world(w, p)
+    result = error = None
+    if comm is not None:
+        try:
+            result = work(comm)
+        except Exception as exc:
+            error = exc
+        if error is None and hasattr(comm, "comm") and comm.comm is not w.comm:
+            comm.comm.Free()
+    w.idle_barrier()
+    if error is not None:
+        raise error
+    return result if comm is not None and comm.rank == 0 else None
+
+
 def for_gpu(comm, strategy: str, timeout_s: float = TIMEOUT_S, half: str | None = None):
     """The device-side strategy on top of the MPI world (after each rank picked its GPU); timeout_s: the
     watchdog's, which the p2p kernel's own wait outlasts; half: the run's half precision, which nccl-half

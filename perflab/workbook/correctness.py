@@ -4,25 +4,22 @@ from __future__ import annotations
 import pandas as pd
 
 
+def config(cfg_dict: dict):
+    from perflab.config import Config
+    return Config(**{**cfg_dict, "hidden_sizes": tuple(cfg_dict["hidden_sizes"])})
+
+
 def check_on_world(cfg_dict: dict, parallel: str, p: int, backend: str = "numpy"):
     """On every engine: the seeds' correctness check on the first p ranks; rank 0 returns it."""
-    from perflab.config import Config
-    from perflab.train.comm import sub_world, world
+    from perflab.train.comm import on_first_ranks
     from perflab.train.runner import Device, check
-    w = world()
-    comm = sub_world(w, p)
-    result = None
-    if comm is not None:
-        cfg = Config(**{**cfg_dict, "hidden_sizes": tuple(cfg_dict["hidden_sizes"])})
-        result = check(cfg, parallel, comm, Device(backend=backend))
-        if comm.comm is not w.comm:
-            comm.comm.Free()
-    w.idle_barrier()
-    return result if (comm is not None and comm.rank == 0) else None
+    return on_first_ranks(p, lambda comm: check(config(cfg_dict), parallel, comm, Device(backend=backend)))
 
 
 def correctness_table(view, cfg_dict: dict, ranks, parallels=("data", "model"), dtypes=("float64", "float32")):
     """The seeds' Questions 1.1/1.2: per-parameter relative errors of every (p, mode, dtype)."""
+    for dtype in dtypes:
+        config({**cfg_dict, "dtype": dtype})  # a bad value is named here, before any engine runs
     rows = []
     for dtype in dtypes:
         for parallel in parallels:

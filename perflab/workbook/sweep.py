@@ -272,14 +272,8 @@ def copy_probe(comm, Bl: int, N: int) -> list[dict]:
 def run_point_on_world(point: dict, dataset: str = "synthetic", timeout: float = TIMEOUT_S):
     """Entry point on every rank (mpiexec or an ipyparallel engine): run one point on the first
     p ranks; rank 0 returns the row (JSON-serializable), the others None."""
-    from perflab.train.comm import sub_world, world
-    w = world()
-    comm = sub_world(w, point["p"])
-    row = measure_point(point, comm, dataset, timeout) if comm is not None else None
-    if hasattr(comm, "comm") and comm.comm is not w.comm:
-        comm.comm.Free()
-    w.idle_barrier()
-    return row
+    from perflab.train.comm import on_first_ranks
+    return on_first_ranks(point["p"], lambda comm: measure_point(point, comm, dataset, timeout))
 
 
 def output_path(name: str, root: Path | None = None) -> Path:
