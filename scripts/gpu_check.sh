@@ -5,7 +5,7 @@ set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 XLA_PYTHON_CLIENT_PREALLOCATE=false
 OUT=${OUT:-/tmp/perflab-out}; mkdir -p "$OUT"
 stages=${*:-"info compile tests gemm hold check train"}
-known=" info compile tests gemm check train deep peers tensorcores tcgemm hold splitab stagedspread stagedtimeline half halfacc precision halfroof halfwgmma "
+known=" info compile tests gemm check train deep peers tensorcores tcgemm hold splitab stagedspread stagedtimeline half halfacc precision halfroof halfwgmma halfstep "
 for stage in $stages; do  # every name checked before any runs: a typo must not skip a stage of a paid call
   [[ $known == *" $stage "* ]] || { echo "gpu_check.sh: unknown stage '$stage'; stages:$known" >&2; exit 2; }
 done
@@ -45,6 +45,14 @@ for stage in $stages; do
                python3 -m perflab bench train --configs 1024,3200 1024,12000 1024-1024,3200 1024-1024,12000 \
                  --peers "perflab (bf16)" "perflab (bf16, wgmma gemm)" "perflab (fp16)" "perflab (fp16, wgmma gemm)" \
                  "jax scan epoch (bf16)" "cublas floor (bf16)" --out "$OUT" 2>&1 | tail -30 ;;
+    halfstep) python3 -m pytest -q -m gpu tests/test_gpu_half.py -k "not wgmma" -p no:cacheprovider 2>&1 \
+                | tee "$OUT/gpu_tests_half_step.log" | tail -25
+              for net in "1024 12000" "1024 3200" "1024-1024 3200" "1024-1024 12000"; do  # the half step, kernel by kernel
+                python3 experiments/half/step_kernels.py $net bfloat16 2>&1 | tail -12
+              done | tee "$OUT/step_kernels_half.txt"
+              python3 -m perflab bench train --configs 1024,3200 1024,12000 1024-1024,3200 1024-1024,12000 \
+                --peers "perflab (bf16)" "perflab (bf16, wgmma gemm)" "perflab (fp16)" "jax scan epoch (bf16)" \
+                "pytorch cuda graph (bf16 autocast)" "cublas floor (bf16)" --out "$OUT" 2>&1 | tail -30 ;;
     tensorcores) python3 -m pytest -q -m gpu tests/test_gpu.py -k "wgmma or x3tf32 or tf32" -p no:cacheprovider 2>&1 \
                    | tee "$OUT/gpu_tests_tensor_cores.log" | tail -15
                  python3 -m perflab bench train --peers perflab "perflab (wgmma gemm)" "perflab (x3tf32 gemm)" \
