@@ -295,3 +295,22 @@ def test_work_on_the_first_ranks_that_raises_leaves_no_rank_waiting():
     lines = sorted(proc.stdout.splitlines())
     assert proc.returncode == 0 and lines == ["rank 0 raised bad on purpose", "rank 0 then 20", "rank 1 returned None",
                                               "rank 1 then None"], (proc.stdout, proc.stderr[-2000:])
+
+
+def test_a_rank_stopped_while_it_waits_out_a_point_ends_the_sweep(tmp_path):
+    """Points on one rank of two: rank 1 waits each out (no exchange, no training watchdog of its own). Stopped
+    there, it is seen by the sweep's watchdog (patient: a wait as long as the point takes is no fault, a rank
+    without a heartbeat for the timeout is): rank 0 names it and the point, the job ends, the rows written stay."""
+    import pandas as pd
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from freeze_rank import freeze
+    sweep = [MPIEXEC, "-n", "2", sys.executable, "-m", "perflab", "sweep", "--name", "waiting", "--out", str(tmp_path),
+             "--hidden", "16", "24", "32", "40", "--ranks", "1", "--batch", "100", "--train-size", "2000",
+             "--num-epochs", "100", "--timeout", "4", "--json"]
+    report = freeze(sweep, rank=1, after=0.5, limit=120, when_file=str(tmp_path / "waiting.csv"))
+    assert report["frozen"] and report["ended"] and report["exit_status"] != 0, report
+    said = [line for line in report["stderr"] if line.startswith("perflab: error: rank 0: rank 1 silent")]
+    assert said and "in the sweep at point " in said[0] and "(H=" in said[0], report["stderr"]
+    assert report["seconds_after_freeze"] < 4 + 15, report
+    rows = pd.read_csv(tmp_path / "waiting.csv")
+    assert len(rows) >= 1 and (rows.status == "measured").all() and len(rows) < 4

@@ -40,6 +40,9 @@ class Idle:
     def arm(self, epoch: int, batch: int | None, batches: int) -> None:
         pass
 
+    def watch_over(self, where: str) -> None:
+        pass
+
     def disarm(self) -> None:
         pass
 
@@ -62,10 +65,15 @@ class Idle:
 
 
 class Watchdog(Idle):
-    def __init__(self, comm, timeout_s: float = TIMEOUT_S):
+    """`patient`: for work whose waits have no bound of their own (a sweep's ranks wait for a point's ranks
+    between points, as long as the point takes): armed by watch_over, it ends the job only when a rank of
+    this node has shown no sign of life for the timeout, not when a wait lasts that long (and, armed for
+    minutes, sets no faulthandler backstop). A rank stopped on another node is not seen there."""
+
+    def __init__(self, comm, timeout_s: float = TIMEOUT_S, patient: bool = False):
         if not timeout_s > 0:
             raise ValueError(f"--timeout must be a positive number of seconds, got {timeout_s!r}")
-        self.comm, self.timeout = comm, float(timeout_s)
+        self.comm, self.timeout, self.patient, self.where = comm, float(timeout_s), patient, ""
         self.stale = min(STALE_S, self.timeout / 2)  # a heartbeat older than this: a rank that no longer runs
         self.exchange = EXCHANGES.get(getattr(comm, "strategy", "mpi"), "the gradient exchange")
         node = comm.comm.Split_type(comm.MPI.COMM_TYPE_SHARED)
@@ -89,6 +97,10 @@ class Watchdog(Idle):
         self.row[1], self.row[2], self.row[3] = epoch, -1 if batch is None else batch, self.steps
         self.armed_since = time.monotonic() if self.steps > 1 else None  # the first compiles and captures
 
+    def watch_over(self, where: str) -> None:
+        """(patient) From now on, a rank of this node silent for the timeout ends the job, naming `where`."""
+        self.where, self.armed_since = where, time.monotonic()
+
     def disarm(self) -> None:
         self.armed_since = None
 
@@ -104,6 +116,11 @@ class Watchdog(Idle):
             if since is None:
                 faulthandler.cancel_dump_traceback_later()
                 continue
+            if self.patient:
+                lost = self.silent(self.timeout)
+                if lost:
+                    self.say(f"{'; '.join(lost)}, {self.where}")
+                continue
             if time.monotonic() - since > self.timeout:
                 self.fire(time.monotonic() - since)
             # the backstop, where a call that holds the GIL keeps this thread from running: C's own timer
@@ -111,17 +128,18 @@ class Watchdog(Idle):
             faulthandler.dump_traceback_later(self.timeout + BACKSTOP_S, exit=True)
         faulthandler.cancel_dump_traceback_later()
 
-    def silent(self) -> list[str]:
-        """The ranks of this node whose watchdog stopped beating, or that never reached this step."""
+    def silent(self, stale: float | None = None) -> list[str]:
+        """The ranks of this node whose watchdog stopped beating (for `stale` seconds: by default the
+        blame's), or (training) that never reached this step."""
         now, out = time.time(), []
         for rank, (beat, epoch, batch, steps, _) in zip(self.node_ranks, [row.copy() for row in self.board]):
             if rank == self.comm.rank:
                 continue
-            last = f"last at epoch {int(epoch)}" + (f", batch {int(batch) + 1}" if batch >= 0 else "")
-            if now - beat > self.stale:
-                out.append(f"rank {rank} silent (no sign of life for {now - beat:.0f} s; {last})")
-            elif steps < self.steps:
-                out.append(f"rank {rank} alive but behind ({last})")
+            last = "" if self.patient else f"; last at epoch {int(epoch)}" + (f", batch {int(batch) + 1}" if batch >= 0 else "")
+            if now - beat > (stale or self.stale):
+                out.append(f"rank {rank} silent (no sign of life for {now - beat:.0f} s{last})")
+            elif steps < self.steps and stale is None:
+                out.append(f"rank {rank} alive but behind ({last[2:]})")
         return out
 
     def fire(self, waited: float) -> None:
@@ -131,8 +149,12 @@ class Watchdog(Idle):
                f"{len(self.node_ranks)} here)")
         where = (f"epoch {self.epoch}, batch {self.batch + 1}/{self.batches}" if self.batch is not None else
                  f"epoch {self.epoch} (its batches in one CUDA graph, or its end)")
-        print(f"perflab: error: rank {self.comm.rank}: no answer for {waited:.0f} s in {self.exchange} at "
-              f"{where}: {who}; ending the job (--timeout {self.timeout:g})", file=sys.stderr, flush=True)
+        self.say(f"no answer for {waited:.0f} s in {self.exchange} at {where}: {who}")
+
+    def say(self, what: str) -> None:
+        """This rank's one line, then the job's end once the others alive here have said theirs."""
+        print(f"perflab: error: rank {self.comm.rank}: {what}; ending the job (--timeout {self.timeout:g})",
+              file=sys.stderr, flush=True)
         sys.stdout.flush()
         self.row[4] = 1
         self.gather(time.monotonic() + min(GATHER_S, self.timeout))
@@ -164,8 +186,8 @@ class Watchdog(Idle):
         self.node.Free()
 
 
-def for_run(comm, timeout_s: float | None) -> Idle:
+def for_run(comm, timeout_s: float | None, patient: bool = False) -> Idle:
     """The watchdog of a run on `comm`: none for one rank (nothing to wait for) or timeout None."""
     if timeout_s is None or getattr(comm, "size", 1) == 1 or not hasattr(comm, "MPI"):
         return Idle()
-    return Watchdog(comm, timeout_s)
+    return Watchdog(comm, timeout_s, patient)

@@ -306,21 +306,26 @@ def run_grid_mpi(points, name, out: Path | None = None, dataset="synthetic", pro
     from tqdm.auto import tqdm
 
     from perflab import results
+    from perflab.train import watchdog
     from perflab.train.comm import world
     w = world()
     path = output_path(name, out) if w.rank == 0 else None
     todo = w.bcast(pending(points, path, log) if w.rank == 0 else None)
     claims = Claims(path) if w.rank == 0 else None
     meta = results.machine_metadata() if w.rank == 0 else None
-    for point in tqdm(todo, disable=not progress or w.rank != 0, desc=name, unit="point"):
-        if not w.bcast(claims.claim(point) if w.rank == 0 else None):
-            continue  # measured or being measured by another sweep
-        row = None
-        try:
-            row = run_point_on_world(point, dataset, timeout)
-        finally:
-            if w.rank == 0:
-                claims.finish(point, row, meta)
+    # between points (and while ranks wait out a point on fewer ranks), a rank stopped ends the job too
+    with watchdog.for_run(w, timeout, patient=True) as dog:
+        for i, point in enumerate(tqdm(todo, disable=not progress or w.rank != 0, desc=name, unit="point")):
+            dog.watch_over(f"in the sweep at point {i + 1} of {len(todo)} (H={point['H']}, B={point['B']}, "
+                           f"p={point['p']}, {point['mode']})")
+            if not w.bcast(claims.claim(point) if w.rank == 0 else None):
+                continue  # measured or being measured by another sweep
+            row = None
+            try:
+                row = run_point_on_world(point, dataset, timeout)
+            finally:
+                if w.rank == 0:
+                    claims.finish(point, row, meta)
     if w.rank == 0:
         report_failed(path, log)
     return path
