@@ -74,3 +74,30 @@ for path in sorted(RESULTS_ROOT.glob("*/bench_train_tensor_cores.csv")):
         f"Epoch time with perflab's tensor-core GEMMs beside its FP32 epoch, the FP32 cuBLAS 5-GEMM floor, JAX's "
         f"scan epoch in FP32, TF32 and 3xTF32 and PyTorch's CUDA-graph step in TF32 (where the run had them), on "
         f"{path.parent.name}. Source: {path.name}."))))
+# %% [markdown]
+# ## Deeper nets and half precision
+#
+# The epoch at 784-1024-1024-10 and 784-2048-2048-10 beside the same peers (`bench_train_deep.csv`), the
+# epoch in BF16 and FP16 mixed precision beside JAX's bf16 scan, PyTorch's autocast graph and the cuBLAS half
+# GEMM floor (`half/bench_train_half*.csv`), and perflab's own BF16 and FP16 GEMMs on wgmma against cuBLAS's
+# at every GEMM shape of those steps (`half/bench_gemm_*_wgmma.csv`).
+
+# %%
+def machine(path):
+    return path.parent.parent.name if path.parent.name == "half" else path.parent.name
+
+
+for path in sorted(RESULTS_ROOT.glob("*/bench_train_deep.csv")) + sorted(RESULTS_ROOT.glob("*/half/bench_train_half*.csv")):
+    epochs = pd.read_csv(path)
+    display(epochs.pivot_table(index="peer", columns=["H", "B"], values="epoch_ms").round(3))
+    display(Image(str(plots.save(plots.train_peers(epochs), f"train_peers_{path.stem}_{machine(path)}",
+        f"Epoch time of perflab and its peers, each in its own process (median of its epochs after warm-up), at "
+        f"deeper nets or in half precision as the peers' names say, on {machine(path)}. "
+        f"Source: {machine(path)}/{path.relative_to(RESULTS_ROOT / machine(path))}."))))
+for path in sorted(RESULTS_ROOT.glob("*/half/bench_gemm_*_wgmma.csv")):
+    bench = pd.read_csv(path)
+    display(bench.pivot_table(index="shape", columns="variant", values="tflops", sort=False).round(1))
+    display(Image(str(plots.save(plots.half_gemm_ratio(bench), f"half_gemm_{path.stem}_{machine(path)}",
+        f"perflab's half-precision GEMM on wgmma against cuBLAS's, shape by shape (device time of graph replays, "
+        f"operands as the half step holds them) on {bench.gpu.iloc[0]}; the title gives the geometric mean. "
+        f"Source: {machine(path)}/half/{path.name}."))))

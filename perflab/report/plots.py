@@ -208,6 +208,25 @@ def gemm_progression(bench, peak_tflops: float, shapes=("fwd1 H=512 B=3200", "fw
     return fig
 
 
+def half_gemm_ratio(bench):
+    """perflab's half-precision GEMM over cuBLAS's, shape by shape (`perflab bench gemm --dtype bfloat16`):
+    above 1 faster; the geometric mean in the title, as #53's target reads it."""
+    import numpy as np
+    fig, ax = new_figure(7.5, 0.9 + 0.16 * bench["shape"].nunique())
+    ours = bench[bench.variant != "cublas"].set_index("shape")
+    ratio = ours.pct_cublas.reindex(list(dict.fromkeys(bench["shape"]))) / 100  # pct_cublas: 100 x cuBLAS ms / ours
+    ax.barh(range(len(ratio)), ratio.values, color=["C0" if r >= 1 else "C1" for r in ratio.values])
+    ax.set_yticks(range(len(ratio)))
+    ax.set_yticklabels(ratio.index, fontsize=6)
+    ax.invert_yaxis()
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_xlabel("cuBLAS's time / perflab's (above 1: perflab faster)")
+    ax.set_title(f"{ours.variant.iloc[0]} {ours.dtype.iloc[0]} against cuBLAS: geometric mean "
+                 f"{np.exp(np.log(ratio).mean()):.3f} over {len(ratio)} shapes", fontsize=9)
+    ax.grid(True, axis="x", alpha=0.3)
+    return fig
+
+
 TENSOR_CORE_ORDER = ("cublas", "cublas-x3tf32", "jax-x3", "x3tf32", "wgmma", "pytorch-tf32")
 
 
@@ -295,10 +314,15 @@ def train_peers(bench):
     """Epoch time of perflab and each peer per configuration (log scale)."""
     fig, ax = new_figure(7.5, 4.5)
     table = bench.pivot_table(index="peer", columns=["H", "B"], values="epoch_ms")
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
     table.plot.barh(ax=ax, logx=True)
-    ax.set_xlabel("ms per epoch (60000 samples, FP32, data resident)")
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))  # 1, 2, 5, 10, 20 ...: read as plain ms
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())  # a narrow log range labels its minor ticks on top of each other
+    samples = f"{int(bench.N.iloc[0])} samples, " if "N" in bench else ""
+    ax.set_xlabel(f"ms per epoch ({samples}data resident)\nFP32 unless the peer's name says otherwise")
     ax.grid(True, axis="x", alpha=0.3)
-    ax.legend(title="H, B", fontsize=8)
+    ax.legend(title="H, B", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the bars, not on them
     return fig
 
 
