@@ -24,7 +24,8 @@ FIGURE_SECTIONS = [
     ("Scaling", ("scaling", "allreduce")),
     ("Convergence", ("convergence",)),
     ("Correctness against the sequential reference", ("correctness",)),
-    ("Kernels and steps", ("gemm_", "train_peers", "step_breakdown", "held_clocks")),
+    ("Kernels and steps", ("gemm_", "half_gemm_", "train_peers", "train_tensor_cores", "tensor_core_roofline",
+                           "step_breakdown", "held_clocks")),
 ]
 
 
