@@ -439,3 +439,11 @@ def test_the_committed_reports_take_no_run_folder(capsys, what, extra):
     with pytest.raises(SystemExit) as info:
         main(["report", what, *extra])
     assert info.value.code == 2 and "regenerates the committed reports from results/" in capsys.readouterr().err
+
+
+def test_validate_before_any_run_says_what_makes_the_run_folder(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("PERFLAB_RUN_DIR", str(tmp_path / "not-yet"))
+    with pytest.raises(SystemExit) as info:
+        main(["validate"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "run folder" in err and "does not exist yet: `make roofline`" in err

@@ -29,7 +29,9 @@ def cmd_validate(args, comm) -> dict:
     summary = {}
     for folder in folders:
         if not folder.is_dir():
-            raise CLIError(f"--folder {folder}: no such folder")
+            raise CLIError(f"--folder {folder}: no such folder" if args.folder else
+                           f"this machine's run folder {results.relative(folder)} does not exist yet: `make roofline` "
+                           "(or `perflab sweep`) measures the points to check the predictor against")
         if not args.committed and not validation.sweep_files(folder):
             raise CLIError(f"{folder}: no measured sweep point to check the predictor against (a run folder gets them "
                            "from `perflab notebook roofline` or `perflab sweep`); nothing written")
