@@ -10,6 +10,7 @@ from perflab.commands import analysis, data, measure, report, train, workbook
 from perflab.commands.options import CLIError
 from perflab.config import ConfigError
 from perflab.data import DataError
+from perflab.train.watchdog import say_line
 
 ROOMS = (train, workbook, measure, analysis, report, data)  # a new command goes in its room's register()
 
@@ -53,14 +54,14 @@ def main(argv=None) -> int:
         deterministic = isinstance(exc, (ConfigError, Diverged))
         if comm.rank == 0 or not deterministic:
             where = f"rank {comm.rank}: " if comm.size > 1 else ""
-            print(f"perflab: error: {where}{exc}", file=sys.stderr, flush=True)
+            say_line(f"perflab: error: {where}{exc}")
         if comm.size > 1 and not deterministic:
             comm.abort(2)
         raise SystemExit(2) from None
     except Exception as exc:
         if comm.size == 1:
             raise
-        print(f"perflab: error: rank {comm.rank}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        say_line(f"perflab: error: rank {comm.rank}: {type(exc).__name__}: {exc}")
         comm.abort(1)
     if args.json and comm.rank == 0:
         print(json.dumps(summary, default=str))

@@ -314,3 +314,20 @@ def test_a_rank_stopped_while_it_waits_out_a_point_ends_the_sweep(tmp_path):
     assert report["seconds_after_freeze"] < 4 + 15, report
     rows = pd.read_csv(tmp_path / "waiting.csv")
     assert len(rows) >= 1 and (rows.status == "measured").all() and len(rows) < 4
+
+
+def test_an_error_line_reaches_stderr_in_one_write(monkeypatch):
+    """Written apart from its newline, two ranks' error lines reached the launcher joined into one, and the
+    frozen-rank test saw one rank speak (a flake on a loaded host)."""
+    from perflab.train import watchdog
+    writes = []
+
+    class Recorder:
+        def write(self, text):
+            writes.append(text)
+
+        def flush(self):
+            writes.append("<flush>")
+    monkeypatch.setattr(watchdog.sys, "stderr", Recorder())
+    watchdog.say_line("perflab: error: rank 2: x")
+    assert writes == ["perflab: error: rank 2: x\n", "<flush>"]

@@ -31,7 +31,14 @@ EXCHANGES = {"mpi": "the host MPI all-reduce", "nccl": "the NCCL all-reduce", "p
              "shm": "the shared-memory all-reduce", "hierarchical": "the hierarchical all-reduce",
              "cuda-mpi": "the CUDA-aware MPI all-reduce"}
 FIELDS = 5  # a board row: heartbeat (wall seconds), epoch, batch, steps begun, said (1: it printed its line)
-GATHER_S = 10.0  # the least a rank that has spoken waits for the others alive on its node to speak too
+GATHER_S = 10.0  # the most a rank that has spoken waits for the others alive on its node to speak too
+
+
+def say_line(text: str) -> None:
+    """One line to stderr in one write, flushed: written apart from its newline, two ranks' lines reached the
+    launcher as one ("...(--timeout 4)perflab: error: rank 0: ..."), and a reader saw one rank speak."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
 
 
 class Idle:
@@ -153,14 +160,10 @@ class Watchdog(Idle):
 
     def say(self, what: str) -> None:
         """This rank's one line, then the job's end once the others alive here have said theirs."""
-        print(f"perflab: error: rank {self.comm.rank}: {what}; ending the job (--timeout {self.timeout:g})",
-              file=sys.stderr, flush=True)
+        say_line(f"perflab: error: rank {self.comm.rank}: {what}; ending the job (--timeout {self.timeout:g})")
         sys.stdout.flush()
         self.row[4] = 1
-        # a rank whose own watchdog was held off the cores past `stale` takes itself for the stopped one and waits a
-        # whole timeout more before it speaks (two MPI jobs at once on two cores: rank 2 of 3 spoke after rank 0 had
-        # gone, and the launcher ended it unheard): wait that long for the others alive
-        self.gather(time.monotonic() + max(GATHER_S, self.timeout + 2 * BEAT_S))
+        self.gather(time.monotonic() + min(GATHER_S, self.timeout))
         os._exit(EXIT_STATUS)
 
     def gather(self, until: float) -> None:
