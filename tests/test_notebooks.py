@@ -48,3 +48,40 @@ def test_a_notebook_that_stops_says_where_and_why_in_one_line_and_keeps_what_it_
         "perflab: error: notebook correctness stopped in cell 3: ConfigError: train_size must be a positive integer, "
         "got -5 (the executed notebook, with the whole traceback: ")
     assert (tmp_path / "run" / "notebooks" / "correctness.ipynb").exists()  # kept, with its traceback
+
+
+def test_a_running_cluster_is_used_only_where_its_engines_run_this_code(monkeypatch):
+    """A cluster another checkout left running (or a fresh clone's beside this one) would run its own code:
+    the notebooks start their own then. Where the engines import perflab from here, it is used."""
+    from perflab.workbook import cluster
+
+    class View:
+        def __init__(self, dirs):
+            self.dirs = dirs
+
+        def apply_sync(self, f):
+            return self.dirs
+
+    class Client:
+        def __init__(self, dirs):
+            self.view = View(dirs)
+
+        def __getitem__(self, key):
+            return self.view
+    here = cluster.package_dir()
+    assert cluster.runs_this_code(Client([here, here]))
+    assert not cluster.runs_this_code(Client([here, "/elsewhere/perflab"]))
+    assert not cluster.stop_named("perflab-no-such-cluster")  # nothing named so: nothing stopped
+
+
+def test_a_notebook_that_stops_after_starting_engines_leaves_none_running(tmp_path):
+    """The correctness notebook with a width model parallel cannot split over two ranks fails on the engines
+    it started: the command stops them (they outlived the notebook before, holding memory and polling cores)."""
+    import glob
+
+    env = {**os.environ, "PERFLAB_RUN_DIR": str(tmp_path / "run"), "IPYTHONDIR": str(tmp_path / "ipython")}
+    proc = subprocess.run([sys.executable, "-m", "perflab", "notebook", "correctness", "-p", "hidden", "1", "-p", "N",
+                           "300", "-p", "B", "31", "--json"], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 2 and "stopped in cell" in proc.stderr, proc.stderr[-2000:]
+    assert "stopped the MPI engines notebook correctness had started" in proc.stderr
+    assert glob.glob(str(tmp_path / "ipython" / "profile_default" / "security" / "cluster-perflab-*.json")) == []

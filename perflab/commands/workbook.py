@@ -1,6 +1,9 @@
 """`perflab sweep` and `perflab notebook`: grids of points, notebooks run end to end."""
 from __future__ import annotations
 
+import os
+import sys
+
 from perflab.commands.options import (
     CLIError,
     file_name,
@@ -97,6 +100,8 @@ def cmd_notebook(args, comm) -> dict:
     out = results.run_dir() / "notebooks" / f"{args.name}.ipynb"
     out.parent.mkdir(parents=True, exist_ok=True)
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    from perflab.workbook import cluster
+    cluster_id = os.environ[cluster.CLUSTER_ID_ENV] = f"perflab-{args.name}-{os.getpid()}"  # the kernel inherits it
     try:
         papermill.execute_notebook(notebook, str(out), parameters=params, cwd=str(source.parent),
                                    progress_bar=not args.json, kernel_name="python3")
@@ -104,6 +109,8 @@ def cmd_notebook(args, comm) -> dict:
         raise CLIError(f"notebook {args.name} stopped in cell {exc.exec_count}: {exc.ename}: {exc.evalue} (the executed "
                        f"notebook, with the whole traceback: {results.relative(out)})") from None
     finally:
+        if cluster.stop_named(cluster_id):
+            print(f"stopped the MPI engines notebook {args.name} had started", file=sys.stderr)
         if out.exists():
             out.write_text(results.relative_text(out.read_text()))  # its printed paths and metadata travel
     if not args.json:

@@ -17,6 +17,22 @@ class ClusterError(RuntimeError):
     pass
 
 
+CLUSTER_ID_ENV = "PERFLAB_CLUSTER_ID"  # the id a notebook's own cluster takes (stop_named stops it)
+
+
+def stop_named(cluster_id: str) -> bool:
+    """Stop the cluster a notebook started under `cluster_id` if it still runs (the notebook stopped before
+    its last cell, which stops it: its controller and engines lived on after the command, holding memory
+    and polling cores). True where one was stopped."""
+    import ipyparallel as ipp
+    try:
+        cluster = ipp.Cluster.from_file(cluster_id=cluster_id)
+    except (FileNotFoundError, OSError):
+        return False
+    cluster.stop_cluster_sync()
+    return True
+
+
 def mpi_path() -> None:
     """Put this interpreter's bin/ (where the mpich wheel's mpiexec lives) first on PATH, so
     ipcluster's MPI launcher finds the same MPI as mpi4py."""
@@ -43,7 +59,9 @@ def start(n: int = 2, ip: str | None = None, timeout: float = 120.0):
     if shutil.which("mpiexec") is None:
         raise ClusterError("no mpiexec on PATH: pip install mpich (or load your MPI module), then retry")
     controller_args = [f"--ip={ip}"] if ip else []
-    cluster = ipp.Cluster(engines="mpi", n=n, controller_args=controller_args)
+    # under `perflab notebook` the cluster is named, so the command can stop it when the notebook stops early
+    cluster = ipp.Cluster(engines="mpi", n=n, controller_args=controller_args,
+                          cluster_id=os.environ.get(CLUSTER_ID_ENV, ""))
     try:
         client = cluster.start_and_connect_sync(activate=True)
         client.wait_for_engines(n, timeout=timeout)
@@ -68,12 +86,26 @@ def engines(n: int = 2, ip: str | None = None):
     carved out of their MPI world, which every engine must enter. Stop a started cluster
     with `stop(cluster)`."""
     client = connect()
-    if client is not None and len(client.ids) >= n:
+    if client is not None and len(client.ids) >= n and runs_this_code(client):
         return None, client, client[:]
     if client is not None:
         client.close()
     cluster, client = start(n, ip)
     return cluster, client, client[:]
+
+
+def package_dir() -> str:
+    import perflab
+    return str(Path(perflab.__file__).resolve().parent)
+
+
+def runs_this_code(client) -> bool:
+    """Whether every engine of a running cluster imports perflab from where this process does: a cluster
+    left by another checkout (or an earlier notebook of a fresh clone) would run its own code, not this."""
+    try:
+        return set(client[:].apply_sync(package_dir)) == {package_dir()}
+    except Exception:  # an engine that cannot answer is no cluster to use
+        return False
 
 
 def stop(cluster) -> None:
