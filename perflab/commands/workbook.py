@@ -153,7 +153,9 @@ def register(sub) -> None:
     from perflab.train.watchdog import TIMEOUT_S
     p.add_argument("--timeout", type=positive_float, default=TIMEOUT_S, metavar="S",
                    help="a point's step that waits S seconds on the other ranks ends the sweep (the points written "
-                        "stay; a rerun resumes after them), every other rank naming the silent one (default %(default)g)")
+                        "stay; a rerun resumes after them), every other rank naming the silent one; between points, "
+                        "and while ranks wait out a point on fewer ranks, so does a rank silent for S seconds "
+                        "(default %(default)g)")
     p.add_argument("--train-size", type=positive, default=38400, metavar="N",
                    help="samples an epoch (default %(default)s, the seeds')")
     p.add_argument("--num-epochs", type=positive, default=1, help="timed epochs a point, after one warm-up "
