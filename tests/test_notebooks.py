@@ -85,3 +85,29 @@ def test_a_notebook_that_stops_after_starting_engines_leaves_none_running(tmp_pa
     assert proc.returncode == 2 and "stopped in cell" in proc.stderr, proc.stderr[-2000:]
     assert "stopped the MPI engines notebook correctness had started" in proc.stderr
     assert glob.glob(str(tmp_path / "ipython" / "profile_default" / "security" / "cluster-perflab-*.json")) == []
+
+
+def test_only_perflab_notebook_names_the_cluster_it_starts(monkeypatch):
+    """Under `perflab notebook` the cluster takes the command's id (so it can stop it); elsewhere ipyparallel's own
+    unique one: an empty id would make it the profile's default cluster, which every client finds."""
+    import ipyparallel as ipp
+
+    from perflab.workbook import cluster
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def made(**kwargs):
+        seen.clear()
+        seen.update(kwargs)
+        raise Stop
+    monkeypatch.setattr(ipp, "Cluster", made)
+    monkeypatch.delenv(cluster.CLUSTER_ID_ENV, raising=False)
+    with pytest.raises(Stop):
+        cluster.start(1)
+    assert "cluster_id" not in seen and seen["n"] == 1
+    monkeypatch.setenv(cluster.CLUSTER_ID_ENV, "perflab-x-1")
+    with pytest.raises(Stop):
+        cluster.start(1)
+    assert seen["cluster_id"] == "perflab-x-1"

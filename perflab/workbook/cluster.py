@@ -60,8 +60,9 @@ def start(n: int = 2, ip: str | None = None, timeout: float = 120.0):
         raise ClusterError("no mpiexec on PATH: pip install mpich (or load your MPI module), then retry")
     controller_args = [f"--ip={ip}"] if ip else []
     # under `perflab notebook` the cluster is named, so the command can stop it when the notebook stops early
-    cluster = ipp.Cluster(engines="mpi", n=n, controller_args=controller_args,
-                          cluster_id=os.environ.get(CLUSTER_ID_ENV, ""))
+    # (elsewhere ipyparallel's own unique id: an empty one would be the profile's default cluster)
+    named = {"cluster_id": os.environ[CLUSTER_ID_ENV]} if os.environ.get(CLUSTER_ID_ENV) else {}
+    cluster = ipp.Cluster(engines="mpi", n=n, controller_args=controller_args, **named)
     try:
         client = cluster.start_and_connect_sync(activate=True)
         client.wait_for_engines(n, timeout=timeout)
