@@ -81,7 +81,7 @@ class Config:
         """About what one process of the run holds: the parameters three times (weights, gradients, the
         update's), the activations and their gradients at B, and the data (all of it where it is resident,
         else a batch). Checked before anything is allocated, on the GPU and on the host."""
-        item = 4 if self.dtype in HALF_DTYPES or self.dtype == "float32" else 8
+        item = {"float32": 4, "float64": 8}[self.storage_dtype]
         sizes = self.layer_sizes
         params = sum(a * b + a for a, b in zip(sizes[1:], sizes[:-1]))
         activations = self.batch_size * sum(sizes) * 3

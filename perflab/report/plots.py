@@ -312,9 +312,9 @@ def convergence(losses_by_label: dict, ylabel="training loss", xlabel="epoch", l
 
 def train_peers(bench):
     """Epoch time of perflab and each peer per configuration (log scale)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
     fig, ax = new_figure(7.5, 4.5)
     table = bench.pivot_table(index="peer", columns=["H", "B"], values="epoch_ms")
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
     table.plot.barh(ax=ax, logx=True)
     ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))  # 1, 2, 5, 10, 20 ...: read as plain ms
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))

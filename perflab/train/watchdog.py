@@ -142,11 +142,12 @@ class Watchdog(Idle):
         for rank, (beat, epoch, batch, steps, _) in zip(self.node_ranks, [row.copy() for row in self.board]):
             if rank == self.comm.rank:
                 continue
-            last = "" if self.patient else f"; last at epoch {int(epoch)}" + (f", batch {int(batch) + 1}" if batch >= 0 else "")
-            if now - beat > (stale or self.stale):
-                out.append(f"rank {rank} silent (no sign of life for {now - beat:.0f} s{last})")
+            last = f"last at epoch {int(epoch)}" + (f", batch {int(batch) + 1}" if batch >= 0 else "")
+            if now - beat > (stale or self.stale):  # a patient watchdog's ranks train nothing: no epoch to name
+                out.append(f"rank {rank} silent (no sign of life for {now - beat:.0f} s"
+                           + ("" if self.patient else f"; {last}") + ")")
             elif steps < self.steps and stale is None:
-                out.append(f"rank {rank} alive but behind ({last[2:]})")
+                out.append(f"rank {rank} alive but behind ({last})")
         return out
 
     def fire(self, waited: float) -> None:

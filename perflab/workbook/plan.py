@@ -56,9 +56,14 @@ def resolve_engines(engines, backend: str, gpus: int, cores: int) -> int:
     return engines
 
 
+def is_whole(value) -> bool:
+    """A whole number >= 1 (not a bool, which Python counts as an int)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
 def whole(name: str, value):
     """A parameter that must be a whole number >= 1 (None: the backend's size), or PlanError naming it."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+    if value is not None and not is_whole(value):
         raise PlanError(f"{name} must be a whole number >= 1 (or None: the backend's size), got {value!r}")
     return value
 
@@ -68,8 +73,7 @@ def wholes(name: str, values):
     if values is None:
         return None
     values = [values] if isinstance(values, int) and not isinstance(values, bool) else values  # -p ranks 2: [2]
-    if isinstance(values, str) or not list(values) or any(
-            isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
+    if isinstance(values, str) or not list(values) or not all(map(is_whole, values)):
         raise PlanError(f"{name} must be a non-empty list of whole numbers >= 1 (or None: the backend's sizes), "
                         f"got {values!r}")
     return list(values)
