@@ -283,16 +283,17 @@ def test_work_on_the_first_ranks_that_raises_leaves_no_rank_waiting():
     if MPIEXEC is None:
         pytest.fail("mpiexec not found: install the package's MPI (pip install mpich) into this environment")
     script = ("from perflab.train.comm import on_first_ranks, world\n"
+              "from perflab.train.watchdog import say_line\n"  # a line in one write: the two ranks' never interleave
               "def work(comm):\n"
               "    raise ValueError('bad on purpose')\n"
               "rank = world().rank\n"
               "try:\n"
-              "    print(f'rank {rank} returned', on_first_ranks(1, work), flush=True)\n"
+              "    say_line(f'rank {rank} returned {on_first_ranks(1, work)}')\n"
               "except ValueError as exc:\n"
-              "    print(f'rank {rank} raised', exc, flush=True)\n"
-              "print(f'rank {rank} then', on_first_ranks(2, lambda comm: comm.size * 10 + comm.rank), flush=True)\n")
+              "    say_line(f'rank {rank} raised {exc}')\n"
+              "say_line(f'rank {rank} then {on_first_ranks(2, lambda comm: comm.size * 10 + comm.rank)}')\n")
     proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
-    lines = sorted(proc.stdout.splitlines())
+    lines = sorted(proc.stderr.splitlines())
     assert proc.returncode == 0 and lines == ["rank 0 raised bad on purpose", "rank 0 then 20", "rank 1 returned None",
                                               "rank 1 then None"], (proc.stdout, proc.stderr[-2000:])
 
