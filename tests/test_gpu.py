@@ -1113,6 +1113,13 @@ def test_step_floors_are_medians_and_a_graph_replay_costs_the_host_less_than_its
     assert 0 < rows["graph replay"]["seconds"] < rows["eager launch"]["seconds"]
 
 
+def half_gemms_here() -> tuple:
+    """The half-precision GEMMs' names in ceilings rows that this GPU runs (the ceilings time their steps too)."""
+    from perflab.config import HALF_CAPABILITY, HALF_IMPLS
+    capability = int(cp.cuda.Device().compute_capability)
+    return tuple(g for kind, g in HALF_IMPLS.items() if capability >= HALF_CAPABILITY[kind])
+
+
 def test_the_step_in_sequence_is_timed_per_gemm_and_takes_about_its_kernels_alone():
     """gpu_step_kernels' `step in sequence (<gemm>)` rows: one per GEMM at each (H, B'), their time
     within a band of the sum of the same kernels timed alone (the order costs a few percent, not
@@ -1123,7 +1130,8 @@ def test_the_step_in_sequence_is_timed_per_gemm_and_takes_about_its_kernels_alon
     rows = ceilings.gpu_step_kernels(hidden=(300,), batches=(701,), repeats=5)
     seconds = {r["impl"]: r["seconds"] for r in rows}
     gemms = ("cublas",) + (wgmma.WGMMA_VARIANTS if wgmma.hopper() else ())
-    assert {n for n in seconds if n.startswith("step in sequence")} == {sequence_name(g, eager) for g in gemms
+    halves = half_gemms_here()
+    assert {n for n in seconds if n.startswith("step in sequence")} == {sequence_name(g, eager) for g in gemms + halves
                                                                         for eager in (False, True)}
     for gemm in gemms:
         alone = sum(seconds[n] for n in fused_step(gemm) + (UPDATE,))
@@ -1147,7 +1155,9 @@ def test_a_hidden_layer_is_timed_per_gemm_as_its_three_gemms_and_one_pass():
     rows = ceilings.gpu_step_kernels(hidden=(H,), batches=(B,), repeats=5)
     seconds = {r["impl"]: r["seconds"] for r in rows}
     gemms = ("cublas",) + (wgmma.WGMMA_VARIANTS if wgmma.hopper() else ())
-    assert {n for n in seconds if n.startswith("hidden layer")} == {hidden_layer_name(g, e) for g in gemms for e in (False, True)}
+    halves = half_gemms_here()
+    assert {n for n in seconds if n.startswith("hidden layer")} == {hidden_layer_name(g, e) for g in gemms + halves
+                                                                    for e in (False, True)}
     W, a, out = (cp.asarray(np.random.default_rng(0).random(s, np.float32)) for s in ((H, H), (H, B), (H, B)))
     for gemm in gemms:
         if gemm in kernels.TUNABLE_VARIANTS:

@@ -131,7 +131,7 @@ def test_narrow_copy_rounds_as_the_reference_does_in_any_layout(rng, kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("C, H, n", [(10, 512, 3200), (7, 61, 37), (3, 1001, 4097)])
+@pytest.mark.parametrize("C, H, n", [(10, 512, 3200), (7, 61, 37), (3, 1001, 4097), (16, 200, 1000)])
 def test_the_step_kernels_read_and_write_half_and_compute_in_fp32(rng, kind, C, H, n):
     """bias + sigmoid, the fused output layer forward and backward, and sigmoid' with row sums, each
     against float64 on the half values it reads, its half output within one rounding."""
@@ -166,6 +166,46 @@ def test_the_step_kernels_read_and_write_half_and_compute_in_fp32(rng, kind, C, 
     kernels.sigmoid_backward_rows(da, a, db)
     ref = hda * ha * (1 - ha)
     assert rel(values(da, kind), ref) <= ULP[kind] and rel(db.get(), ref.sum(axis=1)) <= 1e-5
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_16_byte_elementwise_passes_fall_back_on_a_view_that_is_not_16_byte_aligned(rng, kind):
+    """bias_sigmoid and sigmoid_backward_rows move 16 bytes a load only where z's rows are whole eights and
+    16-byte aligned: the same rows one element into a buffer give the same values."""
+    H, n = 37, 64
+    f32 = cp.asarray(rng.normal(size=H).astype(np.float32))
+    for shift in (0, 1):
+        z, hz = held(rng, (H * n + 1,), kind, scale=2.0)
+        view = z[shift:shift + H * n].reshape(H, n)
+        kernels.bias_sigmoid(view, f32)
+        assert rel(values(view, kind), model.sigmoid(hz[shift:shift + H * n].reshape(H, n) + f32.get()[:, None])) <= ULP[kind]
+        a, ha = held(rng, (H * n + 1,), kind)
+        da, hda = held(rng, (H * n + 1,), kind)
+        db = poisoned(H, np.float32)
+        kernels.sigmoid_backward_rows(da[shift:shift + H * n].reshape(H, n), a[shift:shift + H * n].reshape(H, n), db)
+        ref = (hda * ha * (1 - ha))[shift:shift + H * n].reshape(H, n)
+        assert rel(values(da[shift:shift + H * n].reshape(H, n), kind), ref) <= ULP[kind]
+        assert rel(db.get(), ref.sum(axis=1)) <= 1e-5
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_update_rounds_the_new_weights_for_the_gemms_in_the_same_pass_and_a_skipped_step_leaves_both(rng, kind):
+    """sgd_update(rounded=) writes the FP32 masters and their half rounding; sgd_update_scaled skips both
+    on a gradient that overflowed."""
+    n = 70001
+    p, g = rng.normal(size=n).astype(np.float32), rng.normal(size=n).astype(np.float32)
+    ends, regs = cp.asarray([40000, 40100, n], np.int64), cp.asarray([0.1, 0.0, 0.1], np.float32)
+    P, rounded = cp.asarray(p), poisoned(n, kernels.HALF_STORAGE[kind])
+    kernels.sgd_update(P, cp.asarray(g), 0.3, ends, regs, rounded=rounded)
+    seg = np.searchsorted(ends.get(), np.arange(n), side="right")
+    assert rel(P.get(), p - np.float32(0.3) * (g + regs.get()[seg] * p)) <= 1e-7
+    assert np.array_equal(rounded.get(), half.to_storage(P.get(), kind))
+    before, held_before = P.copy(), rounded.copy()
+    g[7] = np.inf
+    overflow, counts = cp.zeros(1, np.int32), cp.zeros(3, np.int64)
+    kernels.sgd_update_scaled(P, cp.asarray(g), 0.3, ends, regs, cp.asarray([8.0], np.float32), overflow, counts, 100,
+                              rounded=rounded)
+    assert int(overflow.get()[0]) == 1 and (P == before).all() and (rounded == held_before).all()
 
 
 def tiny(kind, hidden, **kw):

@@ -4,6 +4,7 @@ import os
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
 
 from perflab.kernels import KERNEL_DIR, instantiations
@@ -266,3 +267,15 @@ def test_the_fused_backward_refuses_a_dz1_small_it_cannot_write():
                 np.zeros((333, 61), np.float32).T):
         with pytest.raises(KernelError, match=r"dz1_small must be a C-contiguous float32 array shaped as \(61, 333\)"):
             output_backward(None, None, None, dz1, None, None, None, bad)
+
+
+def test_the_update_refuses_to_round_into_anything_but_a_half_array_of_the_weights_size():
+    """sgd_update(rounded=) names what it got: float32 weights round into a bfloat16 (uint16) or float16
+    array of their size, nothing else (checked before any launch)."""
+    from perflab.kernels import KernelError, sgd_update
+    ends, regs = np.array([5]), np.zeros(1, np.float32)
+    for params, rounded, got in ((np.zeros(5), np.zeros(5, np.uint16), "float64 5 into uint16 5"),
+                                 (np.zeros(5, np.float32), np.zeros(4, np.float16), "float32 5 into float16 4"),
+                                 (np.zeros(5, np.float32), np.zeros(5, np.float32), "float32 5 into float32 5")):
+        with pytest.raises(KernelError, match=f"sgd_update rounds float32 parameters .*got {got}$"):
+            sgd_update(params, params, 0.1, ends, regs, rounded=rounded)

@@ -1,11 +1,11 @@
-"""The index logic of output_backward_mma.patch's kernels (output_forward_half, output_backward_half) run in
+"""The index logic of elementwise.cu's tensor-core kernels (output_forward_half, output_backward_half) run in
 NumPy, lane by lane,
 with mma.sync m16n8k16 and ldmatrix emulated from the PTX ISA's fragment tables: a check of which lane
 holds which element, made without a GPU before the patch's first device call. Values are kept in float64
 (the BF16 rounding is not what this checks). Usage: python experiments/half/mma_layout_check.py"""
 import numpy as np
 
-HB_ROWS, HB_COLS = 16, 256
+HB_ROWS, HB_COLS = 16, 128
 
 
 def mma(d, a, b):
@@ -108,56 +108,48 @@ def kernel_block(W2, delta, a1, bx, by, dz1, part):
                     part[bx, C, h0 + g + 8 * r] = s
 
 
-FW_ROWS, HF_COLS = 128, 256
+FW_ROWS, HF_COLS = 128, 64
 
 
 def forward_block(W2, b1, z1, bx, by, part):
-    """One block of output_forward_half, as the patch writes it (4 warps of 64 columns, FW_ROWS rows)."""
+    """One block of output_forward_half, as elementwise.cu writes it: 8 warps over 64 columns, warp w the
+    block's 16-row K-tile w, summed over the warps (the shared `sums`) by warp q for n-tile q."""
     C, H = W2.shape
     n = z1.shape[1]
-    r0 = by * FW_ROWS
-    rows = min(FW_ROWS, H - r0)
-    wfrag = {}
-    for kt in range(FW_ROWS // 16):
+    jc = bx * HF_COLS
+    sums = np.zeros((FW_ROWS // 16, 32, 32))
+    for warp in range(FW_ROWS // 16):
+        r0 = by * FW_ROWS + warp * 16
+        wfrag, v = [], [[[0.0] * 8 for _ in range(4)] for _ in range(32)]
         for lane in range(32):
             g, t = lane // 4, lane % 4
             regs = []
             for i in range(4):
-                c, h = g + 8 * (i % 2), kt * 16 + 2 * t + 8 * (i // 2)
-                regs += [W2[c, r0 + h] if c < C and h < rows else 0.0, W2[c, r0 + h + 1] if c < C and h + 1 < rows else 0.0]
-            wfrag[kt, lane] = regs
-    bias = [b1[r0 + r] if r < rows else 0.0 for r in range(FW_ROWS)]
-    for warp in range(4):
-        jc = bx * HF_COLS + warp * 64
-        if jc >= n:
-            continue
-        acc = [[[0.0] * 4 for _ in range(32)] for _ in range(8)]
-        for kt in range(-(-rows // 16)):
-            v = [[[0.0] * 8 for _ in range(4)] for _ in range(32)]
+                c, h = g + 8 * (i % 2), r0 + 2 * t + 8 * (i // 2)
+                regs += [W2[c, h] if c < C and h < H else 0.0, W2[c, h + 1] if c < C and h + 1 < H else 0.0]
+            wfrag.append(regs)
+            j = jc + 8 * g
+            for m in range(4):
+                h = r0 + 2 * t + m % 2 + 8 * (m // 2)
+                for i in range(8):
+                    if h < H:
+                        z = z1[h, j + i] if j + i < n else 0.0
+                        v[lane][m][i] = 1 / (1 + np.exp(-(z + b1[h])))
+                        if j + i < n:
+                            z1[h, j + i] = v[lane][m][i]
+        for i in range(8):
+            acc = [[0.0] * 4 for _ in range(32)]
+            mma(acc, wfrag, [[v[lane][0][i], v[lane][1][i], v[lane][2][i], v[lane][3][i]] for lane in range(32)])
             for lane in range(32):
-                g, t = lane // 4, lane % 4
-                j = jc + 8 * g
-                for m in range(4):
-                    r = kt * 16 + 2 * t + m % 2 + 8 * (m // 2)
-                    for i in range(8):
-                        if r < rows:
-                            z = z1[r0 + r, j + i] if j + i < n else 0.0
-                            v[lane][m][i] = 1 / (1 + np.exp(-(z + bias[r])))
-                            if j + i < n:
-                                z1[r0 + r, j + i] = v[lane][m][i]
-            for i in range(8):
-                b = [[v[lane][0][i], v[lane][1][i], v[lane][2][i], v[lane][3][i]] for lane in range(32)]
-                mma(acc[i], [wfrag[kt, lane] for lane in range(32)], b)
+                for e in range(4):
+                    sums[warp, 4 * i + e, lane] = acc[lane][e]
+    for q in range(FW_ROWS // 16):
         for lane in range(32):
             g, t = lane // 4, lane % 4
-            for k in range(2):
-                c = g + 8 * k
-                if c >= C:
-                    continue
-                for i in range(8):
-                    for e, col in ((0, jc + 16 * t + i), (1, jc + 16 * t + 8 + i)):
-                        if col < n:
-                            part[by, c, col] = acc[i][lane][2 * k + e]
+            for e in range(4):
+                c, col = g + 8 * (e // 2), jc + 16 * t + 8 * (e % 2) + q
+                if c < C and col < n:
+                    part[by, c, col] = sums[:, 4 * q + e, lane].sum()
 
 
 def check_forward(C, H, n, seed=0):

@@ -57,10 +57,12 @@ def add(name, fn, nbytes):
     rows.append({"kernel": name, "ms": m, "MB": nbytes / 1e6, "GB/s": nbytes / m / 1e6})
 
 
-if t.half:
-    add("narrow_copy P", lambda: kernels.narrow_copy(t.P, t.P_half), t.P.size * (4 + 2))
 add("gemm fwd 1", lambda: t.gemm(Wh[0], Xb, t.acts[0][:hidden[0] * B].reshape(hidden[0], B)), 0)
 add("output_layer", lambda: kernels.output_layer(W[-1], b[-2], b[-1], a1, yb, delta, B, t.part_forward), 2 * H * B * item)
+groups = -(-H // kernels.FW_ROWS)
+part = t.part_forward[:groups * 10 * B].reshape(groups * 10, B)
+add("  of which the softmax", lambda: kernels.softmax_xent_grad(part, b[-1], yb, delta, B, groups=groups),
+    (groups + 2) * 10 * B * 4)
 add("output_backward", lambda: kernels.output_backward(W[-1], delta, a1, dz, dW[-1], db[-2], t.part), 2 * H * B * item)
 if len(hidden) > 1:
     a0 = t.acts[0][:hidden[0] * B].reshape(hidden[0], B)
@@ -68,7 +70,9 @@ if len(hidden) > 1:
     d0 = t.dz[0][:hidden[0] * B].reshape(hidden[0], B)
     add("sigmoid_backward_rows", lambda: kernels.sigmoid_backward_rows(d0, a0, db[0]), 3 * hidden[0] * B * item)
 add("gemm dW1", lambda: t.gemm(t.dz[0][:hidden[0] * B].reshape(hidden[0], B), Xb.T, dW[0]), 0)
-add("sgd_update", lambda: kernels.sgd_update(t.P, t.G[:-1], 0.1, t.ends, t.regs), t.P.size * 12)
+rounded = t.P_half if t.half else None  # the update rounds P for the next step's GEMMs (no copy of P at its start)
+add("sgd_update", lambda: kernels.sgd_update(t.P, t.G[:-1], 0.1, t.ends, t.regs, rounded=rounded),
+    t.P.size * (12 + (2 if t.half else 0)))
 add("whole step (graph)", step, 0)
 print(json.dumps({"hidden": hidden, "B": B, "dtype": kind, "rows": rows}))
 for r in rows:

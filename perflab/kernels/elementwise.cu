@@ -3,10 +3,29 @@
 
 // z[i, j] = sigmoid(z[i, j] + b[i]): the forward hidden layer after a GEMM without epilogue (z stored
 // as S: half precision in a mixed-precision step, computed in T).
+// A 16-bit z: 8 elements a thread (HALF_VECTOR), moved 16 bytes at a time where rows hold whole eights and
+// z is 16-byte aligned (2 bytes a load ran at half the HBM's rate: experiments/half/step_kernels.py).
+#define HALF_VECTOR 8
 template <typename T, typename S = T>
 __global__ void bias_sigmoid(S* z, const T* __restrict__ b, int rows, int cols) {
-    size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (e < (size_t)rows * cols) z[e] = narrow<S>(sigmoid(widen(z[e]) + b[e / cols]));
+    const size_t total = (size_t)rows * cols;
+    if constexpr (sizeof(S) == 2) {
+        const size_t e = HALF_VECTOR * ((size_t)blockIdx.x * blockDim.x + threadIdx.x);
+        if (e >= total) return;
+        if (cols % HALF_VECTOR == 0 && (size_t)z % 16 == 0) {
+            uint4 raw = *reinterpret_cast<const uint4*>(z + e);
+            S* v = reinterpret_cast<S*>(&raw);
+            const T bias = b[e / cols];
+#pragma unroll
+            for (int i = 0; i < HALF_VECTOR; ++i) v[i] = narrow<S>(sigmoid(widen(v[i]) + bias));
+            *reinterpret_cast<uint4*>(z + e) = raw;
+        } else {
+            for (size_t k = e; k < e + HALF_VECTOR && k < total; ++k) z[k] = narrow<S>(sigmoid(widen(z[k]) + b[k / cols]));
+        }
+    } else {
+        const size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+        if (e < total) z[e] = narrow<S>(sigmoid(widen(z[e]) + b[e / cols]));
+    }
 }
 
 // y = x rounded to S (a mixed-precision step's weights and images in half precision, from FP32)
@@ -36,13 +55,46 @@ __global__ void add_bias(T* z, const T* __restrict__ b, int rows, int cols) {
 // One thread a column: C is small (10), and threads of a warp read consecutive columns.
 // With groups > 1, z holds that many C x B partial sums (output_forward's), added first in a
 // fixed order into the first. With scale (a float16 step's loss scale, on the device so a graph
-// follows it), delta is multiplied by *scale.
+// follows it), delta is multiplied by *scale. Up to SOFTMAX_REGS classes the logits stay in registers
+// and the partial sums' loads go out together (one after another, 8 row blocks' sums of 10 classes took
+// a thread 80 round trips to L2).
+#define SOFTMAX_REGS 16
 template <typename T>
 __global__ void softmax_xent_grad(T* z, const T* __restrict__ b2, const long long* __restrict__ y,
                                   T* __restrict__ delta, T* __restrict__ ce, int want_ce, int C, int B, T inv_norm,
                                   int groups, const T* __restrict__ scale) {
     int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= B) return;
+    if (C <= SOFTMAX_REGS) {  // the column's logits in registers, every partial sum's load issued before any is added
+        T v[SOFTMAX_REGS];
+#pragma unroll
+        for (int c = 0; c < SOFTMAX_REGS; ++c) {
+            T s = 0;
+            if (c < C) {
+#pragma unroll 8
+                for (int g = 0; g < groups; ++g) s += z[((size_t)g * C + c) * B + j];
+            }
+            v[c] = s;
+        }
+        T m = v[0] + b2[0];
+#pragma unroll
+        for (int c = 1; c < SOFTMAX_REGS; ++c) if (c < C) m = max(m, v[c] + b2[c]);
+        T s = 0;
+#pragma unroll
+        for (int c = 0; c < SOFTMAX_REGS; ++c) if (c < C) s += exp(v[c] + b2[c] - m);
+        const int label = (int)y[j];
+        if (scale != nullptr) inv_norm *= *scale;
+        T at_label = 0;
+#pragma unroll
+        for (int c = 0; c < SOFTMAX_REGS; ++c) {
+            if (c >= C) continue;
+            if (groups > 1) z[c * B + j] = v[c];  // the sums, where the unfused path's logits are
+            delta[c * B + j] = (exp(v[c] + b2[c] - m) / s - (c == label ? T(1) : T(0))) * inv_norm;
+            if (c == label) at_label = v[c] + b2[c];
+        }
+        if (want_ce) ce[j] = -(at_label - m - log(s));
+        return;
+    }
     for (int c = 0; c < C && groups > 1; ++c) {
         T s = 0;
         for (int g = 0; g < groups; ++g) s += z[((size_t)g * C + c) * B + j];
@@ -87,7 +139,26 @@ sigmoid_backward_rows(S* __restrict__ da, const S* __restrict__ a, T* __restrict
     __shared__ T part[256];
     const size_t row = (size_t)blockIdx.x * cols;
     T s = 0;
-    for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+    int first = 0;  // columns [0, first) done 16 bytes at a time (16-bit S, as bias_sigmoid), the rest one by one
+    if constexpr (sizeof(S) == 2) {
+        if (cols % HALF_VECTOR == 0 && ((size_t)da | (size_t)a) % 16 == 0) {
+            for (int j = HALF_VECTOR * threadIdx.x; j < cols; j += HALF_VECTOR * blockDim.x) {
+                const uint4 a_raw = *reinterpret_cast<const uint4*>(a + row + j);
+                uint4 d_raw = *reinterpret_cast<const uint4*>(da + row + j);
+                const S* av = reinterpret_cast<const S*>(&a_raw);
+                S* dv = reinterpret_cast<S*>(&d_raw);
+#pragma unroll
+                for (int i = 0; i < HALF_VECTOR; ++i) {
+                    const T v = widen(av[i]), d = widen(dv[i]) * v * (T(1) - v);
+                    dv[i] = narrow<S>(d);
+                    s += d;
+                }
+                *reinterpret_cast<uint4*>(da + row + j) = d_raw;
+            }
+            first = cols;
+        }
+    }
+    for (int j = first + threadIdx.x; j < cols; j += blockDim.x) {
         const T v = widen(a[row + j]);
         const T d = widen(da[row + j]) * v * (T(1) - v);
         if (dz_small != nullptr) {
@@ -128,14 +199,18 @@ __global__ void row_sum(const T* __restrict__ X, T* __restrict__ out, int rows, 
 // The whole SGD + L2 update in one launch over the fused parameter and gradient buffers:
 //   p <- p - lr * (g + reg_s * p), reg_s = reg on weight segments, 0 on biases.
 // Segment s covers [ends[s-1], ends[s]) of the buffers.
-template <typename T>
+// p -= lr (g + reg p); with `rounded` (a half-precision step's), rounded = p in S too: the weights its
+// GEMMs read, made in this pass rather than in a copy of P at the next step's start.
+template <typename T, typename S = T>
 __global__ void sgd_update(T* p, const T* __restrict__ g, size_t n, T lr, const long long* __restrict__ ends,
-                           const T* __restrict__ regs, int nseg) {
+                           const T* __restrict__ regs, int nseg, S* __restrict__ rounded) {
     size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= n) return;
     int s = 0;
     while (s < nseg - 1 && e >= (size_t)ends[s]) ++s;
-    p[e] -= lr * (g[e] + regs[s] * p[e]);
+    const T v = p[e] - lr * (g[e] + regs[s] * p[e]);
+    p[e] = v;
+    if (rounded != nullptr) rounded[e] = narrow<S>(v);
 }
 
 // Dynamic loss scaling on the device (a float16 step; inside the step's or the epoch's graph):
@@ -149,15 +224,17 @@ __global__ void find_overflow(const T* __restrict__ g, size_t n, int* overflow) 
         if (!isfinite(g[e])) { *overflow = 1; return; }
 }
 
-template <typename T>
+template <typename T, typename S = T>
 __global__ void sgd_update_scaled(T* p, const T* __restrict__ g, size_t n, T lr, const long long* __restrict__ ends,
                                   const T* __restrict__ regs, int nseg, const T* __restrict__ scale,
-                                  const int* __restrict__ overflow) {
+                                  const int* __restrict__ overflow, S* __restrict__ rounded) {
     size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (e >= n || *overflow) return;
+    if (e >= n || *overflow) return;  // skipped: p and rounded both as they were
     int s = 0;
     while (s < nseg - 1 && e >= (size_t)ends[s]) ++s;
-    p[e] -= lr * (g[e] / *scale + regs[s] * p[e]);
+    const T v = p[e] - lr * (g[e] / *scale + regs[s] * p[e]);
+    p[e] = v;
+    if (rounded != nullptr) rounded[e] = narrow<S>(v);
 }
 
 template <typename T>
@@ -342,6 +419,294 @@ output_backward(const T* __restrict__ W2, const T* __restrict__ delta, const S* 
             if (lane == 0 && h0 + r < H && (c < C || c == CMAX))
                 part[((size_t)blockIdx.x * (C + 1) + row) * H + h0 + r] = v;
         }
+}
+
+// output_backward for 16-bit a1 and dz1, on the tensor cores (mma.sync m16n8k16, BF16 in, FP32
+// accumulated). The scalar kernel above spent its time loading a column's C deltas for every two rows
+// (0.8 TB/s at 1024 x 12000, experiments/half); here a warp's two products are MMAs:
+//   D = W2^T delta (16 rows x 8 columns a tile, K = 16 classes),  dz1 = D o a1 o (1 - a1)
+//   P += delta a1^T  (16 classes x 8 rows a tile, K = 16 columns)
+// and a lane moves 32 contiguous bytes of a1 (and of dz1) a row at a time. FP32 accuracy is kept by
+// splitting each FP32 operand into BF16 high and low parts (x = hi + lo to 2^-16; products hi*hi +
+// hi*lo + lo*hi); an FP16 a1 is exactly hi + lo too. Block: 4 warps of 16 rows (HB_ROWS) over
+// HB_COLS columns, whose deltas (high and low parts) sit in shared memory with each 64-column chunk's
+// columns permuted so that an accumulator tile's columns are a lane's contiguous ones:
+//   chunk column o = 16 t + 2 k + e  sits at position 8 k + 2 t + e  (lane t of n-tile k, e = 0, 1).
+#define HB_ROWS 16
+#define HB_COLS 128
+#define HB_PITCH (HB_COLS + 8)  // bf16s a row of the staged deltas: ldmatrix's 8 rows in 8 bank groups
+
+__device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {  // lo in the low half
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+__device__ __forceinline__ unsigned pack_half(bf16, float lo, float hi) { return pack_bf16(lo, hi); }
+__device__ __forceinline__ unsigned pack_half(fp16, float lo, float hi) {
+    unsigned r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+__device__ __forceinline__ float2 unpack_half(bf16, unsigned w) {
+    return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+}
+__device__ __forceinline__ float2 unpack_half(fp16, unsigned w) {
+    float lo, hi;
+    asm("{.reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h;}" : "=f"(lo), "=f"(hi) : "r"(w));
+    return make_float2(lo, hi);
+}
+template <typename S> struct bf16_exact { static constexpr bool value = true; };  // S's values are BF16's
+template <> struct bf16_exact<fp16> { static constexpr bool value = false; };
+// x's high BF16 part (to nearest) and the rest's, each pair packed as pack_bf16 does
+__device__ __forceinline__ void split_bf16(float x0, float x1, unsigned& hi, unsigned& lo) {
+    hi = pack_bf16(x0, x1);
+    lo = pack_bf16(x0 - __uint_as_float(hi << 16), x1 - __uint_as_float(hi & 0xffff0000u));
+}
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+template <bool TRANS>
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* smem) {
+#if __CUDA_ARCH__ >= 800
+    const unsigned at = (unsigned)__cvta_generic_to_shared(smem);
+    if (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
+#endif
+}
+
+// a lane's 16 columns [j, j + 16) of row h as 8 words (2 values each; zero outside the matrix)
+template <typename S>
+__device__ __forceinline__ void load_row16(unsigned (&w)[8], const S* x, int h, int j, int H, int n, bool vec) {
+    if (h < H && vec && j + 16 <= n) {
+        const uint4* p = reinterpret_cast<const uint4*>(x + (size_t)h * n + j);
+        const uint4 v0 = p[0], v1 = p[1];
+        w[0] = v0.x, w[1] = v0.y, w[2] = v0.z, w[3] = v0.w, w[4] = v1.x, w[5] = v1.y, w[6] = v1.z, w[7] = v1.w;
+        return;
+    }
+    const unsigned short* q = reinterpret_cast<const unsigned short*>(x) + (size_t)h * n;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const unsigned lo = (h < H && j + 2 * i < n) ? q[j + 2 * i] : 0u;
+        const unsigned hi = (h < H && j + 2 * i + 1 < n) ? q[j + 2 * i + 1] : 0u;
+        w[i] = lo | (hi << 16);
+    }
+}
+template <typename S>
+__device__ __forceinline__ void store_row16(const unsigned (&w)[8], S* x, int h, int j, int H, int n, bool vec) {
+    if (h >= H) return;
+    if (vec && j + 16 <= n) {
+        uint4* p = reinterpret_cast<uint4*>(x + (size_t)h * n + j);
+        p[0] = make_uint4(w[0], w[1], w[2], w[3]), p[1] = make_uint4(w[4], w[5], w[6], w[7]);
+        return;
+    }
+    unsigned short* q = reinterpret_cast<unsigned short*>(x) + (size_t)h * n;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        if (j + 2 * i < n) q[j + 2 * i] = (unsigned short)(w[i] & 0xffffu);
+        if (j + 2 * i + 1 < n) q[j + 2 * i + 1] = (unsigned short)(w[i] >> 16);
+    }
+}
+
+template <typename S>
+__global__ void __launch_bounds__(128)
+output_backward_half(const float* __restrict__ W2, const float* __restrict__ delta, const S* __restrict__ a1,
+                     S* __restrict__ dz1, float* __restrict__ part, int C, int H, int n) {
+    __shared__ __align__(16) unsigned short dh[16 * HB_PITCH], dl[16 * HB_PITCH];  // delta's high and low parts
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    const int j0 = blockIdx.x * HB_COLS, cols = min(HB_COLS, n - j0);
+    const int h0 = (blockIdx.y * 4 + warp) * HB_ROWS;
+    for (int e = threadIdx.x; e < 16 * HB_COLS; e += blockDim.x) {
+        const int c = e / HB_COLS, o = e % HB_COLS, within = o % 64;
+        const int at = c * HB_PITCH + (o - within) + 8 * ((within % 16) / 2) + 2 * (within / 16) + within % 2;
+        const float x = (c < C && o < cols) ? delta[(size_t)c * n + j0 + o] : 0.f;
+        unsigned hi, lo;
+        split_bf16(x, 0.f, hi, lo);
+        dh[at] = (unsigned short)(hi & 0xffffu), dl[at] = (unsigned short)(lo & 0xffffu);
+    }
+    // W2^T's fragment (rows h0 + g, h0 + g + 8; classes 2t, 2t + 1, 2t + 8, 2t + 9), high and low parts
+    unsigned wh[4], wl[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int h = h0 + g + 8 * (i % 2), c = 2 * t + 8 * (i / 2);
+        const float x0 = (h < H && c < C) ? W2[(size_t)c * H + h] : 0.f;
+        const float x1 = (h < H && c + 1 < C) ? W2[(size_t)(c + 1) * H + h] : 0.f;
+        split_bf16(x0, x1, wh[i], wl[i]);
+    }
+    __syncthreads();
+    const bool vec = n % 8 == 0 && ((size_t)a1 | (size_t)dz1) % 16 == 0;  // every row's 16-column pieces aligned
+    float P[2][4] = {}, db[2] = {};  // P[r]: dW2 for classes g, g + 8 at rows h0 + 8 r + 2t, + 1
+    unsigned a[2][8];  // rows h0 + g and h0 + g + 8: this lane's 16 columns of the chunk
+    load_row16(a[0], a1, h0 + g, j0 + 16 * t, H, n, vec);
+    load_row16(a[1], a1, h0 + g + 8, j0 + 16 * t, H, n, vec);
+    for (int c0 = 0; c0 < cols; c0 += 64) {
+        unsigned next[2][8];  // the next chunk's, loading while this one is worked
+        if (c0 + 64 < cols) {
+            load_row16(next[0], a1, h0 + g, j0 + c0 + 64 + 16 * t, H, n, vec);
+            load_row16(next[1], a1, h0 + g + 8, j0 + c0 + 64 + 16 * t, H, n, vec);
+        }
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {  // 16 positions: n-tiles 2q and 2q + 1, K-tile q of P
+            // lanes 0-7 address classes 0-7, 8-15 classes 8-15, of positions 16q + 8 (lane / 16)
+            const int at = (lane % 16) * HB_PITCH + c0 + 16 * q + 8 * (lane / 16);
+            unsigned bh[4], bl[4], ah[4], al[4];
+            ldmatrix_x4<true>(bh, dh + at), ldmatrix_x4<true>(bl, dl + at);    // delta as B: [c][column]
+            ldmatrix_x4<false>(ah, dh + at), ldmatrix_x4<false>(al, dl + at);  // delta as A: [c][column]
+            // P += delta a1^T: B = a1's rows (g: P[0], g + 8: P[1]), columns of words 2q, 2q + 1
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                unsigned b0 = a[r][2 * q], b1 = a[r][2 * q + 1];
+                if (!bf16_exact<S>::value) {  // an FP16 a1 is two BF16 parts
+                    const float2 x = unpack_half(S{}, b0), y = unpack_half(S{}, b1);
+                    unsigned x_lo, y_lo;
+                    split_bf16(x.x, x.y, b0, x_lo), split_bf16(y.x, y.y, b1, y_lo);
+                    mma_bf16(P[r], ah, x_lo, y_lo);
+                }
+                mma_bf16(P[r], ah, b0, b1), mma_bf16(P[r], al, b0, b1);
+            }
+            // D = W2^T delta for n-tiles 2q (B regs 0, 1) and 2q + 1 (2, 3); dz1 over a1's words
+#pragma unroll
+            for (int k = 0; k < 2; ++k) {
+                float d[4] = {};
+                mma_bf16(d, wh, bh[2 * k], bh[2 * k + 1]), mma_bf16(d, wh, bl[2 * k], bl[2 * k + 1]);
+                mma_bf16(d, wl, bh[2 * k], bh[2 * k + 1]);
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const float2 x = unpack_half(S{}, a[r][2 * q + k]);
+                    const float v0 = d[2 * r] * x.x * (1.f - x.x), v1 = d[2 * r + 1] * x.y * (1.f - x.y);
+                    db[r] += v0 + v1;
+                    a[r][2 * q + k] = pack_half(S{}, v0, v1);
+                }
+            }
+        }
+        store_row16(a[0], dz1, h0 + g, j0 + c0 + 16 * t, H, n, vec);
+        store_row16(a[1], dz1, h0 + g + 8, j0 + c0 + 16 * t, H, n, vec);
+        if (c0 + 64 < cols) {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) a[0][i] = next[0][i], a[1][i] = next[1][i];
+        }
+    }
+    // the block's partial sums: dW2 (classes g, g + 8; rows 2t, 2t + 1 of each 8), db1 (the row's 4 lanes')
+    float* out = part + (size_t)blockIdx.x * (C + 1) * H;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int h = h0 + 8 * r + 2 * t;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int c = g + 8 * (i / 2), row = h + i % 2;
+            if (c < C && row < H) out[(size_t)c * H + row] = P[r][i];
+        }
+        float s = db[r];
+        s += __shfl_xor_sync(0xffffffffu, s, 1);
+        s += __shfl_xor_sync(0xffffffffu, s, 2);
+        if (t == 0 && h0 + g + 8 * r < H) out[(size_t)C * H + h0 + g + 8 * r] = s;
+    }
+}
+
+// output_forward for 16-bit z1, on the tensor cores: a1 = sigmoid(z1 + b1) written over z1, and
+//   part[g][c][j] = sum_{h in row block g} W2[c, h] a1[h, j]      (FW_ROWS rows a block, as output_forward)
+// as mma.sync m16n8k16 (M = 16 classes, K = 16 rows, N = 8 columns), W2 split into BF16 high and low parts
+// (an FP16 a1 too), so the sums keep FP32's accuracy. Block: 8 warps over HF_COLS = 64 columns, warp w
+// the block's K-tile w (16 rows), summed over the warps through shared memory at the end. (A first
+// version gave a warp 64 columns over all 128 rows: 4 warps an SM at B = 3200, each waiting out its
+// instructions' latencies one after another, ran 1.9x slower than the scalar kernel.) A lane loads and
+// stores 16 contiguous bytes of each of rows 2t, 2t + 1, 2t + 8, 2t + 9 of its warp's tile, whose
+// columns 8g + i are column g of n-tile i; its accumulators are then classes g, g + 8 at columns 16t + i
+// (n-tile i's column 2t) and 16t + 8 + i (2t + 1).
+#define HF_COLS 64
+template <typename S>
+__device__ __forceinline__ void bf16_parts(S, float x0, float x1, unsigned& hi, unsigned& lo) {
+    split_bf16(x0, x1, hi, lo);  // an FP16 value is exactly BF16 high + low
+}
+__device__ __forceinline__ void bf16_parts(bf16, float x0, float x1, unsigned& hi, unsigned& lo) {
+    hi = pack_bf16(x0, x1), lo = 0u;  // a BF16 value is its own high part
+}
+
+template <typename S>
+__global__ void __launch_bounds__(FW_ROWS * 2)
+output_forward_half(const float* __restrict__ W2, const float* __restrict__ b1, S* z1, float* __restrict__ part,
+                    int C, int H, int n) {
+    constexpr int WARPS = FW_ROWS / 16;
+    static_assert(WARPS == HF_COLS / 8, "the sum over the warps gives warp q the block's n-tile q");
+    __shared__ float sums[WARPS][32][32];  // [warp][accumulator][lane]
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    const int r0 = blockIdx.y * FW_ROWS + warp * 16, jc = blockIdx.x * HF_COLS, j = jc + 8 * g;
+    const bool vec = n % 8 == 0 && (size_t)z1 % 16 == 0 && j + 8 <= n;
+    unsigned w[4][4];  // rows 2t, 2t + 1, 2t + 8, 2t + 9 of the tile: 8 columns each, loaded first
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+        const int h = r0 + 2 * t + m % 2 + 8 * (m / 2);
+        if (h < H && vec) {
+            const uint4 x = *reinterpret_cast<const uint4*>(z1 + (size_t)h * n + j);
+            w[m][0] = x.x, w[m][1] = x.y, w[m][2] = x.z, w[m][3] = x.w;
+        } else {
+            const unsigned short* q = reinterpret_cast<const unsigned short*>(z1) + (size_t)h * n;
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                w[m][i] = (h < H && j + 2 * i < n ? q[j + 2 * i] : 0u) | ((h < H && j + 2 * i + 1 < n ? q[j + 2 * i + 1] : 0u) << 16);
+        }
+    }
+    unsigned wh[4], wl[4];  // A = W2[c][h]: classes g, g + 8; rows 2t, 2t + 1 and 2t + 8, 2t + 9
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int c = g + 8 * (i % 2), h = r0 + 2 * t + 8 * (i / 2);
+        const float x0 = (c < C && h < H) ? W2[(size_t)c * H + h] : 0.f;
+        const float x1 = (c < C && h + 1 < H) ? W2[(size_t)c * H + h + 1] : 0.f;
+        split_bf16(x0, x1, wh[i], wl[i]);
+    }
+    float v[4][8];
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+        const int h = r0 + 2 * t + m % 2 + 8 * (m / 2);
+        const float bias = h < H ? b1[h] : 0.f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const float2 z = unpack_half(S{}, w[m][i]);
+            w[m][i] = pack_half(S{}, sigmoid(z.x + bias), sigmoid(z.y + bias));  // a1 as stored, as the GEMMs read it
+            const float2 s = unpack_half(S{}, w[m][i]);
+            v[m][2 * i] = h < H ? s.x : 0.f, v[m][2 * i + 1] = h < H ? s.y : 0.f;
+        }
+        if (h < H && vec) {
+            *reinterpret_cast<uint4*>(z1 + (size_t)h * n + j) = make_uint4(w[m][0], w[m][1], w[m][2], w[m][3]);
+        } else if (h < H) {
+            unsigned short* q = reinterpret_cast<unsigned short*>(z1) + (size_t)h * n;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                if (j + 2 * i < n) q[j + 2 * i] = (unsigned short)(w[m][i] & 0xffffu);
+                if (j + 2 * i + 1 < n) q[j + 2 * i + 1] = (unsigned short)(w[m][i] >> 16);
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {  // n-tile i: column g is this lane's column j + i
+        float acc[4] = {};
+        unsigned b0h, b0l, b1h, b1l;  // rows (2t, 2t + 1) and (2t + 8, 2t + 9)
+        bf16_parts(S{}, v[0][i], v[1][i], b0h, b0l);
+        bf16_parts(S{}, v[2][i], v[3][i], b1h, b1l);
+        mma_bf16(acc, wh, b0h, b1h), mma_bf16(acc, wl, b0h, b1h);
+        if (!bf16_exact<S>::value) mma_bf16(acc, wh, b0l, b1l);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sums[warp][4 * i + e][lane] = acc[e];
+    }
+    __syncthreads();
+    // thread (q, lane), q = warp: n-tile q's 4 accumulators of that lane, summed over the warps in order;
+    // classes g (e = 0, 1) and g + 8 (e = 2, 3) at columns jc + 16t + q (e even) and jc + 16t + 8 + q
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        float s = 0.f;
+#pragma unroll
+        for (int k = 0; k < WARPS; ++k) s += sums[k][4 * warp + e][lane];
+        const int c = g + 8 * (e / 2), col = jc + 16 * t + 8 * (e % 2) + warp;
+        if (c < C && col < n) part[((size_t)blockIdx.y * C + c) * n + col] = s;
+    }
 }
 
 // dW2[c][h] = sum_b part[b][c][h], db1[h] = sum_b part[b][C][h], b = 0, 1, ... in order.

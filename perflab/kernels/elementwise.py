@@ -18,7 +18,8 @@ LOSS_SCALING = ("find_overflow", "sgd_update_scaled", "loss_scale_update")  # fl
 # has no bfloat16, so perflab holds bfloat16 values as their bits in uint16 arrays.
 HALF_STORAGE = {"bfloat16": np.dtype(np.uint16), "float16": np.dtype(np.float16)}
 HALF_CTYPES = {"uint16": "bf16", "float16": "fp16"}
-HALF_KERNELS = ("bias_sigmoid", "sigmoid_backward_rows")  # (and the fused output layer's two, and narrow_copy)
+HALF_KERNELS = ("bias_sigmoid", "sigmoid_backward_rows", "sgd_update", "sgd_update_scaled")  # (and the fused output
+# layer's two, and narrow_copy; the updates' S is the type of the weights they round for the GEMMs)
 
 
 MAX_FUSED_CLASSES = 16  # output_layer and output_backward keep C values per thread in registers
@@ -28,9 +29,12 @@ CLASS_BOUNDS = (4, 10, 16)  # both are compiled for these C bounds (the smallest
 
 
 BW_ROWS, BW_COLS = 2, 512  # output_backward: rows per warp (8 warps a block), columns a block, as in elementwise.cu
+HB_ROWS, HB_COLS = 16, 128  # output_backward_half (16-bit a1, on the tensor cores): the same, 4 warps a block
 
 
+HALF_VECTOR = 8  # bias_sigmoid: a 16-bit z's elements a thread (16 bytes), as in elementwise.cu
 FW_ROWS = 128  # output_forward: rows a block sums over, as in elementwise.cu
+HF_COLS = 64  # output_forward_half: columns a block (8 warps, one 16-row tile of the FW_ROWS each)
 
 
 def elementwise_names(T: str) -> tuple:
@@ -44,8 +48,7 @@ def elementwise_names(T: str) -> tuple:
     return (names + tuple(f"{k}<float>" for k in LOSS_SCALING) + tuple(f"{k}<{S}>" for k in ("narrow_copy", "widen_copy")
                                                                       for S in halves)
             + tuple(f"{k}<float,{S}>" for k in HALF_KERNELS for S in halves)
-            + tuple(f"{kernel}<float,{c},{S}>" for kernel in ("output_forward", "output_backward") for c in CLASS_BOUNDS
-                    for S in halves))
+            + tuple(f"{k}<{S}>" for k in ("output_forward_half", "output_backward_half") for S in halves))
 
 
 def storage_types(dtype) -> tuple[str, str]:
@@ -76,7 +79,8 @@ def grid_1d(n: int, per: int = 256) -> tuple:
 def bias_sigmoid(z, b):
     """z <- sigmoid(z + b[:, None]) in place."""
     rows, cols = z.shape
-    elementwise("bias_sigmoid", z.dtype)(grid_1d(z.size), (256,), (z, b, i32(rows), i32(cols)))
+    per_thread = HALF_VECTOR if z.itemsize == 2 else 1
+    elementwise("bias_sigmoid", z.dtype)(grid_1d(math.ceil(z.size / per_thread)), (256,), (z, b, i32(rows), i32(cols)))
     return z
 
 
@@ -172,15 +176,20 @@ def output_layer(W2, b1, b2, z1, y, delta, norm, part, ce=None, scale=None):
     groups = math.ceil(H / FW_ROWS)
     if part.size < groups * C * n:
         raise KernelError(f"output_layer needs a workspace of {groups * C * n} elements, got {part.size}")
-    elementwise("output_forward", z1.dtype, bound)(
-        (max(1, math.ceil(n / 32)), groups), (256,), (W2, b1, z1, part, i32(C), i32(H), i32(n)))
+    if z1.dtype.name in HALF_CTYPES:  # 16-bit z1: the tensor-core kernel (W2 as BF16 pairs, FP32's accuracy)
+        elementwise_function(f"output_forward_half<{HALF_CTYPES[z1.dtype.name]}>", "float")(
+            (max(1, math.ceil(n / HF_COLS)), groups), (2 * FW_ROWS,), (W2, b1, z1, part, i32(C), i32(H), i32(n)))
+    else:
+        elementwise("output_forward", z1.dtype, bound)(
+            (max(1, math.ceil(n / 32)), groups), (256,), (W2, b1, z1, part, i32(C), i32(H), i32(n)))
     return softmax_xent_grad(part[:groups * C * n].reshape(groups * C, n), b2, y, delta, norm, ce, groups=groups,
                              scale=scale)
 
 
 def output_backward_partials(H: int, n: int, C: int) -> int:
-    """Elements of the workspace output_backward needs for an H x n hidden layer and C classes."""
-    return math.ceil(n / BW_COLS) * (C + 1) * H
+    """Elements of the workspace output_backward needs for an H x n hidden layer and C classes (either
+    kernel: the 16-bit one's column blocks are the narrower)."""
+    return math.ceil(n / min(BW_COLS, HB_COLS)) * (C + 1) * H
 
 
 def output_backward(W2, delta, a1, dz1, dW2, db1, part, dz1_small=None):
@@ -192,34 +201,52 @@ def output_backward(W2, delta, a1, dz1, dW2, db1, part, dz1_small=None):
     C, H = W2.shape
     n = a1.shape[1]
     bound = class_bound(C, "output_backward")
-    nb = math.ceil(n / BW_COLS)
+    half = a1.dtype.name in HALF_CTYPES  # 16-bit a1: the tensor-core kernel (FP32 operands as BF16 pairs)
+    nb = math.ceil(n / (HB_COLS if half else BW_COLS))
     if part.size < nb * (C + 1) * H:
         raise KernelError(f"output_backward needs a workspace of {nb * (C + 1) * H} elements, got {part.size}")
-    elementwise("output_backward", a1.dtype, bound)(
-        (nb, math.ceil(H / (8 * BW_ROWS))), (256,),
-        (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n), u64(0) if dz1_small is None else dz1_small))
+    if half:
+        elementwise_function(f"output_backward_half<{HALF_CTYPES[a1.dtype.name]}>", "float")(
+            (nb, math.ceil(H / (4 * HB_ROWS))), (128,), (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n)))
+    else:
+        elementwise("output_backward", a1.dtype, bound)(
+            (nb, math.ceil(H / (8 * BW_ROWS))), (256,),
+            (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n), u64(0) if dz1_small is None else dz1_small))
     elementwise("output_backward_reduce", part.dtype)(grid_1d((C + 1) * H), (256,),
                                                       (part, dW2, db1, i32(C), i32(H), i32(nb)))
     return dz1
 
 
-def sgd_update(params, grads, learning_rate, ends, regs):
-    """params <- params - lr * (grads + regs[segment] * params), one launch for every parameter."""
-    elementwise("sgd_update", params.dtype)(grid_1d(params.size), (256,),
-                                            (params, grads, u64(params.size), params.dtype.type(learning_rate),
-                                             ends, regs, i32(ends.size)))
+def update_kernel(kernel: str, params, rounded):
+    """sgd_update's or sgd_update_scaled's instantiation for params, and the pointer argument for rounded:
+    None, or a half-precision array of params' size (FP32) that the update writes params into, rounded."""
+    if rounded is None:
+        return elementwise(kernel, params.dtype), u64(0)
+    if params.dtype != np.float32 or rounded.size != params.size or rounded.dtype.name not in HALF_CTYPES:
+        raise KernelError(f"{kernel} rounds float32 parameters into a half-precision array of their size: got "
+                          f"{params.dtype} {params.size} into {rounded.dtype} {rounded.size}")
+    return elementwise_function(f"{kernel}<float,{HALF_CTYPES[rounded.dtype.name]}>", "float"), rounded
+
+
+def sgd_update(params, grads, learning_rate, ends, regs, rounded=None):
+    """params <- params - lr * (grads + regs[segment] * params), one launch for every parameter; with
+    rounded, rounded <- the new params in its half precision in the same pass."""
+    kernel, out = update_kernel("sgd_update", params, rounded)
+    kernel(grid_1d(params.size), (256,),
+           (params, grads, u64(params.size), params.dtype.type(learning_rate), ends, regs, i32(ends.size), out))
     return params
 
 
-def sgd_update_scaled(params, grads, learning_rate, ends, regs, scale, overflow, counts, growth: int):
+def sgd_update_scaled(params, grads, learning_rate, ends, regs, scale, overflow, counts, growth: int, rounded=None):
     """A float16 step's update under dynamic loss scaling, all on the device: overflow <- whether any
-    gradient is not finite; unless so, params <- params - lr * (grads / scale + regs[segment] * params);
-    then scale and counts (good steps in a row, overflowed in a row, overflowed in all) follow."""
+    gradient is not finite; unless so, params <- params - lr * (grads / scale + regs[segment] * params)
+    (and rounded, as sgd_update's); then scale and counts (good steps in a row, overflowed in a row,
+    overflowed in all) follow."""
     overflow.fill(0)
     elementwise("find_overflow", grads.dtype)((L2_BLOCKS,), (256,), (grads, u64(grads.size), overflow))
-    elementwise("sgd_update_scaled", params.dtype)(grid_1d(params.size), (256,),
-                                                   (params, grads, u64(params.size), params.dtype.type(learning_rate),
-                                                    ends, regs, i32(ends.size), scale, overflow))
+    kernel, out = update_kernel("sgd_update_scaled", params, rounded)
+    kernel(grid_1d(params.size), (256,), (params, grads, u64(params.size), params.dtype.type(learning_rate),
+                                          ends, regs, i32(ends.size), scale, overflow, out))
     elementwise("loss_scale_update", params.dtype)((1,), (1,), (scale, overflow, counts, i32(growth)))
     return params
 

@@ -145,8 +145,8 @@ class FusedGPU(Sequential):
         self.dz1_small = cp.empty(hidden[0] * bmax, dtype) if gemm == "x3tf32" else None
         self.dz1_split = False
         self.z_out, self.delta = cp.empty(C * bmax, dtype), cp.empty(C * bmax, dtype)
-        if self.half:  # the weights the GEMMs read, rounded from P each step; delta as the unfused GEMMs read it
-            self.P_half = cp.empty(self.P.size, store)
+        if self.half:  # the weights the GEMMs read, P rounded (by each update); delta as the unfused GEMMs read it
+            self.P_half = kernels.narrow_copy(self.P, cp.empty(self.P.size, store))
             self.half_params = self.views(self.P_half, shapes)
             self.delta_half = cp.empty(C * bmax, store)
         # float16's dynamic loss scale, on the device: the scale, whether this step overflowed, and the counts
@@ -222,7 +222,13 @@ class FusedGPU(Sequential):
     @property
     def state(self) -> list:
         """The device buffers a step changes and a replay's warm-up or --comm auto's trial must put back."""
-        return [self.P] + ([self.scale, self.scale_counts] if self.scaled else [])
+        return [self.P] + ([self.P_half] if self.half else []) + ([self.scale, self.scale_counts] if self.scaled else [])
+
+    def set_weights(self, flat):
+        """P <- flat (every parameter, in P's order), and the half-precision weights the GEMMs read with it."""
+        self.P[...] = flat
+        if self.half:
+            kernels.narrow_copy(self.P, self.P_half)
 
     def local(self, index):
         """This rank's samples of a global batch."""
@@ -271,19 +277,24 @@ class FusedGPU(Sequential):
         self.update()
 
     def update(self):
+        """P's update, which in a half-precision step rounds the new P into P_half in the same pass (a copy
+        of P at each step's start took 4-6 us of a 70-170 us step on one H100: experiments/half)."""
+        rounded = self.P_half if self.half else None
         with phase("step"):
             if self.scaled:
                 from perflab.train.half import GROWTH_INTERVAL
                 kernels.sgd_update_scaled(self.P, self.G[:-1], self.cfg.learning_rate, self.ends, self.regs, self.scale,
-                                          self.overflow, self.scale_counts, GROWTH_INTERVAL)
+                                          self.overflow, self.scale_counts, GROWTH_INTERVAL, rounded=rounded)
             else:
-                kernels.sgd_update(self.P, self.G[:-1], self.cfg.learning_rate, self.ends, self.regs)
+                kernels.sgd_update(self.P, self.G[:-1], self.cfg.learning_rate, self.ends, self.regs, rounded=rounded)
 
     def gemm_weights(self) -> list:
-        """The weights as the GEMMs read them: P's, or (half precision) P's rounded now into P_half."""
+        """The weights as the GEMMs read them: P's, or (half precision) P_half, P rounded by the last update
+        (the p2p exchange's kernel updates P alone: there it is rounded now)."""
         if not self.half:
             return self.params[0::2]
-        kernels.narrow_copy(self.P, self.P_half)
+        if self.peer_exchange:
+            kernels.narrow_copy(self.P, self.P_half)
         return self.half_params[0::2]
 
     def gemm_delta(self, delta):

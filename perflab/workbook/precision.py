@@ -110,7 +110,7 @@ def fp16_gradient_loss(cfg: Config, params: list, scales=LOSS_SCALES, smaller: f
     def gradient(dtype: str, scale: float) -> tuple[list, np.ndarray]:
         trainer = FusedGPU(replace(cfg, dtype=dtype), train.X, train.y, Serial())
         with trainer.stream:  # (the trainer's stream does not wait for the default one)
-            trainer.P[...] = flat
+            trainer.set_weights(flat)
             if trainer.scaled:
                 trainer.scale[...] = scale
             trainer.gradients(trainer.X[:, :B], trainer.y[:B], B * smaller, want_loss=False)
