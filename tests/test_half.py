@@ -174,10 +174,10 @@ def test_the_committed_precision_table_orders_the_precisions_as_their_bits_do():
     assert all(r["machine"]["git_commit"] != "WORKTREE" and r["dataset"] == "mnist" for r in rows)
 
 
-def test_the_committed_half_step_beats_fp32_and_the_half_peers_and_names_the_floor_it_misses():
-    """One H100 (bench train): perflab's BF16 epoch at most 0.8 of the fastest half peer in three of the four
-    configs and under every peer, 4x and more faster than its FP32 epoch, and 1.5-2x its BF16 GEMM floor (the
-    target it misses, said so in REPORT.md)."""
+def test_the_committed_half_step_beats_fp32_and_the_half_peers_and_meets_its_floor_target():
+    """One H100 (bench train): perflab's BF16 epoch at most 0.8 of the fastest half peer and at most 1.5x its
+    BF16 GEMM floor in all four configs (issue 53's epoch targets), 4x and more faster than its FP32 epoch;
+    REPORT.md says which and by how much."""
     import pandas as pd
 
     from perflab.report import markdown
@@ -186,12 +186,13 @@ def test_the_committed_half_step_beats_fp32_and_the_half_peers_and_names_the_flo
     ms = t.pivot_table(index=["H", "B"], columns="peer", values="epoch_ms")
     peers = ms[["jax scan epoch (bf16)", "pytorch cuda graph (bf16 autocast)"]].min(axis=1)
     ratio = ms["perflab (bf16)"] / peers
-    assert (ratio < 1).all() and (ratio <= 0.8).sum() >= 3
+    assert (ratio <= 0.8).all()
     assert (ms["perflab"] / ms["perflab (bf16)"] > 4).all()
     floor = ms["perflab (bf16)"] / ms["cublas floor (bf16)"]
-    assert ((floor > 1.5) & (floor < 2)).all()
+    assert (floor <= 1.5).all()
     text = "\n".join(markdown.half_step_section())
-    assert "The floor target is missed" in text and f"{ratio.iloc[0]:.2f} of the fastest half peer" in text
+    assert f"The floor target is met (at worst {floor.max():.2f}x)" in text
+    assert f"{ratio.iloc[0]:.2f} of the fastest half peer" in text
 
 
 def test_the_committed_half_exchange_runs_kept_the_fastest_and_refused_p2p_for_float16():
