@@ -17,6 +17,8 @@ def test_train_json_last_line(capsys):
         assert key in summary
     assert summary["hidden_sizes"] == [8] and summary["num_epochs"] == 2
     assert 0 <= summary["test_precision"] <= 1 and summary["final_loss"] > 0
+    from perflab.results import git_commit
+    assert summary["machine"]["git_commit"] == git_commit() and summary["machine"]["cpu_count"] > 0  # a result row
 
 
 @pytest.mark.parametrize("args, message", [

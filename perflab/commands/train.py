@@ -42,6 +42,7 @@ def cmd_train(args, comm) -> dict:
         summary.update(phase_report(phases, cfg, parallel, comm.size, device, quiet))
     if comm.rank != 0:
         return summary
+    summary["machine"] = results.machine_metadata()  # a run's --json line is a result row: where and at which commit
     if not args.json:
         precision = "n/a" if history.test_precision is None else f"{history.test_precision:.4f}"
         if cfg.validation_size:
@@ -51,8 +52,8 @@ def cmd_train(args, comm) -> dict:
         if chosen.get("exchange_trial_s"):
             print(runner.trial_text(chosen))
     if args.save:
-        meta = results.machine_metadata()
-        fixed = {k: v for k, v in summary.items() if k not in ("final_loss", "test_precision", "epoch_seconds")}
+        meta = summary["machine"]
+        fixed = {k: v for k, v in summary.items() if k not in ("final_loss", "test_precision", "epoch_seconds", "machine")}
         fixed["hidden_sizes"] = " ".join(map(str, cfg.hidden_sizes))
         folder = results.run_dir(meta)
         path = results.write_rows(folder / f"{args.save}.csv", [{**fixed, **row} for row in history.epochs],
