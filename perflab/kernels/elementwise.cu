@@ -283,9 +283,9 @@ __global__ void l2_partials(const T* __restrict__ p, size_t n, const long long* 
 // b1) sits in shared memory (read as broadcasts); FW_UNROLL rows' loads issued before any is used.
 #define FW_ROWS 128
 #define FW_UNROLL 8
-template <typename T, int CMAX, typename S = T>
+template <typename T, int CMAX>
 __global__ void __launch_bounds__(256)
-output_forward(const T* __restrict__ W2, const T* __restrict__ b1, S* z1, T* __restrict__ part, int C, int H, int n) {
+output_forward(const T* __restrict__ W2, const T* __restrict__ b1, T* z1, T* __restrict__ part, int C, int H, int n) {
     // W2's slice and b1's, then (reused once they are done with) the 8 warps' sums
     constexpr int SLICE = FW_ROWS * (CMAX + 1), SUMS = 8 * 32 * (CMAX + 1);
     __shared__ T smem[SLICE > SUMS ? SLICE : SUMS];
@@ -308,15 +308,14 @@ output_forward(const T* __restrict__ W2, const T* __restrict__ b1, S* z1, T* __r
 #pragma unroll
             for (int u = 0; u < FW_UNROLL; ++u) {
                 const int r = rb + 8 * u;
-                a[u] = r < rows ? widen(z1[(size_t)(r0 + r) * n + j]) : T(0);
+                a[u] = r < rows ? z1[(size_t)(r0 + r) * n + j] : T(0);
             }
 #pragma unroll
             for (int u = 0; u < FW_UNROLL; ++u) {
                 const int r = rb + 8 * u;
                 if (r < rows) {
-                    const S stored = narrow<S>(sigmoid(a[u] + bias[r]));
-                    const T v = widen(stored);  // a1 as the next GEMMs read it
-                    z1[(size_t)(r0 + r) * n + j] = stored;
+                    const T v = sigmoid(a[u] + bias[r]);
+                    z1[(size_t)(r0 + r) * n + j] = v;
 #pragma unroll
                     for (int c = 0; c < CMAX; ++c) acc[c] += w[r * CMAX + c] * v;
                 }
@@ -350,9 +349,9 @@ output_forward(const T* __restrict__ W2, const T* __restrict__ b1, S* z1, T* __r
 #define BW_ROWS 2
 #define BW_COLS 512
 
-template <typename T, int CMAX, typename S = T>
+template <typename T, int CMAX>
 __global__ void __launch_bounds__(256)
-output_backward(const T* __restrict__ W2, const T* __restrict__ delta, const S* __restrict__ a1, S* __restrict__ dz1,
+output_backward(const T* __restrict__ W2, const T* __restrict__ delta, const T* __restrict__ a1, T* __restrict__ dz1,
                 T* __restrict__ part, int C, int H, int n, T* __restrict__ dz1_small) {
     // columns a lane loads at once: as many as the registers hold (4 for float and C <= 10)
     constexpr int BW_UNROLL = CMAX * sizeof(T) <= 40 ? 4 : CMAX * sizeof(T) <= 80 ? 2 : 1;
@@ -377,7 +376,7 @@ output_backward(const T* __restrict__ W2, const T* __restrict__ delta, const S* 
                 const int j = jb + 32 * u;
                 const bool in = j < jend;
 #pragma unroll
-                for (int r = 0; r < BW_ROWS; ++r) a[u][r] = (in && h0 + r < H) ? widen(a1[(size_t)(h0 + r) * n + j]) : T(0);
+                for (int r = 0; r < BW_ROWS; ++r) a[u][r] = (in && h0 + r < H) ? a1[(size_t)(h0 + r) * n + j] : T(0);
 #pragma unroll
                 for (int c = 0; c < CMAX; ++c) d[u][c] = (in && c < C) ? delta[(size_t)c * n + j] : T(0);
             }
@@ -397,10 +396,10 @@ output_backward(const T* __restrict__ W2, const T* __restrict__ delta, const S* 
                         const size_t at = (size_t)(h0 + r) * n + j;
                         if (dz1_small != nullptr) {
                             const T big = tf32_nearest(v);
-                            dz1[at] = narrow<S>(big);
+                            dz1[at] = big;
                             dz1_small[at] = tf32_nearest(v - big);
                         } else {
-                            dz1[at] = narrow<S>(v);
+                            dz1[at] = v;
                         }
                     }
                     acc[r][CMAX] += v;
