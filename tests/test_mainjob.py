@@ -239,6 +239,31 @@ def test_two_sweeps_on_one_file_split_the_grid(tmp_path):
     assert not (tmp_path / "shared.claims").exists()
 
 
+def test_engines_lost_in_a_point_stop_the_sweep_naming_it_and_keep_the_rows_written(tmp_path):
+    """run_grid_engines: each point goes to the engines under the sweep's watchdog (run_point_watched, with where
+    it is); engines lost in a point (apply raised) stop the sweep with EnginesLost naming the point and the file,
+    where the rows written stay and no claim is left."""
+    points = sweep.grid(hidden=(8, 12, 16), batch=(100,), N=2000)
+    calls = []
+
+    class View:
+        def apply_sync(self, fn, point, dataset, timeout, where):
+            calls.append((fn, where))
+            if len(calls) == 2:
+                raise RuntimeError("EngineError: engine 1 died while running task\nmore")
+            return [{**point, "status": "measured", "epoch_seconds": 0.1}, None]
+
+    with pytest.raises(sweep.EnginesLost) as lost:
+        sweep.run_grid_engines(View(), points, "engines", out=tmp_path, progress=False, log=lambda _: None, timeout=7)
+    text = str(lost.value)
+    assert "stopped answering in the sweep at point 2 of 3 (H=12, B=100, p=1, resident)" in text
+    assert "RuntimeError: EngineError: engine 1 died while running task (" in text and "more" not in text
+    assert f"1 point(s) are kept in {tmp_path / 'engines.csv'}" in text
+    assert [fn for fn, _ in calls] == [sweep.run_point_watched] * 2
+    assert list(pd.read_csv(tmp_path / "engines.csv").H) == [8]
+    assert not (tmp_path / "engines.claims").exists() or (tmp_path / "engines.claims").read_text().strip() in ("", "[]")
+
+
 @pytest.mark.mpi
 def test_main_job_in_a_fresh_clone_measures_this_machine_and_leaves_git_status_clean(tmp_path):
     """The README's `make roofline` (perflab notebook roofline, perflab report) with small sizes in a

@@ -317,6 +317,26 @@ def test_a_rank_stopped_while_it_waits_out_a_point_ends_the_sweep(tmp_path):
     assert len(rows) >= 1 and (rows.status == "measured").all() and len(rows) < 4
 
 
+def test_an_engine_stopped_while_it_waits_out_a_point_ends_the_engines_with_a_line(tmp_path):
+    """What each MPI engine runs for a notebook sweep's point (run_point_watched) has the sweep's patient
+    watchdog: points on one rank of two, rank 1 stopped while it waits one out, rank 0 names it and the point
+    and the job ends (before, the engines waited forever)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from freeze_rank import freeze
+    script = tmp_path / "engine_points.py"
+    script.write_text(
+        "from perflab.workbook import sweep\n"
+        "points = sweep.grid(hidden=(16, 24, 32, 40), batch=(100,), N=2000, epochs=100)\n"
+        "for i, point in enumerate(points):\n"
+        "    sweep.run_point_watched(point, 'synthetic', 4, sweep.point_where(i, len(points), point))\n"
+        "    print('point done', flush=True)\n")
+    report = freeze([MPIEXEC, "-n", "2", sys.executable, str(script)], rank=1, after=0.5, limit=120, when="point done")
+    assert report["frozen"] and report["ended"] and report["exit_status"] != 0, report
+    said = [line for line in report["stderr"] if line.startswith("perflab: error: rank 0: rank 1 silent")]
+    assert said and "in the sweep at point " in said[0] and "(H=" in said[0], report["stderr"]
+    assert report["seconds_after_freeze"] < 4 + 15, report
+
+
 def test_an_error_line_reaches_stderr_in_one_write(monkeypatch):
     """Written apart from its newline, two ranks' error lines reached the launcher joined into one, and the
     frozen-rank test saw one rank speak (a flake on a loaded host)."""

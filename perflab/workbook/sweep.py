@@ -276,6 +276,36 @@ def run_point_on_world(point: dict, dataset: str = "synthetic", timeout: float =
     return on_first_ranks(point["p"], lambda comm: measure_point(point, comm, dataset, timeout))
 
 
+def point_where(i: int, n: int, point: dict) -> str:
+    """Where a sweep is, as the watchdog's line names it."""
+    return f"in the sweep at point {i + 1} of {n} (H={point['H']}, B={point['B']}, p={point['p']}, {point['mode']})"
+
+
+ENGINE_WATCHDOGS: dict = {}  # an engine's sweep watchdog for each --timeout, made at its first point, kept
+
+
+def run_point_watched(point: dict, dataset: str, timeout: float, where: str):
+    """An engine's share of a point (run_grid_engines): run_point_on_world under the sweep's patient watchdog,
+    as run_grid_mpi's ranks run theirs, so an engine stopped while it waits out a point on fewer ranks ends
+    the engines' job with a line in their logs, where before it held the sweep forever. The watchdog lives
+    as long as the engine: made and closed at every point, its collective start and end were waits no
+    watchdog watched (an engine stopped between points held the others there)."""
+    from perflab.train import watchdog
+    from perflab.train.comm import world
+    dog = ENGINE_WATCHDOGS.get(timeout)
+    if dog is None:
+        dog = ENGINE_WATCHDOGS[timeout] = watchdog.for_run(world(), timeout, patient=True)
+    dog.watch_over(where)
+    try:
+        return run_point_on_world(point, dataset, timeout)
+    finally:
+        dog.disarm()
+
+
+class EnginesLost(RuntimeError):
+    """The MPI engines stopped answering in a point: the sweep cannot go on with them."""
+
+
 def output_path(name: str, root: Path | None = None) -> Path:
     from perflab import results
     return Path(root or results.run_dir()) / f"{name}.csv"
@@ -316,8 +346,7 @@ def run_grid_mpi(points, name, out: Path | None = None, dataset="synthetic", pro
     # between points (and while ranks wait out a point on fewer ranks), a rank stopped ends the job too
     with watchdog.for_run(w, timeout, patient=True) as dog:
         for i, point in enumerate(tqdm(todo, disable=not progress or w.rank != 0, desc=name, unit="point")):
-            dog.watch_over(f"in the sweep at point {i + 1} of {len(todo)} (H={point['H']}, B={point['B']}, "
-                           f"p={point['p']}, {point['mode']})")
+            dog.watch_over(point_where(i, len(todo), point))
             if not w.bcast(claims.claim(point) if w.rank == 0 else None):
                 continue  # measured or being measured by another sweep
             row = None
@@ -333,8 +362,10 @@ def run_grid_mpi(points, name, out: Path | None = None, dataset="synthetic", pro
 
 def run_grid_engines(view, points, name, out: Path | None = None, dataset="synthetic", progress=True, log=print,
                      timeout: float = TIMEOUT_S):
-    """The same through ipyparallel MPI engines: every engine runs the point, rank 0's row is
-    written here (rows travel back as plain dicts and land in CSV, never as pickles on disk)."""
+    """The same through ipyparallel MPI engines: every engine runs the point (under the sweep's watchdog:
+    run_point_watched), rank 0's row is written here (rows travel back as plain dicts and land in CSV, never
+    as pickles on disk). An engine lost in a point (the watchdog ended the engines, or one died) stops the
+    sweep with EnginesLost, naming the point; the rows written stay, and a rerun resumes after them."""
     from tqdm.auto import tqdm
 
     from perflab import results
@@ -342,12 +373,18 @@ def run_grid_engines(view, points, name, out: Path | None = None, dataset="synth
     todo = pending(points, path, log)
     claims = Claims(path)
     meta = results.machine_metadata()
-    for point in tqdm(todo, disable=not progress, desc=name, unit="point"):
+    for i, point in enumerate(tqdm(todo, disable=not progress, desc=name, unit="point")):
         if not claims.claim(point):
             continue
-        rows = []
+        rows, where = [], point_where(i, len(todo), point)
         try:
-            rows = [r for r in view.apply_sync(run_point_on_world, point, dataset, timeout) if r is not None]
+            rows = [r for r in view.apply_sync(run_point_watched, point, dataset, timeout, where) if r is not None]
+        except Exception as exc:  # a point's own failure comes back as a failed row: this is the engines
+            done = len(done_keys(path))
+            raise EnginesLost(f"the MPI engines stopped answering {where}: {type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0] if str(exc) else ''} (a silent engine's watchdog line is "
+                              f"in the engines' log); {done} point(s) are kept in {path}; restart the engines "
+                              f"(perflab notebook starts its own) and run the sweep again to go on from there") from exc
         finally:
             claims.finish(point, rows[0] if rows else None, meta)
     report_failed(path, log)
