@@ -51,6 +51,7 @@ def test_check_matches_sequential(ranks, parallel, dtype):
     assert result["max_rel_error"] <= {"float64": 1e-12, "float32": 1e-5}[dtype]
     assert set(result["errors"]) == {"W1", "b1", "W2", "b2"}
     assert result["replica_max_abs_diff"] == 0.0
+    assert result["machine"]["cpu_count"] > 0 and result["machine"]["git_commit"]  # where it ran, at which commit
 
 
 @pytest.mark.parametrize("parallel", ["data", "model"])

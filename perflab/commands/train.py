@@ -86,11 +86,14 @@ def phase_report(phases, cfg, parallel, ranks, device, quiet) -> dict:
 
 
 def cmd_check(args, comm) -> dict:
+    from perflab import results
     from perflab.train import runner
 
     device = device_from_args(args)
     result = runner.check(config_from_args(args), args.parallel, comm, device)
     result = {**device_summary(device), **result}  # the exchange --comm auto kept over the asked one
+    if comm.rank == 0:
+        result["machine"] = results.machine_metadata()  # as train's: the --json line is a result row
     if comm.rank == 0 and not args.json:
         print(f"{args.parallel} parallel on {comm.size} rank(s), {result['dtype']}: "
               f"relative error vs the sequential reference (tolerance {result['tolerance']:.0e})")
