@@ -42,7 +42,8 @@ def cmd_train(args, comm) -> dict:
         summary.update(phase_report(phases, cfg, parallel, comm.size, device, quiet))
     if comm.rank != 0:
         return summary
-    summary["machine"] = results.machine_metadata()  # a run's --json line is a result row: where and at which commit
+    if args.json or args.save:  # a run's --json line (and --save's file) is a result row: where and at which commit
+        summary["machine"] = results.machine_metadata()
     if not args.json:
         precision = "n/a" if history.test_precision is None else f"{history.test_precision:.4f}"
         if cfg.validation_size:
@@ -92,7 +93,7 @@ def cmd_check(args, comm) -> dict:
     device = device_from_args(args)
     result = runner.check(config_from_args(args), args.parallel, comm, device)
     result = {**device_summary(device), **result}  # the exchange --comm auto kept over the asked one
-    if comm.rank == 0:
+    if comm.rank == 0 and args.json:
         result["machine"] = results.machine_metadata()  # as train's: the --json line is a result row
     if comm.rank == 0 and not args.json:
         print(f"{args.parallel} parallel on {comm.size} rank(s), {result['dtype']}: "
