@@ -18,6 +18,7 @@ HALF_DTYPES = ("bfloat16", "float16")  # mixed precision: FP32 master weights, G
 MODES = ("resident", "staged", "pipelined")  # GPU data paths (perflab.train.gpu, perflab.train.pipelined)
 HOST_STAGED = ("staged", "pipelined")         # the modes whose images and gradients pass through the host
 OVERLAP_CHUNKS = 2  # --overlap: dW1 in 2 row chunks, faster than 4 on two H100 (experiments/p2p/README.md)
+PIPELINED_CHUNKS = 4  # --mode pipelined: dW1 in 4 row chunks, each exchanged as backward GEMM 3 makes it
 # resident GPU data parallel's gradient exchanges: what a sweep's --comm names and --comm auto times
 GPU_EXCHANGES = ("nccl", "overlap", "p2p")
 

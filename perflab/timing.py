@@ -77,6 +77,11 @@ def time_ms(cp, fn, repeats: int = 20, warmup: int = 3) -> float:
 
 
 def median_seconds(fn, repeats: int = 10, warmup: int = 2, sync=lambda: None) -> float:
+    return statistics.median(repeat_seconds(fn, repeats, warmup, sync))
+
+
+def repeat_seconds(fn, repeats: int = 10, warmup: int = 2, sync=lambda: None) -> list[float]:
+    """Host seconds of each of `repeats` calls of fn (each followed by sync), after `warmup` calls."""
     for _ in range(warmup):
         fn()
     sync()
@@ -86,4 +91,4 @@ def median_seconds(fn, repeats: int = 10, warmup: int = 2, sync=lambda: None) ->
         fn()
         sync()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return times

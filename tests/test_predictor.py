@@ -112,6 +112,38 @@ def test_a_staged_prediction_carries_the_band_of_the_copy_ceilings_spread(tmp_pa
     assert list(v.inside_band) == [False, True]
 
 
+def test_an_exchange_timed_at_the_gradients_own_size_is_read_as_measured_and_its_spread_bands_a_staged_step():
+    grad = perfmodel.gradient_buffer_bytes("1536-1536-1536")
+    # a path whose protocol changes between 16 and 64 MiB: the fit through the sizes around 24 MB misses it
+    jump = [{"ceiling": "staged_allreduce", "ranks": 2, "size_bytes": size, "seconds": seconds, "value": size / seconds}
+            for size, seconds in ((2 ** 22, 1e-3), (2 ** 24, 4e-3), (2 ** 26, 40e-3))]
+    c = more(table(), deep_rows(lambda H, B: H * H * B * 1e-14))
+    c = predictor.Ceilings(c.table[c.table.ceiling != "staged_allreduce"], source="made-up")
+    fitted = more(c, jump).allreduce("staged_allreduce", 2, grad)
+    at_size = more(c, jump + [{"ceiling": "staged_allreduce", "ranks": 2, "size_bytes": grad, "seconds": 6e-3,
+                              "value": grad / 6e-3, "min_seconds": 5.5e-3, "max_seconds": 7e-3}])
+    assert fitted > 7e-3 and at_size.allreduce("staged_allreduce", 2, grad) == 6e-3
+    assert at_size.allreduce_spread("staged_allreduce", 2, grad) == (5.5e-3, 7e-3)
+    assert more(c, jump).allreduce_spread("staged_allreduce", 2, grad) is None  # not timed there: no spread
+    staged = predictor.predict_point(point(H="1536-1536-1536", mode="staged", p=2, B=8000, N=16000), at_size)
+    assert staged["t_exchange"] == 6e-3
+    assert staged["batch_low_s"] == pytest.approx(staged["batch_s"] - 0.5e-3, rel=1e-9)
+    assert staged["batch_high_s"] == pytest.approx(staged["batch_s"] + 1e-3, rel=1e-9)
+
+
+def test_the_ceilings_time_the_exchanges_at_each_nets_gradient_and_pipelined_pieces():
+    from perflab.config import PIPELINED_CHUNKS
+    from perflab.measure import ceilings
+    pieces = perfmodel.gradient_pieces((1280, 1280), PIPELINED_CHUNKS)
+    assert sum(pieces) == perfmodel.gradient_buffer_bytes("1280-1280") and len(pieces) == 1 + PIPELINED_CHUNKS
+    assert pieces[1:] == [4 * 784 * 320] * 4  # dW1's row chunks, after G's tail
+    assert perfmodel.gradient_pieces(1001, 4)[1:] == [4 * 784 * 251] * 3 + [4 * 784 * 248]
+    sizes, piece_sizes = ceilings.exchange_sizes([2 ** 12, 2 ** 14], [(1280, 1280), (512,)])
+    assert sizes == sorted([2 ** 12, 2 ** 14, perfmodel.gradient_buffer_bytes("1280-1280"),
+                            perfmodel.gradient_buffer_bytes(512)])
+    assert set(pieces) | set(ceilings.PIECE_SIZES) <= set(piece_sizes)
+
+
 def test_a_pipeline_of_pieces_is_bound_by_its_slowest_stage_and_its_fill():
     assert predictor.pipeline_end([0.0], [[1.0], [2.0], [3.0]]) == pytest.approx(6.0)  # one piece: in series
     # four pieces ready at once, stages of 1, 2, 1: the fill (1) + 4 x the slowest (2) + the drain (1)

@@ -50,12 +50,16 @@ def test_cpu_gemm_ceiling_positive():
 def test_ceilings_under_mpi_writes_table(tmp_path):
     from test_mpi import last_json, mpirun
     proc = mpirun(2, "ceilings", "--max-log2-size", "14", "--out", str(tmp_path), "--json", "--backend", "numpy",
-                  "--hidden", "100", "--per-rank-batch", "300")
+                  "--hidden", "100", "100-100", "--per-rank-batch", "300")
     summary = last_json(proc)
     import pandas as pd
+
+    from perflab.analysis.perfmodel import gradient_buffer_bytes
     table = pd.read_csv(summary["saved"])
-    allreduce = table[table.ceiling == "mpi_allreduce"]
-    assert list(allreduce.size_bytes) == [4096, 16384] and (allreduce.value > 0).all()
+    allreduce = table[table.ceiling == "mpi_allreduce"]  # the grid's sizes and each net's gradient, with its repeats' spread
+    assert list(allreduce.size_bytes) == [4096, 16384, gradient_buffer_bytes(100), gradient_buffer_bytes("100-100")]
+    assert (allreduce.value > 0).all() and (allreduce.min_seconds <= allreduce.seconds).all()
+    assert (allreduce.seconds <= allreduce.max_seconds).all()
     assert json.loads((tmp_path / "ceilings_p2.json").read_text())["cpu"]
     kernels = table[table.ceiling == "step_kernel"]  # the grid, and the shapes asked for beside it
     assert 100 in set(kernels.H) and 300 in set(kernels.B) and {128, 2048} <= set(kernels.H)

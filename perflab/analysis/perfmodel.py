@@ -116,6 +116,14 @@ def gradient_buffer_bytes(H, D: int = D_MNIST, C: int = C_MNIST) -> int:
     return 4 * (Workload(layers=layer_sizes(H, D, C)).num_params + 1)
 
 
+def gradient_pieces(H, chunks: int, D: int = D_MNIST, C: int = C_MNIST) -> list[int]:
+    """Bytes of each piece the pipelined trainer all-reduces on the host, in its order: G's tail (all
+    but W1: b1, the layers above, the loss slot), then dW1's row chunks of ceil(H1 / chunks) rows."""
+    H1 = widths(H)[0]
+    rows = -(-H1 // chunks)
+    return [gradient_buffer_bytes(H, D, C) - 4 * D * H1] + [4 * D * (min(r + rows, H1) - r) for r in range(0, H1, rows)]
+
+
 def phase_flops(w: Workload) -> dict[str, float]:
     """Exact FLOPs of each phase for one batch on one rank (data parallel, any depth; model
     parallel splits every hidden-layer count by p)."""

@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from perflab.analysis import perfmodel
-from perflab.config import GPU_EXCHANGES, HALF_IMPLS, OVERLAP_CHUNKS
+from perflab.config import GPU_EXCHANGES, HALF_IMPLS, OVERLAP_CHUNKS, PIPELINED_CHUNKS
 
 FUSED_STEP = ("forward GEMM 1 (cuBLAS)", "fused forward: sigmoid, GEMM 2, softmax", "db2 row sums",
               "fused backward: dz1, dW2, db1", "backward GEMM 3 (cuBLAS)")
@@ -310,17 +310,38 @@ class Ceilings:
         return Ceilings(t, source=f"{self.source} with the staged copy probed beside the run")
 
     def allreduce(self, ceiling: str, p: int, nbytes: float) -> float:
-        """From t = a + S / b fitted to the measured sizes within 16x of S (the path's protocol
-        changes with size, so one line through 4 KiB..256 MiB misses the gradient's size)."""
+        """As measured at S where the ceilings timed that size (`perflab ceilings --hidden NET` times each
+        net's gradient and pipelined pieces), else from t = a + S / b fitted to the measured sizes within
+        16x of S (the path's protocol changes with size, so one line through 4 KiB..256 MiB misses the
+        gradient's size)."""
         t = self.rows(ceiling, ranks=p)
         if not len(t):
             raise PredictionError(f"{self.source} has no {ceiling} rows at p={p}: run `mpiexec -n {p} perflab ceilings`")
+        exact = self.at_size(t, nbytes)
+        if exact is not None:
+            return float(exact.seconds)
         near = t[(t.size_bytes >= nbytes / 16) & (t.size_bytes <= nbytes * 16)]
         t = near if len(near) >= 2 else t
         seconds = t.seconds if "seconds" in t and t.seconds.notna().all() else t.size_bytes / t.value
         alpha, beta = alpha_beta(t.size_bytes, seconds)
         return alpha + nbytes / beta
 
+
+    @staticmethod
+    def at_size(t: pd.DataFrame, nbytes: float):
+        """The row of t timed at nbytes (within 1%), or None; rows that predate the seconds column have none."""
+        if "seconds" not in t:
+            return None
+        exact = t[np.isclose(t.size_bytes, nbytes, rtol=0.01) & t.seconds.notna()]
+        return exact.iloc[0] if len(exact) else None
+
+    def allreduce_spread(self, ceiling: str, p: int, nbytes: float) -> tuple[float, float] | None:
+        """The fastest and slowest repeat of the all-reduce at nbytes, where the ceilings timed that size
+        and kept its repeats' spread (a host-paced prediction's band); else None."""
+        exact = self.at_size(self.rows(ceiling, ranks=p), nbytes)
+        if exact is None or pd.isna(exact.get("min_seconds", np.nan)):
+            return None
+        return float(exact.min_seconds), float(exact.max_seconds)
 
     def nccl_exchange(self, p: int, nbytes: float, in_graph: bool) -> tuple[float, str]:
         """(seconds, what it is) of NCCL's all-reduce: replayed inside a CUDA graph where the step's
@@ -541,24 +562,25 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
                 # until the staging fills: the part measured to run so (staged_overlap) is off the sum
                 terms["hidden"] = hidden
 
-                def compose(images, host):
+                def compose(images, host, exchange):
                     return images + terms["kernels"] - min(hidden, images) + host
                 composition = "images + kernels - the copy under the graph (staged_overlap) + the trainer's host floor"
             elif graphed and p == 1:  # a ceilings file without staged_overlap: the whole copy under the graph
-                def compose(images, host):
+                def compose(images, host, exchange):
                     return max(images, terms["kernels"]) + host
                 composition = "max(images, kernels) + the trainer's host floor (the next copy under the graph)"
             else:  # the exchange (several ranks) or the host's own launches keep the copy out of the step
-                def compose(images, host):
-                    return images + max(terms["kernels"], host) + terms["exchange"]
+                def compose(images, host, exchange):
+                    return images + max(terms["kernels"], host) + exchange
                 composition = "images + max(kernels, the trainer's host floor) + exchange (serial)"
-            batch = compose(terms["images"], terms["host"])
+            batch = compose(terms["images"], terms["host"], terms["exchange"])
             copies = c.staged_images_spread(Bl) or (terms["images"],) * 2
             hosts = host_spread or (terms["host"],) * 2
-            if copies[0] != copies[1] or hosts[0] != hosts[1]:  # the batch at the spreads' fast and slow ends
-                band = {"batch_low_s": compose(copies[0], hosts[0]), "batch_high_s": compose(copies[1], hosts[1])}
+            exchanges = (c.allreduce_spread("staged_allreduce", p, gradient) if p > 1 else None) or (terms["exchange"],) * 2
+            if len({*copies}) > 1 or len({*hosts}) > 1 or len({*exchanges}) > 1:  # the batch at the spreads' two ends
+                band = {f"batch_{end}_s": compose(*ends) for end, ends in zip(("low", "high"), zip(copies, hosts, exchanges))}
         else:
-            return pipelined_batch(hidden, Bl, p, int(point.get("chunks", 4)), c, terms, graphed)
+            return pipelined_batch(hidden, Bl, p, int(point.get("chunks", PIPELINED_CHUNKS)), c, terms, graphed)
     return {"batch_s": batch, "composition": composition, **band, **{f"t_{k}": v for k, v in terms.items()}}
 
 
@@ -671,9 +693,7 @@ def pipelined_batch(hidden: tuple, Bl: float, p: int, chunks: int, c: Ceilings, 
         return {"batch_s": batch, "composition": "max(kernels, pinned images under the step, the host floor)",
                 **{f"t_{k}": v for k, v in terms.items()}}
     H = hidden[0]
-    rows = -(-H // chunks)  # G's tail (all but W1: b1, the layers above, the loss slot), then dW1's row chunks
-    sizes = [perfmodel.gradient_buffer_bytes(hidden) - 4 * D * H] + [4 * D * (min(r + rows, H) - r)
-                                                                     for r in range(0, H, rows)]
+    sizes = perfmodel.gradient_pieces(hidden, chunks, D)
     chunk_gemm = [c.kernel("gpu", "backward GEMM 3 (cuBLAS)", n / (4 * D), Bl) for n in sizes[1:]]
     update = c.kernel("gpu", UPDATE, update_width(hidden), Bl)
     before = terms["kernels"] - c.kernel("gpu", "backward GEMM 3 (cuBLAS)", H, Bl) - update

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from perflab.analysis.perfmodel import widths
 from perflab.commands.options import (
     CLIError,
     config_from_args,
@@ -10,6 +11,7 @@ from perflab.commands.options import (
     hidden_batch,
     hold_seconds,
     hyperparameter_options,
+    net,
     net_batch,
     outputs,
     positive,
@@ -65,9 +67,10 @@ def cmd_ceilings(args, comm) -> dict:
     gpu = {"auto": cupy_or_none() is not None, "cupy": True, "numpy": False}[args.backend]
     sizes = [2**k for k in range(12, args.max_log2_size + 1, 2)]
     hidden, batches = ceilings.default_grid(gpu)
-    grid = (sorted({*hidden, *(args.hidden or ())}), sorted({*batches, *(args.per_rank_batch or ())}))
+    nets = [widths(net) for net in args.hidden or ()]
+    grid = (sorted({*hidden, *(h for net in nets for h in net)}), sorted({*batches, *(args.per_rank_batch or ())}))
     rows = ceilings.measure(comm, gpu, sizes, log=(lambda m: None) if args.json or comm.rank else print,
-                            kernels=not args.no_step_kernels, grid=grid)
+                            kernels=not args.no_step_kernels, grid=grid, nets=nets)
     if comm.rank != 0:
         return {}
     if not args.json:
@@ -215,9 +218,12 @@ def register(sub) -> None:
     p.add_argument("--no-step-kernels", action="store_true", help="skip the step's kernels over H x B (the predictor "
                                                                    "needs them; they take about a minute on a GPU)")
     p.add_argument("--max-log2-size", type=positive, default=26, help="largest buffer, 2**K bytes (default %(default)s)")
-    p.add_argument("--hidden", nargs="+", type=positive, metavar="H",
-                   help="also time the step's kernels at these hidden sizes (the grid's powers of two are interpolated "
-                        "between: at other shapes the tensor-core GEMMs miss by up to 15%%; perflab whatif says how far)")
+    p.add_argument("--hidden", nargs="+", type=net, metavar="NET",
+                   help="the nets to be predicted, as sweep takes them (512, or 1024-1024 for 784-1024-1024-10): their "
+                        "widths join the grid the step's kernels are timed over (its powers of two are interpolated "
+                        "between: at other shapes the tensor-core GEMMs miss by up to 15%%; perflab whatif says how "
+                        "far), and under mpiexec the all-reduces are also timed at each net's gradient and pipelined "
+                        "pieces")
     p.add_argument("--per-rank-batch", nargs="+", type=positive, metavar="B/p",
                    help="also time them at these samples per rank per step (with --hidden: every pair)")
     outputs(p)

@@ -42,7 +42,7 @@ import time
 import numpy as np
 
 from perflab.config import HALF_CAPABILITY, HALF_IMPLS, ConfigError
-from perflab.timing import median_seconds
+from perflab.timing import median_seconds, repeat_seconds
 
 SIZES = [2**k for k in range(12, 29, 2)]  # 4 KiB .. 256 MiB
 HIDDEN_GRID = (256, 512, 1024, 2048, 4096)             # the step's kernels are timed at every (H, B)
@@ -76,8 +76,8 @@ def mpi_allreduce(comm, sizes=SIZES, repeats=10, ceiling: str = "mpi_allreduce")
     for size in sizes:
         buf = np.ones(size // 4, np.float32)
         comm.barrier()
-        t = median_seconds(lambda: comm.reduce_host(buf), repeats, sync=comm.barrier)
-        rows.append(allreduce_row(ceiling, "cpu", impl, size, p, t))
+        rows.append(allreduce_row(ceiling, "cpu", impl, size, p, repeat_seconds(lambda: comm.reduce_host(buf), repeats,
+                                                                                sync=comm.barrier)))
     return rows
 
 
@@ -186,11 +186,16 @@ def nccl_call(comm, buf):
                                                comm.nccl.NCCL_SUM, cp.cuda.get_current_stream().ptr)
 
 
-def allreduce_row(ceiling: str, device: str, impl: str, size: int, p: int, seconds: float) -> dict:
-    """An all-reduce ceiling's row: algorithm bandwidth S/t and the bus bandwidth 2(p-1)/p * S/t."""
+def allreduce_row(ceiling: str, device: str, impl: str, size: int, p: int, seconds: float | list[float]) -> dict:
+    """An all-reduce ceiling's row: algorithm bandwidth S/t and the bus bandwidth 2(p-1)/p * S/t at the
+    median; given every repeat's seconds, also the fastest and slowest (a host-paced prediction's band)."""
+    spread = {}
+    if isinstance(seconds, list):
+        spread = {"min_seconds": min(seconds), "max_seconds": max(seconds)}
+        seconds = statistics.median(seconds)
     return {"ceiling": ceiling, "device": device, "impl": impl, "dtype": "float32", "shape": "", "size_bytes": size,
             "ranks": p, "seconds": seconds, "value": size / seconds, "bus_value": 2 * (p - 1) / p * size / seconds,
-            "unit": "B/s"}
+            "unit": "B/s", **spread}
 
 
 def ranks_together(comm):
@@ -315,18 +320,19 @@ def pipelined_allreduce(comm, sizes=PIECE_SIZES, pieces=4, repeats=5) -> list[di
                 copy(dev[j * n:].data.ptr, host[j * n:].ctypes.data, size, cp.cuda.runtime.memcpyHostToDevice, up.ptr)
             up.synchronize()
             work.synchronize()
-        t = statistics.median(times)
         rows.append(allreduce_row("pipelined_allreduce", "cpu", comm.MPI.Get_library_version().split()[0], size,
-                                  comm.size, t))
+                                  comm.size, times))
     return rows
 
 
-def measure_on_world(p: int, grid, sizes=SIZES) -> list[dict] | None:
+def measure_on_world(p: int, grid, sizes=SIZES, nets=()) -> list[dict] | None:
     """On every MPI engine: the ceilings of the first p ranks (GPU where CuPy sees one), the step's
-    kernels at `grid`; rank 0 returns the rows, the others None (the notebook's entry point)."""
+    kernels at `grid`, the all-reduces at `nets`' gradients too; rank 0 returns the rows, the others
+    None (the notebook's entry point)."""
     from perflab.backend import cupy_or_none
     from perflab.train.comm import on_first_ranks
-    return on_first_ranks(p, lambda comm: measure(comm, cupy_or_none() is not None, sizes, log=lambda m: None, grid=grid))
+    return on_first_ranks(p, lambda comm: measure(comm, cupy_or_none() is not None, sizes, log=lambda m: None, grid=grid,
+                                                  nets=nets))
 
 
 def kernel_row(device: str, name: str, H: int, B: int, seconds: float, ranks: int = 1, nbytes: float = 0) -> dict:
@@ -602,9 +608,9 @@ def staged_allreduce(comm, sizes=SIZES, repeats: int = 10) -> list[dict]:
     rows = []
     for size in sizes:
         buf = cp.ones(size // 4, cp.float32)
-        t = median_seconds(lambda: comm.allreduce(buf), repeats, sync=lambda: (cp.cuda.Device().synchronize(), comm.barrier()))
-        rows.append({"ceiling": "staged_allreduce", "device": "gpu", "impl": "mpi", "dtype": "float32", "shape": "",
-                     "size_bytes": size, "ranks": comm.size, "seconds": t, "value": size / t, "unit": "B/s"})
+        times = repeat_seconds(lambda: comm.allreduce(buf), repeats,
+                               sync=lambda: (cp.cuda.Device().synchronize(), comm.barrier()))
+        rows.append(allreduce_row("staged_allreduce", "gpu", "mpi", size, comm.size, times))
     return rows
 
 
@@ -648,10 +654,24 @@ def default_grid(gpu: bool) -> tuple:
     return (HIDDEN_GRID, BATCH_GRID) if gpu else (CPU_HIDDEN_GRID, CPU_BATCH_GRID)
 
 
-def measure(comm, gpu: bool, sizes=SIZES, log=print, kernels: bool = True, grid=None) -> list[dict]:
+def exchange_sizes(sizes, nets=()) -> tuple[list[int], list[int]]:
+    """(all-reduce sizes, the pipelined trainer's piece sizes): the grids', and each net's own gradient
+    and pieces (hidden widths), so a prediction for those nets reads its exchanges as measured, not
+    fitted across sizes where the host MPI's protocol changes (Open MPI's 64 MiB all-reduce took 10x
+    its 16 MiB one on two H100: a 24 MB gradient was over-predicted by up to 38%, DEEP.md)."""
+    from perflab.analysis.perfmodel import gradient_buffer_bytes, gradient_pieces
+    from perflab.config import PIPELINED_CHUNKS
+    whole = {gradient_buffer_bytes(net) for net in nets}
+    pieces = {size for net in nets for size in gradient_pieces(net, PIPELINED_CHUNKS)}
+    return sorted({*sizes, *whole}), sorted({*PIECE_SIZES, *pieces})
+
+
+def measure(comm, gpu: bool, sizes=SIZES, log=print, kernels: bool = True, grid=None, nets=()) -> list[dict]:
     """Everything that applies here; rank 0's rows are the ones kept. `grid` = (hidden sizes,
-    per-rank batches) at which the step's kernels are timed (default the module's grids)."""
+    per-rank batches) at which the step's kernels are timed (default the module's grids); `nets`
+    (hidden widths) whose gradients and pipelined pieces the all-reduces are also timed at."""
     hidden, batches = grid or default_grid(gpu)
+    sizes, pieces = exchange_sizes(sizes, nets)
     rows = []
     if comm.rank == 0:
         log("CPU GEMM ...")
@@ -683,7 +703,7 @@ def measure(comm, gpu: bool, sizes=SIZES, log=print, kernels: bool = True, grid=
             if kernels:
                 log("--overlap's GEMM 3 and exchange over H x B ...") if comm.rank == 0 else None
                 rows += overlap_exchange(nccl, hidden, batches)
-            rows += staged_allreduce(comm, sizes) + pipelined_allreduce(comm)
+            rows += staged_allreduce(comm, sizes) + pipelined_allreduce(comm, pieces)
             try:
                 rows += p2p_exchange_update(for_gpu(comm, "p2p"), sizes)
             except ConfigError as exc:  # ranks on several nodes, or GPUs without peer access

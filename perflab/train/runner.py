@@ -11,7 +11,7 @@ import numpy as np
 
 from perflab import data
 from perflab.backend import blas_threads, to_numpy
-from perflab.config import GPU_EXCHANGES, HALF_DTYPES, OVERLAP_CHUNKS, Config, ConfigError, exchange_fields
+from perflab.config import GPU_EXCHANGES, HALF_DTYPES, OVERLAP_CHUNKS, PIPELINED_CHUNKS, Config, ConfigError, exchange_fields
 from perflab.train import loop, model, profile, watchdog
 from perflab.train.parallel import make_trainer
 
@@ -52,7 +52,7 @@ class Device:
     graphs: bool = True      # capture each batch's step as a CUDA graph (resident mode)
     pinned: bool = False     # staged mode: page-locked host copy of the data
     overlap: bool = False    # NCCL, several GPUs: exchange gradient chunks while backward GEMM 3 runs
-    chunks: int | None = None  # dW1 row chunks exchanged one by one (None: 2 with overlap, 4 pipelined)
+    chunks: int | None = None  # dW1 row chunks exchanged one by one (None: OVERLAP_CHUNKS or PIPELINED_CHUNKS)
     timeout: float = watchdog.TIMEOUT_S  # seconds a step may wait on the other ranks before the job ends
     threads: int | None = None  # NumPy: BLAS threads a rank (None: the node's cores shared among its ranks)
 
@@ -73,7 +73,7 @@ def make_gpu_trainer(cfg: Config, parallel: str, comm, device: Device, train_set
         if parallel == "model":
             raise gpu.GPUError("--mode pipelined runs data parallel; got --parallel model: use --mode resident")
         from perflab.train.pipelined import Pipelined
-        return Pipelined(cfg, train_set.X, train_set.y, comm, device.gemm, device.graphs, device.chunks or 4)
+        return Pipelined(cfg, train_set.X, train_set.y, comm, device.gemm, device.graphs, device.chunks or PIPELINED_CHUNKS)
     if parallel == "model" and device.mode == "resident":
         return gpu.FusedModelParallel(cfg, train_set.X, train_set.y, comm, device.gemm, device.graphs)
     if parallel in ("sequential", "data"):

@@ -220,6 +220,12 @@ def kernel_grid(plan: Plan) -> tuple[list, list]:
             sorted({pt["B"] // pt["p"] for pt in plan.points}))
 
 
+def plan_nets(plan: Plan) -> list[tuple]:
+    """The hidden widths of each net the plan sweeps (the all-reduces are timed at their gradients too)."""
+    from perflab.analysis.perfmodel import widths
+    return sorted({widths(pt["H"]) for pt in plan.points})
+
+
 def measure_ceilings(view, plan: Plan, folder, log=print) -> list:
     """This machine's ceilings at every p of the plan, on the MPI engines, into
     <folder>/ceilings_p<P>.csv (kept when there: a rerun resumes)."""
@@ -232,7 +238,8 @@ def measure_ceilings(view, plan: Plan, folder, log=print) -> list:
         path = Path(folder) / f"ceilings_p{p}.csv"
         if not path.exists():
             log(f"measuring this machine's ceilings on {p} rank(s) ...")
-            rows = next(r for r in view.apply_sync(ceilings.measure_on_world, p, kernel_grid(plan), ALLREDUCE_SIZES) if r)
+            rows = next(r for r in view.apply_sync(ceilings.measure_on_world, p, kernel_grid(plan), ALLREDUCE_SIZES,
+                                                    plan_nets(plan)) if r)
             results.write_rows(path, rows, results.machine_metadata(), append=False)
         paths.append(path)
     return paths
