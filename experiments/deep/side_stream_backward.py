@@ -24,7 +24,7 @@ def backward(layers: int, H: int, B: int, forked: bool):
     a = [rng.random((H, B), dtype=cp.float32) for _ in range(layers)]
     W = [rng.random((H, H), dtype=cp.float32) * 0.01 for _ in range(layers)]
     dz = [rng.random((H, B), dtype=cp.float32) for _ in range(layers)]
-    dW = [cp.empty((H, H), cp.float32) for _ in range(layers - 1)] + [cp.empty((H, 784), cp.float32)]
+    dW = [cp.empty((H, 784), cp.float32)] + [cp.empty((H, H), cp.float32) for _ in range(layers - 1)]
     db = [cp.empty(H, cp.float32) for _ in range(layers)]
     side = cp.cuda.Stream(non_blocking=True)
     fork, join = cp.cuda.Event(disable_timing=True), cp.cuda.Event(disable_timing=True)
