@@ -581,6 +581,7 @@ def test_deep_nets_train_on_the_fused_trainer_as_the_reference(hidden, dtype, ge
     device = Device(backend="cupy", mode=mode, gemm=gemm, graphs=graphs, comm="mpi")
     trainer = make_gpu_trainer(cfg, "data", Serial(), device, data.load(cfg)[0])
     assert isinstance(trainer, gpu.FusedGPU) and len(trainer.params) == 2 * len(hidden) + 2
+    assert trainer.side_gemms == (gemm == "cublas")  # the upper layers' dW_l on the side stream with cuBLAS
     history = loop.fit(cfg, trainer, progress=False, sync=trainer.sync)
     trainer.close()
     train_set = data.load(cfg)[0]
@@ -591,6 +592,29 @@ def test_deep_nets_train_on_the_fused_trainer_as_the_reference(hidden, dtype, ge
     assert len(history.losses) == len(reference.losses) > 4
     assert rel([r["loss"] for r in history.losses], np.array([r["loss"] for r in reference.losses])) <= TOL[dtype]
     assert check(cfg, "data", Serial(), device)["passed"]
+
+
+@pytest.mark.parametrize("graphs", [True, False])
+def test_the_upper_layers_weight_gradients_on_the_side_stream_are_those_of_the_serial_step(graphs):
+    """dW_l on the side stream (cuBLAS's second handle) beside W_l^T dz_l: the same weights as all on one
+    stream, step after step, graphed or launched one by one."""
+    from perflab import data
+    from perflab.config import Config
+    from perflab.train import loop
+    from perflab.train.comm import Serial
+    from perflab.train.gpu import FusedGPU
+    cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=(61, 37, 23), num_classes=7, train_size=517,
+                 batch_size=100, num_epochs=3, learning_rate=0.5, test_size=0, dtype="float32")
+    split = data.load(cfg)[0]
+    runs = []
+    for side in (True, False):
+        trainer = FusedGPU(cfg, split.X, split.y, Serial(), graphs=graphs)
+        assert trainer.side_gemms
+        trainer.side_gemms = side
+        runs.append(loop.fit(cfg, trainer, progress=False, sync=trainer.sync).params)
+        trainer.close()
+    for a, b in zip(*runs):
+        assert rel(a, b) <= 1e-6
 
 
 @pytest.mark.parametrize("hidden", DEEP)

@@ -39,13 +39,38 @@ def cublas_gemm(M, N, K, alpha, a, ta, lda, b, tb, ldb, beta, out):
         call_gemm(lib, handle, M, N, K, alpha, a, ta, lda, b, tb, ldb, beta, out)
 
 
+SIDE = {"on": False}  # inside side_handle(): cuBLAS calls use a handle of their own
+
+
+@contextlib.contextmanager
+def side_handle():
+    """cuBLAS calls in here use a handle of their own, with its own workspace: a GEMM on a side stream
+    runs at once with one on the main stream, which must not share the main handle's workspace."""
+    SIDE["on"] = True
+    try:
+        yield
+    finally:
+        SIDE["on"] = False
+
+
+@functools.lru_cache(maxsize=None)
+def own_handle(device: int) -> int:
+    """A second cuBLAS handle on this device: its default workspace is its own, allocated by cublasCreate
+    (so never inside a graph capture; cublasSetStream resets a handle to it)."""
+    handle = ctypes.c_void_p()
+    status = cublas_library().cublasCreate_v2(ctypes.byref(handle))
+    if status != 0:
+        raise KernelError(f"cublasCreate failed with status {status}")
+    return handle.value
+
+
 @contextlib.contextmanager
 def handle_on_stream(tf32: bool = False):
-    """(libcublas, CuPy's cuBLAS handle) set to the current stream, FP32 or (`tf32`) TF32 tensor
-    cores; set back to FP32 after, as CuPy's own calls share the handle."""
+    """(libcublas, CuPy's cuBLAS handle, or in side_handle() one of perflab's) set to the current stream,
+    FP32 or (`tf32`) TF32 tensor cores; set back to FP32 after, as CuPy's own calls share the handle."""
     cp = cupy()
     lib = cublas_library()
-    handle = cp.cuda.device.get_cublas_handle()
+    handle = own_handle(cp.cuda.Device().id) if SIDE["on"] else cp.cuda.device.get_cublas_handle()
     lib.cublasSetStream_v2(ctypes.c_void_p(handle), ctypes.c_void_p(cp.cuda.get_current_stream().ptr))
     lib.cublasSetMathMode(ctypes.c_void_p(handle), ctypes.c_int(TF32_TENSOR_OP_MATH if tf32 else DEFAULT_MATH))
     try:

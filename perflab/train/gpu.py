@@ -25,6 +25,8 @@ device buffer, and the step after the copy replays its graph the same way.
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from perflab import kernels
@@ -199,6 +201,17 @@ class FusedGPU(Sequential):
         # all-reduces of the chunks must be inside: launched one by one between the GEMM 3 chunks they
         # were 1.2x (H = 2048) to 6x (H = 512) slower (results/nvidia-h200/nccl_graph_capture.log).
         # A host MPI exchange cannot be captured at all.
+        # Past one hidden layer, each upper layer's weight gradient dW_l = dz_l a_{l-1}^T runs on a side
+        # stream beside its input gradient W_l^T dz_l and the sigmoid' pass after it (they only read dz_l):
+        # the backward below the output layer took 0.97-0.99 of its serial time on one H100 (FP32, cuBLAS:
+        # experiments/deep/side_stream_backward_h100.jsonl). cuBLAS only (the tile kernels share one
+        # split-K workspace), FP32 and FP64; not with --overlap, whose handoffs follow each dW_l on the main stream.
+        self.side_gemms = gemm == "cublas" and not self.half and not self.overlap and len(hidden) > 1
+        if self.side_gemms:
+            from perflab.kernels.cublas import own_handle
+            own_handle(cp.cuda.Device().id)  # made here, never inside a graph capture
+            self.side_stream = cp.cuda.Stream(non_blocking=True)
+            self.fork, self.join = cp.cuda.Event(disable_timing=True), cp.cuda.Event(disable_timing=True)
         self.whole_graph = comm.size == 1 or self.overlap
         self.capturable = capturable_exchange(comm)
         self.epochs_graphed = 0  # epochs run as one CUDA graph (a sweep row says whether its epochs were)
@@ -353,9 +366,10 @@ class FusedGPU(Sequential):
             unsent = self.G.size  # with --overlap, G[unsent:] is already on its way
             if want_loss:  # the CE slot is all-reduced with the gradients (the output layer's slice); stale when unused
                 kernels.total(self.ce[:n], self.G[-1:])
+            side = self.side_gemms and not profile.ACTIVE  # phases are timed one after another
             for l in range(L - 2, 0, -1):  # hidden layer l + 1 over hidden layer l (1-based): W[l] is W_{l+1}
                 k = 2 * (L - l) - 1
-                with phase(f"backward GEMM {k}"):
+                with phase(f"backward GEMM {k}"), self.beside(side):
                     self.gemm(dz[l], acts[l].T, dW[l])
                 if self.overlap:  # layer l + 1 (and those above it, the first time) is final: send it (WFBP)
                     unsent = self.send_layer(self.layer_starts[l], unsent)
@@ -364,10 +378,26 @@ class FusedGPU(Sequential):
                 if self.gradient_exchanged(l):  # the ranks' partial sums of the whole input gradient
                     self.comm.allreduce(dz[l - 1])
                 kernels.sigmoid_backward_rows(dz[l - 1], acts[l], db[l - 1], small if l == 1 else None)
+                if side:  # dW_l done before the next layer forks (and before the step's end)
+                    self.cp.cuda.get_current_stream().wait_event(self.join)
             self.dz1_split = small is not None
             if want_loss:
                 kernels.l2_penalty(self.P, self.ends, self.penalty_regs, self.l2_part, self.penalty.reshape(()))
             self.first_weight_gradient(dz[0], Xb, dW[0], unsent)
+
+    @contextlib.contextmanager
+    def beside(self, side: bool):
+        """Work enqueued in here runs on the side stream (with cuBLAS's second handle) after what the current
+        stream has enqueued so far; self.join marks its end. Without `side`, on the current stream."""
+        if not side:
+            yield
+            return
+        from perflab.kernels.cublas import side_handle
+        self.fork.record(self.cp.cuda.get_current_stream())
+        self.side_stream.wait_event(self.fork)
+        with self.side_stream, side_handle():
+            yield
+        self.join.record(self.side_stream)
 
     def output_exchanged(self, l: int) -> bool:
         """Whether layer l's GEMM (0-based; L - 1 the output layer) leaves each rank a partial sum of the
