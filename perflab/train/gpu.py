@@ -202,11 +202,13 @@ class FusedGPU(Sequential):
         # were 1.2x (H = 2048) to 6x (H = 512) slower (results/nvidia-h200/nccl_graph_capture.log).
         # A host MPI exchange cannot be captured at all.
         # Past one hidden layer, each upper layer's weight gradient dW_l = dz_l a_{l-1}^T runs on a side
-        # stream beside its input gradient W_l^T dz_l and the sigmoid' pass after it (they only read dz_l):
-        # the backward below the output layer took 0.97-0.99 of its serial time on one H100 (FP32, cuBLAS:
-        # experiments/deep/side_stream_backward_h100.jsonl). cuBLAS only (the tile kernels share one
-        # split-K workspace), FP32 and FP64; not with --overlap, whose handoffs follow each dW_l on the main stream.
+        # stream beside its input gradient W_l^T dz_l, the sigmoid' pass after it and dW_1 (they only read
+        # dz_l), joined once a step: the backward below the output layer took 0.97-0.99 of its serial time
+        # on one H100 joined at each layer (FP32, cuBLAS: experiments/deep/side_stream_backward_h100.jsonl).
+        # cuBLAS only (the tile kernels share one split-K workspace), FP32 and FP64; not with --overlap,
+        # whose handoffs follow each dW_l on the main stream.
         self.side_gemms = gemm == "cublas" and not self.half and not self.overlap and len(hidden) > 1
+        self.side_pending = False  # a step's side work not yet joined (join_side)
         if self.side_gemms:
             from perflab.kernels.cublas import own_handle
             own_handle(cp.cuda.Device().id)  # made here, never inside a graph capture
@@ -378,12 +380,19 @@ class FusedGPU(Sequential):
                 if self.gradient_exchanged(l):  # the ranks' partial sums of the whole input gradient
                     self.comm.allreduce(dz[l - 1])
                 kernels.sigmoid_backward_rows(dz[l - 1], acts[l], db[l - 1], small if l == 1 else None)
-                if side:  # dW_l done before the next layer forks (and before the step's end)
-                    self.cp.cuda.get_current_stream().wait_event(self.join)
+            self.side_pending = side  # the side's dW_l run on under dW_1 too, joined after it (join_side)
             self.dz1_split = small is not None
             if want_loss:
                 kernels.l2_penalty(self.P, self.ends, self.penalty_regs, self.l2_part, self.penalty.reshape(()))
             self.first_weight_gradient(dz[0], Xb, dW[0], unsent)
+            self.join_side()
+
+    def join_side(self):
+        """The current stream waits for the side stream's weight gradients, once a step (a captured graph's
+        side stream must rejoin it; the exchange and the update read them)."""
+        if self.side_pending:
+            self.cp.cuda.get_current_stream().wait_event(self.join)
+            self.side_pending = False
 
     @contextlib.contextmanager
     def beside(self, side: bool):

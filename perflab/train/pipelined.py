@@ -132,6 +132,7 @@ class Pipelined(FusedGPU):
         """G's tail goes down first (it is complete before dW1's GEMM), then each dW1 row chunk behind its GEMM."""
         if self.comm.size == 1:
             return super().first_weight_gradient(dz1, Xb, dW1, unsent)
+        self.join_side()  # the tail holds the upper layers' dW_l, made on the side stream
         D = dW1.shape[1]
         self.sent = []
         self.send(dW1.size, self.G.size)
