@@ -868,8 +868,28 @@ def test_a_graphed_staged_step_is_charged_copy_plus_kernels_less_the_copy_measur
     assert with_overlap.staged_hidden(4000, 5e-5) == pytest.approx(5e-5)  # never more than the kernels' own time
     pred = predictor.predict_point(staged, with_overlap)
     assert pred["batch_s"] == pytest.approx(images + kernels - hidden + 3e-5) and pred["t_hidden"] == pytest.approx(hidden)
-    assert predictor.predict_point({**staged, "graphs": False}, with_overlap)["batch_s"] == pytest.approx(
-        images + max(kernels, 2e-4))  # kernel by kernel: no copy under the step
+    # kernel by kernel (host floor 2e-4): the next copy runs under what is left of the step once it is launched
+    left = kernels - 2e-4
+    eager = predictor.predict_point({**staged, "graphs": False}, with_overlap)
+    assert eager["batch_s"] == pytest.approx(images + kernels - with_overlap.staged_hidden(4000, left))
+    assert with_overlap.staged_hidden(4000, left) < hidden
+    two = {**staged, "graphs": False, "p": 2, "B": 8000, "N": 16000}  # an exchange between: no copy under the step
+    assert predictor.predict_point(two, with_overlap)["batch_s"] == pytest.approx(
+        images + kernels + with_overlap.staged_exchange(2, perfmodel.gradient_buffer_bytes(4096)))
+
+
+def test_a_host_paced_step_is_banded_by_its_kernels_grid_miss_too():
+    c = more(table(), [{"ceiling": "step_kernel", "device": "gpu", "impl": name, "H": 1024, "B": B, "ranks": 1,
+                        "seconds": 1024 * B * 1e-11 * (1.1 if B == 1000 else 1.0)}
+                       for name in predictor.FUSED_STEP + (predictor.UPDATE,) for B in (100, 1000, 20000)]
+             + [{"ceiling": "step_floor", "impl": "trainer resident eager", "ranks": 1, "seconds": 3e-5}])
+    names = c.step_names("cupy", "cublas", eager=True)
+    miss = c.grid_error(names)["median_abs"]
+    assert miss > 0 and c.kernel_spread(1.0, "cublas", eager=True) == (1 - miss, 1 + miss)
+    eager = predictor.predict_point(point(launch="eager", graphs=False), c)
+    assert eager["batch_low_s"] == pytest.approx(eager["t_kernels"] * (1 - miss))  # GPU-bound: the kernels' ends
+    assert eager["batch_high_s"] == pytest.approx(eager["t_kernels"] * (1 + miss))
+    assert "batch_low_s" not in predictor.predict_point(point(), c)  # graphed: the GPU paces it, no band
 
 
 def test_a_ceilings_run_prints_each_rate_at_its_peak_and_the_floors_in_microseconds():

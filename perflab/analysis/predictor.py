@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -133,6 +133,7 @@ class Ceilings:
     """A ceilings table (one file) and the look-ups the predictor makes in it."""
     table: pd.DataFrame
     source: str = ""
+    grid_misses: dict = field(default_factory=dict, repr=False)  # grid_error per step, once (kernel_spread)
 
     @classmethod
     def load(cls, path) -> "Ceilings":
@@ -202,6 +203,16 @@ class Ceilings:
         absolute = np.abs(errors)
         return {"median_abs": float(np.median(absolute)), "worst": float(errors[int(np.argmax(absolute))]),
                 "points": len(errors) // 2}
+
+    def kernel_spread(self, kernels: float, gemm: str, eager: bool) -> tuple[float, float]:
+        """A host-paced step's kernels at the two ends of its band: +- the median by which this file's
+        kernel grid misses its own points interpolated from their neighbours (grid_error, the ceilings'
+        own measure of how far a kernel term off the grid may be); the kernels alone where it cannot tell."""
+        names = self.step_names("cupy", gemm, eager=eager)
+        if names not in self.grid_misses:
+            self.grid_misses[names] = self.grid_error(names)
+        miss = (self.grid_misses[names] or {}).get("median_abs", 0.0)
+        return kernels * (1 - miss), kernels * (1 + miss)
 
     def floor(self, name: str) -> float:
         """A step floor measured on one rank (ceilings under mpiexec also time the resident
@@ -549,36 +560,48 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
             batch = max(terms["kernels"] + terms["exchange"], terms["host"])
             composition = (f"max(kernels + {exchange}, the trainer's host floor + launches)" if exchange
                            else "max(kernels, the trainer's host floor)")
-            if host_spread:  # the batch at the host floor's fastest and slowest repeat
-                band = {f"batch_{end}_s": max(terms["kernels"] + terms["exchange"], floor + launches)
-                        for end, floor in zip(("low", "high"), host_spread)}
+            if not graphed:  # launched kernel by kernel: the batch at the host floor's and the kernels' two ends
+                floors = tuple(h - deeper_launches for h in host_spread) if host_spread else (terms["host"] - launches,) * 2
+                kernels = c.kernel_spread(terms["kernels"], gemm, eager=True)
+                band = {f"batch_{end}_s": max(k + terms["exchange"], floor + launches)
+                        for end, floor, k in zip(("low", "high"), floors, kernels)}
         elif point["mode"] == "staged":
             terms["host"] = c.trainer_floor("staged", graphed, gemm) + deeper_launches
             terms["images"] = c.staged_images(Bl)
             terms["exchange"] = c.staged_exchange(p, gradient) if p > 1 else 0.0
-            hidden = c.staged_hidden(Bl, terms["kernels"]) if graphed and p == 1 else None
-            if hidden is not None:
+            under = c.staged_hidden(Bl, terms["kernels"]) if graphed and p == 1 else None
+            if under is not None:
                 # the host copies batch k+1 into the driver's staging while the GPU replays batch k's graph,
                 # until the staging fills: the part measured to run so (staged_overlap) is off the sum
-                terms["hidden"] = hidden
+                terms["hidden"] = under
 
-                def compose(images, host, exchange):
-                    return images + terms["kernels"] - min(hidden, images) + host
+                def compose(images, host, exchange, kernels):
+                    return images + kernels - min(c.staged_hidden(Bl, kernels), images) + host
                 composition = "images + kernels - the copy under the graph (staged_overlap) + the trainer's host floor"
             elif graphed and p == 1:  # a ceilings file without staged_overlap: the whole copy under the graph
-                def compose(images, host, exchange):
-                    return max(images, terms["kernels"]) + host
+                def compose(images, host, exchange, kernels):
+                    return max(images, kernels) + host
                 composition = "max(images, kernels) + the trainer's host floor (the next copy under the graph)"
-            else:  # the exchange (several ranks) or the host's own launches keep the copy out of the step
-                def compose(images, host, exchange):
-                    return images + max(terms["kernels"], host) + exchange
+            elif p == 1 and len(c.rows("staged_overlap")):
+                # launched kernel by kernel on one GPU: once the host has launched the step, it copies batch k+1
+                # into the driver's staging while the GPU runs what is left of step k (kernels - host floor)
+                terms["hidden"] = c.staged_hidden(Bl, max(terms["kernels"] - terms["host"], 0.0))
+
+                def compose(images, host, exchange, kernels):
+                    return images + max(kernels, host) - min(c.staged_hidden(Bl, max(kernels - host, 0.0)), images)
+                composition = ("images + max(kernels, the trainer's host floor) - the copy under the kernels left after "
+                               "the launches (staged_overlap)")
+            else:  # the exchange (several ranks) keeps the copy out of the step
+                def compose(images, host, exchange, kernels):
+                    return images + max(kernels, host) + exchange
                 composition = "images + max(kernels, the trainer's host floor) + exchange (serial)"
-            batch = compose(terms["images"], terms["host"], terms["exchange"])
+            batch = compose(terms["images"], terms["host"], terms["exchange"], terms["kernels"])
             copies = c.staged_images_spread(Bl) or (terms["images"],) * 2
             hosts = host_spread or (terms["host"],) * 2
             exchanges = (c.allreduce_spread("staged_allreduce", p, gradient) if p > 1 else None) or (terms["exchange"],) * 2
-            if len({*copies}) > 1 or len({*hosts}) > 1 or len({*exchanges}) > 1:  # the batch at the spreads' two ends
-                band = {f"batch_{end}_s": compose(*ends) for end, ends in zip(("low", "high"), zip(copies, hosts, exchanges))}
+            spreads = (copies, hosts, exchanges, c.kernel_spread(terms["kernels"], gemm, not graphed))
+            if any(len({*ends}) > 1 for ends in spreads):  # the batch at the spreads' two ends
+                band = {f"batch_{end}_s": compose(*ends) for end, ends in zip(("low", "high"), zip(*spreads))}
         else:
             return pipelined_batch(hidden, Bl, p, int(point.get("chunks", PIPELINED_CHUNKS)), c, terms, graphed)
     return {"batch_s": batch, "composition": composition, **band, **{f"t_{k}": v for k, v in terms.items()}}
