@@ -131,6 +131,31 @@ def test_an_exchange_timed_at_the_gradients_own_size_is_read_as_measured_and_its
     assert staged["batch_high_s"] == pytest.approx(staged["batch_s"] + 1e-3, rel=1e-9)
 
 
+def test_a_host_paced_band_spans_the_machines_other_boots(tmp_path):
+    """Each other ceilings file of the machine's folder is a boot: a staged step's band spans the copy, host floor
+    and exchange of the boots (their 5th to 95th percentile) and this file's own spread; one file alone keeps its own."""
+    predictor.BOOTS.clear()
+    machine = tmp_path / "results" / "some-gpu"
+    for k, factor in enumerate((1.0, 0.8, 1.3)):  # this boot, a faster one, a slower one
+        c = table()
+        t = c.table.copy()
+        t.loc[t.ceiling.isin(["staged_images", "staged_allreduce", "step_floor"]), "seconds"] *= factor
+        (machine / f"boot{k}").mkdir(parents=True)
+        t.to_csv(machine / f"boot{k}" / "ceilings_p2.csv", index=False)
+    alone = predictor.Ceilings.load(machine / "boot0" / "ceilings_p2.csv", boots=False)
+    c = predictor.Ceilings.load(machine / "boot0" / "ceilings_p2.csv")
+    assert len(c.boots) == 2 and not alone.boots
+    staged = point(mode="staged", p=2, B=8000, N=16000)
+    assert "batch_low_s" not in predictor.predict_point(staged, alone)  # no spread of its own: no band
+    pred = predictor.predict_point(staged, c)
+    ends = np.percentile([1.0, 0.8, 1.3], predictor.BOOT_PERCENTILES)
+    for end, f in zip(("low", "high"), ends):  # the copy, the host floor and the exchange at the boots' ends
+        want = pred["t_images"] * f + max(pred["t_kernels"], pred["t_host"] * f) + pred["t_exchange"] * f
+        assert pred[f"batch_{end}_s"] == pytest.approx(want, rel=1e-6)
+    assert pred["batch_s"] == predictor.predict_point(staged, alone)["batch_s"]  # the boots band it, never move it
+    predictor.BOOTS.clear()
+
+
 def test_the_ceilings_time_the_exchanges_at_each_nets_gradient_and_pipelined_pieces():
     from perflab.config import PIPELINED_CHUNKS
     from perflab.measure import ceilings

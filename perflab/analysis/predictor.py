@@ -134,16 +134,57 @@ class Ceilings:
     table: pd.DataFrame
     source: str = ""
     grid_misses: dict = field(default_factory=dict, repr=False)  # grid_error per step, once (kernel_spread)
+    boots: list = field(default_factory=list, repr=False)  # the machine's other ceilings files: other boots (envelope)
+    envelopes: dict = field(default_factory=dict, repr=False)
 
     @classmethod
-    def load(cls, path) -> "Ceilings":
-        """The ceilings file at path; one that is empty, no CSV or no ceilings table is named with what it lacks."""
+    def load(cls, path, boots: bool = True) -> "Ceilings":
+        """The ceilings file at path; one that is empty, no CSV or no ceilings table is named with what it lacks.
+        With `boots`, the other ceilings files of its machine's folder come along (envelope)."""
         from perflab.results import ResultFileError, read_table, relative
         try:
             table = read_table(path, CEILINGS_COLUMNS, CEILINGS_FILE)
         except ResultFileError as exc:
             raise PredictionError(str(exc)) from None
-        return cls(table, source=relative(path))  # as validation's skip reasons name it
+        c = cls(table, source=relative(path))  # as validation's skip reasons name it
+        if boots:
+            c.boots = [b for b in machine_ceilings(Path(path)) if b.source != c.source]
+        return c
+
+    def envelope(self, key: tuple, term, own: tuple[float, float]) -> tuple[float, float]:
+        """A host-paced term's fastest and slowest: over this file's own spread (`own`) and term(b) of every other
+        ceilings file of the machine (each a boot of its own: the pageable copy, the host's launches and the host
+        exchange move by 15-20% between boots, DEEP.md), where that file measured it, from their 5th to 95th
+        percentile; once per key."""
+        if key not in self.envelopes:
+            values = [(own[0] + own[1]) / 2]
+            for b in self.boots:
+                with contextlib.suppress(PredictionError, KeyError, ValueError, IndexError):
+                    values.append(float(term(b)))
+            # the boots' 5th to 95th percentile: a band for 90% of the runs, not stretched by one odd boot
+            low, high = np.percentile(values, BOOT_PERCENTILES)
+            self.envelopes[key] = min(own[0], float(low)), max(own[1], float(high))
+        return self.envelopes[key]
+
+    def exchange_envelope(self, p: int, nbytes: float, own: tuple[float, float]) -> tuple[float, float]:
+        """The staged exchange's ends over the machine's boots: this file's own at nbytes, scaled by each boot's
+        time over this file's at the grid size nearest nbytes that both timed (older files have no row at a net's
+        own size, and their fits across sizes miss it by up to 38%)."""
+        sizes = self.rows("staged_allreduce", ranks=p).size_bytes
+        grid = [s for s in sizes if int(s) & (int(s) - 1) == 0]  # the powers of two every file times
+        if not grid:
+            return own
+        ref = min(grid, key=lambda s: abs(math.log(s / nbytes)))
+        mine = self.at_size(self.rows("staged_allreduce", ranks=p), ref)
+        if mine is None:
+            return own
+
+        def scaled(b):
+            theirs = b.at_size(b.rows("staged_allreduce", ranks=p), ref)
+            if theirs is None:
+                raise KeyError(ref)  # that boot did not time this size at p ranks
+            return self.staged_exchange(p, nbytes) * float(theirs.seconds) / float(mine.seconds)
+        return self.envelope(("exchange", p, nbytes), scaled, own)
 
     def rows(self, ceiling: str, **match) -> pd.DataFrame:
         t = self.table[self.table.ceiling == ceiling]
@@ -562,6 +603,8 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
                            else "max(kernels, the trainer's host floor)")
             if not graphed:  # launched kernel by kernel: the batch at the host floor's and the kernels' two ends
                 floors = tuple(h - deeper_launches for h in host_spread) if host_spread else (terms["host"] - launches,) * 2
+                floors = c.envelope(("host", "resident", gemm, floors), lambda b: b.trainer_floor("resident", False, gemm),
+                                    floors)
                 kernels = c.kernel_spread(terms["kernels"], gemm, eager=True)
                 band = {f"batch_{end}_s": max(k + terms["exchange"], floor + launches)
                         for end, floor, k in zip(("low", "high"), floors, kernels)}
@@ -596,9 +639,14 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
                     return images + max(kernels, host) + exchange
                 composition = "images + max(kernels, the trainer's host floor) + exchange (serial)"
             batch = compose(terms["images"], terms["host"], terms["exchange"], terms["kernels"])
-            copies = c.staged_images_spread(Bl) or (terms["images"],) * 2
-            hosts = host_spread or (terms["host"],) * 2
+            copies = c.envelope(("images", Bl), lambda b: b.staged_images(Bl),
+                                c.staged_images_spread(Bl) or (terms["images"],) * 2)
+            hosts = c.envelope(("host", "staged", graphed, gemm, deeper_launches),
+                               lambda b: b.trainer_floor("staged", graphed, gemm) + deeper_launches,
+                               host_spread or (terms["host"],) * 2)
             exchanges = (c.allreduce_spread("staged_allreduce", p, gradient) if p > 1 else None) or (terms["exchange"],) * 2
+            if p > 1:
+                exchanges = c.exchange_envelope(p, gradient, exchanges)
             spreads = (copies, hosts, exchanges, c.kernel_spread(terms["kernels"], gemm, not graphed))
             if any(len({*ends}) > 1 for ends in spreads):  # the batch at the spreads' two ends
                 band = {f"batch_{end}_s": compose(*ends) for end, ends in zip(("low", "high"), zip(*spreads))}
@@ -798,6 +846,22 @@ def ceilings_for(folder: Path, p: int) -> Path | None:
     exact = [f for f in files if int(f.stem.split("_p")[1]) == p]
     larger = [f for f in files if int(f.stem.split("_p")[1]) >= p]
     return (exact or larger or [None])[0]
+
+
+BOOTS: dict = {}  # machine folder -> its ceilings files, loaded once a process
+BOOT_PERCENTILES = (5, 95)  # a host-paced band spans these of the machine's boots (issue 52: 90% of points inside)
+
+
+def machine_ceilings(path: Path) -> list[Ceilings]:
+    """Every readable ceilings file of the machine folder holding path (results/<machine> or runs/<key>, with
+    its sub-folders; elsewhere path's own folder), each without boots of its own."""
+    folder = next((f for f in path.resolve().parents if f.parent.name in ("results", "runs")), path.resolve().parent)
+    if folder not in BOOTS:
+        BOOTS[folder] = []
+        for f in sorted(folder.rglob("ceilings_p*.csv")):
+            with contextlib.suppress(PredictionError):
+                BOOTS[folder].append(Ceilings.load(f, boots=False))
+    return BOOTS[folder]
 
 
 def loader():
