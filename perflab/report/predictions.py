@@ -181,7 +181,11 @@ def missed_section() -> list[str]:
             "(`experiments/staged_copy/`), so a staged point measured over one or a few epochs lands anywhere in it, "
             "and beyond it where its run met a slower moment than the ceiling's. A step launched kernel by kernel "
             "widens the band by the host floor's fastest and slowest of its three repeats (where the ceilings file "
-            "timed it so; the earlier ones timed it once).\n\n" + fmt(t.round(3).fillna("-"))]
+            "timed it so; the earlier ones timed it once) and by its kernels' grid miss. Since session 38 every "
+            "host-paced term (the copy, the host floor, the staged exchange) also spans the 5th to 95th percentile "
+            "of the machine's other ceilings files, each a boot of its own (`results/nvidia-h100-80gb-hbm3/DEEP.md`): "
+            "these bands are recomputed by today's predictor, the committed checks' own are in their tables."
+            "\n\n" + fmt(t.round(3).fillna("-"))]
 
 
 VALIDATION_FIGURE = "predictor_validation"
