@@ -378,7 +378,6 @@ class Ceilings:
         alpha, beta = alpha_beta(t.size_bytes, seconds)
         return alpha + nbytes / beta
 
-
     @staticmethod
     def at_size(t: pd.DataFrame, nbytes: float):
         """The row of t timed at nbytes (within 1%), or None; rows that predate the seconds column have none."""
@@ -848,7 +847,7 @@ def ceilings_for(folder: Path, p: int) -> Path | None:
     return (exact or larger or [None])[0]
 
 
-BOOTS: dict = {}  # machine folder -> its ceilings files, loaded once a process
+BOOTS: dict = {}  # (machine folder, its ceilings files) -> those files loaded, once a process
 BOOT_PERCENTILES = (5, 95)  # a host-paced band spans these of the machine's boots (issue 52: 90% of points inside)
 
 
@@ -856,12 +855,13 @@ def machine_ceilings(path: Path) -> list[Ceilings]:
     """Every readable ceilings file of the machine folder holding path (results/<machine> or runs/<key>, with
     its sub-folders; elsewhere path's own folder), each without boots of its own."""
     folder = next((f for f in path.resolve().parents if f.parent.name in ("results", "runs")), path.resolve().parent)
-    if folder not in BOOTS:
-        BOOTS[folder] = []
-        for f in sorted(folder.rglob("ceilings_p*.csv")):
+    key = (folder, tuple(sorted(folder.rglob("ceilings_p*.csv"))))  # a file measured since is read too
+    if key not in BOOTS:
+        BOOTS[key] = []
+        for f in key[1]:
             with contextlib.suppress(PredictionError):
-                BOOTS[folder].append(Ceilings.load(f, boots=False))
-    return BOOTS[folder]
+                BOOTS[key].append(Ceilings.load(f, boots=False))
+    return BOOTS[key]
 
 
 def loader():

@@ -193,14 +193,6 @@ class FusedGPU(Sequential):
             # the all-reduce as soon as backward has made it, under the GEMMs of the layers below
             sizes = [int(np.prod(p.shape)) for p in host_params]
             self.layer_starts = [int(sum(sizes[:k])) for k in range(0, len(sizes), 2)]  # W_l's place in G
-        # Whether the exchange and the update are in a step's graph too, a batch at a time (an epoch's
-        # graph holds them whenever the exchange is capturable). On several GPUs without --overlap they
-        # launch after it: as fast as capturing them at H = 2048 and faster at H = 512 (two H200); one
-        # graph an epoch with NCCL inside was faster still at H = 512 on two H100 (3.67 ms an epoch
-        # against 3.91: results/nvidia-h100-80gb-hbm3/scaling_ffa61be/). With --overlap the NCCL
-        # all-reduces of the chunks must be inside: launched one by one between the GEMM 3 chunks they
-        # were 1.2x (H = 2048) to 6x (H = 512) slower (results/nvidia-h200/nccl_graph_capture.log).
-        # A host MPI exchange cannot be captured at all.
         # Past one hidden layer, each upper layer's weight gradient dW_l = dz_l a_{l-1}^T runs on a side
         # stream beside its input gradient W_l^T dz_l, the sigmoid' pass after it and dW_1 (they only read
         # dz_l), joined once a step: the backward below the output layer took 0.97-0.99 of its serial time
@@ -214,6 +206,14 @@ class FusedGPU(Sequential):
             own_handle(cp.cuda.Device().id)  # made here, never inside a graph capture
             self.side_stream = cp.cuda.Stream(non_blocking=True)
             self.fork, self.join = cp.cuda.Event(disable_timing=True), cp.cuda.Event(disable_timing=True)
+        # Whether the exchange and the update are in a step's graph too, a batch at a time (an epoch's
+        # graph holds them whenever the exchange is capturable). On several GPUs without --overlap they
+        # launch after it: as fast as capturing them at H = 2048 and faster at H = 512 (two H200); one
+        # graph an epoch with NCCL inside was faster still at H = 512 on two H100 (3.67 ms an epoch
+        # against 3.91: results/nvidia-h100-80gb-hbm3/scaling_ffa61be/). With --overlap the NCCL
+        # all-reduces of the chunks must be inside: launched one by one between the GEMM 3 chunks they
+        # were 1.2x (H = 2048) to 6x (H = 512) slower (results/nvidia-h200/nccl_graph_capture.log).
+        # A host MPI exchange cannot be captured at all.
         self.whole_graph = comm.size == 1 or self.overlap
         self.capturable = capturable_exchange(comm)
         self.epochs_graphed = 0  # epochs run as one CUDA graph (a sweep row says whether its epochs were)
