@@ -2,7 +2,7 @@
 # One device call on a several-GPU machine: multi-GPU checks, ceilings, roofline sweep, scaling,
 # data against model parallel, the all-reduce bench, the pipelined staged path beside the serial one, and the
 # single-GPU benchmarks (stages: info check auto ceilings sweep scaling deep parallel allreduce pipeline bench x4 exchange
-# channels dataparallel watchdog wfbp halfexchange deepmodel). CEILINGS_ARGS: more for `perflab ceilings` (--hidden H.. --per-rank-batch b..).
+# channels dataparallel watchdog wfbp halfexchange deepmodel bootbands). CEILINGS_ARGS: more for `perflab ceilings` (--hidden H.. --per-rank-batch b..).
 # Four GPUs (issue 33), one call: P=4 FLAGS="- p2p overlap staged pipelined model" bash scripts/gpu_multi.sh x4 scaling ceilings allreduce
 # Every command has a time limit, so one hang cannot eat the call. Usage:
 #   OUT=/tmp/out P=2 bash scripts/gpu_multi.sh [stage...]
@@ -69,6 +69,10 @@ for stage in $stages; do
         mpi -n $n python3 -m perflab.measure.peers_multi ddp 1024-1024 3000 60000 2>/dev/null | tail -1
         timeout 120 python3 -m perflab.measure.peers_multi jax 1024-1024 3000 60000 $n 2>/dev/null | tail -1
       done 2>&1 | tee "$OUT/scaling_deep.jsonl" ;;
+    bootbands)  # issue 52: the run of results/predictions/h100x2_boot_bands_* (committed before it): host-paced bands over boots
+      LIMIT=300 mpi -n $P python3 -m perflab sweep --name prediction_check_h100x2_boot_bands_h1408-1408_h1664-1664-1664_b2400 \
+        --hidden 1408-1408 1664-1664-1664 --per-rank-batch 2400 --ranks 1 2 --backend cupy --mode resident staged \
+        --launch graph eager --gemm cublas --train-size 60000 --num-epochs 4 --out "$OUT" 2>&1 | tr '\r' '\n' | tail -2 ;;
     wfbp)  # issue 52 item 2: WFBP (--overlap past one hidden layer: each layer's gradient all-reduced as backward makes it)
       # checked against the reference, then timed by --comm auto against one exchange after backward (and p2p)
       for dt in float64 float32; do for hidden in "61 37" "61 37 23" "97 61 37 23"; do
