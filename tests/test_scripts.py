@@ -170,7 +170,7 @@ def test_every_prediction_check_a_device_script_runs_has_its_committed_predictio
     import re
     names = set()
     for script in (PROJECT_ROOT / "scripts").glob("*.sh"):
-        names |= set(re.findall(r"--name (prediction_check_[\w]+)", script.read_text()))
+        names |= set(re.findall(r"--name (prediction_check_[\w-]+)", script.read_text()))
     assert names, "no device script runs a committed prediction's points"
     for name in names:
         made = PROJECT_ROOT / "results" / "predictions" / f"{name.removeprefix('prediction_check_')}.json"
