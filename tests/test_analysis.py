@@ -405,8 +405,10 @@ def test_the_checks_summary_has_a_row_per_measured_check_newest_first(tmp_path):
     overall, per mode and for the graphed resident steps, the newest run first."""
     checks = []
     for name, date, graph_ms in (("old_h512_b800", "2026-11-24T01:00:00", 0.25), ("new_h512_b800", "2026-11-25T01:00:00", 0.2)):
-        pred = [{"H": 512, "B": 800, "b": 800, "p": 1, "mode": m, "gemm": "cublas", "launch": la, "batch_ms": ms}
-                for m, la, ms in (("resident", "graph", graph_ms), ("resident", "eager", 0.5), ("staged", "graph", 1.5))]
+        pred = [{"H": 512, "B": 800, "b": 800, "p": 1, "mode": m, "gemm": "cublas", "launch": la, "batch_ms": ms,
+                 "low_ms": lo, "high_ms": hi}
+                for m, la, ms, lo, hi in (("resident", "graph", graph_ms, None, None), ("resident", "eager", 0.5, 0.3, 0.45),
+                                          ("staged", "graph", 1.5, 1.1, 1.2))]
         measured = pd.DataFrame([{**{k: r[k] for k in ("H", "B", "p", "mode", "gemm", "launch")}, "batches": 10,
                                   "epoch_seconds": sec} for r, sec in zip(pred, (0.0025, 0.004, 0.01))])
         check = tmp_path / f"prediction_check_{name}.csv"
@@ -416,6 +418,8 @@ def test_the_checks_summary_has_a_row_per_measured_check_newest_first(tmp_path):
     checks.append((tmp_path / "waiting_h512_b800.json", {"rows": [], "predicted_by": "abcdef0123"}, None))
     points = predictions.check_points(checks)
     assert len(points) == 6 and set(points.launch) == {"graph", "eager"}
+    # measured 0.4 (inside 0.3-0.45) and 1.0 (under 1.1-1.2); graphed resident had no band
+    assert points.inside_band.tolist()[:3] == [None, True, False]
     lines = predictions.checks_summary(points).splitlines()
     assert len(lines) == 4 and lines[2].startswith("| new_h512_b800 |") and lines[3].startswith("| old_h512_b800 |")
     row = dict(zip([c.strip() for c in lines[0].strip("|").split("|")], [c.strip() for c in lines[2].strip("|").split("|")]))

@@ -1005,6 +1005,11 @@ def headline() -> str:
             if len(err):
                 claim(f"the predictor, blind (committed before each run), {kind} steps on the GPUs: median absolute error",
                       f"{err.median():.0%} over {len(err)} points", RESULTS_ROOT / "predictions")
+        banded = points.inside_band.dropna().astype(bool)
+        if len(banded):
+            claim("the predictor, blind, steps the host paces (staged, launched kernel by kernel): points inside the band "
+                  "they were predicted with", f"{banded.sum()} of {len(banded)} ({banded.mean():.0%})",
+                  RESULTS_ROOT / "predictions")
     path = folder / "watchdog" / "frozen_rank_h100x2.jsonl"
     if path.exists():
         import json

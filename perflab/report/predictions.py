@@ -243,8 +243,9 @@ def median_worst(err) -> str:
 
 def check_points(checks):
     """Every point of every measured prediction, one row each: the check, its machine folder, when it
-    was measured, the prediction's git, mode, launch (None where the check did not name it), error
-    and the kind of step it tests (check_kind)."""
+    was measured, the prediction's git, mode, launch (None where the check did not name it), error,
+    whether it fell inside the band it was predicted with (None where it had none) and the kind of step
+    it tests (check_kind)."""
     import json
 
     import pandas as pd
@@ -253,11 +254,15 @@ def check_points(checks):
         if check is None:
             continue
         both, err, _ = check_table(pd.DataFrame(made["rows"]), pd.read_csv(check))
+        inside = None
+        if "low_ms" in both:
+            inside = [None if pd.isna(lo) else bool(lo <= m <= hi) for lo, m, hi in zip(both.low_ms, both.measured_ms,
+                                                                                       both.high_ms)]
         meta = json.loads(check.with_suffix(".json").read_text()) if check.with_suffix(".json").exists() else {}
         parts.append(pd.DataFrame({"check": made_path.stem, "machine": check.parent.name,
                                    "measured": str(meta.get("date", "?"))[:16], "predicted at": made["predicted_by"][:8],
                                    "mode": both["mode"], "launch": both["launch"] if "launch" in both else None,
-                                   "error": err}))
+                                   "error": err, "inside_band": inside}))
     if not parts:
         return pd.DataFrame()
     points = pd.concat(parts, ignore_index=True)
