@@ -178,12 +178,13 @@ class Ceilings:
         mine = self.at_size(self.rows("staged_allreduce", ranks=p), ref)
         if mine is None:
             return own
+        here = self.staged_exchange(p, nbytes) / float(mine.seconds)  # this file's at nbytes, per second at ref
 
         def scaled(b):
             theirs = b.at_size(b.rows("staged_allreduce", ranks=p), ref)
             if theirs is None:
                 raise KeyError(ref)  # that boot did not time this size at p ranks
-            return self.staged_exchange(p, nbytes) * float(theirs.seconds) / float(mine.seconds)
+            return here * float(theirs.seconds)
         return self.envelope(("exchange", p, nbytes), scaled, own)
 
     def rows(self, ceiling: str, **match) -> pd.DataFrame:
@@ -573,9 +574,7 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
         update = c.kernel("gpu", UPDATE, update_width(hidden), Bl)
         # a step launched kernel by kernel: each hidden layer past the first launches its four kernels
         deeper_launches = 0.0 if graphed else HIDDEN_LAYER_LAUNCHES * (len(hidden) - 1) * c.launch()
-        host_spread = c.trainer_floor_spread(point["mode"], graphed, gemm) if point["mode"] != "pipelined" else None
-        if host_spread:
-            host_spread = tuple(h + deeper_launches for h in host_spread)
+        floor_spread = c.trainer_floor_spread(point["mode"], graphed, gemm) if point["mode"] != "pipelined" else None
         if point["mode"] == "resident":
             # on several GPUs, a graph a step: the all-reduce and the update launch one by one after it
             launches = (2 * c.launch() if p > 1 and not ran_epoch_graphs(point) else 0.0) + deeper_launches
@@ -601,7 +600,7 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
             composition = (f"max(kernels + {exchange}, the trainer's host floor + launches)" if exchange
                            else "max(kernels, the trainer's host floor)")
             if not graphed:  # launched kernel by kernel: the batch at the host floor's and the kernels' two ends
-                floors = tuple(h - deeper_launches for h in host_spread) if host_spread else (terms["host"] - launches,) * 2
+                floors = floor_spread or (terms["host"] - launches,) * 2
                 floors = c.envelope(("host", "resident", gemm, floors), lambda b: b.trainer_floor("resident", False, gemm),
                                     floors)
                 kernels = c.kernel_spread(terms["kernels"], gemm, eager=True)
@@ -642,7 +641,7 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
                                 c.staged_images_spread(Bl) or (terms["images"],) * 2)
             hosts = c.envelope(("host", "staged", graphed, gemm, deeper_launches),
                                lambda b: b.trainer_floor("staged", graphed, gemm) + deeper_launches,
-                               host_spread or (terms["host"],) * 2)
+                               tuple(h + deeper_launches for h in floor_spread) if floor_spread else (terms["host"],) * 2)
             exchanges = (c.allreduce_spread("staged_allreduce", p, gradient) if p > 1 else None) or (terms["exchange"],) * 2
             if p > 1:
                 exchanges = c.exchange_envelope(p, gradient, exchanges)

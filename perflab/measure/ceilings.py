@@ -41,7 +41,7 @@ import time
 
 import numpy as np
 
-from perflab.config import HALF_CAPABILITY, HALF_IMPLS, ConfigError
+from perflab.config import HALF_CAPABILITY, HALF_IMPLS, PIPELINED_CHUNKS, ConfigError
 from perflab.timing import median_seconds, repeat_seconds
 
 SIZES = [2**k for k in range(12, 29, 2)]  # 4 KiB .. 256 MiB
@@ -660,7 +660,6 @@ def exchange_sizes(sizes, nets=()) -> tuple[list[int], list[int]]:
     fitted across sizes where the host MPI's protocol changes (Open MPI's 64 MiB all-reduce took 10x
     its 16 MiB one on two H100: a 24 MB gradient was over-predicted by up to 38%, DEEP.md)."""
     from perflab.analysis.perfmodel import gradient_buffer_bytes, gradient_pieces
-    from perflab.config import PIPELINED_CHUNKS
     whole = {gradient_buffer_bytes(net) for net in nets}
     pieces = {size for net in nets for size in gradient_pieces(net, PIPELINED_CHUNKS)}
     return sorted({*sizes, *whole}), sorted({*PIECE_SIZES, *pieces})
