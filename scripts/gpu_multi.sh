@@ -2,7 +2,7 @@
 # One device call on a several-GPU machine: multi-GPU checks, ceilings, roofline sweep, scaling,
 # data against model parallel, the all-reduce bench, the pipelined staged path beside the serial one, and the
 # single-GPU benchmarks (stages: info check auto ceilings sweep scaling deep parallel allreduce pipeline bench x4 exchange
-# channels dataparallel watchdog wfbp halfexchange deepmodel bootbands). CEILINGS_ARGS: more for `perflab ceilings` (--hidden H.. --per-rank-batch b..).
+# channels dataparallel watchdog wfbp halfexchange deepmodel bootbands twoshot). CEILINGS_ARGS: more for `perflab ceilings` (--hidden H.. --per-rank-batch b..).
 # Four GPUs (issue 33), one call: P=4 FLAGS="- p2p overlap staged pipelined model" bash scripts/gpu_multi.sh x4 scaling ceilings allreduce
 # Every command has a time limit, so one hang cannot eat the call. Usage:
 #   OUT=/tmp/out P=2 bash scripts/gpu_multi.sh [stage...]
@@ -73,6 +73,16 @@ for stage in $stages; do
       LIMIT=300 mpi -n $P python3 -m perflab sweep --name prediction_check_h100x2_boot_bands_h1408-1408_h1664-1664-1664_b2400 \
         --hidden 1408-1408 1664-1664-1664 --per-rank-batch 2400 --ranks 1 2 --backend cupy --mode resident staged \
         --launch graph eager --gemm cublas --train-size 60000 --num-epochs 4 --out "$OUT" 2>&1 | tr '\r' '\n' | tail -2 ;;
+    twoshot)  # --comm p2p two-shot (from 3 ranks): checked at p = 3 and P, depths 1 and 3, graphed and launched kernel by
+      # kernel; then the exchange alone beside NCCL + update at p = 2, 3, P (experiments/p2p/two_shot.py)
+      for n in 3 $P; do
+        for args in "--dtype float32" "--dtype float64" "--dtype float32 --launch eager" "--dtype float64 --hidden-size 61 37 23" \
+                    "--dtype float32 --hidden-size 61 37 23 --launch eager"; do
+          mpi -n $n python3 -m perflab check --backend cupy --parallel data --mode resident $SMALL --comm p2p $args --json \
+            2>"$OUT/err.txt" | show "p=$n p2p $args"; tail -1 "$OUT/err.txt" | cut -c1-300
+        done
+      done 2>&1 | tee "$OUT/gpu_check_p2p_two_shot.log"
+      for n in 2 3 $P; do mpi -n $n python3 experiments/p2p/two_shot.py 2>&1 | grep '^{'; done | tee "$OUT/p2p_two_shot.jsonl" ;;
     wfbp)  # issue 52 item 2: WFBP (--overlap past one hidden layer: each layer's gradient all-reduced as backward makes it)
       # checked against the reference, then timed by --comm auto against one exchange after backward (and p2p)
       for dt in float64 float32; do for hidden in "61 37" "61 37 23" "97 61 37 23"; do

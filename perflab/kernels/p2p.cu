@@ -11,6 +11,13 @@
 //   end:   tell every peer "I have read your round v". The wait for that is peer_read_wait,
 //          launched before this rank's backward next writes its gradient: by then it has
 //          long arrived, where a wait at the end of this kernel cost about 6 us.
+// From p = 3 the exchange is two-shot (exchange_update_two_shot): one-shot pulls (p - 1) whole gradients
+// into each GPU, two-shot 2 (p - 1) / p of one (at p = 4, 1.5 instead of 3). Rank k owns the k-th of p
+// slices of the vectors: it reads that slice of every rank's gradient, sums in rank order, updates it
+// in P and writes the new values over its own gradient's slice (which no peer reads: each reads its own
+// slice), then says so (a third flag, "mid", released after the writes); every rank then copies each
+// peer's updated slice out of that peer's gradient buffer. Every rank's P has the same bits by
+// construction, and the "read" flag at the end now also covers the second read.
 // A peer silent for timeout_ns is taken for dead: the first waiting block prints who, every one traps,
 // so the next CUDA call raises instead of hanging (the host's watchdog, which waits less, speaks
 // first). Blocks must all be resident at once (a block spins on its peer's twin): launch at most
@@ -35,13 +42,21 @@ __device__ void signal_flag(unsigned* flag, unsigned v) {
     asm volatile("st.volatile.global.u32 [%0], %1;" :: "l"(flag), "r"(v) : "memory");
 }
 
+// Release / acquire at system scope for the two-shot's mid flag: it orders this kernel's own writes (the
+// updated slice) before a peer's reads of them, which a plain volatile store does not.
+__device__ void release_flag(unsigned* flag, unsigned v) {
+    asm volatile("st.release.sys.global.u32 [%0], %1;" :: "l"(flag), "r"(v) : "memory");
+}
+
 __device__ unsigned p2p_spoke = 0;  // a wait has timed out and said so
 
-__device__ void wait_flag(const unsigned* flag, unsigned v, long long timeout_ns, int rank, int peer, int block) {
+__device__ void wait_flag(const unsigned* flag, unsigned v, long long timeout_ns, int rank, int peer, int block,
+                          bool acquire = false) {
     unsigned long long t0 = now_ns();
     for (;;) {
         unsigned seen;
-        asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(seen) : "l"(flag) : "memory");
+        if (acquire) asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(seen) : "l"(flag) : "memory");
+        else asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(seen) : "l"(flag) : "memory");
         if ((int)(seen - v) >= 0) return;  // counts wrap after 2^32 rounds: compare by difference
         if (now_ns() - t0 > (unsigned long long)timeout_ns) {
             if (atomicExch(&p2p_spoke, 1u) == 0)  // one line, not one per waiting block
@@ -78,6 +93,38 @@ template <typename T> struct Vector;
 template <> struct Vector<float> { using type = float4; };
 template <> struct Vector<double> { using type = double2; };
 
+constexpr int FLAG_SLOTS = 3;  // a block's flags from each peer: [0] round begun, [1] read what it needs of mine, [2] mid
+
+// The start barrier of block blockIdx.x: its round (returned to every thread), told to and heard from every peer.
+__device__ unsigned begin_round(int p, int rank, const unsigned long long* flags, unsigned* rounds, long long timeout_ns) {
+    __shared__ unsigned v;
+    if (threadIdx.x == 0) v = rounds[blockIdx.x] = rounds[blockIdx.x] + 1;
+    __syncthreads();
+    const int r = threadIdx.x;  // thread r < p speaks with rank r
+    const size_t start = (size_t)blockIdx.x * FLAG_SLOTS * p;
+    if (r < p && r != rank) {
+        signal_flag((unsigned*)flags[r] + start + rank, v);
+        wait_flag((const unsigned*)flags[rank] + start + r, v, timeout_ns, rank, r, blockIdx.x);
+    }
+    __syncthreads();
+    return v;
+}
+
+// The vectors past the last whole one (n % W values), then the CE slot at G[n]: every rank sums them itself.
+template <typename T>
+__device__ void tail_update(T* P, const unsigned long long* grads, int p, size_t n, size_t nv, T lr,
+                            const long long* ends, const T* regs, int nseg, T* ce_out) {
+    using V = typename Vector<T>::type;
+    constexpr int W = sizeof(V) / sizeof(T);
+    size_t e = nv * W + (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e <= n) {
+        T s = __ldcg((const T*)grads[0] + e);
+        for (int k = 1; k < p; ++k) s += __ldcg((const T*)grads[k] + e);
+        if (e < n) P[e] = sgd(P[e], s, lr, reg_at(e, ends, regs, nseg));
+        else *ce_out = s;
+    }
+}
+
 // grads, flags: p device addresses each (this rank's own at [rank]); n parameters, the CE slot at G[n]
 template <typename T>
 __global__ void exchange_update(T* __restrict__ P, const unsigned long long* __restrict__ grads,
@@ -85,17 +132,9 @@ __global__ void exchange_update(T* __restrict__ P, const unsigned long long* __r
         T* ce_out, const unsigned long long* __restrict__ flags, unsigned* rounds, long long timeout_ns) {
     using V = typename Vector<T>::type;
     constexpr int W = sizeof(V) / sizeof(T), U = 4;  // U vectors in flight a thread from each rank
-    __shared__ unsigned v;
-    if (threadIdx.x == 0) v = rounds[blockIdx.x] = rounds[blockIdx.x] + 1;
-    __syncthreads();
-    const int r = threadIdx.x;  // thread r < p speaks with rank r
-    const size_t start = ((size_t)blockIdx.x * 2) * p, end = start + p;
-    unsigned* mine = (unsigned*)flags[rank];
-    if (r < p && r != rank) {
-        signal_flag((unsigned*)flags[r] + start + rank, v);
-        wait_flag(mine + start + r, v, timeout_ns, rank, r, blockIdx.x);
-    }
-    __syncthreads();
+    const unsigned v = begin_round(p, rank, flags, rounds, timeout_ns);
+    const int r = threadIdx.x;
+    const size_t end = (size_t)blockIdx.x * FLAG_SLOTS * p + p;
     const size_t stride = (size_t)gridDim.x * blockDim.x, nv = n / W;
     V* Pv = (V*)P;
     for (size_t base = (size_t)blockIdx.x * blockDim.x + threadIdx.x; base < nv; base += U * stride) {
@@ -116,14 +155,63 @@ __global__ void exchange_update(T* __restrict__ P, const unsigned long long* __r
             if (e < nv) Pv[e] = sgd_vector(w[u], g[u], lr, e * W, ends, regs, nseg);
         }
     }
-    size_t e = nv * W + (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // the last n % W, then the CE slot
-    if (e <= n) {
-        T s = __ldcg((const T*)grads[0] + e);
-        for (int k = 1; k < p; ++k) s += __ldcg((const T*)grads[k] + e);
-        if (e < n) P[e] = sgd(P[e], s, lr, reg_at(e, ends, regs, nseg));
-        else *ce_out = s;
-    }
+    tail_update(P, grads, p, n, nv, lr, ends, regs, nseg, ce_out);
     __syncthreads();  // every thread of the block has read what it needs of the peers
+    if (r < p && r != rank) signal_flag((unsigned*)flags[r] + end + rank, v);
+}
+
+// The two-shot exchange (p >= 3; the file's head says why). Same arguments as exchange_update.
+template <typename T>
+__global__ void exchange_update_two_shot(T* __restrict__ P, const unsigned long long* __restrict__ grads,
+        int p, int rank, size_t n, T lr, const long long* __restrict__ ends, const T* __restrict__ regs, int nseg,
+        T* ce_out, const unsigned long long* __restrict__ flags, unsigned* rounds, long long timeout_ns) {
+    using V = typename Vector<T>::type;
+    constexpr int W = sizeof(V) / sizeof(T), U = 4;
+    const unsigned v = begin_round(p, rank, flags, rounds, timeout_ns);
+    const int r = threadIdx.x;
+    const size_t end = (size_t)blockIdx.x * FLAG_SLOTS * p + p, mid = end + p;
+    const size_t stride = (size_t)gridDim.x * blockDim.x, nv = n / W, first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    V* Pv = (V*)P;
+    V* own = (V*)grads[rank];
+    const size_t lo = nv * rank / p, hi = nv * (rank + 1) / p;  // this rank's slice
+    for (size_t base = lo + first; base < hi; base += U * stride) {
+        V g[U], w[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) if (base + u * stride < hi) w[u] = Pv[base + u * stride];
+        for (int k = 0; k < p; ++k) {
+            const V* src = (const V*)grads[k];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                size_t e = base + u * stride;
+                if (e < hi) { V x = __ldcg(src + e); g[u] = k == 0 ? x : add(g[u], x); }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            size_t e = base + u * stride;
+            if (e < hi) own[e] = Pv[e] = sgd_vector(w[u], g[u], lr, e * W, ends, regs, nseg);
+        }
+    }
+    tail_update(P, grads, p, n, nv, lr, ends, regs, nseg, ce_out);
+    __syncthreads();  // the block's slice is written (and its reads of the peers done)
+    if (r < p && r != rank) {
+        release_flag((unsigned*)flags[r] + mid + rank, v);
+        wait_flag((const unsigned*)flags[rank] + mid + r, v, timeout_ns, rank, r, blockIdx.x, true);
+    }
+    __syncthreads();
+    for (int j = 1; j < p; ++j) {  // each peer's slice, starting past this rank's own so the peers are read evenly
+        const int k = (rank + j) % p;
+        const V* src = (const V*)grads[k];
+        const size_t klo = nv * k / p, khi = nv * (k + 1) / p;
+        for (size_t base = klo + first; base < khi; base += U * stride) {
+            V x[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) if (base + u * stride < khi) x[u] = __ldcg(src + base + u * stride);
+#pragma unroll
+            for (int u = 0; u < U; ++u) if (base + u * stride < khi) Pv[base + u * stride] = x[u];
+        }
+    }
+    __syncthreads();
     if (r < p && r != rank) signal_flag((unsigned*)flags[r] + end + rank, v);
 }
 
@@ -133,7 +221,7 @@ __global__ void peer_read_wait(int p, int rank, const unsigned long long* __rest
                                const unsigned* __restrict__ rounds, int blocks, long long timeout_ns) {
     int b = threadIdx.x;
     if (b >= blocks) return;
-    const unsigned* mine = (const unsigned*)flags[rank] + ((size_t)b * 2 + 1) * p;
+    const unsigned* mine = (const unsigned*)flags[rank] + ((size_t)b * FLAG_SLOTS + 1) * p;
     for (int k = 0; k < p; ++k)
         if (k != rank) wait_flag(mine + k, rounds[b], timeout_ns, rank, k, b);
 }

@@ -1,6 +1,6 @@
 """The --comm p2p exchange's kernels (p2p.cu), for perflab.train.comm.P2PComm: the peers' gradients
-read over NVLink, summed and applied to the parameters in one launch, and the wait that keeps a
-rank from overwriting its gradient before every peer has read it."""
+read over NVLink, summed and applied to the parameters in one launch (one-shot at p = 2, two-shot from
+p = 3), and the wait that keeps a rank from overwriting its gradient before every peer has read it."""
 from __future__ import annotations
 
 import functools
@@ -9,7 +9,10 @@ import numpy as np
 
 from perflab.kernels.build import ctype, i32, module, multiprocessors, u64
 
-P2P_KERNELS = ("exchange_update<float>", "exchange_update<double>", "peer_read_wait")
+P2P_KERNELS = ("exchange_update<float>", "exchange_update<double>", "exchange_update_two_shot<float>",
+               "exchange_update_two_shot<double>", "peer_read_wait")
+FLAG_SLOTS = 3  # p2p.cu's: a block's flags from each peer (begun, read, the two-shot's mid)
+TWO_SHOT_FROM = 3  # ranks: one-shot pulls p - 1 gradients into each GPU, two-shot 2 (p - 1) / p
 THREADS = 512  # a block; one block a multiprocessor, so that every block is resident at once (they spin)
 
 
@@ -28,7 +31,8 @@ def exchange_update(params, grads, rank: int, n: int, learning_rate, ends, regs,
     """params[:n] -= lr (sum over ranks of G[:n] + regs[segment] params); ce_out = the ranks' G[n] summed.
     grads, flags: device arrays of every rank's buffer address (uint64, this rank's own included);
     grid: blocks(), passed in (a launch in an eager step should not ask the device each time)."""
-    function(f"exchange_update<{ctype(params.dtype)}>")(
+    kernel = "exchange_update_two_shot" if grads.size >= TWO_SHOT_FROM else "exchange_update"
+    function(f"{kernel}<{ctype(params.dtype)}>")(
         (grid,), (THREADS,), (params, grads, i32(grads.size), i32(rank), u64(n), params.dtype.type(learning_rate),
                               ends, regs, i32(ends.size), ce_out, flags, rounds, np.int64(timeout_ns)))
 

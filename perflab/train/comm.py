@@ -179,7 +179,8 @@ P2P_KEPT = []  # the memory peers map, for the process's life: a peer may still 
 class P2PComm(MPIComm):
     """--comm p2p, GPUs of one node: each rank maps every peer's gradient buffer and flags (CUDA
     IPC) and one kernel reads the peers' gradients over NVLink, sums them in rank order and
-    applies the SGD update (perflab/kernels/p2p.cu); NCCL's all-reduce and the update kernel after
+    applies the SGD update (perflab/kernels/p2p.cu; from three ranks two-shot, each summing and
+    updating its slice, then copying the peers'); NCCL's all-reduce and the update kernel after
     it took 48 us a step at H = 2048 on two H100, this 27.5 (experiments/p2p/README.md). It
     serves the fused data-parallel trainer, which calls `register` once, `exchange_update` where
     others all-reduce and update, and `read_wait` before its backward writes the gradient again.
@@ -228,7 +229,7 @@ class P2PComm(MPIComm):
         returned for the trainer to write its gradient into (collective)."""
         cp, runtime = self.cp, self.cp.cuda.runtime
         self.G = self.own_array(size, dtype)
-        self.flags_own = self.own_array(2 * self.blocks * self.size, np.uint32)
+        self.flags_own = self.own_array(self.kernels.FLAG_SLOTS * self.blocks * self.size, np.uint32)
         self.rounds = cp.zeros(self.blocks, np.uint32)
         self.ce = cp.zeros(1, dtype)  # the ranks' CE sums added (G's own slot is the peers' to read)
         handles = self.comm.allgather((runtime.ipcGetMemHandle(self.G.data.ptr),
