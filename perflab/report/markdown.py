@@ -991,13 +991,13 @@ def headline() -> str:
               "half-precision peer's (JAX bf16 scan, PyTorch autocast graph; over the cuBLAS BF16 GEMM floor)",
               span(epoch_ratios(t, "perflab (bf16)", ["jax scan epoch (bf16)", "pytorch cuda graph (bf16 autocast)"]),
                    ".2f") + f" ({span(epoch_ratios(t, 'perflab (bf16)', ['cublas floor (bf16)']), '.2f')})", path)
-    path = RESULTS_ROOT / f"{HEADLINE_MACHINE}-x4" / "scaling_deep.jsonl"
+    path = RESULTS_ROOT / f"{HEADLINE_MACHINE}-x4" / "scaling_two_shot.jsonl"
     if path.exists():
-        eff = efficiencies(path, "1024-1024", 4)
-        if "perflab" in eff:
-            others = ", ".join(f"{k} {v:.2f}" for k, v in sorted(eff.items()) if k != "perflab")
-            claim("four H100, 784-1024-1024-10, b = 3000 a GPU: data-parallel efficiency at p = 4", f"{eff['perflab']:.2f}"
-                  + (f" ({others})" if others else ""), path)
+        effs = [efficiencies(path, net, 4) for net in ("2048", "1024-1024")]
+        if all("perflab" in e and "jax sharded scan" in e for e in effs):
+            claim("four H100, b = 3000 a GPU, 784-2048-10 / 784-1024-1024-10: data-parallel efficiency at p = 4 "
+                  "(JAX's sharded scan)", " / ".join(f"{e['perflab']:.2f}" for e in effs)
+                  + f" ({' / '.join(format(e['jax sharded scan'], '.2f') for e in effs)})", path)
     points = predictions.check_points(predictions.committed_checks())
     if len(points):
         for kind in ("resident, graphed", "staged"):
