@@ -901,6 +901,17 @@ def test_a_graphed_staged_step_is_charged_copy_plus_kernels_less_the_copy_measur
     two = {**staged, "graphs": False, "p": 2, "B": 8000, "N": 16000}  # an exchange between: no copy under the step
     assert predictor.predict_point(two, with_overlap)["batch_s"] == pytest.approx(
         images + kernels + with_overlap.staged_exchange(2, perfmodel.gradient_buffer_bytes(4096)))
+    # with the copy's walks spread: the eager step's band tops out at none of the copy under the kernels,
+    # the graphed one's still credits it
+    t = with_overlap.table.copy()
+    walks = t.ceiling == "staged_images"
+    t.loc[walks, "min_seconds"], t.loc[walks, "max_seconds"] = 0.9 * t.seconds[walks], 1.2 * t.seconds[walks]
+    spread = predictor.Ceilings(t, source="made-up")
+    eager = predictor.predict_point({**staged, "graphs": False}, spread)
+    assert eager["batch_high_s"] == pytest.approx(1.2 * images + kernels)
+    assert eager["batch_low_s"] == pytest.approx(0.9 * images + kernels - spread.staged_hidden(4000, left))
+    graphed = predictor.predict_point(staged, spread)
+    assert graphed["batch_high_s"] == pytest.approx(1.2 * images + kernels - hidden + 3e-5)
 
 
 def test_a_host_paced_step_is_banded_by_its_kernels_grid_miss_too():

@@ -610,6 +610,7 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
             terms["host"] = c.trainer_floor("staged", graphed, gemm) + deeper_launches
             terms["images"] = c.staged_images(Bl)
             terms["exchange"] = c.staged_exchange(p, gradient) if p > 1 else 0.0
+            compose_high = None  # the band's top composed as the prediction, unless a branch says otherwise
             under = c.staged_hidden(Bl, terms["kernels"]) if graphed and p == 1 else None
             if under is not None:
                 # the host copies batch k+1 into the driver's staging while the GPU replays batch k's graph,
@@ -630,6 +631,11 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
 
                 def compose(images, host, exchange, kernels):
                     return images + max(kernels, host) - min(c.staged_hidden(Bl, max(kernels - host, 0.0)), images)
+
+                # the band's top credits none of it: how much ran under the kernels moved between boots of two H100,
+                # from 11-17% under the serial sum to at it (results/nvidia-h100-80gb-hbm3/DEEP.md)
+                def compose_high(images, host, exchange, kernels):
+                    return images + max(kernels, host)
                 composition = ("images + max(kernels, the trainer's host floor) - the copy under the kernels left after "
                                "the launches (staged_overlap)")
             else:  # the exchange (several ranks) keeps the copy out of the step
@@ -647,7 +653,8 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
                 exchanges = c.exchange_envelope(p, gradient, exchanges)
             spreads = (copies, hosts, exchanges, c.kernel_spread(terms["kernels"], gemm, not graphed))
             if any(len({*ends}) > 1 for ends in spreads):  # the batch at the spreads' two ends
-                band = {f"batch_{end}_s": compose(*ends) for end, ends in zip(("low", "high"), zip(*spreads))}
+                low, high = zip(*spreads)
+                band = {"batch_low_s": compose(*low), "batch_high_s": (compose_high or compose)(*high)}
         else:
             return pipelined_batch(hidden, Bl, p, int(point.get("chunks", PIPELINED_CHUNKS)), c, terms, graphed)
     return {"batch_s": batch, "composition": composition, **band, **{f"t_{k}": v for k, v in terms.items()}}
