@@ -2,7 +2,7 @@
 # One device call on a several-GPU machine: multi-GPU checks, ceilings, roofline sweep, scaling,
 # data against model parallel, the all-reduce bench, the pipelined staged path beside the serial one, and the
 # single-GPU benchmarks (stages: info check auto ceilings sweep scaling deep parallel allreduce pipeline bench x4 exchange
-# channels dataparallel watchdog wfbp halfexchange deepmodel bootbands twoshot). CEILINGS_ARGS: more for `perflab ceilings` (--hidden H.. --per-rank-batch b..).
+# channels dataparallel watchdog wfbp halfexchange deepmodel bootbands bootbands2600 twoshot). CEILINGS_ARGS: more for `perflab ceilings` (--hidden H.. --per-rank-batch b..).
 # Four GPUs (issue 33), one call: P=4 FLAGS="- p2p overlap staged pipelined model" bash scripts/gpu_multi.sh x4 scaling ceilings allreduce
 # Every command has a time limit, so one hang cannot eat the call. Usage:
 #   OUT=/tmp/out P=2 bash scripts/gpu_multi.sh [stage...]
@@ -83,6 +83,10 @@ for stage in $stages; do
         done
       done 2>&1 | tee "$OUT/gpu_check_p2p_two_shot.log"
       for n in 2 3 $P; do mpi -n $n python3 experiments/p2p/two_shot.py 2>&1 | grep '^{'; done | tee "$OUT/p2p_two_shot.jsonl" ;;
+    bootbands2600)  # the same on another boot at a batch the ceilings timed, the eager staged band's top crediting no copy
+      LIMIT=300 mpi -n $P python3 -m perflab sweep --name prediction_check_h100x2_boot_bands_h1408-1408_h1664-1664-1664_b2600 \
+        --hidden 1408-1408 1664-1664-1664 --per-rank-batch 2600 --ranks 1 2 --backend cupy --mode resident staged \
+        --launch graph eager --gemm cublas --train-size 60000 --num-epochs 4 --out "$OUT" 2>&1 | tr '\r' '\n' | tail -2 ;;
     wfbp)  # issue 52 item 2: WFBP (--overlap past one hidden layer: each layer's gradient all-reduced as backward makes it)
       # checked against the reference, then timed by --comm auto against one exchange after backward (and p2p)
       for dt in float64 float32; do for hidden in "61 37" "61 37 23" "97 61 37 23"; do
