@@ -331,15 +331,11 @@ class FusedGPU(Sequential):
         fused = self.fuse_output and not profile.ACTIVE  # phases stay separate when profiling
         fused_backward = self.fuse_backward and not profile.ACTIVE
         ce = self.ce[:n] if want_loss else None
-        side = self.side_gemms and not profile.ACTIVE  # phases are timed one after another
         with phase("forward"):
             for l in range(L - 1):  # the hidden layers; the last one's bias + sigmoid waits for the fused pass
                 deferred, exchanged = fused and l == L - 2, self.output_exchanged(l)
                 with phase(f"forward GEMM {l + 1}"):
-                    if side and not (deferred or exchanged):
-                        self.split_forward(Wg[l], acts[l], acts[l + 1], b[l])
-                    else:
-                        self.gemm(Wg[l], acts[l], acts[l + 1], bias=None if deferred or exchanged else b[l])
+                    self.gemm(Wg[l], acts[l], acts[l + 1], bias=None if deferred or exchanged else b[l])
                 if exchanged:  # the ranks' partial sums of the whole layer, then its bias and sigmoid
                     self.comm.allreduce(acts[l + 1])
                     if not deferred:
@@ -372,6 +368,7 @@ class FusedGPU(Sequential):
             unsent = self.G.size  # with --overlap, G[unsent:] is already on its way
             if want_loss:  # the CE slot is all-reduced with the gradients (the output layer's slice); stale when unused
                 kernels.total(self.ce[:n], self.G[-1:])
+            side = self.side_gemms and not profile.ACTIVE  # phases are timed one after another
             for l in range(L - 2, 0, -1):  # hidden layer l + 1 over hidden layer l (1-based): W[l] is W_{l+1}
                 k = 2 * (L - l) - 1
                 with phase(f"backward GEMM {k}"), self.beside(side):
@@ -389,17 +386,6 @@ class FusedGPU(Sequential):
                 kernels.l2_penalty(self.P, self.ends, self.penalty_regs, self.l2_part, self.penalty.reshape(()))
             self.first_weight_gradient(dz[0], Xb, dW[0], unsent)
             self.join_side()
-
-    def split_forward(self, W, a, out, bias):
-        """out = sigmoid(W a + bias) in two row halves: the first half's bias + sigmoid (a pass over memory) on the
-        side stream under the second half's GEMM, joined before the next layer reads out."""
-        rows = W.shape[0]
-        half = rows // 2 if rows < 128 else -(-rows // 128) * 64  # a multiple of 64 rows, for cuBLAS's tiles
-        self.gemm(W[:half], a, out[:half])
-        with self.beside(True):
-            kernels.bias_sigmoid(out[:half], bias[:half])
-        self.gemm(W[half:], a, out[half:], bias=bias[half:])
-        self.cp.cuda.get_current_stream().wait_event(self.join)
 
     def join_side(self):
         """The current stream waits for the side stream's weight gradients, once a step (a captured graph's
