@@ -73,9 +73,9 @@ for stage in $stages; do
       LIMIT=300 mpi -n $P python3 -m perflab sweep --name prediction_check_h100x2_boot_bands_h1408-1408_h1664-1664-1664_b2400 \
         --hidden 1408-1408 1664-1664-1664 --per-rank-batch 2400 --ranks 1 2 --backend cupy --mode resident staged \
         --launch graph eager --gemm cublas --train-size 60000 --num-epochs 4 --out "$OUT" 2>&1 | tr '\r' '\n' | tail -2 ;;
-    twoshot)  # --comm p2p two-shot (from 3 ranks): checked at p = 3 and P, depths 1 and 3, graphed and launched kernel by
-      # kernel; then the exchange alone beside NCCL + update at p = 2, 3, P (experiments/p2p/two_shot.py)
-      for n in 3 $P; do
+    twoshot)  # --comm p2p, one-shot at p = 2 and two-shot from 3 ranks: checked at p = 2, 3 and P, depths 1 and 3, graphed
+      # and launched kernel by kernel; then the exchange alone beside NCCL + update at p = 2, 3, P (experiments/p2p/two_shot.py)
+      for n in 2 3 $P; do
         for args in "--dtype float32" "--dtype float64" "--dtype float32 --launch eager" "--dtype float64 --hidden-size 61 37 23" \
                     "--dtype float32 --hidden-size 61 37 23 --launch eager"; do
           mpi -n $n python3 -m perflab check --backend cupy --parallel data --mode resident $SMALL --comm p2p $args --json \

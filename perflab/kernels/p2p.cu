@@ -125,36 +125,51 @@ __device__ void tail_update(T* P, const unsigned long long* grads, int p, size_t
     }
 }
 
+// Vectors [lo, hi) of this block's grid-stride share: every rank's gradient summed in rank order, the
+// update applied to P (and the new values also written to copy, where not null).
+template <typename T>
+__device__ void sum_update(T* P, const unsigned long long* grads, int p, size_t lo, size_t hi, T lr,
+                           const long long* ends, const T* regs, int nseg, typename Vector<T>::type* copy) {
+    using V = typename Vector<T>::type;
+    constexpr int W = sizeof(V) / sizeof(T), U = 4;  // U vectors in flight a thread from each rank
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    V* Pv = (V*)P;
+    for (size_t base = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x; base < hi; base += U * stride) {
+        V g[U], w[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) if (base + u * stride < hi) w[u] = Pv[base + u * stride];
+        for (int k = 0; k < p; ++k) {
+            const V* src = (const V*)grads[k];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                size_t e = base + u * stride;
+                if (e < hi) { V x = __ldcg(src + e); g[u] = k == 0 ? x : add(g[u], x); }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            size_t e = base + u * stride;
+            if (e < hi) {
+                const V updated = sgd_vector(w[u], g[u], lr, e * W, ends, regs, nseg);
+                Pv[e] = updated;
+                if (copy != nullptr) copy[e] = updated;
+            }
+        }
+    }
+}
+
 // grads, flags: p device addresses each (this rank's own at [rank]); n parameters, the CE slot at G[n]
 template <typename T>
 __global__ void exchange_update(T* __restrict__ P, const unsigned long long* __restrict__ grads,
         int p, int rank, size_t n, T lr, const long long* __restrict__ ends, const T* __restrict__ regs, int nseg,
         T* ce_out, const unsigned long long* __restrict__ flags, unsigned* rounds, long long timeout_ns) {
     using V = typename Vector<T>::type;
-    constexpr int W = sizeof(V) / sizeof(T), U = 4;  // U vectors in flight a thread from each rank
+    constexpr int W = sizeof(V) / sizeof(T);
     const unsigned v = begin_round(p, rank, flags, rounds, timeout_ns);
     const int r = threadIdx.x;
     const size_t end = (size_t)blockIdx.x * FLAG_SLOTS * p + p;
-    const size_t stride = (size_t)gridDim.x * blockDim.x, nv = n / W;
-    V* Pv = (V*)P;
-    for (size_t base = (size_t)blockIdx.x * blockDim.x + threadIdx.x; base < nv; base += U * stride) {
-        V g[U], w[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) if (base + u * stride < nv) w[u] = Pv[base + u * stride];
-        for (int k = 0; k < p; ++k) {
-            const V* src = (const V*)grads[k];
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                size_t e = base + u * stride;
-                if (e < nv) { V x = __ldcg(src + e); g[u] = k == 0 ? x : add(g[u], x); }
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            size_t e = base + u * stride;
-            if (e < nv) Pv[e] = sgd_vector(w[u], g[u], lr, e * W, ends, regs, nseg);
-        }
-    }
+    const size_t nv = n / W;
+    sum_update(P, grads, p, 0, nv, lr, ends, regs, nseg, (V*)nullptr);
     tail_update(P, grads, p, n, nv, lr, ends, regs, nseg, ce_out);
     __syncthreads();  // every thread of the block has read what it needs of the peers
     if (r < p && r != rank) signal_flag((unsigned*)flags[r] + end + rank, v);
@@ -172,26 +187,8 @@ __global__ void exchange_update_two_shot(T* __restrict__ P, const unsigned long 
     const size_t end = (size_t)blockIdx.x * FLAG_SLOTS * p + p, mid = end + p;
     const size_t stride = (size_t)gridDim.x * blockDim.x, nv = n / W, first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     V* Pv = (V*)P;
-    V* own = (V*)grads[rank];
     const size_t lo = nv * rank / p, hi = nv * (rank + 1) / p;  // this rank's slice
-    for (size_t base = lo + first; base < hi; base += U * stride) {
-        V g[U], w[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) if (base + u * stride < hi) w[u] = Pv[base + u * stride];
-        for (int k = 0; k < p; ++k) {
-            const V* src = (const V*)grads[k];
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                size_t e = base + u * stride;
-                if (e < hi) { V x = __ldcg(src + e); g[u] = k == 0 ? x : add(g[u], x); }
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            size_t e = base + u * stride;
-            if (e < hi) own[e] = Pv[e] = sgd_vector(w[u], g[u], lr, e * W, ends, regs, nseg);
-        }
-    }
+    sum_update(P, grads, p, lo, hi, lr, ends, regs, nseg, (V*)grads[rank]);
     tail_update(P, grads, p, n, nv, lr, ends, regs, nseg, ce_out);
     __syncthreads();  // the block's slice is written (and its reads of the peers done)
     if (r < p && r != rank) {
