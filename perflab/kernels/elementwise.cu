@@ -3,9 +3,9 @@
 
 // z[i, j] = sigmoid(z[i, j] + b[i]): the forward hidden layer after a GEMM without epilogue (z stored
 // as S: half precision in a mixed-precision step, computed in T).
-// 16 bytes a thread (8 16-bit, 4 float or 2 double elements: ELEMENTS_16B), moved at once where rows hold whole
-// sixteens and z is 16-byte aligned: 2 bytes a load ran at half the HBM's rate (experiments/half/step_kernels.py),
-// and a float a thread with its own 64-bit division for the row at 2.1 TB/s on an H100 (ceilings, 1024 x 12800).
+// 16 bytes a thread (8 16-bit, 4 float or 2 double elements), moved at once where rows hold whole sixteens and
+// z is 16-byte aligned: 2 bytes a load ran at half the HBM's rate (experiments/half/step_kernels.py), and a float
+// a thread with its own 64-bit division for the row at 2.1 TB/s on an H100 (2.7 so: experiments/deep/README.md).
 #define HALF_VECTOR 8
 template <typename S> constexpr int ELEMENTS_16B = 16 / sizeof(S);
 template <typename T, typename S = T>
@@ -275,9 +275,7 @@ __global__ void l2_partials(const T* __restrict__ p, size_t n, const long long* 
 
 // The hidden layer's activation and the output layer's GEMM in one pass over z1 = W1 X (the C x H
 // by H x n GEMM moves more bytes than it computes, so it belongs with the activation):
-//   a1 = sigmoid(z1 + b1), written over z1 where write_a1 (else z1 is left as it is, and output_backward
-//        computes a1 again from z1 and b1: a pass that reads z1 and writes nothing, where writing a1 back made it
-//        63 us at 1024 x 12800 on an H100 for 105 MB);   part[g][c][j] = sum_{h in row block g} W2[c, h] a1[h, j]
+//   a1 = sigmoid(z1 + b1), written over z1;   part[g][c][j] = sum_{h in row block g} W2[c, h] a1[h, j]
 // softmax_xent_grad then adds the row blocks' partial sums (fixed order) and takes the softmax.
 // Block: 32 columns (a lane each, coalesced) x 8 warps over FW_ROWS rows, whose slice of W2 (and
 // b1) sits in shared memory (read as broadcasts); FW_UNROLL rows' loads issued before any is used.
@@ -285,8 +283,7 @@ __global__ void l2_partials(const T* __restrict__ p, size_t n, const long long* 
 #define FW_UNROLL 8
 template <typename T, int CMAX>
 __global__ void __launch_bounds__(256)
-output_forward(const T* __restrict__ W2, const T* __restrict__ b1, T* z1, T* __restrict__ part, int C, int H, int n,
-               int write_a1) {
+output_forward(const T* __restrict__ W2, const T* __restrict__ b1, T* z1, T* __restrict__ part, int C, int H, int n) {
     // W2's slice and b1's, then (reused once they are done with) the 8 warps' sums
     constexpr int SLICE = FW_ROWS * (CMAX + 1), SUMS = 8 * 32 * (CMAX + 1);
     __shared__ T smem[SLICE > SUMS ? SLICE : SUMS];
@@ -316,7 +313,7 @@ output_forward(const T* __restrict__ W2, const T* __restrict__ b1, T* z1, T* __r
                 const int r = rb + 8 * u;
                 if (r < rows) {
                     const T v = sigmoid(a[u] + bias[r]);
-                    if (write_a1) z1[(size_t)(r0 + r) * n + j] = v;
+                    z1[(size_t)(r0 + r) * n + j] = v;
 #pragma unroll
                     for (int c = 0; c < CMAX; ++c) acc[c] += w[r * CMAX + c] * v;
                 }
@@ -340,7 +337,6 @@ output_forward(const T* __restrict__ W2, const T* __restrict__ b1, T* z1, T* __r
 //   dz1 = (W2^T delta) o a1 o (1 - a1)                       (H x n, written)
 //   part[b][c][h] = sum_{j in column block b} delta[c, j] a1[h, j]   (c < C: dW2's partial sums)
 //   part[b][C][h] = sum_{j in column block b} dz1[h, j]               (db1's partial sums)
-// With b1 (not null), a1 holds z1 and each value is taken as sigmoid(z1 + b1) as it is read.
 // Block: 8 warps x BW_ROWS rows each, over BW_COLS columns. The warps of a block read the same
 // columns of delta, so all but the first find them in L1 (delta is read from L2 once per 8 x
 // BW_ROWS rows, not once per row pair). A warp's partial sums are reduced by shuffles in a
@@ -354,21 +350,19 @@ output_forward(const T* __restrict__ W2, const T* __restrict__ b1, T* z1, T* __r
 template <typename T, int CMAX>
 __global__ void __launch_bounds__(256)
 output_backward(const T* __restrict__ W2, const T* __restrict__ delta, const T* __restrict__ a1, T* __restrict__ dz1,
-                T* __restrict__ part, int C, int H, int n, T* __restrict__ dz1_small, const T* __restrict__ b1) {
+                T* __restrict__ part, int C, int H, int n, T* __restrict__ dz1_small) {
     // columns a lane loads at once: as many as the registers hold (4 for float and C <= 10)
     constexpr int BW_UNROLL = CMAX * sizeof(T) <= 40 ? 4 : CMAX * sizeof(T) <= 80 ? 2 : 1;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int h0 = (blockIdx.y * 8 + warp) * BW_ROWS, j0 = blockIdx.x * BW_COLS, jend = min(n, j0 + BW_COLS);
-    T w[BW_ROWS][CMAX], acc[BW_ROWS][CMAX + 1], bias[BW_ROWS];
+    T w[BW_ROWS][CMAX], acc[BW_ROWS][CMAX + 1];
 #pragma unroll
-    for (int r = 0; r < BW_ROWS; ++r) {
-        bias[r] = (b1 != nullptr && h0 + r < H) ? b1[h0 + r] : T(0);
+    for (int r = 0; r < BW_ROWS; ++r)
 #pragma unroll
         for (int c = 0; c <= CMAX; ++c) {
             if (c < CMAX) w[r][c] = (c < C && h0 + r < H) ? W2[c * H + h0 + r] : T(0);
             acc[r][c] = 0;
         }
-    }
     if (h0 < H) {
         // BW_UNROLL columns a lane at a time, all their loads issued before any is used: a
         // memory-bound kernel needs that many bytes in flight (one column at a time ran at a
@@ -383,14 +377,6 @@ output_backward(const T* __restrict__ W2, const T* __restrict__ delta, const T* 
                 for (int r = 0; r < BW_ROWS; ++r) a[u][r] = (in && h0 + r < H) ? a1[(size_t)(h0 + r) * n + j] : T(0);
 #pragma unroll
                 for (int c = 0; c < CMAX; ++c) d[u][c] = (in && c < C) ? delta[(size_t)c * n + j] : T(0);
-            }
-            if (b1 != nullptr) {  // a1 holds z1 (output_forward left it): the activation again, zero where out of range
-#pragma unroll
-                for (int u = 0; u < BW_UNROLL; ++u) {
-#pragma unroll
-                    for (int r = 0; r < BW_ROWS; ++r)
-                        if (jb + 32 * u < jend && h0 + r < H) a[u][r] = sigmoid(a[u][r] + bias[r]);
-                }
             }
 #pragma unroll
             for (int u = 0; u < BW_UNROLL; ++u) {

@@ -165,11 +165,10 @@ def output_layer_partials(H: int, n: int, C: int) -> int:
     return math.ceil(H / FW_ROWS) * C * n
 
 
-def output_layer(W2, b1, b2, z1, y, delta, norm, part, ce=None, scale=None, write_a1=True):
+def output_layer(W2, b1, b2, z1, y, delta, norm, part, ce=None, scale=None):
     """z1 <- a1 = sigmoid(z1 + b1) in place, and delta <- (softmax(W2 a1 + b2) - onehot(y)) / norm, with
     the C x H by H x n GEMM done in the same pass over z1 (C <= 16; part: output_layer_partials
-    elements); ce[j] <- -log yhat[y_j, j] if ce is given. write_a1=False (FP32, FP64) leaves z1 as it
-    is, for output_backward(..., b1=b1) to take the activation again: a pass that writes nothing."""
+    elements); ce[j] <- -log yhat[y_j, j] if ce is given."""
     C, H = W2.shape
     n = z1.shape[1]
     bound = class_bound(C, "output_layer")
@@ -177,13 +176,11 @@ def output_layer(W2, b1, b2, z1, y, delta, norm, part, ce=None, scale=None, writ
     if part.size < groups * C * n:
         raise KernelError(f"output_layer needs a workspace of {groups * C * n} elements, got {part.size}")
     if z1.dtype.name in HALF_CTYPES:  # 16-bit z1: the tensor-core kernel (W2 as BF16 pairs, FP32's accuracy)
-        if not write_a1:
-            raise KernelError("output_layer on a 16-bit z1 always writes a1 over it (write_a1=False is FP32 and FP64's)")
         elementwise_function(f"output_forward_half<{HALF_CTYPES[z1.dtype.name]}>", "float")(
             (max(1, math.ceil(n / HF_COLS)), groups), (2 * FW_ROWS,), (W2, b1, z1, part, i32(C), i32(H), i32(n)))
     else:
         elementwise("output_forward", z1.dtype, bound)(
-            (max(1, math.ceil(n / 32)), groups), (256,), (W2, b1, z1, part, i32(C), i32(H), i32(n), i32(write_a1)))
+            (max(1, math.ceil(n / 32)), groups), (256,), (W2, b1, z1, part, i32(C), i32(H), i32(n)))
     return softmax_xent_grad(part[:groups * C * n].reshape(groups * C, n), b2, y, delta, norm, ce, groups=groups,
                              scale=scale)
 
@@ -194,15 +191,12 @@ def output_backward_partials(H: int, n: int, C: int) -> int:
     return math.ceil(n / min(BW_COLS, HB_COLS)) * (C + 1) * H
 
 
-def output_backward(W2, delta, a1, dz1, dW2, db1, part, dz1_small=None, b1=None):
+def output_backward(W2, delta, a1, dz1, dW2, db1, part, dz1_small=None):
     """dz1 <- (W2^T delta) o a1 o (1 - a1), dW2 <- delta a1^T, db1 <- row sums of dz1: one pass
     over a1 and a fixed-order reduction (C <= 16; part: output_backward_partials elements). With
     dz1_small (float32, dz1's shape), dz1 gets its TF32 big parts and dz1_small the small ones, as
-    x3tf32 reads them (gemm(..., a_small=dz1_small)). With b1 (FP32, FP64), a1 holds z1 as
-    output_layer(..., write_a1=False) left it, and the pass takes a1 = sigmoid(z1 + b1) as it reads."""
+    x3tf32 reads them (gemm(..., a_small=dz1_small))."""
     check_small_part(dz1_small, dz1, "dz1_small")
-    if b1 is not None and a1.dtype.name in HALF_CTYPES:
-        raise KernelError("output_backward takes z1 and b1 in FP32 and FP64; a 16-bit a1 comes activated")
     C, H = W2.shape
     n = a1.shape[1]
     bound = class_bound(C, "output_backward")
@@ -216,8 +210,7 @@ def output_backward(W2, delta, a1, dz1, dW2, db1, part, dz1_small=None, b1=None)
     else:
         elementwise("output_backward", a1.dtype, bound)(
             (nb, math.ceil(H / (8 * BW_ROWS))), (256,),
-            (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n), u64(0) if dz1_small is None else dz1_small,
-             u64(0) if b1 is None else b1))
+            (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n), u64(0) if dz1_small is None else dz1_small))
     elementwise("output_backward_reduce", part.dtype)(grid_1d((C + 1) * H), (256,),
                                                       (part, dW2, db1, i32(C), i32(H), i32(nb)))
     return dz1

@@ -263,10 +263,9 @@ def step_kernels(H: int, B: int, dtype: str = "float32") -> list[tuple]:
         # runs instead of its fused kernels ("unfused: ")
         ("forward GEMM 1 (cuBLAS)", lambda: kernels.gemm(W1, X, out=a1, variant="cublas"), hd + D * B * size + hb),
         ("fused forward: sigmoid, GEMM 2, softmax",
-         lambda: kernels.output_layer(W2, b1, b2, a1, y, delta, B, part_forward, write_a1=False), hb),
+         lambda: kernels.output_layer(W2, b1, b2, a1, y, delta, B, part_forward), 2 * hb),
         ("db2 row sums", lambda: kernels.row_sum(delta, db2), C * B * size),
-        ("fused backward: dz1, dW2, db1",  # a1 holds z1, as the fused forward left it (the trainer's step)
-         lambda: kernels.output_backward(W2, delta, a1, da1, dW2, db1, part, b1=b1), 2 * hb),
+        ("fused backward: dz1, dW2, db1", lambda: kernels.output_backward(W2, delta, a1, da1, dW2, db1, part), 2 * hb),
         ("backward GEMM 3 (cuBLAS)", lambda: kernels.gemm(da1, X.T, out=dW1, variant="cublas"), hb + D * B * size + hd),
         ("SGD + L2 update", lambda: kernels.sgd_update(params, grads, 0.1, ends, regs), 3 * params.nbytes),
         ("unfused: bias + sigmoid", lambda: kernels.bias_sigmoid(a1, b1), 2 * hb),
@@ -292,7 +291,7 @@ def tensor_core_step_kernels(H: int, B: int) -> list[tuple]:
     dev = lambda *shape: cp.asarray(rng.uniform(0.05, 0.95, shape).astype(np.float32))  # noqa: E731
     W1, W2, X = dev(H, D), dev(C, H), cp.asfortranarray(dev(D, B))
     a1, da1, da1_small, delta = dev(H, B), dev(H, B), dev(H, B), dev(C, B)
-    dW1, dW2, db1, b1 = dev(H, D), dev(C, H), dev(H), dev(H)
+    dW1, dW2, db1 = dev(H, D), dev(C, H), dev(H)
     part = cp.empty(kernels.output_backward_partials(H, B, C), np.float32)
     kernels.wgmma.constant(X)
     hb, hd, xb = H * B * 4, H * D * 4, D * B * 4
@@ -305,7 +304,7 @@ def tensor_core_step_kernels(H: int, B: int) -> list[tuple]:
         rows.append((f"backward GEMM 3 ({variant})",
                      lambda v=variant, s=split: kernels.gemm(da1, X.T, out=dW1, variant=v, a_small=s), hb + xb + hd))
     rows.append(("fused backward with dz1's split (x3tf32)",
-                 lambda: kernels.output_backward(W2, delta, a1, da1, dW2, db1, part, da1_small, b1=b1), 3 * hb))
+                 lambda: kernels.output_backward(W2, delta, a1, da1, dW2, db1, part, da1_small), 3 * hb))
     return rows
 
 

@@ -330,9 +330,6 @@ class FusedGPU(Sequential):
         z_out, delta = self.z_out[:C * n].reshape(C, n), self.delta[:C * n].reshape(C, n)
         fused = self.fuse_output and not profile.ACTIVE  # phases stay separate when profiling
         fused_backward = self.fuse_backward and not profile.ACTIVE
-        # both fused (FP32, FP64): a_{L-1} is never written, the backward pass takes it again from z_{L-1} and b_{L-1}
-        # (the forward pass then reads z and writes nothing)
-        recompute = fused and fused_backward and not self.half
         ce = self.ce[:n] if want_loss else None
         with phase("forward"):
             for l in range(L - 1):  # the hidden layers; the last one's bias + sigmoid waits for the fused pass
@@ -344,8 +341,7 @@ class FusedGPU(Sequential):
                     if not deferred:
                         kernels.bias_sigmoid(acts[l + 1], b[l])
             if fused:  # bias + sigmoid (in place) + the output GEMM in one pass, then the softmax
-                kernels.output_layer(W[-1], b[-2], b[-1], acts[-1], yb, delta, global_b, self.part_forward, ce, scale,
-                                     write_a1=not recompute)
+                kernels.output_layer(W[-1], b[-2], b[-1], acts[-1], yb, delta, global_b, self.part_forward, ce, scale)
             else:
                 with phase(f"forward GEMM {L}"):
                     self.gemm(Wg[-1], acts[-1], z_out)
@@ -361,7 +357,7 @@ class FusedGPU(Sequential):
             small = self.dz1_small[:dz[0].size].reshape(dz[0].shape) if self.dz1_small is not None else None
             if fused_backward:  # backward GEMMs 1 and 2 + sigmoid' + db_{L-1} in one pass over a_{L-1}
                 kernels.output_backward(W[-1], delta, acts[-1], dz[-1], dW[-1], db[-2], self.part,
-                                        small if L == 2 else None, b1=b[-2] if recompute else None)
+                                        small if L == 2 else None)
             else:
                 delta_op = self.gemm_delta(delta)
                 with phase("backward GEMM 1"):
