@@ -5,7 +5,8 @@
 // as S: half precision in a mixed-precision step, computed in T).
 // 16 bytes a thread (8 16-bit, 4 float or 2 double elements), moved at once where rows hold whole sixteens and
 // z is 16-byte aligned: 2 bytes a load ran at half the HBM's rate (experiments/half/step_kernels.py), and a float
-// a thread with its own 64-bit division for the row at 2.1 TB/s on an H100 (2.7 so: experiments/deep/README.md).
+// a thread, each with a 64-bit division for its row, at 2.1 TB/s on an H100, where 16 bytes reach 2.7
+// (experiments/deep/README.md).
 #define HALF_VECTOR 8
 template <typename S> constexpr int ELEMENTS_16B = 16 / sizeof(S);
 template <typename T, typename S = T>
