@@ -1008,11 +1008,12 @@ def headline() -> str:
         banded = points.dropna(subset=["inside_band"])
         if len(banded):
             inside = banded.inside_band.astype(bool)
-            last = banded[banded.measured == banded.measured.max()]  # the newest check: the band as it is now
+            dated = banded.measured[banded.measured != "?"]  # ISO dates; "?" where a check's JSON has none
+            last = inside[banded.measured == dated.max()]  # the newest check: the band as it is now
             claim("the predictor, blind, steps the host paces (staged, launched kernel by kernel): points inside the band "
                   "they were predicted with, every check (the newest)",
-                  f"{inside.sum()} of {len(inside)} ({inside.mean():.0%}) ({last.inside_band.astype(bool).sum()} of "
-                  f"{len(last)})", RESULTS_ROOT / "predictions")
+                  f"{inside.sum()} of {len(inside)} ({inside.mean():.0%}) ({last.sum()} of {len(last)})",
+                  RESULTS_ROOT / "predictions")
     path = folder / "watchdog" / "frozen_rank_h100x2.jsonl"
     if path.exists():
         import json
