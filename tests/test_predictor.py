@@ -1059,6 +1059,17 @@ def test_the_p2p_exchange_is_charged_its_own_ceiling_with_the_update_inside_it()
     assert predictor.predict_point(point(comm="p2p", **two), larger)["t_exchange"] == pytest.approx(p2p["t_exchange"])
     one = predictor.predict_point(point(comm="p2p", H=1024, B=4000, p=1, N=16000), base)  # one GPU exchanges nothing
     assert one["t_exchange"] == 0 and one["composition"] == "max(kernels, the trainer's host floor)"
+    # from three ranks p2p runs two-shot: rows of the one-shot kernel there are refused, naming the command
+    four = dict(H=1024, B=16000, p=4, N=32000)
+    timed = {kind: more(base, [{**r, "impl": f"{kind}: read, sum, update in one kernel"}
+                               for r in exchange_rows("p2p_exchange_update", 3e-6, 3e10, p=4)]
+                        + exchange_rows("nccl_allreduce", 5e-6, 1e10, p=4))
+             for kind in ("p2p", "p2p two-shot")}
+    with pytest.raises(predictor.PredictionError, match=r"one-shot kernel .* `mpiexec -n 4 perflab ceilings` again"):
+        predictor.predict_point(point(comm="p2p", **four), timed["p2p"])
+    assert predictor.predict_point(point(comm="p2p", **four), timed["p2p two-shot"])["t_exchange"] == pytest.approx(
+        3e-6 + grad / 3e10, rel=1e-6)
+    assert predictor.predict_auto(point(comm="auto", **four), timed["p2p"])[0] != "p2p"  # auto passes it over
 
 
 def test_the_overlap_is_charged_gemm3_and_its_exchanges_as_timed_running_at_once():

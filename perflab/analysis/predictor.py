@@ -406,9 +406,16 @@ class Ceilings:
     def p2p_exchange(self, p: int, nbytes: float) -> float:
         """--comm p2p: the peers' gradients read, summed and applied in one kernel (p2p_exchange_update),
         the update included."""
-        if not len(self.rows("p2p_exchange_update", ranks=p)):
+        rows = self.rows("p2p_exchange_update", ranks=p)
+        if not len(rows):
             raise PredictionError(f"{self.source} has no p2p_exchange_update rows at p={p}: run `mpiexec -n {p} "
                                   "perflab ceilings` on GPUs of one node with peer access")
+        from perflab.kernels.p2p import TWO_SHOT_FROM
+        timed = rows["impl"].astype(str) if "impl" in rows else pd.Series("", index=rows.index)
+        if p >= TWO_SHOT_FROM and not timed.str.contains("two-shot").all():
+            raise PredictionError(f"{self.source} timed --comm p2p at p={p} with the one-shot kernel of before a50f69c, "
+                                  f"where p2p now runs two-shot (2 (p - 1) / p of a gradient read, not p - 1): run "
+                                  f"`mpiexec -n {p} perflab ceilings` again")
         return self.allreduce("p2p_exchange_update", p, nbytes)
 
     def overlap_exchange(self, p: int, H: float, B: float, chunks: int) -> float:
