@@ -21,6 +21,7 @@ OVERLAP_CHUNKS = 2  # --overlap: dW1 in 2 row chunks, faster than 4 on two H100 
 PIPELINED_CHUNKS = 4  # --mode pipelined: dW1 in 4 row chunks, each exchanged as backward GEMM 3 makes it
 # resident GPU data parallel's gradient exchanges: what a sweep's --comm names and --comm auto times
 GPU_EXCHANGES = ("nccl", "overlap", "p2p")
+TWO_SHOT_FROM = 3  # --comm p2p two-shot from these ranks: one-shot pulls p - 1 gradients into each GPU, two-shot 2 (p - 1) / p
 
 
 def exchange_fields(name: str) -> dict:

@@ -11,7 +11,7 @@ import cupy as cp
 import numpy as np
 
 from perflab import kernels
-from perflab.kernels.p2p import TWO_SHOT_FROM
+from perflab.config import TWO_SHOT_FROM
 from perflab.measure.ceilings import nccl_call, p2p_exchange_update, ranks_together
 from perflab.results import machine_metadata
 from perflab.timing import time_graph_ms

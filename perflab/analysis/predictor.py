@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from perflab.analysis import perfmodel
-from perflab.config import GPU_EXCHANGES, HALF_IMPLS, OVERLAP_CHUNKS, PIPELINED_CHUNKS
+from perflab.config import GPU_EXCHANGES, HALF_IMPLS, OVERLAP_CHUNKS, PIPELINED_CHUNKS, TWO_SHOT_FROM
 
 FUSED_STEP = ("forward GEMM 1 (cuBLAS)", "fused forward: sigmoid, GEMM 2, softmax", "db2 row sums",
               "fused backward: dz1, dW2, db1", "backward GEMM 3 (cuBLAS)")
@@ -410,7 +410,6 @@ class Ceilings:
         if not len(rows):
             raise PredictionError(f"{self.source} has no p2p_exchange_update rows at p={p}: run `mpiexec -n {p} "
                                   "perflab ceilings` on GPUs of one node with peer access")
-        from perflab.kernels.p2p import TWO_SHOT_FROM
         timed = rows["impl"].astype(str) if "impl" in rows else pd.Series("", index=rows.index)
         if p >= TWO_SHOT_FROM and not timed.str.contains("two-shot").all():
             raise PredictionError(f"{self.source} timed --comm p2p at p={p} with the one-shot kernel of before a50f69c, "

@@ -7,7 +7,6 @@
 // z is 16-byte aligned: 2 bytes a load ran at half the HBM's rate (experiments/half/step_kernels.py), and a float
 // a thread, each with a 64-bit division for its row, at 2.1 TB/s on an H100, where 16 bytes reach 2.7
 // (experiments/deep/README.md).
-#define HALF_VECTOR 8
 template <typename S> constexpr int ELEMENTS_16B = 16 / sizeof(S);
 template <typename T, typename S = T>
 __global__ void bias_sigmoid(S* z, const T* __restrict__ b, int rows, int cols) {
@@ -140,14 +139,15 @@ sigmoid_backward_rows(S* __restrict__ da, const S* __restrict__ a, T* __restrict
     T s = 0;
     int first = 0;  // columns [0, first) done 16 bytes at a time (16-bit S, as bias_sigmoid), the rest one by one
     if constexpr (sizeof(S) == 2) {
-        if (cols % HALF_VECTOR == 0 && ((size_t)da | (size_t)a) % 16 == 0) {
-            for (int j = HALF_VECTOR * threadIdx.x; j < cols; j += HALF_VECTOR * blockDim.x) {
+        constexpr int V = ELEMENTS_16B<S>;
+        if (cols % V == 0 && ((size_t)da | (size_t)a) % 16 == 0) {
+            for (int j = V * threadIdx.x; j < cols; j += V * blockDim.x) {
                 const uint4 a_raw = *reinterpret_cast<const uint4*>(a + row + j);
                 uint4 d_raw = *reinterpret_cast<const uint4*>(da + row + j);
                 const S* av = reinterpret_cast<const S*>(&a_raw);
                 S* dv = reinterpret_cast<S*>(&d_raw);
 #pragma unroll
-                for (int i = 0; i < HALF_VECTOR; ++i) {
+                for (int i = 0; i < V; ++i) {
                     const T v = widen(av[i]), d = widen(dv[i]) * v * (T(1) - v);
                     dv[i] = narrow<S>(d);
                     s += d;

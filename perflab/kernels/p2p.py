@@ -7,12 +7,12 @@ import functools
 
 import numpy as np
 
+from perflab.config import TWO_SHOT_FROM
 from perflab.kernels.build import ctype, i32, module, multiprocessors, u64
 
 P2P_KERNELS = ("exchange_update<float>", "exchange_update<double>", "exchange_update_two_shot<float>",
                "exchange_update_two_shot<double>", "peer_read_wait")
 FLAG_SLOTS = 3  # p2p.cu's: a block's flags from each peer (begun, read, the two-shot's mid)
-TWO_SHOT_FROM = 3  # ranks: one-shot pulls p - 1 gradients into each GPU, two-shot 2 (p - 1) / p
 THREADS = 512  # a block; one block a multiprocessor, so that every block is resident at once (they spin)
 
 

@@ -41,7 +41,7 @@ import time
 
 import numpy as np
 
-from perflab.config import HALF_CAPABILITY, HALF_IMPLS, PIPELINED_CHUNKS, ConfigError
+from perflab.config import HALF_CAPABILITY, HALF_IMPLS, PIPELINED_CHUNKS, TWO_SHOT_FROM, ConfigError
 from perflab.timing import median_seconds, repeat_seconds
 
 SIZES = [2**k for k in range(12, 29, 2)]  # 4 KiB .. 256 MiB
@@ -233,7 +233,6 @@ def p2p_exchange_update(comm, sizes=SIZES, calls=10, repeats=10) -> list[dict]:
     they finished during forward (1 us where here up to 3 more: experiments/p2p/README.md)."""
     import cupy as cp
 
-    from perflab.kernels.p2p import TWO_SHOT_FROM
     from perflab.timing import time_graph_ms
     rows = []
     regs = cp.zeros(1, cp.float32)  # one segment, no L2: the kernel's work is the same
