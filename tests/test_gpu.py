@@ -352,6 +352,19 @@ def test_elementwise_kernels(rng, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("rows, cols", [(10, 12000), (3, 9001), (1, 1), (2, 4095), (5, 4097)])
+def test_row_sums_match_the_reference_and_repeat_bit_for_bit(rng, dtype, rows, cols):
+    """Each thread's several sums and their tree, over lengths that end inside and past a round of loads."""
+    x = rng.normal(size=(rows, cols)) + 0.1
+    dev, out = cp.asarray(x.astype(dtype)), cp.full(rows, np.nan, dtype)
+    kernels.row_sum(dev, out)
+    assert rel(out.get(), x.sum(axis=1)) <= TOL[dtype]
+    again = cp.full(rows, np.nan, dtype)
+    kernels.row_sum(dev, again)
+    assert (again == out).all()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("H, n", [(37, 301), (1, 1), (130, 3203)])
 def test_sigmoid_backward_rows_makes_dz_and_its_row_sums_in_one_pass(rng, dtype, H, n):
     """dz = da o a o (1 - a) in place and db = dz's row sums; with dz_small (float32), da keeps dz's

@@ -279,3 +279,15 @@ def test_the_update_refuses_to_round_into_anything_but_a_half_array_of_the_weigh
                                  (np.zeros(5, np.float32), np.zeros(5, np.float32), "float32 5 into float32 5")):
         with pytest.raises(KernelError, match=f"sgd_update rounds float32 parameters .*got {got}$"):
             sgd_update(params, params, 0.1, ends, regs, rounded=rounded)
+
+
+def test_the_launch_shapes_python_gives_the_fused_kernels_are_those_elementwise_cu_defines():
+    """A block shape lives twice, as a #define the kernel is written for and a constant its launch uses:
+    they must agree, or a launch covers the wrong rows or columns."""
+    import importlib
+    import re
+
+    elementwise = importlib.import_module("perflab.kernels.elementwise")  # the package's name is the function
+    defines = dict(re.findall(r"^#define (\w+) (\d+)$", (KERNEL_DIR / "elementwise.cu").read_text(), re.M))
+    for name in ("ROW_SUM_THREADS", "FW_ROWS", "BW_ROWS", "BW_COLS", "HB_ROWS", "HB_COLS"):
+        assert int(defines[name]) == getattr(elementwise, name), name

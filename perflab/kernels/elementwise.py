@@ -32,6 +32,7 @@ BW_ROWS, BW_COLS = 2, 512  # output_backward: rows per warp (8 warps a block), c
 HB_ROWS, HB_COLS = 16, 128  # output_backward_half (16-bit a1, on the tensor cores): the same, 4 warps a block
 
 
+ROW_SUM_THREADS = 1024  # row_sum: threads a row (a block), as in elementwise.cu
 FW_ROWS = 128  # output_forward: rows a block sums over, as in elementwise.cu
 HF_COLS = 64  # output_forward_half: columns a block (8 warps, one 16-row tile of the FW_ROWS each)
 
@@ -150,7 +151,7 @@ def check_small_part(small, whole, name: str) -> None:
 
 def row_sum(x, out):
     rows, cols = x.shape
-    elementwise("row_sum", x.dtype)((rows,), (256,), (x, out, i32(rows), i32(cols)))
+    elementwise("row_sum", x.dtype)((rows,), (ROW_SUM_THREADS,), (x, out, i32(rows), i32(cols)))
     return out
 
 
@@ -179,8 +180,9 @@ def output_layer(W2, b1, b2, z1, y, delta, norm, part, ce=None, scale=None):
         elementwise_function(f"output_forward_half<{HALF_CTYPES[z1.dtype.name]}>", "float")(
             (max(1, math.ceil(n / HF_COLS)), groups), (2 * FW_ROWS,), (W2, b1, z1, part, i32(C), i32(H), i32(n)))
     else:
+        columns = 32 * (16 // z1.itemsize)  # a block's: 32 lanes of 16 bytes
         elementwise("output_forward", z1.dtype, bound)(
-            (max(1, math.ceil(n / 32)), groups), (256,), (W2, b1, z1, part, i32(C), i32(H), i32(n)))
+            (max(1, math.ceil(n / columns)), groups), (256,), (W2, b1, z1, part, i32(C), i32(H), i32(n)))
     return softmax_xent_grad(part[:groups * C * n].reshape(groups * C, n), b2, y, delta, norm, ce, groups=groups,
                              scale=scale)
 

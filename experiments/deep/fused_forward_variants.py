@@ -1,0 +1,72 @@
+"""Issue 52, FP32 deeper nets: the fused forward pass (bias + sigmoid of the last hidden layer, the output
+layer's GEMM, its row blocks' partial sums) and delta's row sums (db of the output layer), before and after
+16 bytes a lane (output_forward) and four loads in flight a thread in 1024-thread blocks (row_sum).
+
+Each kernel alone, from `before` (elementwise_before.cu: the source at 91249e1, carried untracked, not
+committed) and the current elementwise.cu with FW_UNROLL set to 2, 4 and 8 in its text, compiled as perflab
+compiles them (NVRTC), timed by CUDA-graph replays (device time), median of 20.
+Usage: python3 experiments/deep/fused_forward_variants.py OUT.jsonl
+"""
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import re
+import sys
+
+import cupy as cp
+import numpy as np
+
+from perflab.kernels import KERNEL_DIR
+from perflab.timing import time_graph_ms
+
+HERE = pathlib.Path(__file__).parent
+SHAPES = [(1024, 12000), (2048, 12000), (1024, 3200), (512, 3200), (1024, 4097)]
+C = 10
+
+
+def module(source: str, T: str):
+    names = [f"output_forward<{T},10>", f"row_sum<{T}>"]
+    mod = cp.RawModule(code=source, options=("-std=c++17", f"-I{KERNEL_DIR}"), name_expressions=names)
+    return [mod.get_function(n) for n in names]
+
+
+def sources():
+    now = (KERNEL_DIR / "elementwise.cu").read_text()
+    yield "before", (HERE / "elementwise_before.cu").read_text(), 1
+    for unroll in (2, 4, 8):
+        yield f"16B unroll {unroll}", re.sub(r"#define FW_UNROLL \d+", f"#define FW_UNROLL {unroll}", now), None
+
+
+def main(out: str):
+    rows = []
+    for T, dtype in (("float", np.float32), ("double", np.float64)):
+        for name, source, lanes in sources():
+            forward, row_sum = module(source, T)
+            for H, n in SHAPES if T == "float" else SHAPES[:1]:
+                rng = cp.random.default_rng(0)
+                W2, b1 = rng.random((C, H), dtype=dtype), rng.random(H, dtype=dtype)
+                z1 = rng.random((H, n), dtype=dtype)
+                part = cp.empty(math.ceil(H / 128) * C * n, dtype)
+                delta, db = rng.random((C, n), dtype=dtype), cp.empty(C, dtype)
+                columns = 32 if lanes else 32 * (16 // np.dtype(dtype).itemsize)
+                args = (W2, b1, z1, part, np.int32(C), np.int32(H), np.int32(n))
+                fwd = time_graph_ms(cp, lambda: forward((math.ceil(n / columns), math.ceil(H / 128)), (256,), args),
+                                    calls=10, repeats=20)
+                threads = 256 if name == "before" else 1024
+                rs = time_graph_ms(cp, lambda: row_sum((C,), (threads,), (delta, db, np.int32(C), np.int32(n))),
+                                   calls=10, repeats=20)
+                moved = 2 * H * n * np.dtype(dtype).itemsize
+                row = dict(variant=name, dtype=T, H=H, n=n, output_forward_us=1e3 * fwd,
+                           output_forward_tbs=moved / fwd / 1e9, row_sum_us=1e3 * rs)
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    meta = dict(device=cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), cupy=cp.__version__)
+    with open(out, "w") as f:
+        for row in rows:
+            f.write(json.dumps({**row, **meta}) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
