@@ -20,3 +20,9 @@ def test_kernel_types_come_from_any_spelling_of_the_dtype_and_refuse_the_rest():
     assert [ctype(d) for d in (np.float32, np.dtype("float64"), "float32")] == ["float", "double", "float"]
     with pytest.raises(KernelError, match="take float32 or float64 arrays, got int32"):
         ctype(np.int32)
+
+
+def test_every_name_the_kernels_package_exports_exists():
+    import perflab.kernels
+    missing = [name for name in perflab.kernels.__all__ if not hasattr(perflab.kernels, name)]
+    assert not missing, f"perflab.kernels.__all__ names what it lacks: {missing}"

@@ -1,9 +1,10 @@
 """Issue 52, FP32 deeper nets: the fused forward pass (bias + sigmoid of the last hidden layer, the output
 layer's GEMM, its row blocks' partial sums) and delta's row sums (db of the output layer), before and after
-16 bytes a lane (output_forward) and four loads in flight a thread in 1024-thread blocks (row_sum).
+a lane's columns widened (output_forward: FW_BYTES) and four loads in flight a thread in 1024-thread blocks
+(row_sum).
 
 Each kernel alone, from `before` (elementwise_before.cu: the source at 91249e1, carried untracked, not
-committed) and the current elementwise.cu with FW_UNROLL set to 2, 4 and 8 in its text, compiled as perflab
+committed) and the current elementwise.cu with FW_BYTES and FW_UNROLL set in its text, compiled as perflab
 compiles them (NVRTC), timed by CUDA-graph replays (device time), median of 20.
 Usage: python3 experiments/deep/fused_forward_variants.py OUT.jsonl
 """
@@ -24,6 +25,7 @@ from perflab.timing import time_graph_ms
 HERE = pathlib.Path(__file__).parent
 SHAPES = [(1024, 12000), (2048, 12000), (1024, 3200), (512, 3200), (1024, 4097)]
 C = 10
+VARIANTS = [(lane, unroll) for lane in (4, 8, 16) for unroll in (8, 16)]  # (FW_BYTES, FW_UNROLL)
 
 
 def module(source: str, T: str):
@@ -34,15 +36,16 @@ def module(source: str, T: str):
 
 def sources():
     now = (KERNEL_DIR / "elementwise.cu").read_text()
-    yield "before", (HERE / "elementwise_before.cu").read_text(), 1
-    for unroll in (2, 4, 8):
-        yield f"16B unroll {unroll}", re.sub(r"#define FW_UNROLL \d+", f"#define FW_UNROLL {unroll}", now), None
+    yield "before", (HERE / "elementwise_before.cu").read_text(), 4
+    for lane, unroll in VARIANTS:
+        source = re.sub(r"#define FW_UNROLL \d+", f"#define FW_UNROLL {unroll}", now)
+        yield f"{lane}B unroll {unroll}", re.sub(r"#define FW_BYTES \d+", f"#define FW_BYTES {lane}", source), lane
 
 
 def main(out: str):
     rows = []
     for T, dtype in (("float", np.float32), ("double", np.float64)):
-        for name, source, lanes in sources():
+        for name, source, lane in sources():
             forward, row_sum = module(source, T)
             for H, n in SHAPES if T == "float" else SHAPES[:1]:
                 rng = cp.random.default_rng(0)
@@ -50,7 +53,7 @@ def main(out: str):
                 z1 = rng.random((H, n), dtype=dtype)
                 part = cp.empty(math.ceil(H / 128) * C * n, dtype)
                 delta, db = rng.random((C, n), dtype=dtype), cp.empty(C, dtype)
-                columns = 32 if lanes else 32 * (16 // np.dtype(dtype).itemsize)
+                columns = 32 * max(1, lane // np.dtype(dtype).itemsize)
                 args = (W2, b1, z1, part, np.int32(C), np.int32(H), np.int32(n))
                 fwd = time_graph_ms(cp, lambda: forward((math.ceil(n / columns), math.ceil(H / 128)), (256,), args),
                                     calls=10, repeats=20)

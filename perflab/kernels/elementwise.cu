@@ -292,22 +292,27 @@ __global__ void l2_partials(const T* __restrict__ p, size_t n, const long long* 
 // by H x n GEMM moves more bytes than it computes, so it belongs with the activation):
 //   a1 = sigmoid(z1 + b1), written over z1;   part[g][c][j] = sum_{h in row block g} W2[c, h] a1[h, j]
 // softmax_xent_grad then adds the row blocks' partial sums (fixed order) and takes the softmax.
-// Block: 32 lanes of V columns each (16 bytes: one load a row where rows hold whole sixteens and z1 is
-// 16-byte aligned, as bias_sigmoid) x 8 warps over FW_ROWS rows, whose slice of W2 (and b1) sits in
-// shared memory (read as broadcasts); FW_UNROLL rows' loads issued before any is used. (A float a lane,
-// 128 bytes a warp's row, ran the pass at 1.8 TB/s on an H100, where bias_sigmoid's 16 bytes reach 2.7.)
+// Block: 32 lanes of V columns each (FW_BYTES a lane, at least one element: one load a row where rows
+// hold whole Vs and z1 is aligned to them) x 8 warps over FW_ROWS rows, whose slice of W2 (and b1) sits
+// in shared memory (read as broadcasts); FW_UNROLL rows' loads issued before any is used.
 #define FW_ROWS 128
-#define FW_UNROLL 4
+#define FW_UNROLL 8
+#define FW_BYTES 4
+template <int BYTES> struct Bytes;  // a register of BYTES bytes, loaded and stored at once
+template <> struct Bytes<4> { using type = unsigned; };
+template <> struct Bytes<8> { using type = uint2; };
+template <> struct Bytes<16> { using type = uint4; };
 template <typename T, int CMAX>
 __global__ void __launch_bounds__(256)
 output_forward(const T* __restrict__ W2, const T* __restrict__ b1, T* z1, T* __restrict__ part, int C, int H, int n) {
-    constexpr int V = ELEMENTS_16B<T>;
+    constexpr int V = FW_BYTES > sizeof(T) ? FW_BYTES / sizeof(T) : 1;
+    using Lane = typename Bytes<V * sizeof(T)>::type;
     // W2's slice and b1's, then (reused once they are done with) the 8 warps' sums of one of the V columns
     constexpr int SLICE = FW_ROWS * (CMAX + 1), SUMS = 8 * 32 * (CMAX + 1);
     __shared__ T smem[SLICE > SUMS ? SLICE : SUMS];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, j = (blockIdx.x * 32 + lane) * V;
     const int r0 = blockIdx.y * FW_ROWS, rows = min(FW_ROWS, H - r0);
-    const bool whole = n % V == 0 && (size_t)z1 % 16 == 0;
+    const bool whole = n % V == 0 && (size_t)z1 % sizeof(Lane) == 0;
     T* w = smem;                      // w[r * CMAX + c] = W2[c, r0 + r]
     T* bias = smem + FW_ROWS * CMAX;  // bias[r] = b1[r0 + r]
     for (int e = threadIdx.x; e < rows * CMAX; e += blockDim.x) {
@@ -323,14 +328,14 @@ output_forward(const T* __restrict__ W2, const T* __restrict__ b1, T* z1, T* __r
         for (int c = 0; c < CMAX; ++c) acc[v][c] = 0;
     if (j < n) {
         for (int rb = warp; rb < rows; rb += 8 * FW_UNROLL) {
-            uint4 raw[FW_UNROLL];  // a row's V elements as one 16-byte register (T's view: a below)
+            Lane raw[FW_UNROLL];  // a row's V elements as one register (T's view: a below)
 #pragma unroll
             for (int u = 0; u < FW_UNROLL; ++u) {
                 const int r = rb + 8 * u;
                 const T* row = z1 + (size_t)(r0 + r) * n + j;
                 T* a = reinterpret_cast<T*>(&raw[u]);
                 if (r < rows && whole) {
-                    raw[u] = *reinterpret_cast<const uint4*>(row);
+                    raw[u] = *reinterpret_cast<const Lane*>(row);
                 } else {
 #pragma unroll
                     for (int v = 0; v < V; ++v) a[v] = r < rows && j + v < n ? row[v] : T(0);
@@ -349,7 +354,7 @@ output_forward(const T* __restrict__ W2, const T* __restrict__ b1, T* z1, T* __r
                     for (int c = 0; c < CMAX; ++c) acc[v][c] += w[r * CMAX + c] * a[v];
                 }
                 if (whole) {
-                    *reinterpret_cast<uint4*>(row) = raw[u];
+                    *reinterpret_cast<Lane*>(row) = raw[u];
                 } else {
 #pragma unroll
                     for (int v = 0; v < V; ++v) if (j + v < n) row[v] = a[v];

@@ -33,7 +33,7 @@ HB_ROWS, HB_COLS = 16, 128  # output_backward_half (16-bit a1, on the tensor cor
 
 
 ROW_SUM_THREADS = 1024  # row_sum: threads a row (a block), as in elementwise.cu
-FW_ROWS = 128  # output_forward: rows a block sums over, as in elementwise.cu
+FW_ROWS, FW_BYTES = 128, 4  # output_forward: rows a block sums over, bytes a lane's columns, as in elementwise.cu
 HF_COLS = 64  # output_forward_half: columns a block (8 warps, one 16-row tile of the FW_ROWS each)
 
 
@@ -180,7 +180,7 @@ def output_layer(W2, b1, b2, z1, y, delta, norm, part, ce=None, scale=None):
         elementwise_function(f"output_forward_half<{HALF_CTYPES[z1.dtype.name]}>", "float")(
             (max(1, math.ceil(n / HF_COLS)), groups), (2 * FW_ROWS,), (W2, b1, z1, part, i32(C), i32(H), i32(n)))
     else:
-        columns = 32 * (16 // z1.itemsize)  # a block's: 32 lanes of 16 bytes
+        columns = 32 * max(1, FW_BYTES // z1.itemsize)  # a block's: 32 lanes of FW_BYTES
         elementwise("output_forward", z1.dtype, bound)(
             (max(1, math.ceil(n / columns)), groups), (256,), (W2, b1, z1, part, i32(C), i32(H), i32(n)))
     return softmax_xent_grad(part[:groups * C * n].reshape(groups * C, n), b2, y, delta, norm, ce, groups=groups,
