@@ -20,6 +20,7 @@ import cupy as cp
 import numpy as np
 
 from perflab.kernels import KERNEL_DIR
+from perflab.results import machine_metadata
 from perflab.timing import time_graph_ms
 
 HERE = pathlib.Path(__file__).parent
@@ -65,7 +66,7 @@ def main(out: str):
                            output_forward_tbs=moved / fwd / 1e9, row_sum_us=1e3 * rs)
                 print(json.dumps(row), flush=True)
                 rows.append(row)
-    meta = dict(device=cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), cupy=cp.__version__)
+    meta = machine_metadata()
     with open(out, "w") as f:
         for row in rows:
             f.write(json.dumps({**row, **meta}) + "\n")

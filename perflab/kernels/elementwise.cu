@@ -294,10 +294,13 @@ __global__ void l2_partials(const T* __restrict__ p, size_t n, const long long* 
 // softmax_xent_grad then adds the row blocks' partial sums (fixed order) and takes the softmax.
 // Block: 32 lanes of V columns each (FW_BYTES a lane, at least one element: one load a row where rows
 // hold whole Vs and z1 is aligned to them) x 8 warps over FW_ROWS rows, whose slice of W2 (and b1) sits
-// in shared memory (read as broadcasts); FW_UNROLL rows' loads issued before any is used.
+// in shared memory (read as broadcasts); FW_UNROLL rows' loads issued before any is used. 8 bytes a lane
+// and 8 rows ran fastest on one H100 (experiments/deep/fused_forward_variants.py: 13.1 us at 1024 x 3200
+// where a float a lane took 15.8, 48 at 1024 x 12000 either way; 16 bytes a lane, at 120-186 registers,
+// ran 54 there).
 #define FW_ROWS 128
 #define FW_UNROLL 8
-#define FW_BYTES 4
+#define FW_BYTES 8
 template <int BYTES> struct Bytes;  // a register of BYTES bytes, loaded and stored at once
 template <> struct Bytes<4> { using type = unsigned; };
 template <> struct Bytes<8> { using type = uint2; };

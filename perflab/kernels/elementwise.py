@@ -33,7 +33,7 @@ HB_ROWS, HB_COLS = 16, 128  # output_backward_half (16-bit a1, on the tensor cor
 
 
 ROW_SUM_THREADS = 1024  # row_sum: threads a row (a block), as in elementwise.cu
-FW_ROWS, FW_BYTES = 128, 4  # output_forward: rows a block sums over, bytes a lane's columns, as in elementwise.cu
+FW_ROWS, FW_BYTES = 128, 8  # output_forward: rows a block sums over, bytes a lane's columns, as in elementwise.cu
 HF_COLS = 64  # output_forward_half: columns a block (8 warps, one 16-row tile of the FW_ROWS each)
 
 
