@@ -3,8 +3,8 @@ layer's GEMM, its row blocks' partial sums) and delta's row sums (db of the outp
 a lane's columns widened (output_forward: FW_BYTES) and four loads in flight a thread in 1024-thread blocks
 (row_sum).
 
-Each kernel alone, from `before` (elementwise_before.cu: the source at 91249e1, carried untracked, not
-committed) and the current elementwise.cu with FW_BYTES and FW_UNROLL set in its text, compiled as perflab
+Each kernel alone, from `before` (elementwise_before.cu, not committed: make it with
+`git show 91249e1:perflab/kernels/elementwise.cu > experiments/deep/elementwise_before.cu`) and the current elementwise.cu with FW_BYTES and FW_UNROLL set in its text, compiled as perflab
 compiles them (NVRTC), timed by CUDA-graph replays (device time), median of 20.
 Usage: python3 experiments/deep/fused_forward_variants.py OUT.jsonl
 """
@@ -37,7 +37,10 @@ def module(source: str, T: str):
 
 def sources():
     now = (KERNEL_DIR / "elementwise.cu").read_text()
-    yield "before", (HERE / "elementwise_before.cu").read_text(), 4
+    before = HERE / "elementwise_before.cu"
+    if not before.exists():
+        sys.exit(f"{before} is missing: git show 91249e1:perflab/kernels/elementwise.cu > {before}")
+    yield "before", before.read_text(), 4
     for lane, unroll in VARIANTS:
         source = re.sub(r"#define FW_UNROLL \d+", f"#define FW_UNROLL {unroll}", now)
         yield f"{lane}B unroll {unroll}", re.sub(r"#define FW_BYTES \d+", f"#define FW_BYTES {lane}", source), lane
