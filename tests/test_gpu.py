@@ -738,11 +738,20 @@ def test_profiled_gpu_run_takes_the_unfused_path_and_matches():
         assert rel(a, b) <= 1e-12
 
 
-def test_step_breakdown_times_every_kernel():
+@pytest.mark.parametrize("H", [37, (37, 29, 23)])
+def test_step_breakdown_times_every_kernel(H):
+    """Every kernel of the step once, named as the trainer's phases are (a deeper net: each hidden layer's
+    bias + sigmoid, its two backward GEMMs and sigmoid' + db more)."""
     from perflab.measure import bench
-    rows = bench.step_breakdown(H=37, B=101, repeats=3)
-    assert len(rows) == 13 and len({r["kernel"] for r in rows}) == 13
+    rows = bench.step_breakdown(H=H, B=101, repeats=3)
+    depth = 1 if H == 37 else len(H)
+    names = [r["kernel"] for r in rows]
+    assert len(names) == 13 + 5 * (depth - 1) and len(set(names)) == len(names)
     assert all(r["ms"] > 0 and r["gbps"] > 0 for r in rows)
+    L = depth + 1
+    assert [n for n in names if n.startswith("forward GEMM")] == [f"forward GEMM {k} (cuBLAS)" for k in range(1, L)]
+    assert [n for n in names if n.startswith("backward GEMM")] == [f"backward GEMM {k} (cuBLAS)" for k in range(3, 2 * L)]
+    assert {f"bias + sigmoid {k}" for k in range(1, depth)} | {f"sigmoid' + db{k}" for k in range(1, depth)} <= set(names)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

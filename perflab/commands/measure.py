@@ -8,7 +8,6 @@ from perflab.commands.options import (
     CLIError,
     config_from_args,
     gemm_shape,
-    hidden_batch,
     hold_seconds,
     hyperparameter_options,
     net,
@@ -294,9 +293,11 @@ def register(sub) -> None:
 
     b = bsub.add_parser("step", help="each kernel of one training step, timed alone (where the time goes)",
                         description="Device ms of every kernel of perflab's training step at H x B (and of the unfused "
-                                    "backward kernels), graph-timed, with bytes moved and % of the device-copy rate; "
-                                    "writes <run folder>/bench_step.csv.")
-    b.add_argument("--configs", nargs="+", type=hidden_batch, default=[(512, 3200), (2048, 12000)], metavar="H,B")
+                                    "output layer's kernels), each graph-timed alone, with bytes moved and % of the "
+                                    "device-copy rate; writes <run folder>/bench_step.csv.")
+    b.add_argument("--configs", nargs="+", type=net_batch, default=[(512, 3200), (2048, 12000)], metavar="H,B",
+                   help="hidden size and batch pairs (default 512,3200 2048,12000); a deeper net names its widths, "
+                        "1024-1024,12000 for 784-1024-1024-10")
     outputs(b)
     b.set_defaults(run=cmd_bench_step)
 

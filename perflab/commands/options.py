@@ -275,14 +275,3 @@ def net(text: str):
         return net_label(text)
     except NetError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def hidden_batch(text: str) -> tuple[int, int]:
-    """'512,3200' -> (512, 3200), for --configs."""
-    try:
-        h, b = (int(v) for v in text.split(","))
-        if h > 0 and b > 0:
-            return h, b
-    except ValueError:
-        pass
-    raise argparse.ArgumentTypeError(f"expected H,B with two positive integers like 512,3200, got {text!r}")

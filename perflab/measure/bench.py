@@ -238,43 +238,70 @@ def summarize_gemm(rows) -> str:
     return "\n".join([table, *gemm_ratios(df)])
 
 
-def step_kernels(H: int, B: int, dtype: str = "float32") -> list[tuple]:
+def step_kernels(H, B: int, dtype: str = "float32") -> list[tuple]:
     """(kernel, call, bytes it must move at least) for every kernel of one perflab training step
-    at H x B on random operands (resident, cuBLAS GEMMs): the fused step, then what the unfused
-    step (a profiled run) runs instead of its fused kernels ("unfused: ")."""
+    of the net H (one width, or a deeper net's widths) at B samples on random operands (resident,
+    cuBLAS GEMMs), named and in the order perflab.train.gpu.FusedGPU runs them (GEMMs numbered as
+    its phases are): the fused step, then what the unfused step (a profiled run) runs instead of
+    its fused kernels ("unfused: ")."""
     import cupy as cp
 
     from perflab import kernels
+    from perflab.analysis.perfmodel import widths
     rng = np.random.default_rng(0)
     dev = lambda *shape: cp.asarray(rng.uniform(0.05, 0.95, shape).astype(dtype))  # noqa: E731
-    W1, b1, W2, b2 = dev(H, D), dev(H), dev(C, H), dev(C)
-    X = cp.asfortranarray(dev(D, B))
-    y = cp.asarray(rng.integers(0, C, B))
-    a1, da1, z2, delta = dev(H, B), dev(H, B), dev(C, B), dev(C, B)
-    dW1, dW2, db1, db2 = dev(H, D), dev(C, H), dev(H), dev(C)
-    part = cp.empty(kernels.output_backward_partials(H, B, C), dtype)
-    part_forward = cp.empty(kernels.output_layer_partials(H, B, C), dtype)
-    params, grads = dev(H * D + H + C * H + C), dev(H * D + H + C * H + C)
-    ends = cp.asarray(np.cumsum([H * D, H, C * H, C]), dtype=np.int64)
-    regs = cp.asarray([1e-4, 0.0, 1e-4, 0.0], dtype=dtype)
     size = np.dtype(dtype).itemsize
-    hb, hd = H * B * size, H * D * size
-    steps = [  # (kernel, call, bytes it must move at least): perflab's step, then what the unfused one
-        # runs instead of its fused kernels ("unfused: ")
-        ("forward GEMM 1 (cuBLAS)", lambda: kernels.gemm(W1, X, out=a1, variant="cublas"), hd + D * B * size + hb),
-        ("fused forward: sigmoid, GEMM 2, softmax",
-         lambda: kernels.output_layer(W2, b1, b2, a1, y, delta, B, part_forward), 2 * hb),
-        ("db2 row sums", lambda: kernels.row_sum(delta, db2), C * B * size),
-        ("fused backward: dz1, dW2, db1", lambda: kernels.output_backward(W2, delta, a1, da1, dW2, db1, part), 2 * hb),
-        ("backward GEMM 3 (cuBLAS)", lambda: kernels.gemm(da1, X.T, out=dW1, variant="cublas"), hb + D * B * size + hd),
-        ("SGD + L2 update", lambda: kernels.sgd_update(params, grads, 0.1, ends, regs), 3 * params.nbytes),
+    hidden = widths(H)
+    L, last = len(hidden) + 1, hidden[-1]  # layers; the fused output layer's input width
+    fan_in = (D,) + hidden[:-1]
+    W = [dev(h, k) for h, k in zip(hidden, fan_in)]
+    b, dW, db = [dev(h) for h in hidden], [dev(h, k) for h, k in zip(hidden, fan_in)], [dev(h) for h in hidden]
+    X = cp.asfortranarray(dev(D, B))
+    a, dz = [dev(h, B) for h in hidden], [dev(h, B) for h in hidden]  # each hidden layer's output, its gradient
+    W2, b2, dW2, db2 = dev(C, last), dev(C), dev(C, last), dev(C)
+    y = cp.asarray(rng.integers(0, C, B))
+    z2, delta = dev(C, B), dev(C, B)
+    part = cp.empty(kernels.output_backward_partials(last, B, C), dtype)
+    part_forward = cp.empty(kernels.output_layer_partials(last, B, C), dtype)
+    sizes = [h * k + h for h, k in zip(hidden, fan_in)] + [C * last, C]
+    params, grads = dev(sum(sizes)), dev(sum(sizes))
+    ends = cp.asarray(np.cumsum([n for h, k in zip(hidden, fan_in) for n in (h * k, h)] + [C * last, C]), dtype=np.int64)
+    regs = cp.asarray([1e-4, 0.0] * L, dtype=dtype)
+
+    def gemm(name, x, w, out):  # bytes: both operands read, the product written
+        return (name, lambda: kernels.gemm(x, w, out=out, variant="cublas"), (x.size + w.size + out.size) * size)
+
+    hb = last * B * size
+    inputs = [X] + a[:-1]
+    steps = []  # (kernel, call, bytes it must move at least): perflab's step, then what the unfused one runs
+    # instead of its fused kernels ("unfused: ")
+    for l in range(L - 1):  # the hidden layers' forward GEMMs; the last one's bias + sigmoid is in the fused pass
+        steps.append(gemm(f"forward GEMM {l + 1} (cuBLAS)", W[l], inputs[l], a[l]))
+        if l < L - 2:
+            steps.append((f"bias + sigmoid {l + 1}", lambda l=l: kernels.bias_sigmoid(a[l], b[l]), 2 * a[l].nbytes))
+    steps += [
+        (f"fused forward: sigmoid, GEMM {L}, softmax",
+         lambda: kernels.output_layer(W2, b[-1], b2, a[-1], y, delta, B, part_forward), 2 * hb),
+        (f"db{L} row sums", lambda: kernels.row_sum(delta, db2), C * B * size),
+        (f"fused backward: dz{L - 1}, dW{L}, db{L - 1}",
+         lambda: kernels.output_backward(W2, delta, a[-1], dz[-1], dW2, db[-1], part), 2 * hb)]
+    for l in range(L - 2, 0, -1):  # hidden layer l + 1 over hidden layer l (1-based), as FusedGPU numbers them
+        k = 2 * (L - l) - 1
+        steps.append(gemm(f"backward GEMM {k} (cuBLAS)", dz[l], a[l - 1].T, dW[l]))
+        steps.append(gemm(f"backward GEMM {k + 1} (cuBLAS)", W[l].T, dz[l], dz[l - 1]))
+        steps.append((f"sigmoid' + db{l}", lambda l=l: kernels.sigmoid_backward_rows(dz[l - 1], a[l - 1], db[l - 1]),
+                      3 * a[l - 1].nbytes))
+    steps.append(gemm(f"backward GEMM {2 * L - 1} (cuBLAS)", dz[0], X.T, dW[0]))
+    steps.append(("SGD + L2 update", lambda: kernels.sgd_update(params, grads, 0.1, ends, regs), 3 * params.nbytes))
+    a1, da1, b1, db1 = a[-1], dz[-1], b[-1], db[-1]  # the output layer's input, as the unfused path runs it
+    steps += [
         ("unfused: bias + sigmoid", lambda: kernels.bias_sigmoid(a1, b1), 2 * hb),
-        ("unfused: forward GEMM 2 (cuBLAS)", lambda: kernels.gemm(W2, a1, out=z2, variant="cublas"), hb),
+        (f"unfused: forward GEMM {L} (cuBLAS)", lambda: kernels.gemm(W2, a1, out=z2, variant="cublas"), hb),
         ("unfused: softmax + CE gradient", lambda: kernels.softmax_xent_grad(z2, b2, y, delta, B), 2 * C * B * size),
         ("unfused: backward GEMM 1 (cuBLAS)", lambda: kernels.gemm(delta, a1.T, out=dW2, variant="cublas"), hb),
         ("unfused: backward GEMM 2 (cuBLAS)", lambda: kernels.gemm(W2.T, delta, out=da1, variant="cublas"), hb),
         ("unfused: sigmoid'", lambda: kernels.sigmoid_backward(da1, a1), 3 * hb),
-        ("unfused: db1 row sums", lambda: kernels.row_sum(da1, db1), hb),
+        (f"unfused: db{L - 1} row sums", lambda: kernels.row_sum(da1, db1), hb),
     ]
     return steps
 
@@ -363,17 +390,19 @@ def half_step(H: int, B: int, half: str):
     return step
 
 
-def step_breakdown(H: int = 2048, B: int = 12000, dtype: str = "float32", repeats: int = 20):
-    """Device milliseconds of each kernel of one perflab training step at H x B (resident,
-    cuBLAS GEMMs), each timed alone in a replayed CUDA graph, with the bytes it must move and
-    the rate that makes; the unfused backward kernels too, for comparison with the fused one.
-    Where the epoch's time over the cuBLAS floor goes."""
+def step_breakdown(H=2048, B: int = 12000, dtype: str = "float32", repeats: int = 20):
+    """Device milliseconds of each kernel of one perflab training step of the net H (one width or a
+    deeper net's widths) at B samples (resident, cuBLAS GEMMs), each timed alone in a replayed CUDA
+    graph, with the bytes it must move and the rate that makes; the unfused output layer's kernels
+    too, for comparison with the fused ones. Where the epoch's time over the cuBLAS floor goes."""
     import cupy as cp
+
+    from perflab.analysis.perfmodel import net_name
     copy_rate = device_copy_rate(cp)
     rows = []
     for name, call, nbytes in step_kernels(H, B, dtype):
         ms = time_graph_ms(cp, call, calls=5, repeats=repeats)
-        rows.append({"kernel": name, "H": H, "B": B, "dtype": dtype, "ms": ms, "bytes": nbytes,
+        rows.append({"kernel": name, "H": net_name(H), "B": B, "dtype": dtype, "ms": ms, "bytes": nbytes,
                      "gbps": nbytes / ms / 1e6, "pct_copy_rate": 100 * nbytes / (ms * 1e-3) / copy_rate})
     return rows
 
