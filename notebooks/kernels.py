@@ -36,9 +36,9 @@ for path in sorted(RESULTS_ROOT.glob("*/bench_train.csv")):
     fig = plots.train_peers(pd.read_csv(path))
     display(Image(str(plots.save(fig, f"train_peers_{path.parent.name}",
         f"Epoch time of perflab and its peers (median of 5 epochs) on {path.parent.name}. Source: {path.name}."))))
-for path in sorted(RESULTS_ROOT.glob("*/bench_step.csv")):
+for path in sorted(RESULTS_ROOT.glob("*/bench_step.csv")) + sorted(RESULTS_ROOT.glob("*/bench_step_deep.csv")):
     fig = plots.step_breakdown(pd.read_csv(path))
-    display(Image(str(plots.save(fig, f"step_breakdown_{path.parent.name}",
+    display(Image(str(plots.save(fig, f"{path.stem.replace('bench_step', 'step_breakdown')}_{path.parent.name}",
         f"Each kernel of one training step timed alone (CUDA-graph replays) on {path.parent.name}: perflab's step "
         f"(fused backward) and the unfused kernels it replaces. Source: {path.name}."))))
 for path in sorted(RESULTS_ROOT.glob("*/bench_hold.csv")):

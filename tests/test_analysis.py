@@ -91,6 +91,22 @@ def test_epoch_predicted_as_the_sum_of_its_kernels():
     assert abs(table.loc["perflab", "error"] - 1.5 / 16) < 1e-12
 
 
+def test_the_deep_step_breakdown_is_read_beside_the_deep_epochs(tmp_path, monkeypatch):
+    """bench_step_deep.csv pairs with bench_train_deep.csv (not bench_train.csv), each net's kernels listed."""
+    from perflab.report import markdown
+    steps = [{"H": net, "B": 100, "kernel": k, "ms": 1.0, "gbps": 10.0} for net in ("8", "8-8")
+             for k in ("forward GEMM 1 (cuBLAS)", "fused forward: sigmoid, GEMM 2, softmax")]
+    write_result(tmp_path / "m", "bench_step_deep", steps, {})
+    write_result(tmp_path / "m", "bench_train", [{"H": "8-8", "B": 100, "N": 1000, "peer": "perflab", "epoch_ms": 99.0}], {})
+    results_root(monkeypatch, tmp_path)
+    assert "\n".join(markdown.step_section()) == ""  # no bench_train_deep.csv: nothing to compare
+    write_result(tmp_path / "m", "bench_train_deep", [{"H": "8-8", "B": 100, "N": 1000, "peer": "perflab",
+                                                       "epoch_ms": 25.0}], {})
+    text = "\n".join(markdown.step_section())
+    assert "(deeper nets)" in text and "| 8-8 | 100 | perflab | 2 | 20 | 25 | -0.2 |" in text
+    assert "8 x 100:" in text and "8-8 x 100:" in text
+
+
 def write_result(folder, name, rows, meta):
     import json
 

@@ -155,22 +155,31 @@ def step_prediction(steps, train):
     return pd.DataFrame(rows)
 
 
+STEP_FILES = ("bench_step.csv", "bench_step_deep.csv")  # `perflab bench step` of one hidden layer, of deeper nets:
+# each beside the bench_train file of the same suffix
+
+
 def step_section() -> list[str]:
     import pandas as pd
     out = []
-    for path in sorted(RESULTS_ROOT.glob("*/bench_step.csv")):
-        train = path.with_name("bench_train.csv")
+    pairs = [(path, path.with_name(path.name.replace("bench_step", "bench_train"))) for name in STEP_FILES
+             for path in sorted(RESULTS_ROOT.glob(f"*/{name}"))]
+    for path, train in pairs:
         if not train.exists():
             continue
-        table = step_prediction(pd.read_csv(path), pd.read_csv(train))
+        steps = pd.read_csv(path)
+        table = step_prediction(steps, pd.read_csv(train))
         if len(table):
-            out += ["", f"## The epoch as the sum of its kernels, {path.parent.name}", "",
+            out += ["", f"## The epoch as the sum of its kernels, {path.parent.name}"
+                    + (" (deeper nets)" if "deep" in path.name else ""), "",
                     f"Sources: {source(path)}; {source(train)}.", "", fmt(table.round(4)), "",
                     "Each kernel of a step timed alone in a replayed CUDA graph (`perflab bench step`), summed, "
                     "times N/B steps an epoch, against the measured epoch (`perflab bench train`). Median "
                     f"|error| {100 * table.error.abs().median():.1f}%: a step costs the sum of its kernels, so "
-                    "the kernel table says where to spend effort (the two large cuBLAS GEMMs, then the "
-                    "memory-bound kernels)."]
+                    "the kernel table says where to spend effort (the large cuBLAS GEMMs, then the "
+                    "memory-bound kernels; \"unfused:\" the kernels a profiled step runs instead of the fused ones)."]
+            for (H, B), group in steps.groupby(["H", "B"], sort=False):
+                out += ["", f"{H} x {B}:", "", fmt(group[["kernel", "ms", "gbps"]].round({"ms": 4}).astype({"gbps": int}))]
     return out
 
 
