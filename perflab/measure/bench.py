@@ -263,9 +263,9 @@ def step_kernels(H, B: int, dtype: str = "float32") -> list[tuple]:
     z2, delta = dev(C, B), dev(C, B)
     part = cp.empty(kernels.output_backward_partials(last, B, C), dtype)
     part_forward = cp.empty(kernels.output_layer_partials(last, B, C), dtype)
-    sizes = [h * k + h for h, k in zip(hidden, fan_in)] + [C * last, C]
-    params, grads = dev(sum(sizes)), dev(sum(sizes))
-    ends = cp.asarray(np.cumsum([n for h, k in zip(hidden, fan_in) for n in (h * k, h)] + [C * last, C]), dtype=np.int64)
+    segments = [n for h, k in zip(hidden, fan_in) for n in (h * k, h)] + [C * last, C]  # each W and b in P
+    params, grads = dev(sum(segments)), dev(sum(segments))
+    ends = cp.asarray(np.cumsum(segments), dtype=np.int64)
     regs = cp.asarray([1e-4, 0.0] * L, dtype=dtype)
 
     def gemm(name, x, w, out):  # bytes: both operands read, the product written
