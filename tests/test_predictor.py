@@ -838,6 +838,22 @@ def test_on_one_gpu_the_next_staged_copy_runs_under_the_graph_and_behind_eager_l
     assert two["batch_s"] == pytest.approx(images + max(kernels, 3e-5) + two["t_exchange"])
 
 
+def test_a_sweep_is_validated_whatever_it_is_called(tmp_path, monkeypatch):
+    """A workbook sweep named `deep` (its metadata says it is a sweep) is predicted beside roofline.csv; a
+    CSV of other rows beside them is not read as one."""
+    from perflab import results
+    from perflab.workbook import sweep
+    monkeypatch.setattr(results, "machine_metadata", lambda: {"gpu": "test"})
+    table().table.to_csv(tmp_path / "ceilings_p1.csv", index=False)
+    row = {**point(), "epoch_seconds": 0.01, "batches": 2, "status": "measured"}
+    for name in ("roofline", "deep"):
+        results.write_rows(tmp_path / f"{name}.csv", [row], sweep.sweep_meta(name))
+    results.write_rows(tmp_path / "notes.csv", [{"a": 1}], {"gpu": "test"})
+    assert [f.name for f in validation.sweep_files(tmp_path)] == ["deep.csv", "roofline.csv"]
+    table_, _ = validation.validate_folder(tmp_path, write=False)
+    assert sorted(table_.source) == ["deep.csv", "roofline.csv"] and table_.predicted_ms.notna().all()
+
+
 def test_a_sweep_is_predicted_from_the_ceilings_measured_beside_it_first(tmp_path):
     c = table()
     c.table.to_csv(tmp_path / "ceilings_p1.csv", index=False)

@@ -306,6 +306,13 @@ class EnginesLost(RuntimeError):
     """The MPI engines stopped answering in a point: the sweep cannot go on with them."""
 
 
+def sweep_meta(name: str) -> dict:
+    """A sweep file's metadata: the machine's, and the sweep's name, by which the predictor's validation
+    (perflab.analysis.validation.sweep_files) finds the sweep whatever it is called."""
+    from perflab import results
+    return {**results.machine_metadata(), "sweep": name}
+
+
 def output_path(name: str, root: Path | None = None) -> Path:
     from perflab import results
     return Path(root or results.run_dir()) / f"{name}.csv"
@@ -335,14 +342,13 @@ def run_grid_mpi(points, name, out: Path | None = None, dataset="synthetic", pro
     finishes (a job the watchdog ends keeps them: `timeout`, perflab.train.watchdog)."""
     from tqdm.auto import tqdm
 
-    from perflab import results
     from perflab.train import watchdog
     from perflab.train.comm import world
     w = world()
     path = output_path(name, out) if w.rank == 0 else None
     todo = w.bcast(pending(points, path, log) if w.rank == 0 else None)
     claims = Claims(path) if w.rank == 0 else None
-    meta = results.machine_metadata() if w.rank == 0 else None
+    meta = sweep_meta(name) if w.rank == 0 else None
     # between points (and while ranks wait out a point on fewer ranks), a rank stopped ends the job too
     with watchdog.for_run(w, timeout, patient=True) as dog:
         for i, point in enumerate(tqdm(todo, disable=not progress or w.rank != 0, desc=name, unit="point")):
@@ -368,11 +374,10 @@ def run_grid_engines(view, points, name, out: Path | None = None, dataset="synth
     sweep with EnginesLost, naming the point; the rows written stay, and a rerun resumes after them."""
     from tqdm.auto import tqdm
 
-    from perflab import results
     path = output_path(name, out)
     todo = pending(points, path, log)
     claims = Claims(path)
-    meta = results.machine_metadata()
+    meta = sweep_meta(name)
     for i, point in enumerate(tqdm(todo, disable=not progress, desc=name, unit="point")):
         if not claims.claim(point):
             continue
