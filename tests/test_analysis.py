@@ -596,6 +596,29 @@ def test_the_report_pdf_opens_with_a_title_page_and_sentence_captions(tmp_path):
     assert (pdf.build(folder=run)).stat().st_size > 50_000
 
 
+def test_the_report_answers_for_a_sweep_named_anything_and_names_its_deeper_nets(tmp_path):
+    """A workbook sweep called `deep` (its metadata says it is a sweep) of 784-512-512-10 is reported beside
+    roofline.csv; a CSV that is no sweep is not."""
+    import shutil
+
+    import pandas as pd
+
+    from perflab.report import pdf
+    run = tmp_path / "run"
+    shutil.copytree(RESULTS_ROOT / "cpu-amd-epyc" / "mainjob", run, ignore=shutil.ignore_patterns("report.pdf"))
+    deep = pd.read_csv(run / "roofline.csv").assign(H="512-512")
+    deep.to_csv(run / "deep.csv", index=False)
+    (run / "deep.json").write_text(json.dumps({**json.loads((run / "roofline.json").read_text()), "sweep": "deep"}))
+    pd.DataFrame([{"a": 1}]).to_csv(run / "notes.csv", index=False)
+    sweeps = pdf.report_sweeps(run)
+    assert [p.name for p in sweeps] == ["deep.csv", "roofline.csv"]
+    doc = pdf.Document()
+    pdf.title_page(doc, "perflab report: run", run, sweeps, [])
+    texts = doc.texts()
+    assert any(t.startswith("<b>What was run:</b> <i>deep.csv</i>: 9 points") for t in texts)
+    assert any("784-H-10 sigmoid MLP and deeper nets (784-512-512-10)" in t for t in texts)
+
+
 def test_the_committed_wfbp_runs_kept_the_fastest_exchange_and_checked_against_the_reference():
     """On two H100 (scripts/gpu_multi.sh wfbp): --comm auto timed the exchange after backward, WFBP (--overlap past
     one hidden layer) and p2p on deeper nets and kept the fastest; WFBP matched the float64 reference at depths 2-4."""

@@ -22,7 +22,12 @@ def sweep_files(folder: Path) -> list[Path]:
     """The folder's sweeps: the files of the names above, and any other whose metadata says it is a sweep (a
     workbook or `perflab sweep --name` run called something else: perflab.workbook.sweep.sweep_meta)."""
     named = {f for pattern in SWEEPS for f in Path(folder).glob(pattern) if f.name != "validation.csv"}
-    return sorted(named | {f for f in Path(folder).glob("*.csv") if "sweep" in read_meta(f)})
+    return sorted(named | marked_sweeps(folder))
+
+
+def marked_sweeps(folder: Path) -> set[Path]:
+    """The folder's CSVs whose metadata says they are sweeps (perflab.workbook.sweep.sweep_meta)."""
+    return {f for f in Path(folder).glob("*.csv") if "sweep" in read_meta(f)}
 
 
 HARNESS = "scaling.jsonl"  # the multi-GPU scaling harness's rows (perflab.measure.peers_multi), perflab's predicted too

@@ -156,10 +156,11 @@ def title_page(doc: Document, title: str, folder: Path, sweeps: list[Path], figu
     doc.text(f"<b>Machine:</b> {escape(machine_line(meta)) if meta else 'not recorded (no sweep metadata here)'}")
     doc.text(f"<b>Measured:</b> {meta.get('date', '?')}. <b>Code:</b> git {str(meta.get('git_commit', '?'))[:12]}.")
     from perflab.analysis import roofline
-    ran = []
+    ran, deeper = [], set()
     for path in sweeps:
         t = roofline.load(path)
         done = t[t["status"] == "measured"] if "status" in t else t
+        deeper |= {str(h) for h in done.H if "-" in str(h)}
         if len(done):
             ran.append(f"<i>{path.name}</i>: {len(done)} points on {listed(done.backend)} (H {listed(done.H)}; "
                        f"B {listed(done.B)}; p {listed(done.p)}; modes {listed(done['mode'])})")
@@ -167,7 +168,9 @@ def title_page(doc: Document, title: str, folder: Path, sweeps: list[Path], figu
     doc.text("<b>What was run:</b> " + ("; ".join(ran) if ran else "no sweep") + "."
              + (f" Notebooks executed: {', '.join(notebooks)}." if notebooks else "")
              + f" {len(figures)} figures.")
-    doc.text("Data-parallel training of the seeds' 784-H-10 sigmoid MLP (softmax, cross-entropy, L2, SGD), measured by "
+    nets = "784-H-10 sigmoid MLP" + (f" and deeper nets (784-{', 784-'.join(f'{h}-10' for h in sorted(deeper))})"
+                                        if deeper else "")
+    doc.text(f"Data-parallel training of the seeds' {nets} (softmax, cross-entropy, L2, SGD), measured by "
              "perflab on the machine named above. Every number comes from the result files in this folder, each "
              "with its machine metadata and git commit; the sections follow the seeds' questions.")
     doc.add(PageBreak())
@@ -308,6 +311,13 @@ def figure_sections(doc: Document, figures: list[Path], level: int = 1) -> None:
             used.update(chosen)
 
 
+def report_sweeps(folder: Path) -> list[Path]:
+    """The sweeps a report answers the seeds' questions for: the main job's (roofline*.csv) and any other the
+    workbook or `perflab sweep` wrote there under a name of its own."""
+    from perflab.analysis import validation
+    return sorted(set(folder.glob("roofline*.csv")) | validation.marked_sweeps(folder))
+
+
 def build(out: str | None = None, folder: Path | None = None) -> Path:
     """The report of one run folder (this machine's by default): its sweeps' questions answered,
     then its figures by section."""
@@ -315,7 +325,7 @@ def build(out: str | None = None, folder: Path | None = None) -> Path:
     folder = Path(folder or results.run_dir())
     out = Path(out or folder / "report.pdf")
     figures = sorted((folder / "figures").glob("*.png"))
-    sweeps = sorted(p for p in folder.glob("roofline*.csv"))
+    sweeps = report_sweeps(folder)
     if not figures and not sweeps:
         raise FileNotFoundError(f"nothing to report in {folder}: run `perflab notebook roofline` first")
     doc = Document()
