@@ -26,7 +26,6 @@ device buffer, and the step after the copy replays its graph the same way.
 from __future__ import annotations
 
 import contextlib
-import functools
 
 import numpy as np
 
@@ -372,17 +371,12 @@ class FusedGPU(Sequential):
             side = self.side_gemms and not profile.ACTIVE  # phases are timed one after another
             for l in range(L - 2, 0, -1):  # hidden layer l + 1 over hidden layer l (1-based): W[l] is W_{l+1}
                 k = 2 * (L - l) - 1
-                weight_gradient = functools.partial(self.gemm, dz[l], acts[l].T, dW[l])
-                if not side:
-                    with phase(f"backward GEMM {k}"):
-                        weight_gradient()
-                    if self.overlap:  # layer l + 1 (and those above it, the first time) is final: send it (WFBP)
-                        unsent = self.send_layer(self.layer_starts[l], unsent)
+                with phase(f"backward GEMM {k}"), self.beside(side):
+                    self.gemm(dz[l], acts[l].T, dW[l])
+                if self.overlap:  # layer l + 1 (and those above it, the first time) is final: send it (WFBP)
+                    unsent = self.send_layer(self.layer_starts[l], unsent)
                 with phase(f"backward GEMM {k + 1}"):
                     self.gemm(Wg[l].T, dz[l], dz[l - 1])
-                if side:  # forked once the input gradient is enqueued: dW_l runs beside sigmoid' and the GEMMs below
-                    with self.beside(True):
-                        weight_gradient()
                 if self.gradient_exchanged(l):  # the ranks' partial sums of the whole input gradient
                     self.comm.allreduce(dz[l - 1])
                 kernels.sigmoid_backward_rows(dz[l - 1], acts[l], db[l - 1], small if l == 1 else None)
