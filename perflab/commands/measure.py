@@ -160,7 +160,8 @@ def cmd_bench_step(args, comm) -> dict:
     saved = save_rows("bench_step", rows, args.out)
     if not args.json:
         import pandas as pd
-        print(pd.DataFrame(rows).pivot_table(index="kernel", columns=["H", "B"], values="ms", sort=False).round(4))
+        table = pd.DataFrame(rows).pivot_table(index="kernel", columns=["H", "B"], values="ms", sort=False).round(4)
+        print(table.to_string(na_rep=""))  # a kernel another net's step lacks: blank
     return {"rows": rows, "saved": saved}
 
 
