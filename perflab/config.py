@@ -22,6 +22,7 @@ PIPELINED_CHUNKS = 4  # --mode pipelined: dW1 in 4 row chunks, each exchanged as
 # resident GPU data parallel's gradient exchanges: what a sweep's --comm names and --comm auto times
 GPU_EXCHANGES = ("nccl", "overlap", "p2p")
 TWO_SHOT_FROM = 3  # --comm p2p two-shot from these ranks: one-shot pulls p - 1 gradients into each GPU, two-shot 2 (p - 1) / p
+TWO_SHOT_IMPL = "p2p two-shot"  # how a ceilings row of the two-shot kernel names it (the predictor reads which was timed)
 
 
 def exchange_fields(name: str) -> dict:

@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from perflab.analysis import perfmodel
-from perflab.config import GPU_EXCHANGES, HALF_IMPLS, OVERLAP_CHUNKS, PIPELINED_CHUNKS, TWO_SHOT_FROM
+from perflab.config import GPU_EXCHANGES, HALF_IMPLS, OVERLAP_CHUNKS, PIPELINED_CHUNKS, TWO_SHOT_FROM, TWO_SHOT_IMPL
 
 FUSED_STEP = ("forward GEMM 1 (cuBLAS)", "fused forward: sigmoid, GEMM 2, softmax", "db2 row sums",
               "fused backward: dz1, dW2, db1", "backward GEMM 3 (cuBLAS)")
@@ -411,7 +411,7 @@ class Ceilings:
             raise PredictionError(f"{self.source} has no p2p_exchange_update rows at p={p}: run `mpiexec -n {p} "
                                   "perflab ceilings` on GPUs of one node with peer access")
         timed = rows["impl"].astype(str) if "impl" in rows else pd.Series("", index=rows.index)
-        if p >= TWO_SHOT_FROM and not timed.str.contains("two-shot").all():
+        if p >= TWO_SHOT_FROM and not timed.str.startswith(TWO_SHOT_IMPL).all():
             raise PredictionError(f"{self.source} timed --comm p2p at p={p} with the one-shot kernel of before a50f69c, "
                                   f"where p2p now runs two-shot (2 (p - 1) / p of a gradient read, not p - 1): run "
                                   f"`mpiexec -n {p} perflab ceilings` again")

@@ -41,7 +41,7 @@ import time
 
 import numpy as np
 
-from perflab.config import HALF_CAPABILITY, HALF_IMPLS, PIPELINED_CHUNKS, TWO_SHOT_FROM, ConfigError
+from perflab.config import HALF_CAPABILITY, HALF_IMPLS, PIPELINED_CHUNKS, TWO_SHOT_FROM, TWO_SHOT_IMPL, ConfigError
 from perflab.timing import median_seconds, repeat_seconds
 
 SIZES = [2**k for k in range(12, 29, 2)]  # 4 KiB .. 256 MiB
@@ -245,7 +245,7 @@ def p2p_exchange_update(comm, sizes=SIZES, calls=10, repeats=10) -> list[dict]:
             comm.read_wait()
             comm.exchange_update(params, 0.1, ends, regs)
         t = time_graph_ms(cp, call, calls=calls, repeats=repeats, before=ranks_together(comm)) / 1e3
-        kind = "p2p two-shot" if comm.size >= TWO_SHOT_FROM else "p2p"  # the predictor reads which kernel was timed
+        kind = TWO_SHOT_IMPL if comm.size >= TWO_SHOT_FROM else "p2p"
         rows.append(allreduce_row("p2p_exchange_update", "gpu", f"{kind}: read, sum, update in one kernel", size, comm.size, t))
     return rows
 

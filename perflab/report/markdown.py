@@ -155,23 +155,22 @@ def step_prediction(steps, train):
     return pd.DataFrame(rows)
 
 
-STEP_FILES = ("bench_step.csv", "bench_step_deep.csv")  # `perflab bench step` of one hidden layer, of deeper nets:
-# each beside the bench_train file of the same suffix
+STEP_FILES = {"bench_step.csv": "", "bench_step_deep.csv": " (deeper nets)"}  # `perflab bench step` of one hidden
+# layer, of deeper nets (the heading's suffix): each beside the bench_train file of the same suffix
 
 
 def step_section() -> list[str]:
     import pandas as pd
     out = []
-    pairs = [(path, path.with_name(path.name.replace("bench_step", "bench_train"))) for name in STEP_FILES
+    pairs = [(path, path.with_name(name.replace("bench_step", "bench_train")), nets) for name, nets in STEP_FILES.items()
              for path in sorted(RESULTS_ROOT.glob(f"*/{name}"))]
-    for path, train in pairs:
+    for path, train, nets in pairs:
         if not train.exists():
             continue
         steps = pd.read_csv(path)
         table = step_prediction(steps, pd.read_csv(train))
         if len(table):
-            out += ["", f"## The epoch as the sum of its kernels, {path.parent.name}"
-                    + (" (deeper nets)" if "deep" in path.name else ""), "",
+            out += ["", f"## The epoch as the sum of its kernels, {path.parent.name}{nets}", "",
                     f"Sources: {source(path)}; {source(train)}.", "", fmt(table.round(4)), "",
                     "Each kernel of a step timed alone in a replayed CUDA graph (`perflab bench step`), summed, "
                     "times N/B steps an epoch, against the measured epoch (`perflab bench train`). Median "
