@@ -38,6 +38,9 @@ print(job.describe())
 print("results go to", sweep.output_path(name))
 cluster_started, client, view = cluster.engines(job.engines)
 print(f"{len(client.ids)} MPI engines running")
+from perflab.measure import steadiness
+
+steadiness.record(results.run_dir(), "start")  # the host before the ceilings; again after the sweep: was it steady?
 
 # %% [markdown]
 # ## This machine's ceilings, and the prediction made from them before the sweep
@@ -60,6 +63,7 @@ display(predicted[["H", "B", "p", "backend", "mode", "predicted_ms", "compositio
 
 # %%
 path = sweep.run_grid_engines(view, job.points, name)
+steadiness.record(results.run_dir(), "end")
 table = roofline.measured(roofline.load(path))
 table = table[(table.B <= job.N) & (table.backend == job.backend)]
 display(table[["H", "B", "p", "mode", "epoch_seconds", "t_batch iteration", "P_flops"] + [c for c in ("P_mpi", "P_pci") if c in table]])
@@ -72,7 +76,10 @@ staged = table[table["mode"] == "staged"] if (table["mode"] == "staged").any() e
 checked, _ = validation.validate_folder(results.run_dir())
 checked = checked[checked.source == path.name]
 print(validation.describe(checked))
-display(checked[["H", "B", "p", "mode", "measured_ms", "predicted_ms", "error", "composition"]].round(3))
+print("\n".join(steadiness.first_lines(results.run_dir(), sweep=path.name)))
+checked = steadiness.judge(checked, results.run_dir(), sweep=path.name)
+display(checked[["H", "B", "p", "mode", "measured_ms", "predicted_ms", "error", "noise_low_ms", "noise_high_ms",
+                 "inside_noise"]].round(3))
 machine = results.machine_key()
 png = plots.save(plots.predicted_vs_measured(checked, title=f"Bottom-up predictor vs measurement, {machine}"),
     f"predictor_vs_measured_{machine}",

@@ -57,7 +57,8 @@ def cpu_threads(comm) -> int:
         node = comm.comm.Split_type(comm.MPI.COMM_TYPE_SHARED)
         local = node.Get_size()
         node.Free()
-    return max(1, (os.cpu_count() or 1) // local)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)  # taskset, binding
+    return max(1, cores // local)
 
 
 def blas_threads(comm, threads: int | None = None):

@@ -215,18 +215,6 @@ def test_overlap_bounds_say_which_roof_each_staged_point_meets():
     assert plots.overlap_roofline(b.reset_index(), roofs["P_flops"]).axes[0].get_xscale() == "log"
 
 
-def test_the_report_pdf_compares_the_pipelined_path_with_serial_and_resident():
-    """The committed H100 main job swept all three modes: its report section says how they compare."""
-    from perflab.report import pdf
-    from perflab.results import RESULTS_ROOT
-    doc = pdf.Document()
-    pdf.sweep_section(doc, RESULTS_ROOT / "nvidia-h100-80gb-hbm3" / "mainjob" / "roofline.csv")
-    texts = doc.texts()
-    assert "The seeds' path pipelined: ms per epoch, serial against overlapped" in texts
-    said = next(t for t in texts if t.startswith("The same copies and host all-reduce on CUDA streams"))
-    assert "the resident epoch" in said and "faster than in series" in said
-
-
 def test_scaling_efficiency_is_per_shape_and_the_story_names_both_parallels(tmp_path):
     folder = tmp_path / "some-gpu"
     folder.mkdir()
@@ -571,52 +559,6 @@ def test_the_main_jobs_rooflines_show_every_point_and_no_text_overlaps_another(f
             drawn = sum(len(line.get_xdata()) for line in fig.axes[0].get_lines() if len(line.get_xdata()) < 50)
             labels = [t for t in fig.findobj(matplotlib.text.Annotation) if t.get_text().startswith("H=")]
             assert drawn - (2 if name == "serial" else 0) >= shown[name] and labels, (name, drawn, shown[name])
-
-
-def test_the_report_pdf_opens_with_a_title_page_and_sentence_captions(tmp_path):
-    """A title page names the machine, the date, the commit and what was run; each figure's caption is the
-    sentence plots.save wrote beside it."""
-    import shutil
-
-    from perflab.report import pdf
-    run = tmp_path / "run"
-    shutil.copytree(RESULTS_ROOT / "cpu-amd-epyc" / "mainjob", run, ignore=shutil.ignore_patterns("report.pdf"))
-    doc = pdf.Document()
-    sweeps, figures = [run / "roofline.csv"], sorted((run / "figures").glob("*.png"))
-    pdf.title_page(doc, "perflab report: run", run, sweeps, figures)
-    texts = doc.texts()
-    meta = json.loads((run / "roofline.json").read_text())
-    assert any(t.startswith("<b>Machine:</b>") and meta["cpu"] in t for t in texts)
-    assert any(meta["date"] in t and meta["git_commit"][:12] in t for t in texts)
-    assert any(t.startswith("<b>What was run:</b> <i>roofline.csv</i>: 9 points on numpy") for t in texts)
-    assert type(doc.story[-1]).__name__ == "PageBreak"
-    for png in figures:
-        said = pdf.caption(png)
-        assert said == png.with_suffix(".txt").read_text().strip() and said.endswith(".") and "Source" in said, png
-    assert (pdf.build(folder=run)).stat().st_size > 50_000
-
-
-def test_the_report_answers_for_a_sweep_named_anything_and_names_its_deeper_nets(tmp_path):
-    """A workbook sweep called `deep` (its metadata says it is a sweep) of 784-512-512-10 is reported beside
-    roofline.csv; a CSV that is no sweep is not."""
-    import shutil
-
-    import pandas as pd
-
-    from perflab.report import pdf
-    run = tmp_path / "run"
-    shutil.copytree(RESULTS_ROOT / "cpu-amd-epyc" / "mainjob", run, ignore=shutil.ignore_patterns("report.pdf"))
-    deep = pd.read_csv(run / "roofline.csv").assign(H="512-512")
-    deep.to_csv(run / "deep.csv", index=False)
-    (run / "deep.json").write_text(json.dumps({**json.loads((run / "roofline.json").read_text()), "sweep": "deep"}))
-    pd.DataFrame([{"a": 1}]).to_csv(run / "notes.csv", index=False)
-    sweeps = pdf.report_sweeps(run)
-    assert [p.name for p in sweeps] == ["deep.csv", "roofline.csv"]
-    doc = pdf.Document()
-    pdf.title_page(doc, "perflab report: run", run, sweeps, [])
-    texts = doc.texts()
-    assert any(t.startswith("<b>What was run:</b> <i>deep.csv</i>: 9 points") for t in texts)
-    assert any("784-H-10 sigmoid MLP and deeper nets (784-512-512-10)" in t for t in texts)
 
 
 def test_the_committed_wfbp_runs_kept_the_fastest_exchange_and_checked_against_the_reference():

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from perflab.analysis.perfmodel import gradient_buffer_bytes, is_net, widths
 from perflab.report import predictions
+from perflab.report.questions import wfbp_rows  # noqa: F401 (the committed WFBP table, read here and by the report)
 from perflab.report.tables import fmt, source
 from perflab.results import RESULTS_ROOT, read_table
 
@@ -636,23 +637,6 @@ def allreduce_section() -> list[str]:
                 "the sizes)."]
         out += host_allreduce_text(wide)
     return out
-
-
-def wfbp_rows(path: Path):
-    """The WFBP runs of a folder (`scripts/gpu_multi.sh wfbp`): per net and batch, each exchange's epoch as
-    --comm auto timed it (ms), WFBP over one exchange after backward, and what auto kept."""
-    import json
-
-    import pandas as pd
-    rows = []
-    for line in path.read_text().splitlines():
-        d = json.loads(line)
-        t = {k: 1e3 * v for k, v in d["exchange_trial_s"].items() if isinstance(v, float)}
-        rows.append({"net": "784-" + "-".join(map(str, d["hidden_sizes"])) + "-10", "b a GPU": d["batch_size"] // d["ranks"],
-                     "nccl after backward (ms)": t.get("nccl"), "WFBP, --overlap (ms)": t.get("overlap"),
-                     "p2p (ms)": t.get("p2p"), "WFBP / after": t.get("overlap", float("nan")) / t.get("nccl", float("nan")),
-                     "--comm auto kept": "overlap" if d["overlap"] else d["comm"]})
-    return pd.DataFrame(rows)
 
 
 def wfbp_section() -> list[str]:

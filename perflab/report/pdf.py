@@ -7,14 +7,11 @@ keeps the PDF's bytes the same for the same inputs (no timestamps, fixed documen
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
-SEEDS_RATES = {"P_flops": 1.63e12, "P_pci": 12.7e9, "P_mpi": 7.95e9}  # RTX 6000, the seeds' solution
 
 # figure name prefixes by the section they belong to, in report order
 FIGURE_SECTIONS = [
@@ -104,14 +101,17 @@ class Document:
         if caption:
             self.text(caption, "small")
 
-    def figure(self, png: Path) -> None:
+    def figure(self, png: Path, captioned_inside: bool = False) -> None:
+        """A numbered figure, captioned once: under it, or (a notebook's figure that carries its caption
+        inside the image) by its number alone."""
         from reportlab.lib.units import cm
         from reportlab.lib.utils import ImageReader
         from reportlab.platypus import Image, Paragraph
         width, height = ImageReader(str(png)).getSize()
         shown = 16.5 * cm
         self.figures += 1
-        label = Paragraph(f"<b>Figure {self.figures}.</b> {escape(caption(png))}", self.styles["small"])
+        said = "" if captioned_inside else f" {escape(caption(png))}"
+        label = Paragraph(f"<b>Figure {self.figures}.</b>{said}", self.styles["small"])
         self.add(Image(str(png), width=shown, height=shown * height / width), label, together=True)
 
     def save(self, out: Path, title: str) -> Path:
@@ -147,33 +147,51 @@ def escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def title_page(doc: Document, title: str, folder: Path, sweeps: list[Path], figures: list[Path]) -> None:
-    """The machine, the date, the commit and what was run, before anything else."""
+def title_page(doc: Document, title: str, run, first_lines: list[str]) -> None:
+    """What was run (net, precision, machine, ranks), this run's conclusion, and the contents, before anything else."""
     from reportlab.platypus import PageBreak
+
+    from perflab.report import questions
     doc.heading(title, "title")
-    metas = [json.loads(p.with_suffix(".json").read_text()) for p in sweeps if p.with_suffix(".json").exists()]
-    meta = metas[0] if metas else {}
-    doc.text(f"<b>Machine:</b> {escape(machine_line(meta)) if meta else 'not recorded (no sweep metadata here)'}")
-    doc.text(f"<b>Measured:</b> {meta.get('date', '?')}. <b>Code:</b> git {str(meta.get('git_commit', '?'))[:12]}.")
-    from perflab.analysis import roofline
-    ran, deeper = [], set()
-    for path in sweeps:
-        t = roofline.load(path)
-        done = t[t["status"] == "measured"] if "status" in t else t
-        deeper |= {str(h) for h in done.H if "-" in str(h)}
-        if len(done):
-            ran.append(f"<i>{path.name}</i>: {len(done)} points on {listed(done.backend)} (H {listed(done.H)}; "
-                       f"B {listed(done.B)}; p {listed(done.p)}; modes {listed(done['mode'])})")
-    notebooks = sorted(p.stem for p in (folder / "notebooks").glob("*.ipynb"))
-    doc.text("<b>What was run:</b> " + ("; ".join(ran) if ran else "no sweep") + "."
-             + (f" Notebooks executed: {', '.join(notebooks)}." if notebooks else "")
-             + f" {len(figures)} figures.")
-    nets = "784-H-10 sigmoid MLP" + (f" and deeper nets (784-{', 784-'.join(f'{h}-10' for h in sorted(deeper))})"
-                                        if deeper else "")
-    doc.text(f"Data-parallel training of the seeds' {nets} (softmax, cross-entropy, L2, SGD), measured by "
-             "perflab on the machine named above. Every number comes from the result files in this folder, each "
-             "with its machine metadata and git commit; the sections follow the seeds' questions.")
+    for line in first_lines:
+        doc.text(f"<b>{escape(line)}</b>")
+    meta, t = run.meta, run.table
+    doc.text(f"<b>Machine:</b> {escape(machine_line(meta)) if meta else 'not recorded (no sweep metadata here)'}.")
+    if len(t):
+        doc.text(f"<b>What was run:</b> data-parallel training of the MLPs {', '.join(questions.net(h) for h in t.H.unique())} "
+                 f"(sigmoid, softmax + cross-entropy, L2, SGD) in {run.dtype} on "
+                 f"{'the GPU (CuPy)' if run.on_gpu else 'the CPU (NumPy)'}, p = {', '.join(map(str, run.ranks))} MPI "
+                 f"rank(s), B {listed(t.B)}, data paths {listed(t['mode'])}: {len(t)} measured points in "
+                 f"{', '.join(p.name for p in run.sweeps)}.")
+        doc.text(f"<b>Conclusion:</b> {escape(questions.conclusion(run))}")
+    doc.text("The seeds are the five course documents this report answers: " + "; ".join(
+        f"<b>{k}</b>: {escape(v)}" for k, v in questions.SEEDS.items()) + ". Each section quotes its question, then "
+        "answers it from this folder's files (named under each answer); rates come from one reference point"
+        + (f", {run.rates['reference']}" if run.rates else "") + ".")
+    doc.heading("Contents", 2)
+    doc.text("<br/>".join(f"{q.id}: {escape(q.title)}" for q in questions.QUESTIONS)
+             + "<br/>Appendix: other machines' committed campaigns")
     doc.add(PageBreak())
+
+
+def answer_section(doc: Document, question, answer) -> None:
+    """A question quoted, then its answer: text (naming its figures), tables with their captions, figures."""
+    from perflab.report.answer import Missing
+    doc.heading(f"{question.id}: {escape(question.title)}", 2)
+    doc.text(f"<i>\"{escape(question.quote)}\"</i>", "small")
+    if isinstance(answer, Missing):
+        doc.text(f"This run cannot answer: {escape(answer.why)}. What would: <font face='Courier'>{escape(answer.command)}"
+                 "</font>.")
+        return
+    numbers = range(doc.figures + 1, doc.figures + 1 + len(answer.figures))
+    refs = f" (Figure{'s' if len(answer.figures) > 1 else ''} {', '.join(map(str, numbers))}.)" if answer.figures else ""
+    doc.text(answer.text + refs)
+    for table, said in answer.tables:
+        doc.table(table, said)
+    for png in answer.figures:
+        doc.figure(png)
+    if answer.sources:
+        doc.text("Source: " + ", ".join(f"<i>{escape(s)}</i>" for s in answer.sources) + ".", "small")
 
 
 def listed(column) -> str:
@@ -188,118 +206,6 @@ def machine_line(meta: dict) -> str:
             + (f", CuPy {meta['cupy']}" if meta.get("cupy") else ""))
 
 
-def sweep_section(doc: Document, path: Path) -> None:
-    """The seeds' questions 2.1-2.6 from one roofline sweep."""
-    from perflab.analysis import perfmodel, roofline
-    meta = json.loads(path.with_suffix(".json").read_text()) if path.with_suffix(".json").exists() else {}
-    table = roofline.load(path)
-    failed = table[table["status"] == "failed"] if "status" in table else table.iloc[:0]
-    table = roofline.measured(table)
-    if not len(table):
-        doc.text(f"{path.name} holds no measured point yet.")
-        return
-    staged = table[table["mode"] == "staged"] if (table["mode"] == "staged").any() else table
-    backend = ", ".join(sorted(table.backend.unique()))
-    doc.heading("What was measured", 2)
-    doc.text(f"Machine: {machine_line(meta)}. Source: <i>{path.name}</i>, {len(table)} measured points on {backend} "
-             f"(H {listed(table.H)}, B {listed(table.B)}, p {listed(table.p)}, modes {listed(table['mode'])})" + (f"; {len(failed)} point(s) failed and are left out: "
-             + "; ".join(failed.error.astype(str)) if len(failed) else "") + ". Times are medians: epoch_ms over "
-             "the unprofiled epochs after a warm-up, batch_ms the median batch iteration of a profiled epoch (the "
-             "device synchronized at every phase edge).")
-    shown = table.assign(epoch_ms=1e3 * table.epoch_seconds, batch_ms=1e3 * table["t_batch iteration"],
-                         TFLOPs=table.flops_per_batch / table["t_batch iteration"] / 1e12)
-    doc.table(shown[["H", "B", "p", "backend", "mode", "epoch_ms", "batch_ms", "TFLOPs"]].rename(
-        columns={"TFLOPs": "TFLOP/s (seeds' count)"}))
-
-    doc.heading("Questions 2.1 and 2.3: FLOPs and bytes per batch", 2)
-    fb = roofline.flops_bytes_table(staged)
-    first = fb.iloc[0]
-    local_batch = int(first["B'"])
-    gradient_mb = perfmodel.gradient_buffer_bytes(first["H"]) / 1e6
-    net = perfmodel.net_label(first["H"])  # 512, or a deeper net's widths: 1024-1024
-    doc.text(f"Per rank and batch the GEMM passes the seeds count (4B'H(D+C) with one hidden layer; every layer's "
-             f"forward GEMM and weight gradient, and past the first its input gradient, with more) cost "
-             f"{first['forward GFLOP'] + first['backward GFLOP']:.3g} GFLOP at H = {net}, B' = {local_batch}. "
-             f"The gradient that crosses PCIe twice and the all-reduce once is {gradient_mb:.3g} MB at H = {net} "
-             "and grows with H as the FLOPs do, so the arithmetic intensity (FLOPs per gradient byte) changes only with B/p: "
-             f"{fb['AI (FLOP/B)'].min():.3g} to {fb['AI (FLOP/B)'].max():.3g} FLOP/byte here.")
-    doc.table(fb)
-
-    doc.heading("Question 2.4: effective rates", 2)
-    rates = roofline.reference_rates(staged)
-    rows = [{"rate": k, "measured": rates[k], "seeds' RTX 6000": SEEDS_RATES[k], "ratio": rates[k] / SEEDS_RATES[k]}
-            for k in SEEDS_RATES if k in rates]
-    doc.text(f"The seeds' formulas over the profiled phase medians of the reference point ({rates['reference']}): "
-             "P_flops = GEMM FLOPs / GEMM time, P_pci = bytes copied / copy time, P_mpi = 2 x gradient bytes / all-reduce "
-             "time." + (" On the CPU nothing crosses PCIe: the exchange is the MPI all-reduce alone." if "P_pci" not in rates
-                        else ""))
-    doc.table(pd.DataFrame(rows))
-
-    if "P_pci" in rates or "P_mpi" in rates:
-        bw = rates.get("P_pci", rates.get("P_mpi"))
-        exchanged = staged[staged.p > 1]
-        if len(exchanged):
-            place = roofline.roofline_placement(exchanged, {**rates, "P_pci": bw})
-            ridge = rates["P_flops"] / bw
-            doc.heading("Questions 2.5 and 2.6: where the points fall on the modified roofline", 2)
-            doc.text(f"The modified (serial) roofline AI / (AI / P_flops + 1 / BW), BW = {'P_pci' if 'P_pci' in rates else 'P_mpi'} "
-                     f"= {bw:.3g} B/s, has its ridge at AI = {ridge:.3g} FLOP/byte. {int((place.AI < ridge).sum())} of "
-                     f"{len(place)} points with p > 1 lie left of it, where moving the gradient takes "
-                     f"{place['bytes share'].min():.0%} to {place['bytes share'].max():.0%} of the bound's time. They reach "
-                     f"{place['of serial'].min():.2f} to {place['of serial'].max():.2f} of the bound."
-                     + (" Points above 1 run their GEMMs faster than the reference point's P_flops (the seeds' method "
-                        "takes every rate from one point)." if (place["of serial"] > 1).any() else "")
-                     + (" Points below 1 pay what the roofline leaves out: elementwise kernels, launches, the "
-                        "synchronization at each profiled phase edge." if (place["of serial"] < 1).any() else ""))
-            doc.table(place)
-
-    checked = path.parent / "validation.csv"
-    if checked.exists():
-        from perflab.analysis import validation
-        v = pd.read_csv(checked)
-        v = v[(v.source == path.name) & v.error.notna()] if "error" in v else v.iloc[:0]
-        if len(v):
-            worst = v.iloc[v.error.abs().argmax()]
-            doc.heading("Predicted from the ceilings, before the sweep, against measured time per batch", 2)
-            doc.text(f"perflab.analysis.predictor composes each point's step from this machine's ceilings files alone "
-                     f"({', '.join(sorted(set(v.ceilings)))}): every kernel of the step timed alone, the trainer's host "
-                     f"floor, the copies and all-reduces against size. {validation.describe(v)}; the worst, "
-                     f"{worst.error:+.0%}, at H = {worst.H}, B = {int(worst.B)}, p = {int(worst.p)} ({worst['mode']}).")
-            doc.table(v[["H", "B", "p", "mode", "measured_ms", "predicted_ms", "error"]])
-    pred = roofline.prediction_table(staged, rates)
-    doc.heading("Predicted against measured time per batch (the seeds' serial model)", 2)
-    worst = pred.iloc[pred.error.abs().argmax()]
-    doc.text(f"GEMM FLOPs / P_flops + bytes / P_pci + bytes / P_mpi, every rate from the reference point: median "
-             f"|error| {roofline.median_abs_error(pred):.0%}, worst {worst.error:+.0%} at H = {worst.H}, "
-             f"B = {int(worst.B)}, p = {int(worst.p)}. The model charges every GEMM at the reference point's rate, so points whose GEMMs run "
-             "nearer the peak come out slower than predicted and the small ones faster.")
-    doc.table(pred)
-    if {"staged", "resident"} <= set(table["mode"]):
-        both = table.pivot_table(index=["H", "B", "p"], columns="mode", values="t_batch iteration") * 1e3
-        both["staged / resident"] = both["staged"] / both["resident"]
-        doc.heading("The seeds' path (staged) against data on the GPU (resident), ms per batch", 2)
-        doc.text(f"Copying each batch host to device and the gradient through host MPI costs "
-                 f"{both['staged / resident'].min():.2f}x to {both['staged / resident'].max():.2f}x the resident batch.")
-        doc.table(both.reset_index())
-    if {"staged", "pipelined", "resident"} <= set(table["mode"]):
-        epochs = table.pivot_table(index=["H", "B", "p"], columns="mode", values="epoch_seconds") * 1e3
-        epochs["pipelined / resident"] = epochs["pipelined"] / epochs["resident"]
-        epochs["staged / pipelined"] = epochs["staged"] / epochs["pipelined"]
-        doc.heading("The seeds' path pipelined: ms per epoch, serial against overlapped", 2)
-        doc.text(f"The same copies and host all-reduce on CUDA streams (--mode pipelined): the next batch copied from "
-                 f"pinned memory while this one computes, the gradient sent down, all-reduced and sent back in pieces "
-                 f"as backward makes them. Pipelined runs {epochs['pipelined / resident'].min():.2f}x to "
-                 f"{epochs['pipelined / resident'].max():.2f}x the resident epoch, {epochs['staged / pipelined'].min():.2f}x "
-                 f"to {epochs['staged / pipelined'].max():.2f}x faster than in series.")
-        doc.table(epochs.reset_index())
-        roofs_file = sorted(path.parent.glob("ceilings_p*.csv"))
-        bounds = roofline.overlap_bounds(table, roofline.folder_roofs(path.parent, "gpu")) if roofs_file else pd.DataFrame()
-        if len(bounds):
-            doc.text("Where the exchanged points fall: the seeds' serial roofline, where copies, MPI and compute take "
-                     "turns, against the standard one, where they overlap (the links from this machine's ceilings).")
-            doc.table(bounds.drop(columns=["BW"]))
-
-
 def figure_sections(doc: Document, figures: list[Path], level: int = 1) -> None:
     used = set()
     for section, prefixes in FIGURE_SECTIONS + [("Other figures", ("",))]:
@@ -307,40 +213,55 @@ def figure_sections(doc: Document, figures: list[Path], level: int = 1) -> None:
         if chosen:
             doc.heading(section, level)
             for f in chosen:
-                doc.figure(f)
+                doc.figure(f, captioned_inside=True)
             used.update(chosen)
 
 
-def report_sweeps(folder: Path) -> list[Path]:
-    """The sweeps a report answers the seeds' questions for: the main job's (roofline*.csv) and any other the
-    workbook or `perflab sweep` wrote there under a name of its own."""
+def report_sweeps(folder: Path, also=()) -> list[Path]:
+    """The sweeps a report answers for: the main job's, and those named in `also`."""
     from perflab.analysis import validation
+    if hasattr(validation, "main_sweeps"):
+        return validation.main_sweeps(folder, tuple(also))
     return sorted(set(folder.glob("roofline*.csv")) | validation.marked_sweeps(folder))
 
 
-def build(out: str | None = None, folder: Path | None = None) -> Path:
-    """The report of one run folder (this machine's by default): its sweeps' questions answered,
-    then its figures by section."""
+def build(out: str | None = None, folder: Path | None = None, also=()) -> Path:
+    """The report of one run folder (this machine's by default): the seeds' questions in order, each answered
+    from its sweeps; other machines' figures in an appendix."""
     from perflab import results
+    from perflab.report import questions
     folder = Path(folder or results.run_dir())
     out = Path(out or folder / "report.pdf")
     figures = sorted((folder / "figures").glob("*.png"))
-    sweeps = report_sweeps(folder)
+    sweeps = report_sweeps(folder, also)
     if not figures and not sweeps:
         raise FileNotFoundError(f"nothing to report in {folder}: run `perflab notebook roofline` first")
+    run = questions.Run.load(folder, sweeps, out.parent / f"{out.stem}_figures")
     doc = Document()
     title = f"perflab report: {folder.name}"
-    title_page(doc, title, folder, sweeps, figures)
-    for path in sweeps:
-        doc.heading(f"The roofline sweep ({path.stem})", 1)
-        sweep_section(doc, path)
+    title_page(doc, title, run, first_lines(folder))
+    answered = questions.answer_all(run)
+    for source in questions.SEEDS:
+        inside = [(q, a) for q, a in answered if q.id.split()[0] == source]
+        if inside:
+            doc.heading(escape(questions.SEEDS[source]), 1)
+            for q, a in inside:
+                answer_section(doc, q, a)
     committed = {d.name for d in results.RESULTS_ROOT.iterdir() if d.is_dir()} if results.RESULTS_ROOT.is_dir() else set()
     others = [f for f in figures if any(f.stem.endswith("_" + name) for name in committed)]
-    figure_sections(doc, [f for f in figures if f not in others])
     if others:
-        doc.heading("The committed campaigns, for comparison", 1)
+        doc.heading("Appendix: the committed campaigns of other machines", 1)
         doc.text("Other machines' results committed under results/ (each figure names its machine and commit), drawn by "
-                 "the same code beside this machine's.")
+                 "the same code beside this machine's, for comparison only.")
         figure_sections(doc, others, level=2)
     out.parent.mkdir(parents=True, exist_ok=True)
     return doc.save(out, title)
+
+
+def first_lines(folder: Path) -> list[str]:
+    """What the report must say before anything else: whether the machine was noisy while it ran."""
+    try:
+        from perflab.measure import steadiness
+    except ImportError:
+        return []
+    return steadiness.first_lines(folder) if (folder / "steadiness.csv").exists() else []

@@ -28,15 +28,19 @@ def new_figure(width=7.0, height=4.8):
     return plt.subplots(figsize=(width, height))
 
 
-def save(fig, name: str, caption: str, folder: Path | None = None) -> Path:
-    """PDF + PNG + caption text; returns the PNG path."""
+def save(fig, name: str, caption: str, folder: Path | None = None, draw_caption: bool = True) -> Path:
+    """PDF + PNG + caption text; returns the PNG path. The caption is drawn under the plot too, so the PNG
+    stands alone in a notebook or the README; the report draws its own figures without it (`draw_caption`
+    False) and prints the caption once, under the figure."""
     import textwrap
     folder = Path(folder or figures_dir())
     folder.mkdir(parents=True, exist_ok=True)
-    said = fig.text(0.01, 0.005, "\n".join(textwrap.wrap(caption, int(fig.get_figwidth() * 17))), fontsize=7,
-                    va="bottom", ha="left")
-    fig.canvas.draw()
-    height = said.get_window_extent(fig.canvas.get_renderer()).height / fig.bbox.height  # the caption's share
+    height = 0.0
+    if draw_caption:
+        said = fig.text(0.01, 0.005, "\n".join(textwrap.wrap(caption, int(fig.get_figwidth() * 17))), fontsize=7,
+                        va="bottom", ha="left")
+        fig.canvas.draw()
+        height = said.get_window_extent(fig.canvas.get_renderer()).height / fig.bbox.height  # the caption's share
     fig.tight_layout(rect=(0, min(0.5, 0.015 + height), 1, 1))
     replace_labels(fig)  # the caption's room moved the axes under the point labels
     for a, b in text_overlaps(fig):  # said, not raised: the figure is still worth having

@@ -1,0 +1,304 @@
+"""How steady the host was while the CPU main job ran, and which misses its noise explains (issue 66, item 8).
+
+A two-core VM ran the same main job twice an hour apart: the busy run missed its predictions by a median
+of 33%, the quiet one by 4%, and nothing in the report told them apart. So the main job probes its host at
+its start (before the ceilings) and at its end (after the sweep): a GEMM the CPU sweep runs, timed on the
+BLAS threads a p = 1 rank trains with and on one thread, while /proc/stat says what other programs and
+the hypervisor took. The GEMM's drift between the two probes says whether the ceilings and the sweep saw
+the same machine; with the spread inside each probe, the others' share of the cores, the time stolen and
+the sweep's own epoch spread it gives the noise fraction: how far a time measured here moves by itself.
+judge() widens each prediction's band by it, so a report can tell a predictor's miss from a busy host's.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from perflab import results
+
+FILE = "steadiness.csv"  # beside the sweep and the ceilings in the run folder
+STAGES = ("start", "end")
+GEMM_SHAPE = (512, 784, 1600)  # forward GEMM 1 of the CPU sweep's H = 512, B = 1600 point: (H x 784)(784 x B)
+CHUNKS = 5  # the probe's GEMMs in this many runs of consecutive calls, like epochs: their spread is the probe's
+MIN_PAIRS = 10  # a probe times at least this many GEMMs on each thread count, however short `seconds`
+NOISY = 0.10  # a noise fraction above this calls the run noisy (a quiet two-core run misses by 4% median, 8% worst)
+THREADS_HURT = 1.0  # all-core BLAS slower than one thread (thread_gain below this): other programs hold a core
+
+
+def sweep_threads() -> int:
+    """The BLAS threads a p = 1 rank of the sweep and of the ceilings' step kernels trains with
+    (perflab.backend.cpu_threads on one rank): the count the probe's GEMM runs at."""
+    from perflab.backend import cpu_threads
+    from perflab.train.comm import Serial
+    return cpu_threads(Serial())
+
+
+def proc_stat() -> list[int] | None:
+    """The host's CPU jiffies since boot (/proc/stat's `cpu` line: user nice system idle iowait irq
+    softirq steal ...), None where there is no /proc (not Linux)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    return [int(x) for x in fields[1:]] if fields and fields[0] == "cpu" else None
+
+
+def usable_cores() -> int | None:
+    """The cores this process may run on (its affinity), None where the OS does not say."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+
+
+def load_average() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def probe(seconds: float = 1.0, threads: int | None = None, shape: tuple = GEMM_SHAPE) -> dict:
+    """One look at the host as the CPU main job sees it, for about `seconds` (at least MIN_PAIRS GEMMs
+    on each thread count): the GEMM's median (ms) on `threads` BLAS threads (default sweep_threads())
+    and on one, its spread (slowest - fastest of CHUNKS runs of calls, over their median, as the sweep's
+    epoch_spread), the 1-minute load, the cores other programs used meanwhile (others_cores) and the
+    share of CPU time the hypervisor stole (steal; both None without /proc/stat), the process's CPU
+    seconds per wall second and the BLAS threads in effect here before the probe set them."""
+    from threadpoolctl import ThreadpoolController
+    if not seconds > 0:
+        raise ValueError(f"probe seconds must be > 0, got {seconds!r}")
+    threads = sweep_threads() if threads is None else int(threads)
+    if threads < 1:
+        raise ValueError(f"probe threads must be >= 1, got {threads!r}")
+    M, K, N = shape
+    rng = np.random.default_rng(0)
+    a = rng.random((M, K), dtype=np.float32)
+    b = np.asfortranarray(rng.random((K, N), dtype=np.float32))  # the data set's layout
+    out = np.empty((M, N), np.float32)
+    control = ThreadpoolController()
+    default = max((p["num_threads"] for p in control.info() if p["user_api"] == "blas"), default=None)
+
+    def timed(n: int) -> float:
+        with control.limit(limits=n, user_api="blas"):
+            start = time.perf_counter()
+            np.matmul(a, b, out=out)
+            return time.perf_counter() - start
+
+    timed(threads), timed(1)  # warm-up: the threads start, the pages are touched
+    many, one = [], []
+    stat0, cpu0, wall0 = proc_stat(), time.process_time(), time.perf_counter()
+    while len(many) < MIN_PAIRS or time.perf_counter() - wall0 < seconds:
+        many.append(timed(threads))  # alternated, so a change in the host falls on both counts alike
+        one.append(timed(1))
+    wall, cpu, stat1 = time.perf_counter() - wall0, time.process_time() - cpu0, proc_stat()
+    runs = [float(np.mean(c)) for c in np.array_split(np.array(many), CHUNKS)]
+    cores = os.cpu_count() or 1
+    others = steal = None
+    if stat0 is not None and stat1 is not None:
+        d = [y - x for x, y in zip(stat0, stat1)]
+        hz = os.sysconf("SC_CLK_TCK")
+        busy = sum(d[i] for i in (0, 1, 2, 5, 6))  # user nice system irq softirq (guest is inside user)
+        others = max(0.0, (busy / hz - cpu) / wall)
+        steal = d[7] / max(1, sum(d[:8])) if len(d) > 7 else None
+    load = load_average()
+    return {"time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "gemm": f"{M}x{K}x{N} float32", "threads": threads, "blas_default_threads": default, "cores": cores,
+            "usable_cores": usable_cores(), "gemm_ms": 1e3 * statistics.median(many),
+            "gemm_spread": (max(runs) - min(runs)) / statistics.median(runs), "gemm_repeats": len(many),
+            "gemm_1thread_ms": 1e3 * statistics.median(one), "thread_gain": statistics.median(one) / statistics.median(many),
+            "load1": load, "load_per_core": None if load is None else load / cores, "others_cores": others,
+            "steal": steal, "cpu_per_wall": cpu / wall, "seconds": wall}
+
+
+def record(folder, stage: str, seconds: float = 1.0, shape: tuple = GEMM_SHAPE) -> dict:
+    """Probe the host and append the row, marked `stage` ("start": before the ceilings; "end": after
+    the sweep), to <folder>/steadiness.csv with the machine's metadata; returns the row."""
+    if stage not in STAGES:
+        raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
+    row = {"stage": stage, **probe(seconds, shape=shape)}
+    results.write_rows(Path(folder) / FILE, [row], results.machine_metadata())
+    return row
+
+
+def probes(folder) -> tuple[dict | None, dict | None]:
+    """The last start probe of the folder and the end probe after it (None where there is none: a run
+    still going, or stopped before its end)."""
+    path = Path(folder) / FILE
+    table = results.read_table(path, ("stage", "gemm_ms", "gemm_spread"), "perflab.measure.steadiness.record writes it")
+    bad = sorted(set(table.stage.astype(str)) - set(STAGES))
+    if bad:
+        raise results.ResultFileError(f"{results.relative(path)}: stage {bad[0]!r} is none of {STAGES}")
+    rows = table.astype(object).where(table.notna(), None).to_dict("records")
+    starts = [i for i, r in enumerate(rows) if r["stage"] == "start"]
+    if not starts:
+        return None, next((r for r in reversed(rows) if r["stage"] == "end"), None)
+    ends = [r for r in rows[starts[-1]:] if r["stage"] == "end"]
+    return rows[starts[-1]], (ends[-1] if ends else None)
+
+
+def sweep_epochs(folder, sweep: str) -> dict:
+    """The sweep's measured points' own epoch spread (sweep.spread): the median over the points timed
+    over two epochs or more (`epochs`; None where none), and how many points were timed over one
+    (`single`; None where the file does not record timed_epochs) of `points`."""
+    path = Path(folder) / sweep
+    if not path.exists() or not path.stat().st_size:
+        return {"points": 0, "epochs": None, "single": None}
+    import pandas as pd
+    table = pd.read_csv(path)
+    if "status" in table:
+        table = table[table.status == "measured"]
+    if "epoch_spread" not in table:
+        return {"points": len(table), "epochs": None, "single": None}
+    if "timed_epochs" in table:
+        several = table[table.timed_epochs >= 2]
+        single = int((table.timed_epochs < 2).sum())
+    else:  # one epoch's spread is 0: only a positive one was timed over several
+        several, single = table[table.epoch_spread > 0], None
+    spread = several.epoch_spread.dropna()
+    return {"points": len(table), "epochs": float(spread.median()) if len(spread) else None, "single": single}
+
+
+def verdict(folder, sweep: str = "roofline.csv") -> dict:
+    """Whether the run in `folder` met a noisy host, from its start and end probes and its sweep's
+    epochs: `noisy` (None without probes), `noise` (the relative uncertainty the host allows on a time
+    measured here: the largest of the GEMM's drift from start to end, its spread within a probe, the
+    share of the cores other programs took, the time stolen, the sweep's median epoch spread), those
+    `parts`, `sentences` for a report's first lines (what to do when noisy), and `notes` on the BLAS
+    threads and the sweep's single-epoch points."""
+    folder = Path(folder)
+    if not (folder / FILE).exists():
+        return {"noisy": None, "noise": None, "parts": {}, "start": None, "end": None, "notes": [],
+                "sentences": [f"This run did not probe its host's steadiness (no {results.relative(folder / FILE)}), so "
+                              "nothing tells a busy machine's misses from the predictor's."]}
+    start, end = probes(folder)
+    seen = [r for r in (start, end) if r is not None]
+    if not seen:
+        raise results.ResultFileError(f"{results.relative(folder / FILE)}: no probe rows; perflab.measure.steadiness.record "
+                                      "writes them")
+    epochs = sweep_epochs(folder, sweep)
+    cores = seen[0]["cores"] or 1
+    others = [r["others_cores"] for r in seen if r.get("others_cores") is not None]
+    load = max(others) / cores if others else (start or {}).get("load_per_core")  # the end's load1 holds the sweep's own
+    steal = [r["steal"] for r in seen if r.get("steal") is not None]
+    parts = {"drift": abs(end["gemm_ms"] / start["gemm_ms"] - 1) if start and end else None,
+             "spread": max(r["gemm_spread"] for r in seen), "load": load,
+             "steal": max(steal) if steal else None, "epochs": epochs["epochs"]}
+    noise = max(v for v in parts.values() if v is not None)
+    hurt = [r for r in seen if r.get("thread_gain") is not None and r["thread_gain"] < THREADS_HURT and r["threads"] > 1]
+    noisy = noise > NOISY or bool(hurt)
+    notes = thread_notes(seen[0], hurt) + epoch_notes(epochs, sweep)
+    return {"noisy": noisy, "noise": noise, "parts": parts, "start": start, "end": end, "notes": notes,
+            "sentences": sentences(noisy, noise, parts, seen[0], start, end, sweep, bool(hurt))}
+
+
+def sentences(noisy: bool, noise: float, parts: dict, row: dict, start, end, sweep: str, hurt: bool) -> list[str]:
+    """verdict's one or two sentences."""
+    cores = row["cores"]
+    said = []
+    if parts["drift"] is not None:
+        said.append(f"its probe GEMM took {end['gemm_ms'] / start['gemm_ms'] - 1:+.0%} at the end of the run against "
+                    "the start")
+    said.append(f"it moved by {parts['spread']:.0%} within a probe")
+    if parts["load"] is not None:
+        said.append(f"other programs took {parts['load']:.0%} of its {cores} cores")
+    if parts["steal"]:
+        said.append(f"the hypervisor stole {parts['steal']:.0%} of the CPU time")
+    if parts["epochs"] is not None:
+        said.append(f"the sweep's points moved by {parts['epochs']:.0%} (median) between their own epochs")
+    if hurt:
+        said.append(f"{row['threads']} BLAS threads ran the GEMM slower than one")
+    missing = "" if end is not None else " (the run has no end probe: whether the host changed during it is unknown)"
+    if not noisy:
+        return [f"The host was steady during this run: {', '.join(said)}, so its times are good to about ±{noise:.0%}"
+                f"{missing}."]
+    return [f"This run's host was noisy: {', '.join(said)}; a time measured here can move by ±{noise:.0%} by itself, "
+            f"so a prediction missed by less than that is within the machine's noise, not the predictor's error{missing}.",
+            f"Close other programs and rerun the main job (`make roofline`): the sweep resumes from the points in "
+            f"{sweep}; delete it and the ceilings_p*.csv beside it first to time every point again on a quiet machine."]
+
+
+def thread_notes(row: dict, hurt: list[dict]) -> list[str]:
+    """What the probe says about the BLAS threads: the ceilings' GEMM rate (cpu_gemm runs at the library's
+    default) against a p = 1 rank's count, fewer usable cores than threads, threads slower than one."""
+    notes, t = [], row["threads"]
+    default = row.get("blas_default_threads")
+    if default is not None and int(default) != int(t):
+        notes.append(f"The ceilings' GEMM rate (P_flops: perflab.measure.ceilings.cpu_gemm, no thread limit) ran on the "
+                     f"BLAS library's default of {int(default)} threads, the sweep's p = 1 points on {t} "
+                     "(perflab.backend.cpu_threads): the roof and the points saw different thread counts.")
+    usable = row.get("usable_cores")
+    if usable is not None and int(usable) < t:
+        notes.append(f"This process may run on {int(usable)} of the {row['cores']} cores, but a p = 1 rank starts {t} BLAS "
+                     "threads (perflab.backend.cpu_threads counts os.cpu_count()): its threads share cores.")
+    if hurt:
+        r = max(hurt, key=lambda r: r["gemm_ms"] / r["gemm_1thread_ms"])
+        notes.append(f"At the {r['stage']} probe the GEMM took {r['gemm_ms']:.1f} ms on {t} BLAS threads against "
+                     f"{r['gemm_1thread_ms']:.1f} ms on one: with another program on a core, each GEMM waits for its "
+                     "slowest thread. Close the other programs, or train with `--threads 1`.")
+    return notes
+
+
+def epoch_notes(epochs: dict, sweep: str) -> list[str]:
+    if epochs["single"]:
+        return [f"{epochs['single']} of {epochs['points']} points of {sweep} were timed over a single epoch, so their "
+                "own spread is unknown: a host hiccup during it is taken for the point's time."]
+    if epochs["points"] and epochs["single"] is None:
+        return [f"{sweep} does not record how many epochs each point timed (timed_epochs)."]
+    return []
+
+
+def judge(validation_table, folder, sweep: str = "roofline.csv"):
+    """The validation table (perflab.analysis.validation: measured_ms, predicted_ms, and where the
+    predictor gave one, predicted_low_ms and predicted_high_ms) with each point's `noise` (the host's,
+    or the point's own epoch_spread where larger), its band widened by it (`noise_low_ms`,
+    `noise_high_ms`: the band's low end / (1 + noise), its high end * (1 + noise)) and `inside_noise`:
+    whether the measured time lies inside (None for a point not predicted)."""
+    import pandas as pd
+    missing = [c for c in ("measured_ms", "predicted_ms") if c not in validation_table]
+    if missing:
+        raise ValueError(f"the validation table has no {', '.join(missing)} column (it has "
+                         f"{', '.join(map(str, validation_table.columns[:8]))}); perflab validate writes one")
+    table = validation_table.copy()
+    host = verdict(folder, sweep)["noise"] or 0.0
+    own = pd.to_numeric(table["epoch_spread"], errors="coerce") if "epoch_spread" in table else pd.Series(0.0, table.index)
+    noise = own.fillna(0.0).clip(lower=host)
+    predicted = pd.to_numeric(table.predicted_ms, errors="coerce")
+    low = pd.to_numeric(table.get("predicted_low_ms", predicted), errors="coerce").fillna(predicted)
+    high = pd.to_numeric(table.get("predicted_high_ms", predicted), errors="coerce").fillna(predicted)
+    measured = pd.to_numeric(table.measured_ms, errors="coerce")
+    table["noise"] = noise
+    table["noise_low_ms"] = low / (1 + noise)
+    table["noise_high_ms"] = high * (1 + noise)
+    inside = (measured >= table.noise_low_ms) & (measured <= table.noise_high_ms)
+    table["inside_noise"] = [bool(x) if pd.notna(p) else None for x, p in zip(inside, predicted)]
+    return table
+
+
+def first_lines(folder, sweep: str = "roofline.csv", validation: str = "validation.csv") -> list[str]:
+    """What a report prints first about its host: verdict's sentences, how many of the sweep's points
+    (validation rows whose source is `sweep`) miss by no more than the host's noise allows, then the
+    notes on threads and epochs."""
+    folder = Path(folder)
+    v = verdict(folder, sweep)
+    lines = list(v["sentences"])
+    path = folder / validation
+    if v["noise"] is not None and path.exists():
+        table = results.read_table(path, ("measured_ms", "predicted_ms"), "perflab validate writes it")
+        if "source" in table:  # this run's sweep only, not a scratch sweep's points beside it
+            table = table[table.source == sweep]
+        judged = judge(table, folder, sweep)
+        done = judged[judged.predicted_ms.notna()]
+        if len(done):
+            inside = sum(x is True for x in done.inside_noise)
+            miss = (done.predicted_ms / done.measured_ms - 1).abs()
+            lines.append(f"{inside} of {len(done)} points lie inside their prediction's band widened by the host's noise "
+                         f"(±{v['noise']:.0%}, more where a point's own epochs spread further); the median miss is "
+                         f"{miss.median():.0%}, the worst {miss.max():.0%}.")
+    return lines + v["notes"]

@@ -1,0 +1,723 @@
+"""The report's outline: the seeds' questions in their documents' order, each quoted, each answered from
+one run folder's files (or, where a question needs what this run cannot do, from the committed campaign
+files it names, or by a line saying which command would answer it). The PDF (`perflab.report.pdf`) lays
+this list out; a test walks it.
+
+Every rate, bound and utilization of a report comes from one reference point (`Run.rates`), named where it
+is used, so a table and a figure never disagree about P_flops, P_pci or P_mpi.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from perflab.report.answer import Answer, Missing
+
+SEEDS = {  # the source documents, named once (shared/seeds/README.md)
+    "HW6": "CME 213 (Stanford, 2024), Homework 6: data-parallel MLP training on MPI + GPU",
+    "FA": "CME 213, final assignment (with its solution): profiling, convergence, rooflines",
+    "2019": "CME 213 (2019), final project, Part I: GEMM kernels and model parallelism",
+    "HKUST": "HKUST COMP 4901Q, lecture 12: large-scale machine learning on HPC",
+    "USC": "USC slides: parallel gradient descent for feed-forward networks",
+}
+SEEDS_RTX6000 = {"P_flops": 1.63e12, "P_pci": 12.7e9, "P_mpi": 7.95e9}  # the final assignment's solution (Q2.4)
+SEEDS_SHARES = {"copying images host -> device": 0.51, "forward": 0.12, "backward": 0.37}  # its Q2.1, one batch
+
+
+@dataclass
+class Question:
+    id: str  # "FA Q2.4": the document's key in SEEDS, then its own number
+    title: str
+    quote: str  # the question's words, shortened where marked
+    answer: Callable  # (Run) -> Answer | Missing
+
+    @property
+    def document(self) -> str:
+        return SEEDS[self.id.split()[0]]
+
+
+@dataclass
+class Run:
+    """One run folder as the report reads it: its main sweeps' measured points, their metadata, and the
+    one reference point every rate comes from."""
+    folder: Path
+    sweeps: list
+    table: pd.DataFrame
+    meta: dict
+    figures: Path  # where the report's own figures go
+    rates: dict = field(default_factory=dict)
+
+    @property
+    def backend(self) -> str:
+        return str(self.table.backend.iloc[0]) if len(self.table) else "numpy"
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.backend == "cupy"
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(int(p) for p in self.table.p.unique())
+
+    @property
+    def seeds_path(self) -> pd.DataFrame:
+        """The seeds' data path: staged on a GPU (images and gradients through the host), every point on the CPU."""
+        staged = self.table[self.table["mode"] == "staged"]
+        return staged if len(staged) else self.table
+
+    @property
+    def dtype(self) -> str:
+        return ", ".join(sorted(self.table.dtype.astype(str).unique())) if "dtype" in self.table else "float32"
+
+    @classmethod
+    def load(cls, folder: Path, sweeps: list, figures: Path) -> Run:
+        from perflab.analysis import roofline
+        tables, meta = [], {}
+        for path in sweeps:
+            t = roofline.measured(roofline.load(path))
+            tables.append(t.assign(source=path.name))
+            if not meta and path.with_suffix(".json").exists():
+                meta = json.loads(path.with_suffix(".json").read_text())
+        table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=["H", "B", "p", "backend", "mode"])
+        run = cls(Path(folder), list(sweeps), table, meta, Path(figures))
+        if len(table):
+            run.rates = roofline.reference_rates(run.seeds_path)
+        return run
+
+
+# ------------------------------------------------------------------ small helpers
+def ms(seconds: float) -> str:
+    return f"{1e3 * seconds:.3g} ms"
+
+
+def pct(fraction: float) -> str:
+    return f"{100 * fraction:.0f}%" if abs(fraction) >= 0.095 else f"{100 * fraction:.1f}%"
+
+
+def rate(value: float, unit: str = "FLOP/s") -> str:
+    if unit == "B/s":
+        return f"{value / 1e9:.3g} GB/s"
+    return f"{value / 1e12:.3g} TFLOP/s" if value >= 1e11 else f"{value / 1e9:.3g} GFLOP/s"
+
+
+def net(h) -> str:
+    from perflab.analysis.perfmodel import net_label
+    return f"784-{net_label(h)}-10"
+
+
+def batch_seconds(row) -> float:
+    from perflab.analysis.roofline import measured_batch_seconds
+    return float(measured_batch_seconds(row))
+
+
+def where(run: Run) -> str:
+    return "GPU" if run.on_gpu else "CPU"
+
+
+def more_ranks_command(run: Run) -> str:
+    return ("make roofline on a machine with 2 or 4 GPUs (engines = GPUs)" if run.on_gpu
+            else "make roofline ROOFLINE_ARGS=\"-p engines 2\" (MPI ranks on this machine's cores)")
+
+
+def peak(run: Run) -> tuple[float, str]:
+    """The utilization's denominator: the fastest GEMM this machine's ceilings measured (a measured peak,
+    where the seeds used the datasheet's), else the reference point's P_flops."""
+    from perflab.analysis import roofline
+    try:
+        roofs = roofline.folder_roofs(run.folder, "gpu" if run.on_gpu else "cpu")
+        if math.isfinite(roofs.get("P_flops", math.nan)):
+            return roofs["P_flops"], "the fastest GEMM in this machine's ceilings"
+    except (FileNotFoundError, KeyError, ValueError):
+        pass
+    return run.rates["P_flops"], f"P_flops of the reference point ({run.rates['reference']})"
+
+
+# ------------------------------------------------------------------ HW6
+def hw6_q2_1(run: Run) -> Answer | Missing:
+    from perflab.analysis import roofline
+    t = run.table[(run.table.B == 3200) & run.table.H.astype(str).isin(["512"])]
+    t = t[t["mode"].isin(["staged"])] if (t["mode"] == "staged").any() else t
+    if not len(t):
+        return Missing("this run has no H = 512 point at B = 3200", "make roofline (its plan sweeps B = 3200 split over p)")
+    fb = roofline.flops_bytes_table(t.iloc[:1]).iloc[0]
+    top, said = peak(run)
+    rows = []
+    for _, r in t.sort_values("p").iterrows():
+        flops = r["flops_per_batch"]
+        seconds = batch_seconds(r)
+        rows.append({"p": int(r["p"]), "B' = B/p": int(r["B"]) // int(r["p"]), "GFLOP a batch (all ranks)": flops * r["p"] / 1e9,
+                     "time a batch (ms)": 1e3 * seconds, "TFLOP/s a rank": flops / seconds / 1e12,
+                     "utilization a rank": flops / seconds / top})
+    table = pd.DataFrame(rows)
+    first, last = table.iloc[0], table.iloc[-1]
+    text = (f"Forward: the dominant GEMMs z1 = W1 X and z2 = W2 a1 cost 2B'HD + 2B'HC = 2B'H(D + C) FLOPs; backward, "
+            f"dW1 = dz1 X^T and dW2 = dz2 a1^T cost the same again, so a batch costs about 4B'H(D + C) a rank "
+            f"({fb['forward GFLOP'] + fb['backward GFLOP']:.3g} GFLOP at H = 512, B' = {int(fb[chr(66) + chr(39)])}; the "
+            f"update adds only 2(HD + H + CH + C)). At B = 3200 split over p = {', '.join(str(p) for p in table.p)} "
+            f"rank(s) ({where(run)}, {run.dtype}), a rank runs at {pct(first['utilization a rank'])} of the peak at "
+            f"p = {int(first.p)}")
+    if len(table) > 1:
+        text += (f" and {pct(last['utilization a rank'])} at p = {int(last.p)}: each rank's GEMMs shrink with B' = B/p "
+                 "and run further from the peak, and the exchange (absent at p = 1) takes a growing share, so the "
+                 "summed rate grows less than p. A larger B does the reverse (the B sweep in FA Q2.6).")
+    else:
+        text += f". Only p = 1 ran here: {more_ranks_command(run)} adds p = 2 and 4."
+    text += f" Peak: {rate(top)}, {said} (the seeds took the datasheet's 16.3 TFLOP/s of the RTX 6000)."
+    return Answer(text, [(table, "Utilization at the global batch B = 3200, split over p ranks (strong scaling), "
+                                 "time a batch the median profiled batch iteration.")], sources=sorted(set(t.source)))
+
+
+def hw6_q2_2(run: Run) -> Answer | Missing:
+    from perflab.analysis import perfmodel, roofline
+    t = run.seeds_path
+    if not len(t):
+        return Missing("no measured point", "make roofline")
+    rows = []
+    for _, r in t.iterrows():
+        w = roofline.workload(r)
+        by = perfmodel.phase_bytes(w)
+        rows.append({"net": net(r["H"]), "B": int(r["B"]), "p": int(r["p"]), "epoch (ms)": 1e3 * r["epoch_seconds"],
+                     "images H2D (MB)": by["pcie_images"] / 1e6, "gradient D2H (MB)": by["pcie_gradients"] / 2e6,
+                     "gradient H2D (MB)": by["pcie_gradients"] / 2e6, "MPI (MB, 2b)": by["mpi_seeds"] / 1e6})
+    table = pd.DataFrame(rows)
+    derivation = ("<b>Why the modified roofline.</b> The copies do not overlap compute, so the time of a batch is the "
+                  "sum T = FLOPs / P_flops + Bytes / BW, not the maximum. Then FLOPs / T = FLOPs / (FLOPs / P_flops + "
+                  "Bytes / BW); dividing above and below by Bytes, with AI = FLOPs / Bytes: FLOPs / T = AI / (AI / P_flops "
+                  "+ 1 / BW). It tends to P_flops for large AI and to AI x BW for small AI, but lies below min(P_flops, "
+                  "AI x BW) everywhere, by half at the ridge AI = P_flops / BW.")
+    if run.on_gpu:
+        where_bytes = ("Every cudaMemcpy between host and device is counted: the images of B' samples host to device "
+                       "(D B' b bytes and their labels) and the two copies hidden in the all-reduce (gradient down, "
+                       "sum back up: 2(HD + H + CH + C)b at p > 1).")
+    else:
+        where_bytes = ("On the CPU nothing crosses PCIe: the data are in the rank's memory and the gradient goes "
+                       "through MPI only (2(HD + H + CH + C)b at p > 1), so the roofline's bandwidth is P_mpi.")
+    text = (f"Time per epoch ({int(t.N.iloc[0])} samples, the seeds' 38400 on the CPU) for every point of the seeds' "
+            f"path is in the table; it grows with H about as the FLOPs do, and at B/p constant the epoch shrinks "
+            f"with p as each rank takes N/p samples. {where_bytes} {derivation}")
+    figure = roofline_figure(run, t, "hw6_roofline", include_images=run.on_gpu)
+    return Answer(text, [(table, "Time per epoch and the bytes of every copy a batch, per rank.")],
+                  [figure] if figure else [], sorted(set(t.source)))
+
+
+def roofline_figure(run: Run, points: pd.DataFrame, name: str, include_images: bool = False,
+                    combined: bool = False) -> Path | None:
+    """The seeds' modified (or combined) roofline at the report's reference point, with every point given:
+    the p = 1 points that move nothing stand in the strip at the right, labelled. A roof is drawn only where
+    its bandwidth was measured."""
+    from perflab.report import plots
+    drawn = roofline_plot(run, points, include_images, combined)
+    if drawn is None:
+        return None
+    fig, bw, label, kind = drawn
+    pts = points
+    counted = "images and gradient copies" if include_images else ("PCIe + MPI gradient bytes" if run.on_gpu
+                                                                     else "MPI gradient bytes")
+    return plots.save(fig, f"{name}_{run.folder.name}",
+                      f"The {kind} roofline with P_flops {rate(run.rates['P_flops'])} and {label} {rate(bw, 'B/s')} "
+                      f"from the reference point ({run.rates['reference']}); AI counts {counted}; {len(pts)} points, "
+                      f"each its seeds' FLOPs over its median batch iteration.", folder=run.figures, draw_caption=False)
+
+
+def roofline_plot(run: Run, points: pd.DataFrame, include_images: bool = False, combined: bool = False):
+    """(figure, BW, its label, kind), or None where no bandwidth was measured."""
+    from perflab.report import plots
+    bw, label = bandwidth(run, include_images)
+    if bw is None:
+        return None
+    pts = points.assign(ai=[ai_of(r, include_images) for _, r in points.iterrows()])
+    kind = "combined" if combined else "serial"
+    fig = plots.roofline(pts, run.rates["P_flops"], bw, kind=kind, P_mpi=run.rates.get("P_mpi") if combined else None,
+                         title=f"{'Combined PCIe + MPI' if combined else 'Modified (serial)'} roofline, "
+                               f"{machine_name(run)}", label_bw=label)
+    return fig, bw, label, kind
+
+
+def ai_of(row, include_images: bool) -> float:
+    from perflab.analysis import perfmodel, roofline
+    return perfmodel.arithmetic_intensity(roofline.workload(row), include_images=include_images)
+
+
+def bandwidth(run: Run, include_images: bool) -> tuple[float | None, str]:
+    """The modified roofline's BW from what this run measured: P_pci where gradients crossed PCIe, the image
+    copies' rate where only they did, P_mpi on the CPU; None when nothing was measured (no roof is invented)."""
+    if "P_pci" in run.rates:
+        return run.rates["P_pci"], "P_pci"
+    if include_images and "t_copying images host -> device" in run.table:
+        t = run.seeds_path.dropna(subset=["t_copying images host -> device"])
+        t = t[t["bytes_images"] > 0]
+        if len(t):
+            r = t.iloc[-1]
+            return float(r["bytes_images"] / r["t_copying images host -> device"]), "P_pci (images)"
+    if "P_mpi" in run.rates and (run.table.p > 1).any():
+        return run.rates["P_mpi"], "P_mpi"
+    return None, ""
+
+
+def machine_name(run: Run) -> str:
+    meta = run.meta
+    if meta.get("gpu"):
+        return f"{meta['gpu']} x{meta.get('gpu_count', 1)}"
+    return f"{meta.get('cpu', 'CPU')} ({meta.get('cpu_count', '?')} cores)"
+
+
+def hw6_q1_1(run: Run) -> Answer | Missing:
+    return problem1(run, "FA Q1.1")
+
+
+# ------------------------------------------------------------------ final assignment, Problem 1
+def problem1(run: Run, key: str) -> Answer | Missing:
+    try:
+        from perflab.workbook import problem1 as experiment
+    except ImportError:
+        return Missing("the Problem 1 experiment is not in this version", "perflab notebook problem1")
+    found = experiment.answers(run.folder).get(key)
+    return found or Missing(f"{key} was not run", "perflab notebook problem1")
+
+
+# ------------------------------------------------------------------ final assignment, Problem 2
+def fa_q2_1(run: Run) -> Answer | Missing:
+    t = run.seeds_path
+    phases = [c for c in ("t_copying images host -> device", "t_forward", "t_backward", "t_step") if c in t]
+    ref = reference_row(run)
+    if ref is None or "t_forward" not in t:
+        return Missing("no profiled point", "make roofline")
+    total = ref["t_batch iteration"]
+    shares = {c[2:]: ref[c] / total for c in phases if np.isfinite(ref[c])}
+    rows = [{"phase": k, "ms a batch": 1e3 * ref["t_" + k], "share": v, "seeds' share": SEEDS_SHARES.get(k, math.nan)}
+            for k, v in shares.items()]
+    table = pd.DataFrame(rows)
+    top = max(shares, key=shares.get)
+    text = (f"At the reference point ({run.rates['reference']}, {where(run)}), a batch iteration takes "
+            f"{ms(total)}: {', '.join(f'{k} {pct(v)}' for k, v in shares.items())}. The largest is {top}. ")
+    if "copying images host -> device" in shares:
+        text += ("The seeds' solution saw 51 / 12 / 37% (copy / forward / backward) on an RTX 6000: the image copy "
+                 "through pageable host memory dominates there as here, as Homework 6 expected.")
+    else:
+        text += ("On the CPU there is no image copy (the seeds' 51% share): the GEMMs are the batch, as Homework 6's "
+                 "FLOP count expects; the backward pass holds the exchange at p > 1.")
+    if "t_MPI_Allreduce" in t and np.isfinite(ref.get("t_MPI_Allreduce", np.nan)):
+        text += f" The all-reduce alone takes {pct(ref['t_MPI_Allreduce'] / total)} of the batch."
+    return Answer(text, [(table, "Share of each profiled phase in the reference point's median batch iteration, "
+                                 "beside the seeds' solution.")], sources=[str(ref["source"])])
+
+
+def reference_row(run: Run):
+    if not run.rates:
+        return None
+    from perflab.analysis import perfmodel
+    t = run.seeds_path
+    h = run.rates["reference"].split()[0][2:]
+    at = t[perfmodel.is_net(t["H"], int(h) if h.isdigit() else h)] if len(t) else t
+    return at.sort_values(["p", "B"]).iloc[-1] if len(at) else None
+
+
+def fa_q2_2(run: Run) -> Answer | Missing:
+    modes = set(run.table["mode"])
+    if not run.on_gpu or len(modes) < 2:
+        return Missing("the optimizations are GPU data paths (pinned and pipelined copies, data resident on the GPU, "
+                       "NCCL); this run measured only " + ", ".join(sorted(modes)),
+                       "make roofline on a GPU machine (it sweeps modes resident, staged, pipelined)")
+    wide = run.table.pivot_table(index=["H", "B", "p"], columns="mode", values="epoch_seconds") * 1e3
+    wide = wide.reset_index()
+    wide.columns = [str(c) if c in ("H", "B", "p") else f"{c} (ms an epoch)" for c in wide.columns]
+    text = "Measured, each an epoch of the same net and batch: "
+    parts = []
+    if {"staged", "pipelined"} <= modes:
+        r = (wide["staged (ms an epoch)"] / wide["pipelined (ms an epoch)"]).dropna()
+        parts.append(f"pinned memory and CUDA streams that overlap the copies and the host all-reduce with compute "
+                     f"(pipelined) run {r.min():.2f}x to {r.max():.2f}x faster than the seeds' serial path")
+    if {"staged", "resident"} <= modes:
+        r = (wide["staged (ms an epoch)"] / wide["resident (ms an epoch)"]).dropna()
+        parts.append(f"keeping the data on the GPU and all-reducing there (NCCL), with the step in one CUDA graph "
+                     f"(resident), runs {r.min():.2f}x to {r.max():.2f}x faster")
+    text += "; ".join(parts) + ". The kernels are the cuBLAS-rate GEMMs and fused elementwise passes of FA Q2.3."
+    return Answer(text, [(wide, "Epoch time of each data path at every net, batch and rank count of the sweep.")],
+                  sources=sorted(set(run.table.source)))
+
+
+def fa_q2_3(run: Run) -> Answer | Missing:
+    from perflab.analysis import perfmodel, roofline
+    t = run.seeds_path
+    fb = roofline.flops_bytes_table(t).drop_duplicates(subset=["H", "B", "p"])
+    fb["H"] = [net(h) for h in fb.H]
+    fb = fb.rename(columns={"H": "net"})
+    first = t.iloc[0]
+    grad = perfmodel.gradient_buffer_bytes(first["H"]) / 1e6
+    text = (f"The kernels that take the time are the forward GEMMs z1 = W1 X (2B'HD) and z2 = W2 a1 (2B'HC) and the "
+            f"backward GEMMs dW1 (2B'HD) and dW2 (2B'CH): 4B'H(D + C) FLOPs a batch per rank, B' = B/p. The bytes: "
+            f"2(HD + H + CH + C)b through MPI and, on a GPU's host-staged path, the same 2(HD + H + CH + C)b over PCIe "
+            f"around the all-reduce; b = 4 in float32, so the gradient is {grad:.3g} MB at {net(first['H'])}. "
+            f"Both FLOPs and bytes grow with H, so AI = FLOPs / bytes depends on B/p alone "
+            f"(here {fb['AI (FLOP/B)'].replace(np.inf, np.nan).min():.3g} to "
+            f"{fb['AI (FLOP/B)'].replace(np.inf, np.nan).max():.3g} FLOP/byte where anything is exchanged).")
+    return Answer(text, [(fb, "FLOPs and bytes a batch per rank, by the seeds' count (ring: what a ring all-reduce "
+                              "sends).")], sources=sorted(set(t.source)))
+
+
+def fa_q2_4(run: Run) -> Answer | Missing:
+    if not run.rates:
+        return Missing("no measured point", "make roofline")
+    rows = [{"rate": k, "this run": run.rates[k], "unit": "FLOP/s" if k == "P_flops" else "B/s",
+             "seeds' RTX 6000": SEEDS_RTX6000[k], "ratio": run.rates[k] / SEEDS_RTX6000[k]}
+            for k in SEEDS_RTX6000 if k in run.rates]
+    text = (f"The seeds' formulas over the profiled phase medians of one reference point, {run.rates['reference']}, "
+            f"used for every rate of this report: P_flops = GEMM FLOPs / GEMM time = {rate(run.rates['P_flops'])}"
+            + (f", P_pci = gradient bytes / (D2H + H2D time) = {rate(run.rates['P_pci'], 'B/s')}" if "P_pci" in run.rates
+               else ", no P_pci (nothing crossed PCIe around an exchange)")
+            + (f", P_mpi = 2 x gradient bytes / all-reduce time = {rate(run.rates['P_mpi'], 'B/s')}" if "P_mpi" in run.rates
+               and (run.table.p > 1).any() else ", no P_mpi (one rank: nothing exchanged)") + ".")
+    return Answer(text, [(pd.DataFrame(rows), "Effective rates of the reference point against the seeds' solution.")],
+                  sources=[str(reference_row(run)["source"])])
+
+
+def fa_q2_5(run: Run) -> Answer | Missing:
+    text = ("With the copies, the all-reduce and the GEMMs one after another, T = FLOPs / P_flops + bytes_PCIe / "
+            "P_pci + bytes_MPI / P_mpi. With bytes_PCIe = bytes_MPI = Bytes/2 (FA Q2.3) and AI = FLOPs / Bytes: "
+            "FLOPs / T = AI / (AI / P_flops + (1/P_pci + 1/P_mpi) / 2), the serial roofline with "
+            "1/BW = (1/P_pci + 1/P_mpi) / 2.")
+    exchanged = run.seeds_path[run.seeds_path.p > 1]
+    if not ({"P_pci", "P_mpi"} <= set(run.rates) and len(exchanged)):
+        return Answer(text + f" This run measured {'no P_pci' if 'P_pci' not in run.rates else 'no P_mpi'}, so its "
+                      "combined roofline is not drawn (no roof that was not measured): "
+                      + ("the CPU has no PCIe; FA Q2.6 draws the serial roofline with P_mpi." if not run.on_gpu
+                         else f"{more_ranks_command(run)} measures both."))
+    figure = roofline_figure(run, run.seeds_path, "fa_combined_roofline", combined=True)
+    return Answer(text, figures=[figure] if figure else [], sources=sorted(set(exchanged.source)))
+
+
+def fa_q2_6(run: Run) -> Answer | Missing:
+    from perflab.analysis import roofline
+    t = run.seeds_path
+    pred = roofline.prediction_table(t, run.rates)
+    pred["error"] = 100 * pred["error"]
+    pred = pred.rename(columns={"error": "error (%)"})
+    worst = pred.iloc[pred["error (%)"].abs().argmax()]
+    Hs, Bs = sorted(map(str, t.H.unique())), sorted(int(b) for b in t.B.unique())
+    figure = roofline_figure(run, t, "fa_points_roofline")
+    text = (f"Points for H in {', '.join(Hs)} and B in {', '.join(map(str, Bs))}. Raising B "
+            f"raises AI (FLOPs grow with B', the gradient bytes do not) and the FLOP rate (larger GEMMs); raising H "
+            f"leaves AI unchanged (both grow with H) but raises the rate. So AI = 4B'H(D + C) / (4(HD + H + CH + C)b) "
+            f"~ B'/b: only a larger batch a rank (or fewer bytes: half precision, model parallelism) moves a point "
+            f"right. The seeds' serial model with the reference point's rates misses by a median of "
+            f"{pred['error (%)'].abs().median():.0f}% (worst {worst['error (%)']:+.0f}% at H = {worst.H}, B = "
+            f"{int(worst.B)}, p = {int(worst.p)}): it charges every GEMM at the reference point's rate (bigger GEMMs "
+            f"run faster, smaller ones slower) and leaves out the elementwise kernels, launches and waiting.")
+    validated = validation_rows(run)
+    tables = [(pred, "The seeds' serial model (reference-point rates) against the measured median batch iteration.")]
+    if validated is not None and len(validated):
+        text += (f" The better model is perflab's own: every kernel of the step timed alone on this machine before "
+                 f"the sweep, composed; it misses by a median of {validated['error (%)'].abs().median():.1f}% "
+                 f"(worst {validated['error (%)'].abs().max():.0f}%).")
+        tables.append((validated, "perflab's predictor, from this machine's ceilings measured before the sweep, "
+                                  "against the measured time per batch."))
+    return Answer(text, tables, [figure] if figure else [], sorted(set(t.source)))
+
+
+def validation_rows(run: Run) -> pd.DataFrame | None:
+    path = run.folder / "validation.csv"
+    if not path.exists():
+        return None
+    v = pd.read_csv(path)
+    if "error" not in v:
+        return None
+    v = v[v.source.isin([p.name for p in run.sweeps]) & v.error.notna()] if "source" in v else v
+    if (run.folder / "steadiness.csv").exists() and len(v):  # was each miss inside what the host's noise allows?
+        from perflab.measure import steadiness
+        v = steadiness.judge(v, run.folder, sweep=run.sweeps[0].name)
+    v = v.assign(error=100 * v.error).rename(columns={"error": "error (%)", "inside_noise": "inside the noise band"})
+    return v[[c for c in ("H", "B", "p", "mode", "measured_ms", "predicted_ms", "error (%)", "inside the noise band")
+              if c in v]]
+
+
+def fa_optional(run: Run) -> Answer | Missing:
+    from perflab.analysis import perfmodel, roofline
+    ref = reference_row(run)
+    if ref is None:
+        return Missing("no measured point", "make roofline")
+    data = perfmodel.phase_bytes(roofline.workload(ref))
+    w = roofline.workload(ref)
+    model = perfmodel.phase_bytes(perfmodel.Workload(layers=w.layers, B=w.B, p=max(2, w.p), parallel="model",
+                                                    dtype=w.dtype))
+    data_mb, model_mb = perfmodel.phase_bytes(perfmodel.Workload(layers=w.layers, B=w.B, p=max(2, w.p), dtype=w.dtype))[
+        "mpi_seeds"] / 1e6, model["mpi_seeds"] / 1e6
+    text = (f"Model parallelism splits W1 by rows (each rank H/p hidden units) and exchanges the C x B partial "
+            f"logits instead of the gradients: at the reference point ({net(ref['H'])}, B = {int(ref['B'])}, "
+            f"p = {max(2, int(ref['p']))}) {model_mb:.3g} MB a batch against {data_mb:.3g} MB for data parallelism "
+            f"({data_mb / model_mb:.0f}x fewer bytes), at the price of every rank reading the whole batch. "
+            f"`mpiexec -n 2 perflab train --parallel model` measures it; 2019 §4.3 compares the two.")
+    del data
+    return Answer(text)
+
+
+# ------------------------------------------------------------------ committed campaigns
+def committed(path: str) -> Path | None:
+    from perflab.results import RESULTS_ROOT
+    found = RESULTS_ROOT / path
+    return found if found.exists() else None
+
+
+GEMM_BENCH = "nvidia-h100-80gb-hbm3/bench_gemm_float32.csv"
+USC_TABLE = "nvidia-h100-80gb-hbm3/usc.csv"
+PARALLEL_TABLE = "cpu-amd-epyc/parallel.csv"
+WFBP_RUNS = "nvidia-h100-80gb-hbm3/wfbp/wfbp_h100x2.jsonl"
+ALLREDUCE_BENCH = "nvidia-h100-80gb-hbm3/bench_allreduce_p2.csv"
+PROJECTION = "predictions/projection_64.csv"
+HALF_BENCH = "nvidia-h100-80gb-hbm3/half/bench_train_half.csv"
+
+
+def gemm_steps(run: Run) -> Answer | Missing:
+    path = committed(GEMM_BENCH)
+    if path is None:
+        return Missing("no GEMM benchmark here", "perflab bench gemm (on a GPU)")
+    t = pd.read_csv(path)
+    wide = t.pivot_table(index="variant", columns="shape", values="tflops")
+    order = [v for v in ("naive", "tiled", "regblock", "best", "cublas") if v in wide.index]
+    wide = wide.loc[order]
+    mean = wide.apply(lambda r: float(np.exp(np.log(r.dropna()).mean())), axis=1)
+    table = pd.DataFrame({"GEMM": order, "TFLOP/s, geometric mean over the shapes": mean.values,
+                          "of cuBLAS": (mean / mean.get("cublas", np.nan)).values})
+    text = ("Algorithm 1 (naive) reads A's row and B's column from global memory for every output: 2K loads for 2K "
+            "FLOPs. The shared-memory tiled kernel (Algorithm 2) loads each element once a tile, cutting global loads "
+            "by the tile's width; the register-blocked 64 x 16 kernel (§4.2) keeps a strip of C in registers so each "
+            "shared-memory value feeds several FLOPs. Measured on one H100 over the training shapes: "
+            + ", ".join(f"{g} {v:.3g} TFLOP/s" for g, v in zip(order, mean.values)) + ".")
+    if {"tiled", "regblock"} <= set(order) and mean["regblock"] < mean["tiled"]:
+        text += (" Here the register-blocked kernel loses to the tiled one: at the backward shapes one dimension is "
+                 "small (C = 10, or B' columns split by p), so its 64 x 16 blocks leave threads idle and few blocks "
+                 "fill the 132 SMs; its advantage (fewer shared-memory reads a FLOP) needs large tiles filled.")
+    return Answer(text, [(table, "GEMM variants at the step's shapes, FP32.")], sources=[f"results/{GEMM_BENCH}"])
+
+
+def model_parallel(run: Run) -> Answer | Missing:
+    path = committed(PARALLEL_TABLE)
+    here = run.table[run.table.get("parallel", pd.Series(dtype=str)) == "model"] if "parallel" in run.table else []
+    if path is None and not len(here):
+        return Missing("no model-parallel run", "mpiexec -n 2 perflab sweep --parallel data model")
+    t = pd.read_csv(path)
+    t = t[t.status.fillna("measured") == "measured"]
+    wide = t.pivot_table(index=["H", "B", "p"], columns="parallel", values="epoch_seconds").reset_index()
+    wide["model / data"] = wide["model"] / wide["data"]
+    text = ("§4.3 blocks W1 by rows over the ranks: each computes its H/p hidden units for the whole batch and only "
+            "the C x B partial logits are all-reduced, instead of the whole gradient. Measured on the CPU "
+            f"(committed): model parallel takes {wide['model / data'].min():.2f}x to {wide['model / data'].max():.2f}x "
+            "the data-parallel epoch: it moves fewer bytes but every rank reads every image, and its small GEMMs run "
+            "further from the peak.")
+    return Answer(text, [(wide, "Epoch seconds, data against model parallel.")], sources=[f"results/{PARALLEL_TABLE}"])
+
+
+def wfbp(run: Run) -> Answer | Missing:
+    path = committed(WFBP_RUNS)
+    if path is None:
+        return Missing("no WFBP run", "mpiexec -n 2 perflab train --backend cupy --comm auto")
+    t = wfbp_rows(path)
+    r = t["WFBP / after"].dropna()
+    text = ("Wait-free backprop starts each layer's gradient exchange as soon as backward has made it, under the "
+            f"layers still running. Measured on two H100 (committed): WFBP took {r.min():.2f}x to {r.max():.2f}x the "
+            "epoch of one exchange after backward; with one hidden layer nothing is left to hide behind, with two or "
+            "more there is, and `--comm auto` keeps whichever was faster.")
+    return Answer(text, [(t, "Epoch ms by exchange, two H100.")], sources=[f"results/{WFBP_RUNS}"])
+
+
+def wfbp_rows(path: Path):
+    """The WFBP runs of a folder (`scripts/gpu_multi.sh wfbp`): per net and batch, each exchange's epoch as
+    --comm auto timed it (ms), WFBP over one exchange after backward, and what auto kept."""
+    import json
+
+    import pandas as pd
+    rows = []
+    for line in path.read_text().splitlines():
+        d = json.loads(line)
+        t = {k: 1e3 * v for k, v in d["exchange_trial_s"].items() if isinstance(v, float)}
+        rows.append({"net": "784-" + "-".join(map(str, d["hidden_sizes"])) + "-10", "b a GPU": d["batch_size"] // d["ranks"],
+                     "nccl after backward (ms)": t.get("nccl"), "WFBP, --overlap (ms)": t.get("overlap"),
+                     "p2p (ms)": t.get("p2p"), "WFBP / after": t.get("overlap", float("nan")) / t.get("nccl", float("nan")),
+                     "--comm auto kept": "overlap" if d["overlap"] else d["comm"]})
+    return pd.DataFrame(rows)
+
+
+def fusion(run: Run) -> Answer | Missing:
+    path = committed(ALLREDUCE_BENCH)
+    if path is None:
+        return Missing("no all-reduce benchmark", "perflab bench allreduce (on 2 GPUs)")
+    t = pd.read_csv(path)
+    t = t[t.impl == "perflab nccl"].sort_values("size_bytes")
+    small, large = t.iloc[0], t.iloc[-1]
+    text = (f"Tensor fusion sends all gradients in one buffer rather than one message a tensor. An NCCL all-reduce "
+            f"of {small.size_bytes / 1e3:.0f} kB takes {small.ms * 1e3:.0f} us, of {large.size_bytes / 1e6:.1f} MB "
+            f"{large.ms * 1e3:.0f} us (two H100, committed): the fixed cost of a message is paid once by the fused "
+            "buffer. perflab keeps every gradient in one contiguous buffer and exchanges it in one call.")
+    return Answer(text, [(t[["size_bytes", "ms", "bus_GBps"]], "NCCL all-reduce time against size.")],
+                  sources=[f"results/{ALLREDUCE_BENCH}"])
+
+
+def hybrid(run: Run) -> Answer | Missing:
+    path = committed(PROJECTION)
+    if path is None:
+        return Missing("no projection", "perflab predict --multinode")
+    t = pd.read_csv(path)
+    at = t[t.p == t.p.max()]
+    text = (f"Hybrid (hierarchical) all-reduce reduces inside each node over NVLink, across nodes among the leaders, "
+            f"then broadcasts. Projected by perflab from measured ceilings (not measured across nodes here) at "
+            f"p = {int(at.p.iloc[0])}: " + "; ".join(f"{s} {e:.2f}" for s, e in zip(at.strategy, at.efficiency))
+            + " (efficiency).")
+    return Answer(text, [(at, "Projected epoch and efficiency at the largest p.")], sources=[f"results/{PROJECTION}"])
+
+
+def fp16(run: Run) -> Answer | Missing:
+    path = committed(HALF_BENCH)
+    if path is None:
+        return Missing("no half-precision run", "perflab bench train --dtype bfloat16 (on a GPU)")
+    t = pd.read_csv(path)
+    rows = []
+    for (h, b), g in t.groupby(["H", "B"]):
+        fp32 = g[g.peer == "perflab"].epoch_ms
+        bf16 = g[g.peer == "perflab (bf16)"].epoch_ms
+        if len(fp32) and len(bf16):
+            rows.append({"net": net(h), "B": int(b), "FP32 (ms)": fp32.iloc[0], "BF16 (ms)": bf16.iloc[0],
+                         "speedup": fp32.iloc[0] / bf16.iloc[0]})
+    table = pd.DataFrame(rows)
+    text = ("Half precision halves the bytes and runs the GEMMs on tensor cores; FP32 master weights and a loss scale "
+            "(FP16) keep the training. Measured on one H100 (committed): BF16 mixed precision runs the epoch "
+            + (f"{table.speedup.min():.1f}x to {table.speedup.max():.1f}x faster than FP32" if len(table) else "")
+            + "; `perflab notebook precision` shows what each precision costs in accuracy.")
+    return Answer(text, [(table, "Epoch ms, FP32 against BF16.")], sources=[f"results/{HALF_BENCH}"])
+
+
+def usc_networks(run: Run) -> Answer | Missing:
+    path = committed(USC_TABLE)
+    if path is None:
+        return Missing("no USC run", "perflab notebook usc")
+    t = pd.read_csv(path)
+    serial = t[t.way == "serial"].set_index("net").epoch_seconds
+    t = t.assign(speedup=[serial.get(n, np.nan) / s for n, s in zip(t.net, t.epoch_seconds)])
+    best = t.loc[t.groupby(["net", "way"]).speedup.idxmax()][["net", "way", "cores", "B", "epoch_seconds", "speedup"]]
+    text = ("Network1 (784-1024-10) against Network2 (784-1024-1024-10), parallelized over examples (data parallel) "
+            "and inside the matrix products (threads in the GEMMs), against the serial run, committed from one H100 "
+            "machine: " + "; ".join(f"{r.net} {r.way} {r.speedup:.1f}x" for r in best.itertuples()) + ".")
+    return Answer(text, [(best, "Best speedup of each way over the serial CPU run.")], sources=[f"results/{USC_TABLE}"])
+
+
+def usc_batch(run: Run) -> Answer | Missing:
+    path = committed(USC_TABLE)
+    if path is None or pd.read_csv(path).B.nunique() < 2:
+        return Missing("the USC runs used B = 1000 only", "perflab notebook usc -p batches '[100, 1000, 10000]'")
+    t = pd.read_csv(path)
+    return Answer("By batch size: " + ", ".join(f"B = {b}" for b in sorted(t.B.unique())), [(t, "USC runs by B.")],
+                  sources=[f"results/{USC_TABLE}"])
+
+
+# ------------------------------------------------------------------ the outline
+QUESTIONS = [
+    Question("HW6 Q1.1", "Data-parallel training matches the CPU",
+             "We will check that the updated parameters of the neural network obtained using your implementation match "
+             "the updated parameters obtained using the CPU implementation.", hw6_q1_1),
+    Question("HW6 Q2.1", "FLOPs and utilization at B = 3200 on 1, 2 and 4 ranks",
+             "Approximate the number of FLOPs performed in a single forward pass and [...] backward pass [...] With D=784, "
+             "H=512, and B=3200, what is the effective compute utilization of 1, 2, and 4 GPUs when training with 1, 2, "
+             "and 4 MPI processes respectively? [...] What happens when you increase the number of processes or change "
+             "the batch size B?", hw6_q2_1),
+    Question("HW6 Q2.2", "Time per epoch, bytes of every copy, the modified roofline",
+             "Measure the total time taken to train when H increases from 512 to 1024 to 2048, and [...] when num_procs "
+             "increases from 1 to 2 to 4 while B/num_procs remains constant. [...] Approximate the number of bytes moved "
+             "per batch [...] Show that FLOPs / Total time = AI / (AI / Peak GPU computation performance + 1 / Peak PCIe "
+             "bandwidth), and plot the corresponding roofline.", hw6_q2_2),
+    Question("FA Q1.1", "The tests pass in both precisions",
+             "Run your code [...] in double precision [...] Does your code pass all the tests?", lambda r: problem1(r, "FA Q1.1")),
+    Question("FA Q1.2", "When and why the weights drift from the CPU's",
+             "Vary hidden_size, num_epochs, learning_rate. Does your code report errors? [...] Can you explain this "
+             "discrepancy? Does it matter? What precision do you get using the CPU and GPU codes?",
+             lambda r: problem1(r, "FA Q1.2")),
+    Question("FA Q1.3", "The learning rate that converges fastest",
+             "What learning rate seems to lead to the fastest convergence? What happens when you increase or decrease "
+             "this learning rate?", lambda r: problem1(r, "FA Q1.3")),
+    Question("FA Q1.4", "Many epochs, and the hidden size to recommend",
+             "Train your model for many epochs. What loss are you able to achieve? Has your model converged? What is the "
+             "precision of your model? Does the precision depend on hidden_size? What value of hidden_size would you "
+             "recommend? What happens when you reduce or increase it?", lambda r: problem1(r, "FA Q1.4")),
+    Question("FA Q2.1", "The steps that take the most time",
+             "In your profile, what are the steps that take the most time? Is this consistent with the analysis from "
+             "Homework 6?", fa_q2_1),
+    Question("FA Q2.2", "Optimizations, measured",
+             "Can you identify areas of the code that could be improved based on the profiling? What changes would you "
+             "suggest?", fa_q2_2),
+    Question("FA Q2.3", "FLOPs and bytes of the kernels and transfers",
+             "List the CUDA kernels and calculations that take a substantial amount of runtime [...] estimate the number "
+             "of flops. [...] Estimate the number of bytes transferred.", fa_q2_3),
+    Question("FA Q2.4", "Effective P_flops, P_pci, P_mpi",
+             "Based on your profiling measurements, provide an estimate for the effective compute throughput P_flops, "
+             "and the cudaMemcpy (P_pci) and MPI_Allreduce (P_mpi) memory bandwidth throughputs.", fa_q2_4),
+    Question("FA Q2.5", "The combined roofline",
+             "Provide a theoretical estimate of the roofline model. [...] The answer will involve P_flops, P_pci, and "
+             "P_mpi.", fa_q2_5),
+    Question("FA Q2.6", "Experimental points for several H and B",
+             "Run a few experiments with different values of H and B. Plot your experimental values along with the "
+             "roofline model. [...] Do the theoretical and experimental estimates agree? [...] Explain how you would "
+             "improve your theoretical roofline model.", fa_q2_6),
+    Question("FA optional", "Model parallel against data parallel",
+             "Do a theoretical estimate of the running time of the model parallel approach compared to the data "
+             "parallel approach.", fa_optional),
+    Question("2019 §4.1-4.2", "The GEMMs, and why each step wins",
+             "Implement [...] GEMM [...] using shared memory [...] and a register-blocked 64 x 16 kernel. Explain why "
+             "it is faster.", gemm_steps),
+    Question("2019 §4.3", "Model parallelism and its blockings",
+             "Partition the weight matrices across processes to reduce the MPI traffic.", model_parallel),
+    Question("HKUST WFBP", "Wait-free backprop", "Overlap the gradient communication of a layer with the backward "
+             "computation of the layers below it.", wfbp),
+    Question("HKUST fusion", "Tensor fusion", "Fuse small gradient tensors into one buffer before the all-reduce.",
+             fusion),
+    Question("HKUST hybrid", "Hybrid all-reduce", "Reduce inside the node, then across nodes.", hybrid),
+    Question("HKUST FP16", "Half precision", "Train in FP16 with FP32 master weights to halve the bytes and use the "
+             "tensor cores.", fp16),
+    Question("USC networks", "Network1 against Network2, over examples and inside the products",
+             "Parallelize over examples versus inside the matrix products; networks 784-1024-10 and 784-1024-1024-10.",
+             usc_networks),
+    Question("USC batch", "The batch size", "How does the batch size change the parallel speedup?", usc_batch),
+]
+
+
+def answer_all(run: Run) -> list[tuple[Question, Answer | Missing]]:
+    """Every question's answer; one that fails on this folder's files says so instead of ending the report."""
+    out = []
+    for q in QUESTIONS:
+        try:
+            a = q.answer(run) if len(run.table) else Missing("this folder holds no measured point", "make roofline")
+        except (KeyError, ValueError, IndexError, FileNotFoundError) as exc:
+            a = Missing(f"its files could not answer ({type(exc).__name__}: {exc})", "make roofline")
+        out.append((q, a))
+    return out
+
+
+def conclusion(run: Run) -> str:
+    """What this run shows, in three sentences: what bounds it, the speedup at p = 2, how well it was predicted."""
+    if not len(run.table):
+        return "No measured point."
+    parts = []
+    ref = reference_row(run)
+    if ref is not None and "t_forward" in ref:
+        copy = ref.get("t_copying images host -> device", np.nan)
+        bound = ("the image copy over PCIe" if np.isfinite(copy) and copy > ref["t_forward"] + ref["t_backward"] / 2
+                 else "the GEMMs")
+        parts.append(f"At the reference point ({run.rates['reference']}) the batch is bound by {bound}.")
+    t = run.seeds_path
+    for h in t.H.unique():
+        one, two = t[(t.H == h) & (t.p == 1)], t[(t.H == h) & (t.p == 2)]
+        if len(one) and len(two):
+            b = int(two.B.iloc[0]) // 2
+            one_b = one[one.B == b]
+            if len(one_b):
+                speed = (one_b.epoch_seconds.iloc[0]) / two.epoch_seconds.iloc[0]
+                parts.append(f"Two ranks run an epoch of {net(h)} at B/p = {b} {speed:.2f}x faster than one "
+                             f"(efficiency {speed / 2:.2f}).")
+                break
+    v = validation_rows(run)
+    if v is not None and len(v):
+        parts.append(f"Predicted from the ceilings before the sweep, the points land within a median "
+                      f"{v['error (%)'].abs().median():.1f}% (worst {v['error (%)'].abs().max():.0f}%).")
+    return " ".join(parts)

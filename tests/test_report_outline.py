@@ -1,0 +1,104 @@
+"""The report follows the seeds' questions: every one has a section on a CPU, a one-GPU and a two-GPU run
+folder (the committed main jobs), answered from the folder's numbers or by a line naming what would; its
+rooflines carry every point and no roof that was not measured."""
+import json
+import shutil
+
+import matplotlib
+import pytest
+
+from perflab.report import pdf, questions
+from perflab.report.answer import Answer, Missing
+from perflab.results import RESULTS_ROOT
+
+FOLDERS = {"cpu": "cpu-amd-epyc/mainjob", "one gpu": "nvidia-h100-80gb-hbm3/mainjob", "two gpus": "nvidia-h200/mainjob"}
+ANSWERED_FROM_THE_RUN = ["HW6 Q2.1", "HW6 Q2.2", "FA Q2.1", "FA Q2.3", "FA Q2.4", "FA Q2.6", "FA optional"]
+
+
+def load(kind, tmp_path):
+    folder = RESULTS_ROOT / FOLDERS[kind]
+    return questions.Run.load(folder, pdf.report_sweeps(folder), tmp_path / "figures")
+
+
+def test_the_outline_is_the_seeds_questions_in_their_order():
+    ids = [q.id for q in questions.QUESTIONS]
+    assert ids[:3] == ["HW6 Q1.1", "HW6 Q2.1", "HW6 Q2.2"]
+    assert ids[3:14] == [f"FA Q1.{i}" for i in range(1, 5)] + [f"FA Q2.{i}" for i in range(1, 7)] + ["FA optional"]
+    assert [i.split()[0] for i in ids[14:]] == ["2019"] * 2 + ["HKUST"] * 4 + ["USC"] * 2
+    assert len(set(ids)) == len(ids) and all(q.quote and q.title for q in questions.QUESTIONS)
+    assert list(dict.fromkeys(i.split()[0] for i in ids)) == list(questions.SEEDS)
+
+
+@pytest.mark.parametrize("kind", FOLDERS)
+def test_every_question_has_a_section_with_numbers_or_the_command_that_would_answer(kind, tmp_path):
+    run = load(kind, tmp_path)
+    answered = dict((q.id, a) for q, a in questions.answer_all(run))
+    assert set(answered) == {q.id for q in questions.QUESTIONS}
+    for qid, a in answered.items():
+        assert isinstance(a, (Answer, Missing)), qid
+        if isinstance(a, Missing):
+            assert a.why and a.command, qid
+    for qid in ANSWERED_FROM_THE_RUN:
+        a = answered[qid]
+        assert isinstance(a, Answer) and any(c.isdigit() for c in a.text), (kind, qid, a)
+    assert "e+" not in answered["FA Q2.4"].text  # units, not raw exponents
+    if kind == "cpu":
+        assert "nothing crosses PCIe" in answered["HW6 Q2.2"].text and "PCIe" not in answered["FA Q2.1"].tables[0][0].to_string()
+    doc = pdf.Document()
+    for q, a in questions.answer_all(run):
+        pdf.answer_section(doc, q, a)
+    texts = doc.texts()
+    for q in questions.QUESTIONS:
+        assert any(t.startswith(f"{q.id}: ") for t in texts), q.id
+        assert any(q.quote[:40] in t for t in texts), q.id
+
+
+def test_hw6_q2_1_is_asked_at_b_3200_split_over_the_ranks(tmp_path):
+    """On the CPU main job, B = 3200 ran on one rank (the B sweep) and on two (B/p = 1600)."""
+    a = questions.hw6_q2_1(load("cpu", tmp_path))
+    table = a.tables[0][0]
+    assert list(table.p) == [1, 2] and list(table["B' = B/p"]) == [3200, 1600]
+    assert (table["utilization a rank"] > 0).all() and (table["utilization a rank"] < 1.5).all()
+    assert "p = 1" in a.text and "p = 2" in a.text
+
+
+@pytest.mark.parametrize("kind", FOLDERS)
+def test_the_rooflines_carry_every_point_and_only_measured_roofs(kind, tmp_path):
+    run = load(kind, tmp_path)
+    points = run.seeds_path
+    for include_images in (False, True):
+        drawn = questions.roofline_plot(run, points, include_images=include_images)
+        bw, label = questions.bandwidth(run, include_images)
+        if drawn is None:
+            assert bw is None  # no roof is invented
+            continue
+        fig, shown_bw, shown_label, _ = drawn
+        assert (shown_bw, shown_label) == (bw, label)
+        measured = [run.rates.get("P_pci"), run.rates.get("P_mpi")] + [
+            float(r.bytes_images / r["t_copying images host -> device"]) for _, r in points.iterrows()
+            if "t_copying images host -> device" in r and r.bytes_images > 0]
+        assert any(m is not None and bw == pytest.approx(m) for m in measured), (kind, bw)
+        markers = [line for line in fig.axes[0].get_lines() if len(line.get_xdata()) == 1]
+        assert len(markers) == len(points), (kind, include_images)
+        labels = [t for t in fig.findobj(matplotlib.text.Annotation) if t.get_text().startswith("H=")]
+        assert len(labels) == len(points)
+    assert questions.hw6_q2_2(run).figures, kind  # every run folder draws the HW6 roofline
+    if kind == "one gpu":  # before, its modified roofline had no point and a 10 GB/s roof nobody measured
+        assert questions.bandwidth(run, True)[1] == "P_pci (images)"
+
+
+def test_the_report_opens_with_what_ran_and_a_conclusion_and_names_the_seeds(tmp_path):
+    folder = tmp_path / "run"
+    shutil.copytree(RESULTS_ROOT / FOLDERS["two gpus"], folder, ignore=shutil.ignore_patterns("report.pdf"))
+    run = questions.Run.load(folder, pdf.report_sweeps(folder), tmp_path / "figures")
+    doc = pdf.Document()
+    pdf.title_page(doc, "perflab report: run", run, ["The machine was noisy."])
+    texts = doc.texts()
+    meta = json.loads((folder / "roofline.json").read_text())
+    assert texts[1] == "<b>The machine was noisy.</b>"
+    assert any(t.startswith("<b>Machine:</b>") and meta["gpu"] in t for t in texts)
+    assert any(t.startswith("<b>What was run:</b>") and "float32" in t and "p = 1, 2" in t for t in texts)
+    said = next(t for t in texts if t.startswith("<b>Conclusion:</b>"))
+    assert "Two ranks" in said and "median" in said
+    assert any("CME 213 (Stanford, 2024), Homework 6" in t for t in texts)
+    assert pdf.build(folder=folder).stat().st_size > 50_000
