@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from perflab.data import PROJECT_ROOT
@@ -26,15 +28,39 @@ def test_the_readme_is_a_front_door():
     assert markdown.BEGIN not in text and "results/README.md" in text
 
 
-def test_report_md_is_what_the_result_files_say_now():
-    """results/REPORT.md is generated from the committed files: regenerate and compare (perflab report --markdown
-    fixes it). It goes by question: a list of them opens it, the seeds' first, then the campaign's, each a link
-    to its section, and no question is asked twice."""
+def test_report_md_is_the_pdf_outline_answered_from_one_run(tmp_path):
+    """results/REPORT.md is generated from the committed two-GPU main job (perflab report --markdown fixes it):
+    at most 1000 lines, every question of the seeds' outline a heading, in the PDF's order, each figure it shows
+    committed, and its appendix links CAMPAIGNS.md."""
+    import re
+
+    from perflab.report import questions
+    from perflab.results import RESULTS_ROOT
+    text = (RESULTS_ROOT / "REPORT.md").read_text()
+    campaigns = (RESULTS_ROOT / "CAMPAIGNS.md").read_text()
+    assert text == markdown.outline_markdown(figures=tmp_path, campaigns=campaigns)
+    assert len(text.splitlines()) <= 1000
+    headings = re.findall(r"^### (.+?): ", text, flags=re.M)
+    assert headings == [q.id for q in questions.QUESTIONS]
+    figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    assert figures and [f for f in figures if not (RESULTS_ROOT / f).exists()] == []
+    assert sorted(f.name for f in tmp_path.glob("*.png")) == sorted(Path(f).name for f in figures)
+    own = re.findall(r"\]\(#(.+?)\)", text)
+    assert own and set(own) <= {markdown.anchor(h) for h in re.findall(r"^#{2,3} (.+)$", text, flags=re.M)}
+    linked = re.findall(r"\]\(CAMPAIGNS\.md#(.+?)\)", text)
+    assert linked and linked == [markdown.anchor(h) for h in re.findall(r"^## (.+)$", campaigns, flags=re.M)[1:]]
+
+
+def test_campaigns_md_is_what_the_result_files_say_now():
+    """results/CAMPAIGNS.md, REPORT.md's appendix, is generated from the committed files: regenerate and compare
+    (perflab report --markdown fixes it). It goes by question: a list of them opens it, the seeds' first, then
+    the campaign's, each a link to its section, and no question is asked twice."""
     import re
 
     from perflab.results import RESULTS_ROOT
-    text = (RESULTS_ROOT / "REPORT.md").read_text()
+    text = (RESULTS_ROOT / "CAMPAIGNS.md").read_text()
     assert text == markdown.analysis_markdown()
+    assert "[REPORT.md](REPORT.md)" in text.split("\n## ")[0]
     contents = text[text.index("## Contents"):text.index("\n## ", text.index("## Contents"))]
     seeds, campaign = contents.split("The campaign's questions:")
     asked = re.findall(r"^## (.+)$", text, flags=re.M)[1:]
@@ -65,7 +91,7 @@ def test_readme_main_job_durations_are_the_logs():
 
 
 def test_a_report_section_no_question_claims_is_named_not_lost():
-    with pytest.raises(ValueError, match="REPORT.md section 'A new study, x' answers none of markdown.QUESTIONS"):
+    with pytest.raises(ValueError, match="CAMPAIGNS.md section 'A new study, x' answers none of markdown.QUESTIONS"):
         markdown.by_question(["# t", "", "intro", "", "## A new study, x", "", "text"])
     text = markdown.by_question(["# t", "", "intro", "", f"## {markdown.Q_RATES}, GPU x2", "", "### detail", "", "t"])
     assert f"## {markdown.Q_RATES}\n\n### GPU x2\n" in text and "#### detail" in text

@@ -58,7 +58,7 @@ def test_hw6_q2_1_is_asked_at_b_3200_split_over_the_ranks(tmp_path):
     a = questions.hw6_q2_1(load("cpu", tmp_path))
     table = a.tables[0][0]
     assert list(table.p) == [1, 2] and list(table["B' = B/p"]) == [3200, 1600]
-    assert (table["utilization a rank"] > 0).all() and (table["utilization a rank"] < 1.5).all()
+    assert (table["utilization a rank (%)"] > 0).all() and (table["utilization a rank (%)"] < 150).all()
     assert "p = 1" in a.text and "p = 2" in a.text
 
 

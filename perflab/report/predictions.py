@@ -1,7 +1,7 @@
 """The predictor's evidence for readers: every committed point against its prediction (the
 validation tables per machine folder), every prediction committed before its run beside that run
 (the blind checks), the points missed by most and the host's terms per boot, as tables and figures
-for results/REPORT.md and results/README.md."""
+for results/CAMPAIGNS.md (REPORT.md's appendix) and results/README.md."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -369,7 +369,7 @@ def paced_text(paths) -> str:
                          f"{len(e)} points beyond 25%")
     return ("On the GPU folders, " + "; ".join(parts) + ". The host paces a step launched kernel by kernel and the staged "
             "path's pageable copy, and its speed moves between and within boots of a machine by more than 25% "
-            "(`experiments/staged_copy/`; the host's terms per boot and the missed points in `results/REPORT.md`): "
+            "(`experiments/staged_copy/`; the host's terms per boot and the missed points in `results/CAMPAIGNS.md`): "
             "one host-paced configuration, measured in fresh processes minutes apart on one boot, moves by more "
             "than any prediction made before the run can follow, and the host's terms timed in the same process "
             "do not follow it (`experiments/predictor/README.md`, host_moments). The GPU paces graphed resident "
@@ -379,7 +379,7 @@ def paced_text(paths) -> str:
 def predictor_sections(full: bool = True) -> list[str]:
     """The bottom-up predictor against every committed point (validation.csv per machine folder),
     and the predictions committed before their runs (results/predictions/*.json with their checks).
-    full: REPORT.md's, with every check's points, the missed points and the host's terms per boot;
+    full: CAMPAIGNS.md's, with every check's points, the missed points and the host's terms per boot;
     the README's leaves those to it."""
     import pandas as pd
 
@@ -440,7 +440,7 @@ def predictor_sections(full: bool = True) -> list[str]:
                    "kernels' part of the model; staged and kernel-by-kernel points follow the host's copy and launch "
                    "speed, which move between and within boots of a machine"
                    + (" (below: every point, and the host's terms per boot)" if full else
-                      " (every point of every check, and the host's terms per boot: `results/REPORT.md`)")
+                      " (every point of every check, and the host's terms per boot: `results/CAMPAIGNS.md`)")
                    + f".\n\n![every blind check's points](figures/{CHECKS_FIGURE}.png)\n\n"  # both pages lie in results/
                    + summary)
     if full:

@@ -111,6 +111,12 @@ def net(h) -> str:
     return f"784-{net_label(h)}-10"
 
 
+def nets_in(table: pd.DataFrame) -> list[str]:
+    """The nets of a table, by width (512 before 1024 before 2048), as 784-H-10."""
+    from perflab.analysis.perfmodel import widths
+    return [net(h) for h in sorted(table.H.unique(), key=lambda h: (len(widths(h)), widths(h)))]
+
+
 def batch_seconds(row) -> float:
     from perflab.analysis.roofline import measured_batch_seconds
     return float(measured_batch_seconds(row))
@@ -153,19 +159,22 @@ def hw6_q2_1(run: Run) -> Answer | Missing:
         seconds = batch_seconds(r)
         rows.append({"p": int(r["p"]), "B' = B/p": int(r["B"]) // int(r["p"]), "GFLOP a batch (all ranks)": flops * r["p"] / 1e9,
                      "time a batch (ms)": 1e3 * seconds, "TFLOP/s a rank": flops / seconds / 1e12,
-                     "utilization a rank": flops / seconds / top})
+                     "utilization a rank (%)": 100 * flops / seconds / top})
     table = pd.DataFrame(rows)
     first, last = table.iloc[0], table.iloc[-1]
     text = (f"Forward: the dominant GEMMs z1 = W1 X and z2 = W2 a1 cost 2B'HD + 2B'HC = 2B'H(D + C) FLOPs; backward, "
             f"dW1 = dz1 X^T and dW2 = dz2 a1^T cost the same again, so a batch costs about 4B'H(D + C) a rank "
             f"({fb['forward GFLOP'] + fb['backward GFLOP']:.3g} GFLOP at H = 512, B' = {int(fb[chr(66) + chr(39)])}; the "
             f"update adds only 2(HD + H + CH + C)). At B = 3200 split over p = {', '.join(str(p) for p in table.p)} "
-            f"rank(s) ({where(run)}, {run.dtype}), a rank runs at {pct(first['utilization a rank'])} of the peak at "
+            f"rank(s) ({where(run)}, {run.dtype}), a rank runs at {first['utilization a rank (%)']:.1f}% of the peak at "
             f"p = {int(first.p)}")
     if len(table) > 1:
-        text += (f" and {pct(last['utilization a rank'])} at p = {int(last.p)}: each rank's GEMMs shrink with B' = B/p "
+        text += (f" and {last['utilization a rank (%)']:.1f}% at p = {int(last.p)}: each rank's GEMMs shrink with B' = B/p "
                  "and run further from the peak, and the exchange (absent at p = 1) takes a growing share, so the "
                  "summed rate grows less than p. A larger B does the reverse (the B sweep in FA Q2.6).")
+    elif len(run.ranks) > 1:
+        text += (". Only p = 1 ran at B = 3200 in this folder: its p > 1 points keep B/p constant (HW6 Q2.2); the "
+                 "main job of this version also splits B = 3200 over every p.")
     else:
         text += f". Only p = 1 ran here: {more_ranks_command(run)} adds p = 2 and 4."
     text += f" Peak: {rate(top)}, {said} (the seeds took the datasheet's 16.3 TFLOP/s of the RTX 6000)."
@@ -220,7 +229,8 @@ def roofline_figure(run: Run, points: pd.DataFrame, name: str, include_images: b
     counted = "images and gradient copies" if include_images else ("PCIe + MPI gradient bytes" if run.on_gpu
                                                                      else "MPI gradient bytes")
     return plots.save(fig, f"{name}_{run.folder.name}",
-                      f"The {kind} roofline with P_flops {rate(run.rates['P_flops'])} and {label} {rate(bw, 'B/s')} "
+                      f"The {kind} roofline with P_flops {rate(run.rates['P_flops'])} and {label} {rate(bw, 'B/s')}"
+                      + (f" and P_mpi {rate(run.rates['P_mpi'], 'B/s')}" if kind == "combined" else "") + " "
                       f"from the reference point ({run.rates['reference']}); AI counts {counted}; {len(pts)} points, "
                       f"each its seeds' FLOPs over its median batch iteration.", folder=run.figures, draw_caption=False)
 
@@ -290,8 +300,8 @@ def fa_q2_1(run: Run) -> Answer | Missing:
         return Missing("no profiled point", "make roofline")
     total = ref["t_batch iteration"]
     shares = {c[2:]: ref[c] / total for c in phases if np.isfinite(ref[c])}
-    rows = [{"phase": k, "ms a batch": 1e3 * ref["t_" + k], "share": v, "seeds' share": SEEDS_SHARES.get(k, math.nan)}
-            for k, v in shares.items()]
+    rows = [{"phase": k, "ms a batch": 1e3 * ref["t_" + k], "share (%)": 100 * v,
+             "seeds' share (%)": 100 * SEEDS_SHARES.get(k, math.nan)} for k, v in shares.items()]
     table = pd.DataFrame(rows)
     top = max(shares, key=shares.get)
     text = (f"At the reference point ({run.rates['reference']}, {where(run)}), a batch iteration takes "
@@ -347,6 +357,10 @@ def fa_q2_3(run: Run) -> Answer | Missing:
     t = run.seeds_path
     fb = roofline.flops_bytes_table(t).drop_duplicates(subset=["H", "B", "p"])
     fb["H"] = [net(h) for h in fb.H]
+    fb["B'"] = fb["B'"].round().astype(int)
+    finite = fb["AI (FLOP/B)"].replace(np.inf, np.nan).dropna()
+    span = (f"{finite.min():.3g}" if finite.min() == finite.max() else f"{finite.min():.3g} to {finite.max():.3g}") \
+        if len(finite) else "infinite: nothing is"
     fb = fb.rename(columns={"H": "net"})
     first = t.iloc[0]
     grad = perfmodel.gradient_buffer_bytes(first["H"]) / 1e6
@@ -355,8 +369,7 @@ def fa_q2_3(run: Run) -> Answer | Missing:
             f"2(HD + H + CH + C)b through MPI and, on a GPU's host-staged path, the same 2(HD + H + CH + C)b over PCIe "
             f"around the all-reduce; b = 4 in float32, so the gradient is {grad:.3g} MB at {net(first['H'])}. "
             f"Both FLOPs and bytes grow with H, so AI = FLOPs / bytes depends on B/p alone "
-            f"(here {fb['AI (FLOP/B)'].replace(np.inf, np.nan).min():.3g} to "
-            f"{fb['AI (FLOP/B)'].replace(np.inf, np.nan).max():.3g} FLOP/byte where anything is exchanged).")
+            f"(here {span} FLOP/byte where anything is exchanged).")
     return Answer(text, [(fb, "FLOPs and bytes a batch per rank, by the seeds' count (ring: what a ring all-reduce "
                               "sends).")], sources=sorted(set(t.source)))
 
@@ -364,9 +377,9 @@ def fa_q2_3(run: Run) -> Answer | Missing:
 def fa_q2_4(run: Run) -> Answer | Missing:
     if not run.rates:
         return Missing("no measured point", "make roofline")
-    rows = [{"rate": k, "this run": run.rates[k], "unit": "FLOP/s" if k == "P_flops" else "B/s",
-             "seeds' RTX 6000": SEEDS_RTX6000[k], "ratio": run.rates[k] / SEEDS_RTX6000[k]}
-            for k in SEEDS_RTX6000 if k in run.rates]
+    unit = lambda k: "FLOP/s" if k == "P_flops" else "B/s"  # noqa: E731
+    rows = [{"rate": k, "this run": rate(run.rates[k], unit(k)), "seeds' RTX 6000": rate(SEEDS_RTX6000[k], unit(k)),
+             "this run / seeds'": run.rates[k] / SEEDS_RTX6000[k]} for k in SEEDS_RTX6000 if k in run.rates]
     text = (f"The seeds' formulas over the profiled phase medians of one reference point, {run.rates['reference']}, "
             f"used for every rate of this report: P_flops = GEMM FLOPs / GEMM time = {rate(run.rates['P_flops'])}"
             + (f", P_pci = gradient bytes / (D2H + H2D time) = {rate(run.rates['P_pci'], 'B/s')}" if "P_pci" in run.rates
@@ -397,16 +410,16 @@ def fa_q2_6(run: Run) -> Answer | Missing:
     t = run.seeds_path
     pred = roofline.prediction_table(t, run.rates)
     pred["error"] = 100 * pred["error"]
-    pred = pred.rename(columns={"error": "error (%)"})
+    pred = pred.rename(columns={"error": "error (%)", "measured_ms": "measured (ms)", "predicted_ms": "predicted (ms)"})
     worst = pred.iloc[pred["error (%)"].abs().argmax()]
-    Hs, Bs = sorted(map(str, t.H.unique())), sorted(int(b) for b in t.B.unique())
+    Hs, Bs = nets_in(t), sorted(int(b) for b in t.B.unique())
     figure = roofline_figure(run, t, "fa_points_roofline")
-    text = (f"Points for H in {', '.join(Hs)} and B in {', '.join(map(str, Bs))}. Raising B "
+    text = (f"Points for the nets {', '.join(Hs)} and B in {', '.join(map(str, Bs))}. Raising B "
             f"raises AI (FLOPs grow with B', the gradient bytes do not) and the FLOP rate (larger GEMMs); raising H "
             f"leaves AI unchanged (both grow with H) but raises the rate. So AI = 4B'H(D + C) / (4(HD + H + CH + C)b) "
             f"~ B'/b: only a larger batch a rank (or fewer bytes: half precision, model parallelism) moves a point "
             f"right. The seeds' serial model with the reference point's rates misses by a median of "
-            f"{pred['error (%)'].abs().median():.0f}% (worst {worst['error (%)']:+.0f}% at H = {worst.H}, B = "
+            f"{pred['error (%)'].abs().median():.0f}% (worst {worst['error (%)']:+.0f}% at {net(worst.H)}, B = "
             f"{int(worst.B)}, p = {int(worst.p)}): it charges every GEMM at the reference point's rate (bigger GEMMs "
             f"run faster, smaller ones slower) and leaves out the elementwise kernels, launches and waiting.")
     validated = validation_rows(run)
@@ -431,8 +444,9 @@ def validation_rows(run: Run) -> pd.DataFrame | None:
     if (run.folder / "steadiness.csv").exists() and len(v):  # was each miss inside what the host's noise allows?
         from perflab.measure import steadiness
         v = steadiness.judge(v, run.folder, sweep=run.sweeps[0].name)
-    v = v.assign(error=100 * v.error).rename(columns={"error": "error (%)", "inside_noise": "inside the noise band"})
-    return v[[c for c in ("H", "B", "p", "mode", "measured_ms", "predicted_ms", "error (%)", "inside the noise band")
+    v = v.assign(error=100 * v.error).rename(columns={"error": "error (%)", "inside_noise": "inside the noise band",
+                                                       "measured_ms": "measured (ms)", "predicted_ms": "predicted (ms)"})
+    return v[[c for c in ("H", "B", "p", "mode", "measured (ms)", "predicted (ms)", "error (%)", "inside the noise band")
               if c in v]]
 
 
@@ -453,7 +467,7 @@ def fa_optional(run: Run) -> Answer | Missing:
             f"({data_mb / model_mb:.0f}x fewer bytes), at the price of every rank reading the whole batch. "
             f"`mpiexec -n 2 perflab train --parallel model` measures it; 2019 §4.3 compares the two.")
     del data
-    return Answer(text)
+    return Answer(text, sources=[str(ref["source"])])
 
 
 # ------------------------------------------------------------------ committed campaigns
@@ -553,7 +567,8 @@ def fusion(run: Run) -> Answer | Missing:
             f"of {small.size_bytes / 1e3:.0f} kB takes {small.ms * 1e3:.0f} us, of {large.size_bytes / 1e6:.1f} MB "
             f"{large.ms * 1e3:.0f} us (two H100, committed): the fixed cost of a message is paid once by the fused "
             "buffer. perflab keeps every gradient in one contiguous buffer and exchanges it in one call.")
-    return Answer(text, [(t[["size_bytes", "ms", "bus_GBps"]], "NCCL all-reduce time against size.")],
+    shown = pd.DataFrame({"size (MB)": t.size_bytes / 1e6, "time (us)": 1e3 * t.ms, "bus bandwidth (GB/s)": t.bus_GBps})
+    return Answer(text, [(shown, "NCCL all-reduce time against size.")],
                   sources=[f"results/{ALLREDUCE_BENCH}"])
 
 
@@ -600,7 +615,7 @@ def usc_networks(run: Run) -> Answer | Missing:
     best = t.loc[t.groupby(["net", "way"]).speedup.idxmax()][["net", "way", "cores", "B", "epoch_seconds", "speedup"]]
     text = ("Network1 (784-1024-10) against Network2 (784-1024-1024-10), parallelized over examples (data parallel) "
             "and inside the matrix products (threads in the GEMMs), against the serial run, committed from one H100 "
-            "machine: " + "; ".join(f"{r.net} {r.way} {r.speedup:.1f}x" for r in best.itertuples()) + ".")
+            "machine: " + "; ".join(f"{r.net} {r.way} {r.speedup:.1f}x" for r in best.itertuples() if r.way != "serial") + ".")
     return Answer(text, [(best, "Best speedup of each way over the serial CPU run.")], sources=[f"results/{USC_TABLE}"])
 
 
