@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PERFLAB := $(VENV)/bin/perflab
-NOTEBOOKS := roofline correctness convergence scaling kernels usc precision
+NOTEBOOKS := roofline problem1 correctness convergence scaling kernels usc precision
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .PHONY: roofline notebooks test gpu-test lint clean-venv

@@ -22,6 +22,7 @@ batch_sweep = None      # B sweep on one rank at the first net; default 800, 320
 N = None                # samples an epoch (NumPy 38400, the seeds' N; CuPy 60000)
 modes = None            # GPU data paths: resident, staged (the seeds' path) and pipelined (it, overlapped)
 name = "roofline"       # <run folder>/<name>.csv
+problem1_minutes = 1.5  # the final assignment's Problem 1: on a CPU the largest version that fits; on a GPU the full one
 compare_committed = True  # also draw the committed GPU campaigns under results/
 
 # %%
@@ -33,7 +34,11 @@ from perflab.analysis import roofline
 from perflab.report import plots
 from perflab.workbook import cluster, plan, sweep
 
-job = plan.roofline_plan(backend, engines, hidden, ranks, per_rank_batch, batch_sweep, N, modes)
+job = plan.roofline_plan(backend, engines, hidden, ranks, per_rank_batch, batch_sweep, N, modes, name=name)
+from perflab.workbook import problem1
+
+p1_plan = problem1.plan(problem1.budget_seconds(problem1_minutes), full=job.backend == "cupy", backend=job.backend)
+job.estimate_parts["Problem 1"] = p1_plan["estimate_s"]
 print(job.describe())
 print("results go to", sweep.output_path(name))
 cluster_started, client, view = cluster.engines(job.engines)
@@ -62,7 +67,7 @@ display(predicted[["H", "B", "p", "backend", "mode", "predicted_ms", "compositio
 # ## Sweeps (each point is written as it finishes; rerunning skips finished points)
 
 # %%
-path = sweep.run_grid_engines(view, job.points, name)
+path = sweep.run_grid_engines(view, job.points, name, main_job=True)
 steadiness.record(results.run_dir(), "end")
 table = roofline.measured(roofline.load(path))
 table = table[(table.B <= job.N) & (table.backend == job.backend)]
@@ -268,6 +273,17 @@ if compare_committed:
             "Every committed prediction's points against their run, |error| per check in the order they ran. "
             "Sources: results/predictions/*.json, results/<folder>/prediction_check_*.csv."))))
         display(Markdown(predictions.checks_summary(points)))
+
+# %% [markdown]
+# ## The final assignment's Problem 1 (Q1.1-Q1.4): correctness, drift, learning rate, hidden size
+#
+# `perflab.workbook.problem1`: on a CPU the largest version that fits `problem1_minutes` (it says what it left
+# out and how long the full one takes), on a GPU the full one. Resumable like the sweeps.
+
+# %%
+problem1.run(results.run_dir(), None, planned=p1_plan)
+for key, answer in problem1.answers(results.run_dir()).items():
+    print(key, getattr(answer, "text", getattr(answer, "why", "")))
 
 # %%
 cluster.stop(cluster_started)

@@ -284,7 +284,7 @@ def test_main_job_in_a_fresh_clone_measures_this_machine_and_leaves_git_status_c
     env = {k: v for k, v in os.environ.items() if not k.startswith("PERFLAB_")}
     env["PYTHONPATH"] = str(clone)  # the clone's package, as its own `pip install -e .` would give (kernel, engines)
     small = ["-p", "hidden", "['32-32', 64]", "-p", "per_rank_batch", "100", "-p", "batch_sweep", "[100, 400]",
-             "-p", "N", "800", "-p", "engines", "2"]
+             "-p", "N", "800", "-p", "engines", "2", "-p", "problem1_minutes", "0.1"]
     for command in (["notebook", "roofline", *small, "--json"], ["report", "--json"]):
         proc = subprocess.run([sys.executable, "-m", "perflab", *command], cwd=clone, capture_output=True, text=True,
                               timeout=600, env=env)

@@ -14,6 +14,7 @@ SMALL = {
     "convergence": ["-p", "N", "1000", "-p", "test_size", "200", "-p", "epochs", "2", "-p", "rates", "[0.1, 1.0]",
                     "-p", "hidden_sizes", "[16, 32]"],
     "scaling": [],
+    "problem1": ["-p", "budget_minutes", "0.1", "-p", "hidden", "[16, 64]"],
     "kernels": [],
     "usc": ["-p", "cores", "[1, 2]", "-p", "batch", "200", "-p", "N", "1000", "-p", "epochs", "2", "-p", "gpu", "False"],
     "precision": ["-p", "hidden", "[12]", "-p", "N", "300", "-p", "B", "31", "-p", "dataset", "synthetic"],
@@ -46,8 +47,9 @@ def test_a_notebook_that_stops_says_where_and_why_in_one_line_and_keeps_what_it_
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith(
         "perflab: error: notebook correctness stopped in cell 3: ConfigError: train_size must be a positive integer, "
-        "got -5 (the executed notebook, with the whole traceback: ")
-    assert (tmp_path / "run" / "notebooks" / "correctness.ipynb").exists()  # kept, with its traceback
+        "got -5 (the failed run's notebook, with the whole traceback: ")
+    assert (tmp_path / "run" / "notebooks" / "correctness.failed.ipynb").exists()  # kept, with its traceback
+    assert not (tmp_path / "run" / "notebooks" / "correctness.ipynb").exists()  # no good run yet: none in its place
 
 
 def test_a_running_cluster_is_used_only_where_its_engines_run_this_code(monkeypatch):

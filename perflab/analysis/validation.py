@@ -30,6 +30,42 @@ def marked_sweeps(folder: Path) -> set[Path]:
     return {f for f in Path(folder).glob("*.csv") if "sweep" in read_meta(f)}
 
 
+class SweepNameError(ValueError):
+    """A sweep asked for by name that the folder does not hold; the message lists those it does."""
+
+
+def main_sweeps(folder: Path, also: tuple[str, ...] = ()) -> list[Path]:
+    """The sweeps a run folder's report and validation.csv answer for: those the main job wrote (their
+    metadata's `main_job`, set by the roofline notebook: perflab.workbook.sweep.sweep_meta), and those
+    named in `also` (`perflab sweep --name NAME` wrote NAME.csv). So a few scratch sweeps in the same
+    machine folder never displace the main job's answer. A folder with no sweep of the main job's
+    (a committed one, or a run of `perflab sweep` alone) gives every sweep, as before."""
+    every = sweep_files(folder)
+    main = [f for f in every if read_meta(f).get("main_job") is True]
+    return sorted(set(main or every) | set(named_sweeps(folder, also)))
+
+
+def named_sweeps(folder: Path, names) -> list[Path]:
+    """The folder's sweeps of these names (NAME or NAME.csv, as `perflab sweep --name` wrote them), or
+    SweepNameError naming the one missing and the sweeps there are."""
+    folder = Path(folder)
+    by_name = {str(f.relative_to(folder).with_suffix("")): f for f in sweep_files(folder)}
+    for name in names:
+        if str(name).removesuffix(".csv") not in by_name:
+            raise SweepNameError(f"--sweeps {name}: {results.relative(folder)} holds no sweep of that name; its sweeps: "
+                                 f"{', '.join(sorted(by_name)) or 'none'}")
+    return [by_name[str(name).removesuffix(".csv")] for name in names]
+
+
+def validation_path(folder: Path, also: tuple[str, ...] = ()) -> Path:
+    """Where validate writes: validation.csv for the main job's sweeps alone, validation_<names>.csv when
+    others are taken in (the main job's file is never overwritten by scratch sweeps)."""
+    if not also:
+        return Path(folder) / "validation.csv"
+    names = "_".join(str(n).removesuffix(".csv").replace("/", "-") for n in also)
+    return Path(folder) / f"validation_{names}.csv"
+
+
 HARNESS = "scaling.jsonl"  # the multi-GPU scaling harness's rows (perflab.measure.peers_multi), perflab's predicted too
 
 
@@ -125,14 +161,16 @@ def read_meta(path: Path) -> dict:
     return json.loads(meta.read_text()) if meta.exists() else {}
 
 
-def validate_folder(folder: Path, out: str | None = None, write: bool = True) -> tuple[pd.DataFrame, Path | None]:
-    """Every sweep point of the folder, and the scaling harness's perflab rows (from the ceilings of
-    their own boot where the folder has them), predicted from its ceilings; written to validation.csv
-    (+ .json naming the ceilings files and their machines) unless `write` is False, and every
+def validate_folder(folder: Path, out: str | None = None, write: bool = True,
+                    also: tuple[str, ...] = ()) -> tuple[pd.DataFrame, Path | None]:
+    """Every point of the folder's main sweeps (main_sweeps: the main job's, plus those named in `also`),
+    and the scaling harness's perflab rows (from the ceilings of their own boot where the folder has
+    them), predicted from its ceilings; written to validation.csv, or validation_<names>.csv with
+    `also` (+ .json naming the ceilings files and their machines) unless `write` is False, and every
     profiled phase the ceilings time to validation_phases.csv."""
     folder = Path(folder)
     tables, phase_tables = [], []
-    for path in sweep_files(folder):
+    for path in main_sweeps(folder, also):
         points = roofline.measured(roofline.load(path))  # an empty or foreign file is named, not skipped
         if not len(points):
             continue
@@ -161,7 +199,7 @@ def validate_folder(folder: Path, out: str | None = None, write: bool = True) ->
     for name in used:
         if (folder / name).with_suffix(".json").exists():
             meta["ceilings"][name] = results.made_on(folder / name)
-    path = Path(out) if out else folder / "validation.csv"
+    path = Path(out) if out else validation_path(folder, also)
     results.write_rows(path, table.to_dict("records"), meta, append=False)
     if phase_tables:
         phases = pd.concat(phase_tables, ignore_index=True)

@@ -13,19 +13,22 @@ from perflab.commands.options import (
     positive,
     positive_float,
 )
+from perflab.commands.report import sweeps_option
 from perflab.config import HALF_DTYPES, MODES
 
 
 def cmd_validate(args, comm) -> dict:
-    """Predicted (from ceilings alone) against measured time per batch for every sweep point of
-    this machine's run folder, or with --committed of every committed machine folder."""
+    """Predicted (from ceilings alone) against measured time per batch for every point of the main job's
+    sweeps of this machine's run folder (and of those --sweeps names), or with --committed of every
+    committed machine folder."""
     from perflab import results
     from perflab.analysis import validation
     from perflab.results import ResultFileError
-    if args.committed and (args.folder or args.out):
+    if args.committed and (args.folder or args.out or args.sweeps):
         raise CLIError("--committed validates every folder under results/ and writes each one's validation.csv; "
-                       "--folder and --out name a single run folder instead: give one or the other")
+                       "--folder, --out and --sweeps name a single run folder's instead: give one or the other")
     folders = validation.committed_folders() if args.committed else [Path(args.folder or results.run_dir())]
+    also = tuple(args.sweeps or ())
     summary = {}
     for folder in folders:
         if not folder.is_dir():
@@ -36,8 +39,8 @@ def cmd_validate(args, comm) -> dict:
             raise CLIError(f"{folder}: no measured sweep point to check the predictor against (a run folder gets them "
                            "from `perflab notebook roofline` or `perflab sweep`); nothing written")
         try:
-            table, path = validation.validate_folder(folder, args.out)
-        except ResultFileError as exc:
+            table, path = validation.validate_folder(folder, args.out, also=also)
+        except (ResultFileError, validation.SweepNameError) as exc:
             raise CLIError(f"{exc}; nothing written") from None
         summary[folder.name] = validation.summary(table)
         if not args.json:
@@ -175,15 +178,18 @@ def cmd_predict(args, comm) -> dict:
 
 def register(sub) -> None:
     p = sub.add_parser("validate", help="the predictor against every measured sweep point (ceilings alone, no fit)",
-                       description="For each sweep point (roofline*.csv, parallel.csv, prediction_check*.csv) of a run "
-                                   "folder, and each of perflab's rows of the multi-GPU scaling harness (scaling.jsonl): "
-                                   "the time per batch the predictor composes from the folder's ceilings_p<P>.csv "
-                                   "(perflab ceilings) against the measured unprofiled epoch over its batches; writes "
+                       description="For each point of the main job's sweeps of a run folder (where the main job "
+                                   "never ran: roofline*.csv, parallel.csv, prediction_check*.csv and any other sweep), "
+                                   "and each of perflab's rows of the multi-GPU scaling harness (scaling.jsonl): the "
+                                   "time per batch the predictor composes from the folder's ceilings_p<P>.csv (perflab "
+                                   "ceilings) against the measured unprofiled epoch over its batches; writes "
                                    "validation.csv beside them with the ceilings file each prediction used.")
     p.add_argument("--folder", metavar="DIR", help="default this machine's run folder, runs/<machine key>/")
     p.add_argument("--committed", action="store_true", help="every machine folder under results/ instead (developers: "
                                                             "rewrites their validation.csv)")
-    p.add_argument("--out", metavar="CSV", help="with --folder: write here instead of <folder>/validation.csv")
+    p.add_argument("--out", metavar="CSV", help="write here instead of <folder>/validation.csv (with --sweeps "
+                                                 "<folder>/validation_<names>.csv: the main job's file stays as it ran)")
+    sweeps_option(p)
     outputs(p, folder=False)
     p.set_defaults(run=cmd_validate)
 

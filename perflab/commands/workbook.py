@@ -58,7 +58,7 @@ def cmd_sweep(args, comm) -> dict:
     return {"points": len(points), "saved": str(path)}
 
 
-NOTEBOOKS = ("roofline", "correctness", "convergence", "scaling", "kernels", "usc", "precision")
+NOTEBOOKS = ("roofline", "problem1", "correctness", "convergence", "scaling", "kernels", "usc", "precision")
 
 
 def notebook_parameters(notebook) -> list[str]:
@@ -73,22 +73,31 @@ def notebook_parameters(notebook) -> list[str]:
     return names
 
 
-def cmd_notebook(args, comm) -> dict:
-    """Execute notebooks/NAME.py (Jupytext percent format, the one source) end to end with
-    papermill; the executed copy lands in <run folder>/notebooks/NAME.ipynb."""
+def parameter_value(name: str, text: str):
+    """A `-p NAME VALUE` as the notebook gets it: a Python literal (512, [512, 1024], 'numpy'), or the text
+    itself (-p backend numpy); text that opens a list, tuple, dict or string but is no literal is refused."""
     import ast
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError) as exc:
+        opens = text.strip()[:1]
+        if opens and opens in "[({'\"":
+            raise CLIError(f"-p {name} {text}: not a Python literal ({exc.msg if isinstance(exc, SyntaxError) else exc}); "
+                           f"write a list as '[512, 1024]', a text as numpy or 'numpy'; nothing run") from None
+        return text
 
+
+def cmd_notebook(args, comm) -> dict:
+    """Execute notebooks/NAME.py (Jupytext percent format, the one source) end to end with papermill;
+    the executed copy lands in <run folder>/notebooks/NAME.ipynb once the run ends well. While it runs
+    it is NAME.running.ipynb; a run that fails becomes NAME.failed.ipynb, and the last good NAME.ipynb
+    stays as it was (the report reads that one)."""
     import jupytext
     import papermill
 
     from perflab import results
     from perflab.data import PROJECT_ROOT
-    params = {}
-    for k, v in args.parameter or []:
-        try:
-            params[k] = ast.literal_eval(v)
-        except (ValueError, SyntaxError):
-            params[k] = v
+    params = {k: parameter_value(k, v) for k, v in args.parameter or []}
     source = PROJECT_ROOT / "notebooks" / f"{args.name}.py"
     notebook = jupytext.read(source)
     known = notebook_parameters(notebook)
@@ -98,21 +107,28 @@ def cmd_notebook(args, comm) -> dict:
                  f"each does)") if known else "it takes none"
         raise CLIError(f"notebook {args.name} has no parameter {', '.join(map(repr, unknown))}; {takes}")
     out = results.run_dir() / "notebooks" / f"{args.name}.ipynb"
+    running, failed = out.with_suffix(".running.ipynb"), out.with_suffix(".failed.ipynb")
     out.parent.mkdir(parents=True, exist_ok=True)
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     from perflab.workbook import cluster
     cluster_id = os.environ[cluster.CLUSTER_ID_ENV] = f"perflab-{args.name}-{os.getpid()}"  # the kernel inherits it
+    ran = False
+    kept = (f"; the last good run's {results.relative(out)} is kept" if out.exists() else "")
     try:
-        papermill.execute_notebook(notebook, str(out), parameters=params, cwd=str(source.parent),
+        papermill.execute_notebook(notebook, str(running), parameters=params, cwd=str(source.parent),
                                    progress_bar=not args.json, kernel_name="python3")
+        ran = True
     except papermill.PapermillExecutionError as exc:  # the cell's error in one line; the traceback is in the notebook
-        raise CLIError(f"notebook {args.name} stopped in cell {exc.exec_count}: {exc.ename}: {exc.evalue} (the executed "
-                       f"notebook, with the whole traceback: {results.relative(out)})") from None
+        raise CLIError(f"notebook {args.name} stopped in cell {exc.exec_count}: {exc.ename}: {exc.evalue} (the failed "
+                       f"run's notebook, with the whole traceback: {results.relative(failed)}{kept})") from None
     finally:
         if cluster.stop_named(cluster_id):
             print(f"stopped the MPI engines notebook {args.name} had started", file=sys.stderr)
-        if out.exists():
-            out.write_text(results.relative_text(out.read_text()))  # its printed paths and metadata travel
+        if running.exists():
+            running.write_text(results.relative_text(running.read_text()))  # its printed paths and metadata travel
+            os.replace(running, out if ran else failed)
+            if ran:
+                failed.unlink(missing_ok=True)
     if not args.json:
         print(f"executed {results.relative(source)} -> {results.relative(out)}")
     return {"notebook": str(out), "parameters": params}

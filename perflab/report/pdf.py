@@ -220,9 +220,7 @@ def figure_sections(doc: Document, figures: list[Path], level: int = 1) -> None:
 def report_sweeps(folder: Path, also=()) -> list[Path]:
     """The sweeps a report answers for: the main job's, and those named in `also`."""
     from perflab.analysis import validation
-    if hasattr(validation, "main_sweeps"):
-        return validation.main_sweeps(folder, tuple(also))
-    return sorted(set(folder.glob("roofline*.csv")) | validation.marked_sweeps(folder))
+    return validation.main_sweeps(folder, tuple(also))
 
 
 def build(out: str | None = None, folder: Path | None = None, also=()) -> Path:

@@ -178,8 +178,23 @@ def hw6_q2_1(run: Run) -> Answer | Missing:
     else:
         text += f". Only p = 1 ran here: {more_ranks_command(run)} adds p = 2 and 4."
     text += f" Peak: {rate(top)}, {said} (the seeds took the datasheet's 16.3 TFLOP/s of the RTX 6000)."
-    return Answer(text, [(table, "Utilization at the global batch B = 3200, split over p ranks (strong scaling), "
-                                 "time a batch the median profiled batch iteration.")], sources=sorted(set(t.source)))
+    tables = [(table, "Utilization at the global batch B = 3200, split over p ranks (strong scaling), time a batch the "
+                      "median profiled batch iteration.")]
+    sources = sorted(set(t.source))
+    four = committed(HW6_FOUR_GPUS)
+    if four is not None and run.ranks[-1] < 4:
+        c = pd.read_csv(four)
+        c = c[(c["mode"] == "staged") & (c.status.fillna("measured") == "measured")]
+        fr = pd.DataFrame({"p": c.p, "B": c.B, "B' = B/p": c.B // c.p, "time a batch (ms)": 1e3 * c["t_batch iteration"],
+                           "TFLOP/s a rank": c.flops_per_batch / c["t_batch iteration"] / 1e12})
+        at = fr[fr.B == 3200].set_index("p")
+        text += (f" On four H100 (committed, the seeds' staged path, N = 38400), B = 3200 split over p = 1, 2, 4 runs a "
+                 f"rank at {', '.join(f'{v:.3g}' for v in at['TFLOP/s a rank'])} TFLOP/s: the staged copies and the host "
+                 f"all-reduce, not the GEMMs, set the time, so more ranks at a fixed B lower each one's rate; B = 12000 "
+                 f"keeps the GEMMs large.")
+        tables.append((fr.sort_values(["B", "p"]), "Four H100, the seeds' path: B = 800, 3200, 12000 split over p = 1, 2, 4."))
+        sources.append(f"results/{HW6_FOUR_GPUS}")
+    return Answer(text, tables, sources=sources)
 
 
 def hw6_q2_2(run: Run) -> Answer | Missing:
@@ -287,7 +302,7 @@ def problem1(run: Run, key: str) -> Answer | Missing:
         from perflab.workbook import problem1 as experiment
     except ImportError:
         return Missing("the Problem 1 experiment is not in this version", "perflab notebook problem1")
-    found = experiment.answers(run.folder).get(key)
+    found = experiment.answers(run.folder, run.figures).get(key)
     return found or Missing(f"{key} was not run", "perflab notebook problem1")
 
 
@@ -478,6 +493,8 @@ def committed(path: str) -> Path | None:
 
 
 GEMM_BENCH = "nvidia-h100-80gb-hbm3/bench_gemm_float32.csv"
+HW6_FOUR_GPUS = "nvidia-h100-80gb-hbm3-x4/hw6_q21.csv"
+USC_BATCHES = "nvidia-h100-80gb-hbm3-x4"  # usc_b<B>.csv: the USC runs at other batch sizes
 USC_TABLE = "nvidia-h100-80gb-hbm3/usc.csv"
 PARALLEL_TABLE = "cpu-amd-epyc/parallel.csv"
 WFBP_RUNS = "nvidia-h100-80gb-hbm3/wfbp/wfbp_h100x2.jsonl"
@@ -620,12 +637,24 @@ def usc_networks(run: Run) -> Answer | Missing:
 
 
 def usc_batch(run: Run) -> Answer | Missing:
-    path = committed(USC_TABLE)
-    if path is None or pd.read_csv(path).B.nunique() < 2:
-        return Missing("the USC runs used B = 1000 only", "perflab notebook usc -p batches '[100, 1000, 10000]'")
-    t = pd.read_csv(path)
-    return Answer("By batch size: " + ", ".join(f"B = {b}" for b in sorted(t.B.unique())), [(t, "USC runs by B.")],
-                  sources=[f"results/{USC_TABLE}"])
+    folder = committed(USC_BATCHES)
+    files = sorted(folder.glob("usc_b*.csv")) if folder is not None else []
+    if not files:
+        return Missing("the USC runs used B = 1000 only", "perflab notebook usc -p batch 100 (and 10000)")
+    t = pd.concat([pd.read_csv(f) for f in files], ignore_index=True)
+    serial = t[t.way == "serial"].set_index(["net", "B"]).epoch_seconds
+    t = t.assign(speedup=[serial.get((n, b), np.nan) / s for n, b, s in zip(t.net, t.B, t.epoch_seconds)])
+    wide = t[t.way != "serial"].pivot_table(index=["net", "way", "cores"], columns="B", values="speedup").reset_index()
+    wide.columns = [f"speedup at B = {c}" if isinstance(c, (int, np.integer)) else c for c in wide.columns]
+    ex = t[(t.way == "examples") & (t.cores == t.cores.max())].set_index(["net", "B"]).speedup
+    text = (f"Over examples, the batch is the work each core gets: with {int(t.cores.max())} cores Network1 reached a speedup of "
+            f"{ex.get(('Network1', t.B.min()), np.nan):.2f} at B = {int(t.B.min())} and "
+            f"{ex.get(('Network1', t.B.max()), np.nan):.2f}x at B = {int(t.B.max())}: at a small B each core's share is "
+            "a few samples, and the exchange and the launch of every batch dominate. Inside the products the gain "
+            "grows less with B (the GEMMs are already split); the GPU gains most at a large B. Committed from four H100's "
+            "host (16 of its 64 cores used), B = 1000 in the table above.")
+    return Answer(text, [(wide, "Speedup over the serial CPU epoch by way, cores and B.")],
+                  sources=[f"results/{USC_BATCHES}/{f.name}" for f in files])
 
 
 # ------------------------------------------------------------------ the outline

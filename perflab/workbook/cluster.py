@@ -7,6 +7,7 @@ engines on other nodes need a reachable interface: `ip="*"` or the node's addres
 """
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
@@ -29,7 +30,7 @@ def stop_named(cluster_id: str) -> bool:
         cluster = ipp.Cluster.from_file(cluster_id=cluster_id)
     except (FileNotFoundError, OSError):
         return False
-    cluster.stop_cluster_sync()
+    stop(cluster)
     return True
 
 
@@ -110,5 +111,43 @@ def runs_this_code(client) -> bool:
 
 
 def stop(cluster) -> None:
-    if cluster is not None:
-        cluster.stop_cluster_sync()
+    """Stop a cluster this process started, quietly: ipyparallel logs every stop, and the engines' whole
+    output as a warning because mpiexec, interrupted, exits 1 (about 200 lines of ipengine log and
+    `engine set stopped: exit_code 1` at the end of every notebook). Its log is held back while it stops and
+    printed only where the stop itself fails."""
+    if cluster is None:
+        return
+    with HeldLog(cluster.log) as held:
+        try:
+            cluster.stop_cluster_sync()
+        except BaseException:
+            held.show()
+            raise
+
+
+class HeldLog(logging.Handler):
+    """A context in which a logger's records are kept here instead of printed; show() prints them
+    to the handlers the logger had (or stderr where it had none)."""
+
+    def __init__(self, log: logging.Logger):
+        super().__init__(logging.DEBUG)
+        self.log, self.records = log, []
+
+    def emit(self, record) -> None:
+        self.records.append(record)
+
+    def __enter__(self):
+        self.saved = (self.log.handlers, self.log.propagate)
+        self.log.handlers, self.log.propagate = [self], False
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.log.handlers, self.log.propagate = self.saved
+
+    def show(self) -> None:
+        handlers = self.saved[0] or [logging.StreamHandler(sys.stderr)]
+        for record in self.records:
+            for handler in handlers:
+                if record.levelno >= handler.level:
+                    handler.handle(record)
+        self.records = []

@@ -8,6 +8,7 @@ to ask, and a user on a laptop gets a NumPy sweep sized to finish in minutes.
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from dataclasses import dataclass, field
 
@@ -84,9 +85,10 @@ def powers_of_two_upto(n: int) -> list[int]:
 
 
 def step_rate(backend: str, H: int = 512, batch: int = 1600, seconds: float = 0.3) -> float:
-    """Seeds' FLOPs per second of this machine: on NumPy the reference's forward and backward at
-    H x batch (its elementwise work included), on CuPy one (H x 784)(784 x batch) float32 GEMM,
-    timed for ~`seconds`: the estimate's only compute measurement."""
+    """Seeds' FLOPs per second of this machine (perfmodel.seeds_flops: a batch is 4 B H (D + C)): on NumPy
+    the reference's forward and backward at H x batch on all cores (its elementwise work included), on
+    CuPy one (H x 784)(784 x batch) float32 GEMM, timed for ~`seconds`: the estimate's only compute
+    measurement."""
     import numpy as np
     if backend == "cupy":
         import cupy as cp
@@ -98,21 +100,26 @@ def step_rate(backend: str, H: int = 512, batch: int = 1600, seconds: float = 0.
         params = model.init_params((784, H, 10), "float32", 0)
         X, y = np.random.default_rng(0).random((784, batch), np.float32), np.zeros(batch, np.int64)
         step = lambda: model.backward(params, model.forward(params, X), y, batch)  # noqa: E731
-        flops = 4 * 2 * H * (784 + 10) * batch
-    step()
-    count, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
+        flops = 4 * H * (784 + 10) * batch  # the seeds' count of a batch (forward 2BH(D+C), backward as much)
+    rates = []
+    for _ in range(4):  # four windows; the first warms the BLAS threads up and is dropped
         step()
-        count += 1
-    return flops * count / (time.perf_counter() - start)
+        count, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds / 4:
+            step()
+            count += 1
+        rates.append(flops * count / (time.perf_counter() - start))
+    return statistics.median(rates[1:])  # a fresh process's first steps ran 20% slower than the rest
 
 
 def data_seconds(N: int) -> float:
-    """Seconds to make one synthetic training set of N samples (each point makes it twice)."""
+    """Seconds to make one synthetic training set of N samples (each training of a point makes one),
+    scaled from 4000 samples, made after a first, smaller one (which pays for the allocator's pages)."""
     import numpy as np
 
     from perflab import data
     small = min(N, 4000)
+    data.synthetic(small // 4, 784, 10, np.float32, 0)
     start = time.perf_counter()
     data.synthetic(small, 784, 10, np.float32, 0)
     return (time.perf_counter() - start) * N / small
@@ -132,38 +139,136 @@ class Plan:
     modes: list
     epochs: int = 1
     points: list = field(default_factory=list)
-    estimate_s: float = float("nan")
+    estimate_parts: dict = field(default_factory=dict)  # seconds of each part of the notebook: estimate_parts()
     gpu_advice: str | None = None  # why NVIDIA GPUs here go unused, and the fix (perflab.backend.gpu_setup_advice)
+
+    @property
+    def estimate_s(self) -> float:
+        """The whole notebook's seconds: the sum of its parts (nan before they are estimated)."""
+        return sum(self.estimate_parts.values()) if self.estimate_parts else float("nan")
 
     def describe(self) -> str:
         found = f"{self.cores} CPU cores, " + (f"{self.gpus} GPU(s)" if self.gpus else "no GPU that CuPy sees")
-        minutes = self.estimate_s / 60
+        parts = ", ".join(f"{name} ~{seconds:.0f} s" for name, seconds in self.estimate_parts.items())
         return ((f"note: {self.gpu_advice}\n" if self.gpu_advice else "")
                 + f"found: {found}\n"
                 f"will run: {len(self.points)} points on {self.backend}, {self.engines} MPI engine(s); "
                 f"H {self.hidden}, p {self.ranks} with B/p = {self.per_rank_batch}, a B sweep {self.batch_sweep} "
                 f"at p = 1, N = {self.N}, modes {self.modes}, median of {self.epochs} epoch(s) a point\n"
-                f"should take about {minutes:.1f} min (from a {self.backend} step and data set timed just now"
-                + (", plus kernel compilation on a first GPU run)" if self.backend == "cupy" else ")"))
+                f"should take about {self.estimate_s / 60:.1f} min"
+                + (f": {parts} (from a {self.backend} step and a data set timed just now; what this run folder holds "
+                   "already is skipped)" if parts else " (not estimated)"))
 
 
-def estimate_seconds(points: list[dict], rate: float, per_point_s: float, shared: bool) -> float:
-    """Each point runs epochs + 2 epochs (warm-up, timed, profiled) of N/B batches, a rank's share
-    at the GEMM rate (split over the ranks where they `shared` one CPU), plus a fixed cost per
-    point (engine set-up, imports; graph capture on a GPU)."""
+# What the main job costs beside its training, from the executed notebooks under results/*/mainjob*/ (each cell's
+# papermill duration) and from its pieces timed on a shared two-core Xeon VM at nice 19 (issue 66):
+ENGINES_S = (4.0, 1.5)  # ipcluster's controller, then each MPI engine registering: 2 engines 5.5 s (AMD EPYC), 7-7.6 s (Xeon)
+REST_S = 25.0  # the kernel's start and imports, validation, figures, the committed campaigns' figures, the host's
+#               steadiness probes, stopping the engines: 12-16 s in the committed notebooks, 26 s in today's (Xeon)
+POINT_S = 0.7  # a point beyond its epochs and data sets: trainer and sub-communicator set-up, the trip to the engines
+GEMM_SPEEDUP = 2.0  # the ceilings' lone GEMMs against the reference's whole step (its elementwise work): 2.0-2.3x (Xeon)
+SHARED_GAIN = 1.25  # p ranks each on its share of the cores against one rank on all of them: the ceilings' step
+#                    kernels on 2 ranks took 1.58x (not 2x) one rank's time on two cores (Xeon; one BLAS over
+#                    both cores scales less than two single-threaded ones)
+GPU_CEILINGS_S = (30.0, 15.0)  # perflab ceilings at p = 1 on a GPU (27.6 s H100, 30.7-36.7 s H200), and each p > 1
+COMPILE_S = 60.0  # CuPy compiling the kernels the main job launches where its kernel cache is empty (a first GPU run):
+#                  not timed (the committed GPU runs compiled first, `perflab compile`); NVRTC took about 30 s a
+#                  GEMM module one by one on an H100 (results/nvidia-h100-80gb-hbm3/gemm_experiments/README.md)
+HOST_ALLREDUCE_BPS = 1e9  # a host all-reduce's bytes per second on a laptop-class CPU: the CPU ceilings' exchange part
+
+
+def epochs_run(epoch_s: float, epochs: int) -> tuple[int, int]:
+    """(epochs, trainings) a sweep point runs (perflab.workbook.sweep.measure_trained_point): one warm-up
+    and `epochs` timed, again with enough epochs to fill MIN_TIMED_SECONDS where they fell short, then
+    one profiled; each training makes its data set."""
+    from perflab.workbook import sweep
+    more = sweep.epochs_to_fill(epoch_s, epochs * epoch_s)
+    return epochs + 2 + (more + 1 if more else 0), 3 if more else 2
+
+
+def point_seconds(pt: dict, rate: float, data_s: float, shared: bool) -> float:
+    """One sweep point: its epochs, N/B batches of the seeds' FLOPs at `rate` (a rank's B/p on its
+    share of the cores where the ranks `shared` one CPU, so the epoch of B lasts as on one rank), its
+    data sets and POINT_S."""
     from perflab.analysis import perfmodel
-    total = 0.0
-    for pt in points:
-        w = perfmodel.Workload(layers=perfmodel.layer_sizes(pt["H"]), B=pt["B"], p=pt["p"], N=pt["N"])
-        batches = -(-pt["N"] // pt["B"])
-        rank_rate = rate / pt["p"] if shared else rate
-        total += (pt["epochs"] + 2) * batches * perfmodel.seeds_flops(w)["batch"] / rank_rate + per_point_s
-    return total
+    w = perfmodel.Workload(layers=perfmodel.layer_sizes(pt["H"]), B=pt["B"], p=pt["p"], N=pt["N"])
+    epoch = -(-pt["N"] // pt["B"]) * perfmodel.seeds_flops(w)["batch"] / (rate / pt["p"] if shared else rate)
+    epochs, trainings = epochs_run(epoch, pt["epochs"])
+    return epochs * epoch + trainings * data_s + POINT_S
+
+
+def estimate_seconds(points: list[dict], rate: float, data_s: float, shared: bool) -> float:
+    """The sweep: every point's point_seconds."""
+    return sum(point_seconds(pt, rate, data_s, shared) for pt in points)
+
+
+def cpu_step_shapes(hidden, batches) -> list[tuple[tuple, int]]:
+    """The (hidden widths, B) at which the CPU ceilings time the reference's step, as
+    perflab.measure.ceilings.cpu_step_kernel_rows chooses them: every width at every B, and 784-H-H-10
+    up to CPU_DEEP_MAX (at least the two smallest of each)."""
+    from perflab.measure.ceilings import CPU_DEEP_MAX
+    small = sorted(hidden)[:2] + [H for H in hidden if H <= CPU_DEEP_MAX[0]]
+    small_b = sorted(batches)[:2] + [B for B in batches if B <= CPU_DEEP_MAX[1]]
+    return [((H,), B) for H in hidden for B in batches] + [((H, H), B) for H in sorted(set(small))
+                                                           for B in sorted(set(small_b))]
+
+
+def ceilings_seconds(plan: Plan, p: int, rate: float) -> float:
+    """perflab ceilings on p ranks (measure_ceilings -> perflab.measure.ceilings.measure_on_world). On the
+    CPU: the GEMMs (7 calls of each TRAINING_SHAPE on rank 0, GEMM_SPEEDUP faster than the step `rate`),
+    the reference's forward and backward 5 times at each cpu_step_shapes on every rank at once (p ranks
+    on their share of the cores: p / SHARED_GAIN times one rank's time), and at p > 1 the MPI and
+    shared-memory all-reduces (12 calls of each size). On a GPU a constant from the committed runs
+    (GPU_CEILINGS_S): microbenchmarks of fixed length, not compute. The full two-core grid timed on two
+    engines: 13.4 s at p = 1 and 20.8 s at p = 2, against 15.3 s and 25.1 s from this at the rate timed
+    just after (100 GFLOP/s)."""
+    if plan.backend == "cupy":
+        return GPU_CEILINGS_S[0] + GPU_CEILINGS_S[1] * (p > 1)
+    from perflab.analysis import perfmodel
+    from perflab.measure import ceilings
+    step = sum(perfmodel.seeds_flops(perfmodel.Workload(layers=(784, *widths, 10), B=B, p=1))["batch"]
+               for widths, B in cpu_step_shapes(*kernel_grid(plan)))
+    gemms = sum(2 * M * K * N for M, K, N in ceilings.TRAINING_SHAPES)
+    sizes, _ = ceilings.exchange_sizes(ALLREDUCE_SIZES, plan_nets(plan))
+    exchange = 2 * 12 * 2 * sum(sizes) / HOST_ALLREDUCE_BPS if p > 1 else 0.0
+    ranks = p / SHARED_GAIN if p > 1 else 1
+    return 7 * gemms / (GEMM_SPEEDUP * rate) + ranks * 5 * step / rate + exchange
+
+
+def kernel_cache_empty() -> bool:
+    """Whether CuPy has compiled nothing on this machine yet (its kernel cache, CUPY_CACHE_DIR or
+    ~/.cupy/kernel_cache, missing or empty): a first GPU run compiles perflab's kernels as it goes."""
+    from pathlib import Path
+    cache = Path(os.environ.get("CUPY_CACHE_DIR") or Path.home() / ".cupy" / "kernel_cache")
+    return not cache.is_dir() or not any(cache.iterdir())
+
+
+def estimate_parts(plan: Plan, folder, name: str) -> dict:
+    """The notebook's parts in seconds, each said in its first cell: engines, ceilings (each p whose
+    ceilings file the run folder lacks), kernel compilation (a GPU with an empty kernel cache), the
+    sweep (the points not yet in <folder>/<name>.csv) and the rest."""
+    from pathlib import Path
+
+    from perflab.workbook import sweep
+    folder = Path(folder)
+    rate, data_s = step_rate(plan.backend, batch=plan.per_rank_batch), data_seconds(plan.N)
+    done = sweep.done_keys(folder / f"{name}.csv")
+    todo = [pt for pt in plan.points if sweep.key(pt) not in done]
+    parts = {"engines": ENGINES_S[0] + ENGINES_S[1] * plan.engines,
+             "ceilings": sum(ceilings_seconds(plan, p, rate) for p in plan.ranks
+                             if not (folder / f"ceilings_p{p}.csv").exists())}
+    if plan.backend == "cupy" and kernel_cache_empty():
+        parts["kernel compilation (`perflab compile` does it beforehand, in parallel)"] = COMPILE_S
+    parts["sweep"] = estimate_seconds(todo, rate, data_s, shared=plan.backend == "numpy")
+    parts["the rest"] = REST_S
+    return parts
 
 
 def roofline_plan(backend="auto", engines="auto", hidden=None, ranks=None, per_rank_batch=None, batch_sweep=None,
-                  N=None, modes=None, epochs=None, estimate=True) -> Plan:
-    """The roofline notebook's sweep for this machine; None means the backend's size."""
+                  N=None, modes=None, epochs=None, estimate=True, folder=None, name: str = "roofline") -> Plan:
+    """The roofline notebook's sweep for this machine; None means the backend's size. With `estimate`,
+    how long the notebook takes, part by part (estimate_parts), given what the run folder (`folder`,
+    default this machine's) holds of ceilings and of the sweep `name`."""
     from perflab.analysis.perfmodel import NetError, widths
     from perflab.backend import gpu_setup_advice
     from perflab.workbook import sweep
@@ -203,9 +308,8 @@ def roofline_plan(backend="auto", engines="auto", hidden=None, ranks=None, per_r
                                              mode=plan.modes, N=plan.N, epochs=plan.epochs) if fits else [])
                     if sweep.key(pt) not in {sweep.key(q) for q in plan.points}]
     if estimate:
-        fixed = 2 * data_seconds(plan.N) + (3.0 if backend == "cupy" else 2.0)  # data twice, engines, graphs
-        plan.estimate_s = estimate_seconds(plan.points, step_rate(backend, batch=plan.per_rank_batch), per_point_s=fixed,
-                                           shared=backend == "numpy")
+        from perflab import results
+        plan.estimate_parts = estimate_parts(plan, folder or results.run_dir(), name)
     return plan
 
 

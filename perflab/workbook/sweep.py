@@ -306,11 +306,33 @@ class EnginesLost(RuntimeError):
     """The MPI engines stopped answering in a point: the sweep cannot go on with them."""
 
 
-def sweep_meta(name: str) -> dict:
-    """A sweep file's metadata: the machine's, and the sweep's name, by which the predictor's validation
-    (perflab.analysis.validation.sweep_files) finds the sweep whatever it is called."""
+def sweep_meta(name: str, main_job: bool = False) -> dict:
+    """A sweep file's metadata: the machine's, the sweep's name, by which the predictor's validation
+    (perflab.analysis.validation.sweep_files) finds the sweep whatever it is called, and whether the main
+    job (the roofline notebook) wrote it: its report and validation.csv read the main job's sweeps alone
+    (validation.main_sweeps), so scratch sweeps in the same run folder never displace them."""
     from perflab import results
-    return {**results.machine_metadata(), "sweep": name}
+    return {**results.machine_metadata(), "sweep": name, "main_job": bool(main_job)}
+
+
+def mark_main_job(path: Path) -> None:
+    """Mark a sweep file the main job resumes as its own (a file every point of which was measured before
+    the mark existed gets no new row, so no new metadata): its date and machine stay as measured."""
+    meta_path = Path(path).with_suffix(".json")
+    if meta_path.exists():
+        meta = json.loads(meta_path.read_text())
+        if meta.get("main_job") is not True:
+            from perflab.data import atomic_write
+            atomic_write(meta_path, (json.dumps({**meta, "main_job": True}, indent=1, default=str) + "\n").encode())
+
+
+def progress_bar():
+    """tqdm's plain-text bar, everywhere: in a terminal, and in a notebook, where tqdm.auto would take the
+    widget bar, which needs ipywidgets (no dependency of perflab's; without it tqdm warns `IProgress not
+    found` and falls back to text anyway) and leaves only a widget placeholder in an executed copy that
+    papermill ran headless. The text bar reads the same in the executed notebook, on GitHub and in Jupyter."""
+    from tqdm.std import tqdm
+    return tqdm
 
 
 def output_path(name: str, root: Path | None = None) -> Path:
@@ -340,10 +362,9 @@ def run_grid_mpi(points, name, out: Path | None = None, dataset="synthetic", pro
                  timeout: float = TIMEOUT_S):
     """Every rank of `mpiexec -n P perflab sweep` calls this; rank 0 claims the points and writes each as it
     finishes (a job the watchdog ends keeps them: `timeout`, perflab.train.watchdog)."""
-    from tqdm.auto import tqdm
-
     from perflab.train import watchdog
     from perflab.train.comm import world
+    tqdm = progress_bar()
     w = world()
     path = output_path(name, out) if w.rank == 0 else None
     todo = w.bcast(pending(points, path, log) if w.rank == 0 else None)
@@ -367,17 +388,19 @@ def run_grid_mpi(points, name, out: Path | None = None, dataset="synthetic", pro
 
 
 def run_grid_engines(view, points, name, out: Path | None = None, dataset="synthetic", progress=True, log=print,
-                     timeout: float = TIMEOUT_S):
+                     timeout: float = TIMEOUT_S, main_job: bool = False):
     """The same through ipyparallel MPI engines: every engine runs the point (under the sweep's watchdog:
     run_point_watched), rank 0's row is written here (rows travel back as plain dicts and land in CSV, never
     as pickles on disk). An engine lost in a point (the watchdog ended the engines, or one died) stops the
-    sweep with EnginesLost, naming the point; the rows written stay, and a rerun resumes after them."""
-    from tqdm.auto import tqdm
-
+    sweep with EnginesLost, naming the point; the rows written stay, and a rerun resumes after them.
+    `main_job`: the roofline notebook's sweep, marked so in its metadata (sweep_meta)."""
+    tqdm = progress_bar()
     path = output_path(name, out)
     todo = pending(points, path, log)
     claims = Claims(path)
-    meta = sweep_meta(name)
+    meta = sweep_meta(name, main_job)
+    if main_job:
+        mark_main_job(path)
     for i, point in enumerate(tqdm(todo, disable=not progress, desc=name, unit="point")):
         if not claims.claim(point):
             continue
