@@ -50,7 +50,9 @@ def test_plan_picks_backend_and_engines_from_the_machine(monkeypatch):
     cpu = plan.roofline_plan()
     assert (cpu.backend, cpu.engines, cpu.ranks, cpu.modes) == ("numpy", 2, [1, 2], ["resident"])
     assert cpu.estimate_s > 0 and "no GPU" in cpu.describe() and "min" in cpu.describe()
-    assert len({sweep.key(p) for p in cpu.points}) == len(cpu.points) == 9
+    assert len({sweep.key(p) for p in cpu.points}) == len(cpu.points) == 11
+    assert {p["p"] for p in cpu.points if p["B"] == 3200 and p["H"] == 512} == {1, 2}  # HW6 Q2.1: B = 3200 split
+    assert {p["B"] for p in cpu.points if p["p"] == 2 and p["H"] == 512} == {800, 3200, 12000}  # B varies at p > 1
     monkeypatch.setattr(plan, "gpu_count", lambda: 2)
     monkeypatch.setattr(plan.os, "cpu_count", lambda: 32)
     gpu = plan.roofline_plan(estimate=False)
@@ -296,10 +298,10 @@ def test_main_job_in_a_fresh_clone_measures_this_machine_and_leaves_git_status_c
     errors = [o for c in executed["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
     printed = "".join(t for c in executed["cells"] for o in c.get("outputs", []) for t in o.get("text", ""))
-    assert "found: " in printed and "will run: 5 points on numpy, 2 MPI engine(s)" in printed and "should take about" in printed
+    assert "found: " in printed and "will run: 7 points on numpy, 2 MPI engine(s)" in printed and "should take about" in printed
     assert not [line for line in printed.splitlines() if "texts overlap" in line]  # plots.save says so of any figure
     table = pd.read_csv(run / "roofline.csv")
-    assert len(table) == 5 and (table.status == "measured").all()
+    assert len(table) == 7 and (table.status == "measured").all()
     assert set(table.H.astype(str)) == {"32-32", "64"}  # a deeper net is a point of the main job like any other
     figures = sorted(p.name for p in (run / "figures").iterdir())
     for name in ("roofline_serial", "roofline_ceilings", "predictor_vs_measured", "seeds_model_vs_measured"):
@@ -307,7 +309,7 @@ def test_main_job_in_a_fresh_clone_measures_this_machine_and_leaves_git_status_c
     assert "blind_checks_committed.png" in figures  # the committed blind tests, drawn beside this run
     assert {"ceilings_p1.csv", "ceilings_p2.csv", "predictions.csv", "validation.csv"} <= {p.name for p in run.iterdir()}
     checked = pd.read_csv(run / "validation.csv")
-    assert len(checked) == 5 and checked.error.notna().all()  # every point predicted from this run's ceilings
+    assert len(checked) == 7 and checked.error.notna().all()  # every point predicted from this run's ceilings
     for f in (run / "figures").glob("*.png"):
         assert f.stat().st_size > 10_000, f"{f.name} looks empty"
         assert f.with_suffix(".txt").read_text().strip(), f"{f.name} has no caption"

@@ -154,7 +154,7 @@ class Plan:
                 + f"found: {found}\n"
                 f"will run: {len(self.points)} points on {self.backend}, {self.engines} MPI engine(s); "
                 f"H {self.hidden}, p {self.ranks} with B/p = {self.per_rank_batch}, a B sweep {self.batch_sweep} "
-                f"at p = 1, N = {self.N}, modes {self.modes}, median of {self.epochs} epoch(s) a point\n"
+                f"split over p = {', '.join(map(str, self.ranks))}, N = {self.N}, modes {self.modes}, median of {self.epochs} epoch(s) a point\n"
                 f"should take about {self.estimate_s / 60:.1f} min"
                 + (f": {parts} (from a {self.backend} step and a data set timed just now; what this run folder holds "
                    "already is skipped)" if parts else " (not estimated)"))
@@ -304,7 +304,9 @@ def roofline_plan(backend="auto", engines="auto", hidden=None, ranks=None, per_r
     except ValueError as exc:
         raise PlanError(f"per_rank_batch {plan.per_rank_batch} on ranks {plan.ranks}: {exc}") from None
     fits = [b for b in plan.batch_sweep if b <= plan.N]  # the B sweep's batches past N are left out
-    plan.points += [pt for pt in (sweep.grid(hidden=plan.hidden[:1], batch=fits, ranks=[1], backend=[backend],
+    # the B sweep splits each B over every p (HW6 Q2.1: B = 3200 on 1, 2, 4 ranks), so the roofline's exchanged
+    # points vary in B (and AI) as well as in H (FA Q2.6)
+    plan.points += [pt for pt in (sweep.grid(hidden=plan.hidden[:1], batch=fits, ranks=plan.ranks, backend=[backend],
                                              mode=plan.modes, N=plan.N, epochs=plan.epochs) if fits else [])
                     if sweep.key(pt) not in {sweep.key(q) for q in plan.points}]
     if estimate:
