@@ -1,6 +1,6 @@
 """Figures for the report: they read result tables and never run training.
 
-Each figure is saved as <run folder>/figures/<name>.pdf (report) and .png (README), its caption
+Each figure is saved as <run folder>/figures/<name>.png (and a vector <name>.pdf for a report, not kept in git), its caption
 written under the plot and into <name>.txt, so it stands on its own.
 """
 from __future__ import annotations
