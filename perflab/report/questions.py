@@ -461,8 +461,9 @@ def validation_rows(run: Run) -> pd.DataFrame | None:
         v = steadiness.judge(v, run.folder, sweep=run.sweeps[0].name)
     v = v.assign(error=100 * v.error).rename(columns={"error": "error (%)", "inside_noise": "inside the noise band",
                                                        "measured_ms": "measured (ms)", "predicted_ms": "predicted (ms)"})
-    return v[[c for c in ("H", "B", "p", "mode", "measured (ms)", "predicted (ms)", "error (%)", "inside the noise band")
-              if c in v]]
+    shown = ("H", "B", "p") + (("mode",) if run.on_gpu else ()) + ("measured (ms)", "predicted (ms)", "error (%)",
+                                                                   "inside the noise band")  # no GPU words on CPU rows
+    return v[[c for c in shown if c in v]]
 
 
 def fa_optional(run: Run) -> Answer | Missing:
