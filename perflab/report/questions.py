@@ -494,6 +494,7 @@ def committed(path: str) -> Path | None:
 
 
 GEMM_BENCH = "nvidia-h100-80gb-hbm3/bench_gemm_float32.csv"
+GEMM_COUNTS = "nvidia-h100-80gb-hbm3/gemm_counts.csv"  # Nsight Compute's counts of each GEMM (scripts/gpu_gemm_counts.sh)
 HW6_FOUR_GPUS = "nvidia-h100-80gb-hbm3-x4/hw6_q21.csv"
 USC_BATCHES = "nvidia-h100-80gb-hbm3-x4"  # usc_b<B>.csv: the USC runs at other batch sizes
 USC_TABLE = "nvidia-h100-80gb-hbm3/usc.csv"
@@ -508,23 +509,8 @@ def gemm_steps(run: Run) -> Answer | Missing:
     path = committed(GEMM_BENCH)
     if path is None:
         return Missing("no GEMM benchmark here", "perflab bench gemm (on a GPU)")
-    t = pd.read_csv(path)
-    wide = t.pivot_table(index="variant", columns="shape", values="tflops")
-    order = [v for v in ("naive", "tiled", "regblock", "best", "cublas") if v in wide.index]
-    wide = wide.loc[order]
-    mean = wide.apply(lambda r: float(np.exp(np.log(r.dropna()).mean())), axis=1)
-    table = pd.DataFrame({"GEMM": order, "TFLOP/s, geometric mean over the shapes": mean.values,
-                          "of cuBLAS": (mean / mean.get("cublas", np.nan)).values})
-    text = ("Algorithm 1 (naive) reads A's row and B's column from global memory for every output: 2K loads for 2K "
-            "FLOPs. The shared-memory tiled kernel (Algorithm 2) loads each element once a tile, cutting global loads "
-            "by the tile's width; the register-blocked 64 x 16 kernel (§4.2) keeps a strip of C in registers so each "
-            "shared-memory value feeds several FLOPs. Measured on one H100 over the training shapes: "
-            + ", ".join(f"{g} {v:.3g} TFLOP/s" for g, v in zip(order, mean.values)) + ".")
-    if {"tiled", "regblock"} <= set(order) and mean["regblock"] < mean["tiled"]:
-        text += (" Here the register-blocked kernel loses to the tiled one: at the backward shapes one dimension is "
-                 "small (C = 10, or B' columns split by p), so its 64 x 16 blocks leave threads idle and few blocks "
-                 "fill the 132 SMs; its advantage (fewer shared-memory reads a FLOP) needs large tiles filled.")
-    return Answer(text, [(table, "GEMM variants at the step's shapes, FP32.")], sources=[f"results/{GEMM_BENCH}"])
+    from perflab.analysis import gemm_counts
+    return gemm_counts.answer(path, committed(GEMM_COUNTS))
 
 
 def model_parallel(run: Run) -> Answer | Missing:
