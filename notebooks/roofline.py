@@ -155,24 +155,22 @@ print("the seeds' RTX 6000: P_flops 1.63e12, P_pci 1.27e10, P_mpi 7.95e9")
 # machine's ceilings, so points whose GEMMs run faster than the reference's can cross this line
 # (the roofline above, from ceilings, is the bound).
 #
-# On the CPU there is no PCIe: the exchange goes through MPI only, so the modified roofline uses
-# P_mpi as its bandwidth. A GPU run (staged mode) adds P_pci and the combined form.
+# HW6 counts every cudaMemcpy (images and the gradient's two copies); the final assignment the gradient over
+# PCIe and MPI (its combined roof). On the CPU there is no PCIe: the exchange goes through MPI only, and the
+# roof's bandwidth is P_mpi. A roof is drawn only where its bandwidth was measured.
 
 # %%
-bw = rates.get("P_pci", rates.get("P_mpi"))
-fig = plots.roofline(staged, rates["P_flops"], bw or 1e10, kind="serial",
-                     title=f"Modified roofline, {machine}", label_bw="P_pci" if "P_pci" in rates else "P_mpi")
-png = plots.save(fig, f"roofline_serial_{machine}",
-    f"The modified (serial) roofline AI / (AI/P_flops + 1/BW) on {machine}, P_flops and BW the effective rates of "
-    f"{rates['reference']}, with every {'staged ' if job.backend == 'cupy' else ''}point of the sweep: measured FLOP/s "
-    f"(seeds' FLOPs per batch over the median profiled batch iteration); points that exchange nothing (p = 1) stand "
-    f"in the strip at the right. Source: {path.name}.")
-if "P_pci" in rates and "P_mpi" in rates:
-    fig = plots.roofline(staged, rates["P_flops"], rates["P_pci"], kind="combined", P_mpi=rates["P_mpi"],
-                         title=f"Combined PCIe + MPI roofline, {machine}", label_bw="P_pci")
-    plots.save(fig, f"roofline_combined_{machine}", f"The combined roofline, 1/BW = (1/P_pci + 1/P_mpi)/2, on "
-               f"{machine}, with every staged point of the sweep. Source: {path.name}.")
-display(Image(str(png)))
+from perflab.report import questions
+
+seeds_run = questions.Run.load(results.run_dir(), [path], results.run_dir() / "figures")  # the report's own view
+drawn = {}  # count -> name: on the CPU and on one GPU both questions use one count, drawn once
+for count, name in ((questions.count_of(seeds_run, "hw6"), "roofline_serial"), (questions.count_of(seeds_run, "fa"), "roofline_combined")):
+    drawn.setdefault(count, name)
+for count, name in drawn.items():
+    png = questions.roofline_figure(seeds_run, seeds_run.seeds_path, name, count)  # None: no bandwidth was measured
+    if png:
+        print(questions.COUNTS[count] + ": " + questions.placement(seeds_run, seeds_run.seeds_path, count))
+        display(Image(str(png)))
 
 # %% [markdown]
 # ## The seeds' serial model against measured time per batch (rates from the reference point)
@@ -217,11 +215,12 @@ for folder, meta in (roofline.machines() if compare_committed else {}).items():
     print(folder, {k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in r.items()})
     ex = staged[staged.p > 1] if (staged.p > 1).any() else staged
     label = f"{meta['gpu']} x{meta.get('gpu_count', 1)} (git {meta.get('git_commit', '?')[:8]})"
-    fig = plots.roofline(ex, r["P_flops"], r.get("P_pci", r.get("P_mpi", 1e10)), kind="serial",
-                         title=f"Modified roofline, {label}", label_bw="P_pci")
-    display(Image(str(plots.save(fig, f"roofline_serial_{folder}",
-        f"Modified roofline on {label}, staged mode (the seeds' path), rates from {r['reference']}; points: the H "
-        f"sweep with B/p = 3200 at p > 1. Source: {folder}/{gpu_table.name}."))))
+    if "P_pci" in r or "P_mpi" in r:  # no roof that was not measured
+        fig = plots.roofline(ex, r["P_flops"], r.get("P_pci", r.get("P_mpi")), kind="serial",
+                             title=f"Modified roofline, {label}", label_bw="P_pci" if "P_pci" in r else "P_mpi")
+        display(Image(str(plots.save(fig, f"roofline_serial_{folder}",
+            f"Modified roofline on {label}, staged mode (the seeds' path), rates from {r['reference']}; points: the H "
+            f"sweep with B/p = 3200 at p > 1. Source: {folder}/{gpu_table.name}."))))
     if "P_pci" in r and "P_mpi" in r:
         fig = plots.roofline(ex, r["P_flops"], r["P_pci"], kind="combined", P_mpi=r["P_mpi"],
                              title=f"Combined PCIe + MPI roofline, {label}", label_bw="P_pci")

@@ -57,34 +57,45 @@ def test_hw6_q2_1_is_asked_at_b_3200_split_over_the_ranks(tmp_path):
     """On the CPU main job, B = 3200 ran on one rank (the B sweep) and on two (B/p = 1600)."""
     a = questions.hw6_q2_1(load("cpu", tmp_path))
     table = a.tables[0][0]
-    assert list(table.p) == [1, 2] and list(table["B' = B/p"]) == [3200, 1600]
-    assert (table["utilization a rank (%)"] > 0).all() and (table["utilization a rank (%)"] < 150).all()
-    assert "p = 1" in a.text and "p = 2" in a.text
+    at = table[table.B == 3200]
+    assert list(at.p) == [1, 2] and list(at["B' = B/p"]) == [3200, 1600]
+    assert (table["utilization (%)"] > 0).all() and (table["utilization (%)"] < 150).all()
+    assert "resident p = 1" in a.text and "resident p = 2" in a.text and "at B = 3200 the epoch gets" in a.text
+    four = a.tables[1][0]  # the committed four H100: B = 3200 on 1, 2 and 4 GPUs, as HW6 asks
+    assert sorted(four[(four.B == 3200) & (four["data path"] == "staged")].p) == [1, 2, 4]
 
 
 @pytest.mark.parametrize("kind", FOLDERS)
 def test_the_rooflines_carry_every_point_and_only_measured_roofs(kind, tmp_path):
     run = load(kind, tmp_path)
     points = run.seeds_path
-    for include_images in (False, True):
-        drawn = questions.roofline_plot(run, points, include_images=include_images)
-        bw, label = questions.bandwidth(run, include_images)
+    for asked in ("hw6", "fa"):
+        count = questions.count_of(run, asked)
+        drawn = questions.roofline_plot(run, points, count)
+        bw, label = questions.bandwidth(run, count)
         if drawn is None:
             assert bw is None  # no roof is invented
             continue
-        fig, shown_bw, shown_label, _ = drawn
+        fig, shown_bw, shown_label, ais = drawn
         assert (shown_bw, shown_label) == (bw, label)
-        measured = [run.rates.get("P_pci"), run.rates.get("P_mpi")] + [
-            float(r.bytes_images / r["t_copying images host -> device"]) for _, r in points.iterrows()
-            if "t_copying images host -> device" in r and r.bytes_images > 0]
-        assert any(m is not None and bw == pytest.approx(m) for m in measured), (kind, bw)
+        if count == "cpu":
+            assert bw == run.rates["P_mpi"]
+        elif count == "fa":
+            assert bw == pytest.approx(2 / (1 / run.rates["P_pci"] + 1 / run.rates["P_mpi"]))
+        else:  # every copy's bytes over their measured time, at one point of the run
+            copies = ["t_copying images host -> device", "t_cudaMemcpyDeviceToHost", "t_cudaMemcpyHostToDevice"]
+            rates = [(r.bytes_images + r.bytes_pcie) / sum(r[c] for c in copies if c in r and r[c] == r[c])
+                     for _, r in run.seeds_path.iterrows() if r.bytes_images > 0]
+            assert any(bw == pytest.approx(x) for x in rates)
         markers = [line for line in fig.axes[0].get_lines() if len(line.get_xdata()) == 1]
-        assert len(markers) == len(points), (kind, include_images)
+        assert len(markers) == len(points), (kind, count)
         labels = [t for t in fig.findobj(matplotlib.text.Annotation) if t.get_text().startswith("H=")]
         assert len(labels) == len(points)
+        if count == "hw6":
+            assert (ais < float("inf")).all()  # every staged point copies images: none is left in the strip
     assert questions.hw6_q2_2(run).figures, kind  # every run folder draws the HW6 roofline
     if kind == "one gpu":  # before, its modified roofline had no point and a 10 GB/s roof nobody measured
-        assert questions.bandwidth(run, True)[1] == "P_pci (images)"
+        assert questions.bandwidth(run, "hw6")[1] == "P_pci (every copy)"
 
 
 def test_the_report_opens_with_what_ran_and_a_conclusion_and_names_the_seeds(tmp_path):

@@ -63,7 +63,8 @@ def point_rate(row) -> float:
 
 
 def roofline(points, P_flops: float, bandwidth: float, kind: str = "serial", P_mpi: float | None = None,
-             peak: float | None = None, title: str = "", label_bw: str = "BW"):
+             peak: float | None = None, title: str = "", label_bw: str = "BW",
+             xlabel: str = "arithmetic intensity (FLOPs / byte moved over PCIe + MPI)"):
     """Log-log roofline with the sweep's points. kind: standard (min), serial (the seeds'
     modified roofline), combined (PCIe + MPI: bandwidth is P_pci and P_mpi is given)."""
     fig, ax = new_figure()
@@ -95,7 +96,7 @@ def roofline(points, P_flops: float, bandwidth: float, kind: str = "serial", P_m
                   color=f"C{int(np.log2(max(r['p'], 1)))}", mfc="none" if r["p"] == 1 else None)
     if any(not np.isfinite(r["ai"]) for r in rows):
         mark_no_exchange(ax, hi * 2, max(P_flops, peak or 0) * 1.3)
-    finish_roofline(fig, ax, "arithmetic intensity (FLOPs / byte moved over PCIe + MPI)", title, max(P_flops, peak or 0))
+    finish_roofline(fig, ax, xlabel, title, max(P_flops, peak or 0))
     place_labels(fig, ax, [(xi, point_rate(r), f"H={r['H']} B={r['B']} p={r['p']}") for r, xi in zip(rows, xs)])
     return fig
 
