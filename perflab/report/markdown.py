@@ -1332,7 +1332,7 @@ def outline_markdown(folder: Path = REPORT_RUN, figures: Path | None = None, cam
         if inside:
             out += ["", f"## {questions.SEEDS[key]}"]
         for q, a in inside:
-            out += ["", f"### {q.id}: {q.title}", "", f"> {q.quote}", ""]
+            out += ["", f"### {q.id}: {q.title}", "", (f"*Topic: {q.quote}*" if q.topic else f"> {q.quote}"), ""]
             if isinstance(a, Missing):
                 out.append(f"This run cannot answer: {a.why}. What would: `{a.command}`.")
                 continue

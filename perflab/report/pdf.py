@@ -178,7 +178,7 @@ def answer_section(doc: Document, question, answer) -> None:
     """A question quoted, then its answer: text (naming its figures), tables with their captions, figures."""
     from perflab.report.answer import Missing
     doc.heading(f"{question.id}: {escape(question.title)}", 2)
-    doc.text(f"<i>\"{escape(question.quote)}\"</i>", "small")
+    doc.text(f"<i>Topic: {escape(question.quote)}</i>" if question.topic else f"<i>\"{escape(question.quote)}\"</i>", "small")
     if isinstance(answer, Missing):
         doc.text(f"This run cannot answer: {escape(answer.why)}. What would: <font face='Courier'>{escape(answer.command)}"
                  "</font>.")
@@ -246,7 +246,8 @@ def build(out: str | None = None, folder: Path | None = None, also=()) -> Path:
             for q, a in inside:
                 answer_section(doc, q, a)
     committed = {d.name for d in results.RESULTS_ROOT.iterdir() if d.is_dir()} if results.RESULTS_ROOT.is_dir() else set()
-    others = [f for f in figures if any(f.stem.endswith("_" + name) for name in committed)]
+    others = [f for f in figures if any(f.stem.endswith("_" + name) for name in committed)
+              and not f.stem.startswith("roofline_")]  # rooflines: the report draws its own, from measured roofs only
     if others:
         doc.heading("Appendix: the committed campaigns of other machines", 1)
         doc.text("Other machines' results committed under results/ (each figure names its machine and commit), drawn by "

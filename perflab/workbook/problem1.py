@@ -826,7 +826,7 @@ def answer_drift(t, figures: Path, source: str):
     png = plots.save(drift_figure(t), "problem1_drift",
                      f"Relative (Frobenius) difference of the weights of the device run ({r0.way}) from the sequential "
                      f"NumPy reference's, worst parameter, against SGD steps; N = {r0.N}, B = {r0.B}. One line a "
-                     "learning rate (colour) and hidden size (line style).", figures)
+                     "learning rate (colour) and hidden size (line style).", figures, draw_caption=False)
     table = s.assign(precision_reference=100 * s.precision_reference, precision_device=100 * s.precision_device).rename(
         columns={"learning_rate": "lr", "gradient_drift": "one batch's gradient", "after_1_step": "weights after 1 step",
                  "at_end": "weights at the end", "precision_reference": "reference precision (%)",
@@ -897,7 +897,7 @@ def answer_rates(t, figures: Path, source: str):
     png = plots.save(rates_figure(t, best), "problem1_rates",
                      f"Mean training loss of each epoch for each learning rate, 784-{r0.H}-10, N = {r0.N}, B = {r0.B}, "
                      f"float32; thick: the lowest loss at the end (lr = {best:g}); x: a run that diverged.",
-                     figures)
+                     figures, draw_caption=False)
     table = s.assign(test_precision=100 * s.test_precision).rename(
         columns={"learning_rate": "lr", "first_loss": "first epoch's loss", "final_loss": "last epoch's loss",
                  "epochs_loss_rose": "epochs the loss rose", "test_precision": "test precision (%)"})
@@ -981,10 +981,10 @@ def answer_hidden(t, figures: Path, source: str):
                                                 ": no sign of overfitting within these runs."))
     figures = [plots.save(plateau_figure(run_), "problem1_plateau",
                           f"The long run: loss on {r0.V} training samples and on the {r0.V} validation samples after "
-                          f"each epoch, 784-{long_H}-10, lr = {r0.learning_rate:g}, B = {r0.B}, float32.", figures),
+                          f"each epoch, 784-{long_H}-10, lr = {r0.learning_rate:g}, B = {r0.B}, float32.", figures, draw_caption=False),
                plots.save(hidden_figure(s, rec), "problem1_hidden",
                           "Validation and test precision of each hidden size trained to its plateau (or its cap of "
-                          "epochs), and the gap between its validation and training loss (right axis).", figures)]
+                          "epochs), and the gap between its validation and training loss (right axis).", figures, draw_caption=False)]
     table = s.assign(validation_precision=100 * s.validation_precision, test_precision=100 * s.test_precision,
                      best_epoch=s.best_epoch.astype("Int64"), rise=100 * s.rise).rename(
         columns={"best_epoch": "lowest validation loss at epoch", "gap": "validation - training loss",
