@@ -1320,7 +1320,9 @@ def outline_markdown(folder: Path = REPORT_RUN, figures: Path | None = None, cam
             f"**Machine:** {pdf.machine_line(run.meta)}.", "", f"**Conclusion:** {questions.conclusion(run)}", "",
             "**The seeds** are the five course documents this report answers: "
             + "; ".join(f"**{k}**: {v}" for k, v in questions.SEEDS.items()) + ". Rates come from one reference point"
-            + (f", {run.rates['reference']}" if run.rates else "") + ", named where they are used.", "", "## Contents", ""]
+            + (f", {run.rates['reference']}" if run.rates else "") + ", named where they are used.", "",
+            "**Words used:** " + "; ".join(f"*{k}*: {v}" for k, v in questions.GLOSSARY.items()) + ".", "",
+            "## Contents", ""]
     documents = [(k, [(q, a) for q, a in answered if q.id.split()[0] == k]) for k in questions.SEEDS]
     for key, inside in documents:
         if inside:

@@ -168,6 +168,8 @@ def title_page(doc: Document, title: str, run, first_lines: list[str]) -> None:
         f"<b>{k}</b>: {escape(v)}" for k, v in questions.SEEDS.items()) + ". Each section quotes its question, then "
         "answers it from this folder's files (named under each answer); rates come from one reference point"
         + (f", {run.rates['reference']}" if run.rates else "") + ".")
+    doc.text("<b>Words used:</b> " + "; ".join(f"<i>{escape(k)}</i>: {escape(v)}" for k, v in questions.GLOSSARY.items())
+             + ".", "small")
     doc.heading("Contents", 2)
     doc.text("<br/>".join(f"{q.id}: {escape(q.title)}" for q in questions.QUESTIONS)
              + "<br/>Appendix: other machines' committed campaigns")

@@ -26,6 +26,20 @@ SEEDS = {  # the source documents, named once (shared/seeds/README.md)
     "HKUST": "HKUST COMP 4901Q, lecture 12: large-scale machine learning on HPC",
     "USC": "USC slides: parallel gradient descent for feed-forward networks",
 }
+GLOSSARY = {  # the words the answers use, defined once at the top of a report
+    "data paths": "staged is the seeds' path (each batch's images copied from pageable host memory, the gradient "
+                  "through the host and MPI, one step after another); pipelined is the same copies from pinned memory "
+                  "on CUDA streams, overlapped with compute; resident keeps the data on the GPU and all-reduces there "
+                  "(NCCL)",
+    "ceilings": "this machine's microbenchmarks, timed before the sweep: GEMMs, copies, all-reduces, every kernel of the "
+                "step; the predictor composes a batch from them alone",
+    "reference point": "the one sweep point whose profiled phases give the seeds' effective P_flops, P_pci, P_mpi",
+    "B' = B/p": "the batch a rank computes when the global batch B is split over p ranks",
+    "AI": "arithmetic intensity, FLOPs over the bytes a roofline counts (each figure says which)",
+    "time a batch": "profiled: the median batch of an epoch timed phase by phase, the device synchronized at every "
+                    "phase edge (what the seeds plot); unprofiled: an epoch's time over its batches, shorter by those "
+                    "synchronizations",
+}
 SEEDS_RTX6000 = {"P_flops": 1.63e12, "P_pci": 12.7e9, "P_mpi": 7.95e9}  # the final assignment's solution (Q2.4)
 SEEDS_SHARES = {"copying images host -> device": 0.51, "forward": 0.12, "backward": 0.37}  # its Q2.1, one batch
 
@@ -131,6 +145,15 @@ def where(run: Run) -> str:
 def more_ranks_command(run: Run) -> str:
     return ("make roofline on a machine with 2 or 4 GPUs (engines = GPUs)" if run.on_gpu
             else "make roofline ROOFLINE_ARGS=\"-p engines 2\" (MPI ranks on this machine's cores)")
+
+
+def machine_ceilings(run: Run) -> dict:
+    """This machine's roofs from its ceilings files (the fastest GEMM, pinned copy, all-reduce), or {} where none."""
+    from perflab.analysis import roofline
+    try:
+        return roofline.folder_roofs(run.folder, "gpu" if run.on_gpu else "cpu")
+    except (FileNotFoundError, KeyError, ValueError):
+        return {}
 
 
 def peak(run: Run) -> tuple[float, str]:
@@ -546,6 +569,15 @@ def fa_q2_4(run: Run) -> Answer | Missing:
                else ", no P_pci (nothing crossed PCIe around an exchange)")
             + (f", P_mpi = 2 x gradient bytes / all-reduce time = {rate(run.rates['P_mpi'], 'B/s')}" if "P_mpi" in run.rates
                and (run.table.p > 1).any() else ", no P_mpi (one rank: nothing exchanged)") + ".")
+    ceilings = machine_ceilings(run)
+    if ceilings:
+        text += (" They are effective rates of the seeds' path, not the machine's: its ceilings, timed before the sweep, "
+                 f"reach {rate(ceilings['P_flops'])} in a GEMM"
+                 + (f", {rate(ceilings['P_pci'], 'B/s')} in a pinned copy" if math.isfinite(ceilings["P_pci"]) else "")
+                 + (f", {rate(ceilings['P_mpi'], 'B/s')} in an all-reduce" if math.isfinite(ceilings["P_mpi"]) else "")
+                 + (". The staged path copies pageable memory, a batch's gradient at a time, and waits for each copy: "
+                    "pinned memory and streams (FA Q2.2) recover the difference." if run.on_gpu else
+                    ". A rank's GEMMs run on its share of the cores (the ranks split them), the ceiling's on all of them."))
     return Answer(text, [(pd.DataFrame(rows), "Effective rates of the reference point against the seeds' solution.")],
                   sources=[str(reference_row(run)["source"])])
 
