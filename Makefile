@@ -1,4 +1,5 @@
-# The README's two commands: `make roofline` (the main job) and `make test`.
+# The README's two commands: `make roofline` (the main job) and `make test` (the quick tests, about 2 minutes);
+# `make test-all` runs the thorough checks `make test` leaves out (marked slow; .ci/run runs both).
 # Each creates .venv when missing and installs perflab into it; quick when already set up.
 PYTHON ?= python3
 VENV ?= .venv
@@ -7,7 +8,7 @@ PERFLAB := $(VENV)/bin/perflab
 NOTEBOOKS := roofline problem1 correctness convergence scaling kernels usc precision
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: roofline notebooks test gpu-test lint clean-venv
+.PHONY: roofline notebooks test test-all gpu-test lint clean-venv
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -31,8 +32,12 @@ notebooks: $(VENV)/.installed-notebooks
 	for nb in $(NOTEBOOKS); do $(PERFLAB) notebook $$nb || exit 1; done
 	$(PERFLAB) report
 
+# PYTEST_ARGS: more pytest options (.ci/run passes --durations=10)
 test: $(VENV)/.installed-dev
-	$(PY) -m pytest
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-all: $(VENV)/.installed-dev
+	$(PY) -m pytest -m slow $(PYTEST_ARGS)
 
 gpu-test: $(VENV)/.installed-dev
 	$(PY) -m perflab compile

@@ -38,7 +38,7 @@ def test_fetch_from_local_mirror(tmp_path, mirror, capsys):
     url, served = mirror
     for f in MNIST.glob("*.gz"):
         # re-gzip with another header: the manifest checks decompressed bytes, so it still verifies
-        (served / f.name).write_bytes(gzip.compress(gzip.decompress(f.read_bytes()), mtime=12345))
+        (served / f.name).write_bytes(gzip.compress(gzip.decompress(f.read_bytes()), compresslevel=1, mtime=12345))
     dest = tmp_path / "data"
     assert main(["data", "fetch", "mnist", "--mirror", url, "--dest", str(dest)]) == 0
     fetched = sorted(p.name for p in (dest / "mnist").iterdir())
@@ -52,7 +52,7 @@ def test_fetch_refuses_wrong_file_and_leaves_nothing(tmp_path, mirror):
     for f in MNIST.glob("*.gz"):
         raw = bytearray(gzip.decompress(f.read_bytes()))
         raw[-1] ^= 0xFF
-        (served / f.name).write_bytes(gzip.compress(bytes(raw)))
+        (served / f.name).write_bytes(gzip.compress(bytes(raw), compresslevel=1))  # level 9 took most of the test
     dest = tmp_path / "data"
     with pytest.raises(data.DataError, match="sha256 of the decompressed file"):
         data.fetch("mnist", dest=dest, mirrors=[url], log=lambda m: None)

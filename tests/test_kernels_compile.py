@@ -13,6 +13,7 @@ from perflab.kernels.build import ARCH_OPTIONS
 NVCC = shutil.which("nvcc")
 
 
+@pytest.mark.slow  # make test-all: minutes of ptxas for gemm_best.cu and gemm_wgmma.cu
 @pytest.mark.timeout(900)  # every tile config x orders x epilogue x shared tiles: minutes of ptxas
 @pytest.mark.parametrize("source", sorted(p.name for p in KERNEL_DIR.glob("*.cu")))
 def test_kernel_compiles_for_sm90(tmp_path, source):

@@ -266,6 +266,7 @@ def test_engines_lost_in_a_point_stop_the_sweep_naming_it_and_keep_the_rows_writ
     assert not (tmp_path / "engines.claims").exists() or (tmp_path / "engines.claims").read_text().strip() in ("", "[]")
 
 
+@pytest.mark.slow  # make test-all: the whole main job, small, in a fresh clone
 @pytest.mark.mpi
 def test_main_job_in_a_fresh_clone_measures_this_machine_and_leaves_git_status_clean(tmp_path):
     """The README's `make roofline` (perflab notebook roofline, perflab report) with small sizes in a
@@ -323,7 +324,8 @@ def test_main_job_in_a_fresh_clone_measures_this_machine_and_leaves_git_status_c
     (["sweep", "--timeout", "-5"], "argument --timeout: expected a positive number, got '-5'"),
     (["report", "--folder", "/no/such/run"], "--folder /no/such/run: no such folder"),
     (["validate", "--committed", "--out", "x.csv"], "--committed validates every folder"),
-    (["notebook", "roofline", "-p", "backend", "tpu"], "backend must be 'auto', 'numpy' or 'cupy', got 'tpu'"),
+    pytest.param(["notebook", "roofline", "-p", "backend", "tpu"], "backend must be 'auto', 'numpy' or 'cupy', got 'tpu'",
+                 marks=pytest.mark.slow),  # make test-all: runs the notebook to its failing cell
 ])
 def test_new_options_reject_bad_values_naming_them(tmp_path, args, message):
     proc = run_cli(*args, env={"PERFLAB_RUN_DIR": str(tmp_path)})

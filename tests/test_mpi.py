@@ -12,6 +12,7 @@ from perflab.train.comm import share
 from perflab.train.parallel import local_part
 
 pytestmark = pytest.mark.mpi
+SLOW = pytest.mark.slow  # make test-all; make test keeps one case of each check (3 ranks: uneven shares)
 MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
 SMALL = ["--dataset", "synthetic", "--input-size", "30", "--hidden-size", "7", "--num-classes", "4",
          "--train-size", "103", "--batch-size", "21", "--num-epochs", "2", "--learning-rate", "0.5", "--test-size", "20"]
@@ -42,9 +43,10 @@ def test_share_sizes_differ_by_at_most_one():
     assert local_part(slice(10, 31), 2, 3) == slice(24, 31)
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("dtype", ["float64", pytest.param("float32", marks=SLOW)])
 @pytest.mark.parametrize("parallel", ["data", "model"])
-@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+@pytest.mark.parametrize("ranks", [pytest.param(1, marks=SLOW), pytest.param(2, marks=SLOW), 3,
+                                   pytest.param(4, marks=SLOW)])
 def test_check_matches_sequential(ranks, parallel, dtype):
     result = last_json(mpirun(ranks, "check", "--parallel", parallel, "--dtype", dtype, "--json", *SMALL))
     assert result["passed"] and result["ranks"] == ranks
@@ -54,6 +56,7 @@ def test_check_matches_sequential(ranks, parallel, dtype):
     assert result["machine"]["cpu_count"] > 0 and result["machine"]["git_commit"]  # where it ran, at which commit
 
 
+@SLOW  # the seeds' full size on MNIST, 4 ranks
 @pytest.mark.parametrize("parallel", ["data", "model"])
 def test_check_seeds_hyperparameters_on_mnist(parallel):
     """The seeds' {784, 512, 10, 1e-4, 1e-4, 38400, 1, 3200} (the perflab defaults) on MNIST, 4 ranks."""
@@ -84,9 +87,10 @@ def test_model_parallel_limits():
     assert proc.returncode != 0 and "got hidden sizes [6, 2, 1]" in proc.stderr  # the third splits by rows: 1 < 3
 
 
-@pytest.mark.parametrize("hidden", [("7", "5"), ("7", "5", "4")])
+@pytest.mark.parametrize("hidden", [pytest.param(("7", "5"), marks=SLOW), ("7", "5", "4")])  # depth 3 turns twice
 @pytest.mark.parametrize("parallel", ["data", "model"])
-@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+@pytest.mark.parametrize("ranks", [pytest.param(1, marks=SLOW), pytest.param(2, marks=SLOW), 3,
+                                   pytest.param(4, marks=SLOW)])
 def test_deeper_nets_check_against_the_reference(ranks, parallel, hidden):
     """Depths 2 and 3 (model parallel: layers split by rows and by columns in turn, the output layer
     split or replicated), float64, as the seeds' grading modes check one hidden layer."""
@@ -124,6 +128,7 @@ def test_failure_on_one_rank_ends_all_ranks(tmp_path):
     assert "rank 1:" in proc.stderr and "missing" in proc.stderr
 
 
+@SLOW  # each waits out its --timeout 4 after the freeze
 @pytest.mark.parametrize("ranks, comm, parallel, exchange", [
     (3, "mpi", "data", "the host MPI all-reduce"),
     (2, "shm", "data", "the shared-memory all-reduce"),
@@ -148,14 +153,14 @@ def test_a_frozen_rank_ends_the_job_with_a_line_from_every_other_rank(ranks, com
 
 
 @pytest.mark.parametrize("parallel", ["data", "model"])
-@pytest.mark.parametrize("ranks, per_node", [(3, 2), (4, 2), (4, 1)])
+@pytest.mark.parametrize("ranks, per_node", [(3, 2), pytest.param(4, 2, marks=SLOW), pytest.param(4, 1, marks=SLOW)])
 def test_hierarchical_allreduce_on_pretend_nodes(ranks, per_node, parallel):
     result = last_json(mpirun(ranks, "check", "--comm", "hierarchical", "--parallel", parallel, "--json", *SMALL,
                               env={"PERFLAB_RANKS_PER_NODE": str(per_node)}))
     assert result["passed"] and result["comm"] == "hierarchical" and result["max_rel_error"] <= 1e-12
 
 
-@pytest.mark.parametrize("ranks, parallel", [(2, "data"), (3, "data"), (3, "model")])
+@pytest.mark.parametrize("ranks, parallel", [pytest.param(2, "data", marks=SLOW), (3, "data"), (3, "model")])
 def test_shared_memory_allreduce_matches_the_reference(ranks, parallel):
     result = last_json(mpirun(ranks, "check", "--comm", "shm", "--parallel", parallel, "--dtype", "float64", "--json",
                               *SMALL))
@@ -238,6 +243,7 @@ def test_scaling_harness_names_and_flags():
     assert proc.returncode != 0 and "unknown peer 'tensorflow': perflab, ddp or jax" in proc.stderr
 
 
+@SLOW  # waits out its --timeout 4 after the freeze
 def test_a_sweep_ended_by_a_frozen_rank_keeps_the_points_it_wrote(tmp_path):
     """Rank 1 stopped while the sweep's second point trains: the job ends with rank 0's line, and the first
     point's row stays in the CSV, where a rerun resumes after it."""
@@ -299,6 +305,7 @@ def test_work_on_the_first_ranks_that_raises_leaves_no_rank_waiting():
                                               "rank 1 then None"], (proc.stdout, proc.stderr[-2000:])
 
 
+@SLOW  # waits out its --timeout 4 after the freeze
 def test_a_rank_stopped_while_it_waits_out_a_point_ends_the_sweep(tmp_path):
     """Points on one rank of two: rank 1 waits each out (no exchange, no training watchdog of its own). Stopped
     there, it is seen by the sweep's watchdog (patient: a wait as long as the point takes is no fault, a rank
@@ -318,6 +325,7 @@ def test_a_rank_stopped_while_it_waits_out_a_point_ends_the_sweep(tmp_path):
     assert len(rows) >= 1 and (rows.status == "measured").all() and len(rows) < 4
 
 
+@SLOW  # waits out its timeout after the freeze
 def test_an_engine_stopped_while_it_waits_out_a_point_ends_the_engines_with_a_line(tmp_path):
     """What each MPI engine runs for a notebook sweep's point (run_point_watched) has the sweep's patient
     watchdog: points on one rank of two, rank 1 stopped while it waits one out, rank 0 names it and the point

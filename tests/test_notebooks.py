@@ -21,6 +21,7 @@ SMALL = {
 }
 
 
+@pytest.mark.slow  # make test-all: each notebook end to end on MPI engines
 @pytest.mark.parametrize("name", sorted(SMALL))
 def test_other_notebooks_run_and_write_figures(tmp_path, name):
     """Each notebook end to end with small parameters; the result-reading ones get the committed
@@ -40,6 +41,7 @@ def test_other_notebooks_run_and_write_figures(tmp_path, name):
     assert all(p.with_suffix(".pdf").exists() and p.with_suffix(".txt").read_text().strip() for p in pngs)
 
 
+@pytest.mark.slow  # make test-all: runs the notebook to its failing cell
 def test_a_notebook_that_stops_says_where_and_why_in_one_line_and_keeps_what_it_ran(tmp_path):
     env = {**os.environ, "PERFLAB_RUN_DIR": str(tmp_path / "run")}
     proc = subprocess.run([sys.executable, "-m", "perflab", "notebook", "correctness", "-p", "N", "-5", "--json"],
@@ -76,6 +78,7 @@ def test_a_running_cluster_is_used_only_where_its_engines_run_this_code(monkeypa
     assert not cluster.stop_named("perflab-no-such-cluster")  # nothing named so: nothing stopped
 
 
+@pytest.mark.slow  # make test-all: starts and stops MPI engines
 def test_a_notebook_that_stops_after_starting_engines_leaves_none_running(tmp_path):
     """The correctness notebook with a width model parallel cannot split over two ranks fails on the engines
     it started: the command stops them (they outlived the notebook before, holding memory and polling cores)."""

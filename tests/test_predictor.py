@@ -2,7 +2,6 @@
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -349,6 +348,7 @@ def test_what_the_predictor_does_not_cover_at_depth_is_named():
         predictor.predict_phases(point(H="1024-1024"), c)
 
 
+@pytest.mark.slow  # make test-all: re-validates every committed folder (minutes)
 def test_committed_validation_is_what_the_predictor_says_now_and_meets_the_cpu_median_target():
     """The committed validation.csv files are reproduced from their ceilings and sweeps (so a change
     to the predictor must come with them), and the CPU folder's median error meets the issue's 10%
@@ -432,8 +432,23 @@ def test_a_waiting_predictions_ceilings_are_the_ones_it_was_made_from():
     assert checked >= 1 or not (RESULTS_ROOT.parent / ".git").exists()
 
 
-def test_whatif_and_validate_reject_bad_input_naming_it(tmp_path):
-    run = lambda *a: subprocess.run([sys.executable, "-m", "perflab", *a], capture_output=True, text=True, timeout=120)
+def perflab_here(capsys, *args):
+    """`perflab ARGS` in this process (a `python -m perflab` costs seconds of imports): its exit status, stdout and
+    stderr. An uncaught exception, which would print a traceback, is raised here and fails the test."""
+    from types import SimpleNamespace
+
+    from perflab.cli import main
+    capsys.readouterr()
+    try:
+        code = main(list(args))
+    except SystemExit as stopped:
+        code = stopped.code
+    said = capsys.readouterr()
+    return SimpleNamespace(returncode=code, stdout=said.out, stderr=said.err)
+
+
+def test_whatif_and_validate_reject_bad_input_naming_it(tmp_path, capsys):
+    run = lambda *a: perflab_here(capsys, *a)
     proc = run("whatif", "--ceilings", str(tmp_path / "nope.csv"))
     assert proc.returncode == 2 and "nope.csv: no such file" in proc.stderr
     proc = run("whatif", "--ceilings", str(RESULTS_ROOT / "nvidia-h200" / "ceilings_p2.csv"), "--ranks", "4")
@@ -508,7 +523,7 @@ def test_whatif_and_validate_reject_bad_input_naming_it(tmp_path):
     assert made["rows"][0]["t_epoch_fixed"] == pytest.approx((stretch - 1) / stretch * made["rows"][0]["epoch_ms"])
 
 
-def test_a_larger_machine_takes_its_all_reduces_from_its_own_ceilings(tmp_path):
+def test_a_larger_machine_takes_its_all_reduces_from_its_own_ceilings(tmp_path, capsys):
     base = table()
     four = pd.DataFrame([{"ceiling": c, "ranks": 4, "size_bytes": size, "seconds": 3e-5 + size / 5e9,
                           "value": size / (3e-5 + size / 5e9)}
@@ -531,8 +546,7 @@ def test_a_larger_machine_takes_its_all_reduces_from_its_own_ceilings(tmp_path):
     with pytest.raises(predictor.PredictionError, match="no all-reduce rows"):
         predictor.with_exchange(base, predictor.Ceilings(pd.DataFrame({"ceiling": ["h2d"], "ranks": [1]}), source="c"))
     out = tmp_path / "w"
-    run = lambda *a: subprocess.run([sys.executable, "-m", "perflab", "whatif", *a], capture_output=True, text=True,
-                                    timeout=120)
+    run = lambda *a: perflab_here(capsys, "whatif", *a)
     h200 = RESULTS_ROOT / "nvidia-h200" / "mainjob" / "ceilings_p2.csv"
     proc = run("--ceilings", str(h200), "--exchange-ceilings", str(RESULTS_ROOT / "nvidia-h200-x4" / "ceilings_p4.csv"),
                "--ranks", "2", "4", "--out", str(out), "--json")
@@ -556,6 +570,7 @@ def test_a_larger_machine_takes_its_all_reduces_from_its_own_ceilings(tmp_path):
     assert proc.returncode == 2 and "copies.csv has no all-reduce rows" in proc.stderr
 
 
+@pytest.mark.slow  # make test-all: every committed folder's sweeps against its roofs
 def test_no_committed_point_lies_above_the_roofs_its_machine_measured():
     from perflab.analysis import roofline
     checked = 0

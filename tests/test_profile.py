@@ -46,6 +46,7 @@ def test_cpu_gemm_ceiling_positive():
     assert rows[0]["value"] > 1e6 and rows[0]["unit"] == "FLOP/s"
 
 
+@pytest.mark.slow  # make test-all: ceilings, then a sweep over three depths, on two ranks
 @pytest.mark.mpi
 def test_ceilings_under_mpi_writes_table(tmp_path):
     from test_mpi import last_json, mpirun

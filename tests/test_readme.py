@@ -28,6 +28,7 @@ def test_the_readme_is_a_front_door():
     assert markdown.BEGIN not in text and "results/README.md" in text
 
 
+@pytest.mark.slow  # make test-all: answers every question from the committed two-GPU main job, draws its figures
 def test_report_md_is_the_pdf_outline_answered_from_one_run(tmp_path):
     """results/REPORT.md is generated from the committed two-GPU main job (perflab report --markdown fixes it):
     at most 1000 lines, every question of the seeds' outline a heading, in the PDF's order, each figure it shows
@@ -51,6 +52,7 @@ def test_report_md_is_the_pdf_outline_answered_from_one_run(tmp_path):
     assert linked and linked == [markdown.anchor(h) for h in re.findall(r"^## (.+)$", campaigns, flags=re.M)[1:]]
 
 
+@pytest.mark.slow  # make test-all: regenerates the campaign tables from every committed result file
 def test_campaigns_md_is_what_the_result_files_say_now():
     """results/CAMPAIGNS.md, REPORT.md's appendix, is generated from the committed files: regenerate and compare
     (perflab report --markdown fixes it). It goes by question: a list of them opens it, the seeds' first, then

@@ -29,10 +29,12 @@ def test_the_outline_is_the_seeds_questions_in_their_order():
     assert list(dict.fromkeys(i.split()[0] for i in ids)) == list(questions.SEEDS)
 
 
+@pytest.mark.slow  # make test-all: answers every question from each committed main job, drawing its figures
 @pytest.mark.parametrize("kind", FOLDERS)
 def test_every_question_has_a_section_with_numbers_or_the_command_that_would_answer(kind, tmp_path):
     run = load(kind, tmp_path)
-    answered = dict((q.id, a) for q, a in questions.answer_all(run))
+    answers = list(questions.answer_all(run))  # once: each answer draws its figures
+    answered = dict((q.id, a) for q, a in answers)
     assert set(answered) == {q.id for q in questions.QUESTIONS}
     for qid, a in answered.items():
         assert isinstance(a, (Answer, Missing)), qid
@@ -45,7 +47,7 @@ def test_every_question_has_a_section_with_numbers_or_the_command_that_would_ans
     if kind == "cpu":
         assert "nothing crosses PCIe" in answered["HW6 Q2.2"].text and "PCIe" not in answered["FA Q2.1"].tables[0][0].to_string()
     doc = pdf.Document()
-    for q, a in questions.answer_all(run):
+    for q, a in answers:
         pdf.answer_section(doc, q, a)
     texts = doc.texts()
     for q in questions.QUESTIONS:
@@ -98,6 +100,7 @@ def test_the_rooflines_carry_every_point_and_only_measured_roofs(kind, tmp_path)
         assert questions.bandwidth(run, "hw6")[1] == "P_pci (every copy)"
 
 
+@pytest.mark.slow  # make test-all: builds the whole PDF of the committed two-GPU main job
 def test_the_report_opens_with_what_ran_and_a_conclusion_and_names_the_seeds(tmp_path):
     folder = tmp_path / "run"
     shutil.copytree(RESULTS_ROOT / FOLDERS["two gpus"], folder, ignore=shutil.ignore_patterns("report.pdf"))

@@ -82,6 +82,7 @@ def test_gemm_timeline_takes_a_config_and_blocks_after_the_shape_and_checks_them
         timeline.parse_runs(["fwd1 H=500 B=800/128x64x16_w64x32_t8x8_s3_xt_b3/260"])
 
 
+@pytest.mark.slow  # make test-all: an nvcc compile, beside the kernels' own
 @pytest.mark.timeout(300)
 def test_gemm_timeline_probes_fit_the_shipped_kernel_and_compile(tmp_path):
     """The probes' anchors are in gemm_best.cu once each (a moved one is named), and the

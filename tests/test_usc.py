@@ -23,6 +23,7 @@ def test_the_configurations_are_serial_once_then_each_way_at_each_core_count():
     assert matrices[matrices.index("--hidden-size") + 1:matrices.index("--hidden-size") + 3] == ["1024", "1024"]
 
 
+@pytest.mark.slow  # make test-all: six `perflab train` processes (the usc notebook runs them too)
 def test_a_run_writes_each_configuration_and_a_rerun_measures_none_again(tmp_path):
     nets = {"Network1": (24,), "Network2": (24, 24)}
     table = usc.run([1, 2], nets=nets, batch=100, N=400, epochs=2, gpu=False, out=tmp_path, progress=False)
