@@ -1,5 +1,5 @@
 # The README's two commands: `make roofline` (the main job) and `make test` (the quick tests, about 2 minutes);
-# `make test-all` runs the thorough checks `make test` leaves out (marked slow; .ci/run runs both).
+# `make test-all` runs the thorough checks `make test` leaves out (marked slow; run by hand, .ci/run runs make test).
 # Each creates .venv when missing and installs perflab into it; quick when already set up.
 PYTHON ?= python3
 VENV ?= .venv
