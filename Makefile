@@ -34,9 +34,11 @@ notebooks: $(VENV)/.installed-notebooks
 
 # PYTEST_ARGS: more pytest options (.ci/run passes --durations=10)
 test: $(VENV)/.installed-dev
+	$(PY) -m compileall -q perflab  # bytecode once, not in every MPI rank (where PYTHONDONTWRITEBYTECODE is set)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-all: $(VENV)/.installed-dev
+	$(PY) -m compileall -q perflab
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
 
 gpu-test: $(VENV)/.installed-dev

@@ -528,7 +528,8 @@ def test_the_validation_is_broken_down_by_the_path_a_step_takes(monkeypatch, tmp
     assert "where the host sets the pace, median |error| 40% and 2 of 3 points beyond 25%" in text
 
 
-@pytest.mark.parametrize("folder", ["cpu-amd-epyc/mainjob", "nvidia-h100-80gb-hbm3/mainjob"])
+@pytest.mark.parametrize("folder", ["cpu-amd-epyc/mainjob",
+                                    pytest.param("nvidia-h100-80gb-hbm3/mainjob", marks=pytest.mark.slow)])  # make test-all
 def test_the_main_jobs_rooflines_show_every_point_and_no_text_overlaps_another(folder):
     """Drawn from a committed main job as the notebook draws them: the ceilings roofline and the modified one
     show every point (p = 1's, which exchange nothing, in a strip at the right), and no two texts a reader

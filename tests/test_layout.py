@@ -1,5 +1,6 @@
 """The package's shape: rooms by stage of the data flow, arrows one way, no import circle."""
 import ast
+import functools
 from pathlib import Path
 
 import perflab
@@ -17,6 +18,7 @@ def modules() -> dict[str, Path]:
     return out
 
 
+@functools.cache  # parsing every module takes about a second; the tests only read the graph
 def imports() -> dict[str, set[str]]:
     """Every perflab module each module imports, at the top or inside a function (ast, not run)."""
     mods, graph = modules(), {}
@@ -66,7 +68,8 @@ def test_every_module_sits_in_a_room_or_below_them_all():
     rooms = LOWER + UPPER[:-1]
     loose = [m for m in modules() if m not in base and not m.startswith(rooms)]
     assert not loose, loose
-    below = {e for m in base - {"perflab.cli", "perflab.__main__"} for e in imports()[m]}
+    graph = imports()
+    below = {e for m in base - {"perflab.cli", "perflab.__main__"} for e in graph[m]}
     assert not {e for e in below if e.startswith(rooms)}, "the base modules must not import from the rooms"
 
 

@@ -99,7 +99,7 @@ def test_deeper_nets_check_against_the_reference(ranks, parallel, hidden):
     assert set(result["errors"]) == {f"{kind}{l}" for l in range(1, len(hidden) + 2) for kind in "Wb"}
 
 
-@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("dtype", ["bfloat16", pytest.param("float16", marks=SLOW)])
 def test_mixed_precision_data_parallel_checks_against_its_own_precision_on_one_rank(dtype):
     """--dtype bfloat16 | float16 on 3 ranks against the same emulated step on one: each rank's products are
     rounded apart from the whole batch's, so they agree to the half format's precision, not bit for bit."""
@@ -152,7 +152,7 @@ def test_a_frozen_rank_ends_the_job_with_a_line_from_every_other_rank(ranks, com
         assert line.endswith("ending the job (--timeout 4)"), line
 
 
-@pytest.mark.parametrize("parallel", ["data", "model"])
+@pytest.mark.parametrize("parallel", ["data", pytest.param("model", marks=SLOW)])
 @pytest.mark.parametrize("ranks, per_node", [(3, 2), pytest.param(4, 2, marks=SLOW), pytest.param(4, 1, marks=SLOW)])
 def test_hierarchical_allreduce_on_pretend_nodes(ranks, per_node, parallel):
     result = last_json(mpirun(ranks, "check", "--comm", "hierarchical", "--parallel", parallel, "--json", *SMALL,
@@ -160,7 +160,8 @@ def test_hierarchical_allreduce_on_pretend_nodes(ranks, per_node, parallel):
     assert result["passed"] and result["comm"] == "hierarchical" and result["max_rel_error"] <= 1e-12
 
 
-@pytest.mark.parametrize("ranks, parallel", [pytest.param(2, "data", marks=SLOW), (3, "data"), (3, "model")])
+@pytest.mark.parametrize("ranks, parallel", [pytest.param(2, "data", marks=SLOW), (3, "data"),
+                                             pytest.param(3, "model", marks=SLOW)])
 def test_shared_memory_allreduce_matches_the_reference(ranks, parallel):
     result = last_json(mpirun(ranks, "check", "--comm", "shm", "--parallel", parallel, "--dtype", "float64", "--json",
                               *SMALL))

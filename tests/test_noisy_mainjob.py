@@ -16,6 +16,7 @@ SMALL = ["-p", "hidden", "[64]", "-p", "per_rank_batch", "100", "-p", "batch_swe
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # a main job under load: about 4 min here, three times that on a slow machine
 def test_a_main_job_on_a_loaded_machine_says_it_was_noisy_first_and_judges_its_misses_by_that_noise(tmp_path):
     run = tmp_path / "run"
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("PERFLAB_")}, "PERFLAB_RUN_DIR": str(run)}
