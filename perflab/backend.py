@@ -17,6 +17,13 @@ def cupy_or_none():
     return None
 
 
+# every command that needs a GPU and finds no CuPy ends with this one message (`perflab.backend` installs the CuPy
+# this machine's driver takes; the `gpu` extra is CUDA 12's)
+INSTALL_CUPY = ("install the CuPy this machine's NVIDIA driver takes with `.venv/bin/python -m perflab.backend` (or, "
+                "from the clone, `.venv/bin/pip install -e '.[gpu]'` for CUDA 12, '.[gpu-cuda13]' for CUDA 13), and "
+                "check that nvidia-smi lists the GPUs")
+
+
 def array_module(backend: str):
     """numpy or cupy for --backend; 'auto' takes CuPy when a GPU is there."""
     if backend not in BACKENDS:
@@ -25,8 +32,8 @@ def array_module(backend: str):
         return np
     cp = cupy_or_none()
     if cp is None and backend == "cupy":
-        raise RuntimeError("--backend cupy needs CuPy and a visible NVIDIA GPU; none was found "
-                           "(pip install 'perflab[gpu]', check nvidia-smi), or use --backend numpy")
+        raise RuntimeError(f"--backend cupy needs CuPy and a visible NVIDIA GPU; none was found: {INSTALL_CUPY}; "
+                           "or use --backend numpy")
     return cp or np
 
 
@@ -49,8 +56,8 @@ def host_memory_available() -> int | None:
 
 def cpu_threads(comm) -> int:
     """BLAS threads for one rank: this node's cores shared out among its ranks. Each rank's BLAS
-    otherwise starts a thread per core, and two ranks on 2 cores ran their steps 4-7x slower than
-    one rank per core would."""
+    otherwise starts a thread per core, and oversubscribed ranks run their steps several times slower
+    (docs/DECISIONS.md, D3)."""
     import os
     local = 1
     if comm.size > 1:

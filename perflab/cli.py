@@ -7,9 +7,10 @@ import json
 import sys
 
 from perflab.commands import analysis, data, measure, report, train, workbook
-from perflab.commands.options import CLIError
+from perflab.commands.options import CLIError, no_cupy, option_names
 from perflab.config import ConfigError
 from perflab.data import DataError
+from perflab.train.loop import Stopped
 from perflab.train.watchdog import say_line
 
 ROOMS = (train, workbook, measure, analysis, report, data)  # a new command goes in its room's register()
@@ -49,12 +50,21 @@ def main(argv=None) -> int:
     args.exit_code = 0
     try:
         summary = args.run(args, comm)
+    except (KeyboardInterrupt, Stopped) as exc:  # one line, from rank 0: what was kept and how to go on
+        stopped(exc, args.command, comm)
+    except ModuleNotFoundError as exc:
+        if exc.name != "cupy":
+            raise
+        say_line(f"perflab: error: {no_cupy('perflab ' + args.command)}")
+        if comm.size > 1:
+            comm.abort(2)
+        raise SystemExit(2) from None
     except (ConfigError, DataError, CLIError, RuntimeError) as exc:
         from perflab.train.loop import Diverged
         deterministic = isinstance(exc, (ConfigError, Diverged))
         if comm.rank == 0 or not deterministic:
             where = f"rank {comm.rank}: " if comm.size > 1 else ""
-            say_line(f"perflab: error: {where}{exc}")
+            say_line(f"perflab: error: {where}{option_names(str(exc)) if isinstance(exc, ConfigError) else exc}")
         if comm.size > 1 and not deterministic:
             comm.abort(2)
         raise SystemExit(2) from None
@@ -66,6 +76,20 @@ def main(argv=None) -> int:
     if args.json and comm.rank == 0:
         print(json.dumps(summary, default=str))
     return args.exit_code
+
+
+def stopped(exc, command: str, comm):
+    """A run that stopped early (Ctrl-C, a full disk, a folder it cannot write) ends with one line, not a traceback
+    per rank: rank 0 says what was kept; every rank exits (130 for Ctrl-C), the MPI job aborted only where one rank
+    stopped alone and the others would wait for it."""
+    everywhere = isinstance(exc, KeyboardInterrupt) or exc.everywhere
+    code = 130 if isinstance(exc, KeyboardInterrupt) else exc.code
+    text = str(exc) if isinstance(exc, Stopped) else "stopped by Ctrl-C"
+    if comm.rank == 0 and text:
+        say_line(f"perflab {command}: {text}")
+    if comm.size > 1 and not everywhere:
+        comm.abort(code)
+    raise SystemExit(code) from None
 
 
 if __name__ == "__main__":

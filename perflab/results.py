@@ -5,7 +5,7 @@ Two places, never mixed:
   this machine measures and draws (`<experiment>.csv` + `.json`, `figures/`, `notebooks/`,
   `report.pdf`). The key tells machines apart, so another machine's runs are never resumed as
   this one's; a rerun on the same machine resumes point by point.
-- `results/` (`PERFLAB_RESULTS` overrides): the committed campaign, read by the report and the
+- the results root, RESULTS_ROOT (`PERFLAB_RESULTS` overrides): the committed campaign, read by the report and the
   README, written only by developers who copy a run folder there.
 Rows are appended and flushed one batch at a time, so a crash loses at most the point in
 flight and a rerun can skip what is done.

@@ -16,7 +16,7 @@ def graph_replays_ms(cp, fn, calls: int, done, before=None) -> list[float]:
     capture does not allow (the wgmma GEMMs' tensor maps, per operand set of a rotation). The
     caller's stream is waited for first: its pending work may read or write what fn() does (the
     trainer tuning a new batch size while its last step still runs: x3tf32's weights after two
-    epochs came out 1.2 off, experiments/wgmma/logs/x3_bisect_1e9bcf3.log). `before()`, where given,
+    epochs came out wrong: docs/DECISIONS.md, D14). `before()`, where given,
     runs before each timed replay (ranks starting a collective's replays together)."""
     cp.cuda.get_current_stream().synchronize()
     stream = cp.cuda.Stream(non_blocking=True)

@@ -6,6 +6,8 @@ import pytest
 
 from perflab.cli import main
 
+ONE_NET = dict(hidden=None, hidden_size=None, batch_size=3200, command="train")  # train's options a spec reads
+
 
 def test_train_json_last_line(capsys):
     assert main(["train", "--dataset", "synthetic", "--input-size", "12", "--hidden-size", "8",
@@ -22,9 +24,15 @@ def test_train_json_last_line(capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--batch-size", "0"], "batch_size must be a positive integer, got 0"),
-    (["--learning-rate", "-1"], "learning_rate must be positive, got -1.0"),
-    (["--train-size", "10", "--batch-size", "20"], "batch_size B=20 is larger than train_size N=10"),
+    (["--batch-size", "0"], "error: --batch-size must be a positive integer, got 0"),  # the option, not the field
+    (["--learning-rate", "-1"], "error: --learning-rate must be positive, got -1.0"),
+    (["--train-size", "10", "--batch-size", "20"], "--batch-size B=20 is larger than --train-size N=10"),
+    (["--mode", "staged"], "--mode staged copies each batch host -> GPU and the gradients through the host: it needs "
+                           "--backend cupy"),
+    (["--pinned"], "--pinned is a GPU setting: it needs --backend cupy"),
+    (["--chunks", "2"], "--chunks 2 is a GPU setting: it needs --backend cupy"),
+    (["--launch", "graph"], "--launch graph is a GPU setting: it needs --backend cupy"),
+    (["--comm", "overlap"], "--overlap overlaps an NCCL all-reduce with the backward pass: it needs --comm nccl"),
     (["--gemm", "tf32"], "--gemm tf32 runs perflab's CUDA kernels: it needs --backend cupy"),
     (["--overlap"], "--overlap overlaps an NCCL all-reduce with the backward pass: it needs --comm nccl"),
     (["--comm", "cuda-mpi"], "--comm cuda-mpi needs --backend cupy"),
@@ -61,9 +69,9 @@ def test_the_p2p_exchange_is_refused_where_it_cannot_run(monkeypatch, changes, m
     import perflab.backend
     from perflab.cli import CLIError
     from perflab.commands.options import device_from_args
-    monkeypatch.setattr(perflab.backend, "array_module", lambda name: types.SimpleNamespace(__name__="cupy"))
+    monkeypatch.setattr(perflab.backend, "cupy_or_none", lambda: types.ModuleType("cupy"))
     args = dict(backend="cupy", mode="resident", gemm="cublas", comm="p2p", launch="graph", pinned=False, overlap=False,
-                chunks=None, parallel="data", dtype="float32", json=True, timeout=60.0, threads=None)
+                chunks=None, parallel="data", dtype="float32", json=True, timeout=60.0, threads=None, **ONE_NET)
     assert device_from_args(argparse.Namespace(**args)).comm == "p2p"
     with pytest.raises(CLIError, match=message):
         device_from_args(argparse.Namespace(**{**args, "overlap": True, **changes}))
@@ -76,9 +84,9 @@ def test_threads_are_numpys_and_refused_on_the_gpu_by_name(monkeypatch):
     import perflab.backend
     from perflab.cli import CLIError
     from perflab.commands.options import device_from_args
-    monkeypatch.setattr(perflab.backend, "array_module", lambda name: types.SimpleNamespace(__name__=name))
-    args = dict(backend="numpy", mode="resident", gemm="cublas", comm=None, launch="graph", pinned=False, overlap=False,
-                chunks=None, parallel="data", dtype="float32", json=True, timeout=60.0, threads=3)
+    monkeypatch.setattr(perflab.backend, "cupy_or_none", lambda: types.ModuleType("cupy"))
+    args = dict(backend="numpy", mode="resident", gemm="cublas", comm=None, launch=None, pinned=False, overlap=False,
+                chunks=None, parallel="data", dtype="float32", json=True, timeout=60.0, threads=3, **ONE_NET)
     assert device_from_args(argparse.Namespace(**args)).threads == 3
     with pytest.raises(CLIError, match="--threads 3 sets NumPy's BLAS threads a rank: it needs --backend numpy"):
         device_from_args(argparse.Namespace(**{**args, "backend": "cupy"}))
@@ -93,11 +101,12 @@ def test_a_gpu_run_chooses_its_exchange_by_timing_unless_told(monkeypatch):
     import perflab.backend
     from perflab.cli import CLIError
     from perflab.commands.options import device_from_args
-    monkeypatch.setattr(perflab.backend, "array_module", lambda name: types.SimpleNamespace(__name__=name))
-    args = dict(backend="cupy", mode="resident", gemm="cublas", comm=None, launch="graph", pinned=False, overlap=False,
-                chunks=None, parallel="data", dtype="float32", json=True, timeout=60.0, threads=None)
+    monkeypatch.setattr(perflab.backend, "cupy_or_none", lambda: types.ModuleType("cupy"))
+    args = dict(backend="cupy", mode="resident", gemm="cublas", comm=None, launch=None, pinned=False, overlap=False,
+                chunks=None, parallel="data", dtype="float32", json=True, timeout=60.0, threads=None, **ONE_NET)
     comm = lambda **changes: device_from_args(argparse.Namespace(**{**args, **changes})).comm
     assert comm() == "auto" and comm(overlap=True) == "nccl" and comm(mode="staged") == "mpi"
+    assert comm(comm="overlap") == "nccl" and device_from_args(argparse.Namespace(**{**args, "comm": "overlap"})).overlap
     assert comm(backend="numpy") == "mpi" and comm(backend="numpy", comm="auto") == "mpi"
     with pytest.raises(CLIError, match="--comm auto times NCCL with and without --overlap"):
         comm(comm="auto", overlap=True)
@@ -178,7 +187,10 @@ def test_bench_train_peers_are_named_with_the_ones_there_are(capsys):
 
 
 def test_bench_train_where_no_peer_ran_says_so_and_saves_nothing(capsys, monkeypatch, tmp_path):
+    import types
+
     from perflab.measure import peers
+    monkeypatch.setattr("perflab.backend.cupy_or_none", lambda: types.ModuleType("cupy"))  # a GPU, as far as it asks
     monkeypatch.setattr(peers, "run_peer_process", lambda module, args, timeout: (None, "CuPy not installed"))
     with pytest.raises(SystemExit) as info:
         main(["bench", "train", "--peers", "perflab", "--out", str(tmp_path)])
@@ -196,19 +208,66 @@ def test_a_gpu_sweep_without_cupy_says_what_it_needs_before_any_point_runs(capsy
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
-def test_a_sweep_whose_grid_is_empty_says_why(capsys, tmp_path):
+NO_CUPY = "needs CuPy and a visible NVIDIA GPU; none was found: install the CuPy this machine's NVIDIA driver takes"
+
+
+@pytest.mark.parametrize("argv, what", [
+    (["bench", "gemm"], "perflab bench gemm"), (["bench", "step"], "perflab bench step"),
+    (["bench", "train"], "perflab bench train"), (["bench", "hold", "--seconds", "0.5"], "perflab bench hold"),
+    (["compile"], "perflab compile"), (["timeline", "--dataset", "synthetic"], "perflab timeline"),
+    (["train", "--backend", "cupy"], "--backend cupy"), (["check", "--backend", "cupy"], "--backend cupy"),
+    (["ceilings", "--backend", "cupy"], "--backend cupy"), (["sweep", "--backend", "cupy"], "--backend cupy"),
+])
+def test_every_command_without_cupy_ends_with_the_one_message(capsys, monkeypatch, tmp_path, argv, what):
+    """Before anything is printed (bench train's peers) or measured; the install hint works from a clone."""
+    monkeypatch.setattr("perflab.backend.cupy_or_none", lambda: None)
     with pytest.raises(SystemExit) as info:
-        main(["sweep", "--backend", "numpy", "--mode", "staged", "--hidden", "16", "--out", str(tmp_path)])
+        main(argv + (["--out", str(tmp_path)] if argv[0] in ("bench", "sweep", "ceilings") else []))
+    captured = capsys.readouterr()
+    assert info.value.code == 2 and f"perflab: error: {what}" in captured.err and NO_CUPY in captured.err
+    assert "pip install -e '.[gpu]'" in captured.err and "perflab[gpu]" not in captured.err
+    assert "Traceback" not in captured.err and "peer skipped" not in captured.out and len(captured.err.splitlines()) == 1
+
+
+def test_a_cupy_import_deep_in_a_command_ends_with_the_one_message(capsys, monkeypatch):
+    from perflab.commands import measure
+
+    def needs_cupy(args, comm):
+        import cupy  # noqa: F401
+    monkeypatch.setattr(measure, "cmd_compile", needs_cupy)
+    monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy raises ModuleNotFoundError even where it is installed
+    with pytest.raises(SystemExit) as info:
+        main(["compile"])
     err = capsys.readouterr().err
-    assert info.value.code == 2 and "the grid is empty: on --backend numpy only --mode resident" in err
-    assert "got --mode staged" in err and not list(tmp_path.iterdir())
+    assert info.value.code == 2 and f"perflab: error: perflab compile {NO_CUPY}" in err and "Traceback" not in err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--mode", "staged"], "--mode staged copies each batch host -> GPU and the gradients through the host: it needs "
+                           "--backend cupy"),
+    (["--mode", "resident", "pipelined"], "--mode pipelined overlaps host <-> GPU copies with GPU compute: it needs "
+                                          "--backend cupy"),
+    (["--gemm", "wgmma"], "--gemm wgmma runs perflab's CUDA kernels: it needs --backend cupy"),
+    (["--launch", "graph"], "--launch graph is a GPU setting: it needs --backend cupy"),
+])
+def test_a_numpy_sweep_refuses_gpu_only_settings_as_train_does(capsys, tmp_path, argv, message):
+    """Once dropped from the grid without a word (or an empty grid): refused, with train's message."""
+    with pytest.raises(SystemExit) as info:
+        main(["sweep", "--backend", "numpy", *argv, "--hidden", "16", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and message in err and "(this sweep's --backend is numpy)" in err
+    assert not list(tmp_path.iterdir())
+    with pytest.raises(SystemExit):
+        main(["train", "--dataset", "synthetic", argv[0], argv[-1]])
+    assert message in capsys.readouterr().err
 
 
 def test_compile_without_a_gpu_says_what_it_needs(capsys, monkeypatch):
     monkeypatch.setattr("perflab.backend.cupy_or_none", lambda: None)
     with pytest.raises(SystemExit) as info:
         main(["compile"])
-    assert info.value.code == 2 and "compile builds perflab's CUDA kernels into CuPy's cache: it needs CuPy and a GPU" \
+    assert info.value.code == 2 and "compile builds perflab's CUDA kernels into CuPy's cache: it needs CuPy" \
         in capsys.readouterr().err
 
 
@@ -216,7 +275,7 @@ def test_bench_hold_without_a_gpu_says_what_it_needs(capsys, monkeypatch):
     monkeypatch.setattr("perflab.backend.cupy_or_none", lambda: None)
     with pytest.raises(SystemExit) as info:
         main(["bench", "hold", "--seconds", "0.5"])
-    assert info.value.code == 2 and "bench hold replays GEMMs on the GPU while nvidia-smi samples it" \
+    assert info.value.code == 2 and "bench hold replays GEMMs on the GPU while nvidia-smi samples it: it needs CuPy" \
         in capsys.readouterr().err
 
 
@@ -248,7 +307,8 @@ def test_timeline_without_a_gpu_says_what_it_needs(capsys, monkeypatch):
     monkeypatch.setattr("perflab.backend.cupy_or_none", lambda: None)
     with pytest.raises(SystemExit) as info:
         main(["timeline", "--dataset", "synthetic"])
-    assert info.value.code == 2 and "perflab timeline records CUDA streams: it needs CuPy" in capsys.readouterr().err
+    assert info.value.code == 2 and "perflab timeline records CUDA streams, one GPU a rank: it needs CuPy" \
+        in capsys.readouterr().err
 
 
 def test_timeline_measures_a_sweep_points_float32_and_train_the_float64_reference():
@@ -445,3 +505,186 @@ def test_validate_before_any_run_says_what_makes_the_run_folder(capsys, monkeypa
         main(["validate"])
     err = capsys.readouterr().err
     assert info.value.code == 2 and "run folder" in err and "does not exist yet: `make roofline`" in err
+
+
+@pytest.mark.parametrize("argv", [["--hidden", "1280-1280"], ["--hidden-size", "1280", "1280"]])
+def test_a_net_is_written_one_way_in_train_and_whatif(argv):
+    """--hidden 1280-1280 is 784-1280-1280-10 in every command; --hidden-size 1280 1280, the old spelling, too."""
+    from perflab.cli import build_parser
+    from perflab.commands.options import nets, one_net
+    parser = build_parser()
+    assert one_net(parser.parse_args(["train", *argv])) == (1280, 1280) == one_net(parser.parse_args(["check", *argv]))
+    for command in (["whatif", "--ceilings", "x.csv"], ["sweep"], ["ceilings"]):
+        assert nets(parser.parse_args([*command, *argv])) == ["1280-1280"]
+    assert nets(parser.parse_args(["whatif", "--ceilings", "x", "--hidden", "512", "1024-1024"])) == [512, "1024-1024"]
+    assert one_net(parser.parse_args(["train"])) == (512,) and nets(parser.parse_args(["sweep"])) == [512]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["whatif", "--ceilings", "x.csv", "--hidden", "1280", "1280"],
+     "--hidden 1280 1280 names the net 784-1280-10 more than once: a net's widths are joined by '-' (--hidden "
+     "1280-1280 is one net, 784-1280-1280-10)"),
+    (["sweep", "--hidden", "1024-1024", "1024-1024"], "--hidden 1024-1024 1024-1024 names the net 784-1024-1024-10 "
+                                                      "more than once"),
+    (["train", "--hidden", "1280", "1280"], "--hidden 1280 1280: perflab train runs one net; write 784-1280-1280-10 "
+                                            "as --hidden 1280-1280"),
+    (["check", "--hidden", "64", "32"], "perflab check runs one net; write 784-64-32-10 as --hidden 64-32"),
+    (["train", "--hidden", "64-32", "--hidden-size", "64"], "--hidden-size is the old spelling of --hidden: give one"),
+    (["whatif", "--ceilings", "x.csv", "--hidden", "512", "--hidden-size", "64", "32"],
+     "--hidden-size is the old spelling of --hidden: give one of them (--hidden 64-32 for 784-64-32-10)"),
+])
+def test_an_ambiguous_net_is_refused_showing_the_new_spelling(capsys, argv, message):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_train_takes_a_deeper_net_as_whatif_writes_it(capsys):
+    main(["train", "--dataset", "synthetic", "--input-size", "12", "--hidden", "8-6", "--train-size", "40",
+          "--batch-size", "10", "--test-size", "0", "--json"])
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["hidden_sizes"] == [8, 6]
+
+
+SMALL = ["--dataset", "synthetic", "--input-size", "12", "--hidden", "8", "--train-size", "40", "--batch-size", "10",
+         "--test-size", "0"]
+
+
+def test_check_on_one_rank_says_nothing_parallel_was_checked(capsys):
+    assert main(["check", *SMALL]) == 0
+    out = capsys.readouterr().out
+    assert "PASSED on one rank: nothing parallel was checked" in out and "mpiexec -n 2" in out
+    main(["check", *SMALL, "--json"])
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["parallel_checked"] is False
+
+
+def test_a_runs_first_line_shows_the_defaults_that_differ_between_commands(capsys, tmp_path):
+    main(["train", *SMALL, "--dtype", "bfloat16"])
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("perflab train: 12-8-10, --learning-rate 0.0001, --dataset synthetic N=40, B=10")
+    assert "bfloat16 emulated in FP32 on NumPy" in first
+    for command in (["train"], ["check"], ["sweep"], ["whatif", "--ceilings", "x"], ["timeline"]):
+        out = subprocess.run([sys.executable, "-m", "perflab", *command, "--help"], capture_output=True,
+                             text=True).stdout
+        assert "Defaults differ between commands: train, check: float64" in " ".join(out.split()), command
+
+
+def test_ctrl_c_in_train_ends_with_one_line_saying_what_was_kept(capsys, monkeypatch):
+    from perflab.train import loop
+    calls = []
+
+    def interrupted(trainer, test):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(loop, "precision", interrupted)
+    with pytest.raises(SystemExit) as info:
+        main(["train", *SMALL, "--num-epochs", "3", "--save", "unused"])
+    err = capsys.readouterr().err
+    assert info.value.code == 130 and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith("perflab train: stopped by Ctrl-C in epoch 2 of 3: 1 epoch(s) finished") and \
+        "nothing was written to --save unused" in err and "run the same command again" in err
+
+
+def test_a_full_disk_or_an_unwritable_folder_ends_train_with_one_line(capsys, monkeypatch, tmp_path):
+    import errno
+
+    from perflab import results
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(results, "run_dir", lambda meta=None: tmp_path)
+    monkeypatch.setattr(results, "write_rows", full)
+    with pytest.raises(SystemExit) as info:
+        main(["train", *SMALL, "--save", "demo"])
+    captured = capsys.readouterr()
+    assert info.value.code == 2 and "final loss" in captured.out and "Traceback" not in captured.err
+    assert captured.err == (f"perflab train: trained, but --save demo could not be written to {tmp_path}: the disk is "
+                            "full; the results are in the line above: free space (or fix the folder) and run again\n")
+    (tmp_path / "a_file").write_text("x")
+    monkeypatch.setattr(results, "run_dir", lambda meta=None: tmp_path / "a_file" / "runs")
+    with pytest.raises(SystemExit) as info:
+        main(["train", *SMALL, "--save", "demo"])
+    captured = capsys.readouterr()
+    assert info.value.code == 2 and f"--save: cannot write into {tmp_path / 'a_file' / 'runs'}" in captured.err
+    assert "nothing was run" in captured.err and "final loss" not in captured.out
+
+
+def fake_points(monkeypatch, stop_at: int, error=None):
+    """Points measured instantly; the `stop_at`-th raises `error` (Ctrl-C where None)."""
+    from perflab.workbook import sweep
+    calls = []
+
+    def run(point, dataset, timeout):
+        calls.append(point)
+        if len(calls) == stop_at:
+            raise error or KeyboardInterrupt
+        return {**point, "status": "measured", "epoch_seconds": 1.0}
+    monkeypatch.setattr(sweep, "run_point_on_world", run)
+
+
+SWEEP = ["sweep", "--hidden", "8", "16", "32", "--train-size", "100", "--batch", "10"]
+
+
+def test_ctrl_c_in_a_sweep_ends_with_one_line_saying_what_was_kept_and_how_to_resume(capsys, monkeypatch, tmp_path):
+    fake_points(monkeypatch, stop_at=2)
+    with pytest.raises(SystemExit) as info:
+        main([*SWEEP, "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert info.value.code == 130 and "Traceback" not in err and err.splitlines()[-1] == (
+        f"perflab sweep: stopped by Ctrl-C; 1 of 3 point(s) are kept in {tmp_path / 'sweep.csv'}: run the same command "
+        "again to measure the other 2")
+    fake_points(monkeypatch, stop_at=0)
+    main([*SWEEP, "--out", str(tmp_path), "--json"])  # the rerun resumes after the point kept
+    import pandas as pd
+    assert sorted(pd.read_csv(tmp_path / "sweep.csv").H) == [8, 16, 32]
+
+
+def test_a_full_disk_ends_a_sweep_with_one_line_and_the_rerun_resumes(capsys, monkeypatch, tmp_path):
+    import errno
+
+    from perflab import results
+    write_rows = results.write_rows
+    writes = []
+
+    def fills_up(path, rows, *args, **kwargs):
+        writes.append(rows)
+        if len(writes) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return write_rows(path, rows, *args, **kwargs)
+    fake_points(monkeypatch, stop_at=0)
+    monkeypatch.setattr(results, "write_rows", fills_up)
+    with pytest.raises(SystemExit) as info:
+        main([*SWEEP, "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    csv = tmp_path / "sweep.csv"
+    assert info.value.code == 2 and "Traceback" not in err and err.splitlines()[-1] == (
+        f"perflab sweep: could not write {csv}: the disk is full ({csv}); 1 of 3 point(s) are kept in {csv}: free space "
+        "(or fix the folder), then run the same command again to measure the other 2")
+    monkeypatch.setattr(results, "write_rows", write_rows)
+    main([*SWEEP, "--out", str(tmp_path), "--json"])
+    import pandas as pd
+    assert sorted(pd.read_csv(csv).H) == [8, 16, 32]
+
+
+def test_a_sweep_into_a_folder_it_cannot_write_says_so_before_any_point_runs(capsys, monkeypatch, tmp_path):
+    fake_points(monkeypatch, stop_at=1, error=AssertionError("no point may run"))
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(SystemExit) as info:
+        main([*SWEEP, "--out", str(tmp_path / "a_file" / "sub")])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and f"--out: cannot write into {tmp_path / 'a_file' / 'sub'}" in err
+    assert "nothing was run" in err
+
+
+def test_whatif_predicts_the_net_train_runs_and_a_cpu_file_predicts_numpy(capsys, tmp_path):
+    from perflab.results import RESULTS_ROOT
+    deep = "ceilings_h100x2_depth_h1280-1280_h1536-1536-1536_b1500_b2800/ceilings_p2.csv"
+    main(["whatif", "--ceilings", str(RESULTS_ROOT / "nvidia-h100-80gb-hbm3" / deep), "--hidden", "1280-1280",
+          "--out", str(tmp_path), "--json"])
+    (row,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"]
+    assert row["H"] == "1280-1280" and row["backend"] == "cupy"  # 784-1280-1280-10, as train --hidden 1280-1280
+    main(["whatif", "--ceilings", str(RESULTS_ROOT / "cpu-amd-epyc" / "ceilings_p1.csv"), "--hidden", "64",
+          "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert out.startswith("perflab whatif: --backend numpy (the ceilings file's: CPU rows), --dtype float32, "
+                          "--train-size 60000")

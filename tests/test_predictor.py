@@ -461,7 +461,8 @@ def test_whatif_and_validate_reject_bad_input_naming_it(tmp_path, capsys):
     assert proc.returncode == 2 and "no nccl_allreduce rows at p=4" in proc.stderr
     proc = run("whatif", "--ceilings", str(RESULTS_ROOT / "nvidia-h200" / "scaling_9637666" / "ceilings_p2.csv"), "--gemm", "x3tf32")
     assert proc.returncode == 2 and "no gpu step_kernel rows for 'forward GEMM 1 (x3tf32)'" in proc.stderr
-    proc = run("whatif", "--ceilings", str(RESULTS_ROOT / "cpu-amd-epyc" / "ceilings_p1.csv"), "--hidden", "64")
+    proc = run("whatif", "--ceilings", str(RESULTS_ROOT / "cpu-amd-epyc" / "ceilings_p1.csv"), "--hidden", "64",
+               "--backend", "cupy")
     assert proc.returncode == 2 and "it is a CPU's file (--backend numpy predicts from it)" in proc.stderr
     proc = run("whatif", "--ceilings", str(RESULTS_ROOT / "nvidia-h200" / "ceilings_p2.csv"), "--dtype", "bfloat16")
     assert proc.returncode == 2 and "has no `step in sequence (cublas-bf16)` rows" in proc.stderr, proc.stderr

@@ -115,3 +115,41 @@ def test_the_readme_lists_every_command_and_the_reference_page_names_only_files_
     reference = (PROJECT_ROOT / "docs" / "COMMANDS.md").read_text()
     cited = re.findall(r"`((?:results|experiments|scripts|perflab)/[^`* ]+)`", reference)
     assert cited and [c for c in cited if not (PROJECT_ROOT / c).exists()] == []
+
+
+def test_the_headline_claims_are_data_markdown_names_none_of_their_files_machines_or_peers():
+    """Claims as data (issue 67, item 7): each headline row is a claim of the results root's claims file; the
+    headline's code and the renderer name none of their sources or peer labels, and markdown.py no machine key."""
+    import re
+
+    from perflab.report import claims
+    headline = claims.load("headline")
+    rows = [line for line in markdown.headline().splitlines()[2:] if line.startswith("|")]
+    assert len(rows) == len(headline)
+    import inspect
+    code = inspect.getsource(markdown.headline) + (PROJECT_ROOT / "perflab" / "report" / "claims.py").read_text()
+    labels = {c["source"] for c in headline} | {c["source"].split("/")[0] for c in headline}
+    labels |= {peer for c in headline for q in c.get("values", {}).values()
+               for peer in [q.get("mine"), *q.get("against", [])] if peer}
+    labels.discard("predictions")  # a folder every results root has, not a claim's choice
+    assert not [label for label in labels if f'"{label}"' in code or f"'{label}'" in code]
+    assert not re.search(r"nvidia-h\d", code + (PROJECT_ROOT / "perflab" / "report" / "markdown.py").read_text())
+
+
+def test_a_claim_is_rendered_from_its_source_and_a_wrong_peer_is_refused(tmp_path):
+    import json
+
+    from perflab.report import claims
+    root = tmp_path / "results"
+    (root / "m").mkdir(parents=True)
+    (root / "m" / "bench.csv").write_text("H,B,peer,epoch_ms\n512,800,mine,2\n512,800,theirs,4\n"
+                                          "1024,800,mine,3\n1024,800,theirs,4\n")
+    claim = {"claim": "mine over theirs", "source": "m/bench.csv", "measured": "{r}",
+             "values": {"r": {"op": "ratio", "mine": "mine", "against": ["theirs"], "format": ".2f"}}}
+    gone = {**claim, "source": "m/missing.csv"}
+    (root / claims.CLAIMS_FILE).write_text(json.dumps({"headline": [claim, gone]}))
+    assert claims.render(claims.load("headline", root), root) == [
+        {"claim": "mine over theirs", "measured": "0.50 to 0.75", "source": "`results/m/bench.csv`"}]
+    claim["values"]["r"]["against"] = ["nobody"]
+    with pytest.raises(ValueError, match="nobody"):
+        claims.render([claim], root)

@@ -626,7 +626,7 @@ def _latency(t: pd.DataFrame, shape: str) -> str:
 
 
 def _pair(t: pd.DataFrame) -> tuple[str, str] | None:
-    """A fwd1 and a bwd3 shape with the same M, N and K (within 3%) where regblock beats tiled at the
+    """A fwd1 and a bwd3 shape with the same M, N and K (each within 0.03 of the other) where regblock beats tiled at the
     first and trails it at the second, and its own access pattern waits on L2 at more of the second's
     steps; None where the table has none."""
     timed = t[t["variant"].isin(STEPPED) & t["tflops"].notna()]
@@ -959,8 +959,8 @@ NCU_COLUMNS = {
 }
 NCU_SECTIONED = tuple(NCU_COLUMNS)[:16]  # collected by the sections
 NCU_NAMED = tuple(NCU_COLUMNS)[16:]  # the script's --metrics list
-# those of them this H100's Nsight Compute has printed before (results/nvidia-h100-80gb-hbm3/ncu_gemm.txt,
-# experiments/half/ncu_bwd3_h100.txt): the script's second try if the first fails on a name
+# those of them this H100's Nsight Compute has printed before (docs/DECISIONS.md, D1): the script's second try if
+# the first fails on a name
 NCU_PROVEN = tuple(m for m in NCU_NAMED if m.startswith(("dram__bytes_read", "lts__t_sector_hit_rate", "smsp__",
                                                          "l1tex__data_", "sm__pipe_fma")))
 

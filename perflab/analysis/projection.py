@@ -27,11 +27,11 @@ import pandas as pd
 
 D, C = 784, 10
 T_FIXED = 40e-6
-# each committed prediction (results/predictions/NAME.json) and the scaling runs it was calibrated on,
+# each committed prediction (predictions/NAME.json under the results root) and the scaling runs it was calibrated on,
 # kept apart from scaling.jsonl, which newer runs replace (p8.json names the file as it was called then)
 CALIBRATIONS = {"p8": "scaling_calibration.jsonl", "p8_graphs": "scaling_calibration_graphs.jsonl"}
 DEFAULT_CALIBRATION = CALIBRATIONS["p8"]
-MULTINODE_CALIBRATION = CALIBRATIONS["p8_graphs"]  # results/predictions/projection_64.csv
+MULTINODE_CALIBRATION = CALIBRATIONS["p8_graphs"]  # the calibration the 64-GPU projection was drawn from
 
 
 def fit_allreduce(ceilings: pd.DataFrame, min_bytes: int = 1 << 20) -> tuple[float, float]:

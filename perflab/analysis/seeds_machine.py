@@ -2,7 +2,7 @@
 report for their RTX 6000 (P_flops, P_pci, P_mpi), and the predictor's phases against the seeds'
 own measured medians (final assignment, Figure 11), so a reader sees how far three rates go.
 
-`results/seeds-rtx6000/`: figure11_medians.csv (+ .json: the workload and rates, copied from the
+Its folder (FOLDER, under the results root): figure11_medians.csv (+ .json: the workload and rates, copied from the
 seeds), ceilings_p2.csv (built here), whatif_check.csv (predicted against the seeds' medians)."""
 from __future__ import annotations
 

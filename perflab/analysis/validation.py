@@ -14,7 +14,7 @@ SWEEPS = ("roofline*.csv", "parallel.csv", "mainjob*/roofline.csv", "prediction_
 
 
 def committed_folders() -> list[Path]:
-    """The machine folders under results/ that hold sweep points."""
+    """The machine folders under the results root that hold sweep points."""
     return sorted(d for d in results.RESULTS_ROOT.iterdir() if d.is_dir() and sweep_files(d))
 
 
@@ -131,8 +131,8 @@ def boot_ceilings(boots: set):
 
 def own_ceilings(sweep: Path, folder: Path, p: int = 1) -> Path:
     """The folder of the ceilings that predict a sweep: those measured beside it, on the same boot of
-    the machine (`<sweep>_ceilings/`: host-side terms differ between boots of one device image by up
-    to 1.5x), else its run's own (mainjob/), else those of the machine folder (or a folder inside it)
+    the machine (`<sweep>_ceilings/`: host-side terms differ between boots of one device image:
+    docs/DECISIONS.md, D2), else its run's own (mainjob/), else those of the machine folder (or a folder inside it)
     that cover p ranks and were measured on the sweep's boot, else nearest in time to it: the code
     and the boot it ran on, as near as the files tell."""
     beside = sweep.with_name(sweep.stem + "_ceilings")

@@ -5,9 +5,11 @@ import json
 from pathlib import Path
 
 from perflab.commands.options import (
+    DEFAULTS_DIFFER,
     CLIError,
     file_name,
-    net,
+    net_options,
+    nets,
     out_folder,
     outputs,
     positive,
@@ -57,6 +59,7 @@ def cmd_whatif(args, comm) -> dict:
     from perflab.analysis import predictor
     from perflab.data import atomic_write
     from perflab.workbook import sweep
+    hidden = nets(args)  # the spelling first: a mistyped net is named before any file is read
     path = Path(args.ceilings)
     if not path.is_file():
         raise CLIError(f"--ceilings {args.ceilings}: no such file (perflab ceilings writes <run folder>/ceilings_p<P>.csv)")
@@ -72,9 +75,10 @@ def cmd_whatif(args, comm) -> dict:
             ceilings = predictor.with_exchange(ceilings, predictor.Ceilings.load(exchange))
         except predictor.PredictionError as exc:
             raise CLIError(str(exc)) from None
+    backend = whatif_backend(args, ceilings, hidden, path)
     try:
-        points = sweep.grid(hidden=args.hidden, per_rank_batch=args.per_rank_batch, ranks=args.ranks,
-                            parallel=args.parallel, backend=[args.backend], mode=args.mode, gemm=args.gemm,
+        points = sweep.grid(hidden=hidden, per_rank_batch=args.per_rank_batch, ranks=args.ranks,
+                            parallel=args.parallel, backend=[backend], mode=args.mode, gemm=args.gemm,
                             dtype=args.dtype, N=args.train_size, launch=args.launch,
                             comm=None if args.comm == "auto" else args.comm)
     except ValueError as exc:
@@ -95,8 +99,8 @@ def cmd_whatif(args, comm) -> dict:
                        "composition": pred["composition"]} | predictor.band_ms(pred)
                     | {k: 1e3 * v for k, v in pred.items() if k.startswith("t_")})
     out = Path(args.out or results.run_dir()) / f"{args.name}.json"
-    device = "cpu" if args.backend == "numpy" else "gpu"
-    grid = {g: ceilings.grid_error(ceilings.step_names(args.backend, g), device) for g in args.gemm}
+    device = "cpu" if backend == "numpy" else "gpu"
+    grid = {g: ceilings.grid_error(ceilings.step_names(backend, g), device) for g in args.gemm}
     made = {"method": "perflab.analysis.predictor from the ceilings file alone (no training run)", "ceilings": str(path),
             "ceilings_machine": results.made_on(path), "predicted_by": results.git_commit(),
             "grid_interpolation_error": grid, "epoch_stretch": ceilings.epoch_stretch(),
@@ -109,7 +113,7 @@ def cmd_whatif(args, comm) -> dict:
     atomic_write(out, (json.dumps(made, indent=1) + "\n").encode())
     if not args.json:
         print(pd.DataFrame(rows).drop(columns=["composition"]).round(3).to_string(index=False))
-        if "eager" in args.launch and args.backend == "cupy":
+        if "eager" in args.launch and backend == "cupy":
             print("eager steps: charged the trainer's host floor at H = 16; a step the host launches kernel by kernel "
                   "moved by up to 2x between points of one run on the borrowed H100s (experiments/predictor/README.md)")
         if made["epoch_stretch"] is not None and "resident" in args.mode and "graph" in args.launch:
@@ -122,6 +126,17 @@ def cmd_whatif(args, comm) -> dict:
         print(track_record_text(made["track_record"]))
         print(f"wrote {out}")
     return {"saved": str(out), "rows": rows}
+
+
+def whatif_backend(args, ceilings, hidden, path) -> str:
+    """--backend, by default the ceilings file's (a CPU's file predicts NumPy), said in the run's first line with
+    the settings whose defaults are not train's."""
+    backend = args.backend or ("cupy" if len(ceilings.rows("step_kernel", device="gpu")) else "numpy")
+    if not args.json:
+        print(f"perflab whatif: --backend {backend}" + ("" if args.backend else f" (the ceilings file's: "
+              f"{'GPU' if backend == 'cupy' else 'CPU'} rows)") + f", --dtype {' '.join(args.dtype)}, --train-size "
+              f"{args.train_size}, --hidden {' '.join(map(str, hidden))}; predicted from {path}")
+    return backend
 
 
 def track_record(machine: dict) -> dict:
@@ -196,17 +211,17 @@ def register(sub) -> None:
     p = sub.add_parser("whatif", help="predict points from a ceilings file alone (perflab.analysis.predictor; no training run)",
                        description="Time per batch and per epoch of every (H, b, p, mode) point composed from one "
                                    "ceilings file (perflab ceilings on that machine): commit the prediction before the "
-                                   "run that tests it. Writes <run folder>/NAME.json (or --out DIR) naming the file used.")
+                                   "run that tests it. Writes <run folder>/NAME.json (or --out DIR) naming the file used. "
+                                   + DEFAULTS_DIFFER)
     p.add_argument("--ceilings", required=True, metavar="CSV", help="a ceilings_p<P>.csv (P >= the largest --ranks)")
     p.add_argument("--exchange-ceilings", nargs="+", metavar="CSV",
                    help="the all-reduces from these ceilings files instead, each at the ranks it measured: machines "
                         "with more of the same GPUs whose step kernels were never measured (the rest from --ceilings)")
-    p.add_argument("--hidden", nargs="+", type=net, default=[512], metavar="NET",
-                   help="nets, each one hidden width (512) or a deeper net's widths joined by '-' (1024-1024 for "
-                        "784-1024-1024-10); default 512")
+    net_options(p, several=True)
     p.add_argument("--per-rank-batch", nargs="+", type=positive, default=[3000], metavar="b", help="samples per rank per step")
     p.add_argument("--ranks", nargs="+", type=positive, default=[1], metavar="P")
-    p.add_argument("--backend", choices=("numpy", "cupy"), default="cupy")
+    p.add_argument("--backend", choices=("numpy", "cupy"), default=None,
+                   help="predict NumPy's step or the GPU's (default: the ceilings file's, cupy where it has GPU rows)")
     p.add_argument("--mode", nargs="+", choices=MODES, default=["resident"])
     p.add_argument("--parallel", nargs="+", choices=("data", "model"), default=["data"],
                    help="data (B = p x b, split) or model (H split, every rank the whole B = p x b); default data")

@@ -10,10 +10,12 @@ from perflab.commands.options import (
     gemm_shape,
     hold_seconds,
     hyperparameter_options,
-    net,
     net_batch,
+    net_options,
+    nets,
     outputs,
     positive,
+    require_cupy,
     save_rows,
 )
 from perflab.config import DTYPES, HALF_DTYPES
@@ -22,7 +24,6 @@ from perflab.config import DTYPES, HALF_DTYPES
 def cmd_timeline(args, comm) -> dict:
     import pandas as pd
 
-    from perflab.backend import cupy_or_none
     from perflab.measure import timeline
     from perflab.report import plots
     if args.redraw:
@@ -33,8 +34,7 @@ def cmd_timeline(args, comm) -> dict:
         name, ranks = saved.stem, int(table["rank"].max()) + 1
         title = saved.stem.replace("timeline_", "").replace("_", " ") + (f", {table.dtype[0]}" if "dtype" in table else "")
     else:
-        if cupy_or_none() is None:
-            raise CLIError("perflab timeline records CUDA streams: it needs CuPy and one GPU per rank")
+        require_cupy("perflab timeline records CUDA streams, one GPU a rank: it")
         cfg = config_from_args(args)
         table = timeline.record(cfg, comm, args.modes, args.gemm, args.chunks, log=None if args.json or comm.rank else print)
         table = pd.concat(comm.allgather(table), ignore_index=True)
@@ -63,13 +63,15 @@ def cmd_timeline(args, comm) -> dict:
 def cmd_ceilings(args, comm) -> dict:
     from perflab.backend import cupy_or_none
     from perflab.measure import ceilings
+    if args.backend == "cupy":
+        require_cupy("--backend cupy")
     gpu = {"auto": cupy_or_none() is not None, "cupy": True, "numpy": False}[args.backend]
     sizes = [2**k for k in range(12, args.max_log2_size + 1, 2)]
     hidden, batches = ceilings.default_grid(gpu)
-    nets = [widths(net) for net in args.hidden or ()]
-    grid = (sorted({*hidden, *(h for net in nets for h in net)}), sorted({*batches, *(args.per_rank_batch or ())}))
+    asked = [widths(n) for n in nets(args, default=())]
+    grid = (sorted({*hidden, *(h for net in asked for h in net)}), sorted({*batches, *(args.per_rank_batch or ())}))
     rows = ceilings.measure(comm, gpu, sizes, log=(lambda m: None) if args.json or comm.rank else print,
-                            kernels=not args.no_step_kernels, grid=grid, nets=nets)
+                            kernels=not args.no_step_kernels, grid=grid, nets=asked)
     if comm.rank != 0:
         return {}
     if not args.json:
@@ -80,9 +82,7 @@ def cmd_ceilings(args, comm) -> dict:
 
 def cmd_compile(args, comm) -> dict:
     from perflab import kernels
-    from perflab.backend import cupy_or_none
-    if cupy_or_none() is None:
-        raise CLIError("compile builds perflab's CUDA kernels into CuPy's cache: it needs CuPy and a GPU")
+    require_cupy("perflab compile builds perflab's CUDA kernels into CuPy's cache: it")
     import time
     t0 = time.perf_counter()
     count = kernels.compile_all(args.processes, progress=not args.json)
@@ -93,13 +93,15 @@ def cmd_compile(args, comm) -> dict:
 
 
 def cmd_bench_gemm(args, comm) -> dict:
+    from perflab.kernels import GEMM_VARIANTS
     from perflab.measure import bench
-    if args.dtype in HALF_DTYPES:  # perflab's half wgmma GEMM beside cuBLAS's at the half step's GEMMs
-        from perflab.kernels import GEMM_VARIANTS
-        from perflab.measure.gemm_peers import GEMM_PEERS
-        if args.variants != list(GEMM_VARIANTS) or args.peers != list(GEMM_PEERS):
-            raise CLIError(f"bench gemm --dtype {args.dtype} times perflab's half wgmma GEMM beside cuBLAS's, no other "
-                           "variant or peer: leave out --variants and --peers (they are for float32 and float64)")
+    from perflab.measure.gemm_peers import GEMM_PEERS
+    half = args.dtype in HALF_DTYPES
+    if half and (args.variants != list(GEMM_VARIANTS) or args.peers != list(GEMM_PEERS)):
+        raise CLIError(f"bench gemm --dtype {args.dtype} times perflab's half wgmma GEMM beside cuBLAS's, no other "
+                       "variant or peer: leave out --variants and --peers (they are for float32 and float64)")
+    require_cupy("perflab bench gemm times GEMMs on the GPU: it")
+    if half:  # perflab's half wgmma GEMM beside cuBLAS's at the half step's GEMMs
         rows = bench.bench_half_gemm(args.dtype, hidden=args.hidden, batches=args.batches, repeats=args.repeats,
                                      progress=not args.json,
                                      on_shape=lambda so_far: save_rows(f"bench_gemm_{args.dtype}", so_far, args.out))
@@ -121,10 +123,8 @@ def cmd_bench_gemm(args, comm) -> dict:
 
 
 def cmd_bench_hold(args, comm) -> dict:
-    from perflab.backend import cupy_or_none
     from perflab.measure import bench, power
-    if cupy_or_none() is None:
-        raise CLIError("bench hold replays GEMMs on the GPU while nvidia-smi samples it: it needs CuPy and a GPU")
+    require_cupy("perflab bench hold replays GEMMs on the GPU while nvidia-smi samples it: it")
     try:
         rows, samples = bench.bench_hold(args.shapes, seconds=args.seconds, rounds=args.rounds, progress=not args.json)
     except power.SamplingError as error:
@@ -141,6 +141,7 @@ def cmd_bench_hold(args, comm) -> dict:
 
 def cmd_bench_train(args, comm) -> dict:
     from perflab.measure import peers
+    require_cupy("perflab bench train times perflab's GPU trainer beside its peers: it")
     rows = peers.bench_train(configs=args.configs, N=args.train_size, peers=args.peers, repeats=args.repeats,
                              log=(lambda m: None) if args.json else print,
                              on_config=lambda so_far: save_rows("bench_train", so_far, args.out))
@@ -156,6 +157,7 @@ def cmd_bench_train(args, comm) -> dict:
 
 def cmd_bench_step(args, comm) -> dict:
     from perflab.measure import bench
+    require_cupy("perflab bench step times each kernel of the GPU step: it")
     rows = [row for H, B in args.configs for row in bench.step_breakdown(H, B)]
     saved = save_rows("bench_step", rows, args.out)
     if not args.json:
@@ -166,13 +168,11 @@ def cmd_bench_step(args, comm) -> dict:
 
 
 def cmd_bench_allreduce(args, comm) -> dict:
-    from perflab.backend import cupy_or_none
     from perflab.measure import bench
     if comm.size < 2:
         raise CLIError(f"bench allreduce needs several ranks, one per GPU: mpirun -n P perflab bench allreduce "
                        f"(P >= 2); got {comm.size} rank")
-    if cupy_or_none() is None:
-        raise CLIError("bench allreduce times GPU buffers: it needs CuPy and one GPU per rank")
+    require_cupy("perflab bench allreduce times GPU buffers: it")
     rows = bench.bench_allreduce(comm, sizes=args.sizes, repeats=args.repeats)
     if comm.rank != 0:
         return {"rows": rows}
@@ -218,12 +218,10 @@ def register(sub) -> None:
     p.add_argument("--no-step-kernels", action="store_true", help="skip the step's kernels over H x B (the predictor "
                                                                    "needs them; they take about a minute on a GPU)")
     p.add_argument("--max-log2-size", type=positive, default=26, help="largest buffer, 2**K bytes (default %(default)s)")
-    p.add_argument("--hidden", nargs="+", type=net, metavar="NET",
-                   help="the nets to be predicted, as sweep takes them (512, or 1024-1024 for 784-1024-1024-10): their "
-                        "widths join the grid the step's kernels are timed over (its powers of two are interpolated "
-                        "between: at other shapes the tensor-core GEMMs miss by up to 15%%; perflab whatif says how "
-                        "far), and under mpiexec the all-reduces are also timed at each net's gradient and pipelined "
-                        "pieces")
+    net_options(p, several=True, default="none", what="the nets to be predicted: their widths join the grid the step's "
+                            "kernels are timed over (its powers of two are interpolated between: at other shapes the tensor-core GEMMs miss "
+                            "by up to 15%%; perflab whatif says how far), and under mpiexec the all-reduces are also "
+                            "timed at each net's gradient and pipelined pieces")
     p.add_argument("--per-rank-batch", nargs="+", type=positive, metavar="B/p",
                    help="also time them at these samples per rank per step (with --hidden: every pair)")
     outputs(p)

@@ -5,6 +5,7 @@ import argparse
 import os
 import sys
 
+from perflab.backend import INSTALL_CUPY
 from perflab.config import ACCURACY, DTYPES, HALF_DTYPES, MODES, Config
 from perflab.data import DATASETS
 from perflab.train.comm import STRATEGIES
@@ -25,12 +26,11 @@ def hyperparameter_options(parser: argparse.ArgumentParser, dtype: str | None = 
         "Defaults are the seeds' performance workload {D=784, H=512, C=10, reg=1e-4, lr=1e-4, "
         "N=38400, epochs=1, B=3200}: the point the roofline analysis studies; they train too little "
         "to classify well. For accuracy (test precision ~0.98 on MNIST): "
-        + " ".join(f"--{k.replace('_', '-').replace('hidden-sizes', 'hidden-size')} "
-                   f"{' '.join(map(str, v)) if isinstance(v, tuple) else v}"
-                   for k, v in ACCURACY.items() if k != "shuffle") + " --shuffle")
+        + " ".join(f"--{k.replace('_', '-').replace('hidden-sizes', 'hidden')} "
+                   f"{'-'.join(map(str, v)) if isinstance(v, tuple) else v}"
+                   for k, v in ACCURACY.items() if k != "shuffle") + " --shuffle. " + DEFAULTS_DIFFER)
     g.add_argument("--input-size", type=int, default=d.input_size, metavar="D", help="pixels per image (default %(default)s)")
-    g.add_argument("--hidden-size", type=positive, nargs="+", default=list(d.hidden_sizes), metavar="H",
-                   help="hidden units; several values make a deeper net, e.g. 1024 1024 (default %(default)s)")
+    net_options(g, several=False)
     g.add_argument("--num-classes", type=int, default=d.num_classes, metavar="C", help="classes (default %(default)s)")
     g.add_argument("--reg", type=float, default=d.reg, help="L2 weight: loss += reg/2 * sum ||W||^2 (default %(default)s)")
     g.add_argument("--learning-rate", type=float, default=d.learning_rate, metavar="LR", help="SGD step (default %(default)s)")
@@ -69,7 +69,7 @@ def device_options(parser: argparse.ArgumentParser) -> None:
                         "of perflab's kernels; on TF32 tensor cores (float32 only): tf32 (mma.sync), wgmma (Hopper's "
                         "warpgroup MMA), x3tf32 (3xTF32 on wgmma: FP32 accuracy at tensor-core speed, Hopper only), "
                         "cublas-x3tf32 (3xTF32 by three cuBLAS TF32 calls) (default %(default)s)")
-    g.add_argument("--comm", choices=STRATEGIES + ("auto",), default=None,
+    g.add_argument("--comm", choices=STRATEGIES + ("overlap", "auto"), default=None,
                    help="gradient all-reduce: nccl (GPU, on the device), mpi (host MPI; GPU buffers staged), cuda-mpi "
                         "(GPU buffers straight to a CUDA-aware MPI, detected: an error where the MPI is not), hierarchical "
                         "(reduce in each node, all-reduce across node leaders, broadcast; PERFLAB_RANKS_PER_NODE=k "
@@ -78,18 +78,20 @@ def device_options(parser: argparse.ArgumentParser) -> None:
                         "gradients over NVLink, sums and applies them in one kernel; from 3 GPUs each sums and applies "
                         "its 1/p, then reads the others'; resident data parallel), nccl-half "
                         "(--dtype bfloat16|float16: NCCL on the gradients rounded to the run's half precision, half the "
-                        "bytes), auto (the fastest of nccl, overlap (nccl with --overlap), p2p and, in half precision, "
+                        "bytes), overlap (NCCL in dW1 chunks under backward GEMM 3: --overlap), auto (the fastest of nccl, overlap, "
+                        "p2p and, in half precision, "
                         "nccl-half for resident data parallel on several GPUs, an epoch "
                         "of each timed before training; printed). Default: auto on GPUs (mpi in the staged modes), "
                         "mpi on the CPU")
     from perflab.workbook.sweep import LAUNCHES
-    g.add_argument("--launch", choices=LAUNCHES, default="graph",
+    g.add_argument("--launch", choices=LAUNCHES, default=None,
                    help="GPU: replay each step as a CUDA graph, a whole epoch as one with data resident and the loss "
                         "printed once an epoch (on several GPUs the NCCL all-reduces inside) (graph), or launch its "
-                        "kernels one by one as the seeds' code does (eager) (default %(default)s)")
+                        "kernels one by one as the seeds' code does (eager) (default graph on GPUs; NumPy launches "
+                        "nothing: eager)")
     g.add_argument("--pinned", action="store_true", help="staged mode: keep the data in page-locked host memory")
     g.add_argument("--overlap", action="store_true",
-                   help="NCCL on several GPUs: all-reduce the gradients in chunks on a second stream while backward "
+                   help="the old spelling of --comm overlap: NCCL on several GPUs, all-reduce the gradients in chunks on a second stream while backward "
                         "GEMM 3 still runs, all inside the step's CUDA graph (slower than one exchange after it on "
                         "two H200 and two H100: NCCL's kernels take SMs from the GEMM; experiments/p2p/README.md)")
     g.add_argument("--threads", type=positive, default=None, metavar="K",
@@ -107,62 +109,115 @@ def device_options(parser: argparse.ArgumentParser) -> None:
                         "--mode pipelined)")
 
 
-def device_from_args(args):
-    from perflab.backend import array_module
-    from perflab.kernels import TF32_VARIANTS
-    from perflab.train.runner import Device
-    backend = "numpy" if array_module(args.backend).__name__ == "numpy" else "cupy"
-    if args.backend == "auto" and getattr(args, "json", False) is False:
-        print(f"backend: {backend}", file=sys.stderr)
-    comm = args.comm or ("nccl" if args.overlap and backend == "cupy" and args.mode == "resident" else "auto")
-    if comm == "auto" and (backend == "numpy" or args.mode != "resident"):
-        comm = "mpi"  # the one exchange those runs take
-    if comm == "auto" and args.overlap:
+def exchange_from_args(args) -> str | None:
+    """--comm and the old --overlap flag as one exchange: --overlap is --comm overlap (NCCL's, chunked)."""
+    if not getattr(args, "overlap", False):
+        return args.comm
+    if args.comm == "auto":
         raise CLIError("--comm auto times NCCL with and without --overlap and keeps the faster: leave --overlap out, "
                        "or name --comm nccl")
-    if backend == "numpy" and comm in ("nccl", "nccl-half", "cuda-mpi", "p2p"):
-        raise CLIError(f"--comm {comm} needs --backend cupy; on the CPU use mpi or hierarchical")
-    if backend != "numpy" and getattr(args, "threads", None):
-        raise CLIError(f"--threads {args.threads} sets NumPy's BLAS threads a rank: it needs --backend numpy (a GPU "
-                       "rank's math runs on its GPU)")
-    if backend == "numpy" and args.gemm != "cublas":
-        raise CLIError(f"--gemm {args.gemm} runs perflab's CUDA kernels: it needs --backend cupy (the NumPy "
-                       "backend multiplies with its BLAS)")
-    if args.overlap and comm != "nccl":
+    if args.comm not in (None, "nccl", "overlap"):
         raise CLIError(f"--overlap overlaps an NCCL all-reduce with the backward pass: it needs --comm nccl "
-                       f"(--backend cupy --mode resident), got --comm {comm}")
-    if comm == "cuda-mpi":
+                       f"(--backend cupy --mode resident), got --comm {args.comm}")
+    return "overlap"
+
+
+def spec_from_args(args, parallel: str | None = None):
+    """The RunSpec (perflab.train.spec) train, check and timeline parse into, validated: a bad combination is named
+    before anything loads."""
+    from perflab.train.spec import RunSpec, SpecError
+    backend = resolved_backend(args.backend, quiet=getattr(args, "json", False) is not False)
+    asked = getattr(args, "parallel", "data")
+    parallel = parallel or ("data" if asked == "auto" else asked)  # auto: data or sequential, alike to every rule
+    try:
+        return RunSpec(backend=backend, parallel=parallel, mode=args.mode,
+                       gemm=args.gemm, exchange=exchange_from_args(args), dtype=getattr(args, "dtype", "float32"),
+                       launch=args.launch, chunks=args.chunks, nets=(one_net(args),), batches=(args.batch_size,),
+                       pinned=args.pinned, threads=args.threads, timeout=args.timeout).validate()
+    except SpecError as exc:
+        raise CLIError(str(exc)) from None
+
+
+def resolved_backend(backend: str, quiet: bool = True) -> str:
+    """numpy or cupy for --backend numpy | cupy | auto; --backend cupy without CuPy ends in NO_CUPY's message."""
+    from perflab.backend import cupy_or_none
+    if backend == "numpy":
+        return "numpy"
+    found = cupy_or_none() is not None
+    if backend == "cupy" and not found:
+        raise CLIError(no_cupy("--backend cupy"))
+    if backend == "auto" and not quiet:
+        print(f"backend: {'cupy' if found else 'numpy'}", file=sys.stderr)
+    return "cupy" if found else "numpy"
+
+
+def no_cupy(what: str) -> str:
+    return f"{what} needs CuPy and a visible NVIDIA GPU; none was found: {INSTALL_CUPY}"
+
+
+def require_cupy(what: str) -> None:
+    """Refuse, with the one no-CuPy message, a command that needs a GPU, before it prints or measures anything."""
+    from perflab.backend import cupy_or_none
+    if cupy_or_none() is None:
+        raise CLIError(no_cupy(what))
+
+
+def run_spec(args, parallel: str | None = None):
+    """train's and check's RunSpec, and a --comm cuda-mpi checked against the MPI library it would run on."""
+    spec = spec_from_args(args, parallel)
+    if spec.exchange == "cuda-mpi":
         from perflab.train.comm import require_cuda_aware_mpi
         try:
             require_cuda_aware_mpi()
         except ValueError as exc:
             raise CLIError(str(exc)) from None
-    if comm == "p2p" and getattr(args, "parallel", "data") == "model":
-        raise CLIError("--comm p2p exchanges the data-parallel gradient buffer; model parallel all-reduces its logits: "
-                       "use --comm nccl")
-    if args.mode != "resident" and comm in ("nccl", "nccl-half", "cuda-mpi", "p2p"):
-        raise CLIError(f"--mode {args.mode} exchanges gradients through the host: use --comm mpi or hierarchical")
-    if args.mode == "pipelined" and backend == "numpy":
-        raise CLIError("--mode pipelined overlaps host <-> GPU copies with GPU compute: it needs --backend cupy")
-    if args.mode == "pipelined" and getattr(args, "parallel", "data") == "model":
-        raise CLIError("--mode pipelined exchanges gradients: it runs --parallel data (model parallel keeps the data "
-                       "on the GPU: --mode resident)")
-    if comm == "nccl-half" and getattr(args, "dtype", "float32") not in HALF_DTYPES:
-        raise CLIError(f"--comm nccl-half exchanges the gradients in the run's half precision: it needs --dtype "
-                       f"bfloat16 or float16, got --dtype {getattr(args, 'dtype', 'float32')} (use --comm nccl)")
-    dtype = getattr(args, "dtype", "float32")
-    half_wgmma = args.gemm == "wgmma" and dtype in HALF_DTYPES  # perflab's own BF16/FP16 GEMM
-    if args.gemm in TF32_VARIANTS and dtype != "float32" and not half_wgmma:
-        raise CLIError(f"--gemm {args.gemm} runs on TF32 tensor cores from float32 operands: it needs --dtype float32"
-                       + (" (or, wgmma only, bfloat16 or float16)" if args.gemm == "wgmma" else "")
-                       + f", got --dtype {dtype}")
-    return Device(backend=backend, mode=args.mode, gemm=args.gemm, comm=comm, graphs=args.launch == "graph",
-                  pinned=args.pinned, overlap=args.overlap, chunks=args.chunks, timeout=args.timeout,
-                  threads=args.threads)
+    return spec
+
+
+def device_from_args(args, parallel: str | None = None):
+    """The trainer's Device of train's and check's options (through their RunSpec)."""
+    return run_spec(args, parallel).device()
+
+
+# Config's fields as the options that set them: a ConfigError the CLI prints names the option, not the field
+OPTION_OF = {"input_size": "--input-size", "hidden_sizes": "--hidden", "hidden_size": "--hidden",
+             "num_classes": "--num-classes", "learning_rate": "--learning-rate", "train_size": "--train-size",
+             "num_epochs": "--num-epochs", "batch_size": "--batch-size", "test_size": "--test-size",
+             "validation_size": "--validation-size", "print_every": "--print-every", "dtype": "--dtype", "reg": "--reg"}
+
+
+def option_names(message: str) -> str:
+    """A Config message in the CLI's words: `batch_size must be ...` -> `--batch-size must be ...`."""
+    import re
+    return re.sub(r"(?<![-\w])(" + "|".join(OPTION_OF) + r")\b", lambda m: OPTION_OF[m[1]], message)
+
+
+def first_line(command: str, cfg: Config, spec, ranks: int) -> str:
+    """A run's first line: its net and the settings whose defaults differ between commands, so a number is never
+    read as another command's."""
+    net = "-".join(map(str, cfg.layer_sizes))
+    return (f"perflab {command}: {net}, --learning-rate {cfg.learning_rate:g}, --dataset {cfg.dataset} "
+            f"N={cfg.train_size}, B={cfg.batch_size}, {cfg.num_epochs} epoch(s); {spec.summary()}; {ranks} rank(s)")
+
+
+def writable_folder(folder, option: str):
+    """The folder a command writes into, made where missing and probed with a file, before anything runs: a folder
+    it cannot write is named now, not after the run."""
+    import pathlib
+    import tempfile
+
+    from perflab.train.loop import disk_error
+    folder = pathlib.Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as exc:
+        raise CLIError(f"{option}: cannot write into {folder}: {disk_error(exc)}; nothing was run") from None
+    return folder
 
 
 def config_from_args(args) -> Config:
-    return Config(input_size=args.input_size, hidden_sizes=tuple(args.hidden_size), num_classes=args.num_classes,
+    return Config(input_size=args.input_size, hidden_sizes=one_net(args), num_classes=args.num_classes,
                   reg=args.reg, learning_rate=args.learning_rate, train_size=args.train_size,
                   num_epochs=args.num_epochs, batch_size=args.batch_size, dtype=args.dtype, seed=args.seed,
                   test_size=args.test_size, validation_size=args.validation_size, print_every=args.print_every,
@@ -174,8 +229,9 @@ def parallel_option(parser, default: str) -> None:
                         else ("data", "model"), default=default,
                         help="data: batch split over ranks, one fused gradient all-reduce a batch; model: layers "
                              "split over ranks, by rows and by columns in turn (one hidden layer: its units, one "
-                             "all-reduce of the C x B logits; deeper: one all-reduce after each column-split layer); "
-                             "auto: data under mpiexec with several ranks, else sequential (default %(default)s)")
+                             "all-reduce of the C x B logits; deeper: one all-reduce after each column-split layer)"
+                             + ("; auto: data under mpiexec with several ranks, else sequential" if default == "auto"
+                                else "") + " (default %(default)s)")
 
 
 def device_summary(device) -> dict:
@@ -265,6 +321,54 @@ def net_batch(text: str) -> tuple:
         pass
     raise argparse.ArgumentTypeError(f"expected H,B (one hidden layer, like 512,3200) or H1-H2-...,B (deeper, like "
                                      f"1024-1024,3200) with positive integers, got {text!r}")
+
+
+NET_HELP = "a net's hidden widths joined by '-': 512 is 784-512-10, 1280-1280 is 784-1280-1280-10"
+OLD_NET_HELP = "the old spelling of one net, its widths apart: --hidden-size 1280 1280 is --hidden 1280-1280"
+# the defaults that differ between commands: each command's --help names them, and its first line shows them
+DEFAULTS_DIFFER = ("Defaults differ between commands: train, check: float64, --learning-rate 1e-4, --dataset mnist, "
+                   "--train-size 38400; sweep: float32, 0.1, synthetic, 38400; timeline: float32; whatif: float32, "
+                   "--train-size 60000, --backend from the ceilings file.")
+
+
+def net_options(parser, several: bool, default: str = "512", what: str = "") -> None:
+    """--hidden, written one way everywhere (1280-1280 is one net, 784-1280-1280-10; a command that takes several
+    nets takes them as several values), and --hidden-size, the old spelling of one net (its widths apart)."""
+    parser.add_argument("--hidden", nargs="+", type=net, metavar="NET",
+                        help=(what + ": " if what else "") + NET_HELP
+                        + ("; several nets as several values, 512 1280-1280" if several else "")
+                        + f" (default {default})")
+    parser.add_argument("--hidden-size", nargs="+", type=positive, metavar="H", help=OLD_NET_HELP)
+
+
+def nets(args, default=(512,)) -> list:
+    """The nets --hidden names (each as perfmodel.net_label writes it), or the one --hidden-size spells apart.
+    A net named twice is refused: `--hidden 1280 1280` once meant two identical one-layer nets here and one
+    two-layer net in train."""
+    from perflab.analysis.perfmodel import net_label
+    if args.hidden and args.hidden_size:
+        raise CLIError(f"--hidden-size is the old spelling of --hidden: give one of them (--hidden "
+                       f"{'-'.join(map(str, args.hidden_size))} for 784-{'-'.join(map(str, args.hidden_size))}-10)")
+    if args.hidden_size:
+        return [net_label(tuple(args.hidden_size))]
+    chosen = list(args.hidden or default)
+    twice = sorted({str(n) for n in chosen if chosen.count(n) > 1})
+    if twice:
+        given = " ".join(map(str, chosen))
+        raise CLIError(f"--hidden {given} names the net 784-{twice[0]}-10 more than once: a net's widths are joined by "
+                       f"'-' (--hidden {'-'.join(map(str, chosen))} is one net, 784-{'-'.join(map(str, chosen))}-10); "
+                       f"several nets are several values (--hidden 512 1280-1280)")
+    return chosen
+
+
+def one_net(args) -> tuple:
+    """The hidden widths of the one net train, check and timeline run."""
+    from perflab.analysis.perfmodel import widths
+    if args.hidden and len(args.hidden) > 1:
+        joined = "-".join(str(n) for n in args.hidden)
+        raise CLIError(f"--hidden {' '.join(map(str, args.hidden))}: perflab {args.command} runs one net; write "
+                       f"784-{joined}-10 as --hidden {joined} (perflab sweep and whatif take several nets, one a value)")
+    return widths(nets(args, default=(DEFAULTS.hidden_sizes,))[0])
 
 
 def net(text: str):

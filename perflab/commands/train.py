@@ -6,13 +6,15 @@ import sys
 
 from perflab.commands.options import (
     config_from_args,
-    device_from_args,
     device_options,
     device_summary,
     file_name,
+    first_line,
     hyperparameter_options,
     outputs,
     parallel_option,
+    run_spec,
+    writable_folder,
 )
 from perflab.config import HOST_STAGED
 
@@ -24,9 +26,12 @@ def cmd_train(args, comm) -> dict:
     cfg = config_from_args(args)
     parallel = args.parallel if args.parallel != "auto" else ("data" if comm.size > 1 else "sequential")
     quiet = args.json or comm.rank != 0
-    device = device_from_args(args)
-    history, trainer = runner.train_on_ranks(cfg, parallel, comm, device, log=None if quiet else print,
-                                             progress=not quiet and sys.stderr.isatty(), profiled=args.profile)
+    spec = run_spec(args, parallel)
+    device = spec.device()
+    folder = writable_folder(results.run_dir(results.machine_metadata()), "--save") if args.save else None
+    if not quiet:
+        print(first_line("train", cfg, spec, comm.size))
+    history, trainer = train_until_stopped(args, cfg, parallel, comm, device, quiet)
     chosen = runner.exchange_summary(trainer)
     device = dataclasses.replace(device, comm=chosen["comm"], overlap=chosen["overlap"]) if chosen else device
     summary = {"final_loss": history.final_loss, "test_precision": history.test_precision,
@@ -53,19 +58,45 @@ def cmd_train(args, comm) -> dict:
         if chosen.get("exchange_trial_s"):
             print(runner.trial_text(chosen))
     if args.save:
-        meta = summary["machine"]
-        fixed = {k: v for k, v in summary.items() if k not in ("final_loss", "test_precision", "epoch_seconds", "machine")}
-        fixed["hidden_sizes"] = " ".join(map(str, cfg.hidden_sizes))
-        folder = results.run_dir(meta)
+        save_run(args, summary, history, phases, cfg, folder)
+    return summary
+
+
+def train_until_stopped(args, cfg, parallel, comm, device, quiet):
+    """train_on_ranks; Ctrl-C ends it with one line saying what was kept (train keeps no checkpoint)."""
+    from perflab.train import runner
+    from perflab.train.loop import Stopped
+    try:
+        return runner.train_on_ranks(cfg, parallel, comm, device, log=None if quiet else print,
+                                     progress=not quiet and sys.stderr.isatty(), profiled=args.profile)
+    except KeyboardInterrupt as exc:
+        done = len(exc.history.epochs) if hasattr(exc, "history") else 0
+        where = f" in epoch {exc.epoch + 1} of {exc.epochs}" if hasattr(exc, "epoch") else ""
+        raise Stopped(f"stopped by Ctrl-C{where}: {done} epoch(s) finished, their loss lines above; nothing was "
+                      f"written{' to --save ' + args.save if args.save else ''} (train keeps no checkpoint): run the "
+                      "same command again to train from the start", code=130, everywhere=True) from None
+
+
+def save_run(args, summary, history, phases, cfg, folder) -> None:
+    """--save: the per-epoch table (and --profile's phases); a write that fails ends in one line saying so."""
+    from perflab import results
+    from perflab.train.loop import Stopped, disk_error
+    meta = summary["machine"]
+    fixed = {k: v for k, v in summary.items() if k not in ("final_loss", "test_precision", "epoch_seconds", "machine")}
+    fixed["hidden_sizes"] = " ".join(map(str, cfg.hidden_sizes))
+    try:
         path = results.write_rows(folder / f"{args.save}.csv", [{**fixed, **row} for row in history.epochs],
                                   meta, append=False)
         summary["saved"] = str(path)
         if phases is not None:
             rows = [{**fixed, **row} for row in phases.to_dict("records")]
-            summary["saved_phases"] = str(results.write_rows(folder / f"{args.save}_phases.csv", rows, meta, append=False))
-        if not args.json:
-            print(f"wrote {path}")
-    return summary
+            summary["saved_phases"] = str(results.write_rows(folder / f"{args.save}_phases.csv", rows, meta,
+                                                             append=False))
+    except OSError as exc:
+        raise Stopped(f"trained, but --save {args.save} could not be written to {folder}: {disk_error(exc)}; "
+                      "the results are in the line above: free space (or fix the folder) and run again") from None
+    if not args.json:
+        print(f"wrote {path}")
 
 
 def phase_report(phases, cfg, parallel, ranks, device, quiet) -> dict:
@@ -90,9 +121,13 @@ def cmd_check(args, comm) -> dict:
     from perflab import results
     from perflab.train import runner
 
-    device = device_from_args(args)
-    result = runner.check(config_from_args(args), args.parallel, comm, device)
-    result = {**device_summary(device), **result}  # the exchange --comm auto kept over the asked one
+    spec = run_spec(args)
+    device, cfg = spec.device(), config_from_args(args)
+    if comm.rank == 0 and not args.json:
+        print(first_line("check", cfg, spec, comm.size))
+    result = runner.check(cfg, args.parallel, comm, device)
+    result = {**device_summary(device), **result,  # the exchange --comm auto kept over the asked one
+              "parallel_checked": comm.size > 1}
     if comm.rank == 0 and args.json:
         result["machine"] = results.machine_metadata()  # as train's: the --json line is a result row
     if comm.rank == 0 and not args.json:
@@ -103,10 +138,14 @@ def cmd_check(args, comm) -> dict:
         print(f"  replicas differ across ranks by at most {result['replica_max_abs_diff']:.3e}")
         if result.get("exchange_trial_s"):
             print(f"  {runner.trial_text(result)}")
-        print("PASSED" if result["passed"] else "FAILED")
+        print(("PASSED" if result["passed"] else "FAILED") + ("" if comm.size > 1 else ONE_RANK))
     if not result["passed"]:
         args.exit_code = 1
     return result
+
+
+ONE_RANK = (" on one rank: nothing parallel was checked (no gradient was split or exchanged; the trainer ran as "
+            "the sequential one does): run it under mpiexec -n 2 or more")
 
 
 def register(sub) -> None:

@@ -5,12 +5,16 @@ import os
 import sys
 
 from perflab.commands.options import (
+    DEFAULTS_DIFFER,
     CLIError,
     file_name,
-    net,
+    net_options,
+    nets,
     outputs,
     positive,
     positive_float,
+    require_cupy,
+    writable_folder,
 )
 from perflab.config import DTYPES, HALF_DTYPES, MODES
 from perflab.data import DATASETS
@@ -34,28 +38,54 @@ def cmd_sweep(args, comm) -> dict:
         if not args.json:
             print(f"wrote {args.emit_sbatch}: submit with sbatch {args.emit_sbatch}")
         return {"sbatch": args.emit_sbatch}
-    try:
-        points = sweep.grid(hidden=args.hidden, batch=args.batch, ranks=args.ranks, per_rank_batch=args.per_rank_batch,
-                            parallel=args.parallel, backend=args.backend, mode=args.mode, gemm=args.gemm,
-                            dtype=args.dtype, N=args.train_size, epochs=args.num_epochs,
-                            learning_rate=args.learning_rate, launch=args.launch, comm=args.comm)
-    except ValueError as exc:
-        raise CLIError(str(exc)) from None
-    if not points:  # every combination asked for a GPU-only setting on NumPy
-        raise CLIError(f"the grid is empty: on --backend numpy only --mode resident and --gemm cublas run (got --mode "
-                       f"{' '.join(args.mode)}, --gemm {' '.join(args.gemm)}); the others need --backend cupy")
+    points = sweep_points(args)
     if any(pt["backend"] == "cupy" for pt in points):
-        from perflab.backend import array_module
-        array_module("cupy")  # where CuPy or a GPU is missing, an error that says so before any point runs
+        require_cupy("--backend cupy")  # before any point runs
     too_big = [pt["p"] for pt in points if pt["p"] > comm.size]
     if too_big:
         raise CLIError(f"the grid has points with p={max(too_big)} but {comm.size} rank(s) are running; "
                        f"start with mpiexec -n {max(too_big)} perflab sweep ...")
+    if comm.rank == 0:
+        from perflab import results
+        writable_folder(args.out or results.run_dir(), "--out")
+        if not args.json:
+            print(sweep_first_line(args, points))
     path = sweep.run_grid_mpi(points, args.name, args.out, args.dataset, progress=not args.json and comm.rank == 0,
                               log=(lambda m: None) if args.json else print, timeout=args.timeout)
     if comm.rank == 0 and not args.json:
         print(f"wrote {path}")
     return {"points": len(points), "saved": str(path)}
+
+
+def sweep_points(args) -> list[dict]:
+    """The grid's points; a GPU-only setting in a sweep with no GPU backend is refused as train refuses it
+    (perflab.train.spec), where before the points it named were dropped."""
+    from perflab.train.spec import RunSpec, SpecError
+    from perflab.workbook import sweep
+    if "cupy" not in args.backend:
+        try:
+            for mode in args.mode:
+                for gemm in args.gemm:
+                    for launch in args.launch or [None]:
+                        RunSpec(backend="numpy", mode=mode, gemm=gemm, launch=launch).validate()
+        except SpecError as exc:
+            raise CLIError(f"{exc} (this sweep's --backend is numpy)") from None
+    try:
+        return sweep.grid(hidden=nets(args), batch=args.batch, ranks=args.ranks, per_rank_batch=args.per_rank_batch,
+                          parallel=args.parallel, backend=args.backend, mode=args.mode, gemm=args.gemm,
+                          dtype=args.dtype, N=args.train_size, epochs=args.num_epochs,
+                          learning_rate=args.learning_rate, launch=args.launch or ["graph"], comm=args.comm)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+
+
+def sweep_first_line(args, points: list[dict]) -> str:
+    """The sweep's first line: its points and the settings whose defaults are not train's."""
+    emulated = [d for d in args.dtype if d in HALF_DTYPES] if "numpy" in args.backend else []
+    return (f"perflab sweep: {len(points)} point(s), --hidden {' '.join(map(str, nets(args)))}, --dtype "
+            f"{' '.join(args.dtype)}" + (f" ({', '.join(emulated)} emulated in FP32 on NumPy)" if emulated else "")
+            + f", --learning-rate {args.learning_rate:g}, --dataset {args.dataset} N={args.train_size}, "
+            f"{args.num_epochs} timed epoch(s) a point, --backend {' '.join(args.backend)}")
 
 
 NOTEBOOKS = ("roofline", "problem1", "correctness", "convergence", "scaling", "kernels", "usc", "precision")
@@ -139,12 +169,10 @@ def register(sub) -> None:
                        description="Each point trains (N samples, E epochs) unprofiled for the epoch time and once "
                                    "profiled for the phase medians; its row is written as soon as it finishes, and a "
                                    "rerun skips points already in the file. Run under mpiexec -n P (P >= largest p); "
-                                   "points with fewer ranks use the first p.")
+                                   "points with fewer ranks use the first p. " + DEFAULTS_DIFFER)
     from perflab.kernels import GEMM_VARIANTS as variants
     p.add_argument("--name", default="sweep", type=file_name, help="result file name (default %(default)s)")
-    p.add_argument("--hidden", nargs="+", type=net, default=[512], metavar="NET",
-                   help="nets, each one hidden width (512) or a deeper net's widths joined by '-' (1024-1024 for "
-                        "784-1024-1024-10); several make depth a sweep axis (default 512)")
+    net_options(p, several=True)
     p.add_argument("--batch", nargs="+", type=positive, default=[3200], metavar="B",
                    help="global mini-batch sizes, split over the ranks (default 3200)")
     p.add_argument("--per-rank-batch", nargs="+", type=positive, metavar="B/p",
@@ -157,7 +185,7 @@ def register(sub) -> None:
     p.add_argument("--gemm", nargs="+", choices=variants, default=["cublas"], help="GPU GEMM variants (default cublas)")
     from perflab.config import GPU_EXCHANGES
     from perflab.workbook.sweep import EXCHANGES_HELP, LAUNCHES, MIN_TIMED_SECONDS
-    p.add_argument("--launch", nargs="+", choices=LAUNCHES, default=["graph"],
+    p.add_argument("--launch", nargs="+", choices=LAUNCHES, default=None,
                    help="GPU: replay each step as a CUDA graph where the trainer can, a whole epoch as one with data "
                         "resident (graph), or launch its kernels one by one as the seeds do (eager); both to "
                         "see what graphs buy (default graph)")

@@ -127,9 +127,8 @@ def launch_ex(kernel, grid: tuple, block: tuple, args: tuple, shared_mem: int, a
 
 def prepared_launch_ex(kernel, grid: tuple, block: tuple, args: tuple, shared_mem: int, attrs: dict):
     """launch_ex with its ctypes structures built once, on the current stream: a callable that
-    launches. Building them takes longer than the launch itself (17 of 85 us a call on an H100's
-    host, experiments/predictor/logs/eager_profile_cached_h100.jsonl), so a step launched kernel by
-    kernel reuses them (wgmma.PLANS). Arrays are passed by address: the caller keeps them alive."""
+    launches. Building them costs a good part of the launch itself (docs/DECISIONS.md, D4), so a step
+    launched kernel by kernel reuses them (wgmma.PLANS). Arrays are passed by address: the caller keeps them alive."""
     cp = cupy()
     config = launch_config(grid, block, shared_mem, attrs)
     values = [ctypes.c_void_p(x.data.ptr) if isinstance(x, cp.ndarray) else SCALAR_CTYPES[type(x)](x) for x in args]
@@ -162,8 +161,7 @@ def max_active_clusters(kernel, block: int, shared_mem: int, cluster: int) -> in
 def launch_tile(kernel, grid: tuple, block: tuple, args: tuple, shared_mem: int):
     """Launch a tile kernel so that the next one in the stream may start its blocks while this
     one finishes (each waits for the grid before it in gemm_best.cu): back-to-back GEMMs then
-    lose no launch gap between them (1.2 us of 26 at fwd1 H=512 B=800 on the H100,
-    results/nvidia-h100-80gb-hbm3/gemm_experiments/ab_pdl.csv). A plain launch where the GPU or
+    lose no launch gap between them (docs/DECISIONS.md, D5). A plain launch where the GPU or
     driver lacks it."""
     if driver_launch() is None:
         return kernel(grid, block, args, shared_mem=shared_mem)

@@ -94,8 +94,7 @@ def tune(a, b, out, variant: str = "best", work=None, repeats: int = 5, a_small=
     synchronizes. A shape tuned before returns its choice at once. `out` is overwritten; `work`
     (from workspace()) allows the choices that share tiles. The timings are bursts at the boost
     clock: where a GEMM runs long enough to meet the power cap, a choice that moves less data can
-    win instead (bwd3 H=2048 B=12000: split-K 5 held 1% faster than the stream-K tune() picks,
-    gemm_experiments/power_ab_holds.csv; `perflab bench hold` measures the held rate). a_small as
+    win instead (docs/DECISIONS.md, D6; `perflab bench hold` measures the held rate). a_small as
     gemm() takes it: x3tf32's a given split, as the trainer's backward GEMM 3 runs it."""
     from perflab.timing import time_graph_ms
     cp = cupy()

@@ -66,8 +66,8 @@ def elementwise(kernel: str, dtype, *bounds) -> object:
 
 @functools.lru_cache(maxsize=None)
 def elementwise_function(name: str, T: str):
-    """The kernel, cached as the GEMMs' are: looked up anew, a launch paid 5-10 us of host time for
-    the names, the module's cache and get_function (experiments/predictor/eager_profile.py)."""
+    """The kernel, cached as the GEMMs' are: looked up anew, a launch paid host time for the names,
+    the module's cache and get_function (docs/DECISIONS.md, D7)."""
     mod = module("elementwise.cu", elementwise_names(T))
     return mod.get_function(name if "<" in name else f"{name}<{T}>")
 

@@ -18,7 +18,7 @@ THREADS = 512  # a block; one block a multiprocessor, so that every block is res
 
 @functools.lru_cache(maxsize=None)
 def function(name: str):
-    """The kernel, cached (a look-up costs a launch 5-10 us of host time, as elementwise's note)."""
+    """The kernel, cached (a look-up costs a launch host time, as elementwise's note)."""
     return module("p2p.cu", P2P_KERNELS).get_function(name)
 
 

@@ -1,5 +1,5 @@
 """The GEMM's story, step by step, as SGEMM_CUDA tells its own: where each step lives in the .cu
-files (a `// Step N:` marker) and the measurement that kept it (under results/<machine>/). The
+files (a `// Step N:` marker) and the measurement that kept it (in the machine's results folder). The
 first three are files of their own; every step past register blocking is a section of
 gemm_best.cu. The kernels notebook prints this table; a test checks every marker and file."""
 from __future__ import annotations

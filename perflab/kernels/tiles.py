@@ -18,12 +18,10 @@ TILED_VARIANTS = ("best", "tf32")  # the cp.async tile kernels of gemm_best.cu, 
 # 128x64 blocks of 8x8 thread tiles held to 3 blocks an SM (the backward GEMMs' long K, by
 # stream-K), 64x128 for the large forward GEMMs a tile a block, and 64x64 blocks, mostly
 # by stream-K, for the small batches. 128x128 of 256 threads, one block an SM, came last
-# (2026-11-23, gemm_experiments/ab_two_ahead_128x128.csv and ab_barrier.csv): by stream-K
-# over one wave it is the fastest at the forward GEMMs of B = 3200. The first config is the
+# (2026-11-23, docs/DECISIONS.md, D41): by stream-K over one wave it is the fastest at the forward GEMMs of B = 3200. The first config is the
 # untuned choice for shapes that fill the chip. (A 64x64 config at BK = 32 was dropped on
-# 2026-11-23: after the edge-tile and epilogue changes it was the fastest at none of the 18
-# shapes, nor within a point of it: results/nvidia-h100-80gb-hbm3/gemm_experiments/
-# ab_edge_zero_fill.csv.)
+# 2026-11-23: after the edge-tile and epilogue changes it was the fastest at none of the training
+# shapes: docs/DECISIONS.md, D8.)
 TILE_CONFIGS = {
     ("best", "float"): [(128, 64, 16, 64, 32, 8, 8, 3, 0, 3), (64, 128, 16, 32, 64, 8, 8, 3, 0, 2),
                         (64, 64, 16, 32, 64, 8, 8, 3, 0, 4), (64, 64, 16, 32, 32, 8, 4, 3, 0, 4),

@@ -42,7 +42,7 @@ ROW = 128  # bytes of K a shared-memory stage holds of each operand row: one 128
 BK = ROW // 4  # k of a TF32 stage (a 16-bit stage holds 64)
 # (consumer warpgroups, BN, stages, CTAs a cluster, blocks of 64 rows a warpgroup) per kind; tune() tries
 # them all, the first is the
-# default (TF32: the fastest at the H100's training shapes, experiments/wgmma/logs/run6). A CTA's
+# default (TF32: the fastest at the H100's training shapes, docs/DECISIONS.md, D9). A CTA's
 # shared memory stays within 227 KiB; an X3 stage holds both parts. Clusters of 2 (and for the half
 # kind's 64 x 128 tile 4, as cuBLAS's kernels at the first layer's weight gradient have) share B's
 # tile through TMA multicast (gemm_wgmma.cu). Each half config is compiled for both half precisions and
@@ -441,8 +441,8 @@ def wgmma_gemm(a, b, out, alpha: float, beta: float, x3: bool, config: str | Non
     """out = alpha a b + beta out (a: M x K, b: K x N, float32, any storage; out C-contiguous).
     a_small (x3): a is split already, a its TF32 big parts and a_small the small ones, both K-major.
     The first call with these operands, scalars and stream works its launches out (gemm_launches)
-    and keeps them; a later one only launches: working them out took 70-110 us of the host's time
-    a GEMM, over half an eager step's (experiments/predictor/logs/eager_profile_cached_h100.jsonl)."""
+    and keeps them; a later one only launches: working them out took over half an eager step's host
+    time (docs/DECISIONS.md, D4)."""
     key = (layout(a), layout(b), layout(out), layout(a_small), float(alpha), float(beta), x3, config, splits,
            cupy().cuda.get_current_stream().ptr)
     launches = LAUNCHES.get(key)

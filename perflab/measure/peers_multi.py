@@ -2,7 +2,7 @@
 the batch sharded over the GPUs inside one jitted lax.scan. Same MLP, FP32, TF32 off, N samples
 an epoch split over p GPUs (each does N/p), b = B/p samples per GPU per step; each timed as the
 median of REPEATS epochs after WARMUP (the first epochs on several GPUs pay NCCL's set-up:
-results/nvidia-h200-x4/warmup_p4.log).
+docs/DECISIONS.md, D10).
 
     mpirun -n P python -m perflab.measure.peers_multi perflab H b N [staged|pipelined] [overlap|p2p] [no-graphs] [step-graphs] [model]
     mpirun -n P python -m perflab.measure.peers_multi ddp H b N        (one process a GPU)
@@ -13,8 +13,7 @@ step launched: graphs, epoch_graph, which perflab validate needs to predict the 
 runs model parallel (H split over the GPUs, every GPU the whole batch of p x b): the same samples
 per step and per epoch as data parallel, split the other way. `step-graphs`: a CUDA graph a step
 (the all-reduce and update launched after it) instead of one graph an epoch with NCCL inside.
-`overlap` exchanges dW1 in 2 row chunks since git ccc2ce6 (4 before; 2 are faster on two H100,
-experiments/p2p/README.md). `p2p`: --comm p2p, the peers' gradients read over NVLink and applied in
+`overlap` exchanges dW1 in 2 row chunks since git ccc2ce6 (4 before; 2 are faster: docs/DECISIONS.md, D11). `p2p`: --comm p2p, the peers' gradients read over NVLink and applied in
 one kernel, instead of NCCL's all-reduce and the update.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The GPU's SM clock and power over time, sampled by nvidia-smi beside a benchmark. Under a
 power cap (the H100 SXM's 700 W) the clock, not the FMA peak, sets what a large GEMM reaches,
 and it follows the energy a kernel spends a cycle: two kernels of equal FLOPs can run at
-different clocks (results/nvidia-h100-80gb-hbm3/gemm_experiments/README.md, session 12)."""
+different clocks (docs/DECISIONS.md, D12)."""
 from __future__ import annotations
 
 import datetime

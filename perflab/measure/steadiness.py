@@ -1,7 +1,7 @@
 """How steady the host was while the CPU main job ran, and which misses its noise explains (issue 66, item 8).
 
-A two-core VM ran the same main job twice an hour apart: the busy run missed its predictions by a median
-of 33%, the quiet one by 4%, and nothing in the report told them apart. So the main job probes its host at
+A two-core VM ran the same main job twice an hour apart: the busy run missed its predictions many times
+more than the quiet one (docs/DECISIONS.md, D13), and nothing in the report told them apart. So the main job probes its host at
 its start (before the ceilings) and at its end (after the sweep): a GEMM the CPU sweep runs, timed on the
 BLAS threads a p = 1 rank trains with and on one thread, while /proc/stat says what other programs and
 the hypervisor took. The GEMM's drift between the two probes says whether the ceilings and the sweep saw
@@ -26,7 +26,7 @@ STAGES = ("start", "end")
 GEMM_SHAPE = (512, 784, 1600)  # forward GEMM 1 of the CPU sweep's H = 512, B = 1600 point: (H x 784)(784 x B)
 CHUNKS = 5  # the probe's GEMMs in this many runs of consecutive calls, like epochs: their spread is the probe's
 MIN_PAIRS = 10  # a probe times at least this many GEMMs on each thread count, however short `seconds`
-NOISY = 0.10  # a noise fraction above this calls the run noisy (a quiet two-core run misses by 4% median, 8% worst)
+NOISY = 0.10  # a noise fraction above this calls the run noisy (above a quiet run's misses: docs/DECISIONS.md, D13)
 THREADS_HURT = 1.0  # all-core BLAS slower than one thread (thread_gain below this): other programs hold a core
 
 

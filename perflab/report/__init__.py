@@ -1,2 +1,2 @@
-"""What a reader sees: figures (plots), the Markdown report, the README headline and results/README.md (markdown), the
+"""What a reader sees: figures (plots), the Markdown report, the README headline and the results root's README.md (markdown), the
 predictor's evidence in tables and figures (predictions), the report PDF (pdf)."""

@@ -17,7 +17,7 @@ from perflab.config import HOST_STAGED
 
 
 def figures_dir() -> Path:
-    """This run's figures: <run folder>/figures (results/figures for the committed campaign)."""
+    """This run's figures: <run folder>/figures (the results root's figures/ for the committed campaign)."""
     return results.run_dir() / "figures"
 
 
@@ -359,7 +359,7 @@ def step_breakdown(steps):
 def validation_scatter(tables: dict):
     """Predicted against measured ms per batch, one panel per machine folder (tables: folder ->
     its validation.csv), log-log, a colour per mode, hollow where p > 1; the diagonal with the
-    10% and 25% lines either side; a staged point's band as a vertical bar. Skipped points
+    inner and outer error bands' lines either side; a staged point's band as a vertical bar. Skipped points
     (no prediction) are left out."""
     import matplotlib.pyplot as plt
     tables = {k: t[t["predicted_ms"].notna()] for k, t in tables.items() if "predicted_ms" in t and t["predicted_ms"].notna().any()}
@@ -401,7 +401,7 @@ CHECK_COLOURS = {"resident, graphed": "C0", "staged": "C1", "kernel by kernel": 
 def blind_checks(points):
     """|error| of every blind check's points (predictions.check_points), a panel per machine folder, the
     checks left to right in the order they ran, a colour per kind of step (check_kind), a line
-    through each kind's median per check; dotted 10%, dashed 25%."""
+    through each kind's median per check; the inner band dotted, the outer dashed."""
     import matplotlib.pyplot as plt
     points = points.assign(abs_error=points.error.abs())
     machines = sorted(points.machine.unique())

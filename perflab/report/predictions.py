@@ -1,7 +1,7 @@
 """The predictor's evidence for readers: every committed point against its prediction (the
 validation tables per machine folder), every prediction committed before its run beside that run
 (the blind checks), the points missed by most and the host's terms per boot, as tables and figures
-for results/CAMPAIGNS.md (REPORT.md's appendix) and results/README.md."""
+for CAMPAIGNS.md (REPORT.md's appendix) and README.md under the results root."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,7 +13,7 @@ from perflab.results import RESULTS_ROOT
 
 
 def prediction_check_section() -> list[str]:
-    """The eight-GPU prediction (results/predictions/p8.json) at the p it shares with a measured
+    """The eight-GPU prediction (predictions/p8.json under the results root) at the p it shares with a measured
     GPU parallel.csv (N = 60000, same H and b per GPU)."""
     import json
 
@@ -192,7 +192,7 @@ VALIDATION_FIGURE = "predictor_validation"
 
 
 def validation_figure() -> Path | None:
-    """results/figures/predictor_validation.png: every committed folder's validation.csv drawn
+    """figures/predictor_validation.png under the results root: every committed folder's validation.csv drawn
     predicted against measured (plots.validation_scatter); None where no folder has a prediction."""
     import pandas as pd
 
@@ -225,13 +225,14 @@ def check_table(pred, measured) -> tuple:
     return both, err, columns
 
 
-def committed_checks() -> list[tuple[Path, dict, Path | None]]:
-    """Every committed prediction (results/predictions/*_h*_b*.json) with the sweep that tested it
-    (`*/prediction_check_<its name>.csv`), or None where its run is not made yet."""
+def committed_checks(folder: Path | None = None) -> list[tuple[Path, dict, Path | None]]:
+    """Every committed prediction (`folder`, by default predictions/ under the results root: *_h*_b*.json) with
+    the sweep beside it that tested it (`*/prediction_check_<its name>.csv`), or None where its run is not made yet."""
     import json
+    folder = folder or RESULTS_ROOT / "predictions"
     out = []
-    for made_path in sorted((RESULTS_ROOT / "predictions").glob("*_h*_b*.json")):
-        checks = sorted(RESULTS_ROOT.glob(f"*/prediction_check_{made_path.stem}.csv"))  # each names its prediction
+    for made_path in sorted(folder.glob("*_h*_b*.json")):
+        checks = sorted(folder.parent.glob(f"*/prediction_check_{made_path.stem}.csv"))  # each names its prediction
         out.append((made_path, json.loads(made_path.read_text()), checks[0] if checks else None))
     return out
 
@@ -320,7 +321,7 @@ CHECKS_FIGURE = "blind_checks"
 
 
 def checks_figure() -> Path | None:
-    """results/figures/blind_checks.png: every blind check's points, |error| per check in the order
+    """figures/blind_checks.png under the results root: every blind check's points, |error| per check in the order
     they ran (plots.blind_checks); None where no prediction was measured yet."""
     from perflab.report import plots
     points = check_points(committed_checks())
@@ -335,7 +336,7 @@ def checks_figure() -> Path | None:
 
 def path_breakdown():
     """Per machine folder and path (mode, graph or kernel by kernel) of its validated points: how many,
-    median and worst |error|, how many beyond 25%; None where no folder has a predicted point."""
+    median and worst |error|, how many beyond the outer band; None where no folder has a predicted point."""
     import pandas as pd
 
     from perflab.analysis import predictor
@@ -378,7 +379,7 @@ def paced_text(paths) -> str:
 
 def predictor_sections(full: bool = True) -> list[str]:
     """The bottom-up predictor against every committed point (validation.csv per machine folder),
-    and the predictions committed before their runs (results/predictions/*.json with their checks).
+    and the predictions committed before their runs (predictions/*.json under the results root, with their checks).
     full: CAMPAIGNS.md's, with every check's points, the missed points and the host's terms per boot;
     the README's leaves those to it."""
     import pandas as pd
@@ -441,7 +442,7 @@ def predictor_sections(full: bool = True) -> list[str]:
                    "speed, which move between and within boots of a machine"
                    + (" (below: every point, and the host's terms per boot)" if full else
                       " (every point of every check, and the host's terms per boot: `results/CAMPAIGNS.md`)")
-                   + f".\n\n![every blind check's points](figures/{CHECKS_FIGURE}.png)\n\n"  # both pages lie in results/
+                   + f".\n\n![every blind check's points](figures/{CHECKS_FIGURE}.png)\n\n"  # both pages lie in the results root
                    + summary)
     if full:
         out += missed_section()

@@ -1,4 +1,4 @@
-"""Markdown tables from result files, shared by results/README.md, REPORT.md and the predictor's
+"""Markdown tables from result files, shared by the results root's README.md, REPORT.md and the predictor's
 evidence."""
 from __future__ import annotations
 

@@ -109,8 +109,8 @@ class MPIComm(Serial):
 
     def idle_barrier(self, poll: float = 0.002):
         """A barrier that sleeps while it waits. MPI's own busy-polls a core, and ranks idle during
-        a point on fewer ranks must not take cores from the ones measuring it: on 2 cores a
-        spinning rank made p = 1 NumPy points 5-9x slower (the ceilings' single-process times)."""
+        a point on fewer ranks must not take cores from the ones measuring it: a spinning rank
+        slows the NumPy points of fewer ranks several times over (docs/DECISIONS.md, D3)."""
         import time
         request = self.comm.Ibarrier()
         while not request.Test():
@@ -180,8 +180,8 @@ class P2PComm(MPIComm):
     """--comm p2p, GPUs of one node: each rank maps every peer's gradient buffer and flags (CUDA
     IPC) and one kernel reads the peers' gradients over NVLink, sums them in rank order and
     applies the SGD update (perflab/kernels/p2p.cu; from three ranks two-shot, each summing and
-    updating its slice, then copying the peers'); NCCL's all-reduce and the update kernel after
-    it took 48 us a step at H = 2048 on two H100, this 27.5 (experiments/p2p/README.md). It
+    updating its slice, then copying the peers'); it is faster than NCCL's all-reduce and the update kernel after
+    it (docs/DECISIONS.md, D15). It
     serves the fused data-parallel trainer, which calls `register` once, `exchange_update` where
     others all-reduce and update, and `read_wait` before its backward writes the gradient again.
     Host arrays and scalars still go through MPI."""
@@ -349,8 +349,8 @@ class SharedMemoryComm(MPIComm):
     """A host all-reduce through memory every rank of the node maps (MPI_Win_allocate_shared),
     for ranks on one node: each rank copies its buffer into its own slot, sums its share of every
     slot with NumPy into its slot, and reads everyone's summed share back; three barriers, no
-    message. MPI_Allreduce moves the data through its own buffers at about 4 GB/s on the H200
-    host (bench_allreduce_p2.csv); this touches each byte a few times at memory speed. Each
+    message. MPI_Allreduce moves the data through its own buffers, far below memory speed (docs/DECISIONS.md,
+    D16); this touches each byte a few times at memory speed. Each
     share is summed by one rank in rank order, so every rank gets the same bits."""
 
     strategy = "shm"

@@ -26,6 +26,33 @@ class Diverged(RuntimeError):
                          f"to 1.0) or check the data")
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C inside fit: how far the run got, so the command's one line can say what was kept."""
+
+    def __init__(self, epoch: int, epochs: int, history: "History"):
+        self.epoch, self.epochs, self.history = epoch, epochs, history
+        super().__init__(f"stopped by Ctrl-C in epoch {epoch + 1} of {epochs}")
+
+
+class Stopped(Exception):
+    """A run ended before its end (Ctrl-C, a full disk, a folder it cannot write): the message is the one line
+    that says what was kept and how to resume; perflab.cli prints it once (rank 0) and exits with `code`.
+    `everywhere`: every rank stops together (Ctrl-C reaches them all), so none is left to abort."""
+
+    def __init__(self, message: str, code: int = 2, everywhere: bool = False):
+        super().__init__(message)
+        self.code, self.everywhere = code, everywhere
+
+
+def disk_error(exc: OSError) -> str:
+    """An OSError writing results, in the user's words: what failed and what frees it."""
+    import errno
+    why = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
+           errno.EACCES: "permission denied", errno.EROFS: "the file system is read-only"}.get(exc.errno)
+    where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+    return f"{why or exc.strerror or exc}{where}"
+
+
 class Sequential:
     """The reference: the whole mini-batch on one process."""
 
@@ -114,9 +141,20 @@ def fit(cfg: Config, trainer, test=None, progress: bool = True, log=None, sync=l
 
     dog = dog or watchdog.Idle()
     history = History()
+    bar = tqdm(total=cfg.num_epochs * cfg.num_batches, unit="batch", disable=not progress, leave=False)
+    try:
+        run_epochs(cfg, trainer, test, log, sync, validation, dog, history, bar)
+    except KeyboardInterrupt:
+        bar.close()
+        raise Interrupted(len(history.epochs), cfg.num_epochs, history) from None
+    bar.close()
+    history.params = trainer.full_params()
+    return history
+
+
+def run_epochs(cfg: Config, trainer, test, log, sync, validation, dog, history: History, bar) -> None:
+    """fit's epochs, each appended to `history` as it ends."""
     every = cfg.print_every or cfg.num_batches
-    total = cfg.num_epochs * cfg.num_batches
-    bar = tqdm(total=total, unit="batch", disable=not progress, leave=False)
     step = 0
     following = batch_indices(cfg, 0)
     for epoch in range(cfg.num_epochs):
@@ -159,6 +197,3 @@ def fit(cfg: Config, trainer, test=None, progress: bool = True, log=None, sync=l
         dog.disarm()
         history.epochs.append(row)
         bar.set_postfix(loss=f"{row['loss']:.4f}", precision=row["test_precision"])
-    bar.close()
-    history.params = trainer.full_params()
-    return history

@@ -13,7 +13,7 @@ pipeline and the overlap of the exchange with backward).
 One GPU: the whole step is a CUDA graph (one per buffer), as in resident mode. Several: the step up
 to the pieces' copies down is one graph, each copy followed by a 4-byte flag the host polls, so the
 host is free to all-reduce from the first piece on; launched kernel by kernel, the host was still
-launching when backward ended (results/nvidia-h100-80gb-hbm3/timeline_H1280_b3500_p2.csv).
+launching when backward ended (docs/DECISIONS.md, D17).
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ import contextlib
 import hashlib
 import statistics
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
@@ -14,6 +14,7 @@ from perflab.backend import blas_threads, to_numpy
 from perflab.config import GPU_EXCHANGES, HALF_DTYPES, OVERLAP_CHUNKS, PIPELINED_CHUNKS, Config, ConfigError, exchange_fields
 from perflab.train import loop, model, profile, watchdog
 from perflab.train.parallel import make_trainer
+from perflab.train.spec import Device
 
 TOLERANCE = {"float64": 1e-12, "float32": 1e-5, "tf32": 5e-3,  # tf32: one TF32 product a GEMM (tf32, wgmma)
              "bfloat16": 3e-2, "float16": 5e-3}  # half: each rank's products rounded apart from the whole batch's
@@ -42,21 +43,6 @@ def check_agreement(comm, cfg: Config, split: data.Split) -> None:
                                     "(same command line and data folder on every rank?)")
 
 
-@dataclass
-class Device:
-    """Where and how a run executes: numpy, or cupy with a data mode, GEMM and all-reduce."""
-    backend: str = "numpy"
-    mode: str = "resident"   # resident | staged | pipelined (GPU only)
-    gemm: str = "cublas"     # cublas (fastest measured) or a perflab GEMM variant (GPU only)
-    comm: str = "nccl"       # nccl | mpi | hierarchical | ... | auto (the fastest of `exchanges`, timed: fastest_exchange)
-    graphs: bool = True      # capture each batch's step as a CUDA graph (resident mode)
-    pinned: bool = False     # staged mode: page-locked host copy of the data
-    overlap: bool = False    # NCCL, several GPUs: exchange gradient chunks while backward GEMM 3 runs
-    chunks: int | None = None  # dW1 row chunks exchanged one by one (None: OVERLAP_CHUNKS or PIPELINED_CHUNKS)
-    timeout: float = watchdog.TIMEOUT_S  # seconds a step may wait on the other ranks before the job ends
-    threads: int | None = None  # NumPy: BLAS threads a rank (None: the node's cores shared among its ranks)
-
-
 def make_gpu_trainer(cfg: Config, parallel: str, comm, device: Device, train_set):
     if device.comm == "auto":
         return fastest_exchange(cfg, parallel, comm, device, train_set)
@@ -65,13 +51,8 @@ def make_gpu_trainer(cfg: Config, parallel: str, comm, device: Device, train_set
     gpu.check_half(cfg.dtype, parallel, device.mode, device.gemm, device.comm)
     gpu.select_device(comm)
     gpu.check_memory(cfg, device.mode == "resident")
-    if device.comm == "p2p" and not (parallel in ("sequential", "data") and device.mode == "resident"):
-        raise gpu.GPUError("--comm p2p exchanges the fused data-parallel trainer's gradient buffer (resident); got "
-                           f"--parallel {parallel}, --mode {device.mode}: use --comm nccl")
     comm = for_gpu(comm, device.comm, device.timeout, half=cfg.dtype if cfg.dtype in HALF_DTYPES else None)
-    if device.mode == "pipelined":
-        if parallel == "model":
-            raise gpu.GPUError("--mode pipelined runs data parallel; got --parallel model: use --mode resident")
+    if device.mode == "pipelined":  # data parallel: RunSpec.validate refuses it model parallel
         from perflab.train.pipelined import Pipelined
         return Pipelined(cfg, train_set.X, train_set.y, comm, device.gemm, device.graphs, device.chunks or PIPELINED_CHUNKS)
     if parallel == "model" and device.mode == "resident":
@@ -213,9 +194,6 @@ def mixed_precision(cfg: Config, parallel: str, comm, device: Device, train_set)
     the GPU, FusedGPU runs the same step on the tensor cores)."""
     from perflab.train import half
     from perflab.train.comm import with_strategy
-    if parallel not in ("sequential", "data"):
-        raise ConfigError(f"--dtype {cfg.dtype} trains data parallel (or on one rank); got --parallel {parallel}: "
-                          "use --parallel data, or --dtype float32 for model parallel")
     params = model.init_params(cfg.layer_sizes, cfg.storage_dtype, cfg.seed)
     return half.MixedPrecision(cfg, params, train_set.X, train_set.y, with_strategy(comm, device.comm))
 
@@ -227,10 +205,14 @@ def check_host_memory(cfg: Config) -> None:
     if free is not None and need > free:
         raise ConfigError(f"needs about {need / 2**30:.2f} GiB of host memory (N={cfg.train_size}, B={cfg.batch_size}, "
                           f"layers {list(cfg.layer_sizes)}, {cfg.dtype}) but {free / 2**30:.2f} GiB are available: "
-                          "use smaller --hidden-size, --batch-size or --train-size")
+                          "use a smaller --hidden, --batch-size or --train-size")
 
 
 def setup(cfg: Config, parallel: str, comm, device: Device):
+    """The one factory: the trainer a run's spec (perflab.train.spec.RunSpec, validated here whoever called: the CLI,
+    a sweep's point, a notebook) asks for, with its test and validation sets where it keeps them."""
+    from perflab.train.spec import RunSpec
+    RunSpec.from_device(device, parallel, cfg.dtype).validate()
     if device.backend == "numpy":
         check_host_memory(cfg)
     train_set, test_set, validation = data.load(cfg)

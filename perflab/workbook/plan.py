@@ -109,7 +109,7 @@ def step_rate(backend: str, H: int = 512, batch: int = 1600, seconds: float = 0.
             step()
             count += 1
         rates.append(flops * count / (time.perf_counter() - start))
-    return statistics.median(rates[1:])  # a fresh process's first steps ran 20% slower than the rest
+    return statistics.median(rates[1:])  # a fresh process's first steps run slower than the rest (docs/DECISIONS.md, D18)
 
 
 def data_seconds(N: int) -> float:
@@ -160,20 +160,18 @@ class Plan:
                    "already is skipped)" if parts else " (not estimated)"))
 
 
-# What the main job costs beside its training, from the executed notebooks under results/*/mainjob*/ (each cell's
-# papermill duration) and from its pieces timed on a shared two-core Xeon VM at nice 19 (issue 66):
-ENGINES_S = (4.0, 1.5)  # ipcluster's controller, then each MPI engine registering: 2 engines 5.5 s (AMD EPYC), 7-7.6 s (Xeon)
+# What the main job costs beside its training, from the committed main jobs' executed notebooks and its pieces
+# timed on a shared two-core VM (issue 66; each constant's evidence: docs/DECISIONS.md, D20):
+ENGINES_S = (4.0, 1.5)  # ipcluster's controller, then each MPI engine registering
 REST_S = 25.0  # the kernel's start and imports, validation, figures, the committed campaigns' figures, the host's
-#               steadiness probes, stopping the engines: 12-16 s in the committed notebooks, 26 s in today's (Xeon)
+#               steadiness probes, stopping the engines
 POINT_S = 0.7  # a point beyond its epochs and data sets: trainer and sub-communicator set-up, the trip to the engines
-GEMM_SPEEDUP = 2.0  # the ceilings' lone GEMMs against the reference's whole step (its elementwise work): 2.0-2.3x (Xeon)
-SHARED_GAIN = 1.25  # p ranks each on its share of the cores against one rank on all of them: the ceilings' step
-#                    kernels on 2 ranks took 1.58x (not 2x) one rank's time on two cores (Xeon; one BLAS over
+GEMM_SPEEDUP = 2.0  # the ceilings' lone GEMMs against the reference's whole step (its elementwise work)
+SHARED_GAIN = 1.25  # p ranks each on its share of the cores against one rank on all of them (one BLAS over
 #                    both cores scales less than two single-threaded ones)
-GPU_CEILINGS_S = (30.0, 15.0)  # perflab ceilings at p = 1 on a GPU (27.6 s H100, 30.7-36.7 s H200), and each p > 1
+GPU_CEILINGS_S = (30.0, 15.0)  # perflab ceilings at p = 1 on a GPU, and each p > 1
 COMPILE_S = 60.0  # CuPy compiling the kernels the main job launches where its kernel cache is empty (a first GPU run):
-#                  not timed (the committed GPU runs compiled first, `perflab compile`); NVRTC took about 30 s a
-#                  GEMM module one by one on an H100 (results/nvidia-h100-80gb-hbm3/gemm_experiments/README.md)
+#                  not timed (the committed GPU runs compiled first, `perflab compile`); NVRTC's time a module
 HOST_ALLREDUCE_BPS = 1e9  # a host all-reduce's bytes per second on a laptop-class CPU: the CPU ceilings' exchange part
 
 
@@ -220,8 +218,7 @@ def ceilings_seconds(plan: Plan, p: int, rate: float) -> float:
     on their share of the cores: p / SHARED_GAIN times one rank's time), and at p > 1 the MPI and
     shared-memory all-reduces (12 calls of each size). On a GPU a constant from the committed runs
     (GPU_CEILINGS_S): microbenchmarks of fixed length, not compute. The full two-core grid timed on two
-    engines: 13.4 s at p = 1 and 20.8 s at p = 2, against 15.3 s and 25.1 s from this at the rate timed
-    just after (100 GFLOP/s)."""
+    engines came out a little under this estimate (docs/DECISIONS.md, D20)."""
     if plan.backend == "cupy":
         return GPU_CEILINGS_S[0] + GPU_CEILINGS_S[1] * (p > 1)
     from perflab.analysis import perfmodel

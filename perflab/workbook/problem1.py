@@ -36,9 +36,9 @@ PARTS = ("check", "drift", "rates", "hidden")
 QUESTIONS = {"check": "FA Q1.1", "drift": "FA Q1.2", "rates": "FA Q1.3", "hidden": "FA Q1.4"}
 KEYS = {"check": ("dtype",), "drift": ("dtype", "learning_rate", "H"), "rates": ("learning_rate",), "hidden": ("H",)}
 VIRTUAL_RANKS = 4  # the seeds' mpirun -n 4
-MIN_DELTA = 1e-3  # a validation loss lower than the best by less than 0.1% is no improvement
+MIN_DELTA = 1e-3  # a validation loss lower than the best by less than this fraction is no improvement
 NEAR_BEST = 0.0025  # the recommended H: the smallest within 0.25 percentage points of the best validation precision
-ROSE = 0.02  # overfitting: the validation loss ends 2% or more above its minimum
+ROSE = 0.02  # overfitting: the validation loss ends this fraction or more above its minimum
 CHANCE = math.log(10)  # the loss of a uniform guess over the 10 classes (a fresh net's is about that)
 DIVERGED = 2 * CHANCE  # a rate whose last epoch's loss is above twice that has diverged, finite or not
 
@@ -523,7 +523,7 @@ class Costs:
 
 def timed_sample(backend: str, H: int, dtype: str = "float32", B: int = 3200, dataset: str = "mnist") -> float:
     """Seconds a sample takes in a training epoch at H (the fastest of three after a warm one), on the experiment's
-    data: on synthetic data, whose sigmoids saturate, the NumPy step ran 2-3x slower than on MNIST."""
+    data: on synthetic data, whose sigmoids saturate, the NumPy step runs slower than on MNIST (docs/DECISIONS.md, D19)."""
     from perflab.config import Config
     from perflab.train import loop
     cfg = Config(dataset=dataset, hidden_sizes=(H,), train_size=2 * B, batch_size=B, test_size=0, dtype=dtype,

@@ -33,7 +33,8 @@ import platform
 import statistics
 from pathlib import Path
 
-from perflab.config import GPU_EXCHANGES, exchange_fields
+from perflab.config import GPU_EXCHANGES, exchange_fields  # noqa: F401 (a point's comm as the trainer's fields)
+from perflab.train.spec import default_comm
 from perflab.train.watchdog import TIMEOUT_S
 
 MIN_TIMED_SECONDS = 0.25  # a point's timed epochs last at least this long (timed_epochs)
@@ -43,12 +44,6 @@ LAUNCHES = ("graph", "eager")
 EXCHANGES_HELP = ("resident GPU data parallel's gradient exchange: nccl (NCCL's all-reduce, then the update), p2p (the "
                   "peers' gradients read over NVLink and applied in one kernel; GPUs of one node), overlap (NCCL in dW1 "
                   "row chunks, each all-reduced under the next chunk's GEMM: perflab train --overlap)")
-
-
-def default_comm(backend: str, mode: str) -> str:
-    """The exchange a point runs unless the sweep names one: host MPI on the CPU and in the staged modes, else NCCL."""
-    from perflab.config import HOST_STAGED
-    return "mpi" if backend == "numpy" or mode in HOST_STAGED else "nccl"
 
 
 def grid(hidden=(512,), batch=(3200,), ranks=(1,), per_rank_batch=None, parallel=("data",), backend=("numpy",),
@@ -150,9 +145,11 @@ class Claims:
         from perflab import results
         k = list(key(point))
         with self.locked():
-            if row is not None:
-                results.write_rows(self.path, [row], meta)
-            self._write([e for e in self._live() if not (e["key"] == k and e["pid"] == os.getpid())])
+            try:
+                if row is not None:
+                    results.write_rows(self.path, [row], meta)
+            finally:  # a row the disk could not take leaves no claim behind: the rerun measures it
+                self._write([e for e in self._live() if not (e["key"] == k and e["pid"] == os.getpid())])
 
 
 def pid_alive(pid: int) -> bool:
@@ -180,13 +177,12 @@ def measure_trained_point(point: dict, comm, dataset: str, timeout: float = TIME
 
     from perflab.analysis import perfmodel
     from perflab.config import HOST_STAGED, Config
-    from perflab.train.runner import Device, train_on_ranks
+    from perflab.train.runner import train_on_ranks
+    from perflab.train.spec import RunSpec
     cfg = Config(dataset=dataset, hidden_sizes=perfmodel.widths(point["H"]), batch_size=point["B"], train_size=point["N"],
                  num_epochs=point["epochs"], dtype=point["dtype"], test_size=0,
                  learning_rate=point.get("learning_rate", 0.1))
-    device = Device(backend=point["backend"], mode=point["mode"], gemm=point["gemm"],
-                    **exchange_fields(point.get("comm") or default_comm(point["backend"], point["mode"])),
-                    graphs=point.get("launch", "graph") == "graph", timeout=timeout)
+    device = RunSpec.from_point(point).validate().device(timeout)
     probe = point["backend"] == "cupy" and point["mode"] == "staged"
     walks = copy_probe(comm, cfg.batch_size // comm.size, cfg.train_size // comm.size) if probe else []
     seconds, history, trainer = timed_epochs(cfg, point["parallel"], comm, device)
@@ -371,20 +367,53 @@ def run_grid_mpi(points, name, out: Path | None = None, dataset="synthetic", pro
     claims = Claims(path) if w.rank == 0 else None
     meta = sweep_meta(name) if w.rank == 0 else None
     # between points (and while ranks wait out a point on fewer ranks), a rank stopped ends the job too
-    with watchdog.for_run(w, timeout, patient=True) as dog:
-        for i, point in enumerate(tqdm(todo, disable=not progress or w.rank != 0, desc=name, unit="point")):
-            dog.watch_over(point_where(i, len(todo), point))
-            if not w.bcast(claims.claim(point) if w.rank == 0 else None):
-                continue  # measured or being measured by another sweep
-            row = None
-            try:
-                row = run_point_on_world(point, dataset, timeout)
-            finally:
-                if w.rank == 0:
-                    claims.finish(point, row, meta)
+    try:
+        with watchdog.for_run(w, timeout, patient=True) as dog:
+            for i, point in enumerate(tqdm(todo, disable=not progress or w.rank != 0, desc=name, unit="point")):
+                dog.watch_over(point_where(i, len(todo), point))
+                if not w.bcast(writing(claims.claim, point) if w.rank == 0 else None):
+                    continue  # measured or being measured by another sweep
+                row = None
+                try:
+                    row = run_point_on_world(point, dataset, timeout)
+                finally:
+                    if w.rank == 0:
+                        writing(claims.finish, point, row, meta)
+    except (KeyboardInterrupt, WriteFailed) as exc:
+        raise stopped(exc, path, points, w.rank) from None
     if w.rank == 0:
         report_failed(path, log)
     return path
+
+
+class WriteFailed(OSError):
+    """The sweep's file (or its claims beside it) could not be written: a full disk, a folder it cannot write."""
+
+
+def writing(write, *args):
+    """A write of the sweep's file, its OSError told apart from one a point's training raises."""
+    try:
+        return write(*args)
+    except OSError as exc:
+        raise WriteFailed(exc.errno, exc.strerror, exc.filename) from exc
+
+
+def stopped(exc: BaseException, path: Path | None, points: list, rank: int):
+    """The one line a sweep ends with when Ctrl-C or a write (a full disk, a folder it cannot write) stops it:
+    how many points its file keeps and that the same command resumes after them (loop.Stopped; rank 0's)."""
+    from perflab.train.loop import Stopped, disk_error
+    ctrl_c = isinstance(exc, KeyboardInterrupt)
+    if rank != 0:
+        return Stopped("", code=130 if ctrl_c else 2, everywhere=ctrl_c)
+    try:
+        done = done_keys(path)
+    except Exception:  # a file the failed write left unreadable keeps what it kept; the rerun says
+        done = set()
+    kept, points = sum(key(pt) in done for pt in points), len(points)
+    why = "stopped by Ctrl-C" if ctrl_c else f"could not write {path}: {disk_error(exc)}"
+    fix = "" if ctrl_c else "free space (or fix the folder), then "
+    return Stopped(f"{why}; {kept} of {points} point(s) are kept in {path}: {fix}run the same command again to "
+                   f"measure the other {points - kept}", code=130 if ctrl_c else 2, everywhere=ctrl_c)
 
 
 def run_grid_engines(view, points, name, out: Path | None = None, dataset="synthetic", progress=True, log=print,

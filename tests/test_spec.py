@@ -1,0 +1,89 @@
+import dataclasses
+
+import pytest
+
+from perflab.train.spec import RunSpec, SpecError
+
+
+def test_a_spec_is_frozen_and_resolves_its_defaults_per_backend():
+    cpu, gpu = RunSpec(), RunSpec(backend="cupy")
+    assert (cpu.exchange, cpu.launch) == ("mpi", "eager") and (gpu.exchange, gpu.launch) == ("auto", "graph")
+    assert RunSpec(backend="cupy", mode="staged").exchange == "mpi"  # the one exchange the host path takes
+    assert RunSpec(exchange="auto").exchange == "mpi"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cpu.backend = "cupy"
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(mode="staged"), "--mode staged copies each batch host -> GPU and the gradients through the host: it needs "
+                          "--backend cupy"),
+    (dict(gemm="wgmma"), "--gemm wgmma runs perflab's CUDA kernels: it needs --backend cupy"),
+    (dict(exchange="overlap"), "--overlap overlaps an NCCL all-reduce with the backward pass: it needs --comm nccl"),
+    (dict(exchange="p2p"), "--comm p2p needs --backend cupy; on the CPU use mpi or hierarchical"),
+    (dict(launch="graph"), "--launch graph is a GPU setting: it needs --backend cupy"),
+    (dict(pinned=True), "--pinned is a GPU setting"),
+    (dict(dtype="bfloat16", parallel="model"), "--dtype bfloat16 trains data parallel (or on one rank)"),
+    (dict(backend="cupy", threads=2), "--threads 2 sets NumPy's BLAS threads a rank: it needs --backend numpy"),
+    (dict(backend="cupy", exchange="p2p", parallel="model"), "--comm p2p exchanges the data-parallel gradient buffer"),
+    (dict(backend="cupy", mode="staged", exchange="nccl"), "--mode staged exchanges gradients through the host"),
+    (dict(backend="cupy", mode="staged", exchange="overlap"), "--overlap overlaps an NCCL all-reduce with the "
+                                                              "backward pass: it needs --comm nccl"),
+    (dict(backend="cupy", mode="pipelined", parallel="model"), "--mode pipelined exchanges gradients: it runs "
+                                                               "--parallel data"),
+    (dict(backend="cupy", exchange="nccl-half"), "--comm nccl-half exchanges the gradients in the run's half "
+                                                 "precision: it needs --dtype bfloat16 or float16, got --dtype float32"),
+    (dict(backend="cupy", gemm="tf32", dtype="float64"), "--gemm tf32 runs on TF32 tensor cores from float32 operands"),
+    (dict(backend="cupy", dtype="bfloat16", mode="staged"), "--dtype bfloat16 trains data parallel (or on one GPU) "
+                                                            "with the data resident"),
+    (dict(parallel="auto"), "--parallel must be one of sequential, data, model, got 'auto'"),
+    (dict(exchange="ring"), "--comm must be one of"),
+])
+def test_validate_holds_every_combination_rule_and_names_the_options(changes, message):
+    with pytest.raises(SpecError) as info:
+        RunSpec(**changes).validate()
+    assert message in str(info.value)
+
+
+def test_the_runs_that_go_together_pass():
+    for spec in (RunSpec(), RunSpec(dtype="bfloat16", parallel="data"), RunSpec(exchange="hierarchical"),
+                 RunSpec(backend="cupy", exchange="overlap", parallel="data"),
+                 RunSpec(backend="cupy", mode="pipelined", parallel="data", chunks=4),
+                 RunSpec(backend="cupy", gemm="wgmma", dtype="bfloat16"), RunSpec(launch="eager")):
+        assert spec.validate() is spec
+
+
+def test_exchange_is_one_value_the_device_splits_for_the_trainer():
+    device = RunSpec(backend="cupy", exchange="overlap").device(timeout=5.0)
+    assert (device.comm, device.overlap, device.graphs, device.timeout) == ("nccl", True, True, 5.0)
+    assert RunSpec.from_device(device, "data", "float32").exchange == "overlap"
+    cpu = RunSpec().device()
+    assert (cpu.comm, cpu.overlap, cpu.graphs) == ("mpi", False, False)
+    assert RunSpec.from_device(cpu, "sequential", "float64").validate().launch == "eager"
+
+
+def test_a_sweep_row_parses_into_the_spec_it_ran():
+    from perflab.workbook import sweep
+    (numpy,) = sweep.grid(hidden=["1024-1024"], N=6400, backend=("numpy",))
+    spec = RunSpec.from_point(numpy).validate()
+    assert (spec.backend, spec.exchange, spec.launch, spec.nets, spec.batches) == ("numpy", "mpi", "eager",
+                                                                                   ("1024-1024",), (3200,))
+    point = {**numpy, "backend": "cupy", "launch": "graph", "comm": "overlap"}
+    assert RunSpec.from_point(point).device().overlap is True
+    assert RunSpec.from_point({k: v for k, v in point.items() if k != "comm"}).exchange == "nccl"  # a sweep's default
+
+
+def test_a_trainer_built_from_a_device_anywhere_is_validated(monkeypatch):
+    """runner.setup, the one factory, refuses what the CLI refuses, whoever asks (a notebook, a sweep's point)."""
+    from perflab.config import Config
+    from perflab.train import runner
+    from perflab.train.comm import Serial
+    cfg = Config(dataset="synthetic", input_size=8, hidden_sizes=(4,), train_size=20, batch_size=10, test_size=0)
+    with pytest.raises(SpecError, match="--mode staged copies each batch host -> GPU"):
+        runner.setup(cfg, "sequential", Serial(), runner.Device(mode="staged"))
+    trainer, *_ = runner.setup(cfg, "sequential", Serial(), runner.Device())
+    assert trainer.name == "sequential"
+
+
+def test_the_first_line_says_a_half_precision_run_on_numpy_is_emulated():
+    assert "bfloat16 emulated in FP32 on NumPy (perflab.train.half)" in RunSpec(dtype="bfloat16").summary()
+    assert "float64" in RunSpec(dtype="float64").summary() and "emulated" not in RunSpec(dtype="float64").summary()
