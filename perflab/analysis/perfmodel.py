@@ -10,6 +10,8 @@ import math
 import numbers
 from dataclasses import dataclass, field
 
+from perflab.train.step import backward_gemm, forward_gemm
+
 DTYPE_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}  # images and activations as stored
 D_MNIST, C_MNIST = 784, 10
 
@@ -134,17 +136,17 @@ def phase_flops(w: Workload) -> dict[str, float]:
     for l in range(1, nl + 1):
         rows = L[l] / split if l < nl else L[l]       # hidden units are split in model parallelism
         cols_in = L[l - 1] / split if l > 1 else L[l - 1]
-        out[f"forward GEMM {l}"] = 2 * rows * cols_in * Bp
+        out[forward_gemm(l)] = 2 * rows * cols_in * Bp
         out[f"forward elementwise {l}"] = (4 if l < nl else 5) * rows * Bp  # bias + sigmoid | softmax
     # backward, in execution order: for each layer from the top, dW_l then (below the top) da_{l-1}
     g = 1
     for l in range(nl, 0, -1):
         rows = L[l] / split if l < nl else L[l]
         cols_in = L[l - 1] / split if l > 1 else L[l - 1]
-        out[f"backward GEMM {g}"] = 2 * rows * cols_in * Bp       # dW_l = dz_l a_{l-1}^T
+        out[backward_gemm(g)] = 2 * rows * cols_in * Bp       # dW_l = dz_l a_{l-1}^T
         g += 1
         if l > 1:
-            out[f"backward GEMM {g}"] = 2 * rows * cols_in * Bp   # da_{l-1} = W_l^T dz_l
+            out[backward_gemm(g)] = 2 * rows * cols_in * Bp   # da_{l-1} = W_l^T dz_l
             g += 1
     out["backward elementwise"] = (2 * L[-1] + sum(4 * h / split for h in L[1:-1])) * Bp  # delta, sigmoid', bias sums
     params = w.num_params / (split if w.parallel == "model" else 1)
@@ -168,8 +170,8 @@ def seeds_gemms(w: Workload) -> tuple:
     """The GEMM phases the seeds' P_flops counts (seeds_flops): every forward GEMM and every backward
     GEMM but GEMM 2, the output layer's small input gradient (C rows)."""
     nl = len(w.layers) - 1
-    return tuple(f"forward GEMM {l}" for l in range(1, nl + 1)) + tuple(
-        f"backward GEMM {g}" for g in range(1, 2 * nl) if g != 2)
+    return tuple(forward_gemm(l) for l in range(1, nl + 1)) + tuple(
+        backward_gemm(g) for g in range(1, 2 * nl) if g != 2)
 
 
 def ring_bytes(payload: float, p: int) -> float:

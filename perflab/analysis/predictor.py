@@ -40,18 +40,22 @@ import pandas as pd
 
 from perflab.analysis import perfmodel
 from perflab.config import GPU_EXCHANGES, HALF_IMPLS, OVERLAP_CHUNKS, PIPELINED_CHUNKS, TWO_SHOT_FROM, TWO_SHOT_IMPL
+from perflab.kernels import WGMMA_VARIANTS
+from perflab.train import step as trainstep
 
-FUSED_STEP = ("forward GEMM 1 (cuBLAS)", "fused forward: sigmoid, GEMM 2, softmax", "db2 row sums",
-              "fused backward: dz1, dW2, db1", "backward GEMM 3 (cuBLAS)")
-UPDATE = "SGD + L2 update"
+
+def one_layer(gemm: str = "cublas", **fusion) -> tuple:
+    """The kernels of 784-H-10's step (perflab.train.step), as the ceilings time them, by name: the one
+    hidden layer every GPU prediction starts from (deeper nets add `hidden layer` a layer)."""
+    return trainstep.step((1,), gemm=gemm, **fusion)
+
+
+UPDATE = trainstep.display_name("update")
+FUSED_STEP = tuple(k.name for k in one_layer() if k.kind != "update")
+DW1_GEMM = trainstep.display_name("bwd_gemm3_cublas")  # dW_1 = dz_1 X^T, the step's last GEMM (cuBLAS)
 # the fused step's kernels with Hopper's tensor-core GEMMs (`perflab ceilings` times them on a Hopper):
 # x3tf32's backward pass also writes dz1's TF32 split, which its GEMM 3 reads
-TENSOR_CORE_STEPS = {
-    "wgmma": ("forward GEMM 1 (wgmma)",) + FUSED_STEP[1:4] + ("backward GEMM 3 (wgmma)",),
-    "x3tf32": ("forward GEMM 1 (x3tf32)",) + FUSED_STEP[1:3] + ("fused backward with dz1's split (x3tf32)",
-                                                                 "backward GEMM 3 (x3tf32)")}
-
-
+TENSOR_CORE_STEPS = {gemm: tuple(k.name for k in one_layer(gemm) if k.kind != "update") for gemm in WGMMA_VARIANTS}
 
 
 def on_grid(t: pd.DataFrame, H: float, B: float) -> float:
@@ -73,7 +77,7 @@ def sequence_name(gemm: str, eager: bool = False) -> str:
 
 def overlap_name(chunks: int) -> str:
     """The ceilings' name of --overlap's backward GEMM 3 with its exchanges, in `chunks` chunks."""
-    return f"backward GEMM 3 (cuBLAS) in {chunks} chunks, each all-reduced by NCCL under the next"
+    return f"{DW1_GEMM} in {chunks} chunks, each all-reduced by NCCL under the next"
 
 
 CPU_STEP = ("forward", "backward", "step")  # the NumPy reference's step as the ceilings time it
@@ -467,10 +471,10 @@ def with_exchange(base: Ceilings, exchange: Ceilings) -> Ceilings:
                     source=f"{base.source} with the all-reduces of {exchange.source}")
 
 
-# a hidden layer's launches, kernel by kernel: its forward GEMM and the bias + sigmoid pass after it (every GEMM
-# the predictor composes, cuBLAS's and wgmma's, adds the bias in a pass of its own), the dW and input-gradient
-# GEMMs, sigmoid_backward_rows
-HIDDEN_LAYER_LAUNCHES = 5
+# a hidden layer's launches, kernel by kernel (perflab.train.step.a_layer_adds): its forward GEMM and the bias +
+# sigmoid pass after it (every GEMM the predictor composes, cuBLAS's and wgmma's, adds the bias in a pass of its
+# own), the dW and input-gradient GEMMs, sigmoid_backward_rows
+HIDDEN_LAYER_LAUNCHES = sum(trainstep.a_layer_adds().values())
 
 
 def update_width(hidden: tuple, D: int = 784, C: int = 10) -> float:
@@ -500,7 +504,8 @@ def gpu_deeper(c: Ceilings, hidden: tuple, Bl: float, gemm: str, eager: bool) ->
         raise PredictionError(f"the predictor composes half-precision nets whose hidden layers are one width (its step "
                               f"is timed whole, not kernel by kernel), so far; got {'-'.join(map(str, hidden))}")
     if gemm not in HALF_IMPLS.values():
-        added += sum(c.kernel("gpu", k, top, Bl) - c.kernel("gpu", k, first, Bl) for k in fused_step(gemm)[1:4])
+        output = [k.name for k in one_layer(gemm) if k.layer == 2]  # the output layer's kernels
+        added += sum(c.kernel("gpu", k, top, Bl) - c.kernel("gpu", k, first, Bl) for k in output)
     return added + c.kernel("gpu", UPDATE, update_width(hidden), Bl) - c.kernel("gpu", UPDATE, first, Bl)
 
 
@@ -591,7 +596,7 @@ def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
             elif p > 1 and point.get("comm") == "overlap":  # GEMM 3 and the exchange at once: off the kernels' sum
                 if gemm != "cublas":
                     raise PredictionError(f"--overlap is timed with cuBLAS's GEMM 3 (overlap_exchange); got --gemm {gemm}")
-                terms["kernels"] -= c.kernel("gpu", "backward GEMM 3 (cuBLAS)", H, Bl)
+                terms["kernels"] -= c.kernel("gpu", DW1_GEMM, H, Bl)
                 terms["exchange"] = c.overlap_exchange(p, H, Bl, OVERLAP_CHUNKS)  # what sweeps and the harness run
                 exchange = "backward GEMM 3 in chunks, each all-reduced under the next (overlap_exchange)"
                 if len(hidden) > 1:  # the layers above the first sent as their dW is done (WFBP)
@@ -689,9 +694,7 @@ def launched_as_graph(point: dict) -> bool:
 
 
 # the fused model-parallel step on several GPUs: the output layer unfused around the logits' all-reduce
-MODEL_PARALLEL_STEP = ("forward GEMM 1 (cuBLAS)", "unfused: bias + sigmoid", "unfused: forward GEMM 2 (cuBLAS)",
-                       "unfused: softmax + CE gradient", "db2 row sums", "fused backward: dz1, dW2, db1",
-                       "backward GEMM 3 (cuBLAS)", UPDATE)
+MODEL_PARALLEL_STEP = trainstep.names(one_layer(fuse_output=False))
 
 
 def model_parallel_kernels(hidden: tuple, p: int) -> tuple[list[tuple[str, float]], list[int]]:
@@ -705,22 +708,21 @@ def model_parallel_kernels(hidden: tuple, p: int) -> tuple[list[tuple[str, float
     gradient. At one hidden layer: MODEL_PARALLEL_STEP at H/p and the logits."""
     from perflab.train.parallel import layer_splits
     splits, top, C = layer_splits(len(hidden) + 1), hidden[-1], perfmodel.C_MNIST
-    kernels = [("forward GEMM 1 (cuBLAS)", hidden[0] / p), ("unfused: bias + sigmoid", hidden[0] / p)]
+    split_output, fused = one_layer(fuse_output=False), one_layer()
+    kernels = [(k.name, hidden[0] / p) for k in split_output if k.layer == 1 and k.phase == "forward"]
     exchanged = []
     for l in range(1, len(hidden)):
         kernels.append((hidden_layer_name("cublas"), math.sqrt(hidden[l] * hidden[l - 1] / p)))
         exchanged.append(hidden[l] if splits[l] == "columns" else hidden[l - 1])
     if splits[-1] == "columns":
-        kernels += [(k, top / p) for k in ("unfused: forward GEMM 2 (cuBLAS)", "unfused: softmax + CE gradient",
-                                            "db2 row sums", "fused backward: dz1, dW2, db1")]
+        kernels += [(k.name, top / p) for k in split_output if k.layer == 2]
         exchanged.append(C)
     else:
-        kernels += [(k, top) for k in ("fused forward: sigmoid, GEMM 2, softmax", "db2 row sums",
-                                        "fused backward: dz1, dW2, db1")]
+        kernels += [(k.name, top) for k in fused if k.layer == 2]
     layers = (perfmodel.D_MNIST, *hidden, C)
     shards = [a * b / p + (a / p if kind == "rows" else a) if kind != "whole" else a * b + a
               for b, a, kind in zip(layers, layers[1:], splits)]  # W_l (a x b) and b_l, the rank's part of each
-    return kernels + [("backward GEMM 3 (cuBLAS)", hidden[0] / p), (UPDATE, width_with_params(sum(shards)))], exchanged
+    return kernels + [(DW1_GEMM, hidden[0] / p), (UPDATE, width_with_params(sum(shards)))], exchanged
 
 
 def model_parallel_batch(hidden: tuple, B: int, p: int, c: Ceilings, terms: dict, graph: bool) -> dict:
@@ -776,9 +778,9 @@ def pipelined_batch(hidden: tuple, Bl: float, p: int, chunks: int, c: Ceilings, 
                 **{f"t_{k}": v for k, v in terms.items()}}
     H = hidden[0]
     sizes = perfmodel.gradient_pieces(hidden, chunks, D)
-    chunk_gemm = [c.kernel("gpu", "backward GEMM 3 (cuBLAS)", n / (4 * D), Bl) for n in sizes[1:]]
+    chunk_gemm = [c.kernel("gpu", DW1_GEMM, n / (4 * D), Bl) for n in sizes[1:]]
     update = c.kernel("gpu", UPDATE, update_width(hidden), Bl)
-    before = terms["kernels"] - c.kernel("gpu", "backward GEMM 3 (cuBLAS)", H, Bl) - update
+    before = terms["kernels"] - c.kernel("gpu", DW1_GEMM, H, Bl) - update
     ready = [before] + [before + float(t) for t in np.cumsum(chunk_gemm)]
     down = [c.copy("d2h", "pinned", n) for n in sizes]
     mpi = [c.piece_allreduce(p, n) for n in sizes]
@@ -955,13 +957,18 @@ def probed_prediction(point: dict, c: Ceilings, measured: float) -> dict:
     return out
 
 
-# the profiled run's phases (the seeds' NVTX names; unfused kernels, the device synchronized at each
-# edge) and the kernels of the ceilings that run inside each
-GPU_PHASES = {"forward GEMM 1": ("forward GEMM 1 (cuBLAS)", "unfused: bias + sigmoid"),  # cuBLAS, then its epilogue
-              "forward GEMM 2": ("unfused: forward GEMM 2 (cuBLAS)",),
-              "backward GEMM 1": ("unfused: backward GEMM 1 (cuBLAS)",),
-              "backward GEMM 2": ("unfused: backward GEMM 2 (cuBLAS)",),
-              "backward GEMM 3": ("backward GEMM 3 (cuBLAS)",), "step": (UPDATE,)}
+def profiled_phases() -> dict:
+    """{phase: the kernels of the ceilings that run inside it} of the profiled run's step (the seeds' NVTX
+    names; unfused kernels, the device synchronized at each edge): each GEMM's (cuBLAS's with its bias
+    pass) and the update's; the passes the trainer runs under its plain forward and backward are not timed alone."""
+    out = {}
+    for k in one_layer(fuse_output=False, fuse_backward=False):
+        if k.label not in ("forward", "backward"):
+            out[k.label] = out.get(k.label, ()) + (k.name,)
+    return out
+
+
+GPU_PHASES = profiled_phases()
 CPU_PHASES = {"forward": ("forward",), "step": ("step",)}
 
 
@@ -1015,15 +1022,14 @@ def ceilings_from_rates(P_flops: float, P_pci: float, P_mpi: float, p: int, hidd
     zero), the staged copies at P_pci, the all-reduce at P_mpi, host floors at zero. The seeds'
     formulas count the gradient's bytes twice on each link, so the exchange of S bytes takes
     2S / P_pci (down and up) + 2S / P_mpi."""
-    D, C = 784, 10
-    gemms = {"forward GEMM 1 (cuBLAS)": lambda H, B: 2 * H * D * B, "fused forward: sigmoid, GEMM 2, softmax":
-             lambda H, B: 2 * C * H * B, "fused backward: dz1, dW2, db1": lambda H, B: 4 * C * H * B,
-             "backward GEMM 3 (cuBLAS)": lambda H, B: 2 * H * D * B,
-             "hidden layer (cublas)": lambda H, B: 6 * H * H * B}  # a deeper net's: forward, dW, input gradient
+    D = 784
+
+    def flops(H, B) -> dict:  # each kernel's, and what a hidden layer adds (forward, dW, input gradient)
+        step = {k.name: k.flops for k in trainstep.step((H,), B)}
+        return step | {hidden_layer_name("cublas"): sum(k.flops for k in trainstep.step((H, H), B)) - sum(step.values())}
     rows = [{"ceiling": "step_kernel", "device": "gpu", "impl": name, "H": H, "B": B, "ranks": 1,
-             "seconds": (flops(H, B) / P_flops) if flops else 1e-12}
-            for H in hidden for B in batches
-            for name, flops in {**gemms, "db2 row sums": None, UPDATE: None}.items()]
+             "seconds": (f / P_flops) if f else 1e-12}
+            for H in hidden for B in batches for name, f in flops(H, B).items()]
     rows += [{"ceiling": "staged_images", "B": B, "ranks": 1, "seconds": (D * 4 + 8) * B / P_pci} for B in batches]
     sizes = [2.0 ** k for k in range(16, 27)]
     rows += [{"ceiling": "staged_allreduce", "ranks": p, "size_bytes": S, "seconds": 2 * S / P_pci + 2 * S / P_mpi,

@@ -11,6 +11,7 @@ import pandas as pd
 from perflab.analysis import perfmodel
 from perflab.config import HALF_DTYPES, HALF_IMPLS, HOST_STAGED
 from perflab.results import RESULTS_ROOT, read_table
+from perflab.train import step as trainstep
 
 SWEEP_COLUMNS = ("H", "B", "p", "backend", "mode", "epoch_seconds")
 SWEEP_FILE = "a sweep file is the table `perflab sweep` or the main job writes (roofline.csv, a row per point)"
@@ -173,9 +174,10 @@ def machine_roofs(ceilings: pd.DataFrame, device: str) -> dict:
     gemm = ceilings[(ceilings.ceiling == "gemm_flops") & (ceilings.device == device)]
     rates = list(gemm[gemm.impl.isin(["cublas", "numpy BLAS"])].value)
     kernels = ceilings[(ceilings.ceiling == "step_kernel") & (ceilings.device == "gpu")] if device == "gpu" else gemm.iloc[:0]
-    for name in ("forward GEMM 1 (cuBLAS)", "backward GEMM 3 (cuBLAS)"):
-        k = kernels[kernels.impl == name]
-        rates += list(2 * k.H * 784 * k.B / k.seconds)
+    # the one-layer step's cuBLAS GEMMs (forward 1, backward 3: H x 784 over B), their FLOPs at H = B = 1 times H B
+    for kernel in (k for k in trainstep.step((1,)) if k.call == "gemm"):
+        k = kernels[kernels.impl == kernel.name]
+        rates += list(kernel.flops * k.H * k.B / k.seconds)
     copies = ceilings[ceilings.impl == "pinned"]
     mpi = ceilings[ceilings.ceiling == "mpi_allreduce"]
     nccl = ceilings[ceilings.ceiling.isin(["nccl_allreduce", "nccl_allreduce_graph"])]  # launched or in a graph

@@ -13,6 +13,7 @@ import pandas as pd
 
 from perflab import results
 from perflab.analysis import perfmodel, predictor
+from perflab.train.step import backward_gemm, forward_gemm
 
 FOLDER = results.RESULTS_ROOT / "seeds-rtx6000"
 
@@ -37,8 +38,8 @@ def check(folder: Path = FOLDER) -> pd.DataFrame:
     point = {"H": H, "B": w["B"], "p": w["p"], "N": w["N"], "backend": "cupy", "mode": "staged"}
     batch = predictor.predict_batch(point, w["B"], c)
     S = perfmodel.gradient_buffer_bytes(H) - 4  # the seeds' 2(HD + H + CH + C)b counts no loss slot
-    predicted = {"forward GEMM 1": 2 * H * D * Bl / r["P_flops"], "forward GEMM 2": 2 * C * H * Bl / r["P_flops"],
-                 "backward GEMM 1": 2 * C * H * Bl / r["P_flops"], "backward GEMM 3": 2 * H * D * Bl / r["P_flops"],
+    predicted = {forward_gemm(1): 2 * H * D * Bl / r["P_flops"], forward_gemm(2): 2 * C * H * Bl / r["P_flops"],
+                 backward_gemm(1): 2 * C * H * Bl / r["P_flops"], backward_gemm(3): 2 * H * D * Bl / r["P_flops"],
                  "copying images host -> device": batch["t_images"],
                  "cudaMemcpyDeviceToHost + cudaMemcpyHostToDevice": 2 * S / r["P_pci"],
                  "MPI_Allreduce": 2 * S / r["P_mpi"], "batch iteration": batch["batch_s"]}

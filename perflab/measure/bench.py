@@ -241,17 +241,28 @@ def summarize_gemm(rows) -> str:
 def step_kernels(H, B: int, dtype: str = "float32") -> list[tuple]:
     """(kernel, call, bytes it must move at least) for every kernel of one perflab training step
     of the net H (one width, or a deeper net's widths) at B samples on random operands (resident,
-    cuBLAS GEMMs), named and in the order perflab.train.gpu.FusedGPU runs them (GEMMs numbered as
-    its phases are): the fused step, then what the unfused step (a profiled run) runs instead of
-    its fused kernels ("unfused: ")."""
+    cuBLAS GEMMs): perflab.train.step's kernels, named and in its order (FusedGPU's), each bound to
+    its call here; then what the unfused step (a profiled run) runs instead of its fused kernels
+    (step.unfused_output, "unfused: ")."""
+    from perflab.analysis.perfmodel import widths
+    calls = step_calls(widths(H), B, dtype)
+    return [(k.name, calls[k.kind](k), k.nbytes) for k in step_description(H, B, dtype)]
+
+
+def step_description(H, B: int, dtype: str = "float32") -> tuple:
+    """The kernels step_kernels times, as perflab.train.step describes them (no CuPy: listed on any machine)."""
+    from perflab.analysis.perfmodel import widths
+    from perflab.train import step
+    return step.step(widths(H), B, dtype=dtype) + step.unfused_output(widths(H), B, dtype)
+
+
+def step_calls(hidden: tuple, B: int, dtype: str) -> dict:
+    """{kernel kind: kernel -> a callable launching it} on random device operands of the net at B samples."""
     import cupy as cp
 
     from perflab import kernels
-    from perflab.analysis.perfmodel import widths
     rng = np.random.default_rng(0)
     dev = lambda *shape: cp.asarray(rng.uniform(0.05, 0.95, shape).astype(dtype))  # noqa: E731
-    size = np.dtype(dtype).itemsize
-    hidden = widths(H)
     L, last = len(hidden) + 1, hidden[-1]  # layers; the fused output layer's input width
     fan_in = (D,) + hidden[:-1]
     W = [dev(h, k) for h, k in zip(hidden, fan_in)]
@@ -267,53 +278,41 @@ def step_kernels(H, B: int, dtype: str = "float32") -> list[tuple]:
     params, grads = dev(sum(segments)), dev(sum(segments))
     ends = cp.asarray(np.cumsum(segments), dtype=np.int64)
     regs = cp.asarray([1e-4, 0.0] * L, dtype=dtype)
+    inputs = [X] + a[:-1]  # layer l's input (1-based: inputs[l - 1]), which its dW_l multiplies by
 
-    def gemm(name, x, w, out):  # bytes: both operands read, the product written
-        return (name, lambda: kernels.gemm(x, w, out=out, variant="cublas"), (x.size + w.size + out.size) * size)
+    def gemm(x, w, out):
+        return lambda: kernels.gemm(x, w, out=out, variant="cublas")
 
-    hb = last * B * size
-    inputs = [X] + a[:-1]
-    steps = []  # (kernel, call, bytes it must move at least): perflab's step, then what the unfused one runs
-    # instead of its fused kernels ("unfused: ")
-    for l in range(L - 1):  # the hidden layers' forward GEMMs; the last one's bias + sigmoid is in the fused pass
-        steps.append(gemm(f"forward GEMM {l + 1} (cuBLAS)", W[l], inputs[l], a[l]))
-        if l < L - 2:
-            steps.append((f"bias + sigmoid {l + 1}", lambda l=l: kernels.bias_sigmoid(a[l], b[l]), 2 * a[l].nbytes))
-    steps += [
-        (f"fused forward: sigmoid, GEMM {L}, softmax",
-         lambda: kernels.output_layer(W2, b[-1], b2, a[-1], y, delta, B, part_forward), 2 * hb),
-        (f"db{L} row sums", lambda: kernels.row_sum(delta, db2), C * B * size),
-        (f"fused backward: dz{L - 1}, dW{L}, db{L - 1}",
-         lambda: kernels.output_backward(W2, delta, a[-1], dz[-1], dW2, db[-1], part), 2 * hb)]
-    for l in range(L - 2, 0, -1):  # hidden layer l + 1 over hidden layer l (1-based), as FusedGPU numbers them
-        k = 2 * (L - l) - 1
-        steps.append(gemm(f"backward GEMM {k} (cuBLAS)", dz[l], a[l - 1].T, dW[l]))
-        steps.append(gemm(f"backward GEMM {k + 1} (cuBLAS)", W[l].T, dz[l], dz[l - 1]))
-        steps.append((f"sigmoid' + db{l}", lambda l=l: kernels.sigmoid_backward_rows(dz[l - 1], a[l - 1], db[l - 1]),
-                      3 * a[l - 1].nbytes))
-    steps.append(gemm(f"backward GEMM {2 * L - 1} (cuBLAS)", dz[0], X.T, dW[0]))
-    steps.append(("SGD + L2 update", lambda: kernels.sgd_update(params, grads, 0.1, ends, regs), 3 * params.nbytes))
+    def backward(k):  # the seeds' odd backward GEMMs make dW_l, the even ones W_l^T dz_l
+        m = k.layer
+        return gemm(dz[m - 1], inputs[m - 1].T, dW[m - 1]) if k.weight_gradient else gemm(W[m - 1].T, dz[m - 1], dz[m - 2])
     a1, da1, b1, db1 = a[-1], dz[-1], b[-1], db[-1]  # the output layer's input, as the unfused path runs it
-    steps += [
-        ("unfused: bias + sigmoid", lambda: kernels.bias_sigmoid(a1, b1), 2 * hb),
-        (f"unfused: forward GEMM {L} (cuBLAS)", lambda: kernels.gemm(W2, a1, out=z2, variant="cublas"), hb),
-        ("unfused: softmax + CE gradient", lambda: kernels.softmax_xent_grad(z2, b2, y, delta, B), 2 * C * B * size),
-        ("unfused: backward GEMM 1 (cuBLAS)", lambda: kernels.gemm(delta, a1.T, out=dW2, variant="cublas"), hb),
-        ("unfused: backward GEMM 2 (cuBLAS)", lambda: kernels.gemm(W2.T, delta, out=da1, variant="cublas"), hb),
-        ("unfused: sigmoid'", lambda: kernels.sigmoid_backward(da1, a1), 3 * hb),
-        (f"unfused: db{L - 1} row sums", lambda: kernels.row_sum(da1, db1), hb),
-    ]
-    return steps
+    return {
+        "fwd_gemm": lambda k: gemm(W[k.layer - 1], inputs[k.layer - 1], a[k.layer - 1]),
+        "bias_sigmoid": lambda k: lambda: kernels.bias_sigmoid(a[k.layer - 1], b[k.layer - 1]),
+        "fused_fwd": lambda k: lambda: kernels.output_layer(W2, b[-1], b2, a[-1], y, delta, B, part_forward),
+        "row_sum_db": lambda k: lambda: kernels.row_sum(delta, db2),
+        "fused_bwd": lambda k: lambda: kernels.output_backward(W2, delta, a[-1], dz[-1], dW2, db[-1], part),
+        "bwd_gemm": backward,
+        "sigmoid_bwd_db": lambda k: lambda: kernels.sigmoid_backward_rows(dz[k.layer - 1], a[k.layer - 1], db[k.layer - 1]),
+        "update": lambda k: lambda: kernels.sgd_update(params, grads, 0.1, ends, regs),
+        "unfused_bias_sigmoid": lambda k: lambda: kernels.bias_sigmoid(a1, b1),
+        "unfused_fwd_gemm": lambda k: gemm(W2, a1, z2),
+        "unfused_softmax": lambda k: lambda: kernels.softmax_xent_grad(z2, b2, y, delta, B),
+        "unfused_bwd_gemm": lambda k: gemm(delta, a1.T, dW2) if k.weight_gradient else gemm(W2.T, delta, da1),
+        "unfused_sigmoid_bwd": lambda k: lambda: kernels.sigmoid_backward(da1, a1),
+        "unfused_row_sum_db": lambda k: lambda: kernels.row_sum(da1, db1)}
 
 
 def tensor_core_step_kernels(H: int, B: int) -> list[tuple]:
     """(kernel, call, bytes) of the step's kernels that change with Hopper's tensor-core GEMMs, as
     the trainer runs them (tuned per shape; its images declared constant: their K-major forms made
-    once; x3tf32's backward pass writing dz1's split), named as the predictor's TENSOR_CORE_STEPS reads them.
+    once; x3tf32's backward pass writing dz1's split), named and counted by perflab.train.step.
     The caller releases what they keep with kernels.wgmma.release() once no graph holds them."""
     import cupy as cp
 
     from perflab import kernels
+    from perflab.train import step
     rng = np.random.default_rng(0)
     dev = lambda *shape: cp.asarray(rng.uniform(0.05, 0.95, shape).astype(np.float32))  # noqa: E731
     W1, W2, X = dev(H, D), dev(C, H), cp.asfortranarray(dev(D, B))
@@ -321,17 +320,19 @@ def tensor_core_step_kernels(H: int, B: int) -> list[tuple]:
     dW1, dW2, db1 = dev(H, D), dev(C, H), dev(H)
     part = cp.empty(kernels.output_backward_partials(H, B, C), np.float32)
     kernels.wgmma.constant(X)
-    hb, hd, xb = H * B * 4, H * D * 4, D * B * 4
-    rows = []
+    rows, split_pass = [], None
     for variant in kernels.WGMMA_VARIANTS:
         split = da1_small if variant == "x3tf32" else None
         kernels.tune(W1, X, a1, variant)  # as the trainer's first step does, once per shape
         kernels.tune(da1, X.T, dW1, variant, a_small=split)
-        rows.append((f"forward GEMM 1 ({variant})", lambda v=variant: kernels.gemm(W1, X, out=a1, variant=v), hd + xb + hb))
-        rows.append((f"backward GEMM 3 ({variant})",
-                     lambda v=variant, s=split: kernels.gemm(da1, X.T, out=dW1, variant=v, a_small=s), hb + xb + hd))
-    rows.append(("fused backward with dz1's split (x3tf32)",
-                 lambda: kernels.output_backward(W2, delta, a1, da1, dW2, db1, part, da1_small), 3 * hb))
+        calls = {"fwd_gemm": lambda v=variant: kernels.gemm(W1, X, out=a1, variant=v),
+                 "bwd_gemm": lambda v=variant, s=split: kernels.gemm(da1, X.T, out=dW1, variant=v, a_small=s)}
+        for k in step.step((H,), B, gemm=variant):
+            if k.kind in calls:
+                rows.append((k.name, calls[k.kind], k.nbytes))
+            split_pass = k if k.kind == "fused_bwd_split" else split_pass
+    rows.append((split_pass.name, lambda: kernels.output_backward(W2, delta, a1, da1, dW2, db1, part, da1_small),
+                 split_pass.nbytes))
     return rows
 
 

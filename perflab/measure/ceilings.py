@@ -346,10 +346,11 @@ def gpu_step_kernels(hidden=HIDDEN_GRID, batches=BATCH_GRID, repeats: int = 10, 
     import cupy as cp
     from tqdm.auto import tqdm
 
-    from perflab.analysis.predictor import UPDATE, fused_step, hidden_layer_name, sequence_name
+    from perflab.analysis.predictor import hidden_layer_name, sequence_name
     from perflab.kernels import wgmma
     from perflab.measure.bench import half_step, hidden_layer_kernels, step_kernels, tensor_core_step_kernels
     from perflab.timing import time_graph_ms, time_ms
+    from perflab.train import step as trainstep
     rows = []
     gemms = ("cublas",) + (wgmma.WGMMA_VARIANTS if wgmma.hopper() else ())
     for H, B in tqdm([(H, B) for H in hidden for B in batches], desc="step kernels", disable=not progress):
@@ -362,7 +363,7 @@ def gpu_step_kernels(hidden=HIDDEN_GRID, batches=BATCH_GRID, repeats: int = 10, 
         for gemm in gemms:  # the step's kernels one after another, as its graph runs them: 2-7% over their
             # sum alone on one H100, each kernel's operands no longer where the one before left them
             # (experiments/predictor/logs/epoch_graph_gap_h100.jsonl)
-            step = [calls[name] for name in fused_step(gemm) + (UPDATE,)]
+            step = [calls[k.name] for k in trainstep.step((H,), B, gemm=gemm)]
             seconds = time_graph_ms(cp, lambda: [call() for call in step], calls=5, repeats=repeats) * 1e-3
             rows.append(kernel_row("gpu", sequence_name(gemm), H, B, seconds))
             # and launched one by one, five steps between two events, as a step launched kernel by kernel
@@ -399,7 +400,9 @@ def gpu_step_floors(steps: int = 40, repeats: int = 7) -> list[dict]:
     import cupy as cp
 
     from perflab.measure.bench import step_kernels
-    calls = [call for name, call, _ in step_kernels(16, 16) if not name.startswith("unfused")]
+    from perflab.train import step as trainstep
+    fused = trainstep.names(trainstep.step((16,), 16))  # the fused step, without what the bench times beside it
+    calls = [call for name, call, _ in step_kernels(16, 16) if name in fused]
     stream = cp.cuda.Stream(non_blocking=True)
 
     def eager():
@@ -723,6 +726,8 @@ def summary(rows: list[dict]) -> str:
     host's floors of a step (us), the staged copy of a batch (ms) and how many step kernels were
     timed. The CSV keeps every row; a dump of all of them (a thousand on a GPU) buries these."""
     import pandas as pd
+
+    from perflab.analysis.predictor import DW1_GEMM
     df = pd.DataFrame(rows)
     parts = []
     rates = df[df.unit != "s"]
@@ -751,7 +756,7 @@ def summary(rows: list[dict]) -> str:
                      f"{sorted(int(h) for h in kernels['H'].unique())} x B {sorted(int(b) for b in kernels['B'].unique())}"
                      + "".join(f"\n{line}" for line in sequence_lines(kernels)))
     overlap = df[df.ceiling == "overlap_exchange"]
-    alone = kernels[kernels.impl == "backward GEMM 3 (cuBLAS)"] if len(kernels) else kernels
+    alone = kernels[kernels.impl == DW1_GEMM] if len(kernels) else kernels
     both = overlap.merge(alone, on=["H", "B"], suffixes=("", "_alone")) if len(overlap) and len(alone) else overlap.iloc[:0]
     if len(both):
         ratio = both.seconds / both.seconds_alone

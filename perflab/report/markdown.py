@@ -11,6 +11,7 @@ from perflab.report.claims import span
 from perflab.report.questions import wfbp_rows  # noqa: F401 (the committed WFBP table, read here and by the report)
 from perflab.report.tables import fmt, source
 from perflab.results import RESULTS_ROOT, read_table
+from perflab.train.step import display_name
 
 
 def build(out: str | None = None, folder: Path | None = None) -> Path:
@@ -69,9 +70,9 @@ def trainer_form_ratios(ceilings_path: Path, hidden=(512, 1024, 2048), batches=(
     try:
         for H in hidden:
             for B in batches:
-                split = max(0.0, k[("fused backward with dz1's split (x3tf32)", H, B)] - k[("fused backward: dz1, dW2, db1", H, B)])
-                ratios += [k[("forward GEMM 1 (cuBLAS)", H, B)] / k[("forward GEMM 1 (x3tf32)", H, B)],
-                           k[("backward GEMM 3 (cuBLAS)", H, B)] / (k[("backward GEMM 3 (x3tf32)", H, B)] + split)]
+                split = max(0.0, k[(display_name("fused_bwd_split_x3tf32"), H, B)] - k[(display_name("fused_bwd2"), H, B)])
+                ratios += [k[(display_name("fwd_gemm1_cublas"), H, B)] / k[(display_name("fwd_gemm1_x3tf32"), H, B)],
+                           k[(display_name("bwd_gemm3_cublas"), H, B)] / (k[(display_name("bwd_gemm3_x3tf32"), H, B)] + split)]
     except KeyError:  # a ceilings file from before the tensor-core step kernels
         return []
     return ["", f"As the trainer calls them, from the step kernels of {source(ceilings_path)} (each timed alone in "

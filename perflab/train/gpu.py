@@ -35,6 +35,7 @@ from perflab.train import model, profile
 from perflab.train.loop import Sequential
 from perflab.train.parallel import check_batch_split, gather_shards, local_part, sharded_forward
 from perflab.train.profile import phase
+from perflab.train.step import backward_gemm, forward_gemm
 
 
 class GPUError(ConfigError):
@@ -225,7 +226,7 @@ class FusedGPU(Sequential):
     @property
     def last_gemm(self) -> str:
         """The phase name of dW_1 = dz_1 X^T, the step's last GEMM: backward GEMM 2L - 1."""
-        return f"backward GEMM {len(self.params) - 1}"
+        return backward_gemm(len(self.params) - 1)
 
     def shard(self):
         """(this rank's initial parameters on the host, the most samples a rank's step takes):
@@ -334,7 +335,7 @@ class FusedGPU(Sequential):
         with phase("forward"):
             for l in range(L - 1):  # the hidden layers; the last one's bias + sigmoid waits for the fused pass
                 deferred, exchanged = fused and l == L - 2, self.output_exchanged(l)
-                with phase(f"forward GEMM {l + 1}"):
+                with phase(forward_gemm(l + 1)):
                     self.gemm(Wg[l], acts[l], acts[l + 1], bias=None if deferred or exchanged else b[l])
                 if exchanged:  # the ranks' partial sums of the whole layer, then its bias and sigmoid
                     self.comm.allreduce(acts[l + 1])
@@ -343,7 +344,7 @@ class FusedGPU(Sequential):
             if fused:  # bias + sigmoid (in place) + the output GEMM in one pass, then the softmax
                 kernels.output_layer(W[-1], b[-2], b[-1], acts[-1], yb, delta, global_b, self.part_forward, ce, scale)
             else:
-                with phase(f"forward GEMM {L}"):
+                with phase(forward_gemm(L)):
                     self.gemm(Wg[-1], acts[-1], z_out)
                 if self.output_exchanged(L - 1):
                     self.comm.allreduce(z_out)
@@ -360,9 +361,9 @@ class FusedGPU(Sequential):
                                         small if L == 2 else None)
             else:
                 delta_op = self.gemm_delta(delta)
-                with phase("backward GEMM 1"):
+                with phase(backward_gemm(1)):
                     self.gemm(delta_op, acts[-1].T, dW[-1])
-                with phase("backward GEMM 2"):
+                with phase(backward_gemm(2)):
                     self.gemm(Wg[-1].T, delta_op, dz[-1])
                 kernels.sigmoid_backward_rows(dz[-1], acts[-1], db[-2], small if L == 2 else None)
             unsent = self.G.size  # with --overlap, G[unsent:] is already on its way
@@ -371,11 +372,11 @@ class FusedGPU(Sequential):
             side = self.side_gemms and not profile.ACTIVE  # phases are timed one after another
             for l in range(L - 2, 0, -1):  # hidden layer l + 1 over hidden layer l (1-based): W[l] is W_{l+1}
                 k = 2 * (L - l) - 1
-                with phase(f"backward GEMM {k}"), self.beside(side):
+                with phase(backward_gemm(k)), self.beside(side):
                     self.gemm(dz[l], acts[l].T, dW[l])
                 if self.overlap:  # layer l + 1 (and those above it, the first time) is final: send it (WFBP)
                     unsent = self.send_layer(self.layer_starts[l], unsent)
-                with phase(f"backward GEMM {k + 1}"):
+                with phase(backward_gemm(k + 1)):
                     self.gemm(Wg[l].T, dz[l], dz[l - 1])
                 if self.gradient_exchanged(l):  # the ranks' partial sums of the whole input gradient
                     self.comm.allreduce(dz[l - 1])
@@ -566,7 +567,7 @@ def row_chunks(H: int, k: int) -> list[tuple[int, int]]:
     return [(r, min(r + rows, H)) for r in range(0, H, rows)]
 
 
-def overlapped_gemm3(gemm, allreduce, da1, Xb, dW1, G, chunks, side, handoff, name="backward GEMM 3"):
+def overlapped_gemm3(gemm, allreduce, da1, Xb, dW1, G, chunks, side, handoff, name=backward_gemm(3)):
     """--overlap's backward GEMM 3: dW1 = dz1 X^T in row chunks on the current stream, the all-reduce
     of each finished chunk (contiguous rows of G) on `side` while the next chunks compute; the last
     chunk's carries the rest of G (b1, W2, b2, the CE slot), all final by then. Sent on its own

@@ -13,6 +13,7 @@ import numpy as np
 
 from perflab.backend import xp_of
 from perflab.train.profile import phase
+from perflab.train.step import backward_gemm, forward_gemm
 
 
 def param_names(num_layers: int) -> list[str]:
@@ -60,7 +61,7 @@ def forward(params, X, matmul=product) -> list:
     acts = [X]
     last = len(params) // 2 - 1
     for l in range(last + 1):
-        with phase(f"forward GEMM {l + 1}"):
+        with phase(forward_gemm(l + 1)):
             z = matmul(params[2 * l], acts[-1])
         z += params[2 * l + 1][:, None]
         acts.append(softmax(z, out=z) if l == last else sigmoid(z, out=z))
@@ -87,11 +88,11 @@ def backward(params, acts, y, norm, out=None, matmul=product) -> list:
     gemm = 1  # the seeds' numbering: GEMMs counted in execution order
     for l in range(len(params) // 2 - 1, -1, -1):
         a_prev = acts[l]
-        with phase(f"backward GEMM {gemm}"):
+        with phase(backward_gemm(gemm)):
             grads[2 * l] = matmul(delta, a_prev.T, out=grads[2 * l])
         grads[2 * l + 1] = xp.sum(delta, axis=1, out=grads[2 * l + 1])
         if l > 0:
-            with phase(f"backward GEMM {gemm + 1}"):
+            with phase(backward_gemm(gemm + 1)):
                 delta = matmul(params[2 * l].T, delta)
             delta *= a_prev * (1 - a_prev)
         gemm += 2

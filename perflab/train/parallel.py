@@ -25,6 +25,7 @@ from perflab.train import model
 from perflab.train.comm import share
 from perflab.train.loop import Sequential
 from perflab.train.profile import phase
+from perflab.train.step import backward_gemm, forward_gemm
 
 
 class ParallelError(ConfigError):
@@ -144,11 +145,11 @@ class ModelParallel:
             gemm = 1
             for l in range(len(self.splits) - 1, -1, -1):
                 W, a_in = self.params[2 * l], acts[l]
-                with phase(f"backward GEMM {gemm}"):
+                with phase(backward_gemm(gemm)):
                     grads[2 * l] = dz @ a_in.T
                 grads[2 * l + 1] = dz.sum(axis=1)
                 if l > 0:
-                    with phase(f"backward GEMM {gemm + 1}"):
+                    with phase(backward_gemm(gemm + 1)):
                         dz = W.T @ dz
                     if self.splits[l] == "rows":  # each rank's part of the whole input's gradient
                         dz = self.comm.allreduce(dz)
@@ -185,7 +186,7 @@ def sharded_forward(params, splits, comm, X) -> list:
     last = len(splits) - 1
     for l, kind in enumerate(splits):
         W, b = params[2 * l], params[2 * l + 1]
-        with phase(f"forward GEMM {l + 1}"):
+        with phase(forward_gemm(l + 1)):
             z = W @ acts[-1]
         if kind == "columns":
             z = comm.allreduce(z)

@@ -16,9 +16,11 @@ from __future__ import annotations
 import contextlib
 import time
 
-PHASES = ("train setup", "batch iteration", "copying images host -> device", "forward", "forward GEMM 1",
-          "forward GEMM 2", "backward", "backward GEMM 1", "backward GEMM 2", "backward GEMM 3",
-          "cudaMemcpyDeviceToHost", "MPI_Allreduce", "cudaMemcpyHostToDevice", "step")
+from perflab.train.step import backward_gemm, forward_gemm
+
+PHASES = ("train setup", "batch iteration", "copying images host -> device", "forward", forward_gemm(1), forward_gemm(2),
+          "backward", backward_gemm(1), backward_gemm(2), backward_gemm(3), "cudaMemcpyDeviceToHost", "MPI_Allreduce",
+          "cudaMemcpyHostToDevice", "step")
 
 ACTIVE = None    # the Profiler of a --profile run
 TIMELINE = None  # the Timeline being recorded
