@@ -17,7 +17,7 @@ HALF_IMPLS = {"bfloat16": "cublas-bf16", "float16": "cublas-fp16"}  # their GEMM
 HALF_DTYPES = ("bfloat16", "float16")  # mixed precision: FP32 master weights, GEMM operands and products in half
 MODES = ("resident", "staged", "pipelined")  # GPU data paths (perflab.train.gpu, perflab.train.pipelined)
 HOST_STAGED = ("staged", "pipelined")         # the modes whose images and gradients pass through the host
-OVERLAP_CHUNKS = 2  # --overlap: dW1 in 2 row chunks, faster than 4 on two H100 (experiments/p2p/README.md)
+OVERLAP_CHUNKS = 2  # --overlap: dW1 in 2 row chunks, faster than 4 (docs/DECISIONS.md, D11)
 PIPELINED_CHUNKS = 4  # --mode pipelined: dW1 in 4 row chunks, each exchanged as backward GEMM 3 makes it
 # resident GPU data parallel's gradient exchanges: what a sweep's --comm names and --comm auto times
 GPU_EXCHANGES = ("nccl", "overlap", "p2p")

@@ -670,14 +670,14 @@ def test_fused_model_parallel_on_one_rank_matches_reference(dtype, graphs, hidde
     """Any depth: the model-parallel trainer's step on one rank (its splits' all-reduces none) is the reference's."""
     from perflab import data
     from perflab.config import Config
-    from perflab.train import gpu
     from perflab.train.comm import Serial
+    from perflab.train.model_parallel_gpu import FusedModelParallel
     from perflab.train.runner import Device, check, make_gpu_trainer
     cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=hidden, num_classes=7, train_size=517,
                  batch_size=100, num_epochs=2, learning_rate=0.5, test_size=50, dtype=dtype)
     device = Device(backend="cupy", graphs=graphs)
     trainer = make_gpu_trainer(cfg, "model", Serial(), device, data.load(cfg)[0])
-    assert isinstance(trainer, gpu.FusedModelParallel) and trainer.graphs == graphs
+    assert isinstance(trainer, FusedModelParallel) and trainer.graphs == graphs
     result = check(cfg, "model", Serial(), device)
     assert result["max_rel_error"] <= TOL[dtype], result["errors"]
 

@@ -292,11 +292,11 @@ def test_float16_skips_a_step_that_overflowed_on_the_device_and_gives_up_with_a_
         trainer.scale[...] = 2.0 ** 120  # delta times this overflows float16 at once
     trainer.batch(slice(0, 100))
     assert bool((trainer.P == before).all()) and float(trainer.scale.get()[0]) == 2.0 ** 119
-    assert trainer.scale_counts.get().tolist() == [0, 1, 1] and trainer.skipped == 1
+    assert trainer.loss_scale.counts.get().tolist() == [0, 1, 1] and trainer.skipped == 1
     with trainer.stream:
         trainer.scale[...] = 2.0 ** 16
     trainer.batch(slice(100, 200))
-    assert not bool((trainer.P == before).all()) and trainer.scale_counts.get().tolist() == [1, 0, 1]
+    assert not bool((trainer.P == before).all()) and trainer.loss_scale.counts.get().tolist() == [1, 0, 1]
     with trainer.stream:
         trainer.scale[...] = 2.0 ** 126
     with pytest.raises(half.LossScaleError, match=r"float16 gradients overflowed 4\d steps in a row"):

@@ -107,12 +107,13 @@ def traced(monkeypatch, hidden, gemm, fuse_output, fuse_backward) -> list[tuple[
     params = [x for a, b in zip(layers, layers[1:]) for x in (np.zeros((b, a), np.float32), np.zeros(b, np.float32))]
     trainer = object.__new__(gpu.FusedGPU)
     trainer.__dict__.update(
-        params=params, grads=[np.zeros_like(p) for p in params], half=None, scaled=False, variant=gemm, work=None,
+        params=params, grads=[np.zeros_like(p) for p in params], half=None, scaled=False, scale=None, variant=gemm,
+        work=None,
         acts=[np.zeros(h * n, np.float32) for h in hidden], dz=[np.zeros(h * n, np.float32) for h in hidden],
         z_out=np.zeros(C * n, np.float32), delta=np.zeros(C * n, np.float32), ce=np.zeros(n, np.float32),
         fuse_output=fuse_output, fuse_backward=fuse_backward, part=None, part_forward=None, peer_exchange=False,
         dz1_small=np.zeros(hidden[0] * n, np.float32) if gemm == "x3tf32" else None, dz1_split=False,
-        G=np.zeros(sum(p.size for p in params) + 1, np.float32), side_gemms=False, side_pending=False, overlap=False,
+        G=np.zeros(sum(p.size for p in params) + 1, np.float32), side_gemms=False, side_pending=False, overlap=None,
         small_part=lambda a: None, P=None, ends=None, regs=None, cfg=SimpleNamespace(learning_rate=0.1),
         tuned=type("Tuned", (), {"__contains__": lambda self, shape: True})())  # every shape tuned: no tune() runs
     trainer.gradients(np.zeros((D, n), np.float32), np.zeros(n, np.int64), n, want_loss=False)

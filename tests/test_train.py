@@ -71,14 +71,14 @@ def test_a_gpu_trainer_frees_its_graphs_before_its_comm():
 
 
 def test_overlap_exchanges_every_gradient_once_the_rest_of_g_with_the_last_chunk():
-    from perflab.train.gpu import overlap_pieces
+    from perflab.train.overlap import overlap_pieces
     H, D, total = 10, 7, 10 * 7 + 10 + 3 * 10 + 3 + 1  # dW1, then b1, W2, b2 and the CE slot
     chunks = [(0, 3), (3, 6), (6, 9), (9, 10)]
     pieces = overlap_pieces(chunks, D, total)
     assert [lo for lo, _ in pieces] == [0, 21, 42, 63] and pieces[-1] == (63, total)
     assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:]))  # contiguous: each element exchanged once
     assert overlap_pieces([(0, H)], D, total) == [(0, total)]  # one chunk: one exchange of all of G
-    from perflab.train.gpu import row_chunks
+    from perflab.train.overlap import row_chunks
     assert row_chunks(10, 4) == [(0, 3), (3, 6), (6, 9), (9, 10)] and row_chunks(2048, 2) == [(0, 1024), (1024, 2048)]
 
 
@@ -88,11 +88,11 @@ def test_an_epoch_is_one_graph_wherever_the_exchange_can_sit_in_it():
     import types
 
     from perflab.train import profile
-    from perflab.train.comm import MPIComm, Serial
-    from perflab.train.gpu import FusedGPU, capturable_exchange
-    nccl, mpi = types.SimpleNamespace(size=2, strategy="nccl"), MPIComm.__new__(MPIComm)
-    mpi.size = 2
-    assert capturable_exchange(Serial()) and capturable_exchange(nccl) and not capturable_exchange(mpi)
+    from perflab.train.comm import MPIComm, NCCLComm, Serial
+    from perflab.train.gpu import FusedGPU
+    nccl, mpi = NCCLComm.__new__(NCCLComm), MPIComm.__new__(MPIComm)
+    nccl.size = mpi.size = 2
+    assert Serial().capturable and nccl.capturable and not mpi.capturable
     trainer = types.SimpleNamespace(epoch_graphs=True, graphs=True, capturable=True, mode="resident")
     in_order = [slice(0, 10), slice(10, 20)]
     assert FusedGPU.graphs_an_epoch(trainer, in_order)

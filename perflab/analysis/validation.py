@@ -41,7 +41,8 @@ def main_sweeps(folder: Path, also: tuple[str, ...] = ()) -> list[Path]:
     machine folder never displace the main job's answer. A folder with no sweep of the main job's
     (a committed one, or a run of `perflab sweep` alone) gives every sweep, as before."""
     every = sweep_files(folder)
-    main = [f for f in every if read_meta(f).get("main_job") is True]
+    main = [f for f in every if f.parent == Path(folder) and read_meta(f).get("main_job") is True]  # a committed
+    # machine folder keeps its main job in mainjob*/ beside its other sweeps: there every sweep counts
     return sorted(set(main or every) | set(named_sweeps(folder, also)))
 
 

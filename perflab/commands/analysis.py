@@ -141,7 +141,8 @@ def whatif_backend(args, ceilings, hidden, path) -> str:
 
 def track_record(machine: dict) -> dict:
     """How far the committed blind checks on this machine's GPU model landed, per kind of step: the
-    error a user can expect of each (results/predictions/ against results/<folder>/prediction_check_*).
+    error a user can expect of each (the committed predictions against each machine folder's
+    prediction_check_* files, under the results root).
     Recorded beside a prediction, not used by it."""
     from perflab import results
     from perflab.report import predictions

@@ -1,4 +1,5 @@
-"""`perflab report`: the report PDF of a run, and the committed Markdown report and the README's headline with results/README.md."""
+"""`perflab report`: the report PDF of a run, and the committed Markdown report and the README's headline with the
+results root's README.md."""
 from __future__ import annotations
 
 from perflab.commands.options import (
@@ -69,7 +70,7 @@ def check_run_folder(folder, given: bool = True) -> None:
 
 
 def committed(path) -> bool:
-    """Whether writing `path` would land in the committed tree: under results/ (perflab.results.RESULTS_ROOT),
+    """Whether writing `path` would land in the committed tree: under the results root (perflab.results.RESULTS_ROOT),
     or inside this checkout where git does not ignore it (tracked, or it would show in `git status`)."""
     import subprocess
     from pathlib import Path

@@ -4,9 +4,8 @@
 // z[i, j] = sigmoid(z[i, j] + b[i]): the forward hidden layer after a GEMM without epilogue (z stored
 // as S: half precision in a mixed-precision step, computed in T).
 // 16 bytes a thread (8 16-bit, 4 float or 2 double elements), moved at once where rows hold whole sixteens and
-// z is 16-byte aligned: 2 bytes a load ran at half the HBM's rate (experiments/half/step_kernels.py), and a float
-// a thread, each with a 64-bit division for its row, at 2.1 TB/s on an H100, where 16 bytes reach 2.7
-// (experiments/deep/README.md).
+// z is 16-byte aligned: narrower loads, or a float a thread each with a 64-bit division for its row, fall short of
+// the HBM's rate (docs/DECISIONS.md, D42).
 template <typename S> constexpr int ELEMENTS_16B = 16 / sizeof(S);
 template <typename T, typename S = T>
 __global__ void bias_sigmoid(S* z, const T* __restrict__ b, int rows, int cols) {
@@ -179,9 +178,9 @@ sigmoid_backward_rows(S* __restrict__ da, const S* __restrict__ a, T* __restrict
 }
 
 // out[i] = sum_j X[i, j]: bias gradients (row sums of delta) and totals. One block a row, each thread
-// with ROW_SUM_ILP sums of its own whose loads go out together (256 threads of one sum each took 10 us
-// for delta's 10 rows of 12000 on an H100, one round trip to memory after another), then a tree in a
-// fixed order, so the result does not change from run to run.
+// with ROW_SUM_ILP sums of its own whose loads go out together (a sum a thread waits out one round trip
+// to memory after another: docs/DECISIONS.md, D43), then a tree in a fixed order, so the result does
+// not change from run to run.
 #define ROW_SUM_THREADS 1024
 #define ROW_SUM_ILP 4
 template <typename T>
@@ -267,8 +266,7 @@ __global__ void loss_scale_update(T* scale, const int* __restrict__ overflow, lo
 // The loss's L2 term on the device, half of sum_s reg_s ||segment s||^2 over the fused parameter
 // buffer (reg_s = 0 on biases), one partial per block of 256 threads, added in a fixed order after:
 // no atomics, the same sum every run. Computed in the step's graph, it spares the loss the host's
-// round trips: the loss took 0.18-0.35 ms of each epoch on one H100, 0.03-0.05 ms with this kernel
-// (experiments/predictor/logs/epoch_fixed_h100.jsonl, epoch_fixed_l2_on_device_h100.jsonl).
+// round trips (docs/DECISIONS.md, D44).
 template <typename T>
 __global__ void l2_partials(const T* __restrict__ p, size_t n, const long long* __restrict__ ends,
                             const T* __restrict__ regs, int nseg, T* __restrict__ part) {
@@ -295,9 +293,7 @@ __global__ void l2_partials(const T* __restrict__ p, size_t n, const long long* 
 // Block: 32 lanes of V columns each (FW_BYTES a lane, at least one element: one load a row where rows
 // hold whole Vs and z1 is aligned to them) x 8 warps over FW_ROWS rows, whose slice of W2 (and b1) sits
 // in shared memory (read as broadcasts); FW_UNROLL rows' loads issued before any is used. 8 bytes a lane
-// and 8 rows ran fastest on one H100 (experiments/deep/fused_forward_variants.py: 13.1 us at 1024 x 3200
-// where a float a lane took 15.8, 48 at 1024 x 12000 either way; 16 bytes a lane, at 120-186 registers,
-// ran 54 there).
+// and 8 rows ran fastest of the variants timed (docs/DECISIONS.md, D45).
 #define FW_ROWS 128
 #define FW_UNROLL 8
 #define FW_BYTES 8
@@ -414,8 +410,8 @@ output_backward(const T* __restrict__ W2, const T* __restrict__ delta, const T* 
         }
     if (h0 < H) {
         // BW_UNROLL columns a lane at a time, all their loads issued before any is used: a
-        // memory-bound kernel needs that many bytes in flight (one column at a time ran at a
-        // third of the device's bandwidth on an H100)
+        // memory-bound kernel needs that many bytes in flight (one column at a time fell well short
+        // of the device's bandwidth: docs/DECISIONS.md, D56)
         for (int jb = j0 + lane; jb < jend; jb += 32 * BW_UNROLL) {
             T a[BW_UNROLL][BW_ROWS], d[BW_UNROLL][CMAX];
 #pragma unroll
@@ -469,7 +465,7 @@ output_backward(const T* __restrict__ W2, const T* __restrict__ delta, const T* 
 
 // output_backward for 16-bit a1 and dz1, on the tensor cores (mma.sync m16n8k16, BF16 in, FP32
 // accumulated). The scalar kernel above spent its time loading a column's C deltas for every two rows
-// (0.8 TB/s at 1024 x 12000, experiments/half); here a warp's two products are MMAs:
+// (docs/DECISIONS.md, D46); here a warp's two products are MMAs:
 //   D = W2^T delta (16 rows x 8 columns a tile, K = 16 classes),  dz1 = D o a1 o (1 - a1)
 //   P += delta a1^T  (16 classes x 8 rows a tile, K = 16 columns)
 // and a lane moves 32 contiguous bytes of a1 (and of dz1) a row at a time. FP32 accuracy is kept by
@@ -663,7 +659,7 @@ output_backward_half(const float* __restrict__ W2, const float* __restrict__ del
 // (an FP16 a1 too), so the sums keep FP32's accuracy. Block: 8 warps over HF_COLS = 64 columns, warp w
 // the block's K-tile w (16 rows), summed over the warps through shared memory at the end. (A first
 // version gave a warp 64 columns over all 128 rows: 4 warps an SM at B = 3200, each waiting out its
-// instructions' latencies one after another, ran 1.9x slower than the scalar kernel.) A lane loads and
+// instructions' latencies one after another, ran slower than the scalar kernel: D46.) A lane loads and
 // stores 16 contiguous bytes of each of rows 2t, 2t + 1, 2t + 8, 2t + 9 of its warp's tile, whose
 // columns 8g + i are column g of n-tile i; its accumulators are then classes g, g + 8 at columns 16t + i
 // (n-tile i's column 2t) and 16t + 8 + i (2t + 1).

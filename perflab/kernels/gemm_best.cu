@@ -20,10 +20,10 @@
 //   stream-K (a whole number of blocks an SM, persistent) are one code path. A block that
 //   covers part of a tile writes its partial sum to the workspace; the last of a tile's blocks
 //   to arrive adds them up in block order (the same bits whoever is last) and writes D.
-// - The order of the work keeps DRAM traffic down, which under the H100's 700 W cap is clock
-//   gained (held for seconds at bwd3 H=2048 B=12000 the SM clock fell to 1800 MHz, cuBLAS's
-//   stayed near 1970): a block a tile walks the tiles in groups of rows, and a shared tile's
-//   blocks start their shares' steps rotated (gemm_experiments/power_ab_holds.csv).
+// - The order of the work keeps DRAM traffic down, which under the H100's power cap is clock
+//   gained (held for seconds, the SM clock fell below cuBLAS's): a block a tile walks the tiles
+//   in groups of rows, and a shared tile's blocks start their shares' steps rotated
+//   (docs/DECISIONS.md, D47).
 //
 // The steps past register blocking (gemm_regblock.cu), each a section marked `// Step N:` below,
 // each kept by a measurement (perflab/kernels/progression.py names the result file):
@@ -108,7 +108,7 @@ __device__ __forceinline__ void load_tile(T* s, const T* __restrict__ g, int ld,
         if (vec && gr < rlim && gc + V <= clim) {
             cp_async16(dst, src);
         } else if (gr >= rlim || gc >= clim) {  // wholly outside: one 16-byte zero fill (four 4-byte
-            cp_async_zfill<16>(dst, g, false);  // ones made the edge tiles' K loops 8-12% slower)
+            cp_async_zfill<16>(dst, g, false);  // ones slowed the edge tiles' K loops: docs/DECISIONS.md, D48)
         } else {
 #pragma unroll
             for (int v = 0; v < V; ++v) {
@@ -191,8 +191,8 @@ __device__ __forceinline__ void k_loop(T* smem, int M, int N, int K, int i0, int
             const int from = step + rot, k0 = kbeg + (from < nk ? from : from - nk) * BK;
             // a tile past the m (n) edge of an m- (n-) contiguous operand takes the whole path too where
             // its rows' overhang (the next rows' first elements) lies inside the matrix: those only
-            // feed sums past the edge, which nobody writes (the checks and zero fills had left the
-            // backward GEMMs' edge tiles' K loops 4-8% slower; scripts/gemm_timeline.py)
+            // feed sums past the edge, which nobody writes (the checks and zero fills had slowed the
+            // backward GEMMs' edge tiles' K loops: docs/DECISIONS.md, D48)
             auto inside = [&](int ld, int cols, int c_end) {  // row k0 + BK - 1 up to column c_end - 1
                 return (long long)(k0 + BK - 1) * ld + c_end <= (long long)(K - 1) * ld + cols;
             };
@@ -316,7 +316,7 @@ __device__ __forceinline__ void for_each_share(int M, int N, int K, T alpha, T b
             // tile = n (mod the longest share, L): the blocks on a row (column) of tiles read the
             // same k slices of A (B) at once, from L2, where unrotated each read its own from DRAM.
             // Only where the operands overflow L2 do the reads reach DRAM: elsewhere the rotation
-            // cost 1% (fwd1 H=512 B=3200), so it is left out
+            // only costs (docs/DECISIONS.md, D47), so it is left out
             const bool rotate = (M + N) * (long long)K * sizeof(T) > L2_BYTES;
             const int L = s.per + (s.rem > 0), rot = rotate ? ((t0 - s.start(blockIdx.x)) % L + L) % L % nk : 0;
             body((tile / tiles_n) * BM, (tile % tiles_n) * BN, (it - t0) * BK, min(K, min(steps, end - t0) * BK), rot);
@@ -471,7 +471,7 @@ gemm_best(int M, int N, int K, T alpha, const T* __restrict__ A, int lda, const 
 #pragma unroll
                         // Step 7: serpentine FMA order in the thread tile
                         for (int j = 0; j < TN; ++j) {  // serpentine: a row's last b is the next row's
-                            // first, so consecutive FMAs share an operand (measured 0.93 -> 0.95 of cuBLAS)
+                            // first, so consecutive FMAs share an operand (kept by step 7's measurement)
                             const int n = m % 2 ? TN - 1 - j : j;
                             acc[m][n] = fma(a[buf][k][m], b[buf][k][n], acc[m][n]);
                         }

@@ -13,8 +13,7 @@
 // bias[row]) (the forward layer's epilogue, applied after the split-K sum where there are splits), the
 // product rounded to O first as cuBLAS's half GEMM and a bias pass of its own round it. O is a
 // template parameter, not a run-time choice: two store paths made the kernel's code overflow the
-// instruction cache at BN = 256 (warps stalled on "no instruction" 11 cycles an issue; TF32's
-// wg2-n256-s4-c2 fell from 253 to 190 TFLOP/s at 2048 x 12000 x 784).
+// instruction cache at BN = 256 (warps stalled on "no instruction": docs/DECISIONS.md, D49).
 //
 // Warp-specialized and persistent: a CTA per multiprocessor walks the output tiles (N fastest,
 // then M, then the k-split). One producer thread fills STAGES shared-memory stages of 32 k by the
@@ -25,16 +24,16 @@
 //
 // CL = 2: clusters of two CTAs take M-adjacent tiles of the same columns, and each CTA's producer
 // loads half of B's tile into both (TMA multicast), so that the operands' traffic from L2 falls by
-// a third at BN = 256: at 2048 x 12000 x 784 the unclustered kernel moved 5.2-5.3 TB/s from L2
-// whether TF32 or 3xTF32, the L2's rate, not the tensor cores'. A stage is free once the consumer
+// a third at BN = 256: the unclustered kernel ran at the L2's rate, not the tensor cores', whether
+// TF32 or 3xTF32 (docs/DECISIONS.md, D50). A stage is free once the consumer
 // warps of both CTAs have arrived on its empty mbarrier. CL = 4 likewise, each CTA loading a quarter.
 //
 // X3 (3xTF32, FP32-accurate): A and Bt are the operands' TF32 big parts and As, Bs their small ones
 // (x = big + small, big = tf32(x), small = tf32(x - big)); each k-step issues As Bb + Ab Bs + Ab Bb.
-// The tensor cores' FP32 accumulation drifts over long sums (5e-6 at K = 784 against SGEMM's 5e-7,
-// experiments/wgmma), so each k-tile of 32 is summed in a fresh accumulator and added into FP32
-// registers once its MMAs are done: 2-4e-7. (Splitting in the kernel instead, by the producer
-// warpgroup from FP32 stages, ran 1.3-1.9x slower at H = 2048: experiments/wgmma/logs/inkernel_split.)
+// The tensor cores' FP32 accumulation drifts over long sums past SGEMM's error, so each k-tile of
+// 32 is summed in a fresh accumulator and added into FP32 registers once its MMAs are done, which
+// brings it under SGEMM's. (Splitting in the kernel instead, by the producer warpgroup from FP32
+// stages, ran slower.) Both: docs/DECISIONS.md, D52.
 //
 // Split-K: split z takes k in [z kps, (z + 1) kps) (kps a multiple of 32); with several splits each
 // writes alpha times its part to C + z M ldc (a workspace; beta is ignored) and wgmma_splitk_sum
@@ -108,8 +107,8 @@ __device__ __forceinline__ void load(unsigned dst, const void* map, int k0, int 
 
 // an arrival on the mbarrier at `bar`'s offset in CTA `cta` of the cluster. Release at the CTA's
 // scope, as a consumer's release of a stage needs (its reads are done): release.cluster made each
-// arrival wait for the warp's memory operations to reach the cluster, 3-5x slower in all
-// (experiments/wgmma/logs/clusters).
+// arrival wait for the warp's memory operations to reach the cluster, slower in all
+// (docs/DECISIONS.md, D51).
 __device__ __forceinline__ void mbar_arrive_cluster(unsigned bar, unsigned cta) {
     asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
                  "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n"
@@ -214,9 +213,9 @@ __device__ __forceinline__ void stmatrix_x4(unsigned addr, const unsigned (&r)[4
 // STAGING_PITCH a consumer warp), 64 columns at a time: stmatrix writes the accumulators' fragments
 // as rows, then a lane stores 16 bytes of a row, four rows an instruction. A warp's stores are then
 // whole 128-byte lines, where storing its fragments from registers wrote 4 bytes to each of eight
-// rows an instruction: the half GEMMs' forward and input-gradient products ran 1.2-1.5x faster. A
-// float C (weight gradients, split-K's workspace, TF32) gained nothing so (8-byte pieces are whole
-// sectors) and 3xTF32 lost 3% (experiments/half/epilogue_float_ab_h100.jsonl): it stays in registers.
+// rows an instruction: the half GEMMs' forward and input-gradient products ran faster. A float C
+// (weight gradients, split-K's workspace, TF32) gained nothing so (8-byte pieces are whole sectors)
+// and 3xTF32 lost: it stays in registers (docs/DECISIONS.md, D53).
 template <int BN, typename O, bool BIAS>
 __device__ __forceinline__ void store_staged(const float (&d)[BN / 2], int row0, int n0, int M, int N, float alpha,
                                              O* C, int ldc, bool vectors, const float* bias, unsigned staging) {
@@ -462,9 +461,8 @@ __global__ void __launch_bounds__(256) k_major_copy(const T* __restrict__ src, l
 // x3tf32's split of an operand the kernel reads in place (rows x K, K contiguous, rows ldx apart and
 // 16-byte aligned): only small = round(x - trunc(x)) is written, into rows lds apart. The operand
 // itself serves as its big part, since the tensor cores read an FP32 operand's TF32 truncation: a
-// third of the split's traffic saved and no copy of x (experiments/wgmma/split_ab.py: 1.07x the
-// x3tf32 GEMM's speed, error 3.3e-7 against float64 where the rounded split's is 2.5e-7 and
-// SGEMM's 5.0e-7). Four floats a thread where a row holds them, one by one at a row's end.
+// third of the split's traffic saved and no copy of x, at an error still under SGEMM's
+// (docs/DECISIONS.md, D54). Four floats a thread where a row holds them, one by one at a row's end.
 __device__ __forceinline__ float tf32_rest(float x) { return tf32_round(x - __uint_as_float(__float_as_uint(x) & 0xffffe000u)); }
 
 extern "C" __global__ void __launch_bounds__(256) small_part(const float* __restrict__ x, int rows, int K, long long ldx,

@@ -3,14 +3,14 @@
 // with CUDA IPC; SM loads of 16 bytes, not cached on the reader's side), adds all ranks' in rank
 // order (so every rank's sum has the same bits) and updates its own parameters:
 //     P[e] -= lr (sum_r G_r[e] + reg_s P[e]),    and    ce_out = sum_r G_r[n] (the CE slot).
-// On two H100 this took 27.5 us at H = 2048 where NCCL's all-reduce + sgd_update took 48
-// (experiments/p2p/README.md). Each peer's bytes cross NVLink once, read by SMs at about 250 GB/s. Ordering, per block b, through flags in each rank's own memory
+// It is faster than NCCL's all-reduce and sgd_update after it (docs/DECISIONS.md, D15). Each peer's bytes
+// cross NVLink once, read by SMs. Ordering, per block b, through flags in each rank's own memory
 // ([blocks][2][p] unsigned ints, a count of rounds per block; no reset, so capturable):
 //   start: tell every peer "my round v began" (so my gradient is final: kernels before this one
 //          on my stream are done), wait until every peer says the same; then read;
 //   end:   tell every peer "I have read your round v". The wait for that is peer_read_wait,
 //          launched before this rank's backward next writes its gradient: by then it has
-//          long arrived, where a wait at the end of this kernel cost about 6 us.
+//          long arrived, where a wait at the end of this kernel cost time (docs/DECISIONS.md, D55).
 // From p = 3 the exchange is two-shot (exchange_update_two_shot): one-shot pulls (p - 1) whole gradients
 // into each GPU, two-shot 2 (p - 1) / p of one (at p = 4, 1.5 instead of 3). Rank k owns the k-th of p
 // slices of the vectors: it reads that slice of every rank's gradient, sums in rank order, updates it
@@ -37,7 +37,7 @@ __device__ unsigned long long now_ns() {
 // was written by kernels that ended before it began, and a peer reads it from this GPU's L2), and
 // the end signal follows a __syncthreads after which every load of the block has returned (its
 // value was used). vLLM's custom all-reduce signals its start and final barriers so; release and
-// acquire cost 4 us a step more, fences 6 (two H100, experiments/p2p/README.md).
+// acquire cost more a step, fences more still (docs/DECISIONS.md, D55).
 __device__ void signal_flag(unsigned* flag, unsigned v) {
     asm volatile("st.volatile.global.u32 [%0], %1;" :: "l"(flag), "r"(v) : "memory");
 }

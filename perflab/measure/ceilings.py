@@ -49,7 +49,7 @@ HIDDEN_GRID = (256, 512, 1024, 2048, 4096)             # the step's kernels are 
 BATCH_GRID = (400, 800, 1600, 3200, 6400, 12800)       # per-rank batch B' = B / p
 CPU_HIDDEN_GRID = (128, 512, 1024, 2048)
 CPU_BATCH_GRID = (200, 800, 1600, 3200, 12800)
-CPU_DEEP_MAX = (1024, 3200)  # the CPU times 784-H-H-10 up to this (H, B) (2048 x 12800 takes 25 s on two cores): larger ones extrapolate
+CPU_DEEP_MAX = (1024, 3200)  # the CPU times 784-H-H-10 up to this (H, B); larger ones extrapolate (docs/DECISIONS.md, D27)
 TRAINING_SHAPES = [(512, 784, 3200), (1024, 784, 3200), (2048, 784, 12000), (512, 3200, 784)]
 
 
@@ -212,9 +212,8 @@ def ranks_together(comm):
 def nccl_allreduce_graph(comm, sizes=SIZES, calls=10, repeats=10) -> list[dict]:
     """NCCL all-reduce of float32 device buffers inside a CUDA graph (`calls` a graph, device time
     between events, the ranks' replays started together): where an epoch graph holds it, the host's
-    launch is gone and it runs 12-14 us faster than launched (two H100, 1.6 and 6.5 MB:
-    experiments/p2p/logs/probe_h100x2.log). The graphs go before the communicator they hold
-    (perflab.train.gpu.FusedGPU.close): time_graph_ms keeps none."""
+    launch is gone and it runs faster than launched (docs/DECISIONS.md, D25). The graphs go before
+    the communicator they hold (perflab.train.gpu.FusedGPU.close): time_graph_ms keeps none."""
     import cupy as cp
 
     from perflab.timing import time_graph_ms
@@ -230,7 +229,7 @@ def p2p_exchange_update(comm, sizes=SIZES, calls=10, repeats=10) -> list[dict]:
     """--comm p2p's exchange and update of a float32 gradient of each size (the comm a P2PComm), in
     a CUDA graph as the epoch graph holds it: the wait for the peers' reads of the last round,
     then the kernel. Back to back, so each wait finds the last round's reads just done; in a step
-    they finished during forward (1 us where here up to 3 more: experiments/p2p/README.md)."""
+    they finished during forward, so this wait is longer than a step's (docs/DECISIONS.md, D15)."""
     import cupy as cp
 
     from perflab.timing import time_graph_ms
@@ -252,7 +251,7 @@ def p2p_exchange_update(comm, sizes=SIZES, calls=10, repeats=10) -> list[dict]:
 
 def overlap_exchange(comm, hidden=HIDDEN_GRID, batches=BATCH_GRID, repeats: int = 10) -> list[dict]:
     """--overlap's backward GEMM 3 and gradient exchange at each (H, B') on every rank (the comm an
-    NCCLComm), as the trainer runs it (perflab.train.gpu.overlapped_gemm3) inside its step's graph:
+    NCCLComm), as the trainer runs it (perflab.train.overlap.overlapped_gemm3) inside its step's graph:
     dW1 in row chunks, each chunk's all-reduce on a second stream while the next computes, device
     seconds of the whole in a replayed graph, the ranks' replays started together. NCCL's kernels
     and the GEMM run at once and share the SMs, which no sum of the two alone says."""
@@ -263,7 +262,7 @@ def overlap_exchange(comm, hidden=HIDDEN_GRID, batches=BATCH_GRID, repeats: int 
     from perflab.config import OVERLAP_CHUNKS as chunks
     from perflab.measure.bench import C, D
     from perflab.timing import time_graph_ms
-    from perflab.train.gpu import overlapped_gemm3, row_chunks
+    from perflab.train.overlap import overlapped_gemm3, row_chunks
     rng = np.random.default_rng(0)
     side, handoff = cp.cuda.Stream(non_blocking=True), cp.cuda.Event(disable_timing=True)
     gemm = lambda a, b, out: kernels.gemm(a, b, out=out, variant="cublas")  # noqa: E731
@@ -289,14 +288,14 @@ def pipelined_allreduce(comm, sizes=PIECE_SIZES, pieces=4, repeats=5) -> list[di
     """The host all-reduce of one gradient piece as perflab.train.pipelined runs it, rank 0's median:
     `pieces` pieces of a size copied down into pinned memory, then each all-reduced in turn (no
     barrier between them) and copied up, while the GPU runs GEMMs on a third stream as backward
-    does. The idle, barrier-first all-reduce (mpi_allreduce) misses what this costs: 1.2-1.35x it
-    on the H100 and H200 hosts (experiments/pipelined/README.md, pieces.py's busy case)."""
+    does. The idle, barrier-first all-reduce (mpi_allreduce) misses what this costs
+    (docs/DECISIONS.md, D28)."""
     import cupy as cp
 
     from perflab.train.gpu import pinned_copy
     copy = cp.cuda.runtime.memcpyAsync
     down, up, work = (cp.cuda.Stream(non_blocking=True) for _ in range(3))
-    A = cp.ones((4096, 4096), cp.float32)  # one product ~3 ms on an H100
+    A = cp.ones((4096, 4096), cp.float32)  # a product long enough to keep the GPU busy (docs/DECISIONS.md, D28)
     rows = []
     for size in sizes:
         n = size // 4
@@ -360,9 +359,8 @@ def gpu_step_kernels(hidden=HIDDEN_GRID, batches=BATCH_GRID, repeats: int = 10, 
             calls[name] = call
             rows.append(kernel_row("gpu", name, H, B, time_graph_ms(cp, call, calls=5, repeats=repeats) * 1e-3,
                                    nbytes=nbytes))
-        for gemm in gemms:  # the step's kernels one after another, as its graph runs them: 2-7% over their
-            # sum alone on one H100, each kernel's operands no longer where the one before left them
-            # (experiments/predictor/logs/epoch_graph_gap_h100.jsonl)
+        for gemm in gemms:  # the step's kernels one after another, as its graph runs them: over their sum
+            # alone, each kernel's operands no longer where the one before left them (docs/DECISIONS.md, D24)
             step = [calls[k.name] for k in trainstep.step((H,), B, gemm=gemm)]
             seconds = time_graph_ms(cp, lambda: [call() for call in step], calls=5, repeats=repeats) * 1e-3
             rows.append(kernel_row("gpu", sequence_name(gemm), H, B, seconds))
@@ -433,8 +431,8 @@ def trainer_floor(comm, mode: str = "resident", batches=(20, 400), graphs: bool 
     and update) and per epoch (the synchronizations and the loss at its end). Named `trainer
     <mode>`, how it launched and, kernel by kernel, its GEMM (perflab.analysis.predictor.floor_name).
     With `repeats`, the pair is timed that many times: the median, and the fastest and slowest as
-    min_seconds and max_seconds (a step launched kernel by kernel moves with the host, 0.26-0.40 ms
-    between two rounds on one H100: experiments/predictor/logs/eager_floor_boot_h100.jsonl)."""
+    min_seconds and max_seconds (a step launched kernel by kernel moves with the host:
+    docs/DECISIONS.md, D29)."""
     from perflab.analysis.predictor import floor_name
     from perflab.config import Config
     from perflab.train.runner import Device, train_on_ranks
@@ -462,9 +460,9 @@ def epoch_overhead(shapes=((1024, 1600, 30), (2048, 800, 60)), epochs: int = 8, 
     """What a resident epoch on one GPU (one CUDA graph, `FusedGPU.epoch`) costs beyond its graph's
     device time, at real sizes: the trainer's host-timed epoch (fit's median after the first,
     epoch_seconds) and its own epoch graph replayed between events (graph_seconds); seconds is
-    the difference. 1-6% of the epoch on one H100 and one H200, where the trainer at H = 16 gives
-    0.05 ms; the predictor takes the ratio (Ceilings.epoch_stretch). Per (H, B, batches an
-    epoch): step_floor `trainer resident epoch graph`."""
+    the difference, a share of the epoch rather than a fixed cost like the trainer's floor at H = 16,
+    so the predictor takes the ratio (Ceilings.epoch_stretch; docs/DECISIONS.md, D24). Per (H, B,
+    batches an epoch): step_floor `trainer resident epoch graph`."""
     import cupy as cp
 
     from perflab.config import Config
@@ -517,8 +515,8 @@ def staged_images(batches=BATCH_GRID, N: int = 60000, walks: int = 7) -> list[di
     device, one stream, synchronized once a walk (the trainer never waits for a copy, so the copies
     stream through the driver's staging). Per B: the median over `walks` walks of the data set, the
     walks of every B interleaved, because the copy is the host's one-core memcpy into staging, which
-    drifts by +-20% over seconds on the device machines (experiments/staged_copy/processes.py):
-    a few copies in a row measure the moment, not the machine."""
+    drifts over seconds: a few copies in a row measure the moment, not the machine
+    (docs/DECISIONS.md, D30)."""
     import cupy as cp
     rng = np.random.default_rng(0)
     X, y = np.asfortranarray(rng.random((784, N), dtype=np.float32)), rng.integers(0, 10, N)
@@ -661,8 +659,7 @@ def default_grid(gpu: bool) -> tuple:
 def exchange_sizes(sizes, nets=()) -> tuple[list[int], list[int]]:
     """(all-reduce sizes, the pipelined trainer's piece sizes): the grids', and each net's own gradient
     and pieces (hidden widths), so a prediction for those nets reads its exchanges as measured, not
-    fitted across sizes where the host MPI's protocol changes (Open MPI's 64 MiB all-reduce took 10x
-    its 16 MiB one on two H100: a 24 MB gradient was over-predicted by up to 38%, DEEP.md)."""
+    fitted across sizes where the host MPI's protocol changes (docs/DECISIONS.md, D22)."""
     from perflab.analysis.perfmodel import gradient_buffer_bytes, gradient_pieces
     whole = {gradient_buffer_bytes(net) for net in nets}
     pieces = {size for net in nets for size in gradient_pieces(net, PIPELINED_CHUNKS)}

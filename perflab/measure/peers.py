@@ -53,7 +53,8 @@ def perflab_epoch(X, y, H, B, lr, reg, warmup=2, repeats=5, gemm="cublas", graph
     "bfloat16" or "float16": its mixed-precision step."""
     from perflab.config import Config
     from perflab.train.comm import Serial
-    from perflab.train.gpu import FusedGPU, FusedModelParallel
+    from perflab.train.gpu import FusedGPU
+    from perflab.train.model_parallel_gpu import FusedModelParallel
     comm = comm or Serial()
     N, D = X.shape
     cfg = Config(dataset="synthetic", input_size=D, hidden_sizes=widths(H), num_classes=10, train_size=N,

@@ -82,10 +82,13 @@ def roofline(points, P_flops: float, bandwidth: float, kind: str = "serial", P_m
         y = [perfmodel.roofline_serial(a, P_flops, bandwidth) for a in x]
     ax.loglog(x, y, "k-", lw=2, label=f"{kind} roofline")
     ax.axhline(P_flops, color="k", ls=":", lw=1)
-    ax.text(hi * 1.8, P_flops * 1.08, f"P_flops = {P_flops / 1e12:.3g} TFLOP/s", fontsize=8, ha="right")  # ends before the strip
-    ax.loglog(x, x * bandwidth, color="0.6", ls=":", lw=1)
-    at = max(x[0], P_flops / bandwidth / 8)  # on the slope, left of and under the P_flops label
-    ax.text(at, at * bandwidth * 1.3, f"{label_bw} = {bandwidth / 1e9:.3g} GB/s", fontsize=8, color="0.4", rotation=25)
+    # both roofs named at the left, where the points (low AI, low rate) and the curve (far under P_flops) leave room
+    ax.text(lo * 1.2, P_flops * 1.12, f"P_flops = {P_flops / 1e12:.3g} TFLOP/s", fontsize=8, ha="left")
+    slope = x[x * bandwidth <= 3 * P_flops]  # the bandwidth roof up to a little past the ridge, not to the axes' top
+    ax.loglog(slope, slope * bandwidth, color="0.6", ls=":", lw=1)
+    ridge = P_flops / bandwidth
+    ax.text(ridge / 3, P_flops / 3 * 1.4, f"{label_bw} = {bandwidth / 1e9:.3g} GB/s", fontsize=8, color="0.4",
+            ha="right", va="bottom")  # above the slope, ending left of the ridge: the slope falls away under it
     if peak:
         ax.axhline(peak, color="tab:red", ls="--", lw=1)
         ax.text(x[-1], peak * 1.08, f"datasheet peak {peak / 1e12:.3g} TFLOP/s", fontsize=8, color="tab:red", ha="right")
@@ -118,8 +121,8 @@ def place_labels(fig, ax, labels, fontsize: float = 6) -> None:
     for x, y, text in labels:
         for dx, dy in LABEL_OFFSETS:
             note = ax.annotate(text, (x, y), fontsize=fontsize, xytext=(dx, dy), textcoords="offset points",
-                               ha="left" if dx > 0 else "right", va="bottom")
-            box = note.get_window_extent(renderer)
+                               ha="left" if dx > 0 else "right", va="bottom", arrowprops=leader(dx, dy))
+            box = text_box(note, renderer)
             if not any(box.overlaps(t) for t in taken) and inside.contains(box.x0, box.y0) \
                     and inside.contains(box.x1, box.y1):
                 break
@@ -127,13 +130,19 @@ def place_labels(fig, ax, labels, fontsize: float = 6) -> None:
         else:  # nowhere free inside the axes: the first place on the figure that is (text_overlaps says if none)
             for dx, dy in LABEL_OFFSETS:
                 note = ax.annotate(text, (x, y), fontsize=fontsize, xytext=(dx, dy), textcoords="offset points",
-                                   ha="left" if dx > 0 else "right", va="bottom", annotation_clip=False)
-                box = note.get_window_extent(renderer)
+                                   ha="left" if dx > 0 else "right", va="bottom", annotation_clip=False,
+                                   arrowprops=leader(dx, dy))
+                box = text_box(note, renderer)
                 if not any(box.overlaps(t) for t in taken) and fig.bbox.contains(box.x0, box.y0) \
                         and fig.bbox.contains(box.x1, box.y1) or (dx, dy) == LABEL_OFFSETS[-1]:
                     break
                 note.remove()
         taken.append(box)
+
+
+def leader(dx: float, dy: float) -> dict | None:
+    """A thin line from a label placed away from its marker back to it (none for the nearest places)."""
+    return dict(arrowstyle="-", color="0.55", lw=0.5, shrinkA=0, shrinkB=4) if abs(dx) > 5 or abs(dy + 3) > 12 else None
 
 
 def replace_labels(fig) -> None:
@@ -586,6 +595,14 @@ def scaling_epoch(shape, title: str = ""):
     return fig
 
 
+def text_box(text, renderer):
+    """The box of a text's letters alone: an annotation's own extent also spans its leader line."""
+    import matplotlib.text
+    if isinstance(text, matplotlib.text.Annotation):
+        text.update_positions(renderer)
+    return matplotlib.text.Text.get_window_extent(text, renderer)
+
+
 def text_boxes(fig) -> list:
     """(text, box) of every text a reader sees on a drawn figure: titles, axis labels, annotations, texts
     placed in the axes or on the figure (the caption), each legend as one box. Tick labels are left to
@@ -603,7 +620,7 @@ def text_boxes(fig) -> list:
     for t in fig.findobj(matplotlib.text.Text):
         if id(t) in ticks or id(t) in inside or not t.get_visible() or not t.get_text().strip():
             continue
-        out.append((t.get_text(), t.get_window_extent(renderer)))
+        out.append((t.get_text(), text_box(t, renderer)))
     return out
 
 

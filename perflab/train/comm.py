@@ -29,13 +29,25 @@ def launched_by_mpi() -> bool:
 
 
 class Serial:
-    """One rank: every collective is the identity."""
+    """One rank: every collective is the identity. The base of every exchange (perflab.train.protocols.Exchange):
+    it all-reduces and leaves the update to the trainer; p2p alone exchanges and updates in one launch."""
 
     strategy = "serial"
     rank, size = 0, 1
+    exchanges_and_updates = False
 
     def __init__(self):
         self.records = []
+
+    @property
+    def capturable(self) -> bool:
+        """Whether the device all-reduce can sit in a CUDA graph: on one rank there is none; NCCL's and p2p's
+        can; a host MPI one (or a CUDA-aware MPI's, which does not follow streams) cannot."""
+        return self.size == 1
+
+    def exchange_update(self, params, learning_rate: float, ends, regs) -> None:
+        raise ValueError(f"--comm {self.strategy} all-reduces the gradient and the trainer updates after it; "
+                         "only --comm p2p exchanges and updates in one kernel")
 
     def allreduce(self, buf):
         return buf
@@ -129,6 +141,7 @@ class NCCLComm(MPIComm):
     and objects still go through MPI."""
 
     strategy = "nccl"
+    capturable = True
 
     def __init__(self, mpi: MPIComm, half: str | None = None):
         import cupy
@@ -187,6 +200,7 @@ class P2PComm(MPIComm):
     Host arrays and scalars still go through MPI."""
 
     strategy = "p2p"
+    capturable = exchanges_and_updates = True
 
     def __init__(self, mpi: MPIComm, timeout_s: float):
         import cupy as cp
@@ -437,7 +451,7 @@ def on_first_ranks(p: int, work):
             result = work(comm)
         except Exception as exc:
             error = exc
-        if error is None and hasattr(comm, "comm") and comm.comm is not w.comm:
+        if error is None and comm is not w:  # a sub-communicator of its own (sub_world)
             comm.comm.Free()
     w.idle_barrier()
     if error is not None:

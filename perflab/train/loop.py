@@ -14,6 +14,7 @@ import numpy as np
 from perflab.config import Config
 from perflab.train import model, profile, watchdog
 from perflab.train.profile import phase
+from perflab.train.protocols import TrainerDefaults
 
 
 class Diverged(RuntimeError):
@@ -53,7 +54,7 @@ def disk_error(exc: OSError) -> str:
     return f"{why or exc.strerror or exc}{where}"
 
 
-class Sequential:
+class Sequential(TrainerDefaults):
     """The reference: the whole mini-batch on one process."""
 
     name = "sequential"
@@ -161,7 +162,7 @@ def run_epochs(cfg: Config, trainer, test, log, sync, validation, dog, history: 
         batches = following
         following = batch_indices(cfg, epoch + 1) if epoch + 1 < cfg.num_epochs else [None]
         # the loss only at the epoch's end: a trainer that can runs the whole epoch as one CUDA graph
-        whole = every >= len(batches) and getattr(trainer, "graphs_an_epoch", lambda _: False)(batches)
+        whole = every >= len(batches) and trainer.graphs_an_epoch(batches)
         sync()
         start = time.perf_counter()
         for i, index in [(len(batches) - 1, batches)] if whole else enumerate(batches):

@@ -25,6 +25,7 @@ from perflab.train import model
 from perflab.train.comm import share
 from perflab.train.loop import Sequential
 from perflab.train.profile import phase
+from perflab.train.protocols import TrainerDefaults
 from perflab.train.step import backward_gemm, forward_gemm
 
 
@@ -102,7 +103,7 @@ def layer_splits(num_layers: int) -> list[str]:
     return kinds + ["columns" if kinds[-1] == "rows" else "whole"]
 
 
-class ModelParallel:
+class ModelParallel(TrainerDefaults):
     """Any depth, each layer split as layer_splits says, over the ranks."""
 
     name = "model"

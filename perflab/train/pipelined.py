@@ -22,8 +22,9 @@ import time
 import numpy as np
 
 from perflab.train import profile
-from perflab.train.gpu import FusedGPU, GPUError, pinned_copy
+from perflab.train.gpu import FusedGPU, GPUError
 from perflab.train.parallel import local_part
+from perflab.train.pinned import pinned_copy
 from perflab.train.profile import phase
 
 HOST_TO_DEVICE, DEVICE_TO_HOST = 1, 2  # cudaMemcpyKind

@@ -56,7 +56,8 @@ def make_gpu_trainer(cfg: Config, parallel: str, comm, device: Device, train_set
         from perflab.train.pipelined import Pipelined
         return Pipelined(cfg, train_set.X, train_set.y, comm, device.gemm, device.graphs, device.chunks or PIPELINED_CHUNKS)
     if parallel == "model" and device.mode == "resident":
-        return gpu.FusedModelParallel(cfg, train_set.X, train_set.y, comm, device.gemm, device.graphs)
+        from perflab.train.model_parallel_gpu import FusedModelParallel
+        return FusedModelParallel(cfg, train_set.X, train_set.y, comm, device.gemm, device.graphs)
     if parallel in ("sequential", "data"):
         return gpu.FusedGPU(cfg, train_set.X, train_set.y, comm, device.mode, device.gemm, device.graphs, device.pinned,
                             overlap=device.overlap, overlap_chunks=device.chunks or OVERLAP_CHUNKS)
@@ -86,9 +87,7 @@ def fastest_exchange(cfg: Config, parallel: str, comm, device: Device, train_set
     """--comm auto: a trainer with each of `exchanges`, an epoch of each timed (epoch_seconds, the
     slowest rank's), the fastest kept with its initial parameters put back; `chosen` is its Device
     and `exchange_trial` the seconds (or why one was refused). Measured on the run's own shapes and
-    GPUs because the order moves with them: p2p beat NCCL and the overlap lost to no overlap at H = 512
-    and 2048 on two H100 and two H200 (results/*/scaling.jsonl), but p2p reads every peer's whole
-    gradient, which NCCL's ring does not."""
+    GPUs because the order moves with them (docs/DECISIONS.md, D39)."""
     candidates = exchanges(cfg, parallel, comm.size, device)
     if len(candidates) == 1:
         trainer = make_gpu_trainer(cfg, parallel, comm, candidates[0], train_set)
@@ -131,7 +130,7 @@ def on_this_gpu(comm, split: data.Split) -> data.Split:
 
 def exchange_summary(trainer) -> dict:
     """The exchange --comm auto chose and what each took (empty where nothing was chosen)."""
-    chosen = getattr(trainer, "chosen", None)
+    chosen = trainer.chosen
     if chosen is None:
         return {}
     return {"comm": chosen.comm, "overlap": chosen.overlap, "exchange_trial_s": trainer.exchange_trial}
@@ -181,21 +180,20 @@ def train_on_ranks(cfg: Config, parallel: str, comm, device: Device | None = Non
     recorder = profile.profiling(comm.rank, cuda) if profiled else profile.timeline(comm.rank, cuda) if timeline else None
     with threads, recorder or contextlib.nullcontext() as prof:
         with profile.phase("train setup"):
-            trainer, test_set, validation, sync = setup(cfg, parallel, comm, device)
-        with watchdog.for_run(getattr(trainer, "comm", comm), device.timeout) as dog:
+            trainer, test_set, validation, sync, exchange = setup(cfg, parallel, comm, device)
+        with watchdog.for_run(exchange, device.timeout) as dog:
             history = loop.fit(cfg, trainer, test_set, progress=progress and comm.rank == 0,
                                 log=log if comm.rank == 0 else None, sync=sync, validation=validation, dog=dog)
     history.phases = prof.table() if prof is not None else None
     return history, trainer
 
 
-def mixed_precision(cfg: Config, parallel: str, comm, device: Device, train_set):
+def mixed_precision(cfg: Config, comm, train_set):
     """--dtype bfloat16 | float16 on NumPy: the emulated mixed-precision trainer (perflab.train.half; on
     the GPU, FusedGPU runs the same step on the tensor cores)."""
     from perflab.train import half
-    from perflab.train.comm import with_strategy
     params = model.init_params(cfg.layer_sizes, cfg.storage_dtype, cfg.seed)
-    return half.MixedPrecision(cfg, params, train_set.X, train_set.y, with_strategy(comm, device.comm))
+    return half.MixedPrecision(cfg, params, train_set.X, train_set.y, comm)
 
 
 def check_host_memory(cfg: Config) -> None:
@@ -210,29 +208,30 @@ def check_host_memory(cfg: Config) -> None:
 
 def setup(cfg: Config, parallel: str, comm, device: Device):
     """The one factory: the trainer a run's spec (perflab.train.spec.RunSpec, validated here whoever called: the CLI,
-    a sweep's point, a notebook) asks for, with its test and validation sets where it keeps them."""
+    a sweep's point, a notebook) asks for, with its test and validation sets where it keeps them, the wait for its
+    device and the exchange it runs (perflab.train.protocols.Exchange)."""
     from perflab.train.spec import RunSpec
     RunSpec.from_device(device, parallel, cfg.dtype).validate()
     if device.backend == "numpy":
         check_host_memory(cfg)
     train_set, test_set, validation = data.load(cfg)
     check_agreement(comm, cfg, train_set)
-    half = cfg.dtype in HALF_DTYPES
-    if device.backend == "numpy" and half:
-        trainer, sync = mixed_precision(cfg, parallel, comm, device, train_set), lambda: None
-    elif device.backend == "numpy":
+    if device.backend == "numpy":
         from perflab.train.comm import with_strategy
         comm = with_strategy(comm, device.comm)
-        params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed)
-        trainer = make_trainer(parallel, cfg, params, train_set.X, train_set.y, comm)
+        if cfg.dtype in HALF_DTYPES:
+            trainer = mixed_precision(cfg, comm, train_set)
+        else:
+            params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed)
+            trainer = make_trainer(parallel, cfg, params, train_set.X, train_set.y, comm)
         sync = lambda: None
     else:
         import cupy as cp
         trainer = make_gpu_trainer(cfg, parallel, comm, device, train_set)
+        comm, sync = trainer.comm, trainer.sync
         test_set, validation = (None if s is None else data.Split(cp.asarray(s.X), cp.asarray(s.y))
                                 for s in (test_set, validation))
-        sync = cp.cuda.get_current_stream().synchronize if not hasattr(trainer, "sync") else trainer.sync
-    return trainer, test_set, validation, sync
+    return trainer, test_set, validation, sync, comm
 
 
 def relative_error(a, b) -> float:

@@ -82,7 +82,7 @@ class Watchdog(Idle):
             raise ValueError(f"--timeout must be a positive number of seconds, got {timeout_s!r}")
         self.comm, self.timeout, self.patient, self.where = comm, float(timeout_s), patient, ""
         self.stale = min(STALE_S, self.timeout / 2)  # a heartbeat older than this: a rank that no longer runs
-        self.exchange = EXCHANGES.get(getattr(comm, "strategy", "mpi"), "the gradient exchange")
+        self.exchange = EXCHANGES.get(comm.strategy, "the gradient exchange")
         node = comm.comm.Split_type(comm.MPI.COMM_TYPE_SHARED)
         self.node_ranks = node.allgather(comm.rank)  # the run's rank of each row of the board
         self.window = comm.MPI.Win.Allocate_shared(FIELDS * 8, 8, comm=node)
@@ -195,6 +195,6 @@ class Watchdog(Idle):
 
 def for_run(comm, timeout_s: float | None, patient: bool = False) -> Idle:
     """The watchdog of a run on `comm`: none for one rank (nothing to wait for) or timeout None."""
-    if timeout_s is None or getattr(comm, "size", 1) == 1 or not hasattr(comm, "MPI"):
+    if timeout_s is None or comm.size == 1:  # (every exchange of several ranks runs over MPI)
         return Idle()
     return Watchdog(comm, timeout_s, patient)

@@ -11,12 +11,16 @@ import logging
 import os
 import shutil
 import sys
+import warnings
 from pathlib import Path
 
 
 class ClusterError(RuntimeError):
     pass
 
+
+# ipyparallel imports tqdm.auto, which warns in a notebook without ipywidgets; the notebooks' own bars are plain text
+warnings.filterwarnings("ignore", message="IProgress not found")
 
 CLUSTER_ID_ENV = "PERFLAB_CLUSTER_ID"  # the id a notebook's own cluster takes (stop_named stops it)
 

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from perflab.train.protocols import TrainerDefaults
+
 PARTS = ("check", "drift", "rates", "hidden")
 QUESTIONS = {"check": "FA Q1.1", "drift": "FA Q1.2", "rates": "FA Q1.3", "hidden": "FA Q1.4"}
 KEYS = {"check": ("dtype",), "drift": ("dtype", "learning_rate", "H"), "rates": ("learning_rate",), "hidden": ("H",)}
@@ -202,7 +204,7 @@ def sets_of(cfg):
     return datasets(cfg.dataset, cfg.train_size, cfg.validation_size, cfg.test_size, cfg.dtype)
 
 
-class VirtualRanks:
+class VirtualRanks(TrainerDefaults):
     """k data-parallel ranks in one process: each rank's share of the batch gives a gradient divided by the whole
     batch, added up as an all-reduce adds them. The reference's math summed in another order, so what separates
     this run from the reference is rounding alone (the CPU's stand-in for the GPU of Q1.2)."""
@@ -293,7 +295,7 @@ def on(backend: str, split):
 
 
 def close(trainer) -> None:
-    getattr(trainer, "close", lambda: None)()
+    trainer.close()
 
 
 # ------------------------------------------------------------------ the parts

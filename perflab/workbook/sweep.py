@@ -198,10 +198,10 @@ def measure_trained_point(point: dict, comm, dataset: str, timeout: float = TIME
                            dtype=cfg.dtype, staged=point["backend"] == "numpy" or point["mode"] in HOST_STAGED,
                            host_allreduce=point["backend"] == "numpy" or device.comm == "mpi", N=cfg.train_size)
     by = perfmodel.phase_bytes(w)
-    step_graph = bool(getattr(trainer, "graphs", False) and getattr(trainer, "whole_graph", False))
+    step_graph = bool(trainer.graphs and trainer.whole_graph)
     row = {**point, "status": "measured", "trainer": type(trainer).__name__, "step_graph": step_graph,
-           "graphs": bool(getattr(trainer, "graphs", False)),
-           "epoch_graph": bool(getattr(trainer, "epochs_graphed", 0)),  # fit ran its epochs as one CUDA graph each
+           "graphs": bool(trainer.graphs),
+           "epoch_graph": bool(trainer.epochs_graphed),  # fit ran its epochs as one CUDA graph each
            "epoch_seconds": float(np.median(seconds)), "epoch_spread": spread(seconds), "timed_epochs": len(seconds),
            "flops_per_batch": perfmodel.seeds_flops(w)["batch"], "exact_flops_per_batch": sum(perfmodel.phase_flops(w).values()),
            "bytes_pcie": by["pcie_gradients"], "bytes_images": by["pcie_images"], "bytes_mpi": by["mpi_seeds"],
@@ -219,19 +219,16 @@ def timed_epochs(cfg, parallel: str, comm, device) -> tuple[list[float], object,
     """The seconds of each timed epoch, the history and the trainer: `cfg.num_epochs` epochs after
     one dropped (it pays for kernel compilation, library handles and graph capture). Where they
     took under MIN_TIMED_SECONDS, a second run adds enough epochs to fill it, so the median is
-    not one host stall: an epoch of a few ms launched by the host took 1.9x its usual time in 1
-    of 15 fresh processes on one H100, where the GPU-paced epochs moved by 1%
-    (experiments/predictor/README.md, host_moments.py). It does not narrow the staged copy's
-    drift, which lasts longer than a point."""
+    not one host stall: a short host-launched epoch now and then takes far longer than usual where
+    GPU-paced ones do not (docs/DECISIONS.md, D40). It does not narrow the staged copy's drift,
+    which lasts longer than a point."""
     from perflab.train.runner import train_on_ranks
     history, trainer = train_on_ranks(cfg.replace(num_epochs=cfg.num_epochs + 1), parallel, comm, device, log=None)
     seconds = [e["seconds"] for e in history.epochs[1:]]
     ranks = comm.allgather((statistics.median(seconds), sum(seconds)))
     more = epochs_to_fill(max(r[0] for r in ranks), min(r[1] for r in ranks))  # the same on every rank
     if more:
-        close = getattr(trainer, "close", None)
-        if close:
-            close()
+        trainer.close()
         history, trainer = train_on_ranks(cfg.replace(num_epochs=more + 1), parallel, comm, device, log=None)
         seconds += [e["seconds"] for e in history.epochs[1:]]
     history.epochs = history.epochs[1:]
@@ -256,9 +253,9 @@ def copy_probe(comm, Bl: int, N: int) -> list[dict]:
     """The staged copy of a rank's batch (perflab ceilings' staged_images, 3 walks of the rank's
     share of the data set), on every rank at once as in training: the slowest rank's (a staged
     step ends in an all-reduce that waits for it), as a one-row list.
-    The copy is the host's one-core memcpy, which drifts by +-20% over seconds and between
-    processes (experiments/staged_copy): a staged point is explained by the copy measured beside
-    it, not only by the ceilings file's."""
+    The copy is the host's one-core memcpy, which drifts over seconds and between processes: a
+    staged point is explained by the copy measured beside it, not only by the ceilings file's
+    (docs/DECISIONS.md, D30)."""
     from perflab.measure import ceilings
     comm.barrier()
     (walk,) = ceilings.staged_images(batches=(Bl,), N=max(N, Bl), walks=3)
