@@ -160,3 +160,11 @@ def test_a_busy_program_shows_in_the_probe(tmp_path):
     v = steadiness.verdict(tmp_path)
     assert v["parts"]["drift"] == pytest.approx(abs(loaded["gemm_ms"] / quiet["gemm_ms"] - 1))
     assert v["noise"] >= max(v["parts"]["drift"], loaded["others_cores"] / loaded["cores"])
+
+
+def test_the_probe_spread_sees_a_lasting_change_of_the_host_and_not_one_call_held_up():
+    steady = [1.0] * 50
+    held_up = steady[:20] + [30.0] + steady[21:]  # one call waited 30 times as long
+    slowed = [1.0] * 30 + [2.0] * 20  # the host halved its speed for the last two fifths
+    assert steadiness.chunk_spread(steady) == 0 and steadiness.chunk_spread(held_up) == 0
+    assert steadiness.chunk_spread(slowed) == pytest.approx(1.0)

@@ -67,8 +67,7 @@ def load_average() -> float | None:
 def probe(seconds: float = 1.0, threads: int | None = None, shape: tuple = GEMM_SHAPE) -> dict:
     """One look at the host as the CPU main job sees it, for about `seconds` (at least MIN_PAIRS GEMMs
     on each thread count): the GEMM's median (ms) on `threads` BLAS threads (default sweep_threads())
-    and on one, its spread (slowest - fastest of CHUNKS runs of calls, over their median, as the sweep's
-    epoch_spread), the 1-minute load, the cores other programs used meanwhile (others_cores) and the
+    and on one, its spread (chunk_spread), the 1-minute load, the cores other programs used meanwhile (others_cores) and the
     share of CPU time the hypervisor stole (steal; both None without /proc/stat), the process's CPU
     seconds per wall second and the BLAS threads in effect here before the probe set them."""
     from threadpoolctl import ThreadpoolController
@@ -98,7 +97,6 @@ def probe(seconds: float = 1.0, threads: int | None = None, shape: tuple = GEMM_
         many.append(timed(threads))  # alternated, so a change in the host falls on both counts alike
         one.append(timed(1))
     wall, cpu, stat1 = time.perf_counter() - wall0, time.process_time() - cpu0, proc_stat()
-    runs = [float(np.mean(c)) for c in np.array_split(np.array(many), CHUNKS)]
     cores = os.cpu_count() or 1
     others = steal = None
     if stat0 is not None and stat1 is not None:
@@ -111,10 +109,18 @@ def probe(seconds: float = 1.0, threads: int | None = None, shape: tuple = GEMM_
     return {"time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "gemm": f"{M}x{K}x{N} float32", "threads": threads, "blas_default_threads": default, "cores": cores,
             "usable_cores": usable_cores(), "gemm_ms": 1e3 * statistics.median(many),
-            "gemm_spread": (max(runs) - min(runs)) / statistics.median(runs), "gemm_repeats": len(many),
+            "gemm_spread": chunk_spread(many), "gemm_repeats": len(many),
             "gemm_1thread_ms": 1e3 * statistics.median(one), "thread_gain": statistics.median(one) / statistics.median(many),
             "load1": load, "load_per_core": None if load is None else load / cores, "others_cores": others,
             "steal": steal, "cpu_per_wall": cpu / wall, "seconds": wall}
+
+
+def chunk_spread(times, chunks: int = CHUNKS) -> float:
+    """(slowest - fastest) / median of the medians of `chunks` runs of consecutive calls: a lasting change of the
+    host, as a sweep's epoch_spread sees one, and not one call held up (on many BLAS threads a small GEMM now and
+    then waits for a thread the system ran elsewhere, which a sweep's long epochs average away)."""
+    runs = [float(np.median(c)) for c in np.array_split(np.asarray(times, dtype=float), chunks)]
+    return (max(runs) - min(runs)) / statistics.median(runs)
 
 
 def record(folder, stage: str, seconds: float = 1.0, shape: tuple = GEMM_SHAPE) -> dict:
