@@ -1152,6 +1152,41 @@ def test_comm_auto_is_predicted_as_the_faster_exchange_the_trainer_would_keep():
     assert predictor.predict_auto(point(comm="auto", **two), base)[0] == "nccl"  # neither timed: NCCL
     assert predictor.predict_auto(point(comm="auto", H=1024, B=4000, p=1, N=16000), c)[0] == "nccl"
     assert predictor.predict_auto(point(comm="auto", mode="staged", **two), c)[0] == "mpi"
+    assert predictor.predict_point(point(comm="auto", **two), with_overlap) == predictor.predict_auto(
+        point(comm="auto", **two), with_overlap)[1]  # a point asked under auto: the exchange the trainer keeps
+
+
+def test_each_path_has_its_composer_and_a_path_without_one_is_refused_naming_those_covered():
+    """predict_batch looks the point's (backend, parallel, mode, exchange) up in COMPOSERS: one rank
+    exchanges nothing, the staged modes exchange through the host whatever the row names (the harness
+    names NCCL), and an exchange the predictor does not compose is refused with the --comm it does."""
+    c = more(table(), exchange_rows("p2p_exchange_update", 3e-6, 3e10) + overlap_rows(lambda H, B: 1e-9))
+    two = dict(H=1024, B=8000, p=2, N=16000)
+    route = predictor.route
+    assert route(predictor.spec_of(point(comm="p2p")), 1) == ("cupy", "data", "resident", "none")
+    assert route(predictor.spec_of(point(mode="staged", comm="nccl")), 2) == ("cupy", "data", "staged", "mpi")
+    assert route(predictor.spec_of(point(parallel="model", comm=np.nan)), 2) == ("cupy", "model", "resident", "nccl")
+    assert route(predictor.spec_of({"H": 64, "B": 40, "p": 2, "backend": "numpy"}), 2) == ("numpy", "data", "resident", "mpi")
+    for comm, composition in (("nccl", "NCCL all-reduce"), ("p2p", "p2p exchange"), ("overlap", "overlap_exchange")):
+        assert composition in predictor.predict_point(point(comm=comm, **two), c)["composition"]
+    staged = predictor.predict_point(point(mode="staged", **two), c)
+    assert predictor.predict_point(point(mode="staged", comm="nccl", **two), c) == staged
+    for comm in ("mpi", "hierarchical", "cuda-mpi"):
+        with pytest.raises(predictor.PredictionError, match=f"--mode resident on several ranks with --comm nccl or "
+                                                            f"p2p or overlap so far; got --comm {comm}"):
+            predictor.predict_point(point(comm=comm, **two), c)
+    with pytest.raises(predictor.PredictionError, match="--parallel model --mode resident on several ranks with "
+                                                        "--comm nccl so far; got --comm p2p"):
+        predictor.predict_point(point(parallel="model", comm="p2p", **two), c)
+
+
+def test_no_function_of_the_predictor_is_over_sixty_lines_nor_class_over_250():
+    import ast
+    tree = ast.parse(Path(predictor.__file__).read_text())
+    limits = {ast.FunctionDef: 60, ast.ClassDef: 250}
+    long = [f"{n.name}: {n.end_lineno - n.lineno + 1}" for n in ast.walk(tree)
+            if type(n) in limits and n.end_lineno - n.lineno + 1 > limits[type(n)]]
+    assert not long and len(predictor.COMPOSERS) >= 12
 
 
 def test_harness_rows_say_which_exchange_they_ran(tmp_path):

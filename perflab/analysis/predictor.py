@@ -25,23 +25,27 @@ net's own sizes, and the net's whole gradient exchanged.
 Composition follows the code: where the host enqueues work the GPU runs later, the two overlap
 (max); on one GPU the staged copy of the next batch (the host's memcpy into the driver's staging)
 runs while the GPU replays the step's graph (max); a host all-reduce, and the copy behind a step
-the host launches kernel by kernel, run in series (sum), as in the seeds' serial model; the pipelined mode's streams overlap, so its terms compose by max over a little
-pipeline of gradient pieces (`pipelined_batch`). Each prediction names the ceilings file it used.
+the host launches kernel by kernel, run in series (sum), as in the seeds' serial model; the pipelined mode's
+streams overlap, so its terms compose by max over a little pipeline of gradient pieces (`pipelined_mpi`).
+Each (backend, parallel, mode, exchange) covered has its composer in COMPOSERS; any other is refused, naming
+those covered. Each prediction names the ceilings file it used.
 """
 from __future__ import annotations
 
 import contextlib
 import math
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from perflab.analysis import perfmodel
-from perflab.config import GPU_EXCHANGES, HALF_IMPLS, OVERLAP_CHUNKS, PIPELINED_CHUNKS, TWO_SHOT_FROM, TWO_SHOT_IMPL
+from perflab.config import GPU_EXCHANGES, HALF_IMPLS, HOST_STAGED, OVERLAP_CHUNKS, PIPELINED_CHUNKS, TWO_SHOT_FROM, TWO_SHOT_IMPL
 from perflab.kernels import WGMMA_VARIANTS
 from perflab.train import step as trainstep
+from perflab.train.spec import RunSpec
 
 
 def one_layer(gemm: str = "cublas", **fusion) -> tuple:
@@ -132,8 +136,116 @@ def alpha_beta(sizes, seconds) -> tuple[float, float]:
     return max(float(alpha), 0.0), 1 / max(float(inv_beta), 1e-30)
 
 
+class AllReduces:
+    """The exchange look-ups of a ceilings table (Ceilings, which this is mixed into, holds the rows): all-reduces at
+    a size, their spread over repeats and boots, and each exchange path's."""
+
+    def exchange_envelope(self, p: int, nbytes: float, own: tuple[float, float]) -> tuple[float, float]:
+        """The staged exchange's ends over the machine's boots: this file's own at nbytes, scaled by each boot's
+        time over this file's at the grid size nearest nbytes that both timed (older files have no row at a net's
+        own size, and their fits across sizes miss it: docs/DECISIONS.md, D22)."""
+        sizes = self.rows("staged_allreduce", ranks=p).size_bytes
+        grid = [s for s in sizes if int(s) & (int(s) - 1) == 0]  # the powers of two every file times
+        if not grid:
+            return own
+        ref = min(grid, key=lambda s: abs(math.log(s / nbytes)))
+        mine = self.at_size(self.rows("staged_allreduce", ranks=p), ref)
+        if mine is None:
+            return own
+        here = self.staged_exchange(p, nbytes) / float(mine.seconds)  # this file's at nbytes, per second at ref
+
+        def scaled(b):
+            theirs = b.at_size(b.rows("staged_allreduce", ranks=p), ref)
+            if theirs is None:
+                raise KeyError(ref)  # that boot did not time this size at p ranks
+            return here * float(theirs.seconds)
+        return self.envelope(("exchange", p, nbytes), scaled, own)
+
+
+    def allreduce(self, ceiling: str, p: int, nbytes: float) -> float:
+        """As measured at S where the ceilings timed that size (`perflab ceilings --hidden NET` times each
+        net's gradient and pipelined pieces), else from t = a + S / b fitted to the measured sizes within
+        a factor 16 of S (the path's protocol changes with size, so one line through every size misses the
+        gradient's: docs/DECISIONS.md, D22)."""
+        t = self.rows(ceiling, ranks=p)
+        if not len(t):
+            raise PredictionError(f"{self.source} has no {ceiling} rows at p={p}: run `mpiexec -n {p} perflab ceilings`")
+        exact = self.at_size(t, nbytes)
+        if exact is not None:
+            return float(exact.seconds)
+        near = t[(t.size_bytes >= nbytes / 16) & (t.size_bytes <= nbytes * 16)]
+        t = near if len(near) >= 2 else t
+        seconds = t.seconds if "seconds" in t and t.seconds.notna().all() else t.size_bytes / t.value
+        alpha, beta = alpha_beta(t.size_bytes, seconds)
+        return alpha + nbytes / beta
+
+    @staticmethod
+    def at_size(t: pd.DataFrame, nbytes: float):
+        """The row of t timed at nbytes (to rtol 0.01: docs/DECISIONS.md, D22), or None; rows that predate the
+        seconds column have none."""
+        if "seconds" not in t:
+            return None
+        exact = t[np.isclose(t.size_bytes, nbytes, rtol=0.01) & t.seconds.notna()]
+        return exact.iloc[0] if len(exact) else None
+
+    def allreduce_spread(self, ceiling: str, p: int, nbytes: float) -> tuple[float, float] | None:
+        """The fastest and slowest repeat of the all-reduce at nbytes, where the ceilings timed that size
+        and kept its repeats' spread (a host-paced prediction's band); else None."""
+        exact = self.at_size(self.rows(ceiling, ranks=p), nbytes)
+        if exact is None or pd.isna(exact.get("min_seconds", np.nan)):
+            return None
+        return float(exact.min_seconds), float(exact.max_seconds)
+
+    def nccl_exchange(self, p: int, nbytes: float, in_graph: bool) -> tuple[float, str]:
+        """(seconds, what it is) of NCCL's all-reduce: replayed inside a CUDA graph where the step's
+        graph holds it and the ceilings measured that (nccl_allreduce_graph, faster than launched:
+        docs/DECISIONS.md, D25), else launched one by one."""
+        if in_graph and len(self.rows("nccl_allreduce_graph", ranks=p)):
+            return self.allreduce("nccl_allreduce_graph", p, nbytes), "NCCL all-reduce in a graph"
+        return self.allreduce("nccl_allreduce", p, nbytes), "NCCL all-reduce"
+
+    def p2p_exchange(self, p: int, nbytes: float) -> float:
+        """--comm p2p: the peers' gradients read, summed and applied in one kernel (p2p_exchange_update),
+        the update included."""
+        rows = self.rows("p2p_exchange_update", ranks=p)
+        if not len(rows):
+            raise PredictionError(f"{self.source} has no p2p_exchange_update rows at p={p}: run `mpiexec -n {p} "
+                                  "perflab ceilings` on GPUs of one node with peer access")
+        timed = rows["impl"].astype(str) if "impl" in rows else pd.Series("", index=rows.index)
+        if p >= TWO_SHOT_FROM and not timed.str.startswith(TWO_SHOT_IMPL).all():
+            raise PredictionError(f"{self.source} timed --comm p2p at p={p} with the one-shot kernel of before a50f69c, "
+                                  f"where p2p now runs two-shot (2 (p - 1) / p of a gradient read, not p - 1): run "
+                                  f"`mpiexec -n {p} perflab ceilings` again")
+        return self.allreduce("p2p_exchange_update", p, nbytes)
+
+    def overlap_exchange(self, p: int, H: float, B: float, chunks: int) -> float:
+        """--overlap: backward GEMM 3 in row chunks with each chunk's NCCL all-reduce under the next,
+        as timed at once (overlap_exchange rows at p ranks), interpolated in (H, B') as a kernel."""
+        t = self.rows("overlap_exchange", ranks=p, impl=overlap_name(chunks))
+        if not len(t):
+            raise PredictionError(f"{self.source} has no overlap_exchange rows at p={p} in {chunks} chunks: run "
+                                  f"`mpiexec -n {p} perflab ceilings` (it times --overlap's default of 2 chunks)")
+        return on_grid(t, H, B)
+
+    def piece_allreduce(self, p: int, nbytes: float) -> float:
+        """The pipelined trainer's host all-reduce of one gradient piece: as timed beside a computing
+        GPU in the trainer's own chain (pipelined_allreduce), else the idle one (mpi_allreduce)."""
+        if len(self.rows("pipelined_allreduce", ranks=p)):
+            return self.allreduce("pipelined_allreduce", p, nbytes)
+        return self.allreduce("mpi_allreduce", p, nbytes)
+
+    def staged_exchange(self, p: int, nbytes: float) -> float:
+        """The staged path's exchange (device -> host, MPI_Allreduce, host -> device, pageable, in
+        series) as timed whole, else composed from those three parts where a ceilings file has
+        them but not the whole (a machine whose exchange alone was measured: with_exchange)."""
+        if len(self.rows("staged_allreduce", ranks=p)):
+            return self.allreduce("staged_allreduce", p, nbytes)
+        return (self.copy("d2h", "pageable", nbytes) + self.allreduce("mpi_allreduce", p, nbytes)
+                + self.copy("h2d", "pageable", nbytes))
+
+
 @dataclass
-class Ceilings:
+class Ceilings(AllReduces):
     """A ceilings table (one file) and the look-ups the predictor makes in it."""
     table: pd.DataFrame
     source: str = ""
@@ -158,38 +270,17 @@ class Ceilings:
     def envelope(self, key: tuple, term, own: tuple[float, float]) -> tuple[float, float]:
         """A host-paced term's fastest and slowest: over this file's own spread (`own`) and term(b) of every other
         ceilings file of the machine (each a boot of its own: the pageable copy, the host's launches and the host
-        exchange move by 15-20% between boots, DEEP.md), where that file measured it, from their 5th to 95th
-        percentile; once per key."""
+        exchange move between boots: docs/DECISIONS.md, D21), where that file measured it, over BOOT_PERCENTILES;
+        once per key."""
         if key not in self.envelopes:
             values = [(own[0] + own[1]) / 2]
             for b in self.boots:
                 with contextlib.suppress(PredictionError, KeyError, ValueError, IndexError):
                     values.append(float(term(b)))
-            # the boots' 5th to 95th percentile: a band for 90% of the runs, not stretched by one odd boot
+            # a band for most runs, not stretched by one odd boot (docs/DECISIONS.md, D21)
             low, high = np.percentile(values, BOOT_PERCENTILES)
             self.envelopes[key] = min(own[0], float(low)), max(own[1], float(high))
         return self.envelopes[key]
-
-    def exchange_envelope(self, p: int, nbytes: float, own: tuple[float, float]) -> tuple[float, float]:
-        """The staged exchange's ends over the machine's boots: this file's own at nbytes, scaled by each boot's
-        time over this file's at the grid size nearest nbytes that both timed (older files have no row at a net's
-        own size, and their fits across sizes miss it by up to 38%)."""
-        sizes = self.rows("staged_allreduce", ranks=p).size_bytes
-        grid = [s for s in sizes if int(s) & (int(s) - 1) == 0]  # the powers of two every file times
-        if not grid:
-            return own
-        ref = min(grid, key=lambda s: abs(math.log(s / nbytes)))
-        mine = self.at_size(self.rows("staged_allreduce", ranks=p), ref)
-        if mine is None:
-            return own
-        here = self.staged_exchange(p, nbytes) / float(mine.seconds)  # this file's at nbytes, per second at ref
-
-        def scaled(b):
-            theirs = b.at_size(b.rows("staged_allreduce", ranks=p), ref)
-            if theirs is None:
-                raise KeyError(ref)  # that boot did not time this size at p ranks
-            return here * float(theirs.seconds)
-        return self.envelope(("exchange", p, nbytes), scaled, own)
 
     def rows(self, ceiling: str, **match) -> pd.DataFrame:
         t = self.table[self.table.ceiling == ceiling]
@@ -273,8 +364,8 @@ class Ceilings:
     def trainer_floor(self, mode: str, graphs: bool, gemm: str = "cublas") -> float:
         """The trainer's host floor a step at H = 16, as the step was launched (floor_name), charged
         at every size: a graph replay costs the same at any; a step launched kernel by kernel is as
-        steady as the host's speed, which moved its time by up to 2x between points of one run on
-        one H100 (experiments/predictor/README.md), so a finer model of it would not hold. A file
+        steady as the host's speed, which moves it too far between points of one run for a finer
+        model to hold (docs/DECISIONS.md, D23). A file
         from before the staged step was graphed lacks `trainer staged graph`: there a graphed staged
         step is charged the resident trainer's floor (the same replay, without the copy's call). A
         file from before the eager floors per GEMM charges every GEMM cuBLAS's."""
@@ -305,9 +396,8 @@ class Ceilings:
     def epoch_stretch(self) -> float | None:
         """How much longer fit's epoch run as one CUDA graph takes than that graph replayed between
         events: the median of epoch / graph over the real sizes where the file measured both
-        (epoch_overhead); None in files from before. A ratio, not a fixed cost: on one H100's main
-        job the trainer's epochs ran 4% over their kernels at every size, 0.11 to 0.45 ms an epoch
-        (results/nvidia-h100-80gb-hbm3/mainjob/, experiments/predictor/README.md)."""
+        (epoch_overhead); None in files from before. A ratio, not a fixed cost: the trainer's epochs
+        ran over their kernels by one share at every size (docs/DECISIONS.md, D24)."""
         t = self.rows("step_floor", impl="trainer resident epoch graph")
         if not len(t) or "graph_seconds" not in t:
             return None
@@ -366,85 +456,6 @@ class Ceilings:
             t.loc[rows, "max_seconds"] *= high / spread[1]
         return Ceilings(t, source=f"{self.source} with the staged copy probed beside the run")
 
-    def allreduce(self, ceiling: str, p: int, nbytes: float) -> float:
-        """As measured at S where the ceilings timed that size (`perflab ceilings --hidden NET` times each
-        net's gradient and pipelined pieces), else from t = a + S / b fitted to the measured sizes within
-        16x of S (the path's protocol changes with size, so one line through 4 KiB..256 MiB misses the
-        gradient's size)."""
-        t = self.rows(ceiling, ranks=p)
-        if not len(t):
-            raise PredictionError(f"{self.source} has no {ceiling} rows at p={p}: run `mpiexec -n {p} perflab ceilings`")
-        exact = self.at_size(t, nbytes)
-        if exact is not None:
-            return float(exact.seconds)
-        near = t[(t.size_bytes >= nbytes / 16) & (t.size_bytes <= nbytes * 16)]
-        t = near if len(near) >= 2 else t
-        seconds = t.seconds if "seconds" in t and t.seconds.notna().all() else t.size_bytes / t.value
-        alpha, beta = alpha_beta(t.size_bytes, seconds)
-        return alpha + nbytes / beta
-
-    @staticmethod
-    def at_size(t: pd.DataFrame, nbytes: float):
-        """The row of t timed at nbytes (within 1%), or None; rows that predate the seconds column have none."""
-        if "seconds" not in t:
-            return None
-        exact = t[np.isclose(t.size_bytes, nbytes, rtol=0.01) & t.seconds.notna()]
-        return exact.iloc[0] if len(exact) else None
-
-    def allreduce_spread(self, ceiling: str, p: int, nbytes: float) -> tuple[float, float] | None:
-        """The fastest and slowest repeat of the all-reduce at nbytes, where the ceilings timed that size
-        and kept its repeats' spread (a host-paced prediction's band); else None."""
-        exact = self.at_size(self.rows(ceiling, ranks=p), nbytes)
-        if exact is None or pd.isna(exact.get("min_seconds", np.nan)):
-            return None
-        return float(exact.min_seconds), float(exact.max_seconds)
-
-    def nccl_exchange(self, p: int, nbytes: float, in_graph: bool) -> tuple[float, str]:
-        """(seconds, what it is) of NCCL's all-reduce: replayed inside a CUDA graph where the step's
-        graph holds it and the ceilings measured that (nccl_allreduce_graph, 12-14 us faster on two
-        H100), else launched one by one."""
-        if in_graph and len(self.rows("nccl_allreduce_graph", ranks=p)):
-            return self.allreduce("nccl_allreduce_graph", p, nbytes), "NCCL all-reduce in a graph"
-        return self.allreduce("nccl_allreduce", p, nbytes), "NCCL all-reduce"
-
-    def p2p_exchange(self, p: int, nbytes: float) -> float:
-        """--comm p2p: the peers' gradients read, summed and applied in one kernel (p2p_exchange_update),
-        the update included."""
-        rows = self.rows("p2p_exchange_update", ranks=p)
-        if not len(rows):
-            raise PredictionError(f"{self.source} has no p2p_exchange_update rows at p={p}: run `mpiexec -n {p} "
-                                  "perflab ceilings` on GPUs of one node with peer access")
-        timed = rows["impl"].astype(str) if "impl" in rows else pd.Series("", index=rows.index)
-        if p >= TWO_SHOT_FROM and not timed.str.startswith(TWO_SHOT_IMPL).all():
-            raise PredictionError(f"{self.source} timed --comm p2p at p={p} with the one-shot kernel of before a50f69c, "
-                                  f"where p2p now runs two-shot (2 (p - 1) / p of a gradient read, not p - 1): run "
-                                  f"`mpiexec -n {p} perflab ceilings` again")
-        return self.allreduce("p2p_exchange_update", p, nbytes)
-
-    def overlap_exchange(self, p: int, H: float, B: float, chunks: int) -> float:
-        """--overlap: backward GEMM 3 in row chunks with each chunk's NCCL all-reduce under the next,
-        as timed at once (overlap_exchange rows at p ranks), interpolated in (H, B') as a kernel."""
-        t = self.rows("overlap_exchange", ranks=p, impl=overlap_name(chunks))
-        if not len(t):
-            raise PredictionError(f"{self.source} has no overlap_exchange rows at p={p} in {chunks} chunks: run "
-                                  f"`mpiexec -n {p} perflab ceilings` (it times --overlap's default of 2 chunks)")
-        return on_grid(t, H, B)
-
-    def piece_allreduce(self, p: int, nbytes: float) -> float:
-        """The pipelined trainer's host all-reduce of one gradient piece: as timed beside a computing
-        GPU in the trainer's own chain (pipelined_allreduce), else the idle one (mpi_allreduce)."""
-        if len(self.rows("pipelined_allreduce", ranks=p)):
-            return self.allreduce("pipelined_allreduce", p, nbytes)
-        return self.allreduce("mpi_allreduce", p, nbytes)
-
-    def staged_exchange(self, p: int, nbytes: float) -> float:
-        """The staged path's exchange (device -> host, MPI_Allreduce, host -> device, pageable, in
-        series) as timed whole, else composed from those three parts where a ceilings file has
-        them but not the whole (a machine whose exchange alone was measured: with_exchange)."""
-        if len(self.rows("staged_allreduce", ranks=p)):
-            return self.allreduce("staged_allreduce", p, nbytes)
-        return (self.copy("d2h", "pageable", nbytes) + self.allreduce("mpi_allreduce", p, nbytes)
-                + self.copy("h2d", "pageable", nbytes))
 
 
 EXCHANGES = ("nccl_allreduce", "nccl_allreduce_graph", "mpi_allreduce", "staged_allreduce", "shm_allreduce",
@@ -538,139 +549,6 @@ def cpu_deeper(c: Ceilings, hidden: tuple, Bl: float) -> float:
                for H in (math.sqrt(a * b) for a, b in zip(hidden, hidden[1:])) for k in CPU_STEP)
 
 
-def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
-    """Seconds of one batch of B samples (over the point's ranks) and its terms, from ceilings alone."""
-    hidden, p = perfmodel.widths(point["H"]), int(point["p"])
-    H = hidden[0]
-    parallel = point.get("parallel", "data")
-    gemm = point.get("gemm", "cublas")
-    if len(hidden) > 1 and parallel == "model" and point["backend"] == "numpy":
-        raise PredictionError(f"the predictor composes deeper nets ({point['H']}) model parallel on GPUs, so far; got "
-                              "NumPy")
-    tensor_cores = gemm in TENSOR_CORE_STEPS and point["backend"] == "cupy" and parallel == "data" \
-        and point.get("mode") in ("resident", "staged")
-    dtype = point.get("dtype", "float32")
-    if dtype in HALF_IMPLS:  # mixed precision: the fused step on cuBLAS's half GEMMs, resident data parallel on GPUs
-        if (point["backend"], point.get("mode"), parallel, gemm) != ("cupy", "resident", "data", "cublas") \
-                or point.get("comm") in ("nccl-half", "overlap") or (dtype == "float16" and point.get("comm") == "p2p"):
-            raise PredictionError(f"the predictor composes {dtype} steps on GPUs, resident data parallel with cuBLAS's "
-                                  f"GEMMs and an FP32 exchange (nccl, p2p), so far; got {parallel} {gemm} on "
-                                  f"{point['backend']} {point.get('mode', '')} {point.get('comm') or ''}")
-        gemm, dtype = HALF_IMPLS[dtype], "float32"  # its gradient, exchange and update are FP32's
-    if dtype != "float32" or (gemm != "cublas" and not tensor_cores and gemm not in HALF_IMPLS.values()) \
-            or (parallel == "model" and point["backend"] != "numpy" and point.get("mode") != "resident"):
-        raise PredictionError("the predictor covers float32 points with cuBLAS GEMMs, data parallel (and model parallel "
-                              "on NumPy, or resident on GPUs), and the wgmma and x3tf32 GEMMs data parallel, resident "
-                              f"or staged, so far; got {parallel} {point.get('dtype')} {gemm} on {point['backend']} "
-                              f"{point.get('mode', '')}")
-    Bl = B / p
-    gradient = perfmodel.gradient_buffer_bytes(hidden)
-    terms, band = {}, {}
-    if point["backend"] == "numpy":
-        if parallel == "model":  # a rank: H/p hidden units of the whole batch; the C x B logits all-reduced
-            terms["kernels"] = sum(c.kernel("cpu", k, H / p, B) for k in CPU_STEP)
-            exchanged = 10 * B * 4
-        else:
-            terms["kernels"] = sum(c.kernel("cpu", k, H, Bl) for k in CPU_STEP) + cpu_deeper(c, hidden, Bl)
-            exchanged = gradient
-        terms["exchange"] = c.allreduce("mpi_allreduce", p, exchanged) if p > 1 else 0.0
-        batch = terms["kernels"] + terms["exchange"]
-        composition = "kernels + MPI all-reduce (serial)"
-    elif parallel == "model" and p > 1:  # one rank: FusedModelParallel runs the data-parallel step
-        return model_parallel_batch(hidden, B, p, c, terms, graph=bool(point.get("step_graph", False)))
-    else:
-        graphed = launched_as_graph(point)
-        terms["kernels"] = sum(c.kernel("gpu", k, H, Bl) for k in c.step_names("cupy", gemm, eager=not graphed))
-        terms["kernels"] += gpu_deeper(c, hidden, Bl, gemm, eager=not graphed)
-        update = c.kernel("gpu", UPDATE, update_width(hidden), Bl)
-        # a step launched kernel by kernel: each hidden layer past the first launches its four kernels
-        deeper_launches = 0.0 if graphed else HIDDEN_LAYER_LAUNCHES * (len(hidden) - 1) * c.launch()
-        floor_spread = c.trainer_floor_spread(point["mode"], graphed, gemm) if point["mode"] != "pipelined" else None
-        if point["mode"] == "resident":
-            # on several GPUs, a graph a step: the all-reduce and the update launch one by one after it
-            launches = (2 * c.launch() if p > 1 and not ran_epoch_graphs(point) else 0.0) + deeper_launches
-            terms["host"] = c.trainer_floor("resident", graphed, gemm) + launches
-            if p > 1 and point.get("comm") == "p2p":  # the update is the exchange's kernel: off the kernels' sum
-                terms["kernels"] -= update
-                terms["exchange"], exchange = c.p2p_exchange(p, gradient), "p2p exchange + update"
-            elif p > 1 and point.get("comm") == "overlap":  # GEMM 3 and the exchange at once: off the kernels' sum
-                if gemm != "cublas":
-                    raise PredictionError(f"--overlap is timed with cuBLAS's GEMM 3 (overlap_exchange); got --gemm {gemm}")
-                terms["kernels"] -= c.kernel("gpu", DW1_GEMM, H, Bl)
-                terms["exchange"] = c.overlap_exchange(p, H, Bl, OVERLAP_CHUNKS)  # what sweeps and the harness run
-                exchange = "backward GEMM 3 in chunks, each all-reduced under the next (overlap_exchange)"
-                if len(hidden) > 1:  # the layers above the first sent as their dW is done (WFBP)
-                    terms["wfbp_exposed"] = wfbp_exposed(c, hidden, Bl, p, graphed)
-                    terms["exchange"] += terms["wfbp_exposed"]
-                    exchange += " + what of the upper layers' all-reduces the backward below them leaves out"
-            elif p > 1:
-                terms["exchange"], exchange = c.nccl_exchange(p, gradient, ran_epoch_graphs(point))
-            else:  # one GPU exchanges nothing
-                terms["exchange"], exchange = 0.0, None
-            batch = max(terms["kernels"] + terms["exchange"], terms["host"])
-            composition = (f"max(kernels + {exchange}, the trainer's host floor + launches)" if exchange
-                           else "max(kernels, the trainer's host floor)")
-            if not graphed:  # launched kernel by kernel: the batch at the host floor's and the kernels' two ends
-                floors = floor_spread or (terms["host"] - launches,) * 2
-                floors = c.envelope(("host", "resident", gemm, floors), lambda b: b.trainer_floor("resident", False, gemm),
-                                    floors)
-                kernels = c.kernel_spread(terms["kernels"], gemm, eager=True)
-                band = {f"batch_{end}_s": max(k + terms["exchange"], floor + launches)
-                        for end, floor, k in zip(("low", "high"), floors, kernels)}
-        elif point["mode"] == "staged":
-            terms["host"] = c.trainer_floor("staged", graphed, gemm) + deeper_launches
-            terms["images"] = c.staged_images(Bl)
-            terms["exchange"] = c.staged_exchange(p, gradient) if p > 1 else 0.0
-            compose_high = None  # the band's top composed as the prediction, unless a branch says otherwise
-            under = c.staged_hidden(Bl, terms["kernels"]) if graphed and p == 1 else None
-            if under is not None:
-                # the host copies batch k+1 into the driver's staging while the GPU replays batch k's graph,
-                # until the staging fills: the part measured to run so (staged_overlap) is off the sum
-                terms["hidden"] = under
-
-                def compose(images, host, exchange, kernels):
-                    return images + kernels - min(c.staged_hidden(Bl, kernels), images) + host
-                composition = "images + kernels - the copy under the graph (staged_overlap) + the trainer's host floor"
-            elif graphed and p == 1:  # a ceilings file without staged_overlap: the whole copy under the graph
-                def compose(images, host, exchange, kernels):
-                    return max(images, kernels) + host
-                composition = "max(images, kernels) + the trainer's host floor (the next copy under the graph)"
-            elif p == 1 and len(c.rows("staged_overlap")):
-                # launched kernel by kernel on one GPU: once the host has launched the step, it copies batch k+1
-                # into the driver's staging while the GPU runs what is left of step k (kernels - host floor)
-                terms["hidden"] = c.staged_hidden(Bl, max(terms["kernels"] - terms["host"], 0.0))
-
-                def compose(images, host, exchange, kernels):
-                    return images + max(kernels, host) - min(c.staged_hidden(Bl, max(kernels - host, 0.0)), images)
-
-                # the band's top credits none of it: how much ran under the kernels moved between boots of two H100,
-                # from 11-17% under the serial sum to at it (results/nvidia-h100-80gb-hbm3/DEEP.md)
-                def compose_high(images, host, exchange, kernels):
-                    return images + max(kernels, host)
-                composition = ("images + max(kernels, the trainer's host floor) - the copy under the kernels left after "
-                               "the launches (staged_overlap)")
-            else:  # the exchange (several ranks) keeps the copy out of the step
-                def compose(images, host, exchange, kernels):
-                    return images + max(kernels, host) + exchange
-                composition = "images + max(kernels, the trainer's host floor) + exchange (serial)"
-            batch = compose(terms["images"], terms["host"], terms["exchange"], terms["kernels"])
-            copies = c.envelope(("images", Bl), lambda b: b.staged_images(Bl),
-                                c.staged_images_spread(Bl) or (terms["images"],) * 2)
-            hosts = c.envelope(("host", "staged", graphed, gemm, deeper_launches),
-                               lambda b: b.trainer_floor("staged", graphed, gemm) + deeper_launches,
-                               tuple(h + deeper_launches for h in floor_spread) if floor_spread else (terms["host"],) * 2)
-            exchanges = (c.allreduce_spread("staged_allreduce", p, gradient) if p > 1 else None) or (terms["exchange"],) * 2
-            if p > 1:
-                exchanges = c.exchange_envelope(p, gradient, exchanges)
-            spreads = (copies, hosts, exchanges, c.kernel_spread(terms["kernels"], gemm, not graphed))
-            if any(len({*ends}) > 1 for ends in spreads):  # the batch at the spreads' two ends
-                low, high = zip(*spreads)
-                band = {"batch_low_s": compose(*low), "batch_high_s": (compose_high or compose)(*high)}
-        else:
-            return pipelined_batch(hidden, Bl, p, int(point.get("chunks", PIPELINED_CHUNKS)), c, terms, graphed)
-    return {"batch_s": batch, "composition": composition, **band, **{f"t_{k}": v for k, v in terms.items()}}
-
-
 def launch_name(point: dict) -> str:
     """How the point's step launched, as sweeps name it (`graph`, `eager`; the CPU's always eager)."""
     return "graph" if point.get("backend") != "numpy" and launched_as_graph(point) else "eager"
@@ -761,31 +639,249 @@ def pipeline_end(ready: list[float], stages: list[list[float]], free: list[float
     return start
 
 
-def pipelined_batch(hidden: tuple, Bl: float, p: int, chunks: int, c: Ceilings, terms: dict, graphed: bool = True) -> dict:
-    """perflab.train.pipelined's step: the next batch's images (pinned) copy on their own stream under
-    compute; on several GPUs G's tail, then each of `chunks` dW1 row blocks as backward GEMM 3 makes
-    it, flows device -> host -> MPI -> host -> device (pinned copies, host MPI, each one piece at a
-    time; the host reaches its MPI loop only once it has launched the step: on several GPUs one graph
-    replay up to the pieces' copies down, or, in rows from before that (graphs False), the whole step
-    kernel by kernel) and the update waits for the last. The step is the longest of: that chain, the
-    host -> device link's load (images + gradients up), and the device -> host link's."""
-    D = 784
-    terms["images"] = c.copy("h2d", "pinned", (D * 4 + 8) * Bl)
-    if p == 1:  # one GPU: the whole step a graph (or eager), as resident, its input copied under the step before
-        terms["host"] = c.trainer_floor("resident", graphed)
-        batch = max(terms["kernels"], terms["images"], terms["host"])
-        return {"batch_s": batch, "composition": "max(kernels, pinned images under the step, the host floor)",
-                **{f"t_{k}": v for k, v in terms.items()}}
-    H = hidden[0]
-    sizes = perfmodel.gradient_pieces(hidden, chunks, D)
+def batch_result(batch: float, composition: str, terms: dict, band: dict | None = None) -> dict:
+    """A composer's answer: the batch's seconds, how its terms composed, its band (where it has one), each term."""
+    return {"batch_s": batch, "composition": composition, **(band or {}), **{f"t_{k}": v for k, v in terms.items()}}
+
+
+@dataclass
+class Step:
+    """One batch a composer puts together: the point, its net, batch and ranks, the GEMM its kernels are timed
+    with (a half-precision step's own), the ceilings read, and the terms as they are composed."""
+    point: dict
+    c: Ceilings
+    B: int
+    hidden: tuple
+    p: int
+    gemm: str
+    terms: dict = field(default_factory=dict)
+
+    @property
+    def H(self) -> int:
+        return self.hidden[0]
+
+    @property
+    def Bl(self) -> float:
+        return self.B / self.p
+
+    @property
+    def gradient(self) -> int:
+        return perfmodel.gradient_buffer_bytes(self.hidden)
+
+    @property
+    def graphed(self) -> bool:
+        return launched_as_graph(self.point)
+
+
+def cpu_data(s: Step) -> dict:
+    """The NumPy reference data parallel: each rank's step on its B/p samples, then the gradient's MPI all-reduce."""
+    c, terms = s.c, s.terms
+    terms["kernels"] = sum(c.kernel("cpu", k, s.H, s.Bl) for k in CPU_STEP) + cpu_deeper(c, s.hidden, s.Bl)
+    terms["exchange"] = c.allreduce("mpi_allreduce", s.p, s.gradient) if s.p > 1 else 0.0
+    return batch_result(terms["kernels"] + terms["exchange"], "kernels + MPI all-reduce (serial)", terms)
+
+
+def cpu_model(s: Step) -> dict:
+    """The NumPy reference model parallel: a rank holds H/p hidden units of the whole batch; the C x B logits
+    all-reduced by MPI."""
+    c, terms = s.c, s.terms
+    terms["kernels"] = sum(c.kernel("cpu", k, s.H / s.p, s.B) for k in CPU_STEP)
+    terms["exchange"] = c.allreduce("mpi_allreduce", s.p, perfmodel.C_MNIST * s.B * 4)
+    return batch_result(terms["kernels"] + terms["exchange"], "kernels + MPI all-reduce (serial)", terms)
+
+
+def gpu_kernels(s: Step) -> tuple[float, float, tuple | None]:
+    """The data-parallel GPU step's kernels term (s.terms["kernels"]: the one-layer step, timed in sequence where
+    the file has it, plus what a deeper net adds), and (the update's seconds, the host's launches of the hidden
+    layers past the first where the step is launched kernel by kernel, the host floor's spread or None)."""
+    c, terms, eager = s.c, s.terms, not s.graphed
+    terms["kernels"] = sum(c.kernel("gpu", k, s.H, s.Bl) for k in c.step_names("cupy", s.gemm, eager=eager))
+    terms["kernels"] += gpu_deeper(c, s.hidden, s.Bl, s.gemm, eager=eager)
+    update = c.kernel("gpu", UPDATE, update_width(s.hidden), s.Bl)
+    # a step launched kernel by kernel: each hidden layer past the first launches its four kernels
+    deeper_launches = HIDDEN_LAYER_LAUNCHES * (len(s.hidden) - 1) * c.launch() if eager else 0.0
+    mode = s.point["mode"]
+    floor_spread = c.trainer_floor_spread(mode, s.graphed, s.gemm) if mode != "pipelined" else None
+    return update, deeper_launches, floor_spread
+
+
+def resident(s: Step, exchange) -> dict:
+    """The data-resident step on GPUs: the kernels and the exchange against the trainer's host floor and launches
+    (max). `exchange(s, update)` sets s.terms["exchange"] and names it (None: nothing exchanged). A step launched
+    kernel by kernel has a band at the host floor's and the kernels' two ends."""
+    c, terms, gemm = s.c, s.terms, s.gemm
+    update, deeper_launches, floor_spread = gpu_kernels(s)
+    # on several GPUs, a graph a step: the all-reduce and the update launch one by one after it
+    launches = (2 * c.launch() if s.p > 1 and not ran_epoch_graphs(s.point) else 0.0) + deeper_launches
+    terms["host"] = c.trainer_floor("resident", s.graphed, gemm) + launches
+    name = exchange(s, update)
+    batch = max(terms["kernels"] + terms["exchange"], terms["host"])
+    composition = (f"max(kernels + {name}, the trainer's host floor + launches)" if name
+                   else "max(kernels, the trainer's host floor)")
+    band = {}
+    if not s.graphed:  # launched kernel by kernel: the batch at the host floor's and the kernels' two ends
+        floors = floor_spread or (terms["host"] - launches,) * 2
+        floors = c.envelope(("host", "resident", gemm, floors), lambda b: b.trainer_floor("resident", False, gemm),
+                            floors)
+        kernels = c.kernel_spread(terms["kernels"], gemm, eager=True)
+        band = {f"batch_{end}_s": max(k + terms["exchange"], floor + launches)
+                for end, floor, k in zip(("low", "high"), floors, kernels)}
+    return batch_result(batch, composition, terms, band)
+
+
+def no_exchange(s: Step, update: float) -> None:
+    """One GPU exchanges nothing."""
+    s.terms["exchange"] = 0.0
+
+
+def nccl_exchange(s: Step, update: float) -> str:
+    """NCCL's all-reduce of the gradient, inside the epoch's graph where fit runs an epoch as one."""
+    s.terms["exchange"], name = s.c.nccl_exchange(s.p, s.gradient, ran_epoch_graphs(s.point))
+    return name
+
+
+def p2p_exchange(s: Step, update: float) -> str:
+    """--comm p2p: the update is the exchange's kernel, so it leaves the kernels' sum."""
+    s.terms["kernels"] -= update
+    s.terms["exchange"] = s.c.p2p_exchange(s.p, s.gradient)
+    return "p2p exchange + update"
+
+
+def overlap_exchange(s: Step, update: float) -> str:
+    """--overlap: GEMM 3 and the exchange timed at once, so GEMM 3 leaves the kernels' sum; on a deeper net the
+    layers above the first are sent as their dW is done (WFBP), and what the backward pass leaves of them shows."""
+    if s.gemm != "cublas":
+        raise PredictionError(f"--overlap is timed with cuBLAS's GEMM 3 (overlap_exchange); got --gemm {s.gemm}")
+    terms = s.terms
+    terms["kernels"] -= s.c.kernel("gpu", DW1_GEMM, s.H, s.Bl)
+    terms["exchange"] = s.c.overlap_exchange(s.p, s.H, s.Bl, OVERLAP_CHUNKS)  # what sweeps and the harness run
+    name = "backward GEMM 3 in chunks, each all-reduced under the next (overlap_exchange)"
+    if len(s.hidden) > 1:
+        terms["wfbp_exposed"] = wfbp_exposed(s.c, s.hidden, s.Bl, s.p, s.graphed)
+        terms["exchange"] += terms["wfbp_exposed"]
+        name += " + what of the upper layers' all-reduces the backward below them leaves out"
+    return name
+
+
+def copy_under_graph(c: Ceilings, Bl: float, images: float, host: float, exchange: float, kernels: float) -> float:
+    """One GPU, graphed: the host copies batch k+1 into the driver's staging while the GPU replays batch k's graph,
+    until the staging fills: the part measured to run so (staged_overlap) is off the sum."""
+    return images + kernels - min(c.staged_hidden(Bl, kernels), images) + host
+
+
+def whole_copy_under_graph(c: Ceilings, Bl: float, images: float, host: float, exchange: float, kernels: float) -> float:
+    """One GPU, graphed, a ceilings file without staged_overlap: the whole copy under the graph."""
+    return max(images, kernels) + host
+
+
+def copy_behind_launches(c: Ceilings, Bl: float, images: float, host: float, exchange: float, kernels: float) -> float:
+    """One GPU, launched kernel by kernel: once the host has launched the step, it copies batch k+1 into the
+    driver's staging while the GPU runs what is left of step k (kernels - host floor)."""
+    return images + max(kernels, host) - min(c.staged_hidden(Bl, max(kernels - host, 0.0)), images)
+
+
+def in_series(c: Ceilings, Bl: float, images: float, host: float, exchange: float, kernels: float) -> float:
+    """The copy, the step (kernels or the host's floor) and the exchange one after another."""
+    return images + max(kernels, host) + exchange
+
+
+SERIAL = "images + max(kernels, the trainer's host floor) + exchange (serial)"
+
+
+def staged_alone(s: Step) -> dict:
+    """The staged step on one GPU: the next batch's copy runs under the step where the ceilings measured it so."""
+    c, terms, Bl = s.c, s.terms, s.Bl
+    spreads = staged_terms(s)
+    under = c.staged_hidden(Bl, terms["kernels"]) if s.graphed else None
+    if under is not None:
+        terms["hidden"] = under
+        return staged_batch(s, spreads, copy_under_graph, "images + kernels - the copy under the graph "
+                            "(staged_overlap) + the trainer's host floor")
+    if s.graphed:
+        return staged_batch(s, spreads, whole_copy_under_graph,
+                            "max(images, kernels) + the trainer's host floor (the next copy under the graph)")
+    if len(c.rows("staged_overlap")):
+        terms["hidden"] = c.staged_hidden(Bl, max(terms["kernels"] - terms["host"], 0.0))
+        # the band's top credits none of the copy under the kernels: it moved between boots (docs/DECISIONS.md, D26)
+        return staged_batch(s, spreads, copy_behind_launches, "images + max(kernels, the trainer's host floor) - the "
+                            "copy under the kernels left after the launches (staged_overlap)", compose_high=in_series)
+    return staged_batch(s, spreads, in_series, SERIAL)
+
+
+def staged_mpi(s: Step) -> dict:
+    """The staged step on several GPUs: the exchange through the host keeps the copy out of the step (serial)."""
+    return staged_batch(s, staged_terms(s), in_series, SERIAL)
+
+
+def staged_terms(s: Step) -> tuple:
+    """The staged step's terms but its copy's overlap: kernels, the trainer's host floor (and a deeper net's eager
+    launches), the pageable copy of the batch, the exchange through the host; (deeper launches, the floor's spread)."""
+    c, terms = s.c, s.terms
+    _, deeper_launches, floor_spread = gpu_kernels(s)
+    terms["host"] = c.trainer_floor("staged", s.graphed, s.gemm) + deeper_launches
+    terms["images"] = c.staged_images(s.Bl)
+    terms["exchange"] = c.staged_exchange(s.p, s.gradient) if s.p > 1 else 0.0
+    return deeper_launches, floor_spread
+
+
+def staged_batch(s: Step, spreads: tuple, compose, composition: str, compose_high=None) -> dict:
+    """The staged batch composed by compose(c, B', images, host, exchange, kernels), and its band: the same at the
+    two ends of the copy's, the host floor's, the exchange's and the kernels' spreads (each over the machine's
+    boots), where any has one; compose_high for the top where it differs."""
+    c, terms, Bl, p, gemm, graphed = s.c, s.terms, s.Bl, s.p, s.gemm, s.graphed
+    deeper_launches, floor_spread = spreads
+    batch = compose(c, Bl, terms["images"], terms["host"], terms["exchange"], terms["kernels"])
+    copies = c.envelope(("images", Bl), lambda b: b.staged_images(Bl), c.staged_images_spread(Bl) or (terms["images"],) * 2)
+    hosts = c.envelope(("host", "staged", graphed, gemm, deeper_launches),
+                       lambda b: b.trainer_floor("staged", graphed, gemm) + deeper_launches,
+                       tuple(h + deeper_launches for h in floor_spread) if floor_spread else (terms["host"],) * 2)
+    exchanges = (c.allreduce_spread("staged_allreduce", p, s.gradient) if p > 1 else None) or (terms["exchange"],) * 2
+    if p > 1:
+        exchanges = c.exchange_envelope(p, s.gradient, exchanges)
+    ends = (copies, hosts, exchanges, c.kernel_spread(terms["kernels"], gemm, not graphed))
+    band = {}
+    if any(len({*pair}) > 1 for pair in ends):  # the batch at the spreads' two ends
+        low, high = zip(*ends)
+        band = {"batch_low_s": compose(c, Bl, *low), "batch_high_s": (compose_high or compose)(c, Bl, *high)}
+    return batch_result(batch, composition, terms, band)
+
+
+def model_parallel(s: Step) -> dict:
+    """perflab.train.gpu.FusedModelParallel on several GPUs (model_parallel_batch)."""
+    return model_parallel_batch(s.hidden, s.B, s.p, s.c, s.terms, graph=bool(s.point.get("step_graph", False)))
+
+
+def pipelined_alone(s: Step) -> dict:
+    """perflab.train.pipelined on one GPU: the whole step a graph (or eager), as resident, its input (pinned) copied
+    on a stream of its own under the step before."""
+    gpu_kernels(s)
+    c, terms = s.c, s.terms
+    terms["images"] = pinned_images(c, s.Bl)
+    terms["host"] = c.trainer_floor("resident", s.graphed)
+    batch = max(terms["kernels"], terms["images"], terms["host"])
+    return batch_result(batch, "max(kernels, pinned images under the step, the host floor)", terms)
+
+
+def pipelined_mpi(s: Step) -> dict:
+    """perflab.train.pipelined's step on several GPUs: the next batch's images (pinned) copy on their own stream
+    under compute; G's tail, then each of `chunks` dW1 row blocks as backward GEMM 3 makes it, flows device -> host
+    -> MPI -> host -> device (pinned copies, host MPI, each one piece at a time; the host reaches its MPI loop only
+    once it has launched the step: one graph replay up to the pieces' copies down, or, in rows from before that
+    (graphs False), the whole step kernel by kernel) and the update waits for the last. The step is the longest of:
+    that chain, the host -> device link's load (images + gradients up), and the device -> host link's."""
+    gpu_kernels(s)
+    c, terms, Bl, D = s.c, s.terms, s.Bl, perfmodel.D_MNIST
+    chunks = int(s.point.get("chunks", PIPELINED_CHUNKS))
+    terms["images"] = pinned_images(c, Bl)
+    sizes = perfmodel.gradient_pieces(s.hidden, chunks, D)
     chunk_gemm = [c.kernel("gpu", DW1_GEMM, n / (4 * D), Bl) for n in sizes[1:]]
-    update = c.kernel("gpu", UPDATE, update_width(hidden), Bl)
-    before = terms["kernels"] - c.kernel("gpu", DW1_GEMM, H, Bl) - update
+    update = c.kernel("gpu", UPDATE, update_width(s.hidden), Bl)
+    before = terms["kernels"] - c.kernel("gpu", DW1_GEMM, s.H, Bl) - update
     ready = [before] + [before + float(t) for t in np.cumsum(chunk_gemm)]
     down = [c.copy("d2h", "pinned", n) for n in sizes]
-    mpi = [c.piece_allreduce(p, n) for n in sizes]
+    mpi = [c.piece_allreduce(s.p, n) for n in sizes]
     up = [c.copy("h2d", "pinned", n) for n in sizes]
-    if graphed:  # the step up to the pieces' copies down one graph: the host replays it and polls the pieces
+    if s.graphed:  # the step up to the pieces' copies down one graph: the host replays it and polls the pieces
         terms["host"] = c.trainer_floor("resident", True)
     else:  # an eager step, GEMM 3 in chunks
         terms["host"] = c.trainer_floor("staged", False) + (chunks - 1) * c.launch()
@@ -793,14 +889,98 @@ def pipelined_batch(hidden: tuple, Bl: float, p: int, chunks: int, c: Ceilings, 
     terms["exchange"] = pipeline_end(ready, [down, mpi, up], free=[0.0, terms["host"], 0.0]) - ready[-1]
     terms["mpi"] = sum(mpi)
     batch = max(terms["kernels"] + terms["exchange"], terms["images"] + sum(up), sum(down))
-    return {"batch_s": batch, "composition": "max(compute, then the exposed tail of the down/MPI/up pipeline of "
-                                             "gradient pieces; host->device load; device->host load)",
-            **{f"t_{k}": v for k, v in terms.items()}}
+    return batch_result(batch, "max(compute, then the exposed tail of the down/MPI/up pipeline of gradient pieces; "
+                               "host->device load; device->host load)", terms)
+
+
+def pinned_images(c: Ceilings, Bl: float) -> float:
+    """A rank's batch of images and labels copied host -> device from pinned memory."""
+    return c.copy("h2d", "pinned", (perfmodel.D_MNIST * 4 + 8) * Bl)
+
+
+# the composer of each (backend, parallel, mode, exchange) the predictor covers (route: a point's key; one rank,
+# or a model-parallel point on one, runs the data-parallel step and exchanges nothing)
+COMPOSERS = {
+    ("numpy", "data", "resident", "none"): cpu_data,
+    ("numpy", "data", "resident", "mpi"): cpu_data,
+    ("numpy", "model", "resident", "mpi"): cpu_model,
+    ("cupy", "data", "resident", "none"): partial(resident, exchange=no_exchange),
+    ("cupy", "data", "resident", "nccl"): partial(resident, exchange=nccl_exchange),
+    ("cupy", "data", "resident", "p2p"): partial(resident, exchange=p2p_exchange),
+    ("cupy", "data", "resident", "overlap"): partial(resident, exchange=overlap_exchange),
+    ("cupy", "data", "staged", "none"): staged_alone,
+    ("cupy", "data", "staged", "mpi"): staged_mpi,
+    ("cupy", "data", "pipelined", "none"): pipelined_alone,
+    ("cupy", "data", "pipelined", "mpi"): pipelined_mpi,
+    ("cupy", "model", "resident", "nccl"): model_parallel,
+}
+
+
+def spec_of(point: dict) -> RunSpec:
+    """The point as a run spec (RunSpec.from_point), what an older row leaves blank at its default."""
+    given = {k: v for k, v in point.items() if v is not None and not (isinstance(v, float) and math.isnan(v))}
+    return RunSpec.from_point({"parallel": "data", "mode": "resident", "gemm": "cublas", "dtype": "float32", **given})
+
+
+def route(spec: RunSpec, p: int) -> tuple:
+    """The point's key in COMPOSERS: (backend, parallel, mode, exchange). One rank runs the data-parallel step and
+    exchanges nothing (`none`); on the CPU and in the staged modes the exchange is the host's MPI, whatever the row
+    names (the scaling harness names its staged rows' NCCL)."""
+    parallel = "model" if spec.parallel == "model" and p > 1 else "data"
+    if not spec.gpu:
+        return "numpy", parallel, "resident", "mpi" if p > 1 else "none"
+    exchange = "none" if p == 1 else "mpi" if spec.mode in HOST_STAGED else spec.exchange
+    return "cupy", parallel, spec.mode, exchange
+
+
+def uncovered(key: tuple) -> str:
+    """Why a key has no composer: the exchanges the predictor composes for its backend, parallel and mode."""
+    backend, parallel, mode, exchange = key
+    known = [k[3] for k in COMPOSERS if k[:3] == key[:3] and k[3] != "none"]
+    return (f"the predictor composes --backend {backend} --parallel {parallel} --mode {mode} on several ranks with "
+            f"--comm {' or '.join(known) or 'none'} so far; got --comm {exchange}")
+
+
+def covered_gemm(point: dict, spec: RunSpec, hidden: tuple) -> str:
+    """The GEMM whose ceilings time the point's step (a half-precision step's own); a point whose net, precision,
+    GEMM or path the predictor does not compose is refused, naming what it composes."""
+    backend, parallel, gemm, dtype, mode = spec.backend, spec.parallel, spec.gemm, spec.dtype, spec.mode
+    if len(hidden) > 1 and parallel == "model" and backend == "numpy":
+        raise PredictionError(f"the predictor composes deeper nets ({point['H']}) model parallel on GPUs, so far; got "
+                              "NumPy")
+    tensor_cores = gemm in TENSOR_CORE_STEPS and backend == "cupy" and parallel == "data" and mode in ("resident", "staged")
+    if dtype in HALF_IMPLS:  # mixed precision: the fused step on cuBLAS's half GEMMs, resident data parallel on GPUs
+        if (backend, mode, parallel, gemm) != ("cupy", "resident", "data", "cublas") \
+                or spec.exchange in ("nccl-half", "overlap") or (dtype == "float16" and spec.exchange == "p2p"):
+            raise PredictionError(f"the predictor composes {dtype} steps on GPUs, resident data parallel with cuBLAS's "
+                                  f"GEMMs and an FP32 exchange (nccl, p2p), so far; got {parallel} {gemm} on "
+                                  f"{backend} {mode} {spec.exchange}")
+        gemm, dtype = HALF_IMPLS[dtype], "float32"  # its gradient, exchange and update are FP32's
+    if dtype != "float32" or (gemm != "cublas" and not tensor_cores and gemm not in HALF_IMPLS.values()) \
+            or (parallel == "model" and backend != "numpy" and mode != "resident"):
+        raise PredictionError("the predictor covers float32 points with cuBLAS GEMMs, data parallel (and model parallel "
+                              "on NumPy, or resident on GPUs), and the wgmma and x3tf32 GEMMs data parallel, resident "
+                              f"or staged, so far; got {parallel} {spec.dtype} {gemm} on {backend} {mode}")
+    return gemm
+
+
+def predict_batch(point: dict, B: int, c: Ceilings) -> dict:
+    """Seconds of one batch of B samples (over the point's ranks) and its terms, from ceilings alone: composed by
+    the composer of the point's key (route) in COMPOSERS; a key not there is refused, naming what is covered."""
+    spec, hidden, p = spec_of(point), perfmodel.widths(point["H"]), int(point["p"])
+    gemm = covered_gemm(point, spec, hidden)
+    key = route(spec, p)
+    if key not in COMPOSERS:
+        raise PredictionError(uncovered(key))
+    return COMPOSERS[key](Step(point, c, B, hidden, p, gemm))
 
 
 def predict_point(point: dict, c: Ceilings) -> dict:
     """Seconds per epoch of one sweep point and per batch averaged over the epoch (its last batch
-    holds N mod B samples when B does not divide N), with the full batch's terms."""
+    holds N mod B samples when B does not divide N), with the full batch's terms; under --comm auto, the
+    exchange the trainer would keep (predict_auto)."""
+    if spec_of(point).exchange == "auto":
+        return predict_auto(point, c)[1]
     B, N = int(point["B"]), int(point["N"])
     full, rest = divmod(N, B)
     pred = predict_batch(point, B, c)
@@ -816,7 +996,7 @@ def predict_point(point: dict, c: Ceilings) -> dict:
         fixed = 0.0
         if point["backend"] != "numpy":  # the trainer's cost per epoch (its synchronizations, the loss), where
             # measured: the same code ends both modes' epochs; the staged difference of two epoch lengths is too
-            # noisy to use (its per-step noise times 400 steps: 6.3 ms per epoch on the H100, against 0.46 resident)
+            # noisy to use (docs/DECISIONS.md, D24)
             fixed = pred["t_epoch_fixed"] = c.optional_floor("trainer resident epoch")
         epochs = {k: v + fixed for k, v in steps.items()}
     per_batch = {k: v / (full + bool(rest)) for k, v in epochs.items()}
@@ -828,9 +1008,10 @@ def predict_auto(point: dict, c: Ceilings) -> tuple[str, dict]:
     run resident data parallel, the fastest of GPU_EXCHANGES, each with predict_point (NCCL always;
     the overlap and p2p where the ceilings can predict them: timed at p ranks, and the overlap with
     cuBLAS's GEMM 3); elsewhere the one exchange there is. (the exchange kept, its prediction)"""
-    if not (point["backend"] == "cupy" and point["mode"] == "resident" and point["parallel"] == "data"
-            and int(point["p"]) > 1):
-        only = "nccl" if point["backend"] == "cupy" and point["mode"] == "resident" else "mpi"
+    spec = spec_of(point)
+    gpu_resident = spec.gpu and spec.mode == "resident"
+    if not (gpu_resident and spec.parallel == "data" and int(point["p"]) > 1):
+        only = "nccl" if gpu_resident else "mpi"
         return only, predict_point({**point, "comm": only}, c)
     preds = {"nccl": predict_point({**point, "comm": "nccl"}, c)}
     for x in GPU_EXCHANGES:
@@ -862,12 +1043,12 @@ def ceilings_for(folder: Path, p: int) -> Path | None:
 
 
 BOOTS: dict = {}  # (machine folder, its ceilings files) -> those files loaded, once a process
-BOOT_PERCENTILES = (5, 95)  # a host-paced band spans these of the machine's boots (issue 52: 90% of points inside)
+BOOT_PERCENTILES = (5, 95)  # a host-paced band spans these of the machine's boots (docs/DECISIONS.md, D21)
 
 
 def machine_ceilings(path: Path) -> list[Ceilings]:
-    """Every readable ceilings file of the machine folder holding path (results/<machine> or runs/<key>, with
-    its sub-folders; elsewhere path's own folder), each without boots of its own."""
+    """Every readable ceilings file of the machine folder holding path (a committed machine's folder, or a run's
+    under runs/, with its sub-folders; elsewhere path's own folder), each without boots of its own."""
     folder = next((f for f in path.resolve().parents if f.parent.name in ("results", "runs")), path.resolve().parent)
     key = (folder, tuple(sorted(folder.rglob("ceilings_p*.csv"))))  # a file measured since is read too
     if key not in BOOTS:

@@ -590,7 +590,7 @@ def choose(budget_s: float | None, costs: Costs, backend: str, parts, changes: d
     if name != "full":
         lines.append(f"left out against the full version: {left_out(s, tiers[0][1])}")
         lines.append(f"the full version would take about {minutes(sums[0])} here; on a GPU: "
-                     "OUT=/tmp/out bash scripts/gpu_problem1.sh")
+                     "OUT=gpu-out bash scripts/gpu_problem1.sh")
     return name, s, sums[pick], lines
 
 
