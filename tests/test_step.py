@@ -83,7 +83,8 @@ def traced(monkeypatch, hidden, gemm, fuse_output, fuse_backward) -> list[tuple[
     """(perflab.kernels function, the innermost phase it ran in) of each kernel FusedGPU.gradients and update
     launch for one step (no loss), run on NumPy stand-ins with every kernel recorded, not run."""
     from perflab.kernels.dispatch import CUBLAS_VARIANTS, WGMMA_VARIANTS
-    from perflab.train import gpu
+    from perflab.train import fused_step, gpu
+    from perflab.train.tf32_split import TF32Split
     trace, phases = [], []
 
     @contextlib.contextmanager
@@ -98,13 +99,21 @@ def traced(monkeypatch, hidden, gemm, fuse_output, fuse_backward) -> list[tuple[
             if name == "gemm" and bias is not None and variant in CUBLAS_VARIANTS + WGMMA_VARIANTS:
                 trace.append(("bias_sigmoid", phases[-1]))  # as kernels.gemm adds it: a pass of its own
         return launch
-    monkeypatch.setattr(gpu, "phase", phase)
+    for module in (gpu, fused_step):  # the passes' phases, and the update's
+        monkeypatch.setattr(module, "phase", phase)
     for name in ("gemm", "bias_sigmoid", "output_layer", "softmax_xent_grad", "row_sum", "output_backward",
                  "sigmoid_backward_rows", "sgd_update"):
         monkeypatch.setattr(gpu.kernels, name, record(name))
     D, C, n = 7, 3, 5
     layers = (D, *hidden, C)
     params = [x for a, b in zip(layers, layers[1:]) for x in (np.zeros((b, a), np.float32), np.zeros(b, np.float32))]
+
+    class Split(TF32Split):  # on NumPy: the recorded GEMMs read no small parts
+        def __init__(self, size):
+            self.small, self.made = np.zeros(size, np.float32), False
+
+        def small_part(self, a):
+            return None
     trainer = object.__new__(gpu.FusedGPU)
     trainer.__dict__.update(
         params=params, grads=[np.zeros_like(p) for p in params], half=None, scaled=False, scale=None, variant=gemm,
@@ -112,9 +121,9 @@ def traced(monkeypatch, hidden, gemm, fuse_output, fuse_backward) -> list[tuple[
         acts=[np.zeros(h * n, np.float32) for h in hidden], dz=[np.zeros(h * n, np.float32) for h in hidden],
         z_out=np.zeros(C * n, np.float32), delta=np.zeros(C * n, np.float32), ce=np.zeros(n, np.float32),
         fuse_output=fuse_output, fuse_backward=fuse_backward, part=None, part_forward=None, peer_exchange=False,
-        dz1_small=np.zeros(hidden[0] * n, np.float32) if gemm == "x3tf32" else None, dz1_split=False,
+        tf32_split=Split(hidden[0] * n) if gemm == "x3tf32" else None,
         G=np.zeros(sum(p.size for p in params) + 1, np.float32), side_gemms=False, side_pending=False, overlap=None,
-        small_part=lambda a: None, P=None, ends=None, regs=None, cfg=SimpleNamespace(learning_rate=0.1),
+        P=None, ends=None, regs=None, cfg=SimpleNamespace(learning_rate=0.1),
         tuned=type("Tuned", (), {"__contains__": lambda self, shape: True})())  # every shape tuned: no tune() runs
     trainer.gradients(np.zeros((D, n), np.float32), np.zeros(n, np.int64), n, want_loss=False)
     trainer.update()

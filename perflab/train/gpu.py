@@ -25,21 +25,22 @@ device buffer, and the step after the copy replays its graph the same way.
 """
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 
 from perflab import kernels
 from perflab.config import HALF_CAPABILITY, HALF_DTYPES, MODES, OVERLAP_CHUNKS, Config, ConfigError
-from perflab.train import model, profile
+from perflab.train import model
+from perflab.train.fused_step import FusedStep
+from perflab.train.graphs import Graphs
 from perflab.train.half_gpu import DeviceLossScale, HalfWeights
 from perflab.train.loop import Sequential
+from perflab.train.loss_readback import LossReadBack
 from perflab.train.overlap import Overlap
 from perflab.train.parallel import check_batch_split, local_part
 from perflab.train.pinned import pinned_copy
 from perflab.train.profile import phase
 from perflab.train.side_stream import SideStream
-from perflab.train.step import backward_gemm, forward_gemm
+from perflab.train.tf32_split import TF32Split
 
 
 class GPUError(ConfigError):
@@ -95,16 +96,17 @@ def check_half(dtype: str, parallel: str, mode: str, gemm: str, exchange: str, c
                        "scale: use --comm nccl, or --dtype bfloat16")
 
 
-class FusedGPU(Sequential):
+class FusedGPU(FusedStep, Graphs, Sequential):
     """Data-parallel (or single-GPU) trainer for any depth on CuPy with perflab kernels: the flat buffers, the
-    plan's forward and backward, the exchange and update, graph capture and replay. Its features are objects of
-    their own, None where off: `half` (perflab.train.half_gpu: the images, activations and their gradients in half
-    precision, every GEMM but the fused output layer's on half operands; gradients, exchange, update, biases,
-    softmax and loss FP32) with float16's `loss_scale`, `overlap` (perflab.train.overlap) and `side`
-    (perflab.train.side_stream); model parallel overrides the exchange hooks (perflab.train.model_parallel_gpu)."""
+    exchange and update; the plan's forward and backward are FusedStep's (perflab.train.fused_step), graph capture
+    and replay Graphs' (perflab.train.graphs), the loss's read-back `loss` (perflab.train.loss_readback). Its
+    features are objects of their own, None where off: `half` (perflab.train.half_gpu: the images, activations
+    and their gradients in half precision, every GEMM but the fused output layer's on half operands; gradients,
+    exchange, update, biases, softmax and loss FP32) with float16's `loss_scale`, `overlap`
+    (perflab.train.overlap), `side` (perflab.train.side_stream) and `tf32_split` (perflab.train.tf32_split);
+    model parallel overrides the exchange hooks (perflab.train.model_parallel_gpu)."""
 
     name = "data"
-    cache: dict = {}  # the CUDA graphs by key: each trainer's own from __init__ (this empty one where it failed first)
 
     def __init__(self, cfg: Config, X, y, comm, mode="resident", gemm="cublas", graphs=True, pinned=False,
                  fuse_output=True, fuse_backward=True, overlap=False, overlap_chunks=OVERLAP_CHUNKS):
@@ -130,7 +132,6 @@ class FusedGPU(Sequential):
         self.peer_exchange = comm.exchanges_and_updates
         # + 1 slot: the batch's CE sum
         self.G = comm.register(self.P.size + 1, dtype) if self.peer_exchange else cp.zeros(self.P.size + 1, dtype=dtype)
-        self.ce_sum = comm.ce if self.peer_exchange else self.G[-1:]  # the CE summed over ranks, once exchanged
         shapes = [p.shape for p in host_params]
         self.params, self.grads = self.views(self.P, shapes), self.views(self.G, shapes)
         self.ends = cp.asarray(np.cumsum([int(np.prod(s)) for s in shapes]), dtype=np.int64)
@@ -167,14 +168,10 @@ class FusedGPU(Sequential):
         hidden = [p.shape[0] for p in host_params[0:-2:2]]  # this rank's widths (model parallel: its share)
         self.acts = [cp.empty(h * bmax, store) for h in hidden]  # each hidden layer's activations
         self.dz = [cp.empty(h * bmax, store) for h in hidden]  # and the gradient at its input
-        # x3tf32: dz_1's TF32 small parts, beside its big ones in dz[0] (written by the pass that makes dz_1)
-        self.dz1_small = cp.empty(hidden[0] * bmax, dtype) if self.variant == "x3tf32" else None
-        self.dz1_split = False
+        self.tf32_split = TF32Split(self.dz[0], dtype) if self.variant == "x3tf32" else None
         self.z_out, self.delta = cp.empty(C * bmax, dtype), cp.empty(C * bmax, dtype)
         self.ce = cp.empty(bmax, dtype)
-        # the loss's L2 term, made in the step (before its update, as the reference's J) with its scratch
-        self.penalty, self.l2_part = cp.zeros(1, dtype), cp.empty(kernels.L2_BLOCKS, dtype)
-        self.loss_host = pinned_copy(np.zeros(2, dtype))  # the CE sum and the L2 term, read by batch_loss
+        self.loss = LossReadBack(self.comm.ce if self.peer_exchange else self.G[-1:], dtype)  # its CE summed over ranks
         top, D = hidden[-1], host_params[0].shape[1]
         self.part = cp.empty(kernels.output_backward_partials(top, bmax, C), dtype) if self.fuse_backward else None
         self.part_forward = cp.empty(kernels.output_layer_partials(top, bmax, C), dtype) if self.fuse_output else None
@@ -197,11 +194,6 @@ class FusedGPU(Sequential):
             self.y = y
             self.Xdev = cp.empty((D, bmax), dtype, order="F")
             self.ydev = cp.empty(bmax, np.int64)
-
-    @property
-    def last_gemm(self) -> str:
-        """The phase name of dW_1 = dz_1 X^T, the step's last GEMM: backward GEMM 2L - 1."""
-        return backward_gemm(len(self.params) - 1)
 
     def shard(self):
         """(this rank's initial parameters on the host, the most samples a rank's step takes):
@@ -236,7 +228,7 @@ class FusedGPU(Sequential):
         return out
 
     def gemm(self, a, b, out, bias=None):
-        a_small = self.small_part(a) if self.dz1_split else None
+        a_small = self.tf32_split.small_part(a) if self.tf32_split else None
         if self.variant in kernels.TUNABLE_VARIANTS:
             shape = (a.shape, a.strides, b.shape, b.strides)
             if shape not in self.tuned and not self.cp.cuda.get_current_stream().is_capturing():
@@ -245,15 +237,6 @@ class FusedGPU(Sequential):
         if self.half:
             return kernels.half_gemm(a, b, out, bias, variant=self.variant)
         return kernels.gemm(a, b, out=out, bias=bias, variant=self.variant, work=self.work, a_small=a_small)
-
-    def small_part(self, a):
-        """The view of dz1_small at a's place in dz[0], where a is a view of dz[0], else None."""
-        whole = self.dz[0]
-        offset = a.data.ptr - whole.data.ptr
-        if not 0 <= offset < whole.nbytes:
-            return None
-        flat = self.dz1_small[offset // whole.itemsize:]
-        return self.cp.lib.stride_tricks.as_strided(flat, a.shape, a.strides)
 
     def step(self, Xb, yb, global_b: int, want_loss: bool):
         """Enqueue one whole training step on the current stream."""
@@ -278,195 +261,12 @@ class FusedGPU(Sequential):
             else:
                 kernels.sgd_update(self.P, self.G[:-1], self.cfg.learning_rate, self.ends, self.regs, rounded=rounded)
 
-    def gradients(self, Xb, yb, global_b: int, want_loss: bool):
-        """Enqueue forward and backward into G (capturable on one GPU; with --overlap, the
-        exchange of G's chunks too)."""
-        W = self.params[0::2]
-        # W for the GEMMs (the fused output layer's kernels read W[-1] in FP32); p2p's update does not round P
-        Wg = self.half.weights(self.P, self.peer_exchange) if self.half else W
-        n, C = Xb.shape[1], W[-1].shape[0]
-        acts = [Xb] + [a[:w.shape[0] * n].reshape(w.shape[0], n) for a, w in zip(self.acts, W)]
-        delta = self.delta[:C * n].reshape(C, n)
-        with phase("forward"):
-            self.forward(Wg, acts, yb, delta, global_b, self.ce[:n] if want_loss else None)
-        with phase("backward"):
-            self.backward(Wg, acts, delta, Xb, want_loss)
-
-    def forward(self, Wg, acts, yb, delta, global_b: int, ce):
-        """Every layer's GEMM and activation, then the softmax's delta (and each sample's CE where `ce`)."""
-        W, b = self.params[0::2], self.params[1::2]
-        L = len(W)
-        fused = self.fuse_output and not profile.ACTIVE  # phases stay separate when profiling
-        for l in range(L - 1):  # the hidden layers; the last one's bias + sigmoid waits for the fused pass
-            deferred, exchanged = fused and l == L - 2, self.output_exchanged(l)
-            with phase(forward_gemm(l + 1)):
-                self.gemm(Wg[l], acts[l], acts[l + 1], bias=None if deferred or exchanged else b[l])
-            if exchanged:  # the ranks' partial sums of the whole layer, then its bias and sigmoid
-                self.comm.allreduce(acts[l + 1])
-                if not deferred:
-                    kernels.bias_sigmoid(acts[l + 1], b[l])
-        if fused:  # bias + sigmoid (in place) + the output GEMM in one pass, then the softmax
-            kernels.output_layer(W[-1], b[-2], b[-1], acts[-1], yb, delta, global_b, self.part_forward, ce, self.scale)
-            return
-        z_out = self.z_out[:delta.size].reshape(delta.shape)
-        with phase(forward_gemm(L)):
-            self.gemm(Wg[-1], acts[-1], z_out)
-        if self.output_exchanged(L - 1):
-            self.comm.allreduce(z_out)
-        kernels.softmax_xent_grad(z_out, b[-1], yb, delta, global_b, ce, scale=self.scale)
-
-    def backward(self, Wg, acts, delta, Xb, want_loss: bool):
-        """Every gradient into G, the output layer's first, dW_1 = dz_1 X^T last."""
-        W, dW, db, n, L = self.params[0::2], self.grads[0::2], self.grads[1::2], Xb.shape[1], len(Wg)
-        dz = [d[:w.shape[0] * n].reshape(w.shape[0], n) for d, w in zip(self.dz, W)]
-        if self.peer_exchange:  # the peers have read the last step's gradient before this one overwrites it
-            self.comm.read_wait()
-        kernels.row_sum(delta, db[-1])
-        # x3tf32: the pass that makes dz_1 writes its TF32 big and small parts, which dW_1's GEMM reads as they are
-        self.dz1_split = False
-        small = self.dz1_small[:dz[0].size].reshape(dz[0].shape) if self.dz1_small is not None else None
-        if self.fuse_backward and not profile.ACTIVE:  # backward GEMMs 1 and 2 + sigmoid' + db_{L-1} in one pass
-            kernels.output_backward(W[-1], delta, acts[-1], dz[-1], dW[-1], db[-2], self.part, small if L == 2 else None)
-        else:
-            delta_op = self.half.rounded_delta(delta) if self.half else delta
-            with phase(backward_gemm(1)):
-                self.gemm(delta_op, acts[-1].T, dW[-1])
-            with phase(backward_gemm(2)):
-                self.gemm(Wg[-1].T, delta_op, dz[-1])
-            kernels.sigmoid_backward_rows(dz[-1], acts[-1], db[-2], small if L == 2 else None)
-        unsent = self.G.size  # with --overlap, G[unsent:] is already on its way
-        if want_loss:  # the CE slot is all-reduced with the gradients (the output layer's slice); stale when unused
-            kernels.total(self.ce[:n], self.G[-1:])
-        side = self.side_gemms and not profile.ACTIVE  # phases are timed one after another
-        for l in range(L - 2, 0, -1):  # hidden layer l + 1 over hidden layer l (1-based): W[l] is W_{l+1}
-            k = 2 * (L - l) - 1
-            with phase(backward_gemm(k)), self.side.beside() if side else contextlib.nullcontext():
-                self.gemm(dz[l], acts[l].T, dW[l])
-            if self.overlap:  # layer l + 1 (and those above it, the first time) is final: send it (WFBP)
-                unsent = self.overlap.send_layer(l, unsent)
-            with phase(backward_gemm(k + 1)):
-                self.gemm(Wg[l].T, dz[l], dz[l - 1])
-            if self.gradient_exchanged(l):  # the ranks' partial sums of the whole input gradient
-                self.comm.allreduce(dz[l - 1])
-            kernels.sigmoid_backward_rows(dz[l - 1], acts[l], db[l - 1], small if l == 1 else None)
-        self.side_pending = side  # the side's dW_l run on under dW_1 too, joined after it (join_side)
-        self.dz1_split = small is not None
-        if want_loss:
-            kernels.l2_penalty(self.P, self.ends, self.penalty_regs, self.l2_part, self.penalty.reshape(()))
-        self.first_weight_gradient(dz[0], Xb, dW[0], unsent)
-        self.join_side()
-
-    def join_side(self):
-        """The current stream waits for the side stream's weight gradients, once a step (the exchange and the
-        update read them)."""
-        if self.side_pending:
-            self.side.join()
-            self.side_pending = False
-
-    def output_exchanged(self, l: int) -> bool:
-        """Whether layer l's GEMM (0-based; L - 1 the output layer) leaves each rank a partial sum of the
-        layer's whole output, all-reduced before its bias (model parallel's column-split layers)."""
-        return False
-
-    def gradient_exchanged(self, l: int) -> bool:
-        """Whether layer l's input gradient W_l^T dz_l is each rank's partial sum, all-reduced (model
-        parallel's row-split layers)."""
-        return False
-
-    def first_weight_gradient(self, dz1, Xb, dW1, unsent: int):
-        """dW_1 = dz_1 X^T, the step's last GEMM (in chunks, each exchanged as it is done, with --overlap;
-        the last chunk carries what of G[:unsent] is not dW_1: b_1, and with one hidden layer the rest)."""
-        if self.overlap:
-            self.overlap.first_weight_gradient(self.gemm, dz1, Xb, dW1, unsent, self.last_gemm)
-        else:
-            with phase(self.last_gemm):
-                self.gemm(dz1, Xb.T, dW1)
-
-    def batch(self, index):
-        part = self.local(index)
-        global_b = (index.stop - index.start) if isinstance(index, slice) else len(index)
-        want = self.want_loss
-        with self.stream:
-            if self.mode == "staged":
-                n = (part.stop - part.start) if isinstance(part, slice) else len(part)
-                Xb, yb, key = self.Xdev[:, :n], self.ydev[:n], ("staged", n, want)
-                with phase("copying images host -> device"):
-                    Xb.set(np.asfortranarray(self.X[:, part]), stream=self.stream)
-                    yb.set(np.ascontiguousarray(self.y[part]), stream=self.stream)
-            else:
-                Xb, yb = self.X[:, part], self.y[part]
-                key = (part.start, part.stop, want) if isinstance(part, slice) else None
-            if not self.graphs or profile.recording():  # a graph cannot be timed phase by phase
-                self.step(Xb, yb, global_b, want)
-            else:
-                whole = self.whole_graph
-                self.replay(key, self.step if whole else self.gradients, Xb, yb, global_b, want)
-                if not whole:
-                    self.exchange_and_update()
-        return self.batch_loss(global_b) if want else None
-
-    def graphs_an_epoch(self, batches) -> bool:
-        """Whether `epoch` may run these batches as one graph: data resident, batches in order
-        (slices), steps graphed, the exchange capturable (one GPU, or NCCL: the all-reduces inside
-        the graph, no host launch between steps) and nothing recording phases."""
-        return (self.epoch_graphs and self.graphs and self.capturable and self.mode == "resident"
-                and all(isinstance(i, slice) for i in batches) and not profile.recording())
-
-    def epoch(self, batches, want_loss: bool):
-        """Every batch's step as one CUDA graph, captured on first use; the loss (when wanted) at the
-        last batch, returned: one launch an epoch (docs/DECISIONS.md, D36)."""
-        with self.stream:
-            self.replay(self.epoch_key(batches, want_loss), self.steps, batches, want_loss)
-        self.epochs_graphed += 1
-        return self.batch_loss(batches[-1].stop - batches[-1].start) if want_loss else None
-
-    @staticmethod
-    def epoch_key(batches, want_loss: bool) -> tuple:
-        """The cache key of the epoch graph of these batches (slices)."""
-        return ("epoch", tuple((i.start, i.stop) for i in batches), want_loss)
-
-    def steps(self, batches, want_loss: bool):
-        for k, index in enumerate(batches):
-            part = self.local(index)
-            self.step(self.X[:, part], self.y[part], index.stop - index.start, want_loss and k + 1 == len(batches))
-
-    def replay(self, key, run, *args):
-        """Launch the CUDA graph of run(*args) on self.stream, captured on first use."""
-        graph = self.cache.get(key)
-        if graph is None:
-            saved = [x.copy() for x in self.state]  # a warm-up pass loads every kernel before capture...
-            run(*args)
-            for x, was in zip(self.state, saved):  # ...and is undone, so the replay below is the only step
-                x[...] = was
-            self.stream.begin_capture()
-            run(*args)
-            graph = self.cache[key] = self.stream.end_capture()
-        graph.launch(self.stream)
-
-    def close(self):
-        """Free the CUDA graphs. They must go before the NCCL communicator whose all-reduces they
-        hold, else ncclCommDestroy hangs (docs/DECISIONS.md, D37); a trainer's attributes are freed in the order
-        they were set, the comm before the graphs."""
-        self.cache.clear()
-        images = self.__dict__.pop("constant_images", None)  # once, though close() runs again as __del__
-        if images is not None:
-            kernels.wgmma.forget(images)
-
-    __del__ = close
-
     def loss_parts(self) -> tuple[float, float]:
-        """The last step's CE sum and L2 term, copied on the stream into pinned memory and read once
-        it is done (docs/DECISIONS.md, D38)."""
-        copy, size = self.cp.cuda.runtime.memcpyAsync, self.loss_host.itemsize
-        for k, src in enumerate((self.ce_sum, self.penalty)):
-            copy(self.loss_host.ctypes.data + k * size, src.data.ptr, size,
-                 self.cp.cuda.runtime.memcpyDeviceToHost, self.stream.ptr)
-        if self.scaled:
-            self.loss_scale.copy_counts(self.stream)
-        self.stream.synchronize()
+        """The last step's CE sum and L2 term (LossReadBack.read), float16's skipped steps checked with them."""
+        parts = self.loss.read(self.stream, self.loss_scale)
         if self.scaled:
             self.skipped = self.loss_scale.check()
-        return float(self.loss_host[0]), float(self.loss_host[1])
+        return parts
 
     def batch_loss(self, global_b: int) -> float:
         ce, penalty = self.loss_parts()
