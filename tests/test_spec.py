@@ -87,3 +87,11 @@ def test_a_trainer_built_from_a_device_anywhere_is_validated(monkeypatch):
 def test_the_first_line_says_a_half_precision_run_on_numpy_is_emulated():
     assert "bfloat16 emulated in FP32 on NumPy (perflab.train.half)" in RunSpec(dtype="bfloat16").summary()
     assert "float64" in RunSpec(dtype="float64").summary() and "emulated" not in RunSpec(dtype="float64").summary()
+
+
+def test_the_specs_exchanges_are_the_trainers_and_overlap():
+    """The spec's vocabulary of exchanges and the one comm builds from (plus overlap, NCCL under the backward pass,
+    and auto) are one list, written twice: a name added to one must be added to the other."""
+    from perflab.train import comm, spec
+    assert set(spec.HOST_EXCHANGES + spec.GPU_ONLY_EXCHANGES) == set(comm.STRATEGIES) | {"overlap"}
+    assert set(spec.EXCHANGES) - set(spec.HOST_EXCHANGES + spec.GPU_ONLY_EXCHANGES) == {"auto"}
