@@ -50,6 +50,16 @@ def cmd_validate(args, comm) -> dict:
     return summary
 
 
+def transferred(args, path: Path, ceilings):
+    """The ceilings (and their boots) as --gpu-kind would measure them, and what was done."""
+    from perflab import results
+    from perflab.analysis import predictor, transfer
+    try:
+        return transfer.to_kind(ceilings, results.made_on(path)["gpu"], args.gpu_kind)
+    except predictor.PredictionError as exc:
+        raise CLIError(str(exc)) from None
+
+
 def cmd_whatif(args, comm) -> dict:
     """Predict a grid of points from one ceilings file alone (any machine's, measured or described)."""
 
@@ -75,6 +85,8 @@ def cmd_whatif(args, comm) -> dict:
             ceilings = predictor.with_exchange(ceilings, predictor.Ceilings.load(exchange))
         except predictor.PredictionError as exc:
             raise CLIError(str(exc)) from None
+    moved = transferred(args, path, ceilings) if args.gpu_kind else None
+    ceilings = moved[0] if moved else ceilings
     backend = whatif_backend(args, ceilings, hidden, path)
     try:
         points = sweep.grid(hidden=hidden, per_rank_batch=args.per_rank_batch, ranks=args.ranks,
@@ -105,6 +117,9 @@ def cmd_whatif(args, comm) -> dict:
             "ceilings_machine": results.made_on(path), "predicted_by": results.git_commit(),
             "grid_interpolation_error": grid, "epoch_stretch": ceilings.epoch_stretch(),
             "track_record": track_record(results.made_on(path)), "rows": rows}
+    if moved:
+        made |= {"method": "perflab.analysis.predictor from the ceilings of another GPU kind, carried to --gpu-kind by "
+                           "datasheet ratios (perflab.analysis.transfer; no file of that kind read)", "transfer": moved[1]}
     if exchanges:
         made |= {"method": "perflab.analysis.predictor from ceilings files alone (no training run): the step, floors and "
                            "copies from `ceilings`, the all-reduces at the ranks each measured from `exchange_ceilings`",
@@ -124,6 +139,9 @@ def cmd_whatif(args, comm) -> dict:
                 print(f"kernels at shapes off the ceilings' grid ({g}): the grid's own points, each interpolated from its "
                       f"neighbours, miss by a median of {100 * e['median_abs']:.0f}% (worst {100 * e['worst']:+.0f}%)")
         print(track_record_text(made["track_record"]))
+        if moved:
+            print(f"(that record is {moved[1]['from_kind']} predicted from its own ceilings; across kinds the datasheets add "
+                  "their own error, and the host's launches and copies are the source machine's)")
         print(f"wrote {out}")
     return {"saved": str(out), "rows": rows}
 
@@ -135,7 +153,8 @@ def whatif_backend(args, ceilings, hidden, path) -> str:
     if not args.json:
         print(f"perflab whatif: --backend {backend}" + ("" if args.backend else f" (the ceilings file's: "
               f"{'GPU' if backend == 'cupy' else 'CPU'} rows)") + f", --dtype {' '.join(args.dtype)}, --train-size "
-              f"{args.train_size}, --hidden {' '.join(map(str, hidden))}; predicted from {path}")
+              f"{args.train_size}, --hidden {' '.join(map(str, hidden))}; predicted from {path}"
+              + (f", carried to {args.gpu_kind} by datasheet ratios (no file of that kind read)" if args.gpu_kind else ""))
     return backend
 
 
@@ -218,6 +237,11 @@ def register(sub) -> None:
     p.add_argument("--exchange-ceilings", nargs="+", metavar="CSV",
                    help="the all-reduces from these ceilings files instead, each at the ranks it measured: machines "
                         "with more of the same GPUs whose step kernels were never measured (the rest from --ceilings)")
+    from perflab.analysis.transfer import KINDS
+    p.add_argument("--gpu-kind", choices=KINDS, metavar="KIND",
+                   help="predict this GPU kind from --ceilings measured on another of the same architecture, its kernels "
+                        "scaled by the two datasheets (perflab.analysis.transfer); the host and links as measured. "
+                        f"Kinds: {', '.join(KINDS)}")
     net_options(p, several=True)
     p.add_argument("--per-rank-batch", nargs="+", type=positive, default=[3000], metavar="b", help="samples per rank per step")
     p.add_argument("--ranks", nargs="+", type=positive, default=[1], metavar="P")

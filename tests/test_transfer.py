@@ -1,0 +1,70 @@
+"""One GPU kind predicted from another's ceilings and the two datasheets (perflab.analysis.transfer)."""
+import json
+
+import pytest
+
+from perflab import results
+from perflab.analysis import predictor, transfer
+from perflab.results import RESULTS_ROOT
+
+H200 = RESULTS_ROOT / "nvidia-h200" / "mainjob_877c899" / "ceilings_p1.csv"
+H100, H200_KIND = "nvidia-h100-80gb-hbm3", "nvidia-h200"
+
+
+def test_compute_bound_gemms_carry_over_and_memory_bound_passes_scale_by_the_bandwidths():
+    source, target = H200_KIND, H100
+    bandwidth = transfer.sheet(source)["memory_tb_s"] / transfer.sheet(target)["memory_tb_s"]
+    assert transfer.kernel_factor("forward GEMM 1 (cuBLAS)", 2048, 3200, source, target) == pytest.approx(1.0)
+    assert transfer.kernel_factor("SGD + L2 update", 2048, 3200, source, target) == pytest.approx(bandwidth)
+    assert transfer.kernel_factor("db2 row sums", 512, 400, source, target) == pytest.approx(bandwidth)
+    whole = transfer.kernel_factor("step in sequence (cublas)", 1024, 3200, source, target)
+    half = transfer.kernel_factor("step in sequence (cublas-bf16)", 1024, 3200, source, target)
+    assert 1.0 < whole < half < bandwidth  # a step is its mix; in BF16 the GEMMs are a smaller part of it
+    assert transfer.kernel_factor("hidden layer (cublas)", 1024, 3200, target, source) == pytest.approx(
+        1 / transfer.kernel_factor("hidden layer (cublas)", 1024, 3200, source, target))
+    assert transfer.kernel_factor("no such kernel", 1024, 3200, source, target) is None
+
+
+def test_a_transfer_scales_the_gpu_kernels_and_keeps_the_host_and_the_links():
+    c = predictor.Ceilings.load(H200)
+    moved, made = transfer.to_kind(c, "NVIDIA H200", H100)
+    a, b = c.table, moved.table
+    kernels = (a.ceiling == "step_kernel") & (a.device == "gpu")
+    ratio = b.seconds[kernels] / a.seconds[kernels]
+    assert ratio.min() >= 1.0 - 1e-12 and ratio.max() == pytest.approx(4.8 / 3.35) and (ratio > 1.01).any()
+    host = a.ceiling.isin(transfer.CARRIED)
+    assert host.any() and a[host].equals(b[host])
+    copy = a.ceiling == "device_copy"
+    assert (b.value[copy] / a.value[copy]).iloc[0] == pytest.approx(3.35 / 4.8)
+    assert len(moved.boots) == len(c.boots) > 0 and made["from_kind"] == H200_KIND and made["to_kind"] == H100
+    assert made["unscaled_kernels"] == []
+
+
+def test_a_transfer_is_refused_across_architectures_and_from_a_cpu(monkeypatch):
+    c = predictor.Ceilings.load(H200)
+    with pytest.raises(transfer.TransferError, match="measured on no GPU"):
+        transfer.to_kind(c, None, H100)
+    monkeypatch.setitem(transfer.SHEETS, "other", {**transfer.SHEETS[H100], "architecture": "sm_80", "gpu_names": []})
+    monkeypatch.setattr(transfer, "KINDS", transfer.KINDS + ("other",))
+    with pytest.raises(transfer.TransferError, match="only within one architecture"):
+        transfer.to_kind(c, "NVIDIA H200", "other")
+
+
+def test_whatif_for_another_kind_reads_no_file_of_that_kind(tmp_path, monkeypatch, capsys):
+    from tests.test_predictor import perflab_here
+    read = []
+    real = results.read_table
+    monkeypatch.setattr(results, "read_table", lambda path, *a: read.append(str(path)) or real(path, *a))
+    predictor.BOOTS.clear()  # the source machine's boots are read again, and seen
+    proc = perflab_here(capsys, "whatif", "--ceilings", str(H200), "--gpu-kind", H100, "--hidden", "1760", "--launch",
+                        "graph", "eager", "--dtype", "float32", "bfloat16", "--out", str(tmp_path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert len(read) > 1 and all("/nvidia-h200/" in path for path in read), read
+    made = json.loads((tmp_path / "whatif.json").read_text())
+    assert made["transfer"]["to_kind"] == H100 and "no file of that kind read" in made["method"]
+    same = perflab_here(capsys, "whatif", "--ceilings", str(H200), "--hidden", "1760", "--launch", "graph", "eager",
+                        "--dtype", "float32", "bfloat16", "--out", str(tmp_path), "--name", "same", "--json")
+    assert same.returncode == 0
+    own = {(r["launch"], r["dtype"]): r["batch_ms"] for r in json.loads((tmp_path / "same.json").read_text())["rows"]}
+    for r in made["rows"]:  # the slower memory makes every step slower, the half step most
+        assert r["batch_ms"] > own[(r["launch"], r["dtype"])], r
