@@ -168,3 +168,15 @@ def test_the_probe_spread_sees_a_lasting_change_of_the_host_and_not_one_call_hel
     slowed = [1.0] * 30 + [2.0] * 20  # the host halved its speed for the last two fifths
     assert steadiness.chunk_spread(steady) == 0 and steadiness.chunk_spread(held_up) == 0
     assert steadiness.chunk_spread(slowed) == pytest.approx(1.0)
+
+
+def test_a_host_that_slows_one_thread_and_not_two_is_noisy(tmp_path):
+    """The two-core Intel VM (experiments/cpu_host): its one-thread GEMM moved by half from start to end while the
+    two-thread one stayed; a p = 2 rank trains on one thread, so the run was noisy."""
+    start, end = row("start", 10.0, gain=1.0), row("end", 10.3, gain=1.5)
+    write(tmp_path, start, end)
+    v = steadiness.verdict(tmp_path)
+    assert v["noisy"] is True and v["parts"]["drift"] == pytest.approx(10.3 * 1.5 / 10.0 - 1)
+    assert "+3% at the end of the run against the start on 2 BLAS thread(s), +55% on one" in v["sentences"][0]
+    write(tmp_path, {**row("start", 10.0), "gemm_1thread_spread": 0.3}, row("end", 10.0))
+    assert steadiness.verdict(tmp_path)["parts"]["spread"] == pytest.approx(0.3)  # a probe's one-thread spread counts

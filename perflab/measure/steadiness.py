@@ -110,7 +110,7 @@ def probe(seconds: float = 1.0, threads: int | None = None, shape: tuple = GEMM_
             "gemm": f"{M}x{K}x{N} float32", "threads": threads, "blas_default_threads": default, "cores": cores,
             "usable_cores": usable_cores(), "gemm_ms": 1e3 * statistics.median(many),
             "gemm_spread": chunk_spread(many), "gemm_repeats": len(many),
-            "gemm_1thread_ms": 1e3 * statistics.median(one), "thread_gain": statistics.median(one) / statistics.median(many),
+            "gemm_1thread_ms": 1e3 * statistics.median(one), "gemm_1thread_spread": chunk_spread(one), "thread_gain": statistics.median(one) / statistics.median(many),
             "load1": load, "load_per_core": None if load is None else load / cores, "others_cores": others,
             "steal": steal, "cpu_per_wall": cpu / wall, "seconds": wall}
 
@@ -193,8 +193,7 @@ def verdict(folder, sweep: str = "roofline.csv") -> dict:
     others = [r["others_cores"] for r in seen if r.get("others_cores") is not None]
     load = max(others) / cores if others else (start or {}).get("load_per_core")  # the end's load1 holds the sweep's own
     steal = [r["steal"] for r in seen if r.get("steal") is not None]
-    parts = {"drift": abs(end["gemm_ms"] / start["gemm_ms"] - 1) if start and end else None,
-             "spread": max(r["gemm_spread"] for r in seen), "load": load,
+    parts = {"drift": drift(start, end), "spread": max(spread(r) for r in seen), "load": load,
              "steal": max(steal) if steal else None, "epochs": epochs["epochs"]}
     noise = max(v for v in parts.values() if v is not None)
     hurt = [r for r in seen if r.get("thread_gain") is not None and r["thread_gain"] < THREADS_HURT and r["threads"] > 1]
@@ -204,13 +203,30 @@ def verdict(folder, sweep: str = "roofline.csv") -> dict:
             "sentences": sentences(noisy, noise, parts, seen[0], start, end, sweep, bool(hurt))}
 
 
+def drift(start, end) -> float | None:
+    """How far the probe GEMM moved from the start to the end of the run, on the sweep's BLAS threads or on one
+    thread, whichever moved more: a p = 2 rank trains on one, and a host can slow one thread and not two
+    (experiments/cpu_host)."""
+    if not (start and end):
+        return None
+    moved = [abs(end[k] / start[k] - 1) for k in ("gemm_ms", "gemm_1thread_ms") if start.get(k) and end.get(k)]
+    return max(moved)
+
+
+def spread(row: dict) -> float:
+    """The probe's spread within itself on either thread count (a probe from before the one-thread spread: its own)."""
+    one = row.get("gemm_1thread_spread")
+    return max(row["gemm_spread"], one if one is not None and one == one else 0.0)
+
+
 def sentences(noisy: bool, noise: float, parts: dict, row: dict, start, end, sweep: str, hurt: bool) -> list[str]:
     """verdict's one or two sentences."""
     cores = row["cores"]
     said = []
     if parts["drift"] is not None:
         said.append(f"its probe GEMM took {end['gemm_ms'] / start['gemm_ms'] - 1:+.0%} at the end of the run against "
-                    "the start")
+                    f"the start on {row['threads']} BLAS thread(s)"
+                    + (f", {end['gemm_1thread_ms'] / start['gemm_1thread_ms'] - 1:+.0%} on one" if row["threads"] > 1 else ""))
     said.append(f"it moved by {parts['spread']:.0%} within a probe")
     if parts["load"] is not None:
         said.append(f"other programs took {parts['load']:.0%} of its {cores} cores")
