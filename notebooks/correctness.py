@@ -22,7 +22,7 @@ from perflab.workbook import cluster, correctness
 
 cfg = dict(dataset=dataset, input_size=784, hidden_sizes=[hidden], num_classes=10, train_size=N, batch_size=B,
            num_epochs=epochs, learning_rate=learning_rate, test_size=0)
-correctness.config(cfg)  # a bad parameter is named before any engine starts
+correctness.checked(cfg)  # a bad parameter (the Config's or the RunSpec's) is named before any engine starts
 cluster_started, client, view = cluster.engines(engines)
 table = correctness.correctness_table(view, cfg, ranks=list(range(1, len(client.ids) + 1)))
 display(table)

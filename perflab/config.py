@@ -26,7 +26,8 @@ TWO_SHOT_IMPL = "p2p two-shot"  # how a ceilings row of the two-shot kernel name
 
 
 def exchange_fields(name: str) -> dict:
-    """The trainer's Device fields of one of GPU_EXCHANGES (or mpi): `overlap` is NCCL with --overlap."""
+    """The comm and overlap an exchange name (RunSpec.exchange: one of GPU_EXCHANGES, mpi, ...) splits into for the
+    trainer: `overlap` is NCCL with --overlap."""
     return {"comm": "nccl", "overlap": True} if name == "overlap" else {"comm": name, "overlap": False}
 
 
@@ -35,6 +36,11 @@ DATASET_SHAPES = {"mnist": (784, 10, 60000, 10000), "fashion-mnist": (784, 10, 6
 
 class ConfigError(ValueError):
     """A hyperparameter is out of range; the message names it, its value and what is allowed."""
+
+
+class SpecError(ConfigError):
+    """Settings that cannot go together (perflab.train.spec.RunSpec.validate); the message names the options and what
+    to use instead. Here, below the trainers, so that perflab.train.gpu's HalfError can be one too."""
 
 
 @dataclass(frozen=True)

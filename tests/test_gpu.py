@@ -17,6 +17,7 @@ if cp is not None:
     from perflab import kernels
 
 TOL = {"float32": 1e-5, "float64": 1e-12}
+LAUNCH = {True: "graph", False: "eager"}  # a test's `graphs` as RunSpec's --launch
 SHAPES = [(1, 1, 1), (17, 33, 65), (511, 785, 3199), (512, 784, 3200), (10, 512, 3200), (512, 3200, 784),
           (10, 3200, 512), (512, 10, 3200), (130, 7, 259)]
 
@@ -86,10 +87,11 @@ def test_cublas_x3tf32_takes_float32_only_and_leaves_cublas_in_fp32(rng):
 def test_training_with_cublas_x3tf32_matches_the_reference_at_fp32_tolerance():
     from perflab.config import Config
     from perflab.train.comm import Serial
-    from perflab.train.runner import Device, check
+    from perflab.train.runner import check
+    from perflab.train.spec import RunSpec
     cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=(61,), num_classes=7, train_size=517,
                  batch_size=100, num_epochs=2, learning_rate=0.5, test_size=50, dtype="float32")
-    result = check(cfg, "data", Serial(), Device(backend="cupy", gemm="cublas-x3tf32", comm="mpi"))
+    result = check(cfg, "data", Serial(), RunSpec(backend="cupy", gemm="cublas-x3tf32", exchange="mpi"))
     assert result["max_rel_error"] <= TOL["float32"], result["errors"]
 
 
@@ -414,10 +416,11 @@ def test_gpu_losses_are_the_references_before_each_step(parallel, mode):
     from perflab.config import Config
     from perflab.train import loop
     from perflab.train.comm import Serial
-    from perflab.train.runner import Device, train_on_ranks
+    from perflab.train.runner import train_on_ranks
+    from perflab.train.spec import RunSpec
     cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=(61,), num_classes=7, train_size=517,
                  batch_size=100, num_epochs=2, learning_rate=0.5, reg=0.05, test_size=0, dtype="float64", print_every=2)
-    history, trainer = train_on_ranks(cfg, parallel, Serial(), Device(backend="cupy", mode=mode, comm="mpi"), log=None)
+    history, trainer = train_on_ranks(cfg, parallel, Serial(), RunSpec(backend="cupy", mode=mode, exchange="mpi"), log=None)
     trainer.close()
     train_set = data.load(cfg)[0]
     params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed)
@@ -434,10 +437,11 @@ def test_gpu_losses_are_the_references_before_each_step(parallel, mode):
 def test_gpu_training_matches_reference(dtype, gemm, mode, graphs):
     from perflab.config import Config
     from perflab.train.comm import Serial
-    from perflab.train.runner import Device, check
+    from perflab.train.runner import check
+    from perflab.train.spec import RunSpec
     cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=(61,), num_classes=7, train_size=517,
                  batch_size=100, num_epochs=2, learning_rate=0.5, test_size=50, dtype=dtype)
-    result = check(cfg, "data", Serial(), Device(backend="cupy", mode=mode, gemm=gemm, graphs=graphs, comm="mpi"))
+    result = check(cfg, "data", Serial(), RunSpec(backend="cupy", mode=mode, gemm=gemm, launch=LAUNCH[graphs], exchange="mpi"))
     assert result["max_rel_error"] <= TOL[dtype], result["errors"]
 
 
@@ -447,12 +451,13 @@ def test_staged_graphs_replay_one_graph_per_batch_size_and_train_as_the_eager_st
     ends in the weights the step launched kernel by kernel reaches, shuffled or not."""
     from perflab.config import Config
     from perflab.train.comm import Serial
-    from perflab.train.runner import Device, train_on_ranks
+    from perflab.train.runner import train_on_ranks
+    from perflab.train.spec import RunSpec
     cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=(61,), num_classes=7, train_size=517,
                  batch_size=100, num_epochs=2, learning_rate=0.5, test_size=0, dtype="float32", shuffle=shuffle)
     weights = {}
     for graphs in (True, False):
-        _, trainer = train_on_ranks(cfg, "data", Serial(), Device(backend="cupy", mode="staged", graphs=graphs), log=None)
+        _, trainer = train_on_ranks(cfg, "data", Serial(), RunSpec(backend="cupy", mode="staged", launch=LAUNCH[graphs]), log=None)
         weights[graphs] = trainer.P.get()
         if graphs:
             assert trainer.graphs and {k[:2] for k in trainer.cache} == {("staged", 100), ("staged", 17)}
@@ -468,12 +473,13 @@ def test_a_resident_epoch_is_one_graph_and_trains_as_a_graph_a_batch(gemm):
     and the same loss at each epoch's end."""
     from perflab.config import Config
     from perflab.train.comm import Serial
-    from perflab.train.runner import Device, train_on_ranks
+    from perflab.train.runner import train_on_ranks
+    from perflab.train.spec import RunSpec
     runs = {}
     for every in (0, 2):
         cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=(61,), num_classes=7, train_size=517,
                      batch_size=100, num_epochs=3, learning_rate=0.5, test_size=0, dtype="float32", print_every=every)
-        history, trainer = train_on_ranks(cfg, "data", Serial(), Device(backend="cupy", gemm=gemm), log=None)
+        history, trainer = train_on_ranks(cfg, "data", Serial(), RunSpec(backend="cupy", gemm=gemm, exchange="nccl"), log=None)
         runs[every] = history, trainer.P.get(), [k[0] for k in trainer.cache]
         trainer.close()
     (one, w_one, keys_one), (each, w_each, keys_each) = runs[0], runs[2]
@@ -525,10 +531,11 @@ def test_a_captured_step_allocates_no_memory(dtype, gemm):
 def test_pipelined_shuffled_batches_gather_on_the_host_and_match(dtype):
     from perflab.config import Config
     from perflab.train.comm import Serial
-    from perflab.train.runner import Device, check
+    from perflab.train.runner import check
+    from perflab.train.spec import RunSpec
     cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=(61,), num_classes=7, train_size=517, shuffle=True,
                  batch_size=100, num_epochs=3, learning_rate=0.5, test_size=50, dtype=dtype)
-    result = check(cfg, "data", Serial(), Device(backend="cupy", mode="pipelined", comm="mpi"))
+    result = check(cfg, "data", Serial(), RunSpec(backend="cupy", mode="pipelined", exchange="mpi"))
     assert result["max_rel_error"] <= TOL[dtype], result["errors"]
 
 
@@ -553,22 +560,24 @@ def test_timeline_puts_the_pipelined_copies_on_a_stream_of_their_own():
 def test_gpu_training_with_tf32_gemms_stays_within_tf32_tolerance():
     from perflab.config import Config
     from perflab.train.comm import Serial
-    from perflab.train.runner import Device, check
+    from perflab.train.runner import check
+    from perflab.train.spec import RunSpec
     cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=(61,), num_classes=7, train_size=517,
                  batch_size=100, num_epochs=2, learning_rate=0.5, test_size=50, dtype="float32")
-    result = check(cfg, "data", Serial(), Device(backend="cupy", gemm="tf32"))
+    result = check(cfg, "data", Serial(), RunSpec(backend="cupy", gemm="tf32", exchange="nccl"))
     assert result["tolerance"] == 5e-3 and result["passed"], result["errors"]
 
 
 def test_gpu_model_parallel_single_rank():
     from perflab.config import Config
     from perflab.train.comm import Serial
-    from perflab.train.runner import Device, check
+    from perflab.train.runner import check
+    from perflab.train.spec import RunSpec
     cfg = Config(dataset="synthetic", input_size=50, hidden_sizes=(31,), num_classes=5, train_size=300,
                  batch_size=64, num_epochs=2, learning_rate=0.5, test_size=0)
-    assert check(cfg, "model", Serial(), Device(backend="cupy"))["passed"]
+    assert check(cfg, "model", Serial(), RunSpec(backend="cupy", exchange="nccl"))["passed"]
     for hidden in ((31, 17), (31, 17, 13)):  # deeper: the layers split by rows and columns in turn, on CuPy arrays
-        result = check(cfg.replace(hidden_sizes=hidden, dtype="float64"), "model", Serial(), Device(backend="cupy"))
+        result = check(cfg.replace(hidden_sizes=hidden, dtype="float64"), "model", Serial(), RunSpec(backend="cupy", exchange="nccl"))
         assert result["passed"] and len(result["errors"]) == 2 * len(hidden) + 2, result["errors"]
 
 
@@ -588,10 +597,11 @@ def test_deep_nets_train_on_the_fused_trainer_as_the_reference(hidden, dtype, ge
     from perflab.config import Config
     from perflab.train import gpu, loop
     from perflab.train.comm import Serial
-    from perflab.train.runner import Device, check, make_gpu_trainer
+    from perflab.train.runner import check, make_gpu_trainer
+    from perflab.train.spec import RunSpec
     cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=hidden, num_classes=7, train_size=517,
                  batch_size=100, num_epochs=2, learning_rate=0.5, test_size=50, dtype=dtype, print_every=2)
-    device = Device(backend="cupy", mode=mode, gemm=gemm, graphs=graphs, comm="mpi")
+    device = RunSpec(backend="cupy", mode=mode, gemm=gemm, launch=LAUNCH[graphs], exchange="mpi")
     trainer = make_gpu_trainer(cfg, "data", Serial(), device, data.load(cfg)[0])
     assert isinstance(trainer, gpu.FusedGPU) and len(trainer.params) == 2 * len(hidden) + 2
     assert trainer.side_gemms == (gemm == "cublas")  # the upper layers' dW_l on the side stream with cuBLAS
@@ -653,10 +663,11 @@ def test_a_deep_profiled_run_names_every_layers_gemms():
     """Profiled, the step runs unfused and each GEMM is its own phase, numbered as the seeds number them."""
     from perflab.config import Config
     from perflab.train.comm import Serial
-    from perflab.train.runner import Device, train_on_ranks
+    from perflab.train.runner import train_on_ranks
+    from perflab.train.spec import RunSpec
     cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=(61, 37, 23), num_classes=7, train_size=500,
                  batch_size=100, learning_rate=0.5, test_size=0, dtype="float32")
-    history, trainer = train_on_ranks(cfg, "data", Serial(), Device(backend="cupy"), log=None, profiled=True)
+    history, trainer = train_on_ranks(cfg, "data", Serial(), RunSpec(backend="cupy", exchange="nccl"), log=None, profiled=True)
     trainer.close()
     names = set(history.phases["phase"])
     assert {f"forward GEMM {k}" for k in (1, 2, 3, 4)} <= names
@@ -672,10 +683,11 @@ def test_fused_model_parallel_on_one_rank_matches_reference(dtype, graphs, hidde
     from perflab.config import Config
     from perflab.train.comm import Serial
     from perflab.train.model_parallel_gpu import FusedModelParallel
-    from perflab.train.runner import Device, check, make_gpu_trainer
+    from perflab.train.runner import check, make_gpu_trainer
+    from perflab.train.spec import RunSpec
     cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=hidden, num_classes=7, train_size=517,
                  batch_size=100, num_epochs=2, learning_rate=0.5, test_size=50, dtype=dtype)
-    device = Device(backend="cupy", graphs=graphs)
+    device = RunSpec(backend="cupy", launch=LAUNCH[graphs], exchange="nccl")
     trainer = make_gpu_trainer(cfg, "model", Serial(), device, data.load(cfg)[0])
     assert isinstance(trainer, FusedModelParallel) and trainer.graphs == graphs
     result = check(cfg, "model", Serial(), device)
@@ -728,11 +740,12 @@ def test_fused_output_layer_and_backward(rng, dtype, C, H, n):
 def test_profiled_gpu_run_takes_the_unfused_path_and_matches():
     from perflab.config import Config
     from perflab.train.comm import Serial
-    from perflab.train.runner import Device, train_on_ranks
+    from perflab.train.runner import train_on_ranks
+    from perflab.train.spec import RunSpec
     cfg = Config(dataset="synthetic", input_size=50, hidden_sizes=(31,), num_classes=5, train_size=300,
                  batch_size=64, num_epochs=1, learning_rate=0.5, test_size=0)
-    fused, _ = train_on_ranks(cfg, "data", Serial(), Device(backend="cupy"), log=None)
-    split, _ = train_on_ranks(cfg, "data", Serial(), Device(backend="cupy"), log=None, profiled=True)
+    fused, _ = train_on_ranks(cfg, "data", Serial(), RunSpec(backend="cupy", exchange="nccl"), log=None)
+    split, _ = train_on_ranks(cfg, "data", Serial(), RunSpec(backend="cupy", exchange="nccl"), log=None, profiled=True)
     assert "forward GEMM 2" in set(split.phases.phase)
     for a, b in zip(fused.params, split.params):
         assert rel(a, b) <= 1e-12
@@ -1027,16 +1040,17 @@ def test_training_with_the_wgmma_gemms_matches_the_reference(gemm, tolerance):
     wgmma_or_skip()
     from perflab.config import Config
     from perflab.train.comm import Serial
-    from perflab.train.runner import Device, check
+    from perflab.train.runner import check
+    from perflab.train.spec import RunSpec
     cfg = Config(dataset="synthetic", input_size=97, hidden_sizes=(61,), num_classes=7, train_size=517,
                  batch_size=100, num_epochs=2, learning_rate=0.5, test_size=50, dtype="float32")
     for mode, graphs in (("resident", True), ("staged", True), ("staged", False)):
-        result = check(cfg, "data", Serial(), Device(backend="cupy", gemm=gemm, comm="mpi", mode=mode, graphs=graphs))
+        result = check(cfg, "data", Serial(), RunSpec(backend="cupy", gemm=gemm, exchange="mpi", mode=mode, launch=LAUNCH[graphs]))
         assert result["tolerance"] == tolerance and result["passed"], (mode, graphs, result["errors"])
     for hidden in DEEP:  # deeper: dz_1 split by the pass under the second layer, the others whole
         for mode, graphs in (("resident", True), ("staged", False)):
             result = check(cfg.replace(hidden_sizes=hidden), "data", Serial(),
-                           Device(backend="cupy", gemm=gemm, comm="mpi", mode=mode, graphs=graphs))
+                           RunSpec(backend="cupy", gemm=gemm, exchange="mpi", mode=mode, launch=LAUNCH[graphs]))
             assert result["tolerance"] == tolerance and result["passed"], (hidden, mode, graphs, result["errors"])
 
 

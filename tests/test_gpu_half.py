@@ -224,9 +224,10 @@ def test_the_fused_half_step_trains_as_the_emulated_one(kind, hidden, graphs):
     from perflab import data
     from perflab.train import gpu, loop
     from perflab.train.comm import Serial
-    from perflab.train.runner import TOLERANCE, Device, check, make_gpu_trainer
+    from perflab.train.runner import TOLERANCE, check, make_gpu_trainer
+    from perflab.train.spec import RunSpec
     cfg = tiny(kind, hidden)
-    device = Device(backend="cupy", graphs=graphs, comm="nccl")
+    device = RunSpec(backend="cupy", launch="graph" if graphs else "eager", exchange="nccl")
     trainer = make_gpu_trainer(cfg, "data", Serial(), device, data.load(cfg)[0])
     assert isinstance(trainer, gpu.FusedGPU) and trainer.acts[0].itemsize == 2 and trainer.P.dtype == np.float32
     history = loop.fit(cfg, trainer, progress=False, sync=trainer.sync)
@@ -252,10 +253,12 @@ def test_the_half_step_on_each_gemm_trains_as_the_emulated_one(kind, gemm, sizes
     if gemm == "wgmma":
         hopper_or_skip()
     from perflab.train.comm import Serial
-    from perflab.train.runner import TOLERANCE, Device, check
+    from perflab.train.runner import TOLERANCE, check
+    from perflab.train.spec import RunSpec
     cfg = tiny(kind, (61, 37), **sizes)
     for graphs in (True, False):
-        result = check(cfg, "data", Serial(), Device(backend="cupy", gemm=gemm, graphs=graphs, comm="nccl"))
+        result = check(cfg, "data", Serial(),
+                       RunSpec(backend="cupy", gemm=gemm, launch="graph" if graphs else "eager", exchange="nccl"))
         assert result["passed"] and result["tolerance"] == TOLERANCE[kind], (graphs, result["errors"])
 
 
@@ -312,12 +315,14 @@ def test_a_half_run_the_gpu_step_cannot_make_is_refused_naming_what_to_use(kwarg
     from perflab import data
     from perflab.train import gpu
     from perflab.train.comm import Serial
-    from perflab.train.runner import Device, make_gpu_trainer
+    from perflab.train.runner import make_gpu_trainer
+    from perflab.train.spec import RunSpec, SpecError
     cfg = tiny("bfloat16", (61,))
-    with pytest.raises(gpu.GPUError, match=message):
-        make_gpu_trainer(cfg, "data", Serial(), Device(backend="cupy", comm="nccl", **kwargs), data.load(cfg)[0])
+    with pytest.raises(gpu.GPUError, match=message) as refused:  # each mode's own exchange (the staged ones: MPI's)
+        make_gpu_trainer(cfg, "data", Serial(), RunSpec(backend="cupy", **kwargs), data.load(cfg)[0])
+    assert isinstance(refused.value, SpecError)  # RunSpec.validate's refusal, the one the CLI prints
     with pytest.raises(gpu.GPUError, match="--parallel model"):
-        make_gpu_trainer(cfg, "model", Serial(), Device(backend="cupy", comm="nccl"), data.load(cfg)[0])
+        make_gpu_trainer(cfg, "model", Serial(), RunSpec(backend="cupy", exchange="nccl"), data.load(cfg)[0])
 
 
 def test_float16_without_a_loss_scale_loses_small_gradients_that_the_scale_keeps():

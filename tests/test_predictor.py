@@ -412,9 +412,13 @@ def test_the_committed_predictions_came_before_their_measurements():
             ancestor = subprocess.run(["git", "merge-base", "--is-ancestor", log[-1], measured["git_commit"]],
                                       cwd=RESULTS_ROOT.parent, capture_output=True)
             assert ancestor.returncode == 0, made_path.name
-        # the machine's own ceilings (its all-reduces at least): in its folder or a run folder inside it (mainjob/)
         files = [RESULTS_ROOT.parent / f for f in [made["ceilings"], *predictor.exchange_files(made)]]
-        assert all(f.exists() for f in files) and any(checks[0].parent in f.parents for f in files), made_path.name
+        assert all(f.exists() for f in files), made_path.name
+        if "transfer" in made:  # another kind's ceilings (whatif --gpu-kind), measured on the kind it predicts
+            assert checks[0].parent.name == made["transfer"]["to_kind"], made_path.name
+            assert not any(checks[0].parent in f.parents for f in files), made_path.name
+        else:  # the machine's own ceilings (its all-reduces at least): in its folder or a run folder inside it (mainjob/)
+            assert any(checks[0].parent in f.parents for f in files), made_path.name
         checked += 1
     assert checked >= 3
 

@@ -52,13 +52,29 @@ def test_the_runs_that_go_together_pass():
         assert spec.validate() is spec
 
 
-def test_exchange_is_one_value_the_device_splits_for_the_trainer():
+def test_exchange_is_one_value_the_spec_splits_for_the_trainer():
+    spec = RunSpec(backend="cupy", exchange="overlap", timeout=5.0)
+    assert (spec.comm, spec.overlap, spec.graphs, spec.wait_s) == ("nccl", True, True, 5.0)
+    cpu = RunSpec()
+    assert (cpu.comm, cpu.overlap, cpu.graphs) == ("mpi", False, False)
+    from perflab.train.watchdog import TIMEOUT_S
+    assert cpu.wait_s == TIMEOUT_S  # no timeout named: the watchdog's
+
+
+def test_the_commands_device_reads_back_into_the_spec_it_came_from():
+    """RunSpec.device (the older _Device perflab.commands still summarizes a run from) and from_device (how the
+    runner reads one back) lose nothing a trainer needs."""
     device = RunSpec(backend="cupy", exchange="overlap").device(timeout=5.0)
     assert (device.comm, device.overlap, device.graphs, device.timeout) == ("nccl", True, True, 5.0)
     assert RunSpec.from_device(device, "data", "float32").exchange == "overlap"
     cpu = RunSpec().device()
     assert (cpu.comm, cpu.overlap, cpu.graphs) == ("mpi", False, False)
     assert RunSpec.from_device(cpu, "sequential", "float64").validate().launch == "eager"
+    for spec in (RunSpec(parallel="data", threads=2, nets=(64,), batches=(100,), timeout=9.0),  # as the CLI parses
+                 RunSpec(backend="cupy", parallel="data", exchange="auto", launch="eager", dtype="bfloat16"),
+                 RunSpec(backend="cupy", parallel="data", mode="pipelined", chunks=3, pinned=True)):
+        back = RunSpec.from_device(spec.device(), spec.parallel, spec.dtype)
+        assert back.rule_key() == spec.rule_key()  # the CLI's validated spec is not checked again by the runner
 
 
 def test_a_sweep_row_parses_into_the_spec_it_ran():
@@ -68,20 +84,36 @@ def test_a_sweep_row_parses_into_the_spec_it_ran():
     assert (spec.backend, spec.exchange, spec.launch, spec.nets, spec.batches) == ("numpy", "mpi", "eager",
                                                                                    ("1024-1024",), (3200,))
     point = {**numpy, "backend": "cupy", "launch": "graph", "comm": "overlap"}
-    assert RunSpec.from_point(point).device().overlap is True
+    assert RunSpec.from_point(point).overlap is True
     assert RunSpec.from_point({k: v for k, v in point.items() if k != "comm"}).exchange == "nccl"  # a sweep's default
 
 
-def test_a_trainer_built_from_a_device_anywhere_is_validated(monkeypatch):
+def test_a_trainer_built_from_a_spec_anywhere_is_validated(monkeypatch):
     """runner.setup, the one factory, refuses what the CLI refuses, whoever asks (a notebook, a sweep's point)."""
     from perflab.config import Config
     from perflab.train import runner
     from perflab.train.comm import Serial
     cfg = Config(dataset="synthetic", input_size=8, hidden_sizes=(4,), train_size=20, batch_size=10, test_size=0)
     with pytest.raises(SpecError, match="--mode staged copies each batch host -> GPU"):
-        runner.setup(cfg, "sequential", Serial(), runner.Device(mode="staged"))
-    trainer, *_ = runner.setup(cfg, "sequential", Serial(), runner.Device())
+        runner.setup(cfg, "sequential", Serial(), RunSpec(mode="staged"))
+    with pytest.raises(SpecError, match="--dtype bfloat16 trains data parallel"):  # the run's own parallel and dtype
+        runner.setup(cfg.replace(dtype="bfloat16"), "model", Serial(), RunSpec())
+    trainer, *_ = runner.setup(cfg, "sequential", Serial(), RunSpec())
     assert trainer.name == "sequential"
+    trainer, *_ = runner.setup(cfg, "sequential", Serial(), None)  # None: NumPy's
+    assert trainer.name == "sequential"
+
+
+def test_no_module_outside_perflab_train_builds_the_trainers_old_device():
+    """The trainer takes a RunSpec: _Device is spec.py's, built by RunSpec.device alone (for perflab.commands'
+    summary rows), and nothing else in perflab names it."""
+    import re
+
+    from perflab.data import PROJECT_ROOT
+    files = [p for folder in ("perflab", "notebooks") for p in (PROJECT_ROOT / folder).rglob("*.py")]
+    named = [str(p.relative_to(PROJECT_ROOT)) for p in files
+             if p.name != "spec.py" and re.search(r"\b_?Device\(|import[^\n]*\b_?Device\b", p.read_text().replace("cuda.Device(", ""))]
+    assert len(files) > 50 and named == []
 
 
 def test_the_first_line_says_a_half_precision_run_on_numpy_is_emulated():
@@ -95,3 +127,28 @@ def test_the_specs_exchanges_are_the_trainers_and_overlap():
     from perflab.train import comm, spec
     assert set(spec.HOST_EXCHANGES + spec.GPU_ONLY_EXCHANGES) == set(comm.STRATEGIES) | {"overlap"}
     assert set(spec.EXCHANGES) - set(spec.HOST_EXCHANGES + spec.GPU_ONLY_EXCHANGES) == {"auto"}
+
+
+def test_a_spec_is_checked_once_by_the_settings_its_rules_read(monkeypatch):
+    """validate remembers a spec that passed by rule_key: every setting but the sizes and the timeout (which no rule
+    reads) moves it; a spec refused is refused again, every time."""
+    from perflab.train import spec as spec_module
+    runs = []
+    check = spec_module.check
+    monkeypatch.setattr(spec_module, "VALIDATED", set())
+    monkeypatch.setattr(spec_module, "check", lambda s: (runs.append(s), check(s))[1])
+    base = RunSpec(backend="cupy", parallel="data", exchange="nccl", chunks=2)
+    unread = {"nets", "batches", "timeout"}
+    assert len(base.rule_key()) == len(dataclasses.fields(RunSpec)) - len(unread)
+    for field in dataclasses.fields(RunSpec):
+        value = getattr(base, field.name)
+        other = (not value if isinstance(value, bool) else 7 if value is None or isinstance(value, int)
+                 else (1, 2) if isinstance(value, tuple) else 99.0 if field.name == "timeout" else value + "x")
+        assert (base.replace(**{field.name: other}).rule_key() == base.rule_key()) == (field.name in unread), field.name
+    base.validate()
+    base.replace(nets=("1024-1024",), timeout=5.0).validate()
+    assert len(runs) == 1
+    for _ in range(2):
+        with pytest.raises(SpecError, match="--comm p2p exchanges the data-parallel gradient buffer"):
+            base.replace(parallel="model", exchange="p2p").validate()
+    assert len(runs) == 3

@@ -6,6 +6,7 @@ import pytest
 from perflab import data
 from perflab.config import Config
 from perflab.train import loop, model
+from perflab.train.spec import RunSpec
 
 
 def run(cfg, test=True):
@@ -167,8 +168,7 @@ class Timed:
         pass
 
     def close(self):
-        from perflab.train import runner
-        self.closed.append(runner.exchange_name(self.device))
+        self.closed.append(self.device.exchange)
 
 
 @pytest.mark.parametrize("refused", [False, True])
@@ -179,10 +179,10 @@ def test_comm_auto_keeps_the_exchange_whose_epoch_was_fastest_on_the_slowest_ran
     from perflab.train import runner
     costs, closed = {"nccl": 3e-3, "overlap": 4e-3, "p2p": 2e-3}, []
 
-    def make(cfg, parallel, comm, device, train_set):
-        if refused and device.comm == "p2p":
+    def make(cfg, parallel, comm, spec, train_set):
+        if refused and spec.exchange == "p2p":
             raise ConfigError("--comm p2p reads the gradients of the GPUs of one node")
-        return Timed(device, costs[runner.exchange_name(device)], closed)
+        return Timed(spec, costs[spec.exchange], closed)
 
     def epoch(cfg, trainer):
         trainer.P += 1  # training moved the parameters; the kept trainer must start from its initial ones
@@ -193,9 +193,9 @@ def test_comm_auto_keeps_the_exchange_whose_epoch_was_fastest_on_the_slowest_ran
     monkeypatch.setattr(runner, "on_this_gpu", lambda comm, split: split)
     comm = types.SimpleNamespace(size=2, allgather=lambda x: [x, 1.5 * x])  # the other rank slower: its time counts
     cfg = Config(hidden_sizes=(64,))
-    trainer = runner.fastest_exchange(cfg, "data", comm, runner.Device(backend="cupy", comm="auto"), None)
+    trainer = runner.fastest_exchange(cfg, "data", comm, RunSpec(backend="cupy", parallel="data", exchange="auto"), None)
     kept = "nccl" if refused else "p2p"
-    assert runner.exchange_name(trainer.chosen) == kept and np.array_equal(trainer.P, np.arange(5.0))
+    assert trainer.chosen.exchange == kept and np.array_equal(trainer.P, np.arange(5.0))
     assert trainer.epochs_graphed == 0 and closed == (["overlap"] if refused else ["overlap", "nccl"])
     summary = runner.exchange_summary(trainer)
     assert summary["comm"] == kept and summary["exchange_trial_s"]["overlap"] == pytest.approx(6e-3)
@@ -206,19 +206,19 @@ def test_comm_auto_keeps_the_exchange_whose_epoch_was_fastest_on_the_slowest_ran
 
 def test_comm_auto_times_nothing_where_a_run_takes_one_exchange():
     from perflab.train import runner
-    gpu, one_layer = runner.Device(backend="cupy", comm="auto"), Config(hidden_sizes=(64,))
+    gpu, one_layer = RunSpec(backend="cupy", exchange="auto"), Config(hidden_sizes=(64,))
     for hidden in ((64,), (64, 32), (64, 32, 16)):  # every depth: the fused trainer exchanges one gradient buffer
         exchanges = runner.exchanges(Config(hidden_sizes=hidden), "data", 2, gpu)
-        assert [runner.exchange_name(d) for d in exchanges] == ["nccl", "overlap", "p2p"]
-    for cfg, parallel, ranks, device, only in [(one_layer, "data", 1, gpu, "nccl"), (one_layer, "model", 2, gpu, "nccl"),
-                                               (one_layer, "data", 2, runner.Device(backend="cupy", mode="staged"), "mpi")]:
-        assert [runner.exchange_name(d) for d in runner.exchanges(cfg, parallel, ranks, device)] == [only]
+        assert [s.exchange for s in exchanges] == ["nccl", "overlap", "p2p"]
+    for cfg, parallel, ranks, spec, only in [(one_layer, "data", 1, gpu, "nccl"), (one_layer, "model", 2, gpu, "nccl"),
+                                             (one_layer, "data", 2, RunSpec(backend="cupy", mode="staged"), "mpi")]:
+        assert [s.exchange for s in runner.exchanges(cfg, parallel, ranks, spec)] == [only]
 
 
 def test_comm_auto_tries_the_half_precision_exchange_in_half_precision_runs_only():
     from perflab.train import runner
-    device = runner.Device(backend="cupy", comm="auto")
-    names = lambda dtype: [runner.exchange_name(d) for d in runner.exchanges(Config(dtype=dtype), "data", 2, device)]  # noqa: E731
+    spec = RunSpec(backend="cupy", exchange="auto")
+    names = lambda dtype: [s.exchange for s in runner.exchanges(Config(dtype=dtype), "data", 2, spec)]  # noqa: E731
     assert names("float32") == ["nccl", "overlap", "p2p"]
     assert names("bfloat16") == ["nccl", "overlap", "p2p", "nccl-half"]
     assert names("float16")[-1] == "nccl-half" and names("bfloat16")[:1] == ["nccl"]

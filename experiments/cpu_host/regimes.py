@@ -14,7 +14,7 @@ t0 = time.time()
 H, B = 512, 1600
 point = dict(H=H, B=B, p=1, parallel="data", backend="numpy", mode="resident", gemm="cublas", launch="eager", dtype="float32", N=38400, epochs=2, comm="mpi")
 cfg = Config(dataset="synthetic", hidden_sizes=perfmodel.widths(H), batch_size=B, train_size=38400, num_epochs=3, dtype="float32", test_size=0, learning_rate=0.1)
-device = RunSpec.from_point(point).validate().device(60)
+device = RunSpec.from_point(point).validate()  # at a17791e: .device(60), the runner then took a Device
 while time.time() - t0 < 200:
     rows = ceilings.cpu_step_kernels(Serial(), hidden=[H], batches=[B], repeats=5)
     k = sum(r["seconds"] for r in rows if "two" not in r["impl"]) * 1e3

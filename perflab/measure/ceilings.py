@@ -435,15 +435,17 @@ def trainer_floor(comm, mode: str = "resident", batches=(20, 400), graphs: bool 
     docs/DECISIONS.md, D29)."""
     from perflab.analysis.predictor import floor_name
     from perflab.config import Config
-    from perflab.train.runner import Device, train_on_ranks
+    from perflab.train.runner import train_on_ranks
+    from perflab.train.spec import RunSpec
     steps, fixed = [], []
     for _ in range(repeats):
         epochs = []
         for n in batches:
             cfg = Config(dataset="synthetic", hidden_sizes=(16,), batch_size=16 * comm.size,
                          train_size=16 * comm.size * n, num_epochs=4, test_size=0, learning_rate=0.01, dtype="float32")
-            device = Device(backend="cupy", mode=mode, graphs=graphs, gemm=gemm, comm="nccl" if mode == "resident" else "mpi")
-            history, _ = train_on_ranks(cfg, "data", comm, device, log=None)
+            spec = RunSpec(backend="cupy", parallel="data", mode=mode, gemm=gemm, launch="graph" if graphs else "eager",
+                           exchange="nccl" if mode == "resident" else "mpi")
+            history, _ = train_on_ranks(cfg, "data", comm, spec, log=None)
             epochs.append(statistics.median(e["seconds"] for e in history.epochs[1:]))
         steps.append((epochs[1] - epochs[0]) / (batches[1] - batches[0]))
         fixed.append(max(epochs[0] - batches[0] * steps[-1], 0.0))
@@ -468,12 +470,13 @@ def epoch_overhead(shapes=((1024, 1600, 30), (2048, 800, 60)), epochs: int = 8, 
     from perflab.config import Config
     from perflab.timing import replay_ms
     from perflab.train.comm import Serial
-    from perflab.train.runner import Device, train_on_ranks
+    from perflab.train.runner import train_on_ranks
+    from perflab.train.spec import RunSpec
     rows = []
     for H, B, batches in shapes:
         cfg = Config(dataset="synthetic", hidden_sizes=(H,), batch_size=B, train_size=B * batches, num_epochs=epochs,
                      test_size=0, learning_rate=0.01, dtype="float32")
-        history, trainer = train_on_ranks(cfg, "data", Serial(), Device(backend="cupy"), log=None)
+        history, trainer = train_on_ranks(cfg, "data", Serial(), RunSpec(backend="cupy", exchange="nccl"), log=None)
         graphs = [graph for key, graph in trainer.cache.items() if key[0] == "epoch"]
         if len(graphs) != 1:
             raise RuntimeError(f"the trainer ran {len(graphs)} epoch graphs at H={H} B={B}, not one: "

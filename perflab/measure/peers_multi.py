@@ -14,17 +14,22 @@ runs model parallel (H split over the GPUs, every GPU the whole batch of p x b):
 per step and per epoch as data parallel, split the other way. `step-graphs`: a CUDA graph a step
 (the all-reduce and update launched after it) instead of one graph an epoch with NCCL inside.
 `overlap` exchanges dW1 in 2 row chunks since git ccc2ce6 (4 before; 2 are faster: docs/DECISIONS.md, D11). `p2p`: --comm p2p, the peers' gradients read over NVLink and applied in
-one kernel, instead of NCCL's all-reduce and the update.
+one kernel, instead of NCCL's all-reduce and the update. perflab's flags parse into the RunSpec of the run
+(perflab_spec): a combination RunSpec refuses is refused with its message before MPI starts or a GPU is touched.
 """
 from __future__ import annotations
 
 import json
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from perflab.measure.peers import initial, net_name, timed_epochs
+
+if TYPE_CHECKING:
+    from perflab.train.spec import RunSpec
 
 WARMUP, REPEATS = 3, 7
 PERFLAB_FLAGS = ("staged", "pipelined", "overlap", "p2p", "no-graphs", "step-graphs", "model")
@@ -58,36 +63,54 @@ def perflab_name(flags) -> str:
                       *(named.get(f, f) for f in flags if f not in ("staged", "pipelined"))])
 
 
+def perflab_spec(flags) -> RunSpec:
+    """The RunSpec of perflab's flags, validated, or SystemExit naming the flags and, for a combination RunSpec
+    refuses, its message. The harness's own limits stay here: one mode and one exchange a run, model parallel on
+    the fused resident trainer (perflab_epoch builds no other) and step-graphs (a graph a step, not an epoch) resident."""
+    from perflab.train.spec import RunSpec, SpecError
+    flags = list(flags)
+    odd = [f for f in flags if f not in PERFLAB_FLAGS]
+    if odd:
+        raise SystemExit(f"unknown perflab flag(s) {odd}; allowed: {PERFLAB_FLAGS}")
+    staged = {"staged", "pipelined"} & set(flags)
+    twice = [what for what, given in (("staged and pipelined are two modes", len(staged) > 1),
+                                      ("overlap and p2p are two exchanges", {"overlap", "p2p"} <= set(flags))) if given]
+    if twice:
+        raise SystemExit(f"perflab flags {flags} do not go together: {', '.join(twice)}; a run takes one")
+    mode = perflab_mode(flags)
+    exchange = "overlap" if "overlap" in flags else "p2p" if "p2p" in flags else "nccl" if mode == "resident" else "mpi"
+    try:
+        spec = RunSpec(backend="cupy", parallel="model" if "model" in flags else "data", mode=mode, exchange=exchange,
+                       launch="eager" if "no-graphs" in flags else "graph").validate()
+    except SpecError as exc:
+        raise SystemExit(f"perflab flags {flags} do not go together: {exc}") from None
+    resident_only = {"model": "model parallel (its fused trainer)", "step-graphs": "step-graphs (a graph a step "
+                     "instead of one an epoch)"}
+    given = [resident_only[f] for f in resident_only if f in flags]
+    if staged and given:
+        raise SystemExit(f"perflab flags {flags} do not go together: the harness runs {' and '.join(given)} with the "
+                         f"data resident, not {min(staged)}")
+    return spec
+
+
 def perflab_on_gpus(H: int, b: int, N: int, *flags: str, lr=0.1, reg=1e-4, warmup=WARMUP, repeats=REPEATS):
     """perflab's fused trainer, data parallel (model parallel with the `model` flag), NCCL (host MPI
-    when staged or pipelined), one process a GPU."""
+    when staged or pipelined), one process a GPU: the run perflab_spec parses the flags into."""
+    spec = perflab_spec(flags)  # before MPI starts
     from mpi4py import MPI
 
     from perflab.measure.peers import perflab_epoch
     from perflab.train.comm import MPIComm, for_gpu
     from perflab.train.gpu import select_device
-    odd = [f for f in flags if f not in PERFLAB_FLAGS]
-    if odd:
-        raise SystemExit(f"unknown perflab flag(s) {odd}; allowed: {PERFLAB_FLAGS}")
-    clash = [f for f in ("staged", "pipelined", "overlap", "p2p") if f in flags]
-    if len(set(clash) & {"staged", "pipelined"}) > 1 or ("model" in flags and clash) \
-            or ({"step-graphs", "p2p"} & set(flags) and {"staged", "pipelined"} & set(flags)) \
-            or {"overlap", "p2p"} <= set(flags):
-        raise SystemExit(f"perflab flags {list(flags)} do not go together: staged and pipelined are two modes, "
-                         "model parallel runs resident without overlap or p2p, step-graphs (a graph a step instead of "
-                         "one an epoch) and p2p (the peers' gradients read over NVLink) are for resident, and overlap "
-                         "is NCCL's")
     world = MPIComm(MPI.COMM_WORLD)
     select_device(world)
-    mode = perflab_mode(flags)
-    # the host-staged modes exchange through MPI
-    comm = for_gpu(world, "mpi" if mode != "resident" else "p2p" if "p2p" in flags else "nccl")
+    comm = for_gpu(world, spec.comm)  # the host-staged modes exchange through MPI
     rng = np.random.default_rng(0)
     X, y = rng.random((N, 784), dtype=np.float32), rng.integers(0, 10, N)
     launched = {}
-    ms = perflab_epoch(X, y, H, b * world.size, lr, reg, warmup, repeats, graphs="no-graphs" not in flags, comm=comm,
-                       mode=mode, overlap="overlap" in flags, epoch_graphs="step-graphs" not in flags,
-                       parallel="model" if "model" in flags else "data", launched=launched)
+    ms = perflab_epoch(X, y, H, b * world.size, lr, reg, warmup, repeats, graphs=spec.graphs, comm=comm,
+                       mode=spec.mode, overlap=spec.overlap, epoch_graphs="step-graphs" not in flags,
+                       parallel=spec.parallel, launched=launched)
     return (ms, launched) if world.rank == 0 else (None, launched)
 
 

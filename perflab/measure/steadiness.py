@@ -22,7 +22,8 @@ import numpy as np
 from perflab import results
 
 FILE = "steadiness.csv"  # beside the sweep and the ceilings in the run folder
-STAGES = ("start", "end")
+STAGES = ("start", "point", "end")  # before the ceilings, beside each sweep point (its `point` named), after the sweep
+POINT_SECONDS = 0.2  # a probe beside a point: short, so a sweep of a dozen points pays seconds
 GEMM_SHAPE = (512, 784, 1600)  # forward GEMM 1 of the CPU sweep's H = 512, B = 1600 point: (H x 784)(784 x B)
 CHUNKS = 5  # the probe's GEMMs in this many runs of consecutive calls, like epochs: their spread is the probe's
 MIN_PAIRS = 10  # a probe times at least this many GEMMs on each thread count, however short `seconds`
@@ -123,12 +124,13 @@ def chunk_spread(times, chunks: int = CHUNKS) -> float:
     return (max(runs) - min(runs)) / statistics.median(runs)
 
 
-def record(folder, stage: str, seconds: float = 1.0, shape: tuple = GEMM_SHAPE) -> dict:
-    """Probe the host and append the row, marked `stage` ("start": before the ceilings; "end": after
-    the sweep), to <folder>/steadiness.csv with the machine's metadata; returns the row."""
+def record(folder, stage: str, seconds: float = 1.0, shape: tuple = GEMM_SHAPE, point: str = "") -> dict:
+    """Probe the host and append the row, marked `stage` ("start": before the ceilings; "point": beside the sweep's
+    point named `point`; "end": after the sweep), to <folder>/steadiness.csv with the machine's metadata; returns
+    the row."""
     if stage not in STAGES:
         raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
-    row = {"stage": stage, **probe(seconds, shape=shape)}
+    row = {"stage": stage, **probe(seconds, shape=shape), "point": point}
     results.write_rows(Path(folder) / FILE, [row], results.machine_metadata())
     return row
 
@@ -136,6 +138,15 @@ def record(folder, stage: str, seconds: float = 1.0, shape: tuple = GEMM_SHAPE) 
 def probes(folder) -> tuple[dict | None, dict | None]:
     """The last start probe of the folder and the end probe after it (None where there is none: a run
     still going, or stopped before its end)."""
+    rows = run_probes(folder)
+    start = rows[0] if rows and rows[0]["stage"] == "start" else None
+    ends = [r for r in rows if r["stage"] == "end"]
+    return start, (ends[-1] if ends else None)
+
+
+def run_probes(folder) -> list[dict]:
+    """The probes of the folder's last run, in order: its start, those beside its points, its end (a folder
+    without a start: its last end alone)."""
     path = Path(folder) / FILE
     table = results.read_table(path, ("stage", "gemm_ms", "gemm_spread"), "perflab.measure.steadiness.record writes it")
     bad = sorted(set(table.stage.astype(str)) - set(STAGES))
@@ -144,9 +155,8 @@ def probes(folder) -> tuple[dict | None, dict | None]:
     rows = table.astype(object).where(table.notna(), None).to_dict("records")
     starts = [i for i, r in enumerate(rows) if r["stage"] == "start"]
     if not starts:
-        return None, next((r for r in reversed(rows) if r["stage"] == "end"), None)
-    ends = [r for r in rows[starts[-1]:] if r["stage"] == "end"]
-    return rows[starts[-1]], (ends[-1] if ends else None)
+        return [r for r in rows if r["stage"] == "end"][-1:]
+    return rows[starts[-1]:]
 
 
 def sweep_epochs(folder, sweep: str) -> dict:
@@ -193,23 +203,31 @@ def verdict(folder, sweep: str = "roofline.csv") -> dict:
     others = [r["others_cores"] for r in seen if r.get("others_cores") is not None]
     load = max(others) / cores if others else (start or {}).get("load_per_core")  # the end's load1 holds the sweep's own
     steal = [r["steal"] for r in seen if r.get("steal") is not None]
-    parts = {"drift": drift(start, end), "spread": max(spread(r) for r in seen), "load": load,
+    beside = [r for r in run_probes(folder) if r["stage"] == "point"]
+    parts = {"drift": drift(start, end, beside), "spread": max(spread(r) for r in seen + beside), "load": load,
              "steal": max(steal) if steal else None, "epochs": epochs["epochs"]}
     noise = max(v for v in parts.values() if v is not None)
     hurt = [r for r in seen if r.get("thread_gain") is not None and r["thread_gain"] < THREADS_HURT and r["threads"] > 1]
     noisy = noise > NOISY or bool(hurt)
     notes = thread_notes(seen[0], hurt) + epoch_notes(epochs, sweep)
     return {"noisy": noisy, "noise": noise, "parts": parts, "start": start, "end": end, "notes": notes,
-            "sentences": sentences(noisy, noise, parts, seen[0], start, end, sweep, bool(hurt))}
+            "sentences": sentences(noisy, noise, parts, seen[0], start, end, sweep, bool(hurt), beside)}
 
 
-def drift(start, end) -> float | None:
-    """How far the probe GEMM moved from the start to the end of the run, on the sweep's BLAS threads or on one
-    thread, whichever moved more: a p = 2 rank trains on one, and a host can slow one thread and not two
-    (experiments/cpu_host)."""
+def drift(start, end, beside=()) -> float | None:
+    """How far the probe GEMM moved during the run, on the sweep's BLAS threads or on one thread, whichever moved
+    more (a p = 2 rank trains on one, and a host can slow one thread and not two: docs/DECISIONS.md, D57): from the
+    start to the end, or, where probes ran beside the sweep's points, the slowest of all over the fastest (a host
+    that switches speed every few seconds shows between two probes only by chance)."""
     if not (start and end):
         return None
-    moved = [abs(end[k] / start[k] - 1) for k in ("gemm_ms", "gemm_1thread_ms") if start.get(k) and end.get(k)]
+    moved = []
+    for k in ("gemm_ms", "gemm_1thread_ms"):
+        times = [r[k] for r in (start, *beside, end) if r.get(k)]
+        if len(times) > 2:
+            moved.append(max(times) / min(times) - 1)
+        elif start.get(k) and end.get(k):
+            moved.append(abs(end[k] / start[k] - 1))
     return max(moved)
 
 
@@ -219,11 +237,17 @@ def spread(row: dict) -> float:
     return max(row["gemm_spread"], one if one is not None and one == one else 0.0)
 
 
-def sentences(noisy: bool, noise: float, parts: dict, row: dict, start, end, sweep: str, hurt: bool) -> list[str]:
+def sentences(noisy: bool, noise: float, parts: dict, row: dict, start, end, sweep: str, hurt: bool,
+              beside=()) -> list[str]:
     """verdict's one or two sentences."""
     cores = row["cores"]
     said = []
-    if parts["drift"] is not None:
+    if parts["drift"] is not None and beside:
+        ranged = lambda k: f"{min(r[k] for r in (start, *beside, end)):.1f}-{max(r[k] for r in (start, *beside, end)):.1f} ms"  # noqa: E731
+        said.append(f"over {len(beside) + 2} probes (at the start, beside each of {len(beside)} points, at the end) its "
+                    f"probe GEMM took {ranged('gemm_ms')} on {row['threads']} BLAS thread(s)"
+                    + (f", {ranged('gemm_1thread_ms')} on one" if row["threads"] > 1 else ""))
+    elif parts["drift"] is not None:
         said.append(f"its probe GEMM took {end['gemm_ms'] / start['gemm_ms'] - 1:+.0%} at the end of the run against "
                     f"the start on {row['threads']} BLAS thread(s)"
                     + (f", {end['gemm_1thread_ms'] / start['gemm_1thread_ms'] - 1:+.0%} on one" if row["threads"] > 1 else ""))

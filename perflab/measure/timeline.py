@@ -23,12 +23,13 @@ TIMELINE_MODES = ("resident", "staged", "pipelined", "overlap")  # overlap: resi
 def record(cfg, comm, modes=("staged", "pipelined"), gemm: str = "cublas", chunks: int = 4, log=None) -> pd.DataFrame:
     """Every rank's phase ranges of the second of two epochs (the first pays for compilation and
     warm-up), one run per mode; on every rank (the caller keeps rank 0's or all)."""
-    from perflab.train.runner import Device, train_on_ranks
+    from perflab.train.runner import train_on_ranks
+    from perflab.train.spec import RunSpec
     tables = []
     for mode in modes:
-        device = Device(backend="cupy", mode="resident" if mode == "overlap" else mode, gemm=gemm,
-                        comm="nccl" if mode in ("resident", "overlap") else "mpi", chunks=chunks, overlap=mode == "overlap")
-        history, _ = train_on_ranks(cfg.replace(num_epochs=2), "data", comm, device, log=None, timeline=True)
+        spec = RunSpec(backend="cupy", parallel="data", mode="resident" if mode == "overlap" else mode, gemm=gemm,
+                       exchange={"resident": "nccl", "overlap": "overlap"}.get(mode, "mpi"), chunks=chunks, dtype=cfg.dtype)
+        history, _ = train_on_ranks(cfg.replace(num_epochs=2), "data", comm, spec, log=None, timeline=True)
         t = history.phases
         t = t[t.batch >= cfg.num_batches].assign(mode=mode, batch=lambda d: d.batch - cfg.num_batches)
         tables.append(t.assign(epoch_seconds=history.epochs[-1]["seconds"], dtype=cfg.dtype))

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from perflab import kernels
-from perflab.config import HALF_CAPABILITY, HALF_DTYPES, MODES, OVERLAP_CHUNKS, Config, ConfigError
+from perflab.config import HALF_CAPABILITY, HALF_DTYPES, MODES, OVERLAP_CHUNKS, Config, ConfigError, SpecError
 from perflab.train import model
 from perflab.train.fused_step import FusedStep
 from perflab.train.graphs import Graphs
@@ -45,6 +45,11 @@ from perflab.train.tf32_split import TF32Split
 
 class GPUError(ConfigError):
     """The GPU run cannot be set up as asked; the message names the sizes or devices."""
+
+
+class HalfError(GPUError, SpecError):
+    """A half-precision run the GPU step cannot make (check_half): a GPUError where the trainer refuses it, a SpecError
+    where RunSpec.validate does (its rules call check_half), one message either way."""
 
 
 def select_device(comm) -> int:
@@ -76,24 +81,24 @@ def check_memory(cfg: Config, resident: bool) -> None:
 
 
 def check_half(dtype: str, parallel: str, mode: str, gemm: str, exchange: str, capability: str | None = None) -> None:
-    """What a half-precision run on the GPU can be, or GPUError naming what was asked and what to use
-    (`capability`: the GPU's compute capability, "90" for a Hopper)."""
+    """What a half-precision run on the GPU can be, or HalfError (a GPUError) naming what was asked and what to use
+    (`capability`: the GPU's compute capability, "90" for a Hopper; None: whatever the GPU, RunSpec.validate's)."""
     if dtype not in HALF_DTYPES:
         return
     if dtype == "bfloat16" and capability is not None and int(capability) < HALF_CAPABILITY["bfloat16"]:
-        raise GPUError(f"--dtype bfloat16 needs a GPU of compute capability 8.0 or later (Ampere, Hopper): its GEMMs "
-                       f"and conversions are theirs; this one is {capability[:-1]}.{capability[-1]}: use --dtype float16 "
-                       "(loss-scaled) or float32 here")
+        raise HalfError(f"--dtype bfloat16 needs a GPU of compute capability 8.0 or later (Ampere, Hopper): its GEMMs "
+                        f"and conversions are theirs; this one is {capability[:-1]}.{capability[-1]}: use --dtype float16 "
+                        "(loss-scaled) or float32 here")
     if parallel not in ("sequential", "data") or mode != "resident" or gemm not in kernels.HALF_GEMMS:
-        raise GPUError(f"--dtype {dtype} trains data parallel (or on one GPU) with the data resident and cuBLAS's or "
-                       f"perflab's wgmma half-precision GEMMs; got --parallel {parallel}, --mode {mode}, --gemm {gemm}: "
-                       "use --parallel data --mode resident --gemm cublas (or wgmma on a Hopper), or --dtype float32")
+        raise HalfError(f"--dtype {dtype} trains data parallel (or on one GPU) with the data resident and cuBLAS's or "
+                        f"perflab's wgmma half-precision GEMMs; got --parallel {parallel}, --mode {mode}, --gemm {gemm}: "
+                        "use --parallel data --mode resident --gemm cublas (or wgmma on a Hopper), or --dtype float32")
     if gemm == "wgmma" and capability is not None and capability != "90":
-        raise GPUError(f"--gemm wgmma with --dtype {dtype} is Hopper's wgmma (compute capability 9.0); this GPU is "
-                       f"{capability[:-1]}.{capability[-1]}: use --gemm cublas here")
+        raise HalfError(f"--gemm wgmma with --dtype {dtype} is Hopper's wgmma (compute capability 9.0); this GPU is "
+                        f"{capability[:-1]}.{capability[-1]}: use --gemm cublas here")
     if dtype == "float16" and exchange == "p2p":
-        raise GPUError("--comm p2p updates the parameters in its own kernel, which does not unscale float16's loss "
-                       "scale: use --comm nccl, or --dtype bfloat16")
+        raise HalfError("--comm p2p updates the parameters in its own kernel, which does not unscale float16's loss "
+                        "scale: use --comm nccl, or --dtype bfloat16")
 
 
 class FusedGPU(FusedStep, Graphs, Sequential):

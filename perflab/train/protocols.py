@@ -34,7 +34,7 @@ class Trainer(Protocol):
     graphs: bool          # it replays CUDA graphs
     whole_graph: bool     # a batch's graph holds the exchange and the update too
     epochs_graphed: int   # epochs it ran as one CUDA graph
-    chosen: object        # the Device --comm auto kept (perflab.train.runner.fastest_exchange), else None
+    chosen: object        # the RunSpec --comm auto kept (perflab.train.runner.fastest_exchange), else None
 
     def batch(self, index) -> float | None: ...
 

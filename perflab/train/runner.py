@@ -5,16 +5,15 @@ import contextlib
 import hashlib
 import statistics
 import time
-from dataclasses import replace
 
 import numpy as np
 
 from perflab import data
 from perflab.backend import blas_threads, to_numpy
-from perflab.config import GPU_EXCHANGES, HALF_DTYPES, OVERLAP_CHUNKS, PIPELINED_CHUNKS, Config, ConfigError, exchange_fields
+from perflab.config import GPU_EXCHANGES, HALF_DTYPES, OVERLAP_CHUNKS, PIPELINED_CHUNKS, Config, ConfigError
 from perflab.train import loop, model, profile, watchdog
 from perflab.train.parallel import make_trainer
-from perflab.train.spec import Device
+from perflab.train.spec import RunSpec
 
 TOLERANCE = {"float64": 1e-12, "float32": 1e-5, "tf32": 5e-3,  # tf32: one TF32 product a GEMM (tf32, wgmma)
              "bfloat16": 3e-2, "float16": 5e-3}  # half: each rank's products rounded apart from the whole batch's
@@ -43,52 +42,58 @@ def check_agreement(comm, cfg: Config, split: data.Split) -> None:
                                     "(same command line and data folder on every rank?)")
 
 
-def make_gpu_trainer(cfg: Config, parallel: str, comm, device: Device, train_set):
-    if device.comm == "auto":
-        return fastest_exchange(cfg, parallel, comm, device, train_set)
+def bound(spec: RunSpec | None, parallel: str, dtype: str) -> RunSpec:
+    """The spec of a run of `parallel` in `dtype` (the call's and its Config's, which name them for the trainer):
+    None is NumPy's (RunSpec()); a _Device (RunSpec.device, what perflab.commands passes) is read back into one."""
+    if spec is None:
+        spec = RunSpec()
+    elif not isinstance(spec, RunSpec):
+        return RunSpec.from_device(spec, parallel, dtype)
+    return spec if (spec.parallel, spec.dtype) == (parallel, dtype) else spec.replace(parallel=parallel, dtype=dtype)
+
+
+def make_gpu_trainer(cfg: Config, parallel: str, comm, spec: RunSpec, train_set):
+    """The GPU trainer of a spec (--backend cupy), validated (nothing checked twice: RunSpec.validate)."""
+    spec = bound(spec, parallel, cfg.dtype).validate()
+    if spec.exchange == "auto":
+        return fastest_exchange(cfg, parallel, comm, spec, train_set)
     from perflab.train import gpu
     from perflab.train.comm import for_gpu
-    gpu.check_half(cfg.dtype, parallel, device.mode, device.gemm, device.comm)
     gpu.select_device(comm)
-    gpu.check_memory(cfg, device.mode == "resident")
-    comm = for_gpu(comm, device.comm, device.timeout, half=cfg.dtype if cfg.dtype in HALF_DTYPES else None)
-    if device.mode == "pipelined":  # data parallel: RunSpec.validate refuses it model parallel
+    gpu.check_memory(cfg, spec.mode == "resident")
+    comm = for_gpu(comm, spec.comm, spec.wait_s, half=cfg.dtype if cfg.dtype in HALF_DTYPES else None)
+    if spec.mode == "pipelined":  # data parallel: RunSpec.validate refuses it model parallel
         from perflab.train.pipelined import Pipelined
-        return Pipelined(cfg, train_set.X, train_set.y, comm, device.gemm, device.graphs, device.chunks or PIPELINED_CHUNKS)
-    if parallel == "model" and device.mode == "resident":
+        return Pipelined(cfg, train_set.X, train_set.y, comm, spec.gemm, spec.graphs, spec.chunks or PIPELINED_CHUNKS)
+    if parallel == "model" and spec.mode == "resident":
         from perflab.train.model_parallel_gpu import FusedModelParallel
-        return FusedModelParallel(cfg, train_set.X, train_set.y, comm, device.gemm, device.graphs)
+        return FusedModelParallel(cfg, train_set.X, train_set.y, comm, spec.gemm, spec.graphs)
     if parallel in ("sequential", "data"):
-        return gpu.FusedGPU(cfg, train_set.X, train_set.y, comm, device.mode, device.gemm, device.graphs, device.pinned,
-                            overlap=device.overlap, overlap_chunks=device.chunks or OVERLAP_CHUNKS)
+        return gpu.FusedGPU(cfg, train_set.X, train_set.y, comm, spec.mode, spec.gemm, spec.graphs, spec.pinned,
+                            overlap=spec.overlap, overlap_chunks=spec.chunks or OVERLAP_CHUNKS)
     import cupy as cp  # model parallel, staged or deeper: the shared math on CuPy arrays
     params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed, xp=cp)
     return make_trainer(parallel, cfg, params, cp.asarray(train_set.X), cp.asarray(train_set.y), comm)
 
 
-def exchanges(cfg: Config, parallel: str, ranks: int, device: Device) -> list[Device]:
+def exchanges(cfg: Config, parallel: str, ranks: int, spec: RunSpec) -> list[RunSpec]:
     """What --comm auto chooses among: for the fused data-parallel trainer on several GPUs (resident),
     GPU_EXCHANGES (NCCL's all-reduce after the step, NCCL with --overlap, p2p) and in half precision NCCL
     on the gradients rounded to it; anywhere else the one exchange the run takes (NCCL resident, host MPI in
-    the staged modes)."""
-    plain = replace(device, comm="nccl" if device.mode == "resident" else "mpi", overlap=False)
-    if ranks == 1 or device.mode != "resident" or parallel not in ("sequential", "data"):
-        return [plain]
+    the staged modes). Each is the spec with that exchange (validated where its trainer is made)."""
+    if ranks == 1 or spec.mode != "resident" or parallel not in ("sequential", "data"):
+        return [spec.replace(exchange="nccl" if spec.mode == "resident" else "mpi")]
     names = GPU_EXCHANGES + (("nccl-half",) if cfg.dtype in HALF_DTYPES else ())
-    return [replace(plain, **exchange_fields(name)) for name in names]
+    return [spec.replace(exchange=name) for name in names]
 
 
-def exchange_name(device: Device) -> str:
-    """The exchange's name as sweeps and perflab whatif give it: `overlap` for NCCL with --overlap."""
-    return "overlap" if device.overlap else device.comm
-
-
-def fastest_exchange(cfg: Config, parallel: str, comm, device: Device, train_set):
+def fastest_exchange(cfg: Config, parallel: str, comm, spec: RunSpec, train_set):
     """--comm auto: a trainer with each of `exchanges`, an epoch of each timed (epoch_seconds, the
-    slowest rank's), the fastest kept with its initial parameters put back; `chosen` is its Device
-    and `exchange_trial` the seconds (or why one was refused). Measured on the run's own shapes and
-    GPUs because the order moves with them (docs/DECISIONS.md, D39)."""
-    candidates = exchanges(cfg, parallel, comm.size, device)
+    slowest rank's), the fastest kept with its initial parameters put back; `chosen` is its RunSpec
+    and `exchange_trial` the seconds (or why one was refused: a candidate its spec's rules refuse, as
+    p2p in float16, or one the trainer cannot set up). Measured on the run's own shapes and GPUs because
+    the order moves with them (docs/DECISIONS.md, D39)."""
+    candidates = exchanges(cfg, parallel, comm.size, spec)
     if len(candidates) == 1:
         trainer = make_gpu_trainer(cfg, parallel, comm, candidates[0], train_set)
         trainer.chosen, trainer.exchange_trial = candidates[0], {}
@@ -99,12 +104,12 @@ def fastest_exchange(cfg: Config, parallel: str, comm, device: Device, train_set
         try:
             trainer = make_gpu_trainer(cfg, parallel, comm, candidate, train_set)
         except ConfigError as exc:  # refused on every rank alike (p2p: ranks on several nodes, no peer access)
-            trial[exchange_name(candidate)] = str(exc)
+            trial[candidate.exchange] = str(exc)
             continue
         initial = [x.copy() for x in trainer.state]
         with profile.paused():
-            seconds = trial[exchange_name(candidate)] = max(comm.allgather(epoch_seconds(cfg, trainer)))
-        if best is not None and seconds >= trial[exchange_name(best[1])]:
+            seconds = trial[candidate.exchange] = max(comm.allgather(epoch_seconds(cfg, trainer)))
+        if best is not None and seconds >= trial[best[1].exchange]:
             trainer.close()
             continue
         if best is not None:
@@ -140,7 +145,7 @@ def trial_text(summary: dict) -> str:
     """One line for the user: the exchange kept and each one's timed epoch (or why it was refused)."""
     times = [f"{name} {1e3 * t:.2f} ms" if isinstance(t, float) else f"{name} refused ({t})"
              for name, t in summary["exchange_trial_s"].items()]
-    kept = exchange_name(Device(comm=summary["comm"], overlap=summary["overlap"]))
+    kept = "overlap" if summary["overlap"] else summary["comm"]
     return f"--comm auto kept {kept}, the fastest on this run's first epoch: {', '.join(times)}"
 
 
@@ -164,24 +169,25 @@ def epoch_seconds(cfg: Config, trainer, repeats: int = 3, most_batches: int = 64
     return statistics.median([run() for _ in range(repeats + 1)][1:])
 
 
-def train_on_ranks(cfg: Config, parallel: str, comm, device: Device | None = None, log=print, progress=False,
+def train_on_ranks(cfg: Config, parallel: str, comm, spec: RunSpec | None = None, log=print, progress=False,
                    profiled: bool = False, timeline: bool = False):
-    """Load, check agreement, train; returns (history, trainer). Output from rank 0 only.
+    """Load, check agreement, train the run `spec` says (None: NumPy's; its parallel and dtype are `parallel`
+    and cfg.dtype); returns (history, trainer). Output from rank 0 only.
     With `profiled`, every phase is timed (device synchronized at phase edges) and
     history.phases holds the tidy table; with `timeline` (GPU), each phase's start and end on its
     stream and on the host, nothing synchronized (profile.Timeline), in history.phases."""
-    device = device or Device()
+    spec = bound(spec, parallel, cfg.dtype)
     cuda = None
-    if (profiled or timeline) and device.backend == "cupy":
+    if (profiled or timeline) and spec.gpu:
         import cupy as cuda
     if timeline and cuda is None:
         raise ConfigError("a timeline records CUDA streams: it needs --backend cupy")
-    threads = blas_threads(comm, device.threads) if device.backend == "numpy" else contextlib.nullcontext()
+    threads = blas_threads(comm, spec.threads) if not spec.gpu else contextlib.nullcontext()
     recorder = profile.profiling(comm.rank, cuda) if profiled else profile.timeline(comm.rank, cuda) if timeline else None
     with threads, recorder or contextlib.nullcontext() as prof:
         with profile.phase("train setup"):
-            trainer, test_set, validation, sync, exchange = setup(cfg, parallel, comm, device)
-        with watchdog.for_run(exchange, device.timeout) as dog:
+            trainer, test_set, validation, sync, exchange = setup(cfg, parallel, comm, spec)
+        with watchdog.for_run(exchange, spec.wait_s) as dog:
             history = loop.fit(cfg, trainer, test_set, progress=progress and comm.rank == 0,
                                 log=log if comm.rank == 0 else None, sync=sync, validation=validation, dog=dog)
     history.phases = prof.table() if prof is not None else None
@@ -206,19 +212,19 @@ def check_host_memory(cfg: Config) -> None:
                           "use a smaller --hidden, --batch-size or --train-size")
 
 
-def setup(cfg: Config, parallel: str, comm, device: Device):
-    """The one factory: the trainer a run's spec (perflab.train.spec.RunSpec, validated here whoever called: the CLI,
-    a sweep's point, a notebook) asks for, with its test and validation sets where it keeps them, the wait for its
-    device and the exchange it runs (perflab.train.protocols.Exchange)."""
-    from perflab.train.spec import RunSpec
-    RunSpec.from_device(device, parallel, cfg.dtype).validate()
-    if device.backend == "numpy":
+def setup(cfg: Config, parallel: str, comm, spec: RunSpec | None):
+    """The one factory: the trainer a run's spec (perflab.train.spec.RunSpec) asks for, with its test and validation
+    sets where it keeps them, the wait for its device and the exchange it runs (perflab.train.protocols.Exchange).
+    The spec is validated here whoever called (the CLI, a sweep's point, a notebook), unless its parse did already:
+    RunSpec.validate checks a spec once."""
+    spec = bound(spec, parallel, cfg.dtype).validate()
+    if not spec.gpu:
         check_host_memory(cfg)
     train_set, test_set, validation = data.load(cfg)
     check_agreement(comm, cfg, train_set)
-    if device.backend == "numpy":
+    if not spec.gpu:
         from perflab.train.comm import with_strategy
-        comm = with_strategy(comm, device.comm)
+        comm = with_strategy(comm, spec.comm)
         if cfg.dtype in HALF_DTYPES:
             trainer = mixed_precision(cfg, comm, train_set)
         else:
@@ -227,7 +233,7 @@ def setup(cfg: Config, parallel: str, comm, device: Device):
         sync = lambda: None
     else:
         import cupy as cp
-        trainer = make_gpu_trainer(cfg, parallel, comm, device, train_set)
+        trainer = make_gpu_trainer(cfg, parallel, comm, spec, train_set)
         comm, sync = trainer.comm, trainer.sync
         test_set, validation = (None if s is None else data.Split(cp.asarray(s.X), cp.asarray(s.y))
                                 for s in (test_set, validation))
@@ -241,11 +247,12 @@ def relative_error(a, b) -> float:
     return float(np.linalg.norm(a - b) / (scale if scale > 0 else 1.0))
 
 
-def check(cfg: Config, parallel: str, comm, device: Device | None = None) -> dict:
-    """The seeds' correctness test: train the parallel run and the sequential NumPy reference
-    from the same initial parameters on the same data; report per-parameter relative errors
+def check(cfg: Config, parallel: str, comm, spec: RunSpec | None = None) -> dict:
+    """The seeds' correctness test: train the parallel run `spec` says (None: NumPy's) and the sequential NumPy
+    reference from the same initial parameters on the same data; report per-parameter relative errors
     (Frobenius) and how far replicas drifted apart across ranks."""
-    history, trainer = train_on_ranks(cfg, parallel, comm, device, log=None)
+    spec = bound(spec, parallel, cfg.dtype)
+    history, trainer = train_on_ranks(cfg, parallel, comm, spec, log=None)
     mine = [to_numpy(p) for p in history.params]
     replicas = comm.allgather(mine) if parallel == "data" else [mine]
     replica_drift = max(float(np.abs(r - m).max()) for other in replicas for r, m in zip(other, replicas[0]))
@@ -262,7 +269,7 @@ def check(cfg: Config, parallel: str, comm, device: Device | None = None) -> dic
         reference = loop.fit(cfg, sequential, progress=False).params
         names = model.param_names(len(cfg.hidden_sizes) + 1)
         errors = {n: relative_error(p, r) for n, p, r in zip(names, mine, reference)}
-        one_tf32 = device is not None and device.gemm in ONE_TF32_PRODUCT and cfg.dtype not in HALF_DTYPES
+        one_tf32 = spec.gemm in ONE_TF32_PRODUCT and cfg.dtype not in HALF_DTYPES
         tolerance = TOLERANCE["tf32" if one_tf32 else cfg.dtype]  # (a half run's wgmma GEMMs are half-precision ones)
         worst = max(errors.values())
         result = {"parallel": parallel, "ranks": comm.size, "dtype": cfg.dtype, "max_rel_error": worst,

@@ -3,13 +3,17 @@ a sweep's rows, the notebooks' parameters), with every rule on which settings go
 (`RunSpec.validate`), so each command refuses the same combination with the same message, naming the option.
 
 `exchange` is one value: the gradient exchange, `overlap` (NCCL in dW1 chunks under the backward pass, once
-`--overlap`) and `nccl-half` included; `auto` times the fastest where a run has a choice."""
+`--overlap`) and `nccl-half` included; `auto` times the fastest where a run has a choice.
+
+The trainer's factory (perflab.train.runner.setup) takes a RunSpec. A spec is checked once: `validate` runs the
+rules for each distinct set of the settings they read and remembers the ones that passed, so a spec the parse
+validated (the CLI, a sweep's grid, a notebook's plan) is not checked again where the trainer is built."""
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 
-from perflab.config import HALF_DTYPES, HOST_STAGED, MODES, ConfigError, exchange_fields
+from perflab.config import HALF_DTYPES, HOST_STAGED, MODES, SpecError, exchange_fields
 from perflab.train import watchdog
 
 BACKENDS = ("numpy", "cupy")
@@ -23,10 +27,6 @@ EXCHANGES = HOST_EXCHANGES + GPU_ONLY_EXCHANGES + ("auto",)
 def default_comm(backend: str, mode: str) -> str:
     """The exchange a point runs unless the sweep names one: host MPI on the CPU and in the staged modes, else NCCL."""
     return "mpi" if backend == "numpy" or mode in HOST_STAGED else "nccl"
-
-
-class SpecError(ConfigError):
-    """Settings that cannot go together; the message names the options and what to use instead."""
 
 
 @dataclass(frozen=True)
@@ -62,31 +62,59 @@ class RunSpec:
         return dataclasses.replace(self, **changes)
 
     def validate(self) -> "RunSpec":
-        """Every rule on which settings go together, in the order a user meets them; returns self."""
-        for name, value, allowed in (("--backend", self.backend, BACKENDS), ("--parallel", self.parallel, PARALLELS),
-                                     ("--mode", self.mode, MODES), ("--comm", self.exchange, EXCHANGES),
-                                     ("--launch", self.launch, LAUNCHES)):
-            if value not in allowed:
-                raise SpecError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
-        if not self.gpu:
-            cpu_rules(self)
-        gpu_rules(self)
+        """Every rule on which settings go together, in the order a user meets them; returns self. The rules run once
+        for each distinct set of the settings they read (rule_key): a spec that passed is not checked again."""
+        key = self.rule_key()
+        try:
+            if key in VALIDATED:
+                return self
+        except TypeError:  # a value no rule accepts (a list where a name goes): the rules say which
+            key = None
+        check(self)
+        if key is not None:
+            VALIDATED.add(key)
         return self
 
-    def device(self, timeout: float | None = None):
-        """The trainer's Device (perflab.train.runner) this spec runs on."""
+    def rule_key(self) -> tuple:
+        """The settings the rules read (not nets, batches or timeout): two specs alike in these pass or fail alike."""
+        return (self.backend, self.parallel, self.mode, self.gemm, self.exchange, self.dtype, self.launch, self.chunks,
+                self.pinned, self.threads)
+
+    def device(self, timeout: float | None = None) -> "_Device":
+        """The trainer's older description of this spec (_Device), for perflab.commands, which still reads its
+        fields for a run's summary row; everything else passes the RunSpec."""
         fields = exchange_fields(self.exchange)
-        return Device(backend=self.backend, mode=self.mode, gemm=self.gemm, graphs=self.launch == "graph",
-                      pinned=self.pinned, chunks=self.chunks, threads=self.threads,
-                      timeout=timeout or self.timeout or watchdog.TIMEOUT_S, **fields)
+        return _Device(backend=self.backend, mode=self.mode, gemm=self.gemm, graphs=self.launch == "graph",
+                       pinned=self.pinned, chunks=self.chunks, threads=self.threads,
+                       timeout=timeout or self.timeout or watchdog.TIMEOUT_S, **fields)
 
     @classmethod
     def from_device(cls, device, parallel: str, dtype: str) -> "RunSpec":
-        """The spec of a runner Device (a notebook's or a test's), so a trainer built from one is validated too."""
+        """The spec of a _Device (RunSpec.device's: what perflab.commands passes the runner)."""
         exchange = "overlap" if device.overlap else device.comm
         return cls(backend=device.backend, parallel=parallel, mode=device.mode, gemm=device.gemm, exchange=exchange,
                    dtype=dtype, launch=None if device.backend == "numpy" else "graph" if device.graphs else "eager",
                    chunks=device.chunks, pinned=device.pinned, threads=device.threads, timeout=device.timeout)
+
+    @property
+    def comm(self) -> str:
+        """The exchange as the trainer's comm builds it (perflab.train.comm.for_gpu, with_strategy): NCCL for overlap."""
+        return exchange_fields(self.exchange)["comm"]
+
+    @property
+    def overlap(self) -> bool:
+        """NCCL's all-reduce in dW1 chunks under the backward pass (--overlap)."""
+        return self.exchange == "overlap"
+
+    @property
+    def graphs(self) -> bool:
+        """Each step (or epoch) captured as a CUDA graph and replayed."""
+        return self.launch == "graph"
+
+    @property
+    def wait_s(self) -> float:
+        """Seconds a step may wait on the other ranks (the watchdog's default where the spec names none)."""
+        return self.timeout or watchdog.TIMEOUT_S
 
     @classmethod
     def from_point(cls, point: dict) -> "RunSpec":
@@ -103,9 +131,27 @@ class RunSpec:
                 and not self.gpu else self.dtype)
         return f"{where}, {self.parallel}, --comm {self.exchange}, {half}"
 
+
+VALIDATED: set = set()  # the rule_key of every spec that passed (RunSpec.validate)
+
+
+def check(spec: RunSpec) -> None:
+    """The rules themselves (RunSpec.validate runs them once a spec)."""
+    for name, value, allowed in (("--backend", spec.backend, BACKENDS), ("--parallel", spec.parallel, PARALLELS),
+                                 ("--mode", spec.mode, MODES), ("--comm", spec.exchange, EXCHANGES),
+                                 ("--launch", spec.launch, LAUNCHES)):
+        if value not in allowed:
+            raise SpecError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+    if not spec.gpu:
+        cpu_rules(spec)
+    gpu_rules(spec)
+
+
 @dataclass
-class Device:
-    """Where and how a run executes: numpy, or cupy with a data mode, GEMM and all-reduce."""
+class _Device:
+    """The trainer's older description of a run (RunSpec.device), kept for perflab.commands' summary rows until they
+    read the RunSpec; the runner takes either and reads a _Device back through RunSpec.from_device. Nothing else
+    builds one."""
     backend: str = "numpy"
     mode: str = "resident"   # resident | staged | pipelined (GPU only)
     gemm: str = "cublas"     # cublas (fastest measured) or a perflab GEMM variant (GPU only)
@@ -174,9 +220,6 @@ def gpu_rules(spec: RunSpec) -> None:
         raise SpecError(f"--gemm {spec.gemm} runs on TF32 tensor cores from float32 operands: it needs --dtype float32"
                         + (" (or, wgmma only, bfloat16 or float16)" if spec.gemm == "wgmma" else "")
                         + f", got --dtype {spec.dtype}")
-    if spec.gpu:
-        from perflab.train.gpu import GPUError, check_half
-        try:
-            check_half(spec.dtype, spec.parallel, mode, spec.gemm, ex)
-        except GPUError as exc:
-            raise SpecError(str(exc)) from None
+    if spec.gpu:  # its HalfError is a SpecError (and the GPUError FusedGPU raises for it)
+        from perflab.train.gpu import check_half
+        check_half(spec.dtype, spec.parallel, mode, spec.gemm, ex)

@@ -3,7 +3,9 @@ machine has, and how long that should take, said before anything starts.
 
 The roofline notebook's parameters default to "auto" and None; `roofline_plan` turns them into
 concrete values, so a user on a GPU machine gets CuPy with one engine per GPU without knowing
-to ask, and a user on a laptop gets a NumPy sweep sized to finish in minutes.
+to ask, and a user on a laptop gets a NumPy sweep sized to finish in minutes. The runs they make parse into
+RunSpecs (perflab.train.spec): each data path on the backend, and each sweep point (sweep.grid), so a
+combination the trainer refuses is refused here with RunSpec's message, before an engine starts.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from perflab.config import MODES
+from perflab.train.spec import RunSpec, SpecError
 
 MAX_CPU_ENGINES = 4  # NumPy ranks beyond this mostly fight over memory bandwidth on a laptop
 
@@ -284,8 +287,7 @@ def roofline_plan(backend="auto", engines="auto", hidden=None, ranks=None, per_r
         raise PlanError(f"modes must be a non-empty list among {list(MODES)} (or None: the backend's), got {modes!r}")
     gpus, cores = gpu_count(), os.cpu_count() or 1
     backend = resolve_backend(backend, gpus)
-    if backend == "numpy" and modes is not None and "resident" not in modes:
-        raise PlanError(f"modes {modes} are GPU data paths: on NumPy only 'resident' runs (the data in memory)")
+    data_paths(backend, modes)
     engines = resolve_engines(engines, backend, gpus, cores)
     size = SIZES[backend]
     plan = Plan(backend=backend, engines=engines, gpus=gpus, cores=cores,
@@ -298,6 +300,8 @@ def roofline_plan(backend="auto", engines="auto", hidden=None, ranks=None, per_r
     try:
         plan.points = sweep.grid(hidden=plan.hidden, per_rank_batch=[plan.per_rank_batch], ranks=plan.ranks,
                                  backend=[backend], mode=plan.modes, N=plan.N, epochs=plan.epochs)
+    except SpecError as exc:  # a point the trainer would refuse, in RunSpec's words
+        raise PlanError(f"a sweep point of backend {backend!r}, modes {plan.modes}: {exc}") from None
     except ValueError as exc:
         raise PlanError(f"per_rank_batch {plan.per_rank_batch} on ranks {plan.ranks}: {exc}") from None
     fits = [b for b in plan.batch_sweep if b <= plan.N]  # the B sweep's batches past N are left out
@@ -310,6 +314,17 @@ def roofline_plan(backend="auto", engines="auto", hidden=None, ranks=None, per_r
         from perflab import results
         plan.estimate_parts = estimate_parts(plan, folder or results.run_dir(), name)
     return plan
+
+
+def data_paths(backend: str, modes) -> None:
+    """The `modes` parameter on the resolved backend, each as a RunSpec: one it refuses (a GPU data path on NumPy)
+    is a PlanError carrying RunSpec's message."""
+    for mode in modes or ():
+        try:
+            RunSpec(backend=backend, mode=mode).validate()
+        except SpecError as exc:
+            raise PlanError(f"modes {modes!r} on backend {backend!r}: {exc}"
+                            + ("; on NumPy only 'resident' runs" if backend == "numpy" else "")) from None
 
 
 ALLREDUCE_SIZES = [2 ** k for k in range(12, 25, 2)]  # 4 KiB .. 16 MiB: around every gradient the sweep sends

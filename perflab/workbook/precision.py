@@ -51,18 +51,29 @@ def reference_params(cfg: Config) -> list:
                                            train.X, train.y), progress=False).params
 
 
+def run_specs(precisions: dict, backend: str) -> dict:
+    """Each precision's run as a RunSpec (one rank, the data resident; NCCL's exchange on a GPU, as one rank takes
+    it), validated: a precision the trainer would refuse on this backend (a GPU GEMM on NumPy, a half precision
+    the GPU step cannot make) is refused here with RunSpec's message, before anything trains."""
+    from perflab.train.spec import RunSpec
+    return {name: RunSpec(backend=backend, parallel="sequential", gemm=gemm, dtype=dtype,
+                          exchange="nccl" if backend == "cupy" else None).validate()
+            for name, (dtype, gemm) in precisions.items()}
+
+
 def weights_against_float64(cfg: Config, precisions: dict = PRECISIONS, backend: str = "cupy", log=print) -> list[dict]:
     """A row a precision: each parameter's relative error against the float64 reference after cfg's epochs,
-    the worst of them, and the run's final loss (same data, same initial weights, same batches)."""
+    the worst of them, and the run's final loss (same data, same initial weights, same batches). Every
+    precision's run is validated (run_specs) before the reference trains."""
     from perflab.train import model
     from perflab.train.comm import Serial
-    from perflab.train.runner import Device, relative_error, train_on_ranks
+    from perflab.train.runner import relative_error, train_on_ranks
+    specs = run_specs(precisions, backend)
     reference = reference_params(cfg)
     names = model.param_names(len(cfg.hidden_sizes) + 1)
     rows = []
     for name, (dtype, gemm) in precisions.items():
-        history, trainer = train_on_ranks(replace(cfg, dtype=dtype), "sequential", Serial(),
-                                          Device(backend=backend, gemm=gemm), log=None)
+        history, trainer = train_on_ranks(replace(cfg, dtype=dtype), "sequential", Serial(), specs[name], log=None)
         trainer.close()
         errors = {n: relative_error(p, r) for n, p, r in zip(names, history.params, reference)}
         rows.append({"precision": name, "dtype": dtype, "gemm": gemm, "max_rel_error": max(errors.values()),
@@ -84,9 +95,10 @@ def trained_params(cfg: Config, epochs: int = 15) -> list:
     """The weights of an FP32 run of `epochs` on the GPU (the accuracy runs' length): late in training, where
     the gradients are small."""
     from perflab.train.comm import Serial
-    from perflab.train.runner import Device, train_on_ranks
+    from perflab.train.runner import train_on_ranks
+    from perflab.train.spec import RunSpec
     history, trainer = train_on_ranks(replace(cfg, dtype="float32", num_epochs=epochs), "sequential", Serial(),
-                                      Device(backend="cupy"), log=None)
+                                      RunSpec(backend="cupy", exchange="nccl"), log=None)
     trainer.close()
     return history.params
 

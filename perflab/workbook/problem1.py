@@ -249,8 +249,10 @@ def device_trainer(cfg, backend: str, train, graphs: bool = True):
     from perflab.train import loop, model
     if backend == "cupy":
         from perflab.train.comm import Serial
-        from perflab.train.runner import Device, make_gpu_trainer
-        trainer = make_gpu_trainer(cfg, "sequential", Serial(), Device(backend="cupy", graphs=graphs), train)
+        from perflab.train.runner import make_gpu_trainer
+        from perflab.train.spec import RunSpec
+        spec = RunSpec(backend="cupy", exchange="nccl", launch="graph" if graphs else "eager")
+        trainer = make_gpu_trainer(cfg, "sequential", Serial(), spec, train)
         return trainer, trainer.sync
     params = model.init_params(cfg.layer_sizes, cfg.dtype, cfg.seed)
     return loop.Sequential(cfg, params, train.X, train.y), lambda: None

@@ -34,7 +34,7 @@ import statistics
 from pathlib import Path
 
 from perflab.config import GPU_EXCHANGES, exchange_fields  # noqa: F401 (a point's comm as the trainer's fields)
-from perflab.train.spec import default_comm
+from perflab.train.spec import RunSpec, default_comm
 from perflab.train.watchdog import TIMEOUT_S
 
 MIN_TIMED_SECONDS = 0.25  # a point's timed epochs last at least this long (timed_epochs)
@@ -52,7 +52,9 @@ def grid(hidden=(512,), batch=(3200,), ranks=(1,), per_rank_batch=None, parallel
     """All combinations; with per_rank_batch, B = p * B/p (the seeds' weak-scaling sweep). hidden: nets,
     each one width (512) or a deeper net's widths (1024-1024 or (1024, 1024); a row's H names it as
     perfmodel.net_label does). comm (one of GPU_EXCHANGES) sets resident GPU data parallel's exchange;
-    None: default_comm."""
+    None: default_comm. Each point parses into its RunSpec, validated: a point the trainer would refuse (a half
+    precision the GPU step cannot make, a GEMM for another dtype) is refused here with RunSpec's message, before
+    any point runs."""
     from perflab.analysis import perfmodel
     bad = [x for x in launch if x not in LAUNCHES]
     if bad:
@@ -71,12 +73,11 @@ def grid(hidden=(512,), batch=(3200,), ranks=(1,), per_rank_batch=None, parallel
                              + f" is larger than the training set N={N}; allowed: B <= N (raise --train-size)")
         if be == "numpy" and (mo != "resident" or ge != "cublas" or la != launch[0]):
             continue  # mode, GEMM variant and CUDA graphs exist only on the GPU
-        if be == "cupy":  # a half-precision point the GPU step cannot make: refused before any runs
-            from perflab.train.gpu import check_half
-            check_half(dt, par, mo, ge, comm or default_comm(be, mo))
-        points.append({"H": perfmodel.net_label(H), "B": B, "p": p, "parallel": par, "backend": be, "mode": mo, "gemm": ge,
-                       "launch": "eager" if be == "numpy" else la, "dtype": dt, "N": N, "epochs": epochs,
-                       "learning_rate": learning_rate, "comm": comm or default_comm(be, mo)})
+        point = {"H": perfmodel.net_label(H), "B": B, "p": p, "parallel": par, "backend": be, "mode": mo, "gemm": ge,
+                 "launch": "eager" if be == "numpy" else la, "dtype": dt, "N": N, "epochs": epochs,
+                 "learning_rate": learning_rate, "comm": comm or default_comm(be, mo)}
+        RunSpec.from_point(point).validate()
+        points.append(point)
     return points
 
 
@@ -178,16 +179,15 @@ def measure_trained_point(point: dict, comm, dataset: str, timeout: float = TIME
     from perflab.analysis import perfmodel
     from perflab.config import HOST_STAGED, Config
     from perflab.train.runner import train_on_ranks
-    from perflab.train.spec import RunSpec
     cfg = Config(dataset=dataset, hidden_sizes=perfmodel.widths(point["H"]), batch_size=point["B"], train_size=point["N"],
                  num_epochs=point["epochs"], dtype=point["dtype"], test_size=0,
                  learning_rate=point.get("learning_rate", 0.1))
-    device = RunSpec.from_point(point).validate().device(timeout)
+    spec = RunSpec.from_point(point).replace(timeout=timeout).validate()  # once: the trainings below reuse it
     probe = point["backend"] == "cupy" and point["mode"] == "staged"
     walks = copy_probe(comm, cfg.batch_size // comm.size, cfg.train_size // comm.size) if probe else []
-    seconds, history, trainer = timed_epochs(cfg, point["parallel"], comm, device)
+    seconds, history, trainer = timed_epochs(cfg, point["parallel"], comm, spec)
     walks += copy_probe(comm, cfg.batch_size // comm.size, cfg.train_size // comm.size) if probe else []
-    profiled, _ = train_on_ranks(cfg.replace(num_epochs=1), point["parallel"], comm, device, log=None, profiled=True)
+    profiled, _ = train_on_ranks(cfg.replace(num_epochs=1), point["parallel"], comm, spec, log=None, profiled=True)
     phases = [t for t in comm.allgather(profiled.phases)]
     if comm.rank != 0:
         return None
@@ -196,7 +196,7 @@ def measure_trained_point(point: dict, comm, dataset: str, timeout: float = TIME
     medians = table[table.phase != "train setup"].groupby("phase")["seconds"].median()
     w = perfmodel.Workload(layers=cfg.layer_sizes, B=cfg.batch_size, p=comm.size, parallel=point["parallel"],
                            dtype=cfg.dtype, staged=point["backend"] == "numpy" or point["mode"] in HOST_STAGED,
-                           host_allreduce=point["backend"] == "numpy" or device.comm == "mpi", N=cfg.train_size)
+                           host_allreduce=point["backend"] == "numpy" or spec.comm == "mpi", N=cfg.train_size)
     by = perfmodel.phase_bytes(w)
     step_graph = bool(trainer.graphs and trainer.whole_graph)
     row = {**point, "status": "measured", "trainer": type(trainer).__name__, "step_graph": step_graph,
@@ -215,11 +215,11 @@ def measure_trained_point(point: dict, comm, dataset: str, timeout: float = TIME
     return row
 
 
-def timed_epochs(cfg, parallel: str, comm, device) -> tuple[list[float], object, object]:
-    """The seconds of each timed epoch, the history and the trainer: `cfg.num_epochs` epochs after
-    one dropped (it pays for kernel compilation, library handles and graph capture). Where they
-    took under MIN_TIMED_SECONDS, a second run adds enough epochs to fill it, so the median is
-    not one host stall: a short host-launched epoch now and then takes far longer than usual where
+def timed_epochs(cfg, parallel: str, comm, device: RunSpec) -> tuple[list[float], object, object]:
+    """The seconds of each timed epoch, the history and the trainer of the run `device` (the point's RunSpec)
+    says: `cfg.num_epochs` epochs after one dropped (it pays for kernel compilation, library handles and graph
+    capture). Where they took under MIN_TIMED_SECONDS, a second run adds enough epochs to fill it, so the
+    median is not one host stall: a short host-launched epoch now and then takes far longer than usual where
     GPU-paced ones do not (docs/DECISIONS.md, D40). It does not narrow the staged copy's drift,
     which lasts longer than a point."""
     from perflab.train.runner import train_on_ranks
