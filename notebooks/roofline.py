@@ -45,7 +45,7 @@ cluster_started, client, view = cluster.engines(job.engines)
 print(f"{len(client.ids)} MPI engines running")
 from perflab.measure import steadiness
 
-steadiness.record(results.run_dir(), "start")  # the host before the ceilings; again after the sweep: was it steady?
+steadiness.record(results.run_dir(), "start")  # the host before the ceilings, beside each point, after the sweep
 
 # %% [markdown]
 # ## This machine's ceilings, and the prediction made from them before the sweep
@@ -67,7 +67,7 @@ display(predicted[["H", "B", "p", "backend", "mode", "predicted_ms", "compositio
 # ## Sweeps (each point is written as it finishes; rerunning skips finished points)
 
 # %%
-path = sweep.run_grid_engines(view, job.points, name, main_job=True)
+path = sweep.run_grid_engines(view, job.points, name, main_job=True, between=steadiness.beside(results.run_dir()))
 steadiness.record(results.run_dir(), "end")
 table = roofline.measured(roofline.load(path))
 table = table[(table.B <= job.N) & (table.backend == job.backend)]

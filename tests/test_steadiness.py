@@ -180,3 +180,38 @@ def test_a_host_that_slows_one_thread_and_not_two_is_noisy(tmp_path):
     assert "+3% at the end of the run against the start on 2 BLAS thread(s), +55% on one" in v["sentences"][0]
     write(tmp_path, {**row("start", 10.0), "gemm_1thread_spread": 0.3}, row("end", 10.0))
     assert steadiness.verdict(tmp_path)["parts"]["spread"] == pytest.approx(0.3)  # a probe's one-thread spread counts
+
+
+def test_probes_beside_the_points_show_a_host_that_switched_speed_between_start_and_end(tmp_path):
+    """The start and the end can both land in the host's fast spells (experiments/cpu_host): the probes beside the
+    points see the slow one, and the drift is the slowest of all the run's probes over the fastest."""
+    beside = [{**row("point", ms), "point": f"H={h}"} for h, ms in ((512, 10.2), (1024, 14.8), (2048, 10.1))]
+    write(tmp_path, row("start", 10.0), *beside, row("end", 10.1))
+    v = steadiness.verdict(tmp_path)
+    assert v["parts"]["drift"] == pytest.approx(14.8 / 10.0 - 1) and v["noisy"] is True
+    assert "over 5 probes (at the start, beside each of 3 points, at the end) its probe GEMM took 10.0-14.8 ms" \
+        in v["sentences"][0]
+    write(tmp_path, row("start", 10.0), row("end", 10.2))  # a rerun: its own start, no points beside it yet
+    assert steadiness.verdict(tmp_path)["parts"]["drift"] == pytest.approx(0.02)
+
+
+def test_a_sweep_probes_the_host_before_each_point(tmp_path):
+    """run_grid_engines' `between` runs before each point it measures, and steadiness.beside writes a short probe
+    named for the point."""
+    from perflab.workbook import sweep
+    points = sweep.grid(hidden=(8, 12), batch=(100,), N=2000)
+    order = []
+
+    class View:
+        def apply_sync(self, fn, point, dataset, timeout, where):
+            order.append(("point", point["H"]))
+            return [{**point, "status": "measured", "epoch_seconds": 0.1}]
+
+    probe = steadiness.beside(tmp_path)
+    sweep.run_grid_engines(View(), points, "s", out=tmp_path, progress=False, log=lambda _: None,
+                           between=lambda pt: order.append(("probe", pt["H"])) or probe(pt))
+    assert order == [("probe", 8), ("point", 8), ("probe", 12), ("point", 12)]
+    probes = pd.read_csv(tmp_path / steadiness.FILE)
+    assert list(probes.stage) == ["point", "point"] and list(probes.point) == [
+        "H=8 B=100 p=1 numpy resident", "H=12 B=100 p=1 numpy resident"]
+    assert (probes.gemm_repeats >= steadiness.MIN_PAIRS).all()

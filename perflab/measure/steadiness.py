@@ -2,9 +2,9 @@
 
 A two-core VM ran the same main job twice an hour apart: the busy run missed its predictions many times
 more than the quiet one (docs/DECISIONS.md, D13), and nothing in the report told them apart. So the main job probes its host at
-its start (before the ceilings) and at its end (after the sweep): a GEMM the CPU sweep runs, timed on the
+its start (before the ceilings), briefly beside each point of its sweep, and at its end (after the sweep): a GEMM the CPU sweep runs, timed on the
 BLAS threads a p = 1 rank trains with and on one thread, while /proc/stat says what other programs and
-the hypervisor took. The GEMM's drift between the two probes says whether the ceilings and the sweep saw
+the hypervisor took. The GEMM's drift over the probes says whether the ceilings and the sweep saw
 the same machine; with the spread inside each probe, the others' share of the cores, the time stolen and
 the sweep's own epoch spread it gives the noise fraction: how far a time measured here moves by itself.
 judge() widens each prediction's band by it, so a report can tell a predictor's miss from a busy host's.
@@ -133,6 +133,15 @@ def record(folder, stage: str, seconds: float = 1.0, shape: tuple = GEMM_SHAPE, 
     row = {"stage": stage, **probe(seconds, shape=shape), "point": point}
     results.write_rows(Path(folder) / FILE, [row], results.machine_metadata())
     return row
+
+
+def beside(folder):
+    """What a sweep runs before each point (perflab.workbook.sweep.run_grid_engines' `between`): a short probe of
+    the host into the folder's steadiness.csv, named for the point."""
+    def probe_beside(point: dict) -> dict:
+        name = f"H={point['H']} B={point['B']} p={point['p']} {point['backend']} {point['mode']}"
+        return record(folder, "point", POINT_SECONDS, point=name)
+    return probe_beside
 
 
 def probes(folder) -> tuple[dict | None, dict | None]:

@@ -414,12 +414,13 @@ def stopped(exc: BaseException, path: Path | None, points: list, rank: int):
 
 
 def run_grid_engines(view, points, name, out: Path | None = None, dataset="synthetic", progress=True, log=print,
-                     timeout: float = TIMEOUT_S, main_job: bool = False):
+                     timeout: float = TIMEOUT_S, main_job: bool = False, between=None):
     """The same through ipyparallel MPI engines: every engine runs the point (under the sweep's watchdog:
     run_point_watched), rank 0's row is written here (rows travel back as plain dicts and land in CSV, never
     as pickles on disk). An engine lost in a point (the watchdog ended the engines, or one died) stops the
     sweep with EnginesLost, naming the point; the rows written stay, and a rerun resumes after them.
-    `main_job`: the roofline notebook's sweep, marked so in its metadata (sweep_meta)."""
+    `main_job`: the roofline notebook's sweep, marked so in its metadata (sweep_meta). `between(point)` runs here
+    before each point is measured, the engines idle (the main job probes its host beside every point)."""
     tqdm = progress_bar()
     path = output_path(name, out)
     todo = pending(points, path, log)
@@ -430,6 +431,8 @@ def run_grid_engines(view, points, name, out: Path | None = None, dataset="synth
     for i, point in enumerate(tqdm(todo, disable=not progress, desc=name, unit="point")):
         if not claims.claim(point):
             continue
+        if between is not None:
+            between(point)
         rows, where = [], point_where(i, len(todo), point)
         try:
             rows = [r for r in view.apply_sync(run_point_watched, point, dataset, timeout, where) if r is not None]
