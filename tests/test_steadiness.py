@@ -215,3 +215,17 @@ def test_a_sweep_probes_the_host_before_each_point(tmp_path):
     assert list(probes.stage) == ["point", "point"] and list(probes.point) == [
         "H=8 B=100 p=1 numpy resident", "H=12 B=100 p=1 numpy resident"]
     assert (probes.gemm_repeats >= steadiness.MIN_PAIRS).all()
+
+
+def test_each_points_miss_is_set_against_the_hosts_speed_beside_it(tmp_path):
+    """A point measured while the host ran 1.5x slower than when the ceilings ran: its miss, scaled by that, is
+    the predictor's own (none here); a p = 2 point is scaled by the one-thread GEMM its ranks train on."""
+    beside = [{**row("point", 10.0, gain=1.5), "point": "H=512 B=1600 p=1 numpy resident"},
+              {**row("point", 10.0, gain=3.0), "point": "H=512 B=3200 p=2 numpy resident"}]
+    write(tmp_path, row("start", 10.0 / 1.5, gain=2.25), *beside, row("end", 10.0))  # one thread: 15 ms
+    table = pd.DataFrame({"H": [512, 512, 1024], "B": [1600, 3200, 1600], "p": [1, 2, 1], "backend": "numpy",
+                          "mode": "resident", "measured_ms": [30.0, 40.0, 50.0], "predicted_ms": [20.0, 20.0, 50.0]})
+    judged = steadiness.judge(table, tmp_path)
+    assert judged.host_ratio[0] == pytest.approx(1.5) and judged.host_ratio[1] == pytest.approx(2.0)
+    assert judged.error_at_host_speed[0] == pytest.approx(0.0) and judged.error_at_host_speed[1] == pytest.approx(0.0)
+    assert pd.isna(judged.host_ratio[2])  # no probe named it

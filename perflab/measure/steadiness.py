@@ -139,8 +139,7 @@ def beside(folder):
     """What a sweep runs before each point (perflab.workbook.sweep.run_grid_engines' `between`): a short probe of
     the host into the folder's steadiness.csv, named for the point."""
     def probe_beside(point: dict) -> dict:
-        name = f"H={point['H']} B={point['B']} p={point['p']} {point['backend']} {point['mode']}"
-        return record(folder, "point", POINT_SECONDS, point=name)
+        return record(folder, "point", POINT_SECONDS, point=point_label(point))
     return probe_beside
 
 
@@ -333,7 +332,29 @@ def judge(validation_table, folder, sweep: str = "roofline.csv"):
     table["noise_high_ms"] = high * (1 + noise)
     inside = (measured >= table.noise_low_ms) & (measured <= table.noise_high_ms)
     table["inside_noise"] = [bool(x) if pd.notna(p) else None for x, p in zip(inside, predicted)]
+    table["host_ratio"] = host_ratios(table, folder)
+    table["error_at_host_speed"] = predicted * table.host_ratio / measured - 1
     return table
+
+
+def point_label(point) -> str:
+    """How a probe beside a point names it (beside), from a sweep point or a validation row."""
+    return f"H={point['H']} B={point['B']} p={point['p']} {point['backend']} {point['mode']}"
+
+
+def host_ratios(table, folder) -> list[float | None]:
+    """Each point's host speed against the ceilings': its probe beside it over the start probe, on the BLAS threads
+    a rank of the point trains with (the sweep's at p = 1, one thread at p > 1); None where no probe names it."""
+    rows = run_probes(folder) if (Path(folder) / FILE).exists() else []
+    start = rows[0] if rows and rows[0]["stage"] == "start" else None
+    beside = {r.get("point"): r for r in rows if r["stage"] == "point"}
+    if not (start and beside) or not {"H", "B", "p", "backend", "mode"} <= set(table.columns):
+        return [None] * len(table)
+    ratios = []
+    for _, point in table.iterrows():
+        probe, key = beside.get(point_label(point)), "gemm_ms" if int(point["p"]) == 1 else "gemm_1thread_ms"
+        ratios.append(probe[key] / start[key] if probe and probe.get(key) and start.get(key) else None)
+    return ratios
 
 
 def first_lines(folder, sweep: str = "roofline.csv", validation: str = "validation.csv") -> list[str]:
@@ -356,4 +377,9 @@ def first_lines(folder, sweep: str = "roofline.csv", validation: str = "validati
             lines.append(f"{inside} of {len(done)} points lie inside their prediction's band widened by the host's noise "
                          f"(±{v['noise']:.0%}, more where a point's own epochs spread further); the median miss is "
                          f"{miss.median():.0%}, the worst {miss.max():.0%}.")
+            scaled = done.error_at_host_speed.dropna().abs()
+            if len(scaled):
+                lines.append(f"Scaled by the host's speed beside each point (its probe against the one before the "
+                             f"ceilings), the predictions of {len(scaled)} points miss by a median of {scaled.median():.0%}, "
+                             f"the worst {scaled.max():.0%}: what is left is the predictor's.")
     return lines + v["notes"]
