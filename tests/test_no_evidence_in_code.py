@@ -124,3 +124,57 @@ def test_every_commit_docs_decisions_names_exists():
     if not known("3327f03"):
         pytest.skip("needs the repository's git history")
     assert len(hashes) > 20 and not [h for h in sorted(hashes) if not known(h)]
+
+
+# The report's code reads committed result files: it names none of them, nor a machine folder; campaigns.json under
+# the results root does (perflab.report.claims), so a result file moves without touching code.
+REPORT_CODE = ("perflab/report/markdown.py",)
+RESULT_FILE = re.compile(r"\w[\w*\-]*\.(?:csv|jsonl|json|log)\b")
+
+
+def machine_keys():
+    """The committed machine folders' names (those with a hyphen: figures/ and predictions/ are no machine)."""
+    from perflab.results import RESULTS_ROOT
+    return sorted(p.name for p in RESULTS_ROOT.iterdir() if p.is_dir() and "-" in p.name)
+
+
+def named_results(source, machines=()):
+    """(line, text) of each string literal outside docstrings (f-strings' text included) naming a result file
+    or one of `machines`."""
+    machine = re.compile(r"(?<![\w-])(?:" + "|".join(map(re.escape, machines)) + r")(?![\w-])") if machines else None
+    tree = ast.parse(source)
+    docs = {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
+            and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+            and (RESULT_FILE.search(node.value) or (machine and machine.search(node.value)))]
+
+
+def test_the_literal_scanner_finds_result_files_and_machine_folders_not_docstrings():
+    source = ('def f(root):\n    """Reads bench_train.csv."""\n'
+              '    a = root.glob("*/bench_hold.csv")\n    b = f"{root}/nvidia-h200/x"\n'
+              '    c = "results/" + "a report.md, 3.5 ms"\n    return sorted(root.glob("*/*.csv"))\n')
+    assert named_results(source, ["nvidia-h200"]) == [(3, "*/bench_hold.csv"), (4, "/nvidia-h200/x")]
+    assert named_results('x = "nvidia-smi, nvidia-h200-x4"\n', ["nvidia-h200"]) == []
+
+
+def test_the_report_code_names_no_result_file_or_machine_folder():
+    found = [f"{rel}:{line}: {text!r}" for rel in REPORT_CODE
+             for line, text in named_results((PROJECT_ROOT / rel).read_text(), machine_keys())]
+    assert not found, "name these in results/campaigns.json (perflab.report.claims.section):\n" + "\n".join(found)
+
+
+def test_every_section_campaigns_json_lists_is_drawn_and_finds_its_files():
+    """Each page's sections have a function that draws them and an entry; each entry's file patterns match
+    committed files (a renamed or moved file is named, not silently left out of the page)."""
+    from perflab.report import claims, markdown
+    from perflab.results import RESULTS_ROOT
+    drawn = {"campaigns": markdown.CAMPAIGN_SECTIONS, "readme": markdown.README_SECTIONS}
+    for page, functions in drawn.items():
+        names = claims.page(page)
+        assert names and set(names) == set(functions), (page, set(names) ^ set(functions))
+        for name in names:
+            patterns = claims.section(name).get("files", [])
+            patterns = [patterns] if isinstance(patterns, str) else list(patterns)
+            assert all(list(RESULTS_ROOT.glob(p)) for p in patterns), (name, patterns)

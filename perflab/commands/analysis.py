@@ -62,14 +62,32 @@ def transferred(args, path: Path, ceilings):
 
 def cmd_whatif(args, comm) -> dict:
     """Predict a grid of points from one ceilings file alone (any machine's, measured or described)."""
-
-    import pandas as pd
-
     from perflab import results
-    from perflab.analysis import predictor
     from perflab.data import atomic_write
     from perflab.workbook import sweep
     hidden = nets(args)  # the spelling first: a mistyped net is named before any file is read
+    path, exchanges, ceilings, moved = whatif_ceilings(args)
+    backend = whatif_backend(args, ceilings, hidden, path)
+    try:
+        points = sweep.grid(hidden=hidden, per_rank_batch=args.per_rank_batch, ranks=args.ranks,
+                            parallel=args.parallel, backend=[backend], mode=args.mode, gemm=args.gemm,
+                            dtype=args.dtype, N=args.train_size, launch=args.launch,
+                            comm=None if args.comm == "auto" else args.comm)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    rows = whatif_rows(args, points, ceilings)
+    out = Path(args.out or results.run_dir()) / f"{args.name}.json"
+    made = whatif_made(args, rows, ceilings, backend, path, exchanges, moved)
+    atomic_write(out, (json.dumps(made, indent=1) + "\n").encode())
+    if not args.json:
+        print_whatif(args, rows, made, backend, out)
+    return {"saved": str(out), "rows": rows}
+
+
+def whatif_ceilings(args) -> tuple:
+    """(--ceilings' path, the --exchange-ceilings paths, the Ceilings they make together, carried to --gpu-kind where
+    it is given, and what that transfer did or None), each file checked."""
+    from perflab.analysis import predictor
     path = Path(args.ceilings)
     if not path.is_file():
         raise CLIError(f"--ceilings {args.ceilings}: no such file (perflab ceilings writes <run folder>/ceilings_p<P>.csv)")
@@ -85,16 +103,13 @@ def cmd_whatif(args, comm) -> dict:
             ceilings = predictor.with_exchange(ceilings, predictor.Ceilings.load(exchange))
         except predictor.PredictionError as exc:
             raise CLIError(str(exc)) from None
-    moved = transferred(args, path, ceilings) if args.gpu_kind else None
-    ceilings = moved[0] if moved else ceilings
-    backend = whatif_backend(args, ceilings, hidden, path)
-    try:
-        points = sweep.grid(hidden=hidden, per_rank_batch=args.per_rank_batch, ranks=args.ranks,
-                            parallel=args.parallel, backend=[backend], mode=args.mode, gemm=args.gemm,
-                            dtype=args.dtype, N=args.train_size, launch=args.launch,
-                            comm=None if args.comm == "auto" else args.comm)
-    except ValueError as exc:
-        raise CLIError(str(exc)) from None
+    moved = transferred(args, path, ceilings) if args.gpu_kind else (ceilings, None)
+    return path, exchanges, *moved
+
+
+def whatif_rows(args, points, ceilings) -> list[dict]:
+    """One row a point: its settings, the predicted batch and epoch, the band and every term (ms)."""
+    from perflab.analysis import predictor
     rows = []
     for point in points:
         point["graphs"] = point["launch"] == "graph"
@@ -110,7 +125,12 @@ def cmd_whatif(args, comm) -> dict:
                     | {"b": point["B"] // point["p"], "batch_ms": 1e3 * pred["batch_s"], "epoch_ms": 1e3 * pred["epoch_s"],
                        "composition": pred["composition"]} | predictor.band_ms(pred)
                     | {k: 1e3 * v for k, v in pred.items() if k.startswith("t_")})
-    out = Path(args.out or results.run_dir()) / f"{args.name}.json"
+    return rows
+
+
+def whatif_made(args, rows, ceilings, backend: str, path: Path, exchanges: list, moved: dict | None) -> dict:
+    """The prediction file's content: the rows, what they were made from and by, and how far to trust them."""
+    from perflab import results
     device = "cpu" if backend == "numpy" else "gpu"
     grid = {g: ceilings.grid_error(ceilings.step_names(backend, g), device) for g in args.gemm}
     made = {"method": "perflab.analysis.predictor from the ceilings file alone (no training run)", "ceilings": str(path),
@@ -119,31 +139,34 @@ def cmd_whatif(args, comm) -> dict:
             "track_record": track_record(results.made_on(path)), "rows": rows}
     if moved:
         made |= {"method": "perflab.analysis.predictor from the ceilings of another GPU kind, carried to --gpu-kind by "
-                           "datasheet ratios (perflab.analysis.transfer; no file of that kind read)", "transfer": moved[1]}
+                           "datasheet ratios (perflab.analysis.transfer; no file of that kind read)", "transfer": moved}
     if exchanges:
         made |= {"method": "perflab.analysis.predictor from ceilings files alone (no training run): the step, floors and "
                            "copies from `ceilings`, the all-reduces at the ranks each measured from `exchange_ceilings`",
                  "exchange_ceilings": [str(f) for f in exchanges],
                  "exchange_machines": [results.made_on(f) for f in exchanges]}
-    atomic_write(out, (json.dumps(made, indent=1) + "\n").encode())
-    if not args.json:
-        print(pd.DataFrame(rows).drop(columns=["composition"]).round(3).to_string(index=False))
-        if "eager" in args.launch and backend == "cupy":
-            print("eager steps: charged the trainer's host floor at H = 16; a step the host launches kernel by kernel "
-                  "moved by up to 2x between points of one run on the borrowed H100s (experiments/predictor/README.md)")
-        if made["epoch_stretch"] is not None and "resident" in args.mode and "graph" in args.launch:
-            print(f"an epoch run as one CUDA graph (resident, graphed; on several GPUs NCCL inside): its steps x {made['epoch_stretch']:.3f}, "
-                  "the ratio of the trainer's epoch to its graph replayed alone that the ceilings measured")
-        for g, e in grid.items():
-            if e is not None:
-                print(f"kernels at shapes off the ceilings' grid ({g}): the grid's own points, each interpolated from its "
-                      f"neighbours, miss by a median of {100 * e['median_abs']:.0f}% (worst {100 * e['worst']:+.0f}%)")
-        print(track_record_text(made["track_record"]))
-        if moved:
-            print(f"(that record is {moved[1]['from_kind']} predicted from its own ceilings; across kinds the datasheets add "
-                  "their own error, and the host's launches and copies are the source machine's)")
-        print(f"wrote {out}")
-    return {"saved": str(out), "rows": rows}
+    return made
+
+
+def print_whatif(args, rows, made: dict, backend: str, out: Path) -> None:
+    """The rows as a table, then what to trust of them: eager steps, the epoch's stretch, the grid's error."""
+    import pandas as pd
+    print(pd.DataFrame(rows).drop(columns=["composition"]).round(3).to_string(index=False))
+    if "eager" in args.launch and backend == "cupy":
+        print("eager steps: charged the trainer's host floor at H = 16; a step the host launches kernel by kernel "
+              "moved by up to 2x between points of one run on the borrowed H100s (experiments/predictor/README.md)")
+    if made["epoch_stretch"] is not None and "resident" in args.mode and "graph" in args.launch:
+        print(f"an epoch run as one CUDA graph (resident, graphed; on several GPUs NCCL inside): its steps x {made['epoch_stretch']:.3f}, "
+              "the ratio of the trainer's epoch to its graph replayed alone that the ceilings measured")
+    for g, e in made["grid_interpolation_error"].items():
+        if e is not None:
+            print(f"kernels at shapes off the ceilings' grid ({g}): the grid's own points, each interpolated from its "
+                  f"neighbours, miss by a median of {100 * e['median_abs']:.0f}% (worst {100 * e['worst']:+.0f}%)")
+    print(track_record_text(made["track_record"]))
+    if "transfer" in made:
+        print(f"(that record is {made['transfer']['from_kind']} predicted from its own ceilings; across kinds the "
+              "datasheets add their own error, and the host's launches and copies are the source machine's)")
+    print(f"wrote {out}")
 
 
 def whatif_backend(args, ceilings, hidden, path) -> str:
@@ -212,6 +235,13 @@ def cmd_predict(args, comm) -> dict:
 
 
 def register(sub) -> None:
+    """validate, whatif and predict, in the order `perflab --help` lists them."""
+    validate_parser(sub)
+    whatif_parser(sub)
+    predict_parser(sub)
+
+
+def validate_parser(sub) -> None:
     p = sub.add_parser("validate", help="the predictor against every measured sweep point (ceilings alone, no fit)",
                        description="For each point of the main job's sweeps of a run folder (where the main job "
                                    "never ran: roofline*.csv, parallel.csv, prediction_check*.csv and any other sweep), "
@@ -228,6 +258,8 @@ def register(sub) -> None:
     outputs(p, folder=False)
     p.set_defaults(run=cmd_validate)
 
+
+def whatif_parser(sub) -> None:
     p = sub.add_parser("whatif", help="predict points from a ceilings file alone (perflab.analysis.predictor; no training run)",
                        description="Time per batch and per epoch of every (H, b, p, mode) point composed from one "
                                    "ceilings file (perflab ceilings on that machine): commit the prediction before the "
@@ -272,6 +304,8 @@ def register(sub) -> None:
     outputs(p, folder=False)
     p.set_defaults(run=cmd_whatif)
 
+
+def predict_parser(sub) -> None:
     p = sub.add_parser("predict", help="predict scaling to p GPUs from the committed H200 measurements",
                        description="Projected epoch time and efficiency (data parallel, model parallel; H in {512, 2048}, "
                                    "b in {800, 3000} per GPU, N = 60000) for p GPUs, from the NCCL all-reduce fit and the "

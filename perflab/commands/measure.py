@@ -184,6 +184,14 @@ def cmd_bench_allreduce(args, comm) -> dict:
 
 
 def register(sub) -> None:
+    """timeline, ceilings, compile and bench, in the order `perflab --help` lists them."""
+    timeline_parser(sub)
+    ceilings_parser(sub)
+    compile_parser(sub)
+    bench_parser(sub)
+
+
+def timeline_parser(sub) -> None:
     p = sub.add_parser("timeline", help="a few steps of the staged and pipelined paths drawn lane by lane (GPU)",
                        description="Train two short epochs per mode with every phase's start and end recorded on its "
                                    "CUDA stream (and the host all-reduce on the host clock), nothing synchronized; "
@@ -204,6 +212,8 @@ def register(sub) -> None:
     outputs(p)
     p.set_defaults(run=cmd_timeline)
 
+
+def ceilings_parser(sub) -> None:
     p = sub.add_parser("ceilings", help="measure this machine's ceilings (GEMM rate, PCIe, MPI/NCCL all-reduce)",
                        description="Microbenchmarks for the rooflines, saved to <run folder>/ceilings_p<P>.csv with "
                                    "machine metadata: BLAS GEMM at the training shapes, and on a GPU cuBLAS and perflab's "
@@ -227,6 +237,8 @@ def register(sub) -> None:
     outputs(p)
     p.set_defaults(run=cmd_ceilings)
 
+
+def compile_parser(sub) -> None:
     p = sub.add_parser("compile", help="compile every CUDA kernel into CuPy's cache now, in parallel (GPU)",
                        description="perflab's kernels are compiled (NVRTC) at first use, one module at a time: "
                                    "minutes on a fresh machine. This compiles all of them in parallel processes into "
@@ -236,8 +248,19 @@ def register(sub) -> None:
     outputs(p, folder=False)
     p.set_defaults(run=cmd_compile)
 
+
+def bench_parser(sub) -> None:
+    """`perflab bench WHAT`: one subcommand a benchmark."""
     p = sub.add_parser("bench", help="benchmarks: perflab beside its peers in one run (GPU)")
     bsub = p.add_subparsers(dest="bench_command", required=True, metavar="WHAT")
+    bench_gemm_parser(bsub)
+    bench_hold_parser(bsub)
+    bench_train_parser(bsub)
+    bench_step_parser(bsub)
+    bench_allreduce_parser(bsub)
+
+
+def bench_gemm_parser(bsub) -> None:
     from perflab.kernels import GEMM_VARIANTS
     from perflab.measure.gemm_peers import GEMM_PEERS
     b = bsub.add_parser("gemm", help="every GEMM variant beside cuBLAS, PyTorch and JAX at the training shapes",
@@ -261,6 +284,9 @@ def register(sub) -> None:
                         f"with a message (default: {' '.join(GEMM_PEERS)}; none: --peers alone)")
     outputs(b)
     b.set_defaults(run=cmd_bench_gemm)
+
+
+def bench_hold_parser(bsub) -> None:
     from perflab.measure.bench import HOLD_SHAPES
     b = bsub.add_parser("hold", help="best and cuBLAS held on a shape for seconds, with the SM clock and power",
                         description="Replays best (tuned) and cuBLAS in turn on each shape for --seconds, --rounds times, "
@@ -275,6 +301,9 @@ def register(sub) -> None:
     b.add_argument("--rounds", type=positive, default=2, help="times best and cuBLAS alternate a shape (default 2)")
     outputs(b)
     b.set_defaults(run=cmd_bench_hold)
+
+
+def bench_train_parser(bsub) -> None:
     from perflab.measure.peers import PEERS
     b = bsub.add_parser("train", help="an epoch of perflab beside PyTorch, JAX and the cuBLAS floor",
                         description="Median ms per epoch (N samples, resident on the GPU, FP32, TF32 off) for perflab "
@@ -290,6 +319,8 @@ def register(sub) -> None:
     outputs(b)
     b.set_defaults(run=cmd_bench_train)
 
+
+def bench_step_parser(bsub) -> None:
     b = bsub.add_parser("step", help="each kernel of one training step, timed alone (where the time goes)",
                         description="Device ms of every kernel of perflab's training step at H x B (and of the unfused "
                                     "output layer's kernels), each graph-timed alone, with bytes moved and % of the "
@@ -300,6 +331,8 @@ def register(sub) -> None:
     outputs(b)
     b.set_defaults(run=cmd_bench_step)
 
+
+def bench_allreduce_parser(bsub) -> None:
     from perflab.measure.bench import ALLREDUCE_SIZES
     b = bsub.add_parser("allreduce", help="the gradient all-reduce: perflab's NCCL and staged MPI beside torch.distributed",
                         description="Run under mpirun, one rank per GPU. Device ms of one float32 all-reduce (CUDA events "

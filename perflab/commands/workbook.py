@@ -165,6 +165,12 @@ def cmd_notebook(args, comm) -> dict:
 
 
 def register(sub) -> None:
+    """sweep and notebook, in the order `perflab --help` lists them."""
+    sweep_parser(sub)
+    notebook_parser(sub)
+
+
+def sweep_parser(sub) -> None:
     p = sub.add_parser("sweep", help="measure a grid of points (H, B, p, mode, ...) into <run folder>/NAME.csv",
                        description="Each point trains (N samples, E epochs) unprofiled for the epoch time and once "
                                    "profiled for the phase medians; its row is written as soon as it finishes, and a "
@@ -216,6 +222,8 @@ def register(sub) -> None:
     outputs(p)
     p.set_defaults(run=cmd_sweep)
 
+
+def notebook_parser(sub) -> None:
     p = sub.add_parser("notebook", help="run a workbook notebook end to end (papermill)",
                        description="Execute notebooks/NAME.py (Jupytext percent format: open it in Jupyter with jupytext "
                                    "installed, or edit it as text) with parameters; the executed copy and its figures "

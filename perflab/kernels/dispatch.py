@@ -117,8 +117,14 @@ def tune(a, b, out, variant: str = "best", work=None, repeats: int = 5, a_small=
     return TUNED[key]
 
 
+LIBRARY_VARIANTS = CUBLAS_VARIANTS + WGMMA_VARIANTS  # beta scales out in place; the epilogue is a pass of its own
+
+
 def gemm(a, b, out=None, alpha=1.0, beta=0.0, c=None, bias=None, variant: str = "best",
          config: str | None = None, blocks: int | None = None, work=None, a_small=None):
+    """out = alpha a @ b + beta c (c: out where not given), then sigmoid(out + bias[:, None]) with bias.
+    Checked here, then one launcher a family of variants: every step's GEMM calls this, so a call
+    stays one Python function below it."""
     cp = cupy()
     if variant not in GEMM_VARIANTS:
         raise KernelError(f"GEMM variant must be one of {GEMM_VARIANTS}, got {variant!r}")
@@ -145,54 +151,70 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, c=None, bias=None, variant: str = 
         return out
     ta, lda = storage(a, "a")
     tb, ldb = storage(b, "b")
-    if variant in CUBLAS_VARIANTS + WGMMA_VARIANTS:  # beta scales out in place; the epilogue is a pass of its own
-        if c is not None and c is not out:
-            out[...] = c
-        if variant in WGMMA_VARIANTS:
-            if config is None:
-                config, blocks = TUNED.get(tune_key(variant, a, b, ta, tb), (None, blocks))
-            wgmma_gemm(a, b, out, alpha, beta, variant == "x3tf32", config, blocks, a_small)
-        else:
-            (cublas_gemm if variant == "cublas" else cublas_x3tf32)(M, N, K, alpha, a, ta, lda, b, tb, ldb, beta, out)
-        if bias is not None:
-            bias_sigmoid(out, bias)
-        return out
+    if variant in LIBRARY_VARIANTS:
+        return library_gemm(a, b, out, alpha, beta, c, bias, variant, config, blocks, a_small, M, N, K, ta, lda, tb, ldb)
     if c is not None:
         c = cp.ascontiguousarray(c)
-    epi = 0 if bias is None else 1
-    scalar = a.dtype.type
-    cptr = c if c is not None else out
-    bptr = bias if bias is not None else out
     if variant in TILED_VARIANTS:
+        return tile_gemm(cp, a, b, out, alpha, beta, c, bias, variant, config, blocks, work, T, M, N, K, ta, lda, tb, ldb)
+    return simple_gemm(a, b, out, alpha, beta, c, bias, variant, T, M, N, K, ta, lda, tb, ldb)
+
+
+def library_gemm(a, b, out, alpha, beta, c, bias, variant, config, blocks, a_small, M, N, K, ta, lda, tb, ldb):
+    """cuBLAS (FP32, or its 3xTF32) or Hopper's wgmma GEMMs (the choice tune() made unless config is
+    given): beta scales out in place, so c is copied into out first; bias and sigmoid a pass after."""
+    if c is not None and c is not out:
+        out[...] = c
+    if variant in WGMMA_VARIANTS:
         if config is None:
-            config, auto_blocks = (TUNED.get(tune_key(variant, a, b, ta, tb))
-                                   or heuristic_tiles(variant, T, M, N, K, multiprocessors()))
-            blocks = auto_blocks if blocks is None else blocks
-        tiles = tile_grid(variant, T, config, M, N, K)[0]
-        blocks = tiles if blocks is None else blocks
-        if blocks != tiles:  # a tile a block is always runnable: no second look at the grid
-            check_blocks(variant, T, config, M, N, K, blocks)
-        if blocks != tiles and (work is None or work.size < workspace_elements(variant, T, config, blocks)):
-            work = cp.zeros(workspace_elements(variant, T, config, blocks), dtype=a.dtype)
-        threads, smem = tile_launch(variant, T, config, ta, tb)
-        v = 16 // a.itemsize  # elements in a 16-byte chunk: vector copies need aligned rows
-        vec = all(x.data.ptr % 16 == 0 and ld % v == 0 for x, ld in ((a, lda), (b, ldb)))
-        shared = blocks != tiles
-        bm, bn = tile_configs(variant, T)[config][:2]
-        grid = (blocks,) if shared else (math.ceil(N / bn), math.ceil(M / bm))
-        launch_tile(gemm_function(variant, T, ta, tb, epi, config, shared), grid, (threads,),
-                    (i32(M), i32(N), i32(K), scalar(alpha), a, i32(lda), b, i32(ldb), scalar(beta), cptr, i32(N),
-                     out, i32(N), bptr, work if shared else out, i32(vec)), smem)
-        return out
-    kernel = gemm_function(variant, T, ta, tb, epi)
+            config, blocks = TUNED.get(tune_key(variant, a, b, ta, tb), (None, blocks))
+        wgmma_gemm(a, b, out, alpha, beta, variant == "x3tf32", config, blocks, a_small)
+    else:
+        (cublas_gemm if variant == "cublas" else cublas_x3tf32)(M, N, K, alpha, a, ta, lda, b, tb, ldb, beta, out)
+    if bias is not None:
+        bias_sigmoid(out, bias)
+    return out
+
+
+def tile_gemm(cp, a, b, out, alpha, beta, c, bias, variant, config, blocks, work, T, M, N, K, ta, lda, tb, ldb):
+    """best and tf32, the cp.async tile kernels: the config and blocks tune() chose (else the grid's
+    heuristic), a block a tile or fewer blocks sharing tiles through `work` (split-K, stream-K)."""
+    if config is None:
+        config, auto_blocks = (TUNED.get(tune_key(variant, a, b, ta, tb))
+                               or heuristic_tiles(variant, T, M, N, K, multiprocessors()))
+        blocks = auto_blocks if blocks is None else blocks
+    tiles = tile_grid(variant, T, config, M, N, K)[0]
+    blocks = tiles if blocks is None else blocks
+    if blocks != tiles:  # a tile a block is always runnable: no second look at the grid
+        check_blocks(variant, T, config, M, N, K, blocks)
+    if blocks != tiles and (work is None or work.size < workspace_elements(variant, T, config, blocks)):
+        work = cp.zeros(workspace_elements(variant, T, config, blocks), dtype=a.dtype)
+    threads, smem = tile_launch(variant, T, config, ta, tb)
+    v = 16 // a.itemsize  # elements in a 16-byte chunk: vector copies need aligned rows
+    vec = all(x.data.ptr % 16 == 0 and ld % v == 0 for x, ld in ((a, lda), (b, ldb)))
+    shared = blocks != tiles
+    bm, bn = tile_configs(variant, T)[config][:2]
+    grid = (blocks,) if shared else (math.ceil(N / bn), math.ceil(M / bm))
+    scalar = a.dtype.type
+    launch_tile(gemm_function(variant, T, ta, tb, 0 if bias is None else 1, config, shared), grid, (threads,),
+                (i32(M), i32(N), i32(K), scalar(alpha), a, i32(lda), b, i32(ldb), scalar(beta),
+                 c if c is not None else out, i32(N), out, i32(N), bias if bias is not None else out,
+                 work if shared else out, i32(vec)), smem)
+    return out
+
+
+def simple_gemm(a, b, out, alpha, beta, c, bias, variant, T, M, N, K, ta, lda, tb, ldb):
+    """naive, tiled and regblock, the first steps of the progression: a fixed block and tile each."""
+    kernel = gemm_function(variant, T, ta, tb, 0 if bias is None else 1)
     if variant == "naive":
         grid, block = (math.ceil(N / 32), math.ceil(M / 8)), (32, 8)
     elif variant == "tiled":
         grid, block = (math.ceil(N / 32), math.ceil(M / 32)), (32, 32)
     else:  # regblock: 16 x 4 threads, a 64 x 16 tile of D
         grid, block = (math.ceil(N / 16), math.ceil(M / 64)), (16, 4)
+    scalar = a.dtype.type
     kernel(grid, block, (i32(M), i32(N), i32(K), scalar(alpha), a, i32(lda), b, i32(ldb), scalar(beta),
-                         cptr, i32(N), out, i32(N), bptr))
+                         c if c is not None else out, i32(N), out, i32(N), bias if bias is not None else out))
     return out
 
 

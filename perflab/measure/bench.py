@@ -51,7 +51,7 @@ def bench_gemm(variants=("naive", "tiled", "regblock", "best", "tf32", "cublas")
     peak, dev = device_peak_flops(cp)
     copy_rate = device_copy_rate(cp)
     from perflab.kernels.wgmma import hopper
-    from perflab.measure.gemm_peers import HALF_PEERS, TENSOR_CORE_PEERS, run_gemm_peers
+    from perflab.measure.gemm_peers import run_gemm_peers
     if not hopper() and any(v in kernels.WGMMA_VARIANTS for v in variants):
         log(f"skipped: {', '.join(kernels.WGMMA_VARIANTS)} (Hopper's wgmma; this GPU is not one)")
         variants = [v for v in variants if v not in kernels.WGMMA_VARIANTS]
@@ -60,50 +60,70 @@ def bench_gemm(variants=("naive", "tiled", "regblock", "best", "tf32", "cublas")
     shapes = list(gemm_shapes(hidden, batches))
     for name, M, K, N, ta, tb in tqdm(shapes, disable=not progress, desc="gemm shapes"):
         inputs = operand_sets(cp, M, K, N, ta, tb, dtype)
-        out = cp.empty((M, N), dtype)
-        work = kernels.workspace(M, N, dtype)  # allocated outside the graph
-        flops = 2.0 * M * N * K
-        nbytes = (M * K + K * N + M * N) * np.dtype(dtype).itemsize
-        reference = None
-        base = {}
-        for variant in variants:
-            if (variant == "naive" and flops > 2e10) or (variant in kernels.TF32_VARIANTS and dtype != "float32"):
-                continue
-            choice = (kernels.tune(*inputs[0], out, variant=variant, work=work)
-                      if variant in kernels.TUNABLE_VARIANTS else ("", None))
-            call = rotating(inputs, lambda a, b: kernels.gemm(a, b, out=out, variant=variant, work=work))
-            call()
-            if reference is None:
-                a0, b0 = inputs[0]
-                reference = cp.asnumpy(a0).astype(np.float64) @ cp.asnumpy(b0).astype(np.float64)
-            a0, b0 = inputs[0]
-            kernels.gemm(a0, b0, out=out, variant=variant)
-            err = rel_error(out.get(), reference)
-            ms = time_graph_ms(cp, call, calls=2 * len(inputs), repeats=repeats)
-            schedule = (kernels.schedule_name(variant, kernels.ctype(dtype), choice[0], M, N, K, choice[1])
-                        if variant in kernels.TILED_VARIANTS
-                        else f"split-K {choice[1]}" if variant in kernels.WGMMA_VARIANTS else "")
-            base[variant] = (ms, err, choice[0], choice[1], schedule)
+        base = time_variants(cp, variants, inputs, M, K, N, dtype, repeats)
         for peer, times in peer_times.items():
             base[peer] = (*times[name], "", None, "")
-        fastest_peer = min((base[p][0] for p in ("cublas", *peer_times)
-                            if p in base and p not in TENSOR_CORE_PEERS and p not in HALF_PEERS), default=float("nan"))
-        for variant, (ms, err, config, blocks, schedule) in base.items():
-            half, half_tolerance = HALF_PEERS.get(variant, (None, None))
-            stored_bytes = nbytes // np.dtype(dtype).itemsize * 2 if half else nbytes
-            rows.append({"shape": name, "M": M, "K": K, "N": N, "variant": variant, "dtype": half or dtype, "ms": ms,
-                         "tflops": flops / ms / 1e9, "pct_peak": 100 * flops / (ms * 1e-3) / peak,
-                         "gbps": stored_bytes / ms / 1e6, "pct_copy_rate": 100 * stored_bytes / (ms * 1e-3) / copy_rate,
-                         "rel_error": err, "gpu": dev["gpu"], "peak_tflops": peak / 1e12,
-                         "copy_rate_gbps": copy_rate / 1e9, "config": config, "blocks": blocks, "schedule": schedule,
-                         "checked": bool(err <= (half_tolerance or TOLERANCE["tf32" if variant in ONE_TF32_PRODUCT
-                                                                            else dtype])),
-                         "pct_cublas": 100 * base["cublas"][0] / ms if "cublas" in base else float("nan"),
-                         "pct_fastest_peer": 100 * fastest_peer / ms,
-                         **{f"pct_{p.replace('-', '_')}": 100 * base[p][0] / ms if p in base else float("nan")
-                            for p in TENSOR_CORE_PEERS}})
+        rows += gemm_rows(base, peer_times, name, M, K, N, dtype, peak, dev, copy_rate)
         if on_shape is not None:
             on_shape(rows)
+    return rows
+
+
+def time_variants(cp, variants, inputs, M: int, K: int, N: int, dtype: str, repeats: int) -> dict:
+    """{variant: (ms, error against float64, config, blocks, schedule)} at one shape, each variant tuned
+    first where it takes a choice; naive is left out where it would take too long, the TF32 ones
+    where the inputs are not float32."""
+    from perflab import kernels
+    out = cp.empty((M, N), dtype)
+    work = kernels.workspace(M, N, dtype)  # allocated outside the graph
+    flops = 2.0 * M * N * K
+    reference = None
+    base = {}
+    for variant in variants:
+        if (variant == "naive" and flops > 2e10) or (variant in kernels.TF32_VARIANTS and dtype != "float32"):
+            continue
+        choice = (kernels.tune(*inputs[0], out, variant=variant, work=work)
+                  if variant in kernels.TUNABLE_VARIANTS else ("", None))
+        call = rotating(inputs, lambda a, b: kernels.gemm(a, b, out=out, variant=variant, work=work))
+        call()
+        if reference is None:
+            a0, b0 = inputs[0]
+            reference = cp.asnumpy(a0).astype(np.float64) @ cp.asnumpy(b0).astype(np.float64)
+        a0, b0 = inputs[0]
+        kernels.gemm(a0, b0, out=out, variant=variant)
+        err = rel_error(out.get(), reference)
+        ms = time_graph_ms(cp, call, calls=2 * len(inputs), repeats=repeats)
+        schedule = (kernels.schedule_name(variant, kernels.ctype(dtype), choice[0], M, N, K, choice[1])
+                    if variant in kernels.TILED_VARIANTS
+                    else f"split-K {choice[1]}" if variant in kernels.WGMMA_VARIANTS else "")
+        base[variant] = (ms, err, choice[0], choice[1], schedule)
+    return base
+
+
+def gemm_rows(base: dict, peer_times: dict, name: str, M: int, K: int, N: int, dtype: str, peak: float, dev: dict,
+              copy_rate: float) -> list[dict]:
+    """bench_gemm's rows of one shape: each timed variant and peer against the device's peak and copy
+    rate, cuBLAS, the fastest FP32 peer and the tensor-core peers."""
+    from perflab.measure.gemm_peers import HALF_PEERS, TENSOR_CORE_PEERS
+    flops = 2.0 * M * N * K
+    nbytes = (M * K + K * N + M * N) * np.dtype(dtype).itemsize
+    fastest_peer = min((base[p][0] for p in ("cublas", *peer_times)
+                        if p in base and p not in TENSOR_CORE_PEERS and p not in HALF_PEERS), default=float("nan"))
+    rows = []
+    for variant, (ms, err, config, blocks, schedule) in base.items():
+        half, half_tolerance = HALF_PEERS.get(variant, (None, None))
+        stored_bytes = nbytes // np.dtype(dtype).itemsize * 2 if half else nbytes
+        rows.append({"shape": name, "M": M, "K": K, "N": N, "variant": variant, "dtype": half or dtype, "ms": ms,
+                     "tflops": flops / ms / 1e9, "pct_peak": 100 * flops / (ms * 1e-3) / peak,
+                     "gbps": stored_bytes / ms / 1e6, "pct_copy_rate": 100 * stored_bytes / (ms * 1e-3) / copy_rate,
+                     "rel_error": err, "gpu": dev["gpu"], "peak_tflops": peak / 1e12,
+                     "copy_rate_gbps": copy_rate / 1e9, "config": config, "blocks": blocks, "schedule": schedule,
+                     "checked": bool(err <= (half_tolerance or TOLERANCE["tf32" if variant in ONE_TF32_PRODUCT
+                                                                        else dtype])),
+                     "pct_cublas": 100 * base["cublas"][0] / ms if "cublas" in base else float("nan"),
+                     "pct_fastest_peer": 100 * fastest_peer / ms,
+                     **{f"pct_{p.replace('-', '_')}": 100 * base[p][0] / ms if p in base else float("nan")
+                        for p in TENSOR_CORE_PEERS}})
     return rows
 
 
@@ -418,7 +438,7 @@ def bench_allreduce(comm, sizes=ALLREDUCE_SIZES, calls: int = 10, repeats: int =
     NCCL paths: CUDA events around `calls` back-to-back all-reduces, median of `repeats`; the
     staged path blocks the host, so it is timed on the host. Rows on rank 0 only (every rank
     takes part)."""
-    import time
+    import functools
 
     import cupy as cp
 
@@ -427,39 +447,9 @@ def bench_allreduce(comm, sizes=ALLREDUCE_SIZES, calls: int = 10, repeats: int =
     local = select_device(comm)
     nccl = NCCLComm(comm)
     stream = cp.cuda.Stream(non_blocking=True)
-
-    def events_ms(call, record, elapsed):
-        for _ in range(2):
-            call()
-        times = []
-        for _ in range(repeats):
-            comm.barrier()
-            start = record()
-            for _ in range(calls):
-                call()
-            stop = record()
-            times.append(elapsed(start, stop) / calls)
-        return statistics.median(times)
-
-    def cupy_record():
-        event = cp.cuda.Event()
-        event.record(stream)
-        return event
-
-    def cupy_elapsed(start, stop):
-        stop.synchronize()
-        return cp.cuda.get_elapsed_time(start, stop)
-
-    def host_ms(call):
-        call()
-        times = []
-        for _ in range(repeats):
-            comm.barrier()
-            start = time.perf_counter()
-            call()
-            times.append(1e3 * (time.perf_counter() - start))
-        return statistics.median(times)
-
+    events_ms = functools.partial(events_median_ms, comm, calls=calls, repeats=repeats)
+    host_ms = functools.partial(host_median_ms, comm, repeats=repeats)
+    record, elapsed = cupy_events(cp, stream)
     impls = {}
     for size in sizes:
         with stream:  # the comms work on the current stream
@@ -468,11 +458,57 @@ def bench_allreduce(comm, sizes=ALLREDUCE_SIZES, calls: int = 10, repeats: int =
             def perflab_staged():
                 comm.allreduce(buf)
                 stream.synchronize()
-            impls.setdefault(size, {})["perflab nccl"] = events_ms(lambda: nccl.allreduce(buf), cupy_record,
-                                                                   cupy_elapsed)
+            impls.setdefault(size, {})["perflab nccl"] = events_ms(lambda: nccl.allreduce(buf), record, elapsed)
             impls[size]["perflab staged mpi"] = host_ms(perflab_staged)
             impls[size].update(host_allreduces(comm, buf, stream, host_ms))
     impls_torch = torch_allreduce(comm, local, sizes, events_ms)
+    return allreduce_rows(comm, sizes, impls, impls_torch) if comm.rank == 0 else []
+
+
+def events_median_ms(comm, call, record, elapsed, calls: int, repeats: int) -> float:
+    """ms of one call: `calls` back to back between two events (record(), elapsed(start, stop)), the
+    median of `repeats`, every rank starting together, after two calls of warm-up."""
+    for _ in range(2):
+        call()
+    times = []
+    for _ in range(repeats):
+        comm.barrier()
+        start = record()
+        for _ in range(calls):
+            call()
+        stop = record()
+        times.append(elapsed(start, stop) / calls)
+    return statistics.median(times)
+
+
+def host_median_ms(comm, call, repeats: int) -> float:
+    """ms of one call that blocks the host, on the host's clock: the median of `repeats`, every rank
+    starting together, after one call of warm-up."""
+    call()
+    times = []
+    for _ in range(repeats):
+        comm.barrier()
+        start = time.perf_counter()
+        call()
+        times.append(1e3 * (time.perf_counter() - start))
+    return statistics.median(times)
+
+
+def cupy_events(cp, stream) -> tuple:
+    """(record, elapsed) for events_median_ms: CuPy events on `stream`."""
+    def record():
+        event = cp.cuda.Event()
+        event.record(stream)
+        return event
+
+    def elapsed(start, stop):
+        stop.synchronize()
+        return cp.cuda.get_elapsed_time(start, stop)
+    return record, elapsed
+
+
+def allreduce_rows(comm, sizes, impls: dict, impls_torch: dict) -> list[dict]:
+    """A row an (all-reduce, size): ms, bus bandwidth and the ratio to the fastest other library's."""
     rows = []
     for size in sizes:
         got = {**impls[size], **impls_torch.get(size, {})}
@@ -481,7 +517,7 @@ def bench_allreduce(comm, sizes=ALLREDUCE_SIZES, calls: int = 10, repeats: int =
             rows.append({"impl": name, "size_bytes": size, "ranks": comm.size, "ms": ms,
                          "bus_GBps": 2 * (comm.size - 1) / comm.size * size / (ms * 1e-3) / 1e9,
                          "ratio_to_best_peer": ms / best_peer})
-    return rows if comm.rank == 0 else []
+    return rows
 
 
 def host_allreduces(comm, buf, stream, host_ms) -> dict:

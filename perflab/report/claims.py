@@ -6,7 +6,11 @@ A claim: {"claim": text, "source": a path under the results root, "measured": a 
 query}}. `claim` and `measured` are str.format templates over the values. A query names its `op` (one of OPS)
 and may give `filter` (a pandas query on the source's rows), `latest` (keep the rows whose column holds its
 newest value, "?" aside), `column` and `format` (a format spec, applied to each end of a range). A claim
-whose source is missing is left out."""
+whose source is missing is left out.
+
+The generated pages' sections are data too: campaigns.json under the results root lists the sections of
+CAMPAIGNS.md and of the results root's README.md in order, and gives each the committed files it reads, the labels
+it looks up and its claims (perflab.report.markdown draws them)."""
 from __future__ import annotations
 
 import json
@@ -15,6 +19,7 @@ from pathlib import Path
 from perflab.results import RESULTS_ROOT
 
 CLAIMS_FILE = "claims.json"
+CAMPAIGNS_FILE = "campaigns.json"
 
 
 def span(values, spec: str) -> str:
@@ -158,3 +163,22 @@ def note(name: str, root: Path | None = None) -> str | None:
     if not path.exists():
         return None
     return c["claim"].format(source=path.relative_to(root.parent), **_values(c, path))
+
+
+def _campaigns(root: Path | None = None) -> dict:
+    path = (root or RESULTS_ROOT) / CAMPAIGNS_FILE
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def page(name: str, root: Path | None = None) -> list[str]:
+    """The sections of a generated page, in order: `campaigns` (CAMPAIGNS.md) or `readme` (the tables of the
+    results root's README.md); none where the results root has no campaigns file."""
+    return _campaigns(root).get(name, [])
+
+
+def section(name: str, root: Path | None = None) -> dict:
+    """One section's entry of the campaigns file: the result files it reads, the labels it looks up, its claims."""
+    sections = _campaigns(root).get("sections", {})
+    if name not in sections:
+        raise KeyError(f"{(root or RESULTS_ROOT) / CAMPAIGNS_FILE} has no section {name!r}")
+    return sections[name]

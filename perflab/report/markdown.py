@@ -20,21 +20,42 @@ def build(out: str | None = None, folder: Path | None = None) -> Path:
     return pdf.build(out, folder)
 
 
+# ------------------------------------------------------------------ what campaigns.json names
+def found(name: str, key: str = "files") -> list[Path]:
+    """The committed files a section reads (campaigns.json names them): each of its patterns globbed under the
+    results root, sorted, one pattern after the other."""
+    patterns = claims.section(name)[key]
+    return [path for pattern in ([patterns] if isinstance(patterns, str) else patterns)
+            for path in sorted(RESULTS_ROOT.glob(pattern))]
+
+
+def said(name: str, claim: str, **values) -> str:
+    """One claim of a section (campaigns.json), its numbers filled in."""
+    return claims.section(name)["claims"][claim].format(**values)
+
+
+def renamed(path: Path, rule: list) -> Path:
+    """The file beside `path` that a campaigns.json rule names: [old, new] replaced in its name, then [suffix]."""
+    out = path.with_name(path.name.replace(rule[0], rule[1]))
+    return out.with_suffix(rule[2]) if len(rule) > 2 else out
+
+
 # ------------------------------------------------------------------ tables from result files
 def train_table(path: Path) -> str:
     import pandas as pd
+    labels = claims.section("bench_train")["peers"]
     t = pd.read_csv(path)
     wide = t.pivot_table(index="peer", columns=["H", "B"], values="epoch_ms")
     wide.columns = [f"H={h} B={b} (ms)" for h, b in wide.columns]
     best_peer = {}
     for (h, b), group in t.groupby(["H", "B"]):
-        tensor_cores = group.peer.str.contains("tf32|wgmma|bf16|fp16", case=False)  # the targets are FP32, on both sides
-        peers = group[~group.peer.str.startswith(("perflab", "cublas")) & ~tensor_cores]
-        fp32 = group.peer.str.startswith("perflab") & ~tensor_cores
+        tensor_cores = group.peer.str.contains(labels["tensor_cores"], case=False)  # the targets are FP32, on both sides
+        peers = group[~group.peer.str.startswith((labels["mine"], labels["floor"])) & ~tensor_cores]
+        fp32 = group.peer.str.startswith(labels["mine"]) & ~tensor_cores
         ours = group[fp32].epoch_ms.min()
         if len(peers):
             best = peers.loc[peers.epoch_ms.idxmin()]
-            floor = group[group.peer.str.startswith("cublas") & ~tensor_cores].epoch_ms
+            floor = group[group.peer.str.startswith(labels["floor"]) & ~tensor_cores].epoch_ms
             best_peer[f"H={h} B={b}"] = (f"best peer {best.peer} {best.epoch_ms:.2f} ms; perflab best (FP32) {ours:.2f} ms; "
                                          f"ratio {ours / best.epoch_ms:.2f}"
                                          + (f"; FLOP rate {floor.min() / ours:.2f} of the cuBLAS floor's" if len(floor) else ""))
@@ -87,8 +108,9 @@ def tensor_core_section(train_path: Path, gemm_path: Path) -> str:
     beside the FP32 cuBLAS floor, JAX's 3xTF32, the TF32 peers (where the run had them) and cuBLAS TF32."""
     import json
 
-    import numpy as np
     import pandas as pd
+    part = claims.section("tensor_cores")
+    peer = part["peers"]
     t = pd.read_csv(train_path)
     wide = t.pivot_table(index="peer", columns=["H", "B"], values="epoch_ms")
     lines = [f"### Tensor cores: TF32 (`--gemm wgmma`) and 3xTF32 (`--gemm x3tf32`) on Hopper's wgmma, {train_path.parent.name}\n",
@@ -97,35 +119,20 @@ def tensor_core_section(train_path: Path, gemm_path: Path) -> str:
     for (h, b), g in t.groupby(["H", "B"]):
         ms = g.set_index("peer").epoch_ms
         ratio = lambda a, c: f"{ms[a] / ms[c]:.2f}" if a in ms and c in ms else "n/a"  # noqa: E731
-        tf32 = ms[ms.index.str.endswith("(TF32)") & ~ms.index.str.startswith("perflab")]
-        against_tf32 = (f", {ratio('perflab (wgmma gemm)', tf32.idxmin())} of the fastest TF32 peer's ({tf32.idxmin()})"
+        tf32 = ms[ms.index.str.endswith(peer["tf32"]) & ~ms.index.str.startswith(peer["mine"])]
+        against_tf32 = (f", {ratio(peer['wgmma'], tf32.idxmin())} of the fastest TF32 peer's ({tf32.idxmin()})"
                         if len(tf32) else "")
-        lines.append(f"- H={h} B={b}: x3tf32 epoch {ratio('perflab (x3tf32 gemm)', 'cublas 5-gemm floor')} of the FP32 "
-                     f"cuBLAS 5-GEMM floor, {ratio('perflab (x3tf32 gemm)', 'jax scan epoch (3xTF32)')} of JAX's 3xTF32 "
-                     f"scan epoch; wgmma (TF32) {ratio('perflab (wgmma gemm)', 'cublas 5-gemm floor')} of the floor"
+        lines.append(f"- H={h} B={b}: x3tf32 epoch {ratio(peer['x3tf32'], peer['floor'])} of the FP32 "
+                     f"cuBLAS 5-GEMM floor, {ratio(peer['x3tf32'], peer['jax'])} of JAX's 3xTF32 "
+                     f"scan epoch; wgmma (TF32) {ratio(peer['wgmma'], peer['floor'])} of the floor"
                      f"{against_tf32}.")
     if gemm_path.exists():
-        g = pd.read_csv(gemm_path)
-        big = g[g["shape"].str.startswith(("fwd1", "bwd3"))]
-        rates = big.pivot_table(index="shape", columns="variant", values="tflops", sort=False)
-        errors = big.pivot_table(index="shape", columns="variant", values="rel_error", sort=False)
-        lines += ["", f"GEMMs alone: {source(gemm_path)}; TFLOP/s, operands split (x3tf32) or copied K-major (wgmma, "
-                      f"where stored otherwise) in every call, as for any caller; the trainer keeps its images' forms.\n",
-                  fmt(rates.round(1).reset_index()), ""]
-        for shape in rates.index:
-            r, e = rates.loc[shape], errors.loc[shape]
-            lines.append(f"- {shape}: x3tf32 {r['x3tf32'] / r['cublas']:.2f}x cuBLAS SGEMM, {r['x3tf32'] / r['jax-x3']:.2f}x "
-                         f"JAX's 3xTF32, error {e['x3tf32']:.1e} against SGEMM's {e['cublas']:.1e}; wgmma "
-                         f"{r['wgmma'] / r['pytorch-tf32']:.2f}x cuBLAS TF32 (pytorch-tf32).")
-        ratios = {"x3tf32 / cuBLAS SGEMM": rates.x3tf32 / rates.cublas, "x3tf32 / JAX's 3xTF32": rates.x3tf32 / rates["jax-x3"],
-                  "wgmma / cuBLAS TF32": rates.wgmma / rates["pytorch-tf32"]}
-        lines += ["", f"Over these {len(rates)} shapes: " + "; ".join(
-            f"{name} geometric mean {np.exp(np.log(v).mean()):.2f}, worst {v.min():.2f}" for name, v in ratios.items()) + "."]
+        lines += tensor_core_gemm_lines(gemm_path)
     figure = RESULTS_ROOT / "figures" / f"tensor_core_roofline_{train_path.parent.name}.png"
     if figure.exists():  # written by `perflab report --markdown` (tensor_core_figures)
         lines += ["", f"![the tensor-core GEMMs under the FP32, TF32 and 3xTF32 roofs](figures/{figure.name})"]
-    lines += trainer_form_ratios(train_path.parent / "ceilings_p1.csv")
-    checks = sorted(train_path.parent.glob("check_tensor_cores_weights_*.log"))  # one: the run of these kernels
+    lines += trainer_form_ratios(train_path.parent / part["ceilings"])
+    checks = sorted(train_path.parent.glob(part["checks"]))  # one: the run of these kernels
     if checks:
         runs = [json.loads(line) for line in checks[-1].read_text().splitlines() if line.startswith("{")]
         lines += ["", f"Weights after {runs[0]['num_epochs']} epochs (H={runs[0]['hidden_sizes'][0]}, B={runs[0]['batch_size']}, "
@@ -136,6 +143,29 @@ def tensor_core_section(train_path: Path, gemm_path: Path) -> str:
     return "\n".join(lines)
 
 
+def tensor_core_gemm_lines(gemm_path: Path) -> list[str]:
+    """The tensor-core GEMMs alone at the training shapes (bench gemm): their rates, and each against
+    cuBLAS SGEMM, JAX's 3xTF32 and cuBLAS TF32."""
+    import numpy as np
+    import pandas as pd
+    g = pd.read_csv(gemm_path)
+    big = g[g["shape"].str.startswith(("fwd1", "bwd3"))]
+    rates = big.pivot_table(index="shape", columns="variant", values="tflops", sort=False)
+    errors = big.pivot_table(index="shape", columns="variant", values="rel_error", sort=False)
+    lines = ["", f"GEMMs alone: {source(gemm_path)}; TFLOP/s, operands split (x3tf32) or copied K-major (wgmma, "
+                 f"where stored otherwise) in every call, as for any caller; the trainer keeps its images' forms.\n",
+             fmt(rates.round(1).reset_index()), ""]
+    for shape in rates.index:
+        r, e = rates.loc[shape], errors.loc[shape]
+        lines.append(f"- {shape}: x3tf32 {r['x3tf32'] / r['cublas']:.2f}x cuBLAS SGEMM, {r['x3tf32'] / r['jax-x3']:.2f}x "
+                     f"JAX's 3xTF32, error {e['x3tf32']:.1e} against SGEMM's {e['cublas']:.1e}; wgmma "
+                     f"{r['wgmma'] / r['pytorch-tf32']:.2f}x cuBLAS TF32 (pytorch-tf32).")
+    ratios = {"x3tf32 / cuBLAS SGEMM": rates.x3tf32 / rates.cublas, "x3tf32 / JAX's 3xTF32": rates.x3tf32 / rates["jax-x3"],
+              "wgmma / cuBLAS TF32": rates.wgmma / rates["pytorch-tf32"]}
+    return lines + ["", f"Over these {len(rates)} shapes: " + "; ".join(
+        f"{name} geometric mean {np.exp(np.log(v).mean()):.2f}, worst {v.min():.2f}" for name, v in ratios.items()) + "."]
+
+
 def step_prediction(steps, train):
     """The epoch predicted as the sum of a step's kernels timed alone (bench_step) times N/B
     steps, against the measured epoch (bench_train), for perflab's fused step and the unfused
@@ -143,9 +173,9 @@ def step_prediction(steps, train):
     import pandas as pd
     rows = []
     for (H, B), group in steps.groupby(["H", "B"]):
-        # the unfused step runs every kernel but the fused ones (its peer was named "perflab (backward
-        # unfused)" in earlier files)
-        for peer, drop in (("perflab", "unfused"), ("perflab (unfused)", "fused"), ("perflab (backward unfused)", "fused")):
+        # each step's peer, and the kernels it does not run (those named so): the unfused step runs every kernel but
+        # the fused ones (campaigns.json lists its earlier names)
+        for peer, drop in claims.section("step")["steps"]:
             measured = train[(train.H == H) & (train.B == B) & (train.peer == peer)]
             if not len(measured):
                 continue
@@ -158,15 +188,14 @@ def step_prediction(steps, train):
     return pd.DataFrame(rows)
 
 
-STEP_FILES = {"bench_step.csv": "", "bench_step_deep.csv": " (deeper nets)"}  # `perflab bench step` of one hidden
-# layer, of deeper nets (the heading's suffix): each beside the bench_train file of the same suffix
-
-
 def step_section() -> list[str]:
+    """`perflab bench step`'s kernels of one hidden layer and of deeper nets (campaigns.json: each pattern with its
+    heading's suffix), each beside the bench train file of the same suffix."""
     import pandas as pd
+    part = claims.section("step")
     out = []
-    pairs = [(path, path.with_name(name.replace("bench_step", "bench_train")), nets) for name, nets in STEP_FILES.items()
-             for path in sorted(RESULTS_ROOT.glob(f"*/{name}"))]
+    pairs = [(path, renamed(path, part["epochs"]), nets) for pattern, nets in part["files"].items()
+             for path in sorted(RESULTS_ROOT.glob(pattern))]
     for path, train, nets in pairs:
         if not train.exists():
             continue
@@ -176,10 +205,8 @@ def step_section() -> list[str]:
             out += ["", f"## The epoch as the sum of its kernels, {path.parent.name}{nets}", "",
                     f"Sources: {source(path)}; {source(train)}.", "", fmt(table.round(4)), "",
                     "Each kernel of a step timed alone in a replayed CUDA graph (`perflab bench step`), summed, "
-                    "times N/B steps an epoch, against the measured epoch (`perflab bench train`). Median "
-                    f"|error| {100 * table.error.abs().median():.1f}%: a step costs the sum of its kernels, so "
-                    "the kernel table says where to spend effort (the large cuBLAS GEMMs, then the "
-                    "memory-bound kernels; \"unfused:\" the kernels a profiled step runs instead of the fused ones)."]
+                    "times N/B steps an epoch, against the measured epoch (`perflab bench train`). "
+                    + said("step", "sum", error=100 * table.error.abs().median())]
             for (H, B), group in steps.groupby(["H", "B"], sort=False):
                 out += ["", f"{H} x {B}:", "", fmt(group[["kernel", "ms", "gbps"]].round({"ms": 4}).astype({"gbps": int}))]
     return out
@@ -201,7 +228,7 @@ def launch_tables() -> dict:
     """{sweep path: launch_table} for every committed sweep that measured points both ways."""
     import pandas as pd
     out = {}
-    for path in sorted(RESULTS_ROOT.glob("*/*.csv")):
+    for path in found("launch"):
         head = pd.read_csv(path, nrows=0).columns
         if "launch" in head and "epoch_seconds" in head:
             table = launch_table(pd.read_csv(path))
@@ -235,7 +262,7 @@ def half_floor_section() -> list[str]:
     import numpy as np
     import pandas as pd
     out = []
-    for path in sorted(RESULTS_ROOT.glob("*/bench_gemm_half_floor.csv")):
+    for path in found("half_floor"):
         t = pd.read_csv(path)
         t["H"] = t["shape"].str.extract(r"H=(\d+)")[0].astype(int)
         t["B"] = t["shape"].str.extract(r"B=(\d+)")[0].astype(int)
@@ -255,8 +282,15 @@ def half_floor_section() -> list[str]:
                 fmt(step.reset_index().round(4)), "",
                 f"At B of 3200 and more, BF16's GEMMs take {np.exp(np.log(1 / big['FP32 / BF16']).mean()):.2f} of FP32's "
                 f"time (geometric mean; {big['FP32 / BF16'].min():.1f}x to {big['FP32 / BF16'].max():.1f}x faster). "
-                "perflab's half-precision step runs on these GEMMs (below: the half-precision step)."]
-    for path in sorted(RESULTS_ROOT.glob("*/half/ceilings_half_p1.csv")):
+                + said("half_floor", "step")]
+    return out
+
+
+def half_roof_section() -> list[str]:
+    """The half-precision GEMM rates `perflab ceilings` measured on one GPU beside FP32's and TF32's: the roof
+    above P_flops."""
+    out = []
+    for path in found("half_roof"):
         t = read_table(path, ("ceiling", "impl", "shape", "value"), "a ceilings file")
         gemm = t[(t.ceiling == "gemm_flops") & t.impl.isin(["cublas", "wgmma", "cublas-bf16", "cublas-fp16"])]
         wide = (gemm.pivot_table(index="shape", columns="impl", values="value") / 1e12).round(1)
@@ -278,12 +312,10 @@ def half_accuracy_section() -> list[str]:
     import json
 
     import pandas as pd
+    part = claims.section("half_accuracy")
     out = []
-    steps = {"half_accuracy.jsonl": "the emulated mixed-precision step (perflab.train.half: every GEMM's operands and "
-                                    "product rounded to half, FP32 masters, float16 loss-scaled)",
-             "half_accuracy_gpu.jsonl": "the fused step on the tensor cores (`--backend cupy`: cuBLAS's half GEMMs, "
-                                        "activations held in half, FP32 masters, float16 loss-scaled on the device)"}
-    for path in sorted(p for name in steps for p in RESULTS_ROOT.glob(f"*/half/{name}")):
+    runs = sorted((p, kind) for pattern, kind in part["files"].items() for p in RESULTS_ROOT.glob(pattern))
+    for path, kind in runs:  # kind: the step they ran, emulated or on the tensor cores
         rows = [json.loads(line) for line in path.read_text().splitlines()]
         meta = rows[0]["machine"]
         t = pd.DataFrame([{"net": "784-" + "-".join(map(str, r["hidden_sizes"])) + "-10", "dtype": r["dtype"],
@@ -293,20 +325,14 @@ def half_accuracy_section() -> list[str]:
         first = rows[0]
         half = t[t.dtype != "float32"]
         t["test precision"] = t["test precision"].map("{:.4f}".format)  # the points that differ are in the 4th digit
-        emulated = path.name == "half_accuracy.jsonl"
         slower = (min(r['epoch_seconds'] for r in rows if r['dtype'] != 'float32')
                   / max(r['epoch_seconds'] for r in rows if r['dtype'] == 'float32'))
-        out += ["", f"## The half-precision accuracy, {'emulated' if emulated else 'on the tensor cores'}, "
-                f"{path.parent.parent.name}", "",
+        out += ["", f"## The half-precision accuracy, {kind}, {path.parent.parent.name}", "",
                 f"Source: {source(path, meta)}. `perflab train --dtype`, MNIST, {first['num_epochs']} epochs of {first['train_size']} "
                 f"samples, B = {first['batch_size']}, learning rate {first['learning_rate']}, reg {first['reg']}, "
-                f"shuffled; bfloat16 and float16 on {steps[path.name]}, FP32 on the fused trainer.", "", fmt(t.round(4)), "",
+                f"shuffled; bfloat16 and float16 on {part['steps'][kind]}, FP32 on the fused trainer.", "", fmt(t.round(4)), "",
                 f"Every half-precision run lands within {half['points from FP32'].abs().max():.2f} points of FP32's test "
-                "precision (issue 53's target: 0.3). "
-                + (f"The emulation is the accuracy reference, not a speed: its epochs ran {slower:.0f}x and more the "
-                   "fused FP32 trainer's." if emulated else
-                   "These epochs launch kernel by kernel (shuffled batches of 50: no graph), so their times are the "
-                   "host's, not the GPU's.")]
+                "precision (issue 53's target: 0.3). " + said("half_accuracy", kind, slower=slower)]
     return out
 
 
@@ -314,24 +340,24 @@ def half_step_section() -> list[str]:
     """perflab's half-precision epoch beside the half-precision peers and the cuBLAS half GEMM floor of the
     layers (bench train), and issue 53's two epoch targets, from the file."""
     import pandas as pd
+    part = claims.section("half_step")
+    peer = part["peers"]
     out = []
-    for path in sorted(RESULTS_ROOT.glob("*/half/bench_train_half.csv")):
+    for path in found("half_step"):
         t = pd.read_csv(path)
         wide = t.pivot_table(index="peer", columns=["H", "B"], values="epoch_ms")
         wide.columns = [f"784-{h}-10, B={b} (ms)" for h, b in wide.columns]
-        peers = ["jax scan epoch (bf16)", "pytorch cuda graph (bf16 autocast)"]
         lines = []
         epochs = t.pivot_table(index=["H", "B"], columns="peer", values="epoch_ms")
-        unfused = epochs["perflab (bf16, backward unfused)"] / epochs["perflab (bf16)"]
-        floor = epochs["perflab (bf16)"] / epochs["cublas floor (bf16)"]
+        unfused = epochs[peer["unfused"]] / epochs[peer["mine"]]
+        floor = epochs[peer["mine"]] / epochs[peer["floor"]]
         for (h, b), g in t.groupby(["H", "B"], sort=False):
             ms = g.set_index("peer").epoch_ms
-            best = ms[peers].idxmin()
-            lines.append(f"- 784-{h}-10, B = {b}: perflab BF16 {ms['perflab (bf16)']:.2f} ms, "
-                         f"{ms['perflab (bf16)'] / ms[best]:.2f} of the fastest half peer ({best}, {ms[best]:.2f} ms; "
-                         f"target 0.8) and {ms['perflab (bf16)'] / ms['cublas floor (bf16)']:.2f}x the BF16 GEMM floor "
-                         f"(target 1.5); {ms['perflab'] / ms['perflab (bf16)']:.1f}x faster than perflab's FP32 epoch; "
-                         f"FP16 {ms['perflab (fp16)']:.2f} ms.")
+            best = ms[peer["half_peers"]].idxmin()
+            mine = ms[peer["mine"]]
+            lines.append(said("half_step", "row", h=h, b=b, mine=mine, of_peer=mine / ms[best], best=best, best_ms=ms[best],
+                              of_floor=mine / ms[peer["floor"]], faster=ms[peer["fp32"]] / mine, fp16=ms[peer["fp16"]]))
+        met = "floor_missed" if floor.max() > part["floor_target"] else "floor_met"
         out += ["", f"## The half-precision step against its peers, {path.parent.parent.name}", "",
                 f"Source: {source(path)}. `perflab bench train`, 60000 samples, the median epoch, each peer in a process "
                 "of its own: perflab's fused step in BF16 and FP16 (`--dtype`; cuBLAS's half GEMMs, its own fused "
@@ -341,64 +367,35 @@ def half_step_section() -> list[str]:
                 "the cuBLAS GEMM floor of the layers in BF16, FP16 and FP32 (each layer's forward GEMM and weight "
                 "gradient, past the first its input gradient, graphed, nothing else).", "",
                 fmt(wide.reset_index().round(3)), "", *lines, "",
-                (f"The floor target is missed (at worst {floor.max():.2f}x)" if floor.max() > 1.5 else
-                 f"The floor target is met (at worst {floor.max():.2f}x)")
-                + ". What the step adds to its GEMMs is the passes between them: the fused output layer's two run "
-                "on the tensor cores (mma.sync, FP32 operands as BF16 pairs, 16 bytes a lane a load), the hidden "
-                "layers' bias + sigmoid and sigmoid' move 16 bytes a load, and the update rounds the weights the "
-                "next step's GEMMs read in its own pass (experiments/half/README.md, kernel by kernel). The "
-                f"backward pass unfused (cuBLAS's half GEMMs and one pass) took {unfused.min():.2f}-{unfused.max():.2f}x "
-                "the fused one's epoch."]
+                said("half_step", met, worst=floor.max()) + ". "
+                + said("half_step", "passes", fewest=unfused.min(), most=unfused.max())]
     return out
 
 
 def half_gemm_section() -> list[str]:
     """perflab's own BF16/FP16 GEMM on wgmma beside cuBLAS's at the half step's GEMMs (bench gemm --dtype), and the
     epoch on it beside the epoch on cuBLAS's (bench train), from the files; issue 53's 0.9 target."""
-    import numpy as np
     import pandas as pd
 
     from perflab.measure.bench import half_gemm_ratio
-    from perflab.measure.gemm_inputs import weight_gradient
+    part = claims.section("half_gemm")
     out = []
-    for folder in sorted({p.parent for p in RESULTS_ROOT.glob("*/half/bench_gemm_*_wgmma.csv")}):
-        machine = folder.parent.name
+    for folder in sorted({p.parent for p in found("half_gemm")}):
         lines, tables, verdict = [], [], ""
         for kind in ("bfloat16", "float16"):
-            path = folder / f"bench_gemm_{kind}_wgmma.csv"
+            path = folder / part["gemms"].format(kind=kind)
             if not path.exists():
                 continue
             t = pd.read_csv(path)
             lines.append(f"- {half_gemm_ratio(t.to_dict('records'))} (source: {source(path)}).")
             if kind == "bfloat16":
-                ratio = t[t.variant == "wgmma"].set_index("shape").pct_cublas / 100
-                grads = ratio[[weight_gradient(name) for name in ratio.index]]
-                first = grads[grads.index.str.startswith("bwd3")]
-                rest = ratio.drop(grads.index)
-                verdict = (("Met" if float(np.exp(np.log(ratio).mean())) >= 0.9 else "Missed") + ". In BF16 the "
-                           f"forward and input-gradient GEMMs (K = 784 or H, a 16-bit product stored through shared "
-                           f"memory) run at {rest.min():.2f}-{rest.max():.2f} of cuBLAS, the weight gradients (K the "
-                           f"batch, a float product) at {grads.min():.2f}-{grads.max():.2f}. The weakest is the first "
-                           f"layer's, dW1 = dz1 X^T ({first.min():.2f}-{first.max():.2f}): its 784 columns make few "
-                           "tiles (112 wide, or split K, where the tuner found it faster), and it is bound by the "
-                           "bytes the multiprocessors take in from L2, which cuBLAS's clusters of four CTAs sharing "
-                           "each tile spend fewer of (experiments/half/README.md: Nsight Compute, and the steps taken).")
+                verdict = half_gemm_verdict(t)
                 wide = t.pivot_table(index="shape", columns="variant", values="tflops", sort=False).round(1)
                 wide["wgmma / cublas"] = (wide["wgmma"] / wide["cublas"]).round(2)
                 tables = ["", fmt(wide.reset_index().rename(columns={"cublas": "cuBLAS (TFLOP/s)",
                                                                      "wgmma": "wgmma (TFLOP/s)"}))]
-        epochs = folder / "bench_train_half_wgmma.csv"
-        if epochs.exists():
-            e = pd.read_csv(epochs).pivot_table(index=["H", "B"], columns="peer", values="epoch_ms")
-            slower = pd.concat([e[f"perflab ({k}, wgmma gemm)"] / e[f"perflab ({k})"] for k in ("bf16", "fp16")])
-            faster = int((slower < 1).sum())
-            lines.append(f"- The epoch on it took {slower.min():.2f}-{slower.max():.2f}x the epoch on cuBLAS's half GEMMs "
-                         f"(784-1024-10 and 784-1024-1024-10, B = 3200 and 12000, BF16 and FP16; source: "
-                         f"{source(epochs)}): faster at {faster} of {len(slower)} points" + (
-                             ", so it could be the half step's GEMM." if faster == len(slower) else
-                             ", and where slower the GEMMs cost more than the fused bias and sigmoid save, so "
-                             "`--gemm cublas` stays the half step's default."))
-        out += ["", f"## The half-precision GEMM of perflab's own against cuBLAS's, {machine}", "",
+        lines += half_gemm_epochs(folder / part["epochs"])
+        out += ["", f"## The half-precision GEMM of perflab's own against cuBLAS's, {folder.parent.name}", "",
                 "`perflab bench gemm --dtype bfloat16|float16`: perflab's wgmma GEMM (BF16 or FP16 operands, FP32 "
                 "accumulation, each operand read in place K-major or MN-major, tuned per shape) beside cuBLAS's "
                 "(cublasGemmEx, as the half step calls it) at the half step's GEMMs in its layouts: forward W X "
@@ -409,13 +406,41 @@ def half_gemm_section() -> list[str]:
     return out
 
 
+def half_gemm_verdict(t) -> str:
+    """Whether the BF16 wgmma GEMM met its target (the geometric mean of its share of cuBLAS's speed), and
+    where it stands shape by shape: the forward and input-gradient GEMMs, the weight gradients, dW1."""
+    import numpy as np
+
+    from perflab.measure.gemm_inputs import weight_gradient
+    ratio = t[t.variant == "wgmma"].set_index("shape").pct_cublas / 100
+    grads = ratio[[weight_gradient(name) for name in ratio.index]]
+    first = grads[grads.index.str.startswith("bwd3")]
+    rest = ratio.drop(grads.index)
+    met = "Met" if float(np.exp(np.log(ratio).mean())) >= claims.section("half_gemm")["target"] else "Missed"
+    return said("half_gemm", "verdict", met=met, rest_low=rest.min(), rest_high=rest.max(), grads_low=grads.min(),
+                grads_high=grads.max(), first_low=first.min(), first_high=first.max())
+
+
+def half_gemm_epochs(epochs: Path) -> list[str]:
+    """The half step's epoch on perflab's wgmma GEMM over its epoch on cuBLAS's (bench train), where measured."""
+    import pandas as pd
+    if not epochs.exists():
+        return []
+    peer = claims.section("half_gemm")["peers"]
+    e = pd.read_csv(epochs).pivot_table(index=["H", "B"], columns="peer", values="epoch_ms")
+    slower = pd.concat([e[peer["wgmma"].format(kind=k)] / e[peer["cublas"].format(kind=k)] for k in peer["kinds"]])
+    faster = int((slower < 1).sum())
+    return [said("half_gemm", "epochs", fewest=slower.min(), most=slower.max(), source=source(epochs), faster=faster,
+                 points=len(slower)) + said("half_gemm", "all_faster" if faster == len(slower) else "some_slower")]
+
+
 def half_exchange_section() -> list[str]:
     """The gradients all-reduced in half precision or in FP32 (--comm auto's trial epochs, several GPUs)."""
     import json
 
     import pandas as pd
     out = []
-    for path in sorted(RESULTS_ROOT.glob("*/half/half_exchange_*.jsonl")):
+    for path in found("half_exchange"):
         rows = [json.loads(line) for line in path.read_text().splitlines()]
         meta, first = rows[0]["machine"], rows[0]
         t = pd.DataFrame([{"dtype": r["dtype"], "net": "784-" + "-".join(map(str, r["hidden_sizes"])) + "-10",
@@ -432,9 +457,7 @@ def half_exchange_section() -> list[str]:
                 "in one kernel), and nccl-half (the gradient rounded to the run's half precision, summed by NCCL in "
                 "it, widened back: half the bytes). p2p applies the update itself and does not unscale float16's "
                 "loss scale, so it is refused there.", "", fmt(t.round(3)), "",
-                f"The half-precision all-reduce took {gain.min():.2f}-{gain.max():.2f} of the FP32 one's epoch: its "
-                "gradient is a small part of a step on NVLink, and the two passes that round and widen it cost about "
-                "what the halved bytes save. --comm auto kept the fastest each time (p2p in BF16)."]
+                said("half_exchange", "gain", fewest=gain.min(), most=gain.max())]
     return out
 
 
@@ -445,7 +468,7 @@ def precision_section() -> list[str]:
 
     import pandas as pd
     out = []
-    for path in sorted(RESULTS_ROOT.glob("*/half/precision.jsonl")):
+    for path in found("precision"):
         rows = [json.loads(line) for line in path.read_text().splitlines()]
         meta, first = rows[0]["machine"], rows[0]
         weights = pd.DataFrame([{"precision": r["precision"], "GEMMs": r["gemm"],
@@ -467,11 +490,9 @@ def precision_section() -> list[str]:
                 "FP16 step without a loss scale and with float16's starting scale, 2^16, against the FP32 step's: "
                 "the share of the first hidden layer's gradient (held in FP16) flushed to zero where FP32's is not, "
                 "and each parameter's relative error.", "", fmt(fmt_e(grads)), "",
-                f"Without a scale FP16 flushed {100 * unscaled['dz1 flushed to zero']:.0f}% of that gradient's entries "
-                f"to zero; scaled, {100 * scaled['dz1 flushed to zero']:.0f}%. At this loss the entries lost are small "
-                f"enough that dW1 moved little (error {unscaled['W1 error']:.1e} against {scaled['W1 error']:.1e}); a "
-                "loss smaller still takes the rest (tests/test_gpu_half.py: at a loss 10^4 smaller, unscaled FP16 "
-                "loses most of dz1 and dW1 strays by more than 10%, scaled it keeps them)."]
+                said("precision", "flushed", unscaled=100 * unscaled['dz1 flushed to zero'],
+                     scaled=100 * scaled['dz1 flushed to zero'], unscaled_w1=unscaled['W1 error'],
+                     scaled_w1=scaled['W1 error'])]
     return out
 
 
@@ -486,9 +507,9 @@ def usc_figures() -> list[Path]:
                        f"Time per epoch, GFLOP/s (the seeds' FLOP count) and speedup over the serial run of Network1 "
                        f"(784-1024-10, solid) and Network2 (784-1024-1024-10, dashed) against CPU cores on "
                        f"{path.parent.name}: over examples (MPI ranks of one BLAS thread) and inside the matrix products "
-                       f"(one rank, k BLAS threads); one GPU as a level. Source: results/{path.parent.name}/usc.csv.",
+                       f"(one rank, k BLAS threads); one GPU as a level. Source: results/{path.parent.name}/{path.name}.",
                        folder=RESULTS_ROOT / "figures")
-            for path in sorted(RESULTS_ROOT.glob("*/usc.csv"))]
+            for path in found("usc")]
 
 
 def usc_section() -> list[str]:
@@ -497,7 +518,7 @@ def usc_section() -> list[str]:
 
     from perflab.workbook import usc
     out = []
-    for path in sorted(RESULTS_ROOT.glob("*/usc.csv")):
+    for path in found("usc"):
         t = usc.with_speedup(pd.read_csv(path))
         cpu = t[t.way.isin(["examples", "matrices"])]
         best = cpu.loc[cpu.groupby(["net", "way"]).speedup.idxmax()]
@@ -513,11 +534,7 @@ def usc_section() -> list[str]:
                     f"{r.net} {r.way} {r.speedup:.2f}x on {r.cores} cores" for r in best.itertuples()) + ". "
                 + ("One GPU: " + "; ".join(f"{r.net} {r.speedup:.0f}x ({r.gflops / 1e3:.1f} TFLOP/s)"
                                             for r in gpu.itertuples()) + ". " if len(gpu) else "")
-                + "The slides found about 10x over examples with their own threads, less with BLAS, and about 20x "
-                "from their CUDA code. Here the serial run already multiplies with an optimized BLAS, so the CPU ways "
-                "start from a faster baseline and gain less; why they stop where they do (the elementwise passes, the "
-                "cores' shared memory, this machine's virtual cores) was not profiled. The GPU's gain is a fused, "
-                "graphed trainer's on an H100."]
+                + said("usc", "against_slides")]
     return out
 
 
@@ -531,10 +548,7 @@ def launch_section() -> list[str]:
            "Each point's step replayed as one CUDA graph, and its kernels launched one by one as the seeds' code does "
            "(`perflab sweep --launch graph eager`): eager over graph, time per batch, per mode and GEMM over every "
            "point measured both ways. Kernel by kernel, the host pays every launch (and the tensor-core GEMMs' "
-           "operand set-up) each step, so a step whose kernels are short waits on the host. The eager times also "
-           "move with the host's speed between points of one run (the predictor's misses on them, "
-           "`experiments/predictor/README.md`), and a staged step's pageable copy drifts either way between points "
-           "(`experiments/staged_copy/`), so a ratio below 1 is that drift; a graph replay costs the same on every boot."]
+           "operand set-up) each step, so a step whose kernels are short waits on the host. " + said("launch", "drift")]
     for machine, t in points.items():
         summary = t.groupby(["mode", "gemm"])["eager / graph"].agg(points="size", median="median", lowest="min",
                                                                    highest="max").reset_index()
@@ -553,7 +567,7 @@ def deep_model_section() -> list[str]:
 
     import pandas as pd
     out = []
-    for path in sorted(RESULTS_ROOT.glob("*/deep_model_*.jsonl")):
+    for path in found("deep_model"):
         rows = [json.loads(line) for line in path.read_text().splitlines()]
         meta, first = rows[0]["machine"], rows[0]
         t = pd.DataFrame([{"net": "784-" + "-".join(map(str, r["hidden_sizes"])) + "-10", "parallel": r["parallel"],
@@ -567,10 +581,9 @@ def deep_model_section() -> list[str]:
                 "by rows and by columns in turn (each rank a slice of every layer; a column-split layer's output and a "
                 "row-split layer's input gradient all-reduced, H x B values each), the whole step one CUDA graph with "
                 "NCCL inside; data parallel all-reduces the gradient once a step.", "", fmt(wide.reset_index().round(3)),
-                "", f"Model parallel took {wide['model / data'].min():.2f}-{wide['model / data'].max():.2f} of data "
-                "parallel's epoch: its all-reduces carry activations of the whole batch, layer by layer, where data "
-                "parallel's one carries the weights' gradient. The checks at depths 1-4 on these GPUs: "
-                f"`{path.with_name(path.name.replace('deep_model_', 'deep_model_check_')).with_suffix('.log').relative_to(RESULTS_ROOT.parent)}`."]
+                "", said("deep_model", "exchange", fewest=wide['model / data'].min(), most=wide['model / data'].max())
+                + " The checks at depths 1-4 on these GPUs: "
+                f"`{renamed(path, claims.section('deep_model')['checks']).relative_to(RESULTS_ROOT.parent)}`."]
     return out
 
 
@@ -581,8 +594,7 @@ def parallel_section() -> list[str]:
 
     import pandas as pd
     out = []
-    paths = sorted(RESULTS_ROOT.glob("*/parallel.csv")) + sorted(RESULTS_ROOT.glob("*/prediction_check_*model*.csv"))
-    for path in paths:
+    for path in found("parallel"):  # the parallel sweeps, then the model-parallel blind checks
         t, data_source = pd.read_csv(path), ""
         if "data" not in set(t.parallel):  # a model-only sweep: its data-parallel side is the sweep named without _model
             sibling = path.with_name(path.name.replace("_model", ""))
@@ -604,16 +616,11 @@ def parallel_section() -> list[str]:
         out += ["", f"## Data against model parallel (b = B/p per rank), {path.parent.name}"
                 + (f", {how}" if how else ""), "",
                 f"Source: {source(path)}{data_source}.", "", fmt(wide.reset_index().round(4)), "",
-                f"Model parallel was faster at {wins} of the {len(several)} points with p > 1. Data parallel "
-                "all-reduces every gradient, H(D + C + 1) + C values a batch whatever B (`bytes_mpi data`); model "
-                "parallel splits the hidden units and all-reduces only the C x B logits (`bytes_mpi model`), but "
-                "each rank multiplies thinner matrices and every rank repeats the softmax. The all-reduce medians "
-                "include the wait for the slower rank (the bytes differ "
-                f"{ratio.min():.0f} to {ratio.max():.0f} times, the medians far less)."]
+                f"Model parallel was faster at {wins} of the {len(several)} points with p > 1. "
+                + said("parallel", "exchange", fewest=ratio.min(), most=ratio.max())]
         generic = "trainer" not in t or not (t.trainer[t.parallel == "model"] == "FusedModelParallel").all()
         if "gpu" in json.loads(path.with_suffix(".json").read_text()) and generic:
-            out += ["", "On the GPUs model parallel runs perflab's generic CuPy path (unfused kernels launched one by "
-                        "one, not the fused data-parallel trainer), so part of its gap is the kernels, not the exchange."]
+            out += ["", said("parallel", "generic")]
         missing = wide[wide[["epoch_seconds data", "epoch_seconds model"]].isna().any(axis=1)].reset_index()
         if len(missing):
             out += ["", "Not measured (the sweep's time limit ended the run first): "
@@ -624,18 +631,19 @@ def parallel_section() -> list[str]:
 def allreduce_section() -> list[str]:
     """perflab's all-reduce paths beside torch.distributed (`perflab bench allreduce`)."""
     import pandas as pd
+    impl = claims.section("allreduce")["impls"]
     out = []
-    for path in sorted(RESULTS_ROOT.glob("*/bench_allreduce_p*.csv")):
+    for path in found("allreduce"):
         t = pd.read_csv(path)
         wide = t.pivot_table(index="size_bytes", columns="impl", values="ms")
-        wide["perflab nccl / torch"] = wide["perflab nccl"] / wide["torch.distributed nccl"]
+        wide["perflab nccl / torch"] = wide[impl["nccl"]] / wide[impl["torch"]]
         out += ["", f"## The gradient all-reduce, perflab beside torch.distributed, p={t.ranks.iloc[0]}, {path.parent.name}",
                 "", f"Source: {source(path)}.", "", fmt(wide.reset_index().round(4)), "",
                 "Milliseconds per float32 all-reduce (CUDA events around 10 back-to-back calls, median of 10; the staged "
                 "path host-timed). The gradient buffers (with the loss slot) are "
                 + ", ".join(f"{gradient_buffer_bytes(H)} bytes at H={H}" for H in (512, 2048))
                 + ". The staged path (device -> pageable host, Open MPI, host -> device: the seeds' path) takes "
-                f"{(wide['perflab staged mpi'] / wide['perflab nccl']).median():.0f} times NCCL's time (median over "
+                f"{(wide[impl['staged']] / wide[impl['nccl']]).median():.0f} times NCCL's time (median over "
                 "the sizes)."]
         out += host_allreduce_text(wide)
     return out
@@ -644,7 +652,7 @@ def allreduce_section() -> list[str]:
 def wfbp_section() -> list[str]:
     """The gradient exchanged layer by layer under backward (WFBP) against one exchange after it."""
     out = []
-    for path in sorted(RESULTS_ROOT.glob("*/wfbp/wfbp_*.jsonl")):
+    for path in found("wfbp"):
         import json
         t = wfbp_rows(path)
         meta = json.loads(path.read_text().splitlines()[0])["machine"]
@@ -654,15 +662,13 @@ def wfbp_section() -> list[str]:
                 "GPUs, 60000 samples: each exchange's epoch as auto timed it before training (median of 3 after one), "
                 "then the one it kept. With --overlap past one hidden layer, each layer's gradient is all-reduced on a "
                 "side stream as soon as backward has made it, under the GEMMs of the layers below; dW1's rows go in "
-                "chunks last. Checked against the float64 reference at depths 2-4 (`wfbp_check_*.log` beside it).", "",
+                "chunks last. Checked against the float64 reference at depths 2-4 "
+                f"(`{claims.section('wfbp')['checks']}` beside it).", "",
                 fmt(t.round(3)), "",
                 f"WFBP beat the exchange after backward by more than 1% at {len(pays)} of {len(t)} points"
                 + (" (" + ", ".join(f"{net} b={b}" for net, b in zip(pays.net, pays["b a GPU"])) + ")" if len(pays) else "")
                 + f"; over all, WFBP / after spans {t['WFBP / after'].min():.3f}-{t['WFBP / after'].max():.3f}. "
-                "It pays where a layer's exchange is long enough to hide (the widest nets); elsewhere NCCL's kernels "
-                "take SMs from the backward GEMMs they run beside, as the chunked overlap of one hidden layer does "
-                "(`experiments/p2p/README.md`), and the exchange after backward, or p2p's read of the peers' gradients, "
-                "is as fast or faster: --comm auto times them on the run's own shapes and keeps the fastest."]
+                + said("wfbp", "where_it_pays")]
         out += wfbp_timelines(path.parent)
     return out
 
@@ -673,7 +679,7 @@ def wfbp_timelines(folder: Path) -> list[str]:
 
     from perflab.measure import timeline
     out = []
-    for path in sorted(folder.glob("timeline_*.csv")):
+    for path in sorted(folder.glob(claims.section("wfbp")["timelines"])):
         t = pd.read_csv(path)
         busy = timeline.busy(timeline.lanes(t))
         busy = busy[busy["rank"] == 0].pivot_table(index="mode", columns="lane", values="busy_ms")
@@ -695,19 +701,20 @@ def wfbp_timelines(folder: Path) -> list[str]:
 
 def host_allreduce_text(wide) -> list[str]:
     """Which host all-reduce the staged paths should use, from the host rows of bench allreduce."""
-    allreduce, split = "host MPI_Allreduce (pinned buffer)", "host reduce-scatter + all-gather (pinned buffer)"
+    impl = claims.section("allreduce")["impls"]
+    allreduce, split = impl["allreduce"], impl["split"]
     if allreduce not in wide or split not in wide:
         return []
     size = gradient_buffer_bytes(2048)
     row = wide.loc[size] if size in wide.index else wide.iloc[-1]
-    pinned = "staged, pinned copies, in series"
-    copy, add = "host memcpy (one rank's copy, numpy)", "host sum of two buffers (numpy)"
+    pinned = impl["pinned"]
+    copy, add = impl["copy"], impl["add"]
     return ["", f"The host all-reduce alone (what the staged paths hand MPI): MPI_Allreduce takes {row[allreduce]:.2f} ms "
             f"for the H=2048 gradient ({size / row[allreduce] / 1e6:.2f} GB/s of buffer), reduce-scatter + all-gather "
             f"{row[split]:.2f} ms: Open MPI's own all-reduce is the faster, at every size measured "
             f"({'yes' if (wide[allreduce] <= wide[split]).all() else 'no'}), so perflab keeps MPI_Allreduce. With "
             f"pinned copies in series the whole staged exchange takes {row[pinned]:.2f} ms against "
-            f"{row['perflab staged mpi']:.2f} ms through pageable memory."
+            f"{row[impl['staged']]:.2f} ms through pageable memory."
             + (f" What the host itself does with that buffer: NumPy copies it in {row[copy]:.2f} ms and adds two of them "
                f"in {row[add]:.2f} ms (every rank at once), so MPI_Allreduce runs at about "
                f"{row[copy] / row[allreduce]:.2f} of one copy's speed: the room a shared-memory sum (--comm shm) takes."
@@ -722,11 +729,12 @@ def pipelined_section() -> list[str]:
     import pandas as pd
 
     from perflab.analysis import roofline
-    from perflab.measure import timeline
+    part = claims.section("pipelined")
     out, timelines_shown = [], set()  # a machine folder's timelines once, after its first run
-    for path in sorted(RESULTS_ROOT.glob("*/prediction_check_*pipelined*.csv")):
+    for path in found("pipelined"):
         t = pd.read_csv(path)
-        made = json.loads((RESULTS_ROOT / "predictions" / f"{path.stem.removeprefix('prediction_check_')}.json").read_text())
+        name = path.stem.removeprefix(part["check_prefix"])  # the blind check's name, its prediction's file's
+        made = json.loads((RESULTS_ROOT / part["made"].format(name=name)).read_text())
         pred = pd.DataFrame(made["rows"])[["H", "B", "p", "mode", "epoch_ms"]].rename(columns={"epoch_ms": "predicted_ms"})
         both = t.assign(measured_ms=1e3 * t.epoch_seconds).merge(pred, on=["H", "B", "p", "mode"])
         both["error"] = (both.predicted_ms / both.measured_ms - 1).map(lambda e: f"{e:+.0%}")
@@ -739,8 +747,8 @@ def pipelined_section() -> list[str]:
         copy = both[both["mode"] == "pipelined"].iloc[0]
         roofs = roofline.folder_roofs(path.parent, "gpu")
         p_pci = copy["bytes_images"] / copy["t_copying images host -> device"]
-        out += ["", f"## The seeds' path pipelined, {path.parent.name}, {path.stem.removeprefix('prediction_check_')}", "",
-                f"Source: {source(path)}, predicted before the run in `{Path('results/predictions') / (path.stem.removeprefix('prediction_check_') + '.json')}` "
+        out += ["", f"## The seeds' path pipelined, {path.parent.name}, {name}", "",
+                f"Source: {source(path)}, predicted before the run in `{Path('results') / part['made'].format(name=name)}` "
                 f"from `{made['ceilings']}`. Epochs of {int(both.N.iloc[0])} samples; {shapes} samples a GPU per "
                 "step; median of the unprofiled epochs.", "",
                 fmt(both[["H", "B", "p", "mode", "measured_ms", "predicted_ms", "error"]].round(2)), "",
@@ -752,19 +760,28 @@ def pipelined_section() -> list[str]:
                     "the standard min(P_flops, AI BW), BW = 2 / (1/P_pci + 1/P_mpi) = "
                     f"{bounds.BW.iloc[0] / 1e9:.3g} GB/s from this machine's ceilings.", "",
                     fmt(bounds[["H", "p", "mode", "ai", "achieved", "of serial", "of standard", "meets"]].round(3))]
-        if path.parent in timelines_shown:
-            continue
-        timelines_shown.add(path.parent)
-        for tl in sorted(path.parent.glob("timeline_*.csv")):
-            recorded = pd.read_csv(tl)
-            busy = timeline.busy(timeline.lanes(recorded))
-            busy = busy[busy["rank"] == 0]
-            wide = busy.pivot_table(index="lane", columns="mode", values="busy_ms")
-            spans = busy.groupby("mode").span_ms.first()
-            out += ["", f"Lanes busy over the second epoch of `{tl.name}` ({timeline_dtype(recorded)}; rank 0; ms, "
-                    "ranges merged), beside its span: "
-                    + ", ".join(f"{m} {v:.2f} ms" for m, v in spans.items()) + f". Source: {source(tl)}.", "",
-                    fmt(wide.reset_index().round(3))]
+        if path.parent not in timelines_shown:
+            timelines_shown.add(path.parent)
+            out += lanes_busy(path.parent)
+    return out
+
+
+def lanes_busy(folder: Path) -> list[str]:
+    """Each timeline of a machine folder (`perflab timeline`): how long each lane was busy on rank 0."""
+    import pandas as pd
+
+    from perflab.measure import timeline
+    out = []
+    for tl in sorted(folder.glob(claims.section("pipelined")["timelines"])):
+        recorded = pd.read_csv(tl)
+        busy = timeline.busy(timeline.lanes(recorded))
+        busy = busy[busy["rank"] == 0]
+        wide = busy.pivot_table(index="lane", columns="mode", values="busy_ms")
+        spans = busy.groupby("mode").span_ms.first()
+        out += ["", f"Lanes busy over the second epoch of `{tl.name}` ({timeline_dtype(recorded)}; rank 0; ms, "
+                "ranges merged), beside its span: "
+                + ", ".join(f"{m} {v:.2f} ms" for m, v in spans.items()) + f". Source: {source(tl)}.", "",
+                fmt(wide.reset_index().round(3))]
     return out
 
 
@@ -781,7 +798,7 @@ def held_section() -> list[str]:
     the clock (which the power cap sets from a kernel's energy a cycle) and the work per clock."""
     import pandas as pd
     out = []
-    for path in sorted(RESULTS_ROOT.glob("*/bench_hold.csv")):
+    for path in found("held"):
         t = pd.read_csv(path)
         per = t.groupby(["shape", "variant"], sort=False).agg(
             ms_first=("ms_first", "median"), ms_held=("ms_held", "median"), tflops_held=("tflops_held", "median"),
@@ -807,30 +824,48 @@ def held_section() -> list[str]:
 
 
 def markdown() -> str:
-    """The result tables the README shows, each generated from its committed file."""
+    """The result tables the README shows, each generated from its committed file, in the order campaigns.json's
+    readme lists them."""
     parts = []
-    for path in sorted(RESULTS_ROOT.glob("*/bench_train.csv")):
-        parts.append(f"### Training epoch, perflab beside its peers\n\nSource: {source(path)}. 60000 samples, FP32, "
-                     f"TF32 off, data resident, median of 5 epochs.\n\n{train_table(path)}")
-    for path in sorted(RESULTS_ROOT.glob("*/bench_gemm_float32.csv")):
-        parts.append(f"### GEMM variants at the training shapes\n\nSource: {source(path)}.\n\n{gemm_table(path)}")
-    for path in sorted(RESULTS_ROOT.glob("*/bench_train_tensor_cores.csv")):
-        parts.append(tensor_core_section(path, path.with_name("bench_gemm_tensor_cores.csv")))
+    for name in claims.page("readme"):
+        parts += README_SECTIONS[name]()
+    return "\n\n".join(parts) + "\n"
+
+
+def train_parts() -> list[str]:
+    return [f"### Training epoch, perflab beside its peers\n\nSource: {source(path)}. 60000 samples, FP32, "
+            f"TF32 off, data resident, median of 5 epochs.\n\n{train_table(path)}" for path in found("bench_train")]
+
+
+def gemm_parts() -> list[str]:
+    return [f"### GEMM variants at the training shapes\n\nSource: {source(path)}.\n\n{gemm_table(path)}"
+            for path in found("bench_gemm")]
+
+
+def tensor_core_parts() -> list[str]:
+    gemms = claims.section("tensor_cores")["gemms"]
+    return [tensor_core_section(path, path.with_name(gemms)) for path in found("tensor_cores")]
+
+
+def scaling_parts() -> list[str]:
     from perflab.analysis import roofline
     scaling = roofline.scaling_rows()
-    if len(scaling):
-        parts.append("### Scaling over GPUs, 60000 samples an epoch, b per GPU per step\n\n"
-                     + "\n".join(scaling_story(scaling)))
-    parts += predictions.predictor_sections(full=False)
-    for path in sorted(RESULTS_ROOT.glob("*/reference_mnist.csv")):
-        import pandas as pd
+    if not len(scaling):
+        return []
+    return ["### Scaling over GPUs, 60000 samples an epoch, b per GPU per step\n\n" + "\n".join(scaling_story(scaling))]
+
+
+def reference_parts() -> list[str]:
+    import pandas as pd
+    parts = []
+    for path in found("reference_mnist"):
         t = pd.read_csv(path)
         last = t.iloc[-1]
         parts.append(f"### CPU reference on MNIST\n\nSource: {source(path)}. After {int(last.epoch) + 1} epochs: test "
                      f"precision {last['test_precision']:.4f}, median epoch {t['seconds'].median():.2f} s "
                      f"({last['dtype']}, H={last['hidden_sizes']}, B={last['batch_size']}, lr={last['learning_rate']}, "
                      f"reg={last['reg']}).")
-    return "\n\n".join(parts) + "\n"
+    return parts
 
 
 def epoch_graph_text(folder: Path, H: int, b: int) -> list[str]:
@@ -856,19 +891,21 @@ def harness_errors(machine: str, H: int, b: int) -> dict:
     """{(peer, p): predicted / measured - 1} of a machine's scaling harness rows at (H, b), from its
     validation.csv (rows the predictor skipped have none)."""
     import pandas as pd
-    path = RESULTS_ROOT / machine / "validation.csv"
+    part = claims.section("scaling")
+    path = RESULTS_ROOT / machine / part["validation"]
     if not path.exists():
         return {}
     t = pd.read_csv(path)
     if "peer" not in t:
         return {}
-    t = t[(t.source == "scaling.jsonl") & is_net(t.H, H) & (t.B == b * t.p) & t.error.notna()]
+    t = t[(t.source == part["harness"]) & is_net(t.H, H) & (t.B == b * t.p) & t.error.notna()]
     return {(peer, int(p)): float(e) for peer, p, e in zip(t.peer, t.p, t.error)}
 
 
 def scaling_story(scaling) -> list[str]:
     """The scaling table per (H, b), the predictor's error at each perflab point, and what it says
     about data against model parallel."""
+    part = claims.section("scaling")
     out = []
     for (machine, H, b), g in scaling.groupby(["machine", "H", "b"]):
         wide = g.pivot_table(index="peer", columns="p", values="epoch_ms")
@@ -881,10 +918,10 @@ def scaling_story(scaling) -> list[str]:
             wide[f"prediction error p={p}"] = [f"{errors[(peer, p)]:+.0%}" if (peer, p) in errors else "-" for peer in wide.index]
         meta = g.iloc[0]
         what = f", {meta['gpu']} x{meta['gpus']}, git {meta['git_commit'][:8]}, {meta['date']}" if "git_commit" in g else ""
-        out += [f"### H={H}, b={b}, `results/{machine}/scaling.jsonl`{what}", "", fmt(wide.reset_index().round(3)), ""]
-        peers = top.drop(index=[i for i in top.index if i.startswith("perflab")])
+        out += [f"### H={H}, b={b}, `results/{machine}/{part['harness']}`{what}", "", fmt(wide.reset_index().round(3)), ""]
+        peers = top.drop(index=[i for i in top.index if i.startswith(part["mine"])])
         lines = []
-        for name in ("perflab resident", "perflab resident, p2p", "perflab resident, model parallel"):
+        for name in part["peers"]:
             if name in top.index and len(ps) > 1:
                 best = peers.epoch_ms.idxmin() if len(peers) else None
                 efficiency = top.efficiency[name]
@@ -903,7 +940,7 @@ def tensor_core_figures() -> list[Path]:
     (the kernels notebook draws the same), for the README's tensor-core section."""
     from perflab.report import plots
     return [plots.save_tensor_core_roofline(path, folder=RESULTS_ROOT / "figures")
-            for path in sorted(RESULTS_ROOT.glob("*/bench_gemm_tensor_cores.csv"))]
+            for path in found("tensor_cores", "gemm_files")]
 
 
 BEGIN, END = "<!-- results: generated by `perflab report --readme` -->", "<!-- end of results -->"
@@ -956,12 +993,9 @@ def roofline_text(place, rates: dict, machine: str) -> list[str]:
            + (f" and {span(place['of combined'], '.2f')} of the combined one, which charges the all-reduce at "
               "P_mpi as well." if "of combined" in place else ".")]
     if (place["of serial"] < 1).any():
-        out += ["Points under their bound pay what the roofline leaves out: kernel launches, the elementwise "
-                "kernels, the device synchronization at each profiled phase edge, the host's share of MPI; the "
-                "smaller H, the larger that share."]
+        out += [said("roofline", "under_bound")]
     if (place["of serial"] > 1).any():
-        out += ["Points above it run their GEMMs faster than the reference point's P_flops (it is measured at "
-                "H = 512, where the GEMMs leave SMs idle)."]
+        out += [said("roofline", "above_bound")]
     return out
 
 
@@ -1026,20 +1060,30 @@ def by_question(lines: list[str]) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+CAMPAIGNS_HEAD = ["# perflab campaigns: the appendix of REPORT.md",
+                  "", "Other machines' and other experiments' campaigns, the appendix of [REPORT.md](REPORT.md) (which "
+                  "answers the seeds' questions from one run). Generated by `perflab report --markdown` from the committed "
+                  "result files named in each section, question by question: the seeds' first, then those the campaign "
+                  "asked on the way. Each part names its machine and its source file."]
+
+
 def analysis_markdown() -> str:
-    """CAMPAIGNS.md, REPORT.md's appendix: the committed campaigns' tables, by question."""
+    """CAMPAIGNS.md, REPORT.md's appendix: the committed campaigns' sections in the order campaigns.json lists
+    them, each drawn by its function (CAMPAIGN_SECTIONS), then regrouped by question."""
+    out = list(CAMPAIGNS_HEAD)
+    for name in claims.page("campaigns"):
+        out += CAMPAIGN_SECTIONS[name]()
+    return by_question(out)
+
+
+def roofline_sections() -> list[str]:
+    """Each GPU's profiled sweep (roofline.csv): FLOPs and the peak's share, the effective rates, the points on
+    the rooflines, the seeds' serial model, staged against resident."""
     import json
 
-    import numpy as np
     import pandas as pd
-
-    from perflab.analysis import roofline
-    out = ["# perflab campaigns: the appendix of REPORT.md",
-           "", "Other machines' and other experiments' campaigns, the appendix of [REPORT.md](REPORT.md) (which "
-           "answers the seeds' questions from one run). Generated by `perflab report --markdown` from the committed "
-           "result files named in each section, question by question: the seeds' first, then those the campaign "
-           "asked on the way. Each part names its machine and its source file."]
-    for path in sorted(RESULTS_ROOT.glob("*/roofline.csv")):
+    out = []
+    for path in found("roofline"):
         meta = json.loads(path.with_suffix(".json").read_text())
         if "gpu" not in meta:
             continue
@@ -1058,77 +1102,96 @@ def analysis_markdown() -> str:
         staged = t[t["mode"] == "staged"]
         ref = staged[is_net(staged.H, 512) & (staged.p > 1)]
         if len(ref):
-            r = ref.iloc[0]
-            rates = pd.DataFrame([{"rate": k, "measured": r[k], "seeds RTX 6000": SEEDS_RATES[k],
-                                   "ratio": r[k] / SEEDS_RATES[k]} for k in SEEDS_RATES if k in r and np.isfinite(r[k])])
-            ceilings_file = min(path.parent.glob("ceilings_p*.csv"), default=None,
-                                key=lambda f: abs(int(f.stem.split("_p")[1]) - int(r["p"])))
-            if ceilings_file is not None:
-                top = roofline.ceiling_rates(pd.read_csv(ceilings_file), gradient_buffer_bytes(r["H"]), int(r["p"]))
-                rates["machine ceiling"] = [top[k] for k in rates.rate]
-                rates["of ceiling"] = rates.measured / rates["machine ceiling"]
-            out += ["", f"## {Q_RATES}, {machine}", "", f"Source: {source(path)}. At H=512, B={r['B']}, p={r['p']}, "
-                    "staged (the seeds' path).", "", fmt(rates), "",
-                    (f"Machine ceilings from `{ceilings_file.name}` beside it, counted as the seeds' formulas count "
-                     "(the fastest cuBLAS GEMM at the training shapes; pageable copies and host MPI at the gradient's "
-                     "size). P_flops sits well under the GEMM ceiling because the profiled GEMM phases include a "
-                     "device synchronization each and H = 512's GEMMs leave SMs idle. " if ceilings_file else "")
-                    + "P_pci and P_mpi are the seeds' formulas over our medians: the gradient copies go to pageable host "
-                    "memory and the all-reduce is Open MPI on the host (not CUDA-aware), the same path as the seeds, "
-                    "which is why they land near the seeds' numbers while P_flops is an order of magnitude higher."]
-            rates_dict = {k: float(r[k]) for k in ("P_flops", "P_pci", "P_mpi") if np.isfinite(r[k])}
-            if "P_pci" in rates_dict:  # the modified rooflines count gradient bytes: points that exchange them
-                out += roofline_text(roofline.roofline_placement(staged[staged.p > 1], rates_dict), rates_dict, machine)
-            pred = roofline.prediction_table(staged, rates_dict)
-            pred["mode"] = "staged"
-            worst = pred[pred.error.abs() > 0.15]
-            out += ["", f"## {Q_SERIAL_MODEL}, {machine}", "", f"Source: {source(path)}. The serial model with the "
-                    "effective rates of its reference point, staged mode.", "", fmt(pred.round(3)), "", f"Median |error| {100 * roofline.median_abs_error(pred):.0f}%. "
-                    f"{len(worst)} of {len(pred)} points are off by more than 15%. The model charges GEMM FLOPs at one "
-                    "P_flops and the image and gradient bytes at P_pci and P_mpi, all taken at the reference point. "
-                    "Points below the prediction are the short batches (B = 800, and H = 512): fixed per-batch costs "
-                    "the model leaves out (kernel launches, the elementwise kernels, the device synchronization at "
-                    "each profiled phase edge) are a larger share of them. Points above it (H = 2048) run their GEMMs "
-                    "nearer the peak than the H = 512 reference does, so the reference P_flops undercharges them."]
-        both = t[t.gemm == "cublas"].pivot_table(index=["H", "B", "p"], columns="mode", values="t_batch_ms")
-        if {"staged", "resident"} <= set(both.columns):
-            both["staged / resident"] = both["staged"] / both["resident"]
-            out += ["", f"## {Q_STAGED}, {machine}: staged against resident", "", f"Source: {source(path)}. Staged "
-                    "(the seeds' path) against resident (data on the GPU, NCCL), ms per batch.", "",
-                    fmt(both.reset_index().round(3))]
-    out += ["", "## The bottom-up predictor (perflab.analysis.predictor, from ceilings alone)", ""]
+            out += rates_sections(path, staged, ref.iloc[0], machine)
+        out += staged_section(path, t, machine)
+    return out
+
+
+def rates_sections(path: Path, staged, r, machine: str) -> list[str]:
+    """The seeds' effective rates at the reference point r (H = 512, staged, p > 1) beside the seeds' and the
+    machine's ceilings, then the points on the rooflines of those rates and the serial model's prediction."""
+    import numpy as np
+    import pandas as pd
+
+    from perflab.analysis import roofline
+    rates = pd.DataFrame([{"rate": k, "measured": r[k], "seeds RTX 6000": SEEDS_RATES[k],
+                           "ratio": r[k] / SEEDS_RATES[k]} for k in SEEDS_RATES if k in r and np.isfinite(r[k])])
+    ceilings_file = min(path.parent.glob(claims.section("roofline")["ceilings"]), default=None,
+                        key=lambda f: abs(int(f.stem.split("_p")[1]) - int(r["p"])))
+    if ceilings_file is not None:
+        top = roofline.ceiling_rates(pd.read_csv(ceilings_file), gradient_buffer_bytes(r["H"]), int(r["p"]))
+        rates["machine ceiling"] = [top[k] for k in rates.rate]
+        rates["of ceiling"] = rates.measured / rates["machine ceiling"]
+    out = ["", f"## {Q_RATES}, {machine}", "", f"Source: {source(path)}. At H=512, B={r['B']}, p={r['p']}, "
+           "staged (the seeds' path).", "", fmt(rates), "",
+           (f"Machine ceilings from `{ceilings_file.name}` beside it, counted as the seeds' formulas count "
+            "(the fastest cuBLAS GEMM at the training shapes; pageable copies and host MPI at the gradient's "
+            "size). " + said("roofline", "below_ceiling") if ceilings_file else "")
+           + said("roofline", "seeds_path")]
+    rates_dict = {k: float(r[k]) for k in ("P_flops", "P_pci", "P_mpi") if np.isfinite(r[k])}
+    if "P_pci" in rates_dict:  # the modified rooflines count gradient bytes: points that exchange them
+        out += roofline_text(roofline.roofline_placement(staged[staged.p > 1], rates_dict), rates_dict, machine)
+    return out + serial_model_section(path, staged, rates_dict, machine)
+
+
+def serial_model_section(path: Path, staged, rates: dict, machine: str) -> list[str]:
+    """The seeds' serial model with the reference point's effective rates against every staged point."""
+    from perflab.analysis import roofline
+    pred = roofline.prediction_table(staged, rates)
+    pred["mode"] = "staged"
+    worst = pred[pred.error.abs() > 0.15]
+    return ["", f"## {Q_SERIAL_MODEL}, {machine}", "", f"Source: {source(path)}. The serial model with the "
+            "effective rates of its reference point, staged mode.", "", fmt(pred.round(3)), "", f"Median |error| {100 * roofline.median_abs_error(pred):.0f}%. "
+            f"{len(worst)} of {len(pred)} points are off by more than 15%. " + said("roofline", "serial_model")]
+
+
+def staged_section(path: Path, t, machine: str) -> list[str]:
+    """Staged against resident, ms per batch at each (H, B, p) the sweep ran both ways (cuBLAS)."""
+    both = t[t.gemm == "cublas"].pivot_table(index=["H", "B", "p"], columns="mode", values="t_batch_ms")
+    if not {"staged", "resident"} <= set(both.columns):
+        return []
+    both["staged / resident"] = both["staged"] / both["resident"]
+    return ["", f"## {Q_STAGED}, {machine}: staged against resident", "", f"Source: {source(path)}. Staged "
+            "(the seeds' path) against resident (data on the GPU, NCCL), ms per batch.", "",
+            fmt(both.reset_index().round(3))]
+
+
+def predictor_section() -> list[str]:
+    """The bottom-up predictor against every committed point and every blind check (perflab.report.predictions)."""
+    out = ["", "## The bottom-up predictor (perflab.analysis.predictor, from ceilings alone)", ""]
     if (RESULTS_ROOT / "figures" / f"{predictions.VALIDATION_FIGURE}.png").exists():
         out += [f"![predicted against measured, every committed folder](figures/{predictions.VALIDATION_FIGURE}.png)", ""]
-    out += predictions.predictor_sections()
-    out += usc_section()
-    out += step_section()
-    out += launch_section()
-    out += parallel_section()
-    out += deep_model_section()
-    out += allreduce_section()
-    out += wfbp_section()
-    out += half_floor_section()
-    out += half_accuracy_section()
-    out += half_step_section()
-    out += half_gemm_section()
-    out += half_exchange_section()
-    out += precision_section()
-    out += pipelined_section()
-    out += held_section()
-    out += predictions.prediction_check_section()
+    return out + predictions.predictor_sections(part=claims.section("predictor"))
+
+
+def scaling_section() -> list[str]:
+    """Every peer's epoch over GPUs from the committed scaling harness runs, and the note on an earlier harness."""
+    from perflab.analysis import roofline
     scaling = roofline.scaling_rows()
-    if len(scaling):
-        out += ["", "## Scaling over GPUs (60000 samples an epoch, b per GPU per step)", "",
-                "Every peer in one harness (`perflab.measure.peers_multi`), the median of 7 epochs after 3. "
-                "Efficiency T1 / (p Tp), each against its own one-GPU epoch. perflab's model parallel splits H over "
-                "the GPUs and gives each the whole batch of p x b: the same samples per step as data parallel.", ""]
-        out += scaling_story(scaling)
-        first = claims.note("first_harness")
-        if first:
-            out += ["", first]
+    if not len(scaling):
+        return []
+    out = ["", "## Scaling over GPUs (60000 samples an epoch, b per GPU per step)", "",
+           "Every peer in one harness (`perflab.measure.peers_multi`), the median of 7 epochs after 3. "
+           "Efficiency T1 / (p Tp), each against its own one-GPU epoch. perflab's model parallel splits H over "
+           "the GPUs and gives each the whole batch of p x b: the same samples per step as data parallel.", ""]
+    out += scaling_story(scaling)
+    for name in claims.section("scaling")["notes"]:
+        note = claims.note(name)
+        if note:
+            out += ["", note]
+    return out
+
+
+def eight_gpu_sections() -> list[str]:
+    """The eight-GPU predictions (perflab predict), each written before its run, with the run that calibrated it."""
+    import json
+
+    import pandas as pd
+
     from perflab.analysis.projection import CALIBRATIONS
-    for name, scaling in CALIBRATIONS.items():  # the eight-GPU predictions (JSON)
-        prediction = RESULTS_ROOT / "predictions" / f"{name}.json"
+    out = []
+    for name, scaling in CALIBRATIONS.items():
+        prediction = RESULTS_ROOT / claims.section("eight_gpus")["made"].format(name=name)
         if not prediction.exists():
             continue
         made = json.loads(prediction.read_text())
@@ -1141,7 +1204,7 @@ def analysis_markdown() -> str:
                 f"Source: `{prediction.relative_to(RESULTS_ROOT.parent)}` (method inside; `perflab predict`), "
                 f"calibrated on `{calibrated.relative_to(RESULTS_ROOT.parent)}` (per-step cost on several GPUs beyond compute and all-reduce: "
                 f"{made['t_eager_us']:.0f} us). N = 60000, b samples per GPU per step.", "", fmt(wide.reset_index().round(3))]
-    return by_question(out)
+    return out
 
 
 # ------------------------------------------------------------------ REPORT.md: the PDF's outline, from one run
@@ -1239,3 +1302,21 @@ def write_reports() -> list[Path]:
     paths[0].write_text(outline_markdown(campaigns=campaigns))
     paths[1].write_text(campaigns)
     return paths
+
+
+CAMPAIGN_SECTIONS = {  # campaigns.json's names of CAMPAIGNS.md's sections -> the function that draws each
+    "roofline": roofline_sections, "predictor": predictor_section, "usc": usc_section, "step": step_section,
+    "launch": launch_section, "parallel": parallel_section, "deep_model": deep_model_section,
+    "allreduce": allreduce_section, "wfbp": wfbp_section, "half_floor": half_floor_section,
+    "half_roof": half_roof_section, "half_accuracy": half_accuracy_section, "half_step": half_step_section,
+    "half_gemm": half_gemm_section, "half_exchange": half_exchange_section, "precision": precision_section,
+    "pipelined": pipelined_section, "held": held_section, "prediction_check": predictions.prediction_check_section,
+    "scaling": scaling_section, "eight_gpus": eight_gpu_sections,
+}
+
+
+README_SECTIONS = {  # campaigns.json's names of the results root's README.md sections -> the function that draws each
+    "bench_train": train_parts, "bench_gemm": gemm_parts, "tensor_cores": tensor_core_parts, "scaling": scaling_parts,
+    "predictor": lambda: predictions.predictor_sections(full=False, part=claims.section("predictor")),
+    "reference_mnist": reference_parts,
+}

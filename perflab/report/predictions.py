@@ -356,11 +356,11 @@ def path_breakdown():
     return pd.DataFrame(rows) if rows else None
 
 
-def paced_text(paths) -> str:
-    """What path_breakdown says on the GPUs: the steps the GPU paces (resident and pipelined, graphed)
-    against those the host paces (kernel by kernel, or the staged path's pageable copy)."""
+def paced_text(paths, cpu_folders=()) -> str:
+    """What path_breakdown says on the GPUs (the folders but `cpu_folders`): the steps the GPU paces (resident and
+    pipelined, graphed) against those the host paces (kernel by kernel, or the staged path's pageable copy)."""
     import numpy as np
-    gpu = paths[paths["machine folder"] != "cpu-amd-epyc"]
+    gpu = paths[~paths["machine folder"].isin(cpu_folders)]
     device = gpu["mode"].isin(["resident", "pipelined"]) & (gpu.launch == "graph")
     parts = []
     for name, rows in (("the GPU", gpu[device]), ("the host", gpu[~device])):
@@ -377,60 +377,22 @@ def paced_text(paths) -> str:
             "and pipelined steps.")
 
 
-def predictor_sections(full: bool = True) -> list[str]:
+def predictor_sections(full: bool = True, part: dict | None = None) -> list[str]:
     """The bottom-up predictor against every committed point (validation.csv per machine folder),
     and the predictions committed before their runs (predictions/*.json under the results root, with their checks).
     full: CAMPAIGNS.md's, with every check's points, the missed points and the host's terms per boot;
-    the README's leaves those to it."""
+    the README's leaves those to it. part: the page's entry for these sections (campaigns.json's `predictor`:
+    the CPU folders, the seeds' machine's file and what it says)."""
     import pandas as pd
-
-    from perflab.analysis import predictor, validation
-    rows = []
-    for path in sorted(RESULTS_ROOT.glob("*/validation.csv")):
-        v = pd.read_csv(path)
-        s = validation.summary(v)
-        done = v[v["error"].notna()] if "error" in v else v.iloc[:0]
-        by_mode = {m: f"{g.error.abs().median():.0%}" for m, g in done.groupby("mode")} if len(done) else {}
-        rows.append({"machine folder": path.parent.name, "points": s["points"], "skipped": s["skipped"],
-                     "median abs error": f"{s['median_abs_error']:.0%}" if s["points"] else "-",
-                     "worst": f"{s['worst_abs_error']:.0%}" if s["points"] else "-",
-                     **{mode: by_mode.get(mode, "-") for mode in MODES},
-                     "staged, graphed": staged_graphed(done),
-                     "staged in band": f"{s['inside_band']} of {s['banded']}" if "banded" in s else "-",
-                     "resident, kernel by kernel, in band": (f"{s['inside_host_band']} of {s['host_banded']}"
-                                                             if "host_banded" in s else "-"),
-                     "staged, copy probed: blind / at the probe": (
-                         f"{s['probed']}: {s['median_abs_error_blind_probed']:.0%} ({s['worst_abs_error_blind_probed']:.0%}) / "
-                         f"{s['median_abs_error_probed']:.0%} ({s['worst_abs_error_probed']:.0%})") if "probed" in s else "-",
-                     "ceilings of the point's own boot": (
-                         f"{s['same_boot']}: {s['median_abs_error_same_boot']:.0%} ({s['worst_abs_error_same_boot']:.0%})"
-                         + (f"; graphed {s['same_boot_graphed']}: {s['median_abs_error_same_boot_graphed']:.0%} "
-                            f"({s['worst_abs_error_same_boot_graphed']:.0%})" if "same_boot_graphed" in s else "")
-                         if "same_boot" in s else "-"),
-                     "profiled phases": phase_error(path.with_name("validation_phases.csv")),
-                     **({"sources": ", ".join(sorted(set(done.source))) if len(done) else
-                         "no ceilings with the step's kernels"} if full else {})})
+    part = part or {}
+    rows = [validation_row(path, full) for path in sorted(RESULTS_ROOT.glob("*/validation.csv"))]
     if not rows:
         return []
-    out = ["### The bottom-up predictor against every committed point\n\n"
-           "Time per batch composed from each machine's ceilings files alone (`perflab ceilings`; `perflab.analysis.predictor`), "
-           "against the measured unprofiled epoch over its batches. Sources: `results/<folder>/validation.csv` "
-           "(`perflab validate --committed`), each row naming the ceilings file it used; the profiled phases (the "
-           "seeds' NVTX names, each GEMM, the update, the image copy) in `validation_phases.csv`. No constant is fitted "
-           "to these points, but they are not a blind test: most were measured before the ceilings that predict them "
-           "were committed (the main jobs' predictions were written before their sweeps, in the same run), and the "
-           "predictor's terms were chosen while comparing with them. The blind tests are the predictions below, "
-           "each committed before its run. Staged points measured with their copy probed beside them (the sweep "
-           "walks the staged copy just before and after the timed epochs: `copy_probe_s`) are also predicted with the "
-           "ceilings' copy at the probe's level: median (worst) |error| from the ceilings, then at the probe, says how "
-           "much of a staged error is the copy's drift between the ceilings run and the point's. The points "
-           "predicted from ceilings measured on their own boot of the machine (the same kernel boot in both files' "
-           "metadata; a user's main job is this case) are counted apart: the host's terms move between boots.\n\n"
-           + fmt(pd.DataFrame(rows))]
+    out = [VALIDATION_TEXT + fmt(pd.DataFrame(rows))]
     paths = path_breakdown()
     if paths is not None:
         out.append("By the path a step takes (`launch`: the step a CUDA graph, or launched kernel by kernel). "
-                   + paced_text(paths) + "\n\n" + fmt(paths.drop(columns=["beyond"])) + "\n")
+                   + paced_text(paths, part.get("cpu_folders", ())) + "\n\n" + fmt(paths.drop(columns=["beyond"])) + "\n")
     checks = committed_checks()
     summary = checks_summary(check_points(checks))
     if summary:
@@ -447,7 +409,64 @@ def predictor_sections(full: bool = True) -> list[str]:
     if full:
         out += missed_section()
         out += boot_section()
-    waiting = []
+    return out + check_sections(checks, full) + seeds_machine_section(part)
+
+
+def validation_row(path: Path, full: bool) -> dict:
+    """One machine folder's validation.csv summed up: points, errors by mode and path, bands, probed copies,
+    same-boot ceilings, profiled phases (and, in full, the sweeps the points came from)."""
+    import pandas as pd
+
+    from perflab.analysis import validation
+    v = pd.read_csv(path)
+    s = validation.summary(v)
+    done = v[v["error"].notna()] if "error" in v else v.iloc[:0]
+    by_mode = {m: f"{g.error.abs().median():.0%}" for m, g in done.groupby("mode")} if len(done) else {}
+    return {"machine folder": path.parent.name, "points": s["points"], "skipped": s["skipped"],
+            "median abs error": f"{s['median_abs_error']:.0%}" if s["points"] else "-",
+            "worst": f"{s['worst_abs_error']:.0%}" if s["points"] else "-",
+            **{mode: by_mode.get(mode, "-") for mode in MODES},
+            "staged, graphed": staged_graphed(done),
+            "staged in band": f"{s['inside_band']} of {s['banded']}" if "banded" in s else "-",
+            "resident, kernel by kernel, in band": (f"{s['inside_host_band']} of {s['host_banded']}"
+                                                    if "host_banded" in s else "-"),
+            "staged, copy probed: blind / at the probe": (
+                f"{s['probed']}: {s['median_abs_error_blind_probed']:.0%} ({s['worst_abs_error_blind_probed']:.0%}) / "
+                f"{s['median_abs_error_probed']:.0%} ({s['worst_abs_error_probed']:.0%})") if "probed" in s else "-",
+            "ceilings of the point's own boot": (
+                f"{s['same_boot']}: {s['median_abs_error_same_boot']:.0%} ({s['worst_abs_error_same_boot']:.0%})"
+                + (f"; graphed {s['same_boot_graphed']}: {s['median_abs_error_same_boot_graphed']:.0%} "
+                   f"({s['worst_abs_error_same_boot_graphed']:.0%})" if "same_boot_graphed" in s else "")
+                if "same_boot" in s else "-"),
+            "profiled phases": phase_error(path.with_name("validation_phases.csv")),
+            **({"sources": ", ".join(sorted(set(done.source))) if len(done) else
+                "no ceilings with the step's kernels"} if full else {})}
+
+
+VALIDATION_TEXT = (
+    "### The bottom-up predictor against every committed point\n\n"
+    "Time per batch composed from each machine's ceilings files alone (`perflab ceilings`; `perflab.analysis.predictor`), "
+    "against the measured unprofiled epoch over its batches. Sources: `results/<folder>/validation.csv` "
+    "(`perflab validate --committed`), each row naming the ceilings file it used; the profiled phases (the "
+    "seeds' NVTX names, each GEMM, the update, the image copy) in `validation_phases.csv`. No constant is fitted "
+    "to these points, but they are not a blind test: most were measured before the ceilings that predict them "
+    "were committed (the main jobs' predictions were written before their sweeps, in the same run), and the "
+    "predictor's terms were chosen while comparing with them. The blind tests are the predictions below, "
+    "each committed before its run. Staged points measured with their copy probed beside them (the sweep "
+    "walks the staged copy just before and after the timed epochs: `copy_probe_s`) are also predicted with the "
+    "ceilings' copy at the probe's level: median (worst) |error| from the ceilings, then at the probe, says how "
+    "much of a staged error is the copy's drift between the ceilings run and the point's. The points "
+    "predicted from ceilings measured on their own boot of the machine (the same kernel boot in both files' "
+    "metadata; a user's main job is this case) are counted apart: the host's terms move between boots.\n\n")
+
+
+def check_sections(checks, full: bool) -> list[str]:
+    """Each committed prediction: in full, its points against the run that checked it; those whose runs are not
+    made yet, listed."""
+    import pandas as pd
+
+    from perflab.analysis import predictor
+    out, waiting = [], []
     for made_path, made, check in checks:
         if check is None:
             sources = " and ".join(f"`{f}`" for f in [made["ceilings"], *predictor.exchange_files(made)])
@@ -465,15 +484,17 @@ def predictor_sections(full: bool = True) -> list[str]:
                        + f"\n\n{by_mode}.\n")
     if waiting:
         out.append("### Predictions committed, their runs not yet made\n\n" + "\n".join(waiting))
-    seeds_check = RESULTS_ROOT / "seeds-rtx6000" / "whatif_check.csv"
-    if seeds_check.exists():
-        t = pd.read_csv(seeds_check)
-        t["error"] = t.error.map(lambda e: f"{e:+.0%}")
-        out.append("### The seeds' machine from its three rates (a what-if)\n\n"
-                   "A ceilings file built from the seeds' P_flops, P_pci and P_mpi alone (RTX 6000, two ranks, H = 512, "
-                   "B = 3000; `perflab.analysis.seeds_machine`), its prediction beside the seeds' own phase medians (final "
-                   "assignment, Figure 11). The copies and the all-reduce come back by construction (the rates were "
-                   "taken from those medians); one P_flops for every GEMM overcharges the large ones and undercharges "
-                   "the small, and the work three rates do not describe (elementwise kernels, launches) is what the "
-                   "batch misses. Source: `results/seeds-rtx6000/whatif_check.csv`.\n\n" + fmt(t.round(1)))
     return out
+
+
+def seeds_machine_section(part: dict) -> list[str]:
+    """The seeds' machine predicted from its three rates alone, beside the seeds' own phase medians (the file
+    part names, campaigns.json's)."""
+    import pandas as pd
+    seeds_check = RESULTS_ROOT / part["seeds_machine"] if "seeds_machine" in part else None
+    if seeds_check is None or not seeds_check.exists():
+        return []
+    t = pd.read_csv(seeds_check)
+    t["error"] = t.error.map(lambda e: f"{e:+.0%}")
+    return ["### The seeds' machine from its three rates (a what-if)\n\n" + part["claims"]["seeds_machine"]
+            + f" Source: `results/{part['seeds_machine']}`.\n\n" + fmt(t.round(1))]

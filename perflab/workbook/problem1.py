@@ -931,32 +931,41 @@ def recommended(summary) -> int:
 
 
 def answer_hidden(t, figures: Path, source: str):
-    from perflab.report import plots
+    """FA Q1.4: the long run to its plateau, then every hidden size and the one to recommend."""
     from perflab.report.answer import Answer
     s = hidden_summary(t)
-    r0 = t.iloc[0]
     wanted = float(t.long_hidden.iloc[0]) if "long_hidden" in t else 64.0
     long_H = int(min(s.H, key=lambda h: (abs(math.log(h / wanted)), h)))  # the long run: as long_size chose it
-    run_ = t[t.H == long_H].sort_values("epoch")
-    L = s[s.H == long_H].iloc[0]
+    rec = recommended(s)
+    text = long_run_text(t.iloc[0], s[s.H == long_H].iloc[0], long_H) + hidden_sizes_text(s, rec) + overfitting_text(s)
+    figures = hidden_figures(t, s, long_H, rec, figures)
+    return Answer(text, [(hidden_table(s), "Each hidden size's epochs, why it stopped, its losses at the end and the "
+                                          "gap between them, and its precision (%).")], figures, [source])
+
+
+def long_run_text(r0, L, long_H: int) -> str:
+    """How the long run ended (plateau, cap or divergence) and the losses and precision it reached."""
     how = {"plateau": f"stopped at epoch {L.epochs}: its validation loss had not improved by {100 * MIN_DELTA:g}% "
                       f"for {L.epochs - int(L.best_epoch)} epochs, so it has converged",
            "cap": f"ran its cap of {L.epochs} epochs with the validation loss still improving, so it has not quite "
                   "converged",
            "diverged": f"diverged in epoch {L.epochs}"}[L.stopped]
-    text = (f"The long run (784-{long_H}-10, lr = {r0.learning_rate:g}, B = {r0.B}, float32, {r0.N} training samples "
+    return (f"The long run (784-{long_H}-10, lr = {r0.learning_rate:g}, B = {r0.B}, float32, {r0.N} training samples "
             f"and {r0.V} validation samples carved from the training set) {how}. It reached a training loss of "
             f"{L.train_loss:.4f} (on {r0.V} training samples) and a validation loss of {L.validation_loss:.4f} (lowest "
             f"at epoch {int(L.best_epoch)}), validation precision {100 * L.validation_precision:.2f}%"
             + (f" and test precision {100 * L.test_precision:.2f}%" if L.test_precision == L.test_precision else "")
             + " (the seeds: loss about 1e-2 after about 1000 epochs at lr 0.2, precision about 97%). ")
-    rec = recommended(s)
+
+
+def hidden_sizes_text(s, rec: int) -> str:
+    """The precision over the hidden sizes, the one recommended, and what smaller and larger nets get."""
     ends = s.sort_values("H")
-    text += (f"Each hidden size trained the same way: the validation precision goes from "
-             f"{100 * ends.validation_precision.iloc[0]:.2f}% at H = {ends.H.iloc[0]} to "
-             f"{100 * ends.validation_precision.iloc[-1]:.2f}% at H = {ends.H.iloc[-1]}, best "
-             f"{100 * s.validation_precision.max():.2f}% at H = {int(s.loc[s.validation_precision.idxmax()].H)}. "
-             f"Recommended: H = {rec}, the smallest within {100 * NEAR_BEST:g} percentage points of the best. ")
+    text = (f"Each hidden size trained the same way: the validation precision goes from "
+            f"{100 * ends.validation_precision.iloc[0]:.2f}% at H = {ends.H.iloc[0]} to "
+            f"{100 * ends.validation_precision.iloc[-1]:.2f}% at H = {ends.H.iloc[-1]}, best "
+            f"{100 * s.validation_precision.max():.2f}% at H = {int(s.loc[s.validation_precision.idxmax()].H)}. "
+            f"Recommended: H = {rec}, the smallest within {100 * NEAR_BEST:g} percentage points of the best. ")
     smaller, larger = s[s.H < rec], s[s.H > rec]
     at = s[s.H == rec].iloc[0]
     said = []
@@ -971,31 +980,45 @@ def answer_hidden(t, figures: Path, source: str):
     if said:
         joined = " and ".join(said)
         text += joined[0].upper() + joined[1:] + ". "
+    return text
+
+
+def overfitting_text(s) -> str:
+    """Whether any run's validation loss rose off its minimum, and how the loss gap moves with H."""
+    ends = s.sort_values("H")
     rose = s[s.rise >= ROSE]
     if len(rose):
-        text += ("Overfitting: the validation loss ended above its minimum by "
-                 + ", ".join(f"{100 * r.rise:.1f}% at H = {r.H}" for r in rose.itertuples())
-                 + f"; the gap between validation and training loss is {ends.gap.iloc[0]:.3f} at H = {ends.H.iloc[0]} "
-                   f"and {ends.gap.iloc[-1]:.3f} at H = {ends.H.iloc[-1]}.")
-    else:
-        text += (f"No run's validation loss rose {100 * ROSE:g}% above its minimum; the gap between validation and "
-                 f"training loss goes from {ends.gap.iloc[0]:.3f} (H = {ends.H.iloc[0]}) to {ends.gap.iloc[-1]:.3f} "
-                 f"(H = {ends.H.iloc[-1]})" + (": the larger nets fit the training set more closely than they generalize."
-                                                if ends.gap.iloc[-1] > 1.5 * max(ends.gap.iloc[0], 0) + 0.01 else
-                                                ": no sign of overfitting within these runs."))
-    figures = [plots.save(plateau_figure(run_), "problem1_plateau",
-                          f"The long run: loss on {r0.V} training samples and on the {r0.V} validation samples after "
-                          f"each epoch, 784-{long_H}-10, lr = {r0.learning_rate:g}, B = {r0.B}, float32.", figures, draw_caption=False),
-               plots.save(hidden_figure(s, rec), "problem1_hidden",
-                          "Validation and test precision of each hidden size trained to its plateau (or its cap of "
-                          "epochs), and the gap between its validation and training loss (right axis).", figures, draw_caption=False)]
-    table = s.assign(validation_precision=100 * s.validation_precision, test_precision=100 * s.test_precision,
-                     best_epoch=s.best_epoch.astype("Int64"), rise=100 * s.rise).rename(
+        return ("Overfitting: the validation loss ended above its minimum by "
+                + ", ".join(f"{100 * r.rise:.1f}% at H = {r.H}" for r in rose.itertuples())
+                + f"; the gap between validation and training loss is {ends.gap.iloc[0]:.3f} at H = {ends.H.iloc[0]} "
+                  f"and {ends.gap.iloc[-1]:.3f} at H = {ends.H.iloc[-1]}.")
+    return (f"No run's validation loss rose {100 * ROSE:g}% above its minimum; the gap between validation and "
+            f"training loss goes from {ends.gap.iloc[0]:.3f} (H = {ends.H.iloc[0]}) to {ends.gap.iloc[-1]:.3f} "
+            f"(H = {ends.H.iloc[-1]})" + (": the larger nets fit the training set more closely than they generalize."
+                                           if ends.gap.iloc[-1] > 1.5 * max(ends.gap.iloc[0], 0) + 0.01 else
+                                           ": no sign of overfitting within these runs."))
+
+
+def hidden_figures(t, s, long_H: int, rec: int, figures: Path) -> list[Path]:
+    """The long run's losses by epoch, and each hidden size's precision and loss gap."""
+    from perflab.report import plots
+    r0 = t.iloc[0]
+    run_ = t[t.H == long_H].sort_values("epoch")
+    return [plots.save(plateau_figure(run_), "problem1_plateau",
+                       f"The long run: loss on {r0.V} training samples and on the {r0.V} validation samples after "
+                       f"each epoch, 784-{long_H}-10, lr = {r0.learning_rate:g}, B = {r0.B}, float32.", figures, draw_caption=False),
+            plots.save(hidden_figure(s, rec), "problem1_hidden",
+                       "Validation and test precision of each hidden size trained to its plateau (or its cap of "
+                       "epochs), and the gap between its validation and training loss (right axis).", figures, draw_caption=False)]
+
+
+def hidden_table(s):
+    """The summary a hidden size a row, precisions in %, its columns named for a reader."""
+    return s.assign(validation_precision=100 * s.validation_precision, test_precision=100 * s.test_precision,
+                    best_epoch=s.best_epoch.astype("Int64"), rise=100 * s.rise).rename(
         columns={"best_epoch": "lowest validation loss at epoch", "gap": "validation - training loss",
                  "rise": "rise above the lowest (%)", "validation_precision": "validation precision (%)",
                  "test_precision": "test precision (%)"})
-    return Answer(text, [(table, "Each hidden size's epochs, why it stopped, its losses at the end and the gap between "
-                                 "them, and its precision (%).")], figures, [source])
 
 
 ANSWERS = {"check": answer_check, "drift": answer_drift, "rates": answer_rates, "hidden": answer_hidden}
