@@ -68,13 +68,13 @@ def test_the_p2p_exchange_is_refused_where_it_cannot_run(monkeypatch, changes, m
 
     import perflab.backend
     from perflab.cli import CLIError
-    from perflab.commands.options import device_from_args
+    from perflab.commands.options import run_spec
     monkeypatch.setattr(perflab.backend, "cupy_or_none", lambda: types.ModuleType("cupy"))
     args = dict(backend="cupy", mode="resident", gemm="cublas", comm="p2p", launch="graph", pinned=False, overlap=False,
                 chunks=None, parallel="data", dtype="float32", json=True, timeout=60.0, threads=None, **ONE_NET)
-    assert device_from_args(argparse.Namespace(**args)).comm == "p2p"
+    assert run_spec(argparse.Namespace(**args)).comm == "p2p"
     with pytest.raises(CLIError, match=message):
-        device_from_args(argparse.Namespace(**{**args, "overlap": True, **changes}))
+        run_spec(argparse.Namespace(**{**args, "overlap": True, **changes}))
 
 
 def test_threads_are_numpys_and_refused_on_the_gpu_by_name(monkeypatch):
@@ -83,13 +83,13 @@ def test_threads_are_numpys_and_refused_on_the_gpu_by_name(monkeypatch):
 
     import perflab.backend
     from perflab.cli import CLIError
-    from perflab.commands.options import device_from_args
+    from perflab.commands.options import run_spec
     monkeypatch.setattr(perflab.backend, "cupy_or_none", lambda: types.ModuleType("cupy"))
     args = dict(backend="numpy", mode="resident", gemm="cublas", comm=None, launch=None, pinned=False, overlap=False,
                 chunks=None, parallel="data", dtype="float32", json=True, timeout=60.0, threads=3, **ONE_NET)
-    assert device_from_args(argparse.Namespace(**args)).threads == 3
+    assert run_spec(argparse.Namespace(**args)).threads == 3
     with pytest.raises(CLIError, match="--threads 3 sets NumPy's BLAS threads a rank: it needs --backend numpy"):
-        device_from_args(argparse.Namespace(**{**args, "backend": "cupy"}))
+        run_spec(argparse.Namespace(**{**args, "backend": "cupy"}))
 
 
 def test_a_gpu_run_chooses_its_exchange_by_timing_unless_told(monkeypatch):
@@ -100,13 +100,13 @@ def test_a_gpu_run_chooses_its_exchange_by_timing_unless_told(monkeypatch):
 
     import perflab.backend
     from perflab.cli import CLIError
-    from perflab.commands.options import device_from_args
+    from perflab.commands.options import run_spec
     monkeypatch.setattr(perflab.backend, "cupy_or_none", lambda: types.ModuleType("cupy"))
     args = dict(backend="cupy", mode="resident", gemm="cublas", comm=None, launch=None, pinned=False, overlap=False,
                 chunks=None, parallel="data", dtype="float32", json=True, timeout=60.0, threads=None, **ONE_NET)
-    comm = lambda **changes: device_from_args(argparse.Namespace(**{**args, **changes})).comm
+    comm = lambda **changes: run_spec(argparse.Namespace(**{**args, **changes})).comm
     assert comm() == "auto" and comm(overlap=True) == "nccl" and comm(mode="staged") == "mpi"
-    assert comm(comm="overlap") == "nccl" and device_from_args(argparse.Namespace(**{**args, "comm": "overlap"})).overlap
+    assert comm(comm="overlap") == "nccl" and run_spec(argparse.Namespace(**{**args, "comm": "overlap"})).overlap
     assert comm(backend="numpy") == "mpi" and comm(backend="numpy", comm="auto") == "mpi"
     with pytest.raises(CLIError, match="--comm auto times NCCL with and without --overlap"):
         comm(comm="auto", overlap=True)
@@ -460,12 +460,12 @@ def test_gemm_wgmma_takes_a_half_precision_dtype_and_the_tf32_gemms_do_not(monke
     import types
 
     from perflab.cli import build_parser
-    from perflab.commands.options import device_from_args
+    from perflab.commands.options import run_spec
     monkeypatch.setattr("perflab.backend.cupy_or_none", lambda: types.ModuleType("cupy"))
     for dtype in ("bfloat16", "float16"):
         args = build_parser().parse_args(["train", "--dataset", "synthetic", "--backend", "cupy", "--gemm", "wgmma",
                                           "--dtype", dtype, "--json"])
-        assert device_from_args(args).gemm == "wgmma"
+        assert run_spec(args).gemm == "wgmma"
 
 
 def test_a_net_too_large_for_this_host_is_refused_before_anything_is_allocated(capsys, monkeypatch):

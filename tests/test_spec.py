@@ -61,20 +61,15 @@ def test_exchange_is_one_value_the_spec_splits_for_the_trainer():
     assert cpu.wait_s == TIMEOUT_S  # no timeout named: the watchdog's
 
 
-def test_the_commands_device_reads_back_into_the_spec_it_came_from():
-    """RunSpec.device (the older _Device perflab.commands still summarizes a run from) and from_device (how the
-    runner reads one back) lose nothing a trainer needs."""
-    device = RunSpec(backend="cupy", exchange="overlap").device(timeout=5.0)
-    assert (device.comm, device.overlap, device.graphs, device.timeout) == ("nccl", True, True, 5.0)
-    assert RunSpec.from_device(device, "data", "float32").exchange == "overlap"
-    cpu = RunSpec().device()
-    assert (cpu.comm, cpu.overlap, cpu.graphs) == ("mpi", False, False)
-    assert RunSpec.from_device(cpu, "sequential", "float64").validate().launch == "eager"
-    for spec in (RunSpec(parallel="data", threads=2, nets=(64,), batches=(100,), timeout=9.0),  # as the CLI parses
-                 RunSpec(backend="cupy", parallel="data", exchange="auto", launch="eager", dtype="bfloat16"),
-                 RunSpec(backend="cupy", parallel="data", mode="pipelined", chunks=3, pinned=True)):
-        back = RunSpec.from_device(spec.device(), spec.parallel, spec.dtype)
-        assert back.rule_key() == spec.rule_key()  # the CLI's validated spec is not checked again by the runner
+def test_a_runs_summary_row_names_what_the_old_device_did():
+    """`perflab train --json` and `check`'s row: where and how the run executed, from its RunSpec, with the keys and
+    values the trainer's older Device gave (scripts and committed rows read them)."""
+    from perflab.commands.options import device_summary
+    gpu = device_summary(RunSpec(backend="cupy", exchange="overlap", timeout=5.0))
+    assert gpu == {"backend": "cupy", "mode": "resident", "gemm": "cublas", "comm": "nccl", "graphs": True,
+                   "pinned": False, "overlap": True, "chunks": None, "timeout": 5.0, "threads": None}
+    assert device_summary(RunSpec(threads=2)) == {"backend": "numpy", "comm": "mpi", "threads": 2}
+    assert device_summary(RunSpec(backend="cupy", launch="eager"))["timeout"] == RunSpec().wait_s
 
 
 def test_a_sweep_row_parses_into_the_spec_it_ran():
@@ -105,14 +100,14 @@ def test_a_trainer_built_from_a_spec_anywhere_is_validated(monkeypatch):
 
 
 def test_no_module_outside_perflab_train_builds_the_trainers_old_device():
-    """The trainer takes a RunSpec: _Device is spec.py's, built by RunSpec.device alone (for perflab.commands'
-    summary rows), and nothing else in perflab names it."""
+    """The trainer takes a RunSpec, the one description of a run: nothing in perflab builds or imports the older
+    Device."""
     import re
 
     from perflab.data import PROJECT_ROOT
     files = [p for folder in ("perflab", "notebooks") for p in (PROJECT_ROOT / folder).rglob("*.py")]
     named = [str(p.relative_to(PROJECT_ROOT)) for p in files
-             if p.name != "spec.py" and re.search(r"\b_?Device\(|import[^\n]*\b_?Device\b", p.read_text().replace("cuda.Device(", ""))]
+             if re.search(r"\b_?Device\(|import[^\n]*\b_?Device\b", p.read_text().replace("cuda.Device(", ""))]
     assert len(files) > 50 and named == []
 
 

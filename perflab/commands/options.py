@@ -174,11 +174,6 @@ def run_spec(args, parallel: str | None = None):
     return spec
 
 
-def device_from_args(args, parallel: str | None = None):
-    """The trainer's Device of train's and check's options (through their RunSpec)."""
-    return run_spec(args, parallel).device()
-
-
 # Config's fields as the options that set them: a ConfigError the CLI prints names the option, not the field
 OPTION_OF = {"input_size": "--input-size", "hidden_sizes": "--hidden", "hidden_size": "--hidden",
              "num_classes": "--num-classes", "learning_rate": "--learning-rate", "train_size": "--train-size",
@@ -234,11 +229,13 @@ def parallel_option(parser, default: str) -> None:
                                 else "") + " (default %(default)s)")
 
 
-def device_summary(device) -> dict:
-    import dataclasses
-    if device.backend == "numpy":
-        return {"backend": "numpy", "comm": device.comm, "threads": device.threads}
-    return dataclasses.asdict(device)
+def device_summary(spec) -> dict:
+    """Where and how the run executed, as a --json row names it."""
+    if spec.backend == "numpy":
+        return {"backend": "numpy", "comm": spec.comm, "threads": spec.threads}
+    return {"backend": spec.backend, "mode": spec.mode, "gemm": spec.gemm, "comm": spec.comm, "graphs": spec.graphs,
+            "pinned": spec.pinned, "overlap": spec.overlap, "chunks": spec.chunks, "timeout": spec.wait_s,
+            "threads": spec.threads}
 
 
 def file_name(text: str) -> str:

@@ -1,7 +1,6 @@
 """`perflab train` and `perflab check`: the trainers, run on every rank."""
 from __future__ import annotations
 
-import dataclasses
 import sys
 
 from perflab.commands.options import (
@@ -27,16 +26,15 @@ def cmd_train(args, comm) -> dict:
     parallel = args.parallel if args.parallel != "auto" else ("data" if comm.size > 1 else "sequential")
     quiet = args.json or comm.rank != 0
     spec = run_spec(args, parallel)
-    device = spec.device()
     folder = writable_folder(results.run_dir(results.machine_metadata()), "--save") if args.save else None
     if not quiet:
         print(first_line("train", cfg, spec, comm.size))
-    history, trainer = train_until_stopped(args, cfg, parallel, comm, device, quiet)
+    history, trainer = train_until_stopped(args, cfg, parallel, comm, spec, quiet)
     chosen = runner.exchange_summary(trainer)
-    device = dataclasses.replace(device, comm=chosen["comm"], overlap=chosen["overlap"]) if chosen else device
+    spec = spec.replace(exchange="overlap" if chosen["overlap"] else chosen["comm"]) if chosen else spec
     summary = {"final_loss": history.final_loss, "test_precision": history.test_precision,
                "epoch_seconds": history.epoch_seconds, "parallel": parallel, "ranks": comm.size,
-               "profiled": args.profile, **device_summary(device), **chosen, **cfg.to_dict()}
+               "profiled": args.profile, **device_summary(spec), **chosen, **cfg.to_dict()}
     if cfg.validation_size:
         summary["validation_precision"] = history.epochs[-1]["validation_precision"]
     phases = None
@@ -44,7 +42,7 @@ def cmd_train(args, comm) -> dict:
         import pandas as pd
         tables = comm.allgather(history.phases)
         phases = pd.concat(tables, ignore_index=True)
-        summary.update(phase_report(phases, cfg, parallel, comm.size, device, quiet))
+        summary.update(phase_report(phases, cfg, parallel, comm.size, spec, quiet))
     if comm.rank != 0:
         return summary
     if args.json or args.save:  # a run's --json line (and --save's file) is a result row: where and at which commit
@@ -62,12 +60,12 @@ def cmd_train(args, comm) -> dict:
     return summary
 
 
-def train_until_stopped(args, cfg, parallel, comm, device, quiet):
+def train_until_stopped(args, cfg, parallel, comm, spec, quiet):
     """train_on_ranks; Ctrl-C ends it with one line saying what was kept (train keeps no checkpoint)."""
     from perflab.train import runner
     from perflab.train.loop import Stopped
     try:
-        return runner.train_on_ranks(cfg, parallel, comm, device, log=None if quiet else print,
+        return runner.train_on_ranks(cfg, parallel, comm, spec, log=None if quiet else print,
                                      progress=not quiet and sys.stderr.isatty(), profiled=args.profile)
     except KeyboardInterrupt as exc:
         done = len(exc.history.epochs) if hasattr(exc, "history") else 0
@@ -99,14 +97,14 @@ def save_run(args, summary, history, phases, cfg, folder) -> None:
         print(f"wrote {path}")
 
 
-def phase_report(phases, cfg, parallel, ranks, device, quiet) -> dict:
+def phase_report(phases, cfg, parallel, ranks, spec, quiet) -> dict:
     """Nsight-like summary of a --profile run and the seeds' effective rates from its medians."""
     from perflab.analysis import perfmodel
     from perflab.train import profile
     table = profile.summary(phases[phases.phase != "train setup"])
     w = perfmodel.Workload(layers=cfg.layer_sizes, B=cfg.batch_size, p=ranks, parallel=parallel if parallel != "sequential" else "data",
-                           dtype=cfg.dtype, staged=device.backend == "numpy" or device.mode in HOST_STAGED,
-                           host_allreduce=device.backend == "numpy" or device.comm not in ("nccl", "nccl-half"),
+                           dtype=cfg.dtype, staged=spec.backend == "numpy" or spec.mode in HOST_STAGED,
+                           host_allreduce=spec.backend == "numpy" or spec.comm not in ("nccl", "nccl-half"),
                            N=cfg.train_size)
     rates = perfmodel.effective_rates(w, table["median"].to_dict())
     if not quiet:
@@ -122,11 +120,11 @@ def cmd_check(args, comm) -> dict:
     from perflab.train import runner
 
     spec = run_spec(args)
-    device, cfg = spec.device(), config_from_args(args)
+    cfg = config_from_args(args)
     if comm.rank == 0 and not args.json:
         print(first_line("check", cfg, spec, comm.size))
-    result = runner.check(cfg, args.parallel, comm, device)
-    result = {**device_summary(device), **result,  # the exchange --comm auto kept over the asked one
+    result = runner.check(cfg, args.parallel, comm, spec)
+    result = {**device_summary(spec), **result,  # the exchange --comm auto kept over the asked one
               "parallel_checked": comm.size > 1}
     if comm.rank == 0 and args.json:
         result["machine"] = results.machine_metadata()  # as train's: the --json line is a result row

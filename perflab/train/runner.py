@@ -44,11 +44,8 @@ def check_agreement(comm, cfg: Config, split: data.Split) -> None:
 
 def bound(spec: RunSpec | None, parallel: str, dtype: str) -> RunSpec:
     """The spec of a run of `parallel` in `dtype` (the call's and its Config's, which name them for the trainer):
-    None is NumPy's (RunSpec()); a _Device (RunSpec.device, what perflab.commands passes) is read back into one."""
-    if spec is None:
-        spec = RunSpec()
-    elif not isinstance(spec, RunSpec):
-        return RunSpec.from_device(spec, parallel, dtype)
+    None is NumPy's (RunSpec())."""
+    spec = spec or RunSpec()
     return spec if (spec.parallel, spec.dtype) == (parallel, dtype) else spec.replace(parallel=parallel, dtype=dtype)
 
 

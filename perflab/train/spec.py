@@ -80,22 +80,6 @@ class RunSpec:
         return (self.backend, self.parallel, self.mode, self.gemm, self.exchange, self.dtype, self.launch, self.chunks,
                 self.pinned, self.threads)
 
-    def device(self, timeout: float | None = None) -> "_Device":
-        """The trainer's older description of this spec (_Device), for perflab.commands, which still reads its
-        fields for a run's summary row; everything else passes the RunSpec."""
-        fields = exchange_fields(self.exchange)
-        return _Device(backend=self.backend, mode=self.mode, gemm=self.gemm, graphs=self.launch == "graph",
-                       pinned=self.pinned, chunks=self.chunks, threads=self.threads,
-                       timeout=timeout or self.timeout or watchdog.TIMEOUT_S, **fields)
-
-    @classmethod
-    def from_device(cls, device, parallel: str, dtype: str) -> "RunSpec":
-        """The spec of a _Device (RunSpec.device's: what perflab.commands passes the runner)."""
-        exchange = "overlap" if device.overlap else device.comm
-        return cls(backend=device.backend, parallel=parallel, mode=device.mode, gemm=device.gemm, exchange=exchange,
-                   dtype=dtype, launch=None if device.backend == "numpy" else "graph" if device.graphs else "eager",
-                   chunks=device.chunks, pinned=device.pinned, threads=device.threads, timeout=device.timeout)
-
     @property
     def comm(self) -> str:
         """The exchange as the trainer's comm builds it (perflab.train.comm.for_gpu, with_strategy): NCCL for overlap."""
@@ -145,28 +129,6 @@ def check(spec: RunSpec) -> None:
     if not spec.gpu:
         cpu_rules(spec)
     gpu_rules(spec)
-
-
-@dataclass
-class _Device:
-    """The trainer's older description of a run (RunSpec.device), kept for perflab.commands' summary rows until they
-    read the RunSpec; the runner takes either and reads a _Device back through RunSpec.from_device. Nothing else
-    builds one."""
-    backend: str = "numpy"
-    mode: str = "resident"   # resident | staged | pipelined (GPU only)
-    gemm: str = "cublas"     # cublas (fastest measured) or a perflab GEMM variant (GPU only)
-    comm: str | None = None  # nccl | mpi | hierarchical | ... | auto (the fastest of `exchanges`, timed: fastest_exchange);
-    #                          None: NCCL on GPUs with the data resident, host MPI on the CPU and in the staged modes
-    graphs: bool = True      # capture each batch's step as a CUDA graph (resident mode)
-    pinned: bool = False     # staged mode: page-locked host copy of the data
-    overlap: bool = False    # NCCL, several GPUs: exchange gradient chunks while backward GEMM 3 runs
-    chunks: int | None = None  # dW1 row chunks exchanged one by one (None: OVERLAP_CHUNKS or PIPELINED_CHUNKS)
-    timeout: float = watchdog.TIMEOUT_S  # seconds a step may wait on the other ranks before the job ends
-    threads: int | None = None  # NumPy: BLAS threads a rank (None: the node's cores shared among its ranks)
-
-    def __post_init__(self):
-        if self.comm is None:
-            self.comm = "mpi" if self.backend == "numpy" or self.mode != "resident" else "nccl"
 
 
 def cpu_rules(spec: RunSpec) -> None:
