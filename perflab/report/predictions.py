@@ -257,8 +257,8 @@ def check_points(checks):
         both, err, _ = check_table(pd.DataFrame(made["rows"]), pd.read_csv(check))
         inside = None
         if "low_ms" in both:
-            inside = [None if pd.isna(lo) else bool(lo <= m <= hi) for lo, m, hi in zip(both.low_ms, both.measured_ms,
-                                                                                       both.high_ms)]
+            inside = [None if pd.isna(lo) or pd.isna(m) else bool(lo <= m <= hi)  # a failed point: neither
+                      for lo, m, hi in zip(both.low_ms, both.measured_ms, both.high_ms)]
         meta = json.loads(check.with_suffix(".json").read_text()) if check.with_suffix(".json").exists() else {}
         parts.append(pd.DataFrame({"check": made_path.stem, "machine": check.parent.name,
                                    "measured": str(meta.get("date", "?"))[:16], "predicted at": made["predicted_by"][:8],
