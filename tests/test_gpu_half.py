@@ -358,3 +358,32 @@ def test_the_half_precision_exchange_sums_the_gradient_rounded_to_the_runs_preci
     assert np.array_equal(part.get()[5:999], half.round_to(host[5:999], kind)) and np.array_equal(part.get()[:5], host[:5])
     held = kernels.narrow_copy(cp.asarray(host), cp.empty(host.size, kernels.HALF_STORAGE[kind]))
     assert np.array_equal(kernels.widen_copy(held, cp.empty(host.size, np.float32)).get(), half.round_to(host, kind))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_first_eager_step_waits_for_the_trainers_own_set_up(kind, monkeypatch):
+    """The set-up's half copies (the weights and the images) are kernels on the caller's stream, which the trainer's
+    non-blocking stream does not wait for by itself: with each copy held behind a busy kernel, the first eager steps
+    still read them whole, and train as a set-up that was not held (docs/DECISIONS.md, D58)."""
+    from perflab import data, kernels
+    from perflab.train import loop
+    from perflab.train.comm import Serial
+    from perflab.train.runner import make_gpu_trainer
+    from perflab.train.spec import RunSpec
+    cfg = tiny(kind, (61,), num_epochs=1, print_every=1)
+    spec = RunSpec(backend="cupy", launch="eager", exchange="nccl")
+
+    def losses():
+        trainer = make_gpu_trainer(cfg, "data", Serial(), spec, data.load(cfg)[0])
+        history = loop.fit(cfg, trainer, progress=False, sync=trainer.sync)
+        trainer.close()
+        return [r["loss"] for r in history.losses]
+    quiet = losses()
+    copy, busy = kernels.narrow_copy, cp.ones((2048, 2048), np.float32)
+
+    def held_copy(src, dst):  # the copy queued behind some milliseconds of other work on its stream
+        for _ in range(20):
+            cp.matmul(busy, busy)
+        return copy(src, dst)
+    monkeypatch.setattr(kernels, "narrow_copy", held_copy)
+    assert losses() == quiet

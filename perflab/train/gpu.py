@@ -166,6 +166,13 @@ class FusedGPU(FusedStep, Graphs, Sequential):
         self.epoch_graphs = True  # one graph an epoch where graphs_an_epoch allows (off: a graph a batch)
         self.tuned = set()  # GEMM operand layouts already tuned
         self.want_loss = True
+        self.settle()
+
+    def settle(self) -> None:
+        """Wait for the set-up's own kernels (the half copies of P and of the images, the wgmma constants), which
+        ran on the caller's stream: self.stream does not wait for the legacy stream (non-blocking), and an eager
+        first step read them half-written (docs/DECISIONS.md, D58)."""
+        self.cp.cuda.get_current_stream().synchronize()
 
     def allocate(self, host_params, bmax: int, dtype, store) -> None:
         """The step's device buffers, each hidden layer's flat: a batch of n takes a contiguous (rows x n) view."""

@@ -36,6 +36,7 @@ class FusedModelParallel(FusedGPU):
         if comm.size > 1:  # the loss's L2 term is summed over the ranks: a replicated layer's counted once
             scale = [1 / comm.size if kind == "whole" else 1.0 for kind in self.splits for _ in (0, 1)]
             self.penalty_regs = self.regs * self.cp.asarray(scale, self.regs.dtype)
+            self.settle()
 
     def shard(self):
         from perflab.train.comm import share
