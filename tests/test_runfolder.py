@@ -12,6 +12,7 @@ import pytest
 from perflab import results
 from perflab.analysis import validation
 from perflab.cli import main
+from perflab.measure import steadiness
 from perflab.results import RESULTS_ROOT
 from perflab.workbook import cluster, plan, sweep
 
@@ -224,12 +225,12 @@ def test_a_point_is_its_epochs_its_data_sets_and_a_fixed_cost(timed):
     (warm-up, timed, profiled), two data sets; on two ranks sharing the cores, the epoch of B lasts as long."""
     pt = sweep.grid(hidden=(512,), batch=(1600,), N=38400)[0]
     epoch = 24 * 4 * 1600 * 512 * 794 / 1e11
-    assert plan.point_seconds(pt, 1e11, 0.5, shared=True) == pytest.approx(3 * epoch + 2 * 0.5 + plan.POINT_S)
-    assert plan.point_seconds({**pt, "p": 2}, 1e11, 0.5, shared=True) == pytest.approx(3 * epoch + 1 + plan.POINT_S)
+    assert plan.point_seconds(pt, 1e11, 0.5, shared=True) == pytest.approx(3 * epoch + 2 * 0.5 + plan.POINT_S + steadiness.POINT_SECONDS)
+    assert plan.point_seconds({**pt, "p": 2}, 1e11, 0.5, shared=True) == pytest.approx(3 * epoch + 1 + plan.POINT_S + steadiness.POINT_SECONDS)
     short = {**pt, "N": 3200}  # two batches, 0.013 s an epoch: topped up to MIN_TIMED_SECONDS by a third training
     e = 2 * 4 * 1600 * 512 * 794 / 1e11
     more = sweep.epochs_to_fill(e, e)
-    assert plan.point_seconds(short, 1e11, 0.5, shared=True) == pytest.approx((3 + more + 1) * e + 1.5 + plan.POINT_S)
+    assert plan.point_seconds(short, 1e11, 0.5, shared=True) == pytest.approx((3 + more + 1) * e + 1.5 + plan.POINT_S + steadiness.POINT_SECONDS)
 
 
 def test_a_first_gpu_run_says_it_compiles_and_the_gpu_ceilings_take_their_measured_time(tmp_path, monkeypatch):

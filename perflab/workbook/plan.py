@@ -190,12 +190,13 @@ def epochs_run(epoch_s: float, epochs: int) -> tuple[int, int]:
 def point_seconds(pt: dict, rate: float, data_s: float, shared: bool) -> float:
     """One sweep point: its epochs, N/B batches of the seeds' FLOPs at `rate` (a rank's B/p on its
     share of the cores where the ranks `shared` one CPU, so the epoch of B lasts as on one rank), its
-    data sets and POINT_S."""
+    data sets, POINT_S and the host probe beside it (perflab.measure.steadiness.beside)."""
     from perflab.analysis import perfmodel
+    from perflab.measure.steadiness import POINT_SECONDS
     w = perfmodel.Workload(layers=perfmodel.layer_sizes(pt["H"]), B=pt["B"], p=pt["p"], N=pt["N"])
     epoch = -(-pt["N"] // pt["B"]) * perfmodel.seeds_flops(w)["batch"] / (rate / pt["p"] if shared else rate)
     epochs, trainings = epochs_run(epoch, pt["epochs"])
-    return epochs * epoch + trainings * data_s + POINT_S
+    return epochs * epoch + trainings * data_s + POINT_S + POINT_SECONDS
 
 
 def estimate_seconds(points: list[dict], rate: float, data_s: float, shared: bool) -> float:
