@@ -378,8 +378,10 @@ def first_lines(folder, sweep: str = "roofline.csv", validation: str = "validati
                          f"(±{v['noise']:.0%}, more where a point's own epochs spread further); the median miss is "
                          f"{miss.median():.0%}, the worst {miss.max():.0%}.")
             scaled = done.error_at_host_speed.dropna().abs()
-            if len(scaled):
+            beside = [spread(r) for r in run_probes(folder) if r["stage"] == "point"]
+            if len(scaled) and beside:
                 lines.append(f"Scaled by the host's speed beside each point (its probe against the one before the "
                              f"ceilings), the predictions of {len(scaled)} points miss by a median of {scaled.median():.0%}, "
-                             f"the worst {scaled.max():.0%}: what is left is the predictor's.")
+                             f"the worst {scaled.max():.0%}; a probe beside a point is itself good to about "
+                             f"±{statistics.median(beside):.0%} (median), so where that is large this says little.")
     return lines + v["notes"]
