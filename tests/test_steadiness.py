@@ -229,3 +229,13 @@ def test_each_points_miss_is_set_against_the_hosts_speed_beside_it(tmp_path):
     assert judged.host_ratio[0] == pytest.approx(1.5) and judged.host_ratio[1] == pytest.approx(2.0)
     assert judged.error_at_host_speed[0] == pytest.approx(0.0) and judged.error_at_host_speed[1] == pytest.approx(0.0)
     assert pd.isna(judged.host_ratio[2])  # no probe named it
+
+
+def test_first_lines_scale_the_misses_by_the_probes_beside_the_points_and_say_how_good_those_were(tmp_path):
+    beside = {**row("point", 15.0, spread=0.3), "point": "H=512 B=1600 p=1 numpy resident"}
+    write(tmp_path, row("start", 10.0), beside, row("end", 10.0))
+    pd.DataFrame({"source": "roofline.csv", "H": [512], "B": [1600], "p": [1], "backend": "numpy", "mode": "resident",
+                  "measured_ms": [30.0], "predicted_ms": [20.0]}).to_csv(tmp_path / "validation.csv", index=False)
+    lines = steadiness.first_lines(tmp_path)
+    assert "the predictions of 1 points miss by a median of 0%, the worst 0%; a probe beside a point is itself good to " \
+           "about ±30% (median)" in " ".join(lines)
