@@ -387,3 +387,32 @@ def test_the_first_eager_step_waits_for_the_trainers_own_set_up(kind, monkeypatc
         return copy(src, dst)
     monkeypatch.setattr(kernels, "narrow_copy", held_copy)
     assert losses() == quiet
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_widened_batch_gives_the_gradient_of_its_samples_alone(kind):
+    """A half step widens its images to aligned columns (perflab.train.half_gpu.widened): the extra columns,
+    real neighbouring images, must add nothing to the gradient or to the loss. The same samples as one exact,
+    unwidened operand give the same G (to the last bits' summation order; an extra column adding in would
+    move it by about a tenth)."""
+    from perflab import data
+    from perflab.train.comm import Serial
+    from perflab.train.gpu import FusedGPU
+    from perflab.train.half_gpu import ALIGN
+    cfg = tiny(kind, (61, 37))
+    split = data.load(cfg)[0]
+    trainer = FusedGPU(cfg, split.X, split.y, Serial())
+    for part in (slice(100, 200), slice(500, 517), np.array([3, 50, 77, 200, 201, 333, 516])):
+        Xb, yb, first = trainer.batch_images(part)
+        n = len(yb)
+        assert Xb.shape[1] % ALIGN == 0 and Xb.data.ptr % (2 * ALIGN) == 0 and Xb.shape[1] > n
+        grads = []
+        for args in ((Xb, yb, n, True, first), (cp.ascontiguousarray(trainer.X[:, part]), yb, n, True, 0)):
+            with trainer.stream:
+                trainer.G[...] = np.nan
+                trainer.gradients(*args)
+            trainer.sync()
+            grads.append(trainer.G.get().astype(np.float64))
+        assert np.isfinite(grads[0]).all()
+        assert rel(grads[0], grads[1]) <= 2e-3, part
+    trainer.close()

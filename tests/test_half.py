@@ -293,3 +293,24 @@ def test_the_committed_half_wgmma_gemm_is_checked_and_the_report_says_what_it_re
 def json_commit(path) -> str:
     import json
     return json.loads(path.read_text())["git_commit"]
+
+
+@pytest.mark.parametrize("part", [slice(0, 100), slice(100, 200), slice(500, 517), slice(3, 4),
+                                  np.array([0, 5, 77, 300, 516]), np.arange(9, 409, 3)])
+def test_a_widened_batch_starts_and_ends_on_aligned_columns_and_holds_its_samples_from_first_on(part):
+    """The half GPU step's images (perflab.train.half_gpu.widened, here on NumPy arrays): an aligned start and
+    width, the samples in order from `first`, the labels the part's; an index array's extra columns zero."""
+    from perflab.train.half_gpu import ALIGN, widened, widest
+    N = 517
+    wide = np.zeros((13, N + ALIGN), np.uint16)
+    wide[:, :N] = np.arange(1, N + 1)  # column j holds j + 1: a zero column is a padding one
+    y = np.arange(N) * 7
+    Xb, yb, first = widened(wide, y, part)
+    samples = np.arange(N)[part]
+    n = len(samples)
+    assert Xb.shape[1] % ALIGN == 0 and Xb.shape[1] <= widest(n) and 0 <= first < ALIGN and first + n <= Xb.shape[1]
+    assert np.array_equal(Xb[:, first:first + n], wide[:, samples]) and np.array_equal(yb, y[samples])
+    if isinstance(part, slice):  # a view of the images whose first column is aligned
+        assert np.shares_memory(Xb, wide) and (part.start - first) % ALIGN == 0
+    else:
+        assert first == 0 and not Xb[:, n:].any()

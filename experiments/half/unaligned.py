@@ -44,3 +44,43 @@ for n in (2096, 2100, 2104):
                "weight_gradient_us": timed(lambda: kernels.half_gemm(dz, Xb.T, dW)),
                "bias_sigmoid_us": timed(lambda: kernels.bias_sigmoid(acts, b))}
         print(json.dumps(row), flush=True)
+
+
+# Part 2 (the first part showed each GEMM as fast at 2100 as at 2096, L2 warm, eager): the GEMMs of cublas_floor's
+# epoch (perflab.measure.peers), one kind at a time over the whole epoch's batches, eager and captured in a graph.
+def epoch_gemms(n_batch, captured):
+    Xd = cp.ascontiguousarray(X.T).T  # D x N, F-ordered, as the floor keeps it
+    W2 = kernels.narrow_copy(cp.asarray(rng.standard_normal((10, H), np.float32)), cp.empty((10, H), store))
+    a1, d1 = cp.empty(H * n_batch, store), cp.empty(H * n_batch, store)
+    a2, d2 = cp.empty(10 * n_batch, store), cp.empty(10 * n_batch, store)
+    dW1, dW2 = cp.empty((H, D), np.float32), cp.empty((10, H), np.float32)
+    kinds = {}
+    for s in range(0, N, n_batch):
+        n = min(n_batch, N - s)
+        A1, D1 = a1[:H * n].reshape(H, n), d1[:H * n].reshape(H, n)
+        A2, D2 = a2[:10 * n].reshape(10, n), d2[:10 * n].reshape(10, n)
+        Xb = Xd[:, s:s + n]
+        for name, call in (("fwd1", (W, Xb, A1)), ("fwd2", (W2, A1, A2)), ("wgrad2", (D2, A1.T, dW2)),
+                           ("igrad2", (W2.T, D2, D1)), ("wgrad1", (D1, Xb.T, dW1))):
+            kinds.setdefault(name, []).append(call)
+    stream = cp.cuda.Stream(non_blocking=True)
+    out = {}
+    with stream:
+        for name, calls in kinds.items():
+            def run(calls=calls):
+                for a_, b_, o in calls:
+                    kernels.half_gemm(a_, b_, o)
+            if captured:
+                run()
+                stream.begin_capture()
+                run()
+                graph = stream.end_capture()
+                out[name] = timed(lambda: graph.launch(stream), reps=10)
+            else:
+                out[name] = timed(run, reps=10)
+    return out
+
+
+for captured in (False, True):
+    for n in (2096, 2100, 2104):
+        print(json.dumps({"H": H, "n": n, "captured": captured, "epoch_us": epoch_gemms(n, captured)}), flush=True)

@@ -54,14 +54,22 @@ __global__ void add_bias(T* z, const T* __restrict__ b, int rows, int cols) {
 // fixed order into the first. With scale (a float16 step's loss scale, on the device so a graph
 // follows it), delta is multiplied by *scale. Up to SOFTMAX_REGS classes the logits stay in registers
 // and the partial sums' loads go out together (one after another, 8 row blocks' sums of 10 classes took
-// a thread 80 round trips to L2).
+// a thread 80 round trips to L2). The batch's samples are columns first .. first + valid - 1 (label
+// y[j - first]); the other columns widen a half step's operands to aligned rows (docs/DECISIONS.md,
+// D59): their delta and ce are zero, so they add nothing to any gradient or to the loss.
 #define SOFTMAX_REGS 16
 template <typename T>
 __global__ void softmax_xent_grad(T* z, const T* __restrict__ b2, const long long* __restrict__ y,
                                   T* __restrict__ delta, T* __restrict__ ce, int want_ce, int C, int B, T inv_norm,
-                                  int groups, const T* __restrict__ scale) {
+                                  int groups, const T* __restrict__ scale, int first, int valid) {
     int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= B) return;
+    if (j < first || j >= first + valid) {
+        for (int c = 0; c < C; ++c) delta[c * B + j] = T(0);
+        if (want_ce) ce[j] = T(0);
+        return;
+    }
+    y -= first;
     if (C <= SOFTMAX_REGS) {  // the column's logits in registers, every partial sum's load issued before any is added
         T v[SOFTMAX_REGS];
 #pragma unroll

@@ -111,14 +111,18 @@ def add_bias(z, b):
     return z
 
 
-def softmax_xent_grad(z, b2, y, delta, norm, ce=None, groups=1, scale=None):
+def softmax_xent_grad(z, b2, y, delta, norm, ce=None, groups=1, scale=None, first=0):
     """delta <- (softmax(z + b2) - onehot(y)) / norm (times scale[0], a loss scale on the device, if given);
     ce[j] <- -log yhat[y_j, j] if ce is given. With groups > 1, z stacks that many partial sums of the
-    logits, added (into the first) first."""
+    logits, added (into the first) first. The samples are z's columns first .. first + len(y) - 1; any other
+    column (a half step's widening, docs/DECISIONS.md, D59) gets a zero delta and ce."""
     C, B = z.shape[0] // groups, z.shape[1]
+    if first < 0 or first + y.size > B:
+        raise KernelError(f"softmax_xent_grad: {y.size} labels from column {first} do not fit {B} columns")
     elementwise("softmax_xent_grad", z.dtype)(
         grid_1d(B, 128), (128,), (z, b2, y, delta, delta if ce is None else ce, i32(ce is not None),
-                                 i32(C), i32(B), z.dtype.type(1 / norm), i32(groups), u64(0) if scale is None else scale))
+                                 i32(C), i32(B), z.dtype.type(1 / norm), i32(groups), u64(0) if scale is None else scale,
+                                 i32(first), i32(y.size)))
     return delta
 
 
@@ -166,10 +170,10 @@ def output_layer_partials(H: int, n: int, C: int) -> int:
     return math.ceil(H / FW_ROWS) * C * n
 
 
-def output_layer(W2, b1, b2, z1, y, delta, norm, part, ce=None, scale=None):
+def output_layer(W2, b1, b2, z1, y, delta, norm, part, ce=None, scale=None, first=0):
     """z1 <- a1 = sigmoid(z1 + b1) in place, and delta <- (softmax(W2 a1 + b2) - onehot(y)) / norm, with
     the C x H by H x n GEMM done in the same pass over z1 (C <= 16; part: output_layer_partials
-    elements); ce[j] <- -log yhat[y_j, j] if ce is given."""
+    elements); ce[j] <- -log yhat[y_j, j] if ce is given; the samples from column `first` (softmax_xent_grad)."""
     C, H = W2.shape
     n = z1.shape[1]
     bound = class_bound(C, "output_layer")
@@ -184,7 +188,7 @@ def output_layer(W2, b1, b2, z1, y, delta, norm, part, ce=None, scale=None):
         elementwise("output_forward", z1.dtype, bound)(
             (max(1, math.ceil(n / columns)), groups), (256,), (W2, b1, z1, part, i32(C), i32(H), i32(n)))
     return softmax_xent_grad(part[:groups * C * n].reshape(groups * C, n), b2, y, delta, norm, ce, groups=groups,
-                             scale=scale)
+                             scale=scale, first=first)
 
 
 def output_backward_partials(H: int, n: int, C: int) -> int:

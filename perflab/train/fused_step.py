@@ -20,9 +20,9 @@ class FusedStep:
         """The phase name of dW_1 = dz_1 X^T, the step's last GEMM: backward GEMM 2L - 1."""
         return backward_gemm(len(self.params) - 1)
 
-    def gradients(self, Xb, yb, global_b: int, want_loss: bool):
+    def gradients(self, Xb, yb, global_b: int, want_loss: bool, first: int = 0):
         """Enqueue forward and backward into G (capturable on one GPU; with --overlap, the
-        exchange of G's chunks too)."""
+        exchange of G's chunks too); the samples are Xb's columns from `first` on, the others' delta zero."""
         W = self.params[0::2]
         # W for the GEMMs (the fused output layer's kernels read W[-1] in FP32); p2p's update does not round P
         Wg = self.half.weights(self.P, self.peer_exchange) if self.half else W
@@ -30,11 +30,11 @@ class FusedStep:
         acts = [Xb] + [a[:w.shape[0] * n].reshape(w.shape[0], n) for a, w in zip(self.acts, W)]
         delta = self.delta[:C * n].reshape(C, n)
         with phase("forward"):
-            self.forward(Wg, acts, yb, delta, global_b, self.ce[:n] if want_loss else None)
+            self.forward(Wg, acts, yb, delta, global_b, self.ce[:n] if want_loss else None, first)
         with phase("backward"):
             self.backward(Wg, acts, delta, Xb, want_loss)
 
-    def forward(self, Wg, acts, yb, delta, global_b: int, ce):
+    def forward(self, Wg, acts, yb, delta, global_b: int, ce, first: int = 0):
         """Every layer's GEMM and activation, then the softmax's delta (and each sample's CE where `ce`)."""
         W, b = self.params[0::2], self.params[1::2]
         L = len(W)
@@ -48,14 +48,15 @@ class FusedStep:
                 if not deferred:
                     kernels.bias_sigmoid(acts[l + 1], b[l])
         if fused:  # bias + sigmoid (in place) + the output GEMM in one pass, then the softmax
-            kernels.output_layer(W[-1], b[-2], b[-1], acts[-1], yb, delta, global_b, self.part_forward, ce, self.scale)
+            kernels.output_layer(W[-1], b[-2], b[-1], acts[-1], yb, delta, global_b, self.part_forward, ce, self.scale,
+                                 first)
             return
         z_out = self.z_out[:delta.size].reshape(delta.shape)
         with phase(forward_gemm(L)):
             self.gemm(Wg[-1], acts[-1], z_out)
         if self.output_exchanged(L - 1):
             self.comm.allreduce(z_out)
-        kernels.softmax_xent_grad(z_out, b[-1], yb, delta, global_b, ce, scale=self.scale)
+        kernels.softmax_xent_grad(z_out, b[-1], yb, delta, global_b, ce, scale=self.scale, first=first)
 
     def backward(self, Wg, acts, delta, Xb, want_loss: bool):
         """Every gradient into G, the output layer's first, dW_1 = dz_1 X^T last."""

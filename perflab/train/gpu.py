@@ -32,7 +32,7 @@ from perflab.config import HALF_CAPABILITY, HALF_DTYPES, MODES, OVERLAP_CHUNKS, 
 from perflab.train import model
 from perflab.train.fused_step import FusedStep
 from perflab.train.graphs import Graphs
-from perflab.train.half_gpu import DeviceLossScale, HalfWeights
+from perflab.train.half_gpu import DeviceLossScale, HalfWeights, widened, widest
 from perflab.train.loop import Sequential
 from perflab.train.loss_readback import LossReadBack
 from perflab.train.overlap import Overlap
@@ -142,11 +142,12 @@ class FusedGPU(FusedStep, Graphs, Sequential):
         self.ends = cp.asarray(np.cumsum([int(np.prod(s)) for s in shapes]), dtype=np.int64)
         self.regs = cp.asarray([cfg.reg, 0.0] * (len(shapes) // 2), dtype=dtype)
         self.penalty_regs = self.regs  # the loss's L2 term's (model parallel: a replicated layer's over the ranks)
-        self.half = HalfWeights(cfg.dtype, self.P, shapes, self.views, cfg.num_classes, bmax) \
-            if cfg.dtype in HALF_DTYPES else None
+        half = cfg.dtype in HALF_DTYPES
+        width = widest(bmax) if half else bmax  # the most columns a step's buffers take (batch_images)
+        self.half = HalfWeights(cfg.dtype, self.P, shapes, self.views, cfg.num_classes, width) if half else None
         self.loss_scale = DeviceLossScale(dtype) if cfg.dtype == "float16" else None
         self.scaled, self.scale = self.loss_scale is not None, self.loss_scale.scale if self.loss_scale else None
-        self.allocate(host_params, bmax, dtype, self.half.store if self.half else dtype)
+        self.allocate(host_params, width, dtype, self.half.store if self.half else dtype)
         self.load(X, y, pinned, host_params[0].shape[1], bmax, dtype)
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.overlap = Overlap(comm.allreduce, self.G, host_params, overlap_chunks) if overlap and comm.size > 1 \
@@ -197,7 +198,8 @@ class FusedGPU(FusedStep, Graphs, Sequential):
         if self.mode == "resident":
             self.X, self.y = cp.asarray(X), cp.asarray(y)
             if self.half:
-                self.X = self.half.images(self.X)
+                self.X_wide = self.half.images(self.X)
+                self.X = self.X_wide[:, :self.X.shape[1]]
             if self.variant in kernels.WGMMA_VARIANTS and not self.half:  # the K-major copies and TF32 splits, once
                 kernels.wgmma.constant(self.X)
                 self.constant_images = self.X
@@ -230,6 +232,13 @@ class FusedGPU(FusedStep, Graphs, Sequential):
         """This rank's samples of a global batch."""
         return local_part(index, self.comm.rank, self.comm.size)
 
+    def batch_images(self, part):
+        """(Xb, yb, first) of this rank's part of a batch, resident: the samples are Xb's columns from `first` on;
+        a half-precision step's Xb is widened to aligned columns (perflab.train.half_gpu.widened)."""
+        if self.half:
+            return widened(self.X_wide, self.y, part)
+        return self.X[:, part], self.y[part], 0
+
     @staticmethod
     def views(buffer, shapes):
         out, offset = [], 0
@@ -250,9 +259,9 @@ class FusedGPU(FusedStep, Graphs, Sequential):
             return kernels.half_gemm(a, b, out, bias, variant=self.variant)
         return kernels.gemm(a, b, out=out, bias=bias, variant=self.variant, work=self.work, a_small=a_small)
 
-    def step(self, Xb, yb, global_b: int, want_loss: bool):
-        """Enqueue one whole training step on the current stream."""
-        self.gradients(Xb, yb, global_b, want_loss)
+    def step(self, Xb, yb, global_b: int, want_loss: bool, first: int = 0):
+        """Enqueue one whole training step on the current stream (the samples Xb's columns from `first` on)."""
+        self.gradients(Xb, yb, global_b, want_loss, first)
         self.exchange_and_update()
 
     def exchange_and_update(self):

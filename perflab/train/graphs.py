@@ -23,18 +23,18 @@ class Graphs:
         with self.stream:
             if self.mode == "staged":
                 n = (part.stop - part.start) if isinstance(part, slice) else len(part)
-                Xb, yb, key = self.Xdev[:, :n], self.ydev[:n], ("staged", n, want)
+                Xb, yb, first, key = self.Xdev[:, :n], self.ydev[:n], 0, ("staged", n, want)
                 with phase("copying images host -> device"):
                     Xb.set(np.asfortranarray(self.X[:, part]), stream=self.stream)
                     yb.set(np.ascontiguousarray(self.y[part]), stream=self.stream)
             else:
-                Xb, yb = self.X[:, part], self.y[part]
+                Xb, yb, first = self.batch_images(part)
                 key = (part.start, part.stop, want) if isinstance(part, slice) else None
             if not self.graphs or profile.recording():  # a graph cannot be timed phase by phase
-                self.step(Xb, yb, global_b, want)
+                self.step(Xb, yb, global_b, want, first)
             else:
                 whole = self.whole_graph
-                self.replay(key, self.step if whole else self.gradients, Xb, yb, global_b, want)
+                self.replay(key, self.step if whole else self.gradients, Xb, yb, global_b, want, first)
                 if not whole:
                     self.exchange_and_update()
         return self.batch_loss(global_b) if want else None
@@ -61,8 +61,8 @@ class Graphs:
 
     def steps(self, batches, want_loss: bool):
         for k, index in enumerate(batches):
-            part = self.local(index)
-            self.step(self.X[:, part], self.y[part], index.stop - index.start, want_loss and k + 1 == len(batches))
+            Xb, yb, first = self.batch_images(self.local(index))
+            self.step(Xb, yb, index.stop - index.start, want_loss and k + 1 == len(batches), first)
 
     def replay(self, key, run, *args):
         """Launch the CUDA graph of run(*args) on self.stream, captured on first use."""

@@ -29,9 +29,36 @@ class HalfWeights:
         return kernels.narrow_copy(delta, self.delta[:delta.size].reshape(delta.shape))
 
     def images(self, X):
-        """The images in half precision, once, C-ordered (D x N): docs/DECISIONS.md, D32."""
+        """The images in half precision, once, C-ordered (docs/DECISIONS.md, D32): D x (N + ALIGN), the last ALIGN
+        columns zero, which a widened batch (widened) may take in."""
         import cupy as cp
-        return kernels.narrow_copy(cp.ascontiguousarray(X), cp.empty(X.shape, self.store))
+        wide = cp.zeros((X.shape[0], X.shape[1] + ALIGN), self.store)
+        wide[:, :X.shape[1]] = kernels.narrow_copy(cp.ascontiguousarray(X), cp.empty(X.shape, self.store))
+        return wide
+
+
+ALIGN = 8  # a half GEMM operand's rows start on 16 bytes: cuBLAS's BF16 GEMMs ran 2.4-3x slower otherwise (D59)
+
+
+def widest(n: int) -> int:
+    """The most columns a widened batch of at most n samples takes."""
+    return -(-(n + ALIGN - 1) // ALIGN) * ALIGN
+
+
+def widened(wide, y, part):
+    """(Xb, yb, first): a batch's images (wide: HalfWeights.images') widened to a multiple of ALIGN columns that
+    starts at a multiple of ALIGN, its samples from column `first` on. A slice takes in its neighbours' images
+    (or the zero columns past the last), an index array the first zero column; the softmax gives every extra
+    column a zero delta, so none adds to a gradient (docs/DECISIONS.md, D59)."""
+    if isinstance(part, slice):
+        first = part.start % ALIGN
+        start = part.start - first
+        width = -(-(part.stop - start) // ALIGN) * ALIGN
+        return wide[:, start:start + width], y[part], first
+    n = len(part)
+    width = -(-n // ALIGN) * ALIGN
+    index = np.concatenate([np.asarray(part), np.full(width - n, wide.shape[1] - ALIGN)])
+    return wide[:, index], y[part], 0
 
 
 class DeviceLossScale:
