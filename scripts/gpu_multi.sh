@@ -2,7 +2,7 @@
 # One device call on a several-GPU machine: multi-GPU checks, ceilings, roofline sweep, scaling,
 # data against model parallel, the all-reduce bench, the pipelined staged path beside the serial one, and the
 # single-GPU benchmarks (stages: info check auto ceilings sweep scaling deep parallel allreduce pipeline bench x4 exchange
-# channels dataparallel watchdog wfbp halfexchange deepmodel bootbands bootbands2600 twoshot). CEILINGS_ARGS: more for `perflab ceilings` (--hidden H.. --per-rank-batch b..).
+# channels dataparallel watchdog wfbp halfexchange deepmodel bootbands bootbands2600 twoshot halfscaling). CEILINGS_ARGS: more for `perflab ceilings` (--hidden H.. --per-rank-batch b..).
 # Four GPUs (issue 33), one call: P=4 FLAGS="- p2p overlap staged pipelined model" bash scripts/gpu_multi.sh x4 scaling ceilings allreduce
 # Every command has a time limit, so one hang cannot eat the call. Usage:
 #   OUT=/tmp/out P=2 bash scripts/gpu_multi.sh [stage...]
@@ -207,5 +207,14 @@ print(json.dumps({k: d[k] for k in ('mode', 'comm', 'chunks', 'ranks', 'hidden_s
           timeout 120 python3 -m perflab.measure.peers_multi jax $H $b 60000 $n 2>/dev/null | tail -1
         done
       done 2>&1 | tee "$OUT/scaling.jsonl" ;;
+    halfscaling)  # issue 68 item 3: BF16 data parallel at b = 3000 a GPU, each exchange, beside JAX's sharded bf16 scan
+      for H in ${NETS:-1024 1024-1024 2048-2048}; do
+        for n in $RANKS; do
+          for flags in $([ $n = 1 ] && echo - || echo "- nccl-half p2p overlap"); do
+            mpi -n $n python3 -m perflab.measure.peers_multi perflab $H 3000 60000 bf16 ${flags#-} 2>/dev/null | tail -1
+          done
+          timeout 120 python3 -m perflab.measure.peers_multi jax $H 3000 60000 $n bf16 2>/dev/null | tail -1
+        done
+      done 2>&1 | tee "$OUT/half_scaling.jsonl" ;;
   esac
 done

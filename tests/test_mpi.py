@@ -233,6 +233,7 @@ def test_scaling_harness_names_and_flags():
     assert peers_multi.perflab_name(("pipelined",)) == "perflab pipelined"
     assert peers_multi.perflab_name(("step-graphs",)) == "perflab resident, a graph a step"
     assert peers_multi.perflab_name(("p2p",)) == "perflab resident, p2p"
+    assert peers_multi.perflab_name(("bf16", "nccl-half")) == "perflab resident, bf16, nccl-half"
     with pytest.raises(SystemExit, match=r"unknown perflab flag\(s\) \['fast'\]"):
         peers_multi.perflab_on_gpus(8, 4, 16, "fast")
     for clash in (("staged", "pipelined"), ("model", "staged"), ("model", "overlap"), ("step-graphs", "pipelined"),
@@ -242,6 +243,8 @@ def test_scaling_harness_names_and_flags():
     proc = subprocess.run([sys.executable, "-m", "perflab.measure.peers_multi", "tensorflow", "8", "4", "16"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "unknown peer 'tensorflow': perflab, ddp or jax" in proc.stderr
+    with pytest.raises(SystemExit, match="jax sharded scan runs fp32 or bf16, got 'fp8'"):
+        peers_multi.jax_sharded(8, 4, 16, 1, "fp8")
 
 
 @SLOW  # waits out its --timeout 4 after the freeze

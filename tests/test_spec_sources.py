@@ -100,6 +100,12 @@ def test_peers_multi_flags_parse_into_the_runspec_and_a_refused_one_stops_before
     from perflab.measure import peers_multi
     assert peers_multi.perflab_spec(()) == RunSpec(backend="cupy", parallel="data", exchange="nccl")
     assert peers_multi.perflab_spec(("overlap",)).exchange == "overlap"
+    assert peers_multi.perflab_spec(("bf16", "nccl-half")) == RunSpec(backend="cupy", parallel="data",
+                                                                    exchange="nccl-half", dtype="bfloat16")
+    with pytest.raises(SystemExit, match="nccl-half and p2p are several exchanges"):
+        peers_multi.perflab_spec(("p2p", "nccl-half"))
+    with pytest.raises(SystemExit, match="do not go together: .*bfloat16"):
+        peers_multi.perflab_spec(("bf16", "staged"))
     assert peers_multi.perflab_spec(("staged", "no-graphs")) == RunSpec(backend="cupy", parallel="data", mode="staged",
                                                                         exchange="mpi", launch="eager")
     assert peers_multi.perflab_spec(("model", "step-graphs")).parallel == "model"

@@ -4,9 +4,9 @@ an epoch split over p GPUs (each does N/p), b = B/p samples per GPU per step; ea
 median of REPEATS epochs after WARMUP (the first epochs on several GPUs pay NCCL's set-up:
 docs/DECISIONS.md, D10).
 
-    mpirun -n P python -m perflab.measure.peers_multi perflab H b N [staged|pipelined] [overlap|p2p] [no-graphs] [step-graphs] [model]
+    mpirun -n P python -m perflab.measure.peers_multi perflab H b N [staged|pipelined] [overlap|p2p|nccl-half] [no-graphs] [step-graphs] [model] [bf16]
     mpirun -n P python -m perflab.measure.peers_multi ddp H b N        (one process a GPU)
-    python -m perflab.measure.peers_multi jax H b N P                    (one process, P GPUs)
+    python -m perflab.measure.peers_multi jax H b N P [fp32|bf16]        (one process, P GPUs)
 H is one width (512) or a deeper net's widths joined by '-' (1024-1024: 784-1024-1024-10).
 Each prints one JSON line {"peer", "H", "b", "p", "N", "epoch_ms", and machine_stamp's} (from rank 0; perflab's also how its
 step launched: graphs, epoch_graph, which perflab validate needs to predict the point). perflab's `model` flag
@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from perflab.train.spec import RunSpec
 
 WARMUP, REPEATS = 3, 7
-PERFLAB_FLAGS = ("staged", "pipelined", "overlap", "p2p", "no-graphs", "step-graphs", "model")
+PERFLAB_FLAGS = ("staged", "pipelined", "overlap", "p2p", "nccl-half", "no-graphs", "step-graphs", "model", "bf16")
+EXCHANGE_FLAGS = ("overlap", "p2p", "nccl-half")  # a run takes at most one; none: NCCL (host MPI when staged)
 
 
 def machine_stamp() -> dict:
@@ -74,14 +75,16 @@ def perflab_spec(flags) -> RunSpec:
         raise SystemExit(f"unknown perflab flag(s) {odd}; allowed: {PERFLAB_FLAGS}")
     staged = {"staged", "pipelined"} & set(flags)
     twice = [what for what, given in (("staged and pipelined are two modes", len(staged) > 1),
-                                      ("overlap and p2p are two exchanges", {"overlap", "p2p"} <= set(flags))) if given]
+                                      (f"{' and '.join(sorted(set(EXCHANGE_FLAGS) & set(flags)))} are "
+                                       "several exchanges", len(set(EXCHANGE_FLAGS) & set(flags)) > 1)) if given]
     if twice:
         raise SystemExit(f"perflab flags {flags} do not go together: {', '.join(twice)}; a run takes one")
     mode = perflab_mode(flags)
-    exchange = "overlap" if "overlap" in flags else "p2p" if "p2p" in flags else "nccl" if mode == "resident" else "mpi"
+    exchange = next((f for f in EXCHANGE_FLAGS if f in flags), "nccl" if mode == "resident" else "mpi")
     try:
         spec = RunSpec(backend="cupy", parallel="model" if "model" in flags else "data", mode=mode, exchange=exchange,
-                       launch="eager" if "no-graphs" in flags else "graph").validate()
+                       launch="eager" if "no-graphs" in flags else "graph",
+                       dtype="bfloat16" if "bf16" in flags else "float32").validate()
     except SpecError as exc:
         raise SystemExit(f"perflab flags {flags} do not go together: {exc}") from None
     resident_only = {"model": "model parallel (its fused trainer)", "step-graphs": "step-graphs (a graph a step "
@@ -110,7 +113,7 @@ def perflab_on_gpus(H: int, b: int, N: int, *flags: str, lr=0.1, reg=1e-4, warmu
     launched = {}
     ms = perflab_epoch(X, y, H, b * world.size, lr, reg, warmup, repeats, graphs=spec.graphs, comm=comm,
                        mode=spec.mode, overlap=spec.overlap, epoch_graphs="step-graphs" not in flags,
-                       parallel=spec.parallel, launched=launched)
+                       parallel=spec.parallel, launched=launched, dtype=spec.dtype)
     return (ms, launched) if world.rank == 0 else (None, launched)
 
 
@@ -160,7 +163,12 @@ def ddp(H: int, b: int, N: int, lr=0.1, reg=1e-4, warmup=WARMUP, repeats=REPEATS
     return ms if rank == 0 else None
 
 
-def jax_sharded(H: int, b: int, N: int, p: int, lr=0.1, reg=1e-4, warmup=WARMUP, repeats=REPEATS):
+def jax_sharded(H: int, b: int, N: int, p: int, precision: str = "fp32", lr=0.1, reg=1e-4, warmup=WARMUP,
+                repeats=REPEATS):
+    """`precision` "bf16": mixed precision as perflab.measure.peers.jax_setup writes it (the weights cast to bfloat16
+    each step, the images held in bfloat16, the logits and loss in FP32); "fp32": full FP32."""
+    if precision not in ("fp32", "bf16"):
+        raise SystemExit(f"jax sharded scan runs fp32 or bf16, got {precision!r}")
     import jax
     import jax.numpy as jnp
     from jax.sharding import Mesh, NamedSharding
@@ -171,14 +179,16 @@ def jax_sharded(H: int, b: int, N: int, p: int, lr=0.1, reg=1e-4, warmup=WARMUP,
     B = b * p
     steps = N // B
     rng = np.random.default_rng(0)
-    X = jax.device_put(rng.random((steps, B, 784), dtype=np.float32), NamedSharding(mesh, P(None, "x")))
+    compute = jnp.bfloat16 if precision == "bf16" else jnp.float32
+    X = jax.device_put(rng.random((steps, B, 784), dtype=np.float32).astype(compute), NamedSharding(mesh, P(None, "x")))
     Y = jax.device_put(rng.integers(0, 10, (steps, B)).astype(np.int32), NamedSharding(mesh, P(None, "x")))
     params = jax.device_put([jnp.asarray(q) for q in initial(784, H, 10)], NamedSharding(mesh, P()))
 
     def loss(params, xb, yb):
-        for W, b_ in zip(params[0:-2:2], params[1:-2:2]):
+        low = [q.astype(compute) for q in params]
+        for W, b_ in zip(low[0:-2:2], low[1:-2:2]):
             xb = jax.nn.sigmoid(xb @ W.T + b_)
-        logp = jax.nn.log_softmax(xb @ params[-2].T + params[-1])
+        logp = jax.nn.log_softmax((xb @ low[-2].T).astype(jnp.float32) + params[-1])
         return (-jnp.take_along_axis(logp, yb[:, None], axis=1).mean()
                 + 0.5 * reg * sum(jnp.sum(W * W) for W in params[0::2]))
 
@@ -206,7 +216,9 @@ if __name__ == "__main__":
     elif kind == "ddp":
         ms, kind = ddp(H, *map(int, args)), "pytorch ddp"
     elif kind == "jax":
-        ms, p, kind = jax_sharded(H, *map(int, args)), int(args[2]), "jax sharded scan"
+        precision = args[3] if len(args) > 3 else "fp32"
+        ms, p, kind = jax_sharded(H, *map(int, args[:3]), precision), int(args[2]), \
+            "jax sharded scan" + (" (bf16)" if precision == "bf16" else "")
     else:
         raise SystemExit(f"unknown peer {kind!r}: perflab, ddp or jax (see the module's docstring)")
     if ms is not None:
