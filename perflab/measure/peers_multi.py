@@ -102,12 +102,14 @@ def perflab_on_gpus(H: int, b: int, N: int, *flags: str, lr=0.1, reg=1e-4, warmu
     spec = perflab_spec(flags)  # before MPI starts
     from mpi4py import MPI
 
+    from perflab.config import HALF_DTYPES
     from perflab.measure.peers import perflab_epoch
     from perflab.train.comm import MPIComm, for_gpu
     from perflab.train.gpu import select_device
     world = MPIComm(MPI.COMM_WORLD)
     select_device(world)
-    comm = for_gpu(world, spec.comm)  # the host-staged modes exchange through MPI
+    half = spec.dtype if spec.dtype in HALF_DTYPES else None  # nccl-half exchanges in it
+    comm = for_gpu(world, spec.comm, half=half)  # the host-staged modes exchange through MPI
     rng = np.random.default_rng(0)
     X, y = rng.random((N, 784), dtype=np.float32), rng.integers(0, 10, N)
     launched = {}
