@@ -68,3 +68,10 @@ def test_whatif_for_another_kind_reads_no_file_of_that_kind(tmp_path, monkeypatc
     own = {(r["launch"], r["dtype"]): r["batch_ms"] for r in json.loads((tmp_path / "same.json").read_text())["rows"]}
     for r in made["rows"]:  # the slower memory makes every step slower, the half step most
         assert r["batch_ms"] > own[(r["launch"], r["dtype"])], r
+
+
+def test_whatif_refuses_an_unknown_gpu_kind_naming_the_kinds_it_knows(capsys):
+    from tests.test_predictor import perflab_here
+    proc = perflab_here(capsys, "whatif", "--ceilings", str(H200), "--gpu-kind", "nvidia-a100", "--hidden", "1760")
+    assert proc.returncode == 2
+    assert "--gpu-kind" in proc.stderr and "nvidia-a100" in proc.stderr and all(k in proc.stderr for k in transfer.KINDS)

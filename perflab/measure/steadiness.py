@@ -143,10 +143,9 @@ def beside(folder):
     return probe_beside
 
 
-def probes(folder) -> tuple[dict | None, dict | None]:
-    """The last start probe of the folder and the end probe after it (None where there is none: a run
+def probes(rows: list[dict]) -> tuple[dict | None, dict | None]:
+    """The start probe of a run's probes (run_probes) and its last end probe (None where there is none: a run
     still going, or stopped before its end)."""
-    rows = run_probes(folder)
     start = rows[0] if rows and rows[0]["stage"] == "start" else None
     ends = [r for r in rows if r["stage"] == "end"]
     return start, (ends[-1] if ends else None)
@@ -195,13 +194,14 @@ def verdict(folder, sweep: str = "roofline.csv") -> dict:
     measured here: the largest of the GEMM's drift from start to end, its spread within a probe, the
     share of the cores other programs took, the time stolen, the sweep's median epoch spread), those
     `parts`, `sentences` for a report's first lines (what to do when noisy), and `notes` on the BLAS
-    threads and the sweep's single-epoch points."""
+    threads and the sweep's single-epoch points; `beside`: the probes beside its points."""
     folder = Path(folder)
     if not (folder / FILE).exists():
-        return {"noisy": None, "noise": None, "parts": {}, "start": None, "end": None, "notes": [],
+        return {"noisy": None, "noise": None, "parts": {}, "start": None, "end": None, "notes": [], "beside": [],
                 "sentences": [f"This run did not probe its host's steadiness (no {results.relative(folder / FILE)}), so "
                               "nothing tells a busy machine's misses from the predictor's."]}
-    start, end = probes(folder)
+    rows = run_probes(folder)
+    start, end = probes(rows)
     seen = [r for r in (start, end) if r is not None]
     if not seen:
         raise results.ResultFileError(f"{results.relative(folder / FILE)}: no probe rows; perflab.measure.steadiness.record "
@@ -211,14 +211,14 @@ def verdict(folder, sweep: str = "roofline.csv") -> dict:
     others = [r["others_cores"] for r in seen if r.get("others_cores") is not None]
     load = max(others) / cores if others else (start or {}).get("load_per_core")  # the end's load1 holds the sweep's own
     steal = [r["steal"] for r in seen if r.get("steal") is not None]
-    beside = [r for r in run_probes(folder) if r["stage"] == "point"]
+    beside = [r for r in rows if r["stage"] == "point"]
     parts = {"drift": drift(start, end, beside), "spread": max(spread(r) for r in seen + beside), "load": load,
              "steal": max(steal) if steal else None, "epochs": epochs["epochs"]}
     noise = max(v for v in parts.values() if v is not None)
     hurt = [r for r in seen if r.get("thread_gain") is not None and r["thread_gain"] < THREADS_HURT and r["threads"] > 1]
     noisy = noise > NOISY or bool(hurt)
     notes = thread_notes(seen[0], hurt) + epoch_notes(epochs, sweep)
-    return {"noisy": noisy, "noise": noise, "parts": parts, "start": start, "end": end, "notes": notes,
+    return {"noisy": noisy, "noise": noise, "parts": parts, "start": start, "end": end, "notes": notes, "beside": beside,
             "sentences": sentences(noisy, noise, parts, seen[0], start, end, sweep, bool(hurt), beside)}
 
 
@@ -378,7 +378,7 @@ def first_lines(folder, sweep: str = "roofline.csv", validation: str = "validati
                          f"(±{v['noise']:.0%}, more where a point's own epochs spread further); the median miss is "
                          f"{miss.median():.0%}, the worst {miss.max():.0%}.")
             scaled = done.error_at_host_speed.dropna().abs()
-            beside = [spread(r) for r in run_probes(folder) if r["stage"] == "point"]
+            beside = [spread(r) for r in v["beside"]]
             if len(scaled) and beside:
                 lines.append(f"Scaled by the host's speed beside each point (its probe against the one before the "
                              f"ceilings), the predictions of {len(scaled)} points miss by a median of {scaled.median():.0%}, "

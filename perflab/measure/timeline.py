@@ -54,6 +54,12 @@ def lanes(table: pd.DataFrame) -> pd.DataFrame:
     return t[["mode", "rank", "batch", "lane", "phase", "start_ms", "end_ms"]].reset_index(drop=True)
 
 
+def first_rank_busy(table: pd.DataFrame) -> pd.DataFrame:
+    """busy() of a recorded timeline's lanes on rank 0, the rank the report shows."""
+    spans = busy(lanes(table))
+    return spans[spans["rank"] == 0]
+
+
 def busy(lanes_table: pd.DataFrame) -> pd.DataFrame:
     """Per mode and lane: milliseconds busy (ranges merged, so nested ones count once) and the span of
     all lanes, from which overlap reads off: in series the lanes' sum is the span, overlapped it is more."""

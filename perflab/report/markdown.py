@@ -681,8 +681,7 @@ def wfbp_timelines(folder: Path) -> list[str]:
     out = []
     for path in sorted(folder.glob(claims.section("wfbp")["timelines"])):
         t = pd.read_csv(path)
-        busy = timeline.busy(timeline.lanes(t))
-        busy = busy[busy["rank"] == 0].pivot_table(index="mode", columns="lane", values="busy_ms")
+        busy = timeline.first_rank_busy(t).pivot_table(index="mode", columns="lane", values="busy_ms")
         epoch = t.groupby("mode").epoch_seconds.first() * 1e3
         net = path.stem.split("_")[1].removeprefix("H")
         out += ["", f"Where the exchange ran, 784-{net}-10 ({path.name}, rank 0, the second of two epochs, each step "
@@ -774,8 +773,7 @@ def lanes_busy(folder: Path) -> list[str]:
     out = []
     for tl in sorted(folder.glob(claims.section("pipelined")["timelines"])):
         recorded = pd.read_csv(tl)
-        busy = timeline.busy(timeline.lanes(recorded))
-        busy = busy[busy["rank"] == 0]
+        busy = timeline.first_rank_busy(recorded)
         wide = busy.pivot_table(index="lane", columns="mode", values="busy_ms")
         spans = busy.groupby("mode").span_ms.first()
         out += ["", f"Lanes busy over the second epoch of `{tl.name}` ({timeline_dtype(recorded)}; rank 0; ms, "
