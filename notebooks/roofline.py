@@ -26,6 +26,9 @@ problem1_minutes = 1.0  # the final assignment's Problem 1: on a CPU the largest
 compare_committed = True  # also draw the committed GPU campaigns under results/
 
 # %%
+import time
+
+job_started = time.perf_counter()  # the main job's own time, against its estimate (the last cell)
 import pandas as pd
 from IPython.display import Image, display
 
@@ -59,7 +62,8 @@ steadiness.record(results.run_dir(), "start")  # the host before the ceilings, b
 # %%
 from perflab.analysis import validation
 
-ceiling_files = plan.measure_ceilings(view, job, results.run_dir())
+with plan.timed_part(results.run_dir(), "ceilings", job.estimate_parts["ceilings"]):
+    ceiling_files = plan.measure_ceilings(view, job, results.run_dir())
 predicted = plan.predict(job, results.run_dir())
 display(predicted[["H", "B", "p", "backend", "mode", "predicted_ms", "composition"]].round(3))
 
@@ -67,7 +71,8 @@ display(predicted[["H", "B", "p", "backend", "mode", "predicted_ms", "compositio
 # ## Sweeps (each point is written as it finishes; rerunning skips finished points)
 
 # %%
-path = sweep.run_grid_engines(view, job.points, name, main_job=True, between=steadiness.beside(results.run_dir()))
+with plan.timed_part(results.run_dir(), "sweep", job.estimate_parts["sweep"]):
+    path = sweep.run_grid_engines(view, job.points, name, main_job=True, between=steadiness.beside(results.run_dir()))
 steadiness.record(results.run_dir(), "end")
 table = roofline.measured(roofline.load(path))
 table = table[(table.B <= job.N) & (table.backend == job.backend)]
@@ -286,3 +291,5 @@ for key, answer in problem1.answers(results.run_dir()).items():
 
 # %%
 cluster.stop(cluster_started)
+plan.record_part(results.run_dir(), plan.WHOLE_JOB, job.estimate_s, time.perf_counter() - job_started)
+print("\n".join(plan.estimate_lines(results.run_dir())))

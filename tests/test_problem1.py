@@ -112,6 +112,8 @@ def test_a_rerun_skips_the_runs_done_and_runs_only_the_new_ones(tmp_path):
     run(tmp_path, ["rates"], log=said.append, rates=(0.001, 1.0, 1000.0, 0.1))
     assert path.read_text().startswith(before) and "problem1_rates.csv: 3 run(s) done before, 1 to go" in said
     assert set(pd.read_csv(path).learning_rate) == {0.001, 1.0, 1000.0, 0.1}
+    timed = pd.read_csv(tmp_path / "mainjob_parts.csv")  # the part's time where it ran whole, not where resumed
+    assert list(timed.part) == ["Problem 1 rates"] and timed.measured_s.iloc[0] > 0 and timed.estimated_s.isna().all()
 
 
 def test_each_hidden_size_trains_to_its_plateau_on_a_validation_set_carved_from_the_training_set(tmp_path):
@@ -148,3 +150,5 @@ def test_the_command_line_times_this_machine_runs_what_fits_and_prints_the_answe
     assert "Problem 1 on numpy: the small version" in said and "the full version would take about" in said
     assert "FA Q1.3: After" in said and "FA Q1.1: not run" in said
     assert (tmp_path / "problem1_rates.csv").exists() and (tmp_path / "problem1_rates.json").exists()
+    timed = pd.read_csv(tmp_path / "mainjob_parts.csv").iloc[0]  # the budgeted version's estimate beside its time
+    assert timed.part == "Problem 1 rates" and timed.estimated_s > 0 and timed.measured_s > 0

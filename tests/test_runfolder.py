@@ -244,3 +244,44 @@ def test_a_first_gpu_run_says_it_compiles_and_the_gpu_ceilings_take_their_measur
     (tmp_path / "cache").mkdir()
     (tmp_path / "cache" / "kernel.cubin").write_bytes(b"x")
     assert not any(k.startswith("kernel compilation") for k in plan.roofline_plan(folder=tmp_path).estimate_parts)
+
+
+def test_the_run_keeps_each_parts_estimate_and_time_and_says_the_last_runs(tmp_path):
+    """plan.record_part / timed_part / estimate_lines: a run's rows since the run before it ended; a part that
+    failed is not written; a run not finished (no whole-job row) says its parts alone."""
+    plan.record_part(tmp_path, "ceilings", 40.0, 90.0)
+    plan.record_part(tmp_path, plan.WHOLE_JOB, 100.0, 130.0)  # an earlier run
+    with plan.timed_part(tmp_path, "sweep", 50.0):
+        pass
+    with pytest.raises(RuntimeError), plan.timed_part(tmp_path, "Problem 1 hidden", 10.0):
+        raise RuntimeError("stopped")
+    table = plan.last_run_parts(tmp_path)
+    assert list(table.part) == ["sweep"] and table.measured_s.iloc[0] < 5
+    lines = plan.estimate_lines(tmp_path)
+    assert lines == [f"Part by part: sweep {table.measured_s.iloc[0]:.0f} s (estimated 50 s, -100%)."]
+    plan.record_part(tmp_path, plan.WHOLE_JOB, 60.0, 75.0)
+    assert list(plan.last_run_parts(tmp_path).part) == ["sweep", plan.WHOLE_JOB]
+    assert plan.estimate_lines(tmp_path)[0] == ("The main job took 1.2 min; its first cell estimated 1.0 min (+25%).")
+    assert plan.estimate_lines(tmp_path / "none") == []
+
+
+def test_a_sweep_row_says_how_long_its_point_took_from_set_up_to_row(tmp_path):
+    import time
+
+    class View:  # the engines, each point taking 0.2 s
+        def apply_sync(self, fn, point, dataset, timeout, where):
+            time.sleep(0.2)
+            return [{**point, "status": "measured", "epoch_seconds": 0.01}, None]
+    points = sweep.grid(hidden=(8, 12), batch=(100,), N=400)
+    sweep.run_grid_engines(View(), points, "walled", out=tmp_path, progress=False, log=lambda _: None)
+    assert (pd.read_csv(tmp_path / "walled.csv").point_seconds >= 0.2).all()
+    path = sweep.run_grid_mpi(points, "trained", out=tmp_path, progress=False, log=lambda _: None)  # one rank, here
+    table = pd.read_csv(path)
+    assert (table.status == "measured").all() and (table.point_seconds > table.epoch_seconds).all()
+
+
+def test_a_gpu_point_is_its_epochs_and_the_gpu_points_fixed_cost(timed):
+    pt = {**sweep.grid(hidden=(512,), batch=(1600,), N=38400)[0], "backend": "cupy"}
+    epoch = 24 * 4 * 1600 * 512 * 794 / 2e13
+    epochs, _ = plan.epochs_run(epoch, pt["epochs"])
+    assert plan.point_seconds(pt, 2e13, 0.5, shared=False) == pytest.approx(epochs * epoch + plan.GPU_POINT_S)

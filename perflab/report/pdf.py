@@ -260,9 +260,12 @@ def build(out: str | None = None, folder: Path | None = None, also=()) -> Path:
 
 
 def first_lines(folder: Path) -> list[str]:
-    """What the report must say before anything else: whether the machine was noisy while it ran."""
+    """What the report must say before anything else: whether the machine was noisy while it ran, then how long the
+    main job took against its estimate."""
     try:
         from perflab.measure import steadiness
+        from perflab.workbook import plan
     except ImportError:
         return []
-    return steadiness.first_lines(folder) if (folder / "steadiness.csv").exists() else []
+    return ((steadiness.first_lines(folder) if (folder / "steadiness.csv").exists() else [])
+            + plan.estimate_lines(folder))

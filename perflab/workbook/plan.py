@@ -9,6 +9,8 @@ combination the trainer refuses is refused here with RunSpec's message, before a
 """
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import statistics
 import time
@@ -172,7 +174,8 @@ POINT_S = 0.7  # a point beyond its epochs and data sets: trainer and sub-commun
 GEMM_SPEEDUP = 2.0  # the ceilings' lone GEMMs against the reference's whole step (its elementwise work)
 SHARED_GAIN = 1.25  # p ranks each on its share of the cores against one rank on all of them (one BLAS over
 #                    both cores scales less than two single-threaded ones)
-GPU_CEILINGS_S = (30.0, 15.0)  # perflab ceilings at p = 1 on a GPU, and each p > 1
+GPU_CEILINGS_S = (90.0, 72.0)  # perflab ceilings at p = 1 on a GPU, and each p > 1 (D60)
+GPU_POINT_S = 6.0  # a GPU point beyond its epochs: its data sets, trainer, graphs, the engines' trip, the probe (D60)
 COMPILE_S = 60.0  # CuPy compiling the kernels the main job launches where its kernel cache is empty (a first GPU run):
 #                  not timed (the committed GPU runs compiled first, `perflab compile`); NVRTC's time a module
 HOST_ALLREDUCE_BPS = 1e9  # a host all-reduce's bytes per second on a laptop-class CPU: the CPU ceilings' exchange part
@@ -190,12 +193,15 @@ def epochs_run(epoch_s: float, epochs: int) -> tuple[int, int]:
 def point_seconds(pt: dict, rate: float, data_s: float, shared: bool) -> float:
     """One sweep point: its epochs, N/B batches of the seeds' FLOPs at `rate` (a rank's B/p on its
     share of the cores where the ranks `shared` one CPU, so the epoch of B lasts as on one rank), its
-    data sets, POINT_S and the host probe beside it (perflab.measure.steadiness.beside)."""
+    data sets, POINT_S and the host probe beside it (perflab.measure.steadiness.beside); on a GPU its epochs and
+    GPU_POINT_S, all the rest together."""
     from perflab.analysis import perfmodel
     from perflab.measure.steadiness import POINT_SECONDS
     w = perfmodel.Workload(layers=perfmodel.layer_sizes(pt["H"]), B=pt["B"], p=pt["p"], N=pt["N"])
     epoch = -(-pt["N"] // pt["B"]) * perfmodel.seeds_flops(w)["batch"] / (rate / pt["p"] if shared else rate)
     epochs, trainings = epochs_run(epoch, pt["epochs"])
+    if pt["backend"] == "cupy":
+        return epochs * epoch + GPU_POINT_S
     return epochs * epoch + trainings * data_s + POINT_S + POINT_SECONDS
 
 
@@ -384,3 +390,63 @@ def predict(plan: Plan, folder):
     meta = {**results.machine_metadata(), "ceilings": sorted(set(table.ceilings))}
     results.write_rows(Path(folder) / "predictions.csv", rows, meta, append=False)
     return table
+
+
+PARTS_FILE = "mainjob_parts.csv"  # each part of a main job run: its estimate and the time it took
+
+
+def record_part(folder, part: str, estimated_s: float, measured_s: float) -> None:
+    """Append one part of the main job, its estimate beside the seconds it took, to <folder>/mainjob_parts.csv: the
+    run keeps how right its first cell's estimate was (issue 66, item 9)."""
+    from pathlib import Path
+
+    from perflab import results
+    results.write_rows(Path(folder) / PARTS_FILE, [{"part": part, "estimated_s": estimated_s, "measured_s": measured_s}],
+                       results.machine_metadata())
+
+
+@contextlib.contextmanager
+def timed_part(folder, part: str, estimated_s: float):
+    """record_part for the code in the with block, once it is done (a part that failed is not written)."""
+    started = time.perf_counter()
+    yield
+    record_part(folder, part, estimated_s, time.perf_counter() - started)
+
+
+WHOLE_JOB = "whole job"  # the part a run's last row names: the notebook from its first cell to its last
+
+
+def last_run_parts(folder):
+    """The rows of mainjob_parts.csv since the run before the last ended (its WHOLE_JOB row), or None (no file)."""
+    from pathlib import Path
+
+    from perflab import results
+    path = Path(folder) / PARTS_FILE
+    if not path.exists():
+        return None
+    table = results.read_table(path, ("part", "estimated_s", "measured_s"), "perflab.workbook.plan.record_part writes it")
+    ends = [i for i, part in enumerate(table.part) if part == WHOLE_JOB]
+    earlier = ends[:-1] if ends and ends[-1] == len(table) - 1 else ends  # the last run's own end row stays in
+    return table.iloc[earlier[-1] + 1 if earlier else 0:]
+
+
+def estimate_lines(folder) -> list[str]:
+    """The last run's estimate against what it took: the whole job (where it finished) and each part."""
+    table = last_run_parts(folder)
+    if table is None or not len(table):
+        return []
+
+    def said(row) -> str:
+        est, took = row.estimated_s, row.measured_s
+        if math.isnan(est):
+            return f"{row.part} {took:.0f} s"
+        return f"{row.part} {took:.0f} s (estimated {est:.0f} s" + (f", {took / est - 1:+.0%})" if est > 0 else ")")
+    whole = table[table.part == WHOLE_JOB]
+    parts = "; ".join(said(r) for r in table[table.part != WHOLE_JOB].itertuples())
+    lines = []
+    if len(whole):
+        w = whole.iloc[-1]
+        known = not math.isnan(w.estimated_s) and w.estimated_s > 0
+        lines.append(f"The main job took {w.measured_s / 60:.1f} min" + (
+            f"; its first cell estimated {w.estimated_s / 60:.1f} min ({w.measured_s / w.estimated_s - 1:+.0%})." if known else "."))
+    return lines + ([f"Part by part: {parts}."] if parts else [])

@@ -18,6 +18,7 @@ what it left out; `full=True` (a GPU: scripts/gpu_problem1.sh) runs the solution
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import json
@@ -615,8 +616,9 @@ def plan(budget_s: float | None, full: bool = False, backend: str = "auto", part
     else:
         costs = measure_costs(backend, with_changes(FULL, changes).dataset)
         name, chosen, seconds, lines = choose(budget_s, costs, backend, parts, changes, full)
+    estimates = estimate(chosen, costs, backend, parts) if settings is None else {}
     return {"version": name, "settings": chosen, "backend": backend, "parts": parts, "estimate_s": seconds,
-            "lines": lines}
+            "estimates": estimates, "lines": lines}
 
 
 def run(folder, budget_s: float | None, full: bool = False, backend: str = "auto", progress: bool = True, log=print,
@@ -626,6 +628,7 @@ def run(folder, budget_s: float | None, full: bool = False, backend: str = "auto
     checked before anything is written (`plan`; or `planned`, what plan returned, so as not to time it twice).
     Returns plan's dict with the files written."""
     from perflab import results
+    from perflab.workbook.plan import timed_part
     planned = planned or plan(budget_s, full, backend, parts, settings, **changes)
     for line in planned["lines"]:
         log(line)
@@ -635,7 +638,12 @@ def run(folder, budget_s: float | None, full: bool = False, backend: str = "auto
     meta = {**results.machine_metadata(), "backend": backend, "version": planned["version"],
             "settings": dataclasses.asdict(chosen)}
     started = time.perf_counter()
-    files = [run_part(part, chosen, backend, folder, meta, progress, log) for part in planned["parts"]]
+    files = []
+    for part in planned["parts"]:
+        fresh = not done_keys(path_of(folder, part), part)  # a part resumed took less than its estimate says
+        with timed_part(folder, f"Problem 1 {part}", planned.get("estimates", {}).get(part, math.nan)) if fresh \
+                else contextlib.nullcontext():
+            files.append(run_part(part, chosen, backend, folder, meta, progress, log))
     seconds = planned["estimate_s"]
     log(f"Problem 1 took {minutes(time.perf_counter() - started)}"
         + (f" (estimated {minutes(seconds)})" if seconds == seconds else ""))

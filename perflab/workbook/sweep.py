@@ -31,6 +31,7 @@ import math
 import os
 import platform
 import statistics
+import time
 from pathlib import Path
 
 from perflab.config import GPU_EXCHANGES, exchange_fields  # noqa: F401 (a point's comm as the trainer's fields)
@@ -370,17 +371,23 @@ def run_grid_mpi(points, name, out: Path | None = None, dataset="synthetic", pro
                 dog.watch_over(point_where(i, len(todo), point))
                 if not w.bcast(writing(claims.claim, point) if w.rank == 0 else None):
                     continue  # measured or being measured by another sweep
-                row = None
+                row, started = None, time.perf_counter()
                 try:
                     row = run_point_on_world(point, dataset, timeout)
                 finally:
                     if w.rank == 0:
-                        writing(claims.finish, point, row, meta)
+                        writing(claims.finish, point, with_wall_time(row, started), meta)
     except (KeyboardInterrupt, WriteFailed) as exc:
         raise stopped(exc, path, points, w.rank) from None
     if w.rank == 0:
         report_failed(path, log)
     return path
+
+
+def with_wall_time(row: dict | None, started: float) -> dict | None:
+    """The point's row with `point_seconds`, its wall time from set-up to row (what the main job's estimate of a
+    point is checked against: perflab.workbook.plan.point_seconds)."""
+    return None if row is None else {**row, "point_seconds": time.perf_counter() - started}
 
 
 class WriteFailed(OSError):
@@ -433,7 +440,7 @@ def run_grid_engines(view, points, name, out: Path | None = None, dataset="synth
             continue
         if between is not None:
             between(point)
-        rows, where = [], point_where(i, len(todo), point)
+        rows, where, started = [], point_where(i, len(todo), point), time.perf_counter()
         try:
             rows = [r for r in view.apply_sync(run_point_watched, point, dataset, timeout, where) if r is not None]
         except Exception as exc:  # a point's own failure comes back as a failed row: this is the engines
@@ -443,6 +450,6 @@ def run_grid_engines(view, points, name, out: Path | None = None, dataset="synth
                               f"in the engines' log); {done} point(s) are kept in {path}; restart the engines "
                               f"(perflab notebook starts its own) and run the sweep again to go on from there") from exc
         finally:
-            claims.finish(point, rows[0] if rows else None, meta)
+            claims.finish(point, with_wall_time(rows[0] if rows else None, started), meta)
     report_failed(path, log)
     return path
