@@ -195,6 +195,16 @@ def test_probes_beside_the_points_show_a_host_that_switched_speed_between_start_
     assert steadiness.verdict(tmp_path)["parts"]["drift"] == pytest.approx(0.02)
 
 
+def test_a_short_probe_beside_a_point_counts_by_its_median_not_its_own_spread(tmp_path):
+    """A 0.2 s probe just after a point can catch the host finishing it (one H100: 825% within such a probe, the
+    medians of all within 25%): its median moves the drift, its spread does not count as the host's noise."""
+    beside = {**row("point", 10.5, spread=8.2), "point": "H=512"}
+    write(tmp_path, row("start", 10.0, spread=0.02), beside, row("end", 10.1, spread=0.03))
+    v = steadiness.verdict(tmp_path)
+    assert v["parts"]["spread"] == pytest.approx(0.03) and v["parts"]["drift"] == pytest.approx(0.05)
+    assert v["noise"] == pytest.approx(0.05) and v["noisy"] is False
+
+
 def test_a_sweep_probes_the_host_before_each_point(tmp_path):
     """run_grid_engines' `between` runs before each point it measures, and steadiness.beside writes a short probe
     named for the point."""

@@ -212,7 +212,10 @@ def verdict(folder, sweep: str = "roofline.csv") -> dict:
     load = max(others) / cores if others else (start or {}).get("load_per_core")  # the end's load1 holds the sweep's own
     steal = [r["steal"] for r in seen if r.get("steal") is not None]
     beside = [r for r in rows if r["stage"] == "point"]
-    parts = {"drift": drift(start, end, beside), "spread": max(spread(r) for r in seen + beside), "load": load,
+    # the spread within a probe: the start's and the end's (a second each); a probe beside a point is 0.2 s, caught
+    # the host still ending the point before it (up to 825% on one H100, its medians within 25%: D61), and counts in
+    # the drift by its median
+    parts = {"drift": drift(start, end, beside), "spread": max(spread(r) for r in seen), "load": load,
              "steal": max(steal) if steal else None, "epochs": epochs["epochs"]}
     noise = max(v for v in parts.values() if v is not None)
     hurt = [r for r in seen if r.get("thread_gain") is not None and r["thread_gain"] < THREADS_HURT and r["threads"] > 1]
