@@ -1,5 +1,6 @@
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from perflab.data import PROJECT_ROOT
@@ -82,14 +83,17 @@ def test_readme_starts_with_the_two_commands():
 
 
 def test_readme_main_job_durations_are_the_logs():
-    """The README's 'the whole notebook took ...' figures are the committed main jobs' own logs."""
+    """The README's main job durations are the committed main jobs' own: the one-H100 job's estimate and time
+    (its mainjob_parts.csv), the two-H200 job's resumed call (its log)."""
     import re
     text = " ".join((PROJECT_ROOT / "README.md").read_text().split())
-    said = re.search(r"took (\d+) s on one H100 and (\d+) s on one H200 .* resumed call of (\d+) s", text)
-    logs = [PROJECT_ROOT / "results" / f / "mainjob.log"
-            for f in ("nvidia-h100-80gb-hbm3/mainjob", "nvidia-h200/mainjob_one_gpu", "nvidia-h200/mainjob_877c899")]
-    took = [re.findall(r"main job took (\d+) s", log.read_text())[-1] for log in logs]
-    assert said and list(said.groups()) == took
+    said = re.search(r"On one H100 at (\w+) it said ([\d.]+) min and took ([\d.]+),.* resumed call of (\d+) s", text)
+    assert said, "the README no longer says the main job's durations"
+    parts = pd.read_csv(PROJECT_ROOT / "results" / "nvidia-h100-80gb-hbm3" / f"mainjob_{said.group(1)}" / "mainjob_parts.csv")
+    whole = parts[parts.part == "whole job"].iloc[-1]
+    assert said.group(2, 3) == (f"{whole.estimated_s / 60:.1f}", f"{whole.measured_s / 60:.1f}")
+    log = (PROJECT_ROOT / "results" / "nvidia-h200" / "mainjob_877c899" / "mainjob.log").read_text()
+    assert said.group(4) == re.findall(r"main job took (\d+) s", log)[-1]
 
 
 def test_a_report_section_no_question_claims_is_named_not_lost():
