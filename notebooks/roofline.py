@@ -41,8 +41,9 @@ job = plan.roofline_plan(backend, engines, hidden, ranks, per_rank_batch, batch_
 from perflab.workbook import problem1
 
 p1_plan = problem1.plan(problem1.budget_seconds(problem1_minutes), full=job.backend == "cupy", backend=job.backend)
-job.estimate_parts["Problem 1"] = p1_plan["estimate_s"]
+job.estimate_parts["Problem 1"] = problem1.estimate_left(p1_plan, results.run_dir())
 print(job.describe())
+plan.record_part(results.run_dir(), plan.JOB_STARTED, job.estimate_s, 0.0)
 print("results go to", sweep.output_path(name))
 cluster_started, client, view = cluster.engines(job.engines)
 print(f"{len(client.ids)} MPI engines running")
@@ -285,7 +286,7 @@ if compare_committed:
 # out and how long the full one takes), on a GPU the full one. Resumable like the sweeps.
 
 # %%
-problem1.run(results.run_dir(), None, planned=p1_plan)
+problem1.run(results.run_dir(), None, planned=p1_plan, record_parts=True)
 for key, answer in problem1.answers(results.run_dir()).items():
     print(key, getattr(answer, "text", getattr(answer, "why", "")))
 

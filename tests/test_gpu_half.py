@@ -390,7 +390,8 @@ def test_the_first_eager_step_waits_for_the_trainers_own_set_up(kind, monkeypatc
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_widened_batch_gives_the_gradient_of_its_samples_alone(kind):
+@pytest.mark.parametrize("classes", [7, 20])  # 20: past SOFTMAX_REGS and MAX_FUSED_CLASSES, the output layer unfused
+def test_a_widened_batch_gives_the_gradient_of_its_samples_alone(kind, classes):
     """A half step widens its images to aligned columns (perflab.train.half_gpu.widened): the extra columns,
     real neighbouring images, must add nothing to the gradient or to the loss. The same samples as one exact,
     unwidened operand give the same G (to the last bits' summation order; an extra column adding in would
@@ -399,13 +400,16 @@ def test_a_widened_batch_gives_the_gradient_of_its_samples_alone(kind):
     from perflab.train.comm import Serial
     from perflab.train.gpu import FusedGPU
     from perflab.train.half_gpu import ALIGN
-    cfg = tiny(kind, (61, 37))
+    cfg = tiny(kind, (61, 37), num_classes=classes)
     split = data.load(cfg)[0]
     trainer = FusedGPU(cfg, split.X, split.y, Serial())
-    for part in (slice(100, 200), slice(500, 517), np.array([3, 50, 77, 200, 201, 333, 516])):
+    assert trainer.fuse_output == (classes <= kernels.MAX_FUSED_CLASSES)
+    # a batch, the second rank's part of one over two ranks (parallel.local_part), the last, a shuffled one
+    for part in (slice(100, 200), slice(150, 200), slice(500, 517), np.array([3, 50, 77, 200, 201, 333, 516])):
         Xb, yb, first = trainer.batch_images(part)
         n = len(yb)
-        assert Xb.shape[1] % ALIGN == 0 and Xb.data.ptr % (2 * ALIGN) == 0 and Xb.shape[1] > n
+        assert Xb.shape[1] % ALIGN == 0 and Xb.data.ptr % (2 * ALIGN) == 0 and Xb.strides[0] % (2 * ALIGN) == 0
+        assert Xb.shape[1] > n  # N = 517 and B = 100: every part here is widened
         grads = []
         for args in ((Xb, yb, n, True, first), (cp.ascontiguousarray(trainer.X[:, part]), yb, n, True, 0)):
             with trainer.stream:

@@ -302,7 +302,7 @@ def test_a_widened_batch_starts_and_ends_on_aligned_columns_and_holds_its_sample
     width, the samples in order from `first`, the labels the part's; an index array's extra columns zero."""
     from perflab.train.half_gpu import ALIGN, widened, widest
     N = 517
-    wide = np.zeros((13, N + ALIGN), np.uint16)
+    wide = np.zeros((13, 520 + ALIGN), np.uint16)  # as HalfWeights.images lays them out: N rounded up, and ALIGN more
     wide[:, :N] = np.arange(1, N + 1)  # column j holds j + 1: a zero column is a padding one
     y = np.arange(N) * 7
     Xb, yb, first = widened(wide, y, part)

@@ -26,3 +26,15 @@ def test_every_name_the_kernels_package_exports_exists():
     import perflab.kernels
     missing = [name for name in perflab.kernels.__all__ if not hasattr(perflab.kernels, name)]
     assert not missing, f"perflab.kernels.__all__ names what it lacks: {missing}"
+
+
+@pytest.mark.parametrize("first, labels", [(3, 8), (-1, 4), (0, 11)])
+def test_the_softmax_refuses_labels_that_do_not_fit_its_columns_before_any_launch(first, labels):
+    """A widened half batch's samples are z's columns first .. first + len(y) - 1 (D59): where they do not fit the
+    10 columns, the wrapper says so before a kernel is compiled or launched."""
+    import numpy as np
+
+    from perflab import kernels
+    z, b2, delta = np.zeros((7, 10), np.float32), np.zeros(7, np.float32), np.zeros((7, 10), np.float32)
+    with pytest.raises(kernels.KernelError, match=f"{labels} labels from column {first} do not fit 10 columns"):
+        kernels.softmax_xent_grad(z, b2, np.zeros(labels, np.int64), delta, 10, first=first)

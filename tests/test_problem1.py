@@ -16,7 +16,7 @@ def quiet(*_):
 
 
 def run(folder, parts, log=quiet, **changes):
-    return p1.run(folder, None, settings=TINY, parts=parts, progress=False, log=log, **changes)
+    return p1.run(folder, None, settings=TINY, parts=parts, progress=False, log=log, record_parts=True, **changes)
 
 
 def test_bad_input_is_refused_naming_the_value_and_what_is_allowed_and_nothing_is_written(tmp_path, capsys):
@@ -150,5 +150,6 @@ def test_the_command_line_times_this_machine_runs_what_fits_and_prints_the_answe
     assert "Problem 1 on numpy: the small version" in said and "the full version would take about" in said
     assert "FA Q1.3: After" in said and "FA Q1.1: not run" in said
     assert (tmp_path / "problem1_rates.csv").exists() and (tmp_path / "problem1_rates.json").exists()
-    timed = pd.read_csv(tmp_path / "mainjob_parts.csv").iloc[0]  # the budgeted version's estimate beside its time
-    assert timed.part == "Problem 1 rates" and timed.estimated_s > 0 and timed.measured_s > 0
+    assert not (tmp_path / "mainjob_parts.csv").exists()  # Problem 1 alone: no main job's parts to time
+    planned = p1.plan(0.6, backend="numpy", parts=["rates", "check"], rates=[0.1, 1])
+    assert p1.estimate_left(planned, tmp_path) == pytest.approx(planned["estimates"]["check"])  # rates: begun here

@@ -249,3 +249,15 @@ def test_first_lines_scale_the_misses_by_the_probes_beside_the_points_and_say_ho
     lines = steadiness.first_lines(tmp_path)
     assert "the predictions of 1 points miss by a median of 0%, the worst 0%; a probe beside a point is itself good to " \
            "about ±30% (median)" in " ".join(lines)
+
+
+def test_the_one_thread_probe_counts_only_where_a_point_trains_on_one_thread(tmp_path):
+    """A CPU point over several ranks trains each on one thread (D57); a GPU point or a one-rank CPU point does not,
+    and the one-thread GEMM moving beside them (9.2-20.7 ms on one H100's host) is not their noise (D61)."""
+    beside = {**row("point", 10.0, gain=2.0), "point": "H=512"}  # one thread 20 ms here, 18 at the start and end
+    write(tmp_path, row("start", 10.0), beside, row("end", 10.0))
+    assert steadiness.verdict(tmp_path)["parts"]["drift"] == pytest.approx(20.0 / 18.0 - 1)  # no sweep yet: both
+    for backend, p, counted in (("cupy", 1, False), ("numpy", 1, False), ("numpy", 2, True)):
+        pd.DataFrame({"backend": [backend], "p": [p], "H": [512]}).to_csv(tmp_path / "roofline.csv", index=False)
+        drift = steadiness.verdict(tmp_path)["parts"]["drift"]
+        assert drift == pytest.approx(20.0 / 18.0 - 1 if counted else 0.0), (backend, p)

@@ -404,8 +404,10 @@ def half_step(H: int, B: int, half: str):
                  learning_rate=0.1, reg=1e-4, dtype=half, test_size=0)
     trainer = FusedGPU(cfg, X, y, Serial())
 
+    Xb, yb, first = trainer.batch_images(slice(0, B))  # as training runs a batch (widened where half: D59)
+
     def step():
-        trainer.gradients(trainer.X, trainer.y, B, want_loss=False)
+        trainer.gradients(Xb, yb, B, want_loss=False, first=first)
         trainer.update()
     step.trainer = trainer  # kept alive with the callable
     return step

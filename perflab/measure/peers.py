@@ -191,6 +191,21 @@ def fp32_jax():
     return jax, jnp
 
 
+def jax_loss(jax, jnp, reg, compute, precision=None):
+    """The seeds' loss as a JAX user writes it, its layers in `compute` (bfloat16: the FP32 weights cast each step,
+    the logits and the loss FP32), every matmul by `precision` (a dot algorithm, or None: the default)."""
+    def loss(params, xb, yb):
+        low = [p.astype(compute) for p in params]
+        a = xb
+        for W, b in zip(low[0:-2:2], low[1:-2:2]):
+            a = jax.nn.sigmoid(jnp.matmul(a, W.T, precision=precision) + b)
+        logits = jnp.matmul(a, low[-2].T, precision=precision).astype(jnp.float32) + params[-1]
+        logp = jax.nn.log_softmax(logits)
+        ce = -jnp.take_along_axis(logp, yb[:, None], axis=1).mean()
+        return ce + 0.5 * reg * sum(jnp.sum(W * W) for W in params[0::2])
+    return loss
+
+
 def jax_setup(X, y, H, lr, reg, algorithm=None):
     """(jax, jnp, params, step, X, y) on the GPU; `algorithm` "x3" or "tf32": every matmul by XLA's
     3xTF32 or TF32 dot algorithm; "bf16": mixed precision as a JAX user writes it (jmp's policy: FP32
@@ -201,16 +216,7 @@ def jax_setup(X, y, H, lr, reg, algorithm=None):
     presets = {"x3": jax.lax.DotAlgorithmPreset.TF32_TF32_F32_X3, "tf32": jax.lax.DotAlgorithmPreset.TF32_TF32_F32}
     precision = presets.get(algorithm)
     compute = jnp.bfloat16 if algorithm == "bf16" else jnp.float32
-
-    def loss(params, xb, yb):
-        low = [p.astype(compute) for p in params]
-        a = xb
-        for W, b in zip(low[0:-2:2], low[1:-2:2]):
-            a = jax.nn.sigmoid(jnp.matmul(a, W.T, precision=precision) + b)
-        logits = jnp.matmul(a, low[-2].T, precision=precision).astype(jnp.float32) + params[-1]
-        logp = jax.nn.log_softmax(logits)
-        ce = -jnp.take_along_axis(logp, yb[:, None], axis=1).mean()
-        return ce + 0.5 * reg * sum(jnp.sum(W * W) for W in params[0::2])
+    loss = jax_loss(jax, jnp, reg, compute, precision)
 
     def step(params, xb, yb):
         grads = jax.grad(loss)(params, xb, yb)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from perflab.measure.peers import initial, net_name, timed_epochs
+from perflab.measure.peers import initial, jax_loss, net_name, timed_epochs
 
 if TYPE_CHECKING:
     from perflab.train.spec import RunSpec
@@ -186,13 +186,7 @@ def jax_sharded(H: int, b: int, N: int, p: int, precision: str = "fp32", lr=0.1,
     Y = jax.device_put(rng.integers(0, 10, (steps, B)).astype(np.int32), NamedSharding(mesh, P(None, "x")))
     params = jax.device_put([jnp.asarray(q) for q in initial(784, H, 10)], NamedSharding(mesh, P()))
 
-    def loss(params, xb, yb):
-        low = [q.astype(compute) for q in params]
-        for W, b_ in zip(low[0:-2:2], low[1:-2:2]):
-            xb = jax.nn.sigmoid(xb @ W.T + b_)
-        logp = jax.nn.log_softmax((xb @ low[-2].T).astype(jnp.float32) + params[-1])
-        return (-jnp.take_along_axis(logp, yb[:, None], axis=1).mean()
-                + 0.5 * reg * sum(jnp.sum(W * W) for W in params[0::2]))
+    loss = jax_loss(jax, jnp, reg, compute)
 
     @jax.jit
     def epoch_fn(params, X, Y):
@@ -225,4 +219,5 @@ if __name__ == "__main__":
         raise SystemExit(f"unknown peer {kind!r}: perflab, ddp or jax (see the module's docstring)")
     if ms is not None:
         print(json.dumps({"peer": kind, "H": H if isinstance(H, int) else net_name(H), "b": int(args[0]), "p": p,
-                          "N": int(args[1]), "epoch_ms": ms, **launched, **machine_stamp()}))
+                          "N": int(args[1]), "precision": "bf16" if "bf16" in args else "fp32", "epoch_ms": ms,
+                          **launched, **machine_stamp()}))

@@ -191,17 +191,18 @@ def sweep_epochs(folder, sweep: str) -> dict:
 def verdict(folder, sweep: str = "roofline.csv") -> dict:
     """Whether the run in `folder` met a noisy host, from its start and end probes and its sweep's
     epochs: `noisy` (None without probes), `noise` (the relative uncertainty the host allows on a time
-    measured here: the largest of the GEMM's drift from start to end, its spread within a probe, the
+    measured here: the largest of the GEMM's drift from start to end, its spread within the start and end probes, the
     share of the cores other programs took, the time stolen, the sweep's median epoch spread), those
     `parts`, `sentences` for a report's first lines (what to do when noisy), and `notes` on the BLAS
     threads and the sweep's single-epoch points; `beside`: the probes beside its points."""
     folder = Path(folder)
     if not (folder / FILE).exists():
-        return {"noisy": None, "noise": None, "parts": {}, "start": None, "end": None, "notes": [], "beside": [],
+        return {"noisy": None, "noise": None, "parts": {}, "start": None, "end": None, "notes": [], "beside": [], "rows": [],
                 "sentences": [f"This run did not probe its host's steadiness (no {results.relative(folder / FILE)}), so "
                               "nothing tells a busy machine's misses from the predictor's."]}
     rows = run_probes(folder)
     start, end = probes(rows)
+    keys = gemm_keys(folder, sweep)
     seen = [r for r in (start, end) if r is not None]
     if not seen:
         raise results.ResultFileError(f"{results.relative(folder / FILE)}: no probe rows; perflab.measure.steadiness.record "
@@ -215,17 +216,32 @@ def verdict(folder, sweep: str = "roofline.csv") -> dict:
     # the spread within a probe: the start's and the end's (a second each); a probe beside a point is 0.2 s, caught
     # the host still ending the point before it (up to 825% on one H100, its medians within 25%: D61), and counts in
     # the drift by its median
-    parts = {"drift": drift(start, end, beside), "spread": max(spread(r) for r in seen), "load": load,
+    parts = {"drift": drift(start, end, beside, keys), "spread": max(spread(r, keys) for r in seen), "load": load,
              "steal": max(steal) if steal else None, "epochs": epochs["epochs"]}
     noise = max(v for v in parts.values() if v is not None)
     hurt = [r for r in seen if r.get("thread_gain") is not None and r["thread_gain"] < THREADS_HURT and r["threads"] > 1]
     noisy = noise > NOISY or bool(hurt)
     notes = thread_notes(seen[0], hurt) + epoch_notes(epochs, sweep)
     return {"noisy": noisy, "noise": noise, "parts": parts, "start": start, "end": end, "notes": notes, "beside": beside,
-            "sentences": sentences(noisy, noise, parts, seen[0], start, end, sweep, bool(hurt), beside)}
+            "rows": rows, "sentences": sentences(noisy, noise, parts, seen[0], start, end, sweep, bool(hurt), beside)}
 
 
-def drift(start, end, beside=()) -> float | None:
+def gemm_keys(folder, sweep: str) -> tuple[str, ...]:
+    """The probe timings the run's points depend on: the GEMM on the sweep's BLAS threads, and on one thread where a
+    point trains on the CPU over several ranks (each on one thread: D57). A GPU point, or a CPU one on one rank,
+    trains on neither one thread's speed (D61); a sweep not there yet counts both."""
+    import pandas as pd
+    path = Path(folder) / sweep
+    both = ("gemm_ms", "gemm_1thread_ms")
+    if not path.exists() or not path.stat().st_size:
+        return both
+    table = pd.read_csv(path)
+    if not {"backend", "p"} <= set(table):
+        return both
+    return both if ((table.backend == "numpy") & (table.p > 1)).any() else both[:1]
+
+
+def drift(start, end, beside=(), keys=("gemm_ms", "gemm_1thread_ms")) -> float | None:
     """How far the probe GEMM moved during the run, on the sweep's BLAS threads or on one thread, whichever moved
     more (a p = 2 rank trains on one, and a host can slow one thread and not two: docs/DECISIONS.md, D57): from the
     start to the end, or, where probes ran beside the sweep's points, the slowest of all over the fastest (a host
@@ -233,7 +249,7 @@ def drift(start, end, beside=()) -> float | None:
     if not (start and end):
         return None
     moved = []
-    for k in ("gemm_ms", "gemm_1thread_ms"):
+    for k in keys:
         times = [r[k] for r in (start, *beside, end) if r.get(k)]
         if len(times) > 2:
             moved.append(max(times) / min(times) - 1)
@@ -242,9 +258,10 @@ def drift(start, end, beside=()) -> float | None:
     return max(moved)
 
 
-def spread(row: dict) -> float:
-    """The probe's spread within itself on either thread count (a probe from before the one-thread spread: its own)."""
-    one = row.get("gemm_1thread_spread")
+def spread(row: dict, keys=("gemm_ms", "gemm_1thread_ms")) -> float:
+    """The probe's spread within itself on the thread counts of `keys` (gemm_keys; a probe from before the one-thread
+    spread: its own)."""
+    one = row.get("gemm_1thread_spread") if "gemm_1thread_ms" in keys else None
     return max(row["gemm_spread"], one if one is not None and one == one else 0.0)
 
 
@@ -262,7 +279,7 @@ def sentences(noisy: bool, noise: float, parts: dict, row: dict, start, end, swe
         said.append(f"its probe GEMM took {end['gemm_ms'] / start['gemm_ms'] - 1:+.0%} at the end of the run against "
                     f"the start on {row['threads']} BLAS thread(s)"
                     + (f", {end['gemm_1thread_ms'] / start['gemm_1thread_ms'] - 1:+.0%} on one" if row["threads"] > 1 else ""))
-    said.append(f"it moved by {parts['spread']:.0%} within a probe")
+    said.append(f"it moved by {parts['spread']:.0%} within the start and end probes")
     if parts["load"] is not None:
         said.append(f"other programs took {parts['load']:.0%} of its {cores} cores")
     if parts["steal"]:
@@ -311,21 +328,22 @@ def epoch_notes(epochs: dict, sweep: str) -> list[str]:
     return []
 
 
-def judge(validation_table, folder, sweep: str = "roofline.csv"):
+def judge(validation_table, folder, sweep: str = "roofline.csv", host: dict | None = None):
     """The validation table (perflab.analysis.validation: measured_ms, predicted_ms, and where the
     predictor gave one, predicted_low_ms and predicted_high_ms) with each point's `noise` (the host's,
     or the point's own epoch_spread where larger), its band widened by it (`noise_low_ms`,
     `noise_high_ms`: the band's low end / (1 + noise), its high end * (1 + noise)) and `inside_noise`:
-    whether the measured time lies inside (None for a point not predicted)."""
+    whether the measured time lies inside (None for a point not predicted). `host`: verdict(folder, sweep), where
+    the caller has it."""
     import pandas as pd
     missing = [c for c in ("measured_ms", "predicted_ms") if c not in validation_table]
     if missing:
         raise ValueError(f"the validation table has no {', '.join(missing)} column (it has "
                          f"{', '.join(map(str, validation_table.columns[:8]))}); perflab validate writes one")
     table = validation_table.copy()
-    host = verdict(folder, sweep)["noise"] or 0.0
+    v = host or verdict(folder, sweep)
     own = pd.to_numeric(table["epoch_spread"], errors="coerce") if "epoch_spread" in table else pd.Series(0.0, table.index)
-    noise = own.fillna(0.0).clip(lower=host)
+    noise = own.fillna(0.0).clip(lower=v["noise"] or 0.0)
     predicted = pd.to_numeric(table.predicted_ms, errors="coerce")
     low = pd.to_numeric(table.get("predicted_low_ms", predicted), errors="coerce").fillna(predicted)
     high = pd.to_numeric(table.get("predicted_high_ms", predicted), errors="coerce").fillna(predicted)
@@ -335,7 +353,7 @@ def judge(validation_table, folder, sweep: str = "roofline.csv"):
     table["noise_high_ms"] = high * (1 + noise)
     inside = (measured >= table.noise_low_ms) & (measured <= table.noise_high_ms)
     table["inside_noise"] = [bool(x) if pd.notna(p) else None for x, p in zip(inside, predicted)]
-    table["host_ratio"] = host_ratios(table, folder)
+    table["host_ratio"] = host_ratios(table, v["rows"])
     table["error_at_host_speed"] = predicted * table.host_ratio / measured - 1
     return table
 
@@ -345,11 +363,11 @@ def point_label(point) -> str:
     return f"H={point['H']} B={point['B']} p={point['p']} {point['backend']} {point['mode']}"
 
 
-def host_ratios(table, folder) -> list[float | None]:
-    """Each point's host speed against the ceilings': its probe beside it over the start probe, on the BLAS threads
-    a rank of the point trains with (the sweep's at p = 1, one thread at p > 1); None where no probe names it."""
-    rows = run_probes(folder) if (Path(folder) / FILE).exists() else []
-    start = rows[0] if rows and rows[0]["stage"] == "start" else None
+def host_ratios(table, rows: list[dict]) -> list[float | None]:
+    """Each point's host speed against the ceilings': its probe beside it (of `rows`, run_probes') over the start
+    probe, on the BLAS threads a rank of the point trains with (the sweep's at p = 1, one thread at p > 1); None where
+    no probe names it."""
+    start, _ = probes(rows)
     beside = {r.get("point"): r for r in rows if r["stage"] == "point"}
     if not (start and beside) or not {"H", "B", "p", "backend", "mode"} <= set(table.columns):
         return [None] * len(table)
@@ -372,7 +390,7 @@ def first_lines(folder, sweep: str = "roofline.csv", validation: str = "validati
         table = results.read_table(path, ("measured_ms", "predicted_ms"), "perflab validate writes it")
         if "source" in table:  # this run's sweep only, not a scratch sweep's points beside it
             table = table[table.source == sweep]
-        judged = judge(table, folder, sweep)
+        judged = judge(table, folder, sweep, v)
         done = judged[judged.predicted_ms.notna()]
         if len(done):
             inside = sum(x is True for x in done.inside_noise)

@@ -29,10 +29,11 @@ class HalfWeights:
         return kernels.narrow_copy(delta, self.delta[:delta.size].reshape(delta.shape))
 
     def images(self, X):
-        """The images in half precision, once, C-ordered (docs/DECISIONS.md, D32): D x (N + ALIGN), the last ALIGN
-        columns zero, which a widened batch (widened) may take in."""
+        """The images in half precision, once, C-ordered (docs/DECISIONS.md, D32), each row N rounded up to ALIGN
+        and ALIGN more columns long (so every row starts on 16 bytes), the columns past N zero: a widened batch
+        (widened) may take them in."""
         import cupy as cp
-        wide = cp.zeros((X.shape[0], X.shape[1] + ALIGN), self.store)
+        wide = cp.zeros((X.shape[0], -(-X.shape[1] // ALIGN) * ALIGN + ALIGN), self.store)
         wide[:, :X.shape[1]] = kernels.narrow_copy(cp.ascontiguousarray(X), cp.empty(X.shape, self.store))
         return wide
 

@@ -413,28 +413,37 @@ def timed_part(folder, part: str, estimated_s: float):
     record_part(folder, part, estimated_s, time.perf_counter() - started)
 
 
-WHOLE_JOB = "whole job"  # the part a run's last row names: the notebook from its first cell to its last
+JOB_STARTED, WHOLE_JOB = "job started", "whole job"  # a run's first row (its estimate) and last (the notebook's time)
 
 
 def last_run_parts(folder):
-    """The rows of mainjob_parts.csv since the run before the last ended (its WHOLE_JOB row), or None (no file)."""
+    """The rows of mainjob_parts.csv after the last run's JOB_STARTED row (all of them where none: a Problem 1 run
+    alone), or None (no file). A call resumed after one that was cut is a run of its own."""
     from pathlib import Path
 
     from perflab import results
     path = Path(folder) / PARTS_FILE
     if not path.exists():
         return None
+    if not path.stat().st_size:
+        raise results.ResultFileError(f"{results.relative(path)} is empty: the run was stopped while it wrote it; "
+                                      "delete it, and the next run writes it again")
     table = results.read_table(path, ("part", "estimated_s", "measured_s"), "perflab.workbook.plan.record_part writes it")
-    ends = [i for i, part in enumerate(table.part) if part == WHOLE_JOB]
-    earlier = ends[:-1] if ends and ends[-1] == len(table) - 1 else ends  # the last run's own end row stays in
-    return table.iloc[earlier[-1] + 1 if earlier else 0:]
+    starts = [i for i, part in enumerate(table.part) if part == JOB_STARTED]
+    return table.iloc[starts[-1] + 1 if starts else 0:]
 
 
 def estimate_lines(folder) -> list[str]:
-    """The last run's estimate against what it took: the whole job (where it finished) and each part."""
-    table = last_run_parts(folder)
+    """The last run's estimate against what it took: the whole job (where it finished) and each part it ran (a part
+    a resumed run found done, estimated at 0 s, is left out)."""
+    from perflab import results
+    try:
+        table = last_run_parts(folder)
+    except results.ResultFileError as exc:
+        return [str(exc)]
     if table is None or not len(table):
         return []
+    table = table[~((table.estimated_s == 0) & (table.measured_s < 1))]
 
     def said(row) -> str:
         est, took = row.estimated_s, row.measured_s

@@ -125,9 +125,12 @@ def fp16_gradient_loss(cfg: Config, params: list, scales=LOSS_SCALES, smaller: f
             trainer.set_weights(flat)
             if trainer.scaled:
                 trainer.scale[...] = scale
-            trainer.gradients(trainer.X[:, :B], trainer.y[:B], B * smaller, want_loss=False)
+            Xb, yb, first = trainer.batch_images(slice(0, B))  # as training runs a batch (widened where half: D59)
+            trainer.gradients(Xb, yb, B * smaller, want_loss=False, first=first)
         trainer.sync()
-        out = [g.get() / scale for g in trainer.grads], trainer.dz[0][:H * B].get().astype(np.float32) / scale
+        n = Xb.shape[1]
+        dz = trainer.dz[0][:H * n].reshape(H, n)[:, first:first + B].ravel()
+        out = [g.get() / scale for g in trainer.grads], dz.get().astype(np.float32) / scale
         trainer.close()
         return out
     fp32, dz32 = gradient("float32", 1.0)

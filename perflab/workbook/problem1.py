@@ -272,7 +272,8 @@ def device_gradient(trainer, index) -> list:
     if isinstance(trainer, VirtualRanks):
         return trainer.data_gradient(index)
     with trainer.stream:  # the fused GPU trainer: forward and backward into its gradient buffer
-        trainer.gradients(trainer.X[:, index], trainer.y[index], index.stop - index.start, want_loss=False)
+        Xb, yb, first = trainer.batch_images(index)
+        trainer.gradients(Xb, yb, index.stop - index.start, want_loss=False, first=first)
     trainer.sync()
     return [g.get() for g in trainer.grads]
 
@@ -621,12 +622,19 @@ def plan(budget_s: float | None, full: bool = False, backend: str = "auto", part
             "estimates": estimates, "lines": lines}
 
 
+def estimate_left(planned: dict, folder) -> float:
+    """plan's estimate of the parts not yet begun in `folder` (a resumed main job's Problem 1)."""
+    return sum(v for part, v in planned["estimates"].items() if not done_keys(path_of(Path(folder), part), part))
+
+
 def run(folder, budget_s: float | None, full: bool = False, backend: str = "auto", progress: bool = True, log=print,
-        parts=PARTS, settings: Settings | None = None, planned: dict | None = None, **changes) -> dict:
+        parts=PARTS, settings: Settings | None = None, planned: dict | None = None, record_parts: bool = False,
+        **changes) -> dict:
     """Run the parts not yet in `folder`: the largest version that fits `budget_s` seconds (full: the solution's
     scale; settings: exactly these), `changes` (Settings fields, e.g. rates=[...]) applied to it. Everything is
     checked before anything is written (`plan`; or `planned`, what plan returned, so as not to time it twice).
-    Returns plan's dict with the files written."""
+    `record_parts`: each part run whole goes, timed beside its estimate, into the main job's parts file
+    (perflab.workbook.plan.record_part). Returns plan's dict with the files written."""
     from perflab import results
     from perflab.workbook.plan import timed_part
     planned = planned or plan(budget_s, full, backend, parts, settings, **changes)
@@ -640,8 +648,8 @@ def run(folder, budget_s: float | None, full: bool = False, backend: str = "auto
     started = time.perf_counter()
     files = []
     for part in planned["parts"]:
-        fresh = not done_keys(path_of(folder, part), part)  # a part resumed took less than its estimate says
-        with timed_part(folder, f"Problem 1 {part}", planned.get("estimates", {}).get(part, math.nan)) if fresh \
+        fresh = record_parts and not done_keys(path_of(folder, part), part)  # one resumed took less than its estimate
+        with timed_part(folder, f"Problem 1 {part}", planned["estimates"].get(part, math.nan)) if fresh \
                 else contextlib.nullcontext():
             files.append(run_part(part, chosen, backend, folder, meta, progress, log))
     seconds = planned["estimate_s"]

@@ -385,9 +385,9 @@ def run_grid_mpi(points, name, out: Path | None = None, dataset="synthetic", pro
 
 
 def with_wall_time(row: dict | None, started: float) -> dict | None:
-    """The point's row with `point_seconds`, its wall time from set-up to row (what the main job's estimate of a
-    point is checked against: perflab.workbook.plan.point_seconds)."""
-    return None if row is None else {**row, "point_seconds": time.perf_counter() - started}
+    """The point's row with `point_wall_s`, its wall time from the probe beside it (if any) to its row: what the
+    main job's estimate of a point (perflab.workbook.plan.point_seconds) is checked against."""
+    return None if row is None else {**row, "point_wall_s": time.perf_counter() - started}
 
 
 class WriteFailed(OSError):
@@ -438,9 +438,10 @@ def run_grid_engines(view, points, name, out: Path | None = None, dataset="synth
     for i, point in enumerate(tqdm(todo, disable=not progress, desc=name, unit="point")):
         if not claims.claim(point):
             continue
+        started = time.perf_counter()  # the point's wall time counts the probe beside it, as its estimate does
         if between is not None:
             between(point)
-        rows, where, started = [], point_where(i, len(todo), point), time.perf_counter()
+        rows, where = [], point_where(i, len(todo), point)
         try:
             rows = [r for r in view.apply_sync(run_point_watched, point, dataset, timeout, where) if r is not None]
         except Exception as exc:  # a point's own failure comes back as a failed row: this is the engines
