@@ -11,7 +11,8 @@ from perflab.report import pdf, questions
 from perflab.report.answer import Answer, Missing
 from perflab.results import RESULTS_ROOT
 
-FOLDERS = {"cpu": "cpu-amd-epyc/mainjob", "one gpu": "nvidia-h100-80gb-hbm3/mainjob", "two gpus": "nvidia-h200/mainjob"}
+FOLDERS = {"cpu": "cpu-amd-epyc/mainjob", "one gpu": "nvidia-h100-80gb-hbm3/mainjob_6a9b7f3",
+           "two gpus": "nvidia-h200/mainjob_877c899"}
 ANSWERED_FROM_THE_RUN = ["HW6 Q2.1", "HW6 Q2.2", "FA Q2.1", "FA Q2.3", "FA Q2.4", "FA Q2.6", "FA optional"]
 
 
