@@ -213,9 +213,8 @@ def verdict(folder, sweep: str = "roofline.csv") -> dict:
     load = max(others) / cores if others else (start or {}).get("load_per_core")  # the end's load1 holds the sweep's own
     steal = [r["steal"] for r in seen if r.get("steal") is not None]
     beside = [r for r in rows if r["stage"] == "point"]
-    # the spread within a probe: the start's and the end's (a second each); a probe beside a point is 0.2 s, caught
-    # the host still ending the point before it (up to 825% on one H100, its medians within 25%: D61), and counts in
-    # the drift by its median
+    # the spread within a probe: the start's and the end's; a short probe beside a point can catch the host still
+    # ending the point before it (docs/DECISIONS.md, D61), and counts in the drift by its median
     parts = {"drift": drift(start, end, beside, keys), "spread": max(spread(r, keys) for r in seen), "load": load,
              "steal": max(steal) if steal else None, "epochs": epochs["epochs"]}
     noise = max(v for v in parts.values() if v is not None)

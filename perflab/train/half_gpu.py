@@ -38,7 +38,7 @@ class HalfWeights:
         return wide
 
 
-ALIGN = 8  # a half GEMM operand's rows start on 16 bytes: cuBLAS's BF16 GEMMs ran 2.4-3x slower otherwise (D59)
+ALIGN = 8  # a half GEMM operand's rows start on 16 bytes: cuBLAS's BF16 GEMMs run far slower otherwise (D59)
 
 
 def widest(n: int) -> int:

@@ -435,7 +435,7 @@ def last_run_parts(folder):
 
 def estimate_lines(folder) -> list[str]:
     """The last run's estimate against what it took: the whole job (where it finished) and each part it ran (a part
-    a resumed run found done, estimated at 0 s, is left out)."""
+    a resumed run found done, estimated at nothing, is left out)."""
     from perflab import results
     try:
         table = last_run_parts(folder)
