@@ -1,5 +1,8 @@
 # The README's two commands: `make roofline` (the main job) and `make test` (the quick tests, about 2 minutes);
-# `make test-all` runs the thorough checks `make test` leaves out (marked slow; run by hand, .ci/run runs make test).
+# `make test-all` runs the thorough checks `make test` leaves out (marked slow, about 8 minutes on 2 cores;
+# .ci/run runs make lint, make test, then make test-all); `make test-kernels` the kernels' compile with every template
+# instantiation built optimized and checked for register spills (test-all checks spills on each tile config's
+# heaviest variants: tests/test_kernels_compile.py), minutes of ptxas.
 # Each creates .venv when missing and installs perflab into it; quick when already set up.
 PYTHON ?= python3
 VENV ?= .venv
@@ -8,7 +11,7 @@ PERFLAB := $(VENV)/bin/perflab
 NOTEBOOKS := roofline problem1 correctness convergence scaling kernels usc precision
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: roofline notebooks test test-all gpu-test lint clean-venv
+.PHONY: roofline notebooks test test-all test-kernels gpu-test lint clean-venv
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -32,7 +35,7 @@ notebooks: $(VENV)/.installed-notebooks
 	for nb in $(NOTEBOOKS); do $(PERFLAB) notebook $$nb || exit 1; done
 	$(PERFLAB) report
 
-# PYTEST_ARGS: more pytest options (.ci/run passes --durations=10)
+# PYTEST_ARGS: more pytest options (.ci/run passes --durations=10 to make test and make test-all)
 test: $(VENV)/.installed-dev
 	$(PY) -m compileall -q perflab  # bytecode once, not in every MPI rank (where PYTHONDONTWRITEBYTECODE is set)
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -40,6 +43,9 @@ test: $(VENV)/.installed-dev
 test-all: $(VENV)/.installed-dev
 	$(PY) -m compileall -q perflab
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+
+test-kernels: $(VENV)/.installed-dev
+	PERFLAB_SPILL_CHECK=all $(PY) -m pytest -m slow tests/test_kernels_compile.py $(PYTEST_ARGS)
 
 gpu-test: $(VENV)/.installed-dev
 	$(PY) -m perflab compile

@@ -266,32 +266,18 @@ def test_engines_lost_in_a_point_stop_the_sweep_naming_it_and_keep_the_rows_writ
     assert not (tmp_path / "engines.claims").exists() or (tmp_path / "engines.claims").read_text().strip() in ("", "[]")
 
 
-@pytest.mark.slow  # make test-all: the whole main job, small, in a fresh clone
+@pytest.mark.slow  # make test-all: the whole main job, small, in a fresh clone (conftest.loaded_main_job)
 @pytest.mark.mpi
-def test_main_job_in_a_fresh_clone_measures_this_machine_and_leaves_git_status_clean(tmp_path):
+@pytest.mark.timeout(1200)  # the job, loaded for its measurements: about 2 min here, more on a slower machine
+def test_main_job_in_a_fresh_clone_measures_this_machine_and_leaves_git_status_clean(loaded_main_job):
     """The README's `make roofline` (perflab notebook roofline, perflab report) with small sizes in a
     copy of this tree committed as a fresh clone: outputs land in runs/<machine key>/ and
-    `git status --porcelain` stays empty."""
-    clone = tmp_path / "clone"
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=PROJECT_ROOT,
-                            capture_output=True, text=True, check=True).stdout.split("\0")
-    for name in filter(None, listed):
-        source = PROJECT_ROOT / name
-        if source.is_file():
-            (clone / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, clone / name)
-    git = lambda *a: subprocess.run(["git", *a], cwd=clone, capture_output=True, text=True, check=True).stdout
-    git("init", "-q")
-    git("add", "-A")
-    git("-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-q", "-m", "clone")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PERFLAB_")}
-    env["PYTHONPATH"] = str(clone)  # the clone's package, as its own `pip install -e .` would give (kernel, engines)
-    small = ["-p", "hidden", "['32-32', 64]", "-p", "per_rank_batch", "100", "-p", "batch_sweep", "[100, 400]",
-             "-p", "N", "800", "-p", "engines", "2", "-p", "problem1_minutes", "0.1"]
-    for command in (["notebook", "roofline", *small, "--json"], ["report", "--json"]):
-        proc = subprocess.run([sys.executable, "-m", "perflab", *command], cwd=clone, capture_output=True, text=True,
-                              timeout=600, env=env)
+    `git status --porcelain` stays empty. (The job runs once for this test and test_noisy_mainjob, with
+    another program on a core while it measures.)"""
+    clone, git = loaded_main_job.clone, loaded_main_job.git
+    for proc in loaded_main_job.procs:
         assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(loaded_main_job.procs) == 2  # the notebook, then the report
     runs = list((clone / "runs").iterdir())
     assert [r.name for r in runs] == [results.machine_key()]
     run = runs[0]

@@ -64,7 +64,17 @@ TENSOR_CORE_STEPS = {gemm: tuple(k.name for k in one_layer(gemm) if k.kind != "u
 
 def on_grid(t: pd.DataFrame, H: float, B: float) -> float:
     """Seconds at (H, B') from rows timed over an (H, B') grid: log-log in B at each grid H, then in H."""
-    at_h = {h: loglog(g.B, g.seconds, B) for h, g in t.groupby("H")}
+    return on_lines(grid_lines(t), H, B)
+
+
+def grid_lines(t: pd.DataFrame) -> list[tuple]:
+    """An (H, B') grid's rows as its lines at each grid H, in order of H: (H, loglog_line(B', seconds))."""
+    return [(h, loglog_line(g.B, g.seconds)) for h, g in t.groupby("H")]
+
+
+def on_lines(lines: list[tuple], H: float, B: float) -> float:
+    """on_grid from the grid's lines (grid_lines): log-log in B at each grid H, then in H."""
+    at_h = {h: loglog_at(line, B) for h, line in lines}
     return loglog(list(at_h), list(at_h.values()), H)
 
 
@@ -117,9 +127,19 @@ def floor_name(mode: str, graphs: bool, gemm: str = "cublas") -> str:
 
 def loglog(xs, ys, x: float) -> float:
     """Interpolate y(x) linearly in log-log; extrapolate from the two nearest points."""
+    return loglog_at(loglog_line(xs, ys), x)
+
+
+def loglog_line(xs, ys) -> tuple[np.ndarray, np.ndarray]:
+    """The points of a log-log line, logged and in order of x (what loglog_at reads, once for any x)."""
     xs, ys = np.log(np.asarray(xs, float)), np.log(np.maximum(np.asarray(ys, float), 1e-12))
     order = np.argsort(xs)
-    xs, ys = xs[order], ys[order]
+    return xs[order], ys[order]
+
+
+def loglog_at(line: tuple[np.ndarray, np.ndarray], x: float) -> float:
+    """loglog at x from its line (loglog_line)."""
+    xs, ys = line
     if len(xs) == 1:
         return float(np.exp(ys[0]))
     lx = math.log(x)
@@ -136,7 +156,39 @@ def alpha_beta(sizes, seconds) -> tuple[float, float]:
     return max(float(alpha), 0.0), 1 / max(float(inv_beta), 1e-30)
 
 
-class AllReduces:
+class Lookups:
+    """The look-ups in a ceilings table (Ceilings, which this is mixed into, holds it as `table`, and `memo`), each
+    made once: a validation asks the same of a file hundreds of times."""
+
+    def cache(self, kind: str) -> dict:
+        """This table's memo of one kind of look-up. The table is only read once a Ceilings holds it (changed tables
+        are new Ceilings: probed, with_exchange); one put in its place starts the memo afresh."""
+        if self.memo.get("table") is not self.table:
+            self.memo.clear()
+            self.memo["table"] = self.table
+        return self.memo.setdefault(kind, {})
+
+    def memoized(self, kind: str, key, compute):
+        """compute(), once per key of this kind (cache); what raises is asked again."""
+        found = self.cache(kind)
+        if key not in found:
+            found[key] = compute()
+        return found[key]
+
+    def rows(self, ceiling: str, **match) -> pd.DataFrame:
+        """The table's rows of one ceiling, matching each column given (none where the table lacks the column);
+        read-only: the frame is shared by every caller that asks the same."""
+        found = self.cache("rows")
+        key = (ceiling, *match.items())
+        if key not in found:
+            t = self.table[self.table.ceiling == ceiling]
+            for k, v in match.items():
+                t = t[t[k] == v] if k in t else t.iloc[:0]
+            found[key] = t
+        return found[key]
+
+
+class AllReduces(Lookups):
     """The exchange look-ups of a ceilings table (Ceilings, which this is mixed into, holds the rows): all-reduces at
     a size, their spread over repeats and boots, and each exchange path's."""
 
@@ -167,6 +219,10 @@ class AllReduces:
         net's gradient and pipelined pieces), else from t = a + S / b fitted to the measured sizes within
         a factor 16 of S (the path's protocol changes with size, so one line through every size misses the
         gradient's: docs/DECISIONS.md, D22)."""
+        return self.memoized("allreduce", (ceiling, p, nbytes), lambda: self.timed_or_fitted(ceiling, p, nbytes))
+
+    def timed_or_fitted(self, ceiling: str, p: int, nbytes: float) -> float:
+        """allreduce, looked up afresh."""
         t = self.rows(ceiling, ranks=p)
         if not len(t):
             raise PredictionError(f"{self.source} has no {ceiling} rows at p={p}: run `mpiexec -n {p} perflab ceilings`")
@@ -191,7 +247,7 @@ class AllReduces:
     def allreduce_spread(self, ceiling: str, p: int, nbytes: float) -> tuple[float, float] | None:
         """The fastest and slowest repeat of the all-reduce at nbytes, where the ceilings timed that size
         and kept its repeats' spread (a host-paced prediction's band); else None."""
-        exact = self.at_size(self.rows(ceiling, ranks=p), nbytes)
+        exact = self.memoized("at_size", (ceiling, p, nbytes), lambda: self.at_size(self.rows(ceiling, ranks=p), nbytes))
         if exact is None or pd.isna(exact.get("min_seconds", np.nan)):
             return None
         return float(exact.min_seconds), float(exact.max_seconds)
@@ -252,6 +308,7 @@ class Ceilings(AllReduces):
     grid_misses: dict = field(default_factory=dict, repr=False)  # grid_error per step, once (kernel_spread)
     boots: list = field(default_factory=list, repr=False)  # the machine's other ceilings files: other boots (envelope)
     envelopes: dict = field(default_factory=dict, repr=False)
+    memo: dict = field(default_factory=dict, repr=False, compare=False)  # look-ups in this table, once each (cache)
 
     @classmethod
     def load(cls, path, boots: bool = True) -> "Ceilings":
@@ -282,22 +339,22 @@ class Ceilings(AllReduces):
             self.envelopes[key] = min(own[0], float(low)), max(own[1], float(high))
         return self.envelopes[key]
 
-    def rows(self, ceiling: str, **match) -> pd.DataFrame:
-        t = self.table[self.table.ceiling == ceiling]
-        for k, v in match.items():
-            t = t[t[k] == v] if k in t else t.iloc[:0]
-        return t
-
     def kernel(self, device: str, name: str, H: float, B: float) -> float:
         """Seconds of one kernel at (H, B'): log-log in B at the two grid H around H, then in H."""
-        t = self.rows("step_kernel", device=device, impl=name)
-        if not len(t):
-            other = "cpu" if device == "gpu" else "gpu"
-            raise PredictionError(f"{self.source} has no {device} step_kernel rows for {name!r}: " + (
-                f"it is a {other.upper()}'s file (--backend {'numpy' if other == 'cpu' else 'cupy'} predicts from it)"
-                if len(self.rows("step_kernel", device=other)) else
-                "measure them with `perflab ceilings` (perflab 0.1 + the predictor)"))
-        return on_grid(t, H, B)
+        grids = self.cache("grids")
+        if (device, name) not in grids:
+            t = self.rows("step_kernel", device=device, impl=name)
+            if not len(t):
+                other = "cpu" if device == "gpu" else "gpu"
+                raise PredictionError(f"{self.source} has no {device} step_kernel rows for {name!r}: " + (
+                    f"it is a {other.upper()}'s file (--backend {'numpy' if other == 'cpu' else 'cupy'} predicts from it)"
+                    if len(self.rows("step_kernel", device=other)) else
+                    "measure them with `perflab ceilings` (perflab 0.1 + the predictor)"))
+            grids[device, name] = grid_lines(t)
+        seconds = self.cache("kernels")
+        if (device, name, H, B) not in seconds:
+            seconds[device, name, H, B] = on_lines(grids[device, name], H, B)
+        return seconds[device, name, H, B]
 
     def step_names(self, backend: str, gemm: str = "cublas", eager: bool = False) -> tuple:
         """The step_kernel rows a data-parallel step sums: on a GPU its kernels timed one after another
@@ -326,15 +383,17 @@ class Ceilings(AllReduces):
         if len(Hs) < 3 or len(Bs) < 3 or set(t.impl) != set(names):
             return None
         errors = []
+        # each kernel's grid as arrays, in the table's order (as groupby("impl") gives them)
+        kernels = [(np.asarray(g.H), np.asarray(g.B), np.asarray(g.seconds)) for _, g in t.groupby("impl")]
         for H in Hs[1:-1]:
             for B in Bs[1:-1]:
                 here = t[(t.H == H) & (t.B == B)]
                 true = float(here.seconds.sum())
                 without_b = without_h = 0.0
-                for _, g in t.groupby("impl"):
-                    at_h = g[(g.H == H) & (g.B != B)]
-                    without_b += loglog(at_h.B, at_h.seconds, B)
-                    others = {h: loglog(gg.B, gg.seconds, B) for h, gg in g[g.H != H].groupby("H")}
+                for gH, gB, gs in kernels:
+                    at_h = (gH == H) & (gB != B)
+                    without_b += loglog(gB[at_h], gs[at_h], B)
+                    others = {h: loglog(gB[gH == h], gs[gH == h], B) for h in sorted(set(gH[(gH != H) & pd.notna(gH)]))}
                     without_h += loglog(list(others), list(others.values()), H)
                 errors += [without_b / true - 1, without_h / true - 1]
         absolute = np.abs(errors)
@@ -351,12 +410,19 @@ class Ceilings(AllReduces):
         miss = (self.grid_misses[names] or {}).get("median_abs", 0.0)
         return kernels * (1 - miss), kernels * (1 + miss)
 
+    def one_rank_floor(self, name: str) -> pd.DataFrame:
+        """The step_floor rows of this name measured on one rank."""
+        found = self.cache("floors")
+        if name not in found:
+            t = self.rows("step_floor", impl=name)
+            found[name] = t[t.ranks == 1]
+        return found[name]
+
     def floor(self, name: str) -> float:
         """A step floor measured on one rank (ceilings under mpiexec also time the resident
         trainer on all ranks: at H = 16 that took longer per step than real points at H = 512 on
         two H200, so it is recorded, not used)."""
-        t = self.rows("step_floor", impl=name)
-        t = t[t.ranks == 1]
+        t = self.one_rank_floor(name)
         if not len(t):
             raise PredictionError(f"{self.source} has no step_floor row {name!r}: measure it with `perflab ceilings`")
         return float(t.seconds.iloc[0])
@@ -381,16 +447,14 @@ class Ceilings(AllReduces):
     def trainer_floor_spread(self, mode: str, graphs: bool, gemm: str = "cublas") -> tuple[float, float] | None:
         """The fastest and slowest of the trainer_floor's repeats (the host's spread, timed for the
         floors of steps launched kernel by kernel), where the ceilings file has them."""
-        t = self.rows("step_floor", impl=self.trainer_floor_name(mode, graphs, gemm))
-        t = t[t.ranks == 1]
+        t = self.one_rank_floor(self.trainer_floor_name(mode, graphs, gemm))
         if not len(t) or "min_seconds" not in t or t.min_seconds.isna().any():
             return None
         return float(t.min_seconds.iloc[0]), float(t.max_seconds.iloc[0])
 
     def optional_floor(self, name: str) -> float:
         """A floor that older ceilings files lack: 0 there."""
-        t = self.rows("step_floor", impl=name)
-        t = t[t.ranks == 1]
+        t = self.one_rank_floor(name)
         return float(t.seconds.iloc[0]) if len(t) else 0.0
 
     def epoch_stretch(self) -> float | None:
@@ -417,6 +481,9 @@ class Ceilings(AllReduces):
         return loglog(t.size_bytes, t.size_bytes / t.value, nbytes) if nbytes > 0 else 0.0
 
     def staged_images(self, B: float) -> float:
+        return self.memoized("images", B, lambda: self.staged_images_afresh(B))
+
+    def staged_images_afresh(self, B: float) -> float:
         t = self.rows("staged_images")
         if not len(t):
             raise PredictionError(f"{self.source} has no staged_images rows: measure them with `perflab ceilings`")
@@ -428,17 +495,20 @@ class Ceilings(AllReduces):
         t = self.rows("staged_images")
         if not len(t) or "min_seconds" not in t or t.min_seconds.isna().any():
             return None
-        return loglog(t.B, t.min_seconds, B), loglog(t.B, t.max_seconds, B)
+        return self.memoized("images_spread", B, lambda: (loglog(t.B, t.min_seconds, B), loglog(t.B, t.max_seconds, B)))
 
     def staged_hidden(self, B: float, kernels: float) -> float | None:
         """Seconds of the staged copy of B samples that run under a step of `kernels` seconds on the GPU
         (`perflab ceilings`' staged_overlap: linear in the kernel's time at each measured B, then in
         log B; held at the ends), at most the kernels' own time; None where the file has no such rows."""
-        t = self.rows("staged_overlap")
-        if not len(t):
-            return None
-        at_b = {b: float(np.interp(kernels, g.sort_values("kernel_seconds").kernel_seconds,
-                                   g.sort_values("kernel_seconds").hidden_seconds)) for b, g in t.groupby("B")}
+        lines = self.cache("overlap")
+        if not lines:
+            t = self.rows("staged_overlap")
+            if not len(t):
+                return None
+            lines.update({b: (g.sort_values("kernel_seconds").kernel_seconds.to_numpy(),
+                              g.sort_values("kernel_seconds").hidden_seconds.to_numpy()) for b, g in t.groupby("B")})
+        at_b = {b: float(np.interp(kernels, *line)) for b, line in lines.items()}
         Bs = sorted(at_b)
         hidden = float(np.interp(math.log(B), np.log(Bs), [at_b[b] for b in Bs]))
         return min(hidden, kernels)
@@ -454,7 +524,12 @@ class Ceilings(AllReduces):
         if spread:
             t.loc[rows, "min_seconds"] *= low / spread[0]
             t.loc[rows, "max_seconds"] *= high / spread[1]
-        return Ceilings(t, source=f"{self.source} with the staged copy probed beside the run")
+        c = Ceilings(t, source=f"{self.source} with the staged copy probed beside the run", grid_misses=self.grid_misses)
+        # only the copy changed: every other look-up is this file's
+        c.cache("rows").update({k: v for k, v in self.cache("rows").items() if k[0] != "staged_images"})
+        for kind in ("grids", "kernels", "floors", "overlap", "allreduce", "at_size"):
+            c.cache(kind).update(self.cache(kind))
+        return c
 
 
 
@@ -1060,7 +1135,8 @@ def machine_ceilings(path: Path) -> list[Ceilings]:
 
 
 def loader():
-    """Ceilings.load that reads each file once per call site (a sweep has one or two files)."""
+    """Ceilings.load that reads each file once per call site (a sweep has one or two files; validate_folder
+    shares one over the folder's sweeps, so each file's look-ups are made once)."""
     loaded = {}
     return lambda path: loaded.get(path) or loaded.setdefault(path, Ceilings.load(path))
 
@@ -1081,12 +1157,12 @@ def as_measured(row) -> dict:
     return point
 
 
-def validate(points: pd.DataFrame, folder: Path, choose=None) -> pd.DataFrame:
+def validate(points: pd.DataFrame, folder: Path, choose=None, load=None) -> pd.DataFrame:
     """Predicted against measured per point, each with the ceilings file it used (`choose(folder, p)`,
     default ceilings_for: a file, or files in order of preference, the first that can predict the
     point used); points the predictor does not cover, or whose ceilings are missing, say why in
-    `skipped` (the first file's reason)."""
-    rows, load, choose = [], loader(), choose or ceilings_for
+    `skipped` (the first file's reason). `load`: a loader() shared with other sweeps of the folder."""
+    rows, load, choose = [], load or loader(), choose or ceilings_for
     for _, r in points.iterrows():
         point = as_measured(r)
         base = {k: point[k] for k in ("H", "B", "p", "backend", "mode", "parallel", "gemm", "dtype", "graphs") if k in point}
@@ -1175,10 +1251,10 @@ def predict_phases(point: dict, c: Ceilings) -> dict:
     return out
 
 
-def validate_phases(points: pd.DataFrame, folder: Path) -> pd.DataFrame:
+def validate_phases(points: pd.DataFrame, folder: Path, load=None) -> pd.DataFrame:
     """Predicted against the profiled medians (`t_<phase>`) of every phase the ceilings time,
-    tidy: one row per point and phase."""
-    rows, load = [], loader()
+    tidy: one row per point and phase. `load`: a loader() shared with other sweeps of the folder."""
+    rows, load = [], load or loader()
     for _, r in points.iterrows():
         point = as_measured(r)
         path = ceilings_for(folder, int(point["p"]))

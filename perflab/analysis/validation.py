@@ -97,15 +97,15 @@ def harness_points(folder: Path) -> tuple[pd.DataFrame, list[dict]]:
     return pd.DataFrame(points), skipped
 
 
-def validate_harness(folder: Path) -> pd.DataFrame | None:
+def validate_harness(folder: Path, load=None) -> pd.DataFrame | None:
     """The scaling harness's perflab rows predicted (harness_points) as validate_folder's table rows,
-    the skipped ones with why; None where the folder has none."""
+    the skipped ones with why; None where the folder has none. `load`: predictor.loader(), shared."""
     points, skipped = harness_points(folder)
     if not len(points) and not skipped:
         return None
     rows = points.to_dict("records") + skipped  # in the table's order: the predicted, then the skipped
     boots = {r["boot"] for r in rows if r.get("boot")}
-    table = predictor.validate(points, folder, boot_ceilings(boots)) if len(points) else pd.DataFrame()
+    table = predictor.validate(points, folder, boot_ceilings(boots), load) if len(points) else pd.DataFrame()
     table = pd.concat([table, pd.DataFrame(skipped)], ignore_index=True)
     if "ceilings" in table:
         table["same_boot"] = [same_boot(r, folder / n) if isinstance(n, str) else None for r, n in zip(rows, table.ceilings)]
@@ -171,13 +171,14 @@ def validate_folder(folder: Path, out: str | None = None, write: bool = True,
     profiled phase the ceilings time to validation_phases.csv."""
     folder = Path(folder)
     tables, phase_tables = [], []
+    load = predictor.loader()  # each ceilings file read, and its look-ups made, once for all the folder's sweeps
     for path in main_sweeps(folder, also):
         points = roofline.measured(roofline.load(path))  # an empty or foreign file is named, not skipped
         if not len(points):
             continue
         meta = read_meta(path)
         own = own_ceilings(path, folder, int(points.p.max()))
-        table = predictor.validate(points, own)
+        table = predictor.validate(points, own, load=load)
         if "ceilings" in table:  # named from the machine folder: mainjob/ceilings_p1.csv
             table["ceilings"] = [str((own / n).relative_to(folder)) if isinstance(n, str) else n for n in table.ceilings]
         table.insert(0, "source", str(path.relative_to(folder)))
@@ -185,11 +186,11 @@ def validate_folder(folder: Path, out: str | None = None, write: bool = True,
         table["same_boot"] = [same_boot(meta, folder / n) if isinstance(n, str) else None
                               for n in table.get("ceilings", [None] * len(table))]
         tables.append(table)
-        phases = predictor.validate_phases(points, own)
+        phases = predictor.validate_phases(points, own, load)
         if len(phases):
             phases.insert(0, "source", str(path.relative_to(folder)))
             phase_tables.append(phases)
-    harness = validate_harness(folder)
+    harness = validate_harness(folder, load)
     if harness is not None:
         tables.append(harness)
     table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()

@@ -42,7 +42,7 @@ import time
 import numpy as np
 
 from perflab.config import HALF_CAPABILITY, HALF_IMPLS, PIPELINED_CHUNKS, TWO_SHOT_FROM, TWO_SHOT_IMPL, ConfigError
-from perflab.timing import median_seconds, repeat_seconds
+from perflab.timing import median_seconds, repeat_seconds, side_by_side_seconds
 
 SIZES = [2**k for k in range(12, 29, 2)]  # 4 KiB .. 256 MiB
 HIDDEN_GRID = (256, 512, 1024, 2048, 4096)             # the step's kernels are timed at every (H, B)
@@ -629,6 +629,11 @@ def cpu_step_kernels(comm, hidden=CPU_HIDDEN_GRID, batches=CPU_BATCH_GRID, repea
 
 
 def cpu_step_kernel_rows(comm, hidden, batches, repeats) -> list[dict]:
+    """The rows of cpu_step_kernels: 784-H-10's parts at every (H, B), and 784-H-H-10's up to CPU_DEEP_MAX (at
+    least the two smallest of each; the predictor adds their excess over 784-H-10's per hidden layer). Where both
+    are timed, they are timed side by side, call for call (side_by_side_seconds): timed one after the other,
+    seconds apart, a loaded machine's drift between them outweighed the excess (on two cores shared with other
+    work, 784-100-100-10 came out faster than 784-100-10 at every B in 2 of 12 runs)."""
     from perflab.analysis.predictor import CPU_DEEP_SUFFIX
     from perflab.train import model
     rng = np.random.default_rng(comm.rank)
@@ -636,22 +641,30 @@ def cpu_step_kernel_rows(comm, hidden, batches, repeats) -> list[dict]:
     rows = []
     small = sorted(hidden)[:2] + [H for H in hidden if H <= CPU_DEEP_MAX[0]]  # at least two of each, to interpolate
     small_b = sorted(batches)[:2] + [B for B in batches if B <= CPU_DEEP_MAX[1]]
-    for layers, suffix, Bs in [((H,), "", batches) for H in hidden] + [
-            ((H, H), CPU_DEEP_SUFFIX, sorted(set(small_b))) for H in sorted(set(small))]:
-        params, H = model.init_params((784, *layers, 10), "float32", 0), layers[0]
-        for B in Bs:
+    for H in hidden:
+        nets = {"": model.init_params((784, H, 10), "float32", 0)}
+        if H in small:
+            nets[CPU_DEEP_SUFFIX] = model.init_params((784, H, H, 10), "float32", 0)
+        for B in batches:
             X, y = X_all[:, :B], rng.integers(0, 10, B)
-            acts = model.forward(params, X)
-            grads = model.backward(params, acts, y, B)
-            parts = {"forward": lambda: model.forward(params, X),
-                     "backward": lambda: (model.backward(params, acts, y, B, out=grads),
-                                          model.add_regularization(grads, params, 1e-4)),
-                     "step": lambda: model.sgd_step(params, grads, 0.0)}
-            for name, call in parts.items():
+            parts = {suffix: step_parts(model, params, X, y, B) for suffix, params in nets.items()
+                     if not suffix or B in small_b}
+            for name in ("forward", "backward", "step"):
                 comm.barrier()
-                rows.append(kernel_row("cpu", name + suffix, H, B, median_seconds(call, repeats, warmup=1),
-                                       ranks=comm.size))
+                times = side_by_side_seconds([calls[name] for calls in parts.values()], repeats, warmup=1)
+                rows += [kernel_row("cpu", name + suffix, H, B, statistics.median(seconds), ranks=comm.size)
+                         for suffix, seconds in zip(parts, times)]
     return rows
+
+
+def step_parts(model, params, X, y, B: int) -> dict:
+    """The reference's forward, backward (+ L2) and update of one net at a batch, as calls to time."""
+    acts = model.forward(params, X)
+    grads = model.backward(params, acts, y, B)
+    return {"forward": lambda: model.forward(params, X),
+            "backward": lambda: (model.backward(params, acts, y, B, out=grads),
+                                 model.add_regularization(grads, params, 1e-4)),
+            "step": lambda: model.sgd_step(params, grads, 0.0)}
 
 
 def default_grid(gpu: bool) -> tuple:
