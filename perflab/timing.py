@@ -82,30 +82,23 @@ def median_seconds(fn, repeats: int = 10, warmup: int = 2, sync=lambda: None) ->
 
 def repeat_seconds(fn, repeats: int = 10, warmup: int = 2, sync=lambda: None) -> list[float]:
     """Host seconds of each of `repeats` calls of fn (each followed by sync), after `warmup` calls."""
-    for _ in range(warmup):
-        fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - start)
-    return times
+    return side_by_side_seconds([fn], repeats, warmup, sync)[0]
 
 
-def side_by_side_seconds(fns, repeats: int = 10, warmup: int = 2) -> list[list[float]]:
-    """Host seconds of each of `repeats` calls of every fn in fns, their calls taken in turn (a, b, a, b, ...)
-    after `warmup` calls of each: where what matters is the difference between them, a machine that slows
-    or speeds up while they are timed moves them alike (timed one after the other, its drift is in the
-    difference)."""
+def side_by_side_seconds(fns, repeats: int = 10, warmup: int = 2, sync=lambda: None) -> list[list[float]]:
+    """Host seconds of each of `repeats` calls of every fn in fns (each followed by sync), their calls taken in
+    turn (a, b, a, b, ...) after `warmup` calls of each: where what matters is the difference between them, a
+    machine that slows or speeds up while they are timed moves them alike (timed one after the other, its drift
+    is in the difference)."""
     for fn in fns:
         for _ in range(warmup):
             fn()
+    sync()
     times = [[] for _ in fns]
     for _ in range(repeats):
         for fn, seconds in zip(fns, times):
             start = time.perf_counter()
             fn()
+            sync()
             seconds.append(time.perf_counter() - start)
     return times

@@ -632,8 +632,7 @@ def cpu_step_kernel_rows(comm, hidden, batches, repeats) -> list[dict]:
     """The rows of cpu_step_kernels: 784-H-10's parts at every (H, B), and 784-H-H-10's up to CPU_DEEP_MAX (at
     least the two smallest of each; the predictor adds their excess over 784-H-10's per hidden layer). Where both
     are timed, they are timed side by side, call for call (side_by_side_seconds): timed one after the other,
-    seconds apart, a loaded machine's drift between them outweighed the excess (on two cores shared with other
-    work, 784-100-100-10 came out faster than 784-100-10 at every B in 2 of 12 runs)."""
+    seconds apart, a loaded machine's drift between them outweighed the excess (docs/DECISIONS.md, D62)."""
     from perflab.analysis.predictor import CPU_DEEP_SUFFIX
     from perflab.train import model
     rng = np.random.default_rng(comm.rank)

@@ -166,15 +166,21 @@ def run_probes(folder) -> list[dict]:
     return rows[starts[-1]:]
 
 
-def sweep_epochs(folder, sweep: str) -> dict:
-    """The sweep's measured points' own epoch spread (sweep.spread): the median over the points timed
-    over two epochs or more (`epochs`; None where none), and how many points were timed over one
-    (`single`; None where the file does not record timed_epochs) of `points`."""
+def sweep_table(folder, sweep: str):
+    """The run's sweep as written so far, or None (no file yet, or an empty one)."""
     path = Path(folder) / sweep
     if not path.exists() or not path.stat().st_size:
-        return {"points": 0, "epochs": None, "single": None}
+        return None
     import pandas as pd
-    table = pd.read_csv(path)
+    return pd.read_csv(path)
+
+
+def sweep_epochs(table) -> dict:
+    """The sweep's (sweep_table's) measured points' own epoch spread (sweep.spread): the median over the points
+    timed over two epochs or more (`epochs`; None where none), and how many points were timed over one
+    (`single`; None where the file does not record timed_epochs) of `points`."""
+    if table is None:
+        return {"points": 0, "epochs": None, "single": None}
     if "status" in table:
         table = table[table.status == "measured"]
     if "epoch_spread" not in table:
@@ -202,12 +208,13 @@ def verdict(folder, sweep: str = "roofline.csv") -> dict:
                               "nothing tells a busy machine's misses from the predictor's."]}
     rows = run_probes(folder)
     start, end = probes(rows)
-    keys = gemm_keys(folder, sweep)
+    table = sweep_table(folder, sweep)
+    keys = gemm_keys(table)
     seen = [r for r in (start, end) if r is not None]
     if not seen:
         raise results.ResultFileError(f"{results.relative(folder / FILE)}: no probe rows; perflab.measure.steadiness.record "
                                       "writes them")
-    epochs = sweep_epochs(folder, sweep)
+    epochs = sweep_epochs(table)
     cores = seen[0]["cores"] or 1
     others = [r["others_cores"] for r in seen if r.get("others_cores") is not None]
     load = max(others) / cores if others else (start or {}).get("load_per_core")  # the end's load1 holds the sweep's own
@@ -225,17 +232,12 @@ def verdict(folder, sweep: str = "roofline.csv") -> dict:
             "rows": rows, "sentences": sentences(noisy, noise, parts, seen[0], start, end, sweep, bool(hurt), beside)}
 
 
-def gemm_keys(folder, sweep: str) -> tuple[str, ...]:
-    """The probe timings the run's points depend on: the GEMM on the sweep's BLAS threads, and on one thread where a
-    point trains on the CPU over several ranks (each on one thread: D57). A GPU point, or a CPU one on one rank,
-    trains on neither one thread's speed (D61); a sweep not there yet counts both."""
-    import pandas as pd
-    path = Path(folder) / sweep
+def gemm_keys(table) -> tuple[str, ...]:
+    """The probe timings the run's points (sweep_table's) depend on: the GEMM on the sweep's BLAS threads, and on one
+    thread where a point trains on the CPU over several ranks (each on one thread: D57). A GPU point, or a CPU one on
+    one rank, trains on neither one thread's speed (D61); a sweep not there yet counts both."""
     both = ("gemm_ms", "gemm_1thread_ms")
-    if not path.exists() or not path.stat().st_size:
-        return both
-    table = pd.read_csv(path)
-    if not {"backend", "p"} <= set(table):
+    if table is None or not {"backend", "p"} <= set(table):
         return both
     return both if ((table.backend == "numpy") & (table.p > 1)).any() else both[:1]
 

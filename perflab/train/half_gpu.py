@@ -33,7 +33,7 @@ class HalfWeights:
         and ALIGN more columns long (so every row starts on 16 bytes), the columns past N zero: a widened batch
         (widened) may take them in."""
         import cupy as cp
-        wide = cp.zeros((X.shape[0], -(-X.shape[1] // ALIGN) * ALIGN + ALIGN), self.store)
+        wide = cp.zeros((X.shape[0], aligned(X.shape[1]) + ALIGN), self.store)
         wide[:, :X.shape[1]] = kernels.narrow_copy(cp.ascontiguousarray(X), cp.empty(X.shape, self.store))
         return wide
 
@@ -41,9 +41,14 @@ class HalfWeights:
 ALIGN = 8  # a half GEMM operand's rows start on 16 bytes: cuBLAS's BF16 GEMMs run far slower otherwise (D59)
 
 
+def aligned(n: int) -> int:
+    """n rounded up to a multiple of ALIGN."""
+    return -(-n // ALIGN) * ALIGN
+
+
 def widest(n: int) -> int:
     """The most columns a widened batch of at most n samples takes."""
-    return -(-(n + ALIGN - 1) // ALIGN) * ALIGN
+    return aligned(n + ALIGN - 1)
 
 
 def widened(wide, y, part):
@@ -54,11 +59,9 @@ def widened(wide, y, part):
     if isinstance(part, slice):
         first = part.start % ALIGN
         start = part.start - first
-        width = -(-(part.stop - start) // ALIGN) * ALIGN
-        return wide[:, start:start + width], y[part], first
+        return wide[:, start:start + aligned(part.stop - start)], y[part], first
     n = len(part)
-    width = -(-n // ALIGN) * ALIGN
-    index = np.concatenate([np.asarray(part), np.full(width - n, wide.shape[1] - ALIGN)])
+    index = np.concatenate([np.asarray(part), np.full(aligned(n) - n, wide.shape[1] - ALIGN)])
     return wide[:, index], y[part], 0
 
 
