@@ -58,48 +58,63 @@ __global__ void add_bias(T* z, const T* __restrict__ b, int rows, int cols) {
 // y[j - first]); the other columns widen a half step's operands to aligned rows (docs/DECISIONS.md,
 // D59): their delta and ce are zero, so they add nothing to any gradient or to the loss.
 #define SOFTMAX_REGS 16
+// One column j, C <= SOFTMAX_REGS: the logits in registers, every partial sum's load issued before any is
+// added, read through L2 (output_forward_half's last row block reads sums the other row blocks wrote).
+template <typename T>
+__device__ __forceinline__ void softmax_column(T* z, const T* __restrict__ b2, const long long* __restrict__ y,
+                                               T* __restrict__ delta, T* __restrict__ ce, int want_ce, int C, int B,
+                                               T inv_norm, int groups, const T* __restrict__ scale, int first,
+                                               int valid, int j) {
+    if (j < first || j >= first + valid) {
+        for (int c = 0; c < C; ++c) delta[c * B + j] = T(0);
+        if (want_ce) ce[j] = T(0);
+        return;
+    }
+    T v[SOFTMAX_REGS];
+#pragma unroll
+    for (int c = 0; c < SOFTMAX_REGS; ++c) {
+        T s = 0;
+        if (c < C) {
+#pragma unroll 8
+            for (int g = 0; g < groups; ++g) s += __ldcg(z + ((size_t)g * C + c) * B + j);
+        }
+        v[c] = s;
+    }
+    T m = v[0] + b2[0];
+#pragma unroll
+    for (int c = 1; c < SOFTMAX_REGS; ++c) if (c < C) m = max(m, v[c] + b2[c]);
+    T s = 0;
+#pragma unroll
+    for (int c = 0; c < SOFTMAX_REGS; ++c) if (c < C) s += exp(v[c] + b2[c] - m);
+    const int label = (int)y[j - first];
+    if (scale != nullptr) inv_norm *= *scale;
+    T at_label = 0;
+#pragma unroll
+    for (int c = 0; c < SOFTMAX_REGS; ++c) {
+        if (c >= C) continue;
+        if (groups > 1) z[c * B + j] = v[c];  // the sums, where the unfused path's logits are
+        delta[c * B + j] = (exp(v[c] + b2[c] - m) / s - (c == label ? T(1) : T(0))) * inv_norm;
+        if (c == label) at_label = v[c] + b2[c];
+    }
+    if (want_ce) ce[j] = -(at_label - m - log(s));
+}
+
 template <typename T>
 __global__ void softmax_xent_grad(T* z, const T* __restrict__ b2, const long long* __restrict__ y,
                                   T* __restrict__ delta, T* __restrict__ ce, int want_ce, int C, int B, T inv_norm,
                                   int groups, const T* __restrict__ scale, int first, int valid) {
     int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= B) return;
+    if (C <= SOFTMAX_REGS) {
+        softmax_column(z, b2, y, delta, ce, want_ce, C, B, inv_norm, groups, scale, first, valid, j);
+        return;
+    }
     if (j < first || j >= first + valid) {
         for (int c = 0; c < C; ++c) delta[c * B + j] = T(0);
         if (want_ce) ce[j] = T(0);
         return;
     }
     y -= first;
-    if (C <= SOFTMAX_REGS) {  // the column's logits in registers, every partial sum's load issued before any is added
-        T v[SOFTMAX_REGS];
-#pragma unroll
-        for (int c = 0; c < SOFTMAX_REGS; ++c) {
-            T s = 0;
-            if (c < C) {
-#pragma unroll 8
-                for (int g = 0; g < groups; ++g) s += z[((size_t)g * C + c) * B + j];
-            }
-            v[c] = s;
-        }
-        T m = v[0] + b2[0];
-#pragma unroll
-        for (int c = 1; c < SOFTMAX_REGS; ++c) if (c < C) m = max(m, v[c] + b2[c]);
-        T s = 0;
-#pragma unroll
-        for (int c = 0; c < SOFTMAX_REGS; ++c) if (c < C) s += exp(v[c] + b2[c] - m);
-        const int label = (int)y[j];
-        if (scale != nullptr) inv_norm *= *scale;
-        T at_label = 0;
-#pragma unroll
-        for (int c = 0; c < SOFTMAX_REGS; ++c) {
-            if (c >= C) continue;
-            if (groups > 1) z[c * B + j] = v[c];  // the sums, where the unfused path's logits are
-            delta[c * B + j] = (exp(v[c] + b2[c] - m) / s - (c == label ? T(1) : T(0))) * inv_norm;
-            if (c == label) at_label = v[c] + b2[c];
-        }
-        if (want_ce) ce[j] = -(at_label - m - log(s));
-        return;
-    }
     for (int c = 0; c < C && groups > 1; ++c) {
         T s = 0;
         for (int g = 0; g < groups; ++g) s += z[((size_t)g * C + c) * B + j];
@@ -569,7 +584,8 @@ __device__ __forceinline__ void store_row16(const unsigned (&w)[8], S* x, int h,
 template <typename S>
 __global__ void __launch_bounds__(128)
 output_backward_half(const float* __restrict__ W2, const float* __restrict__ delta, const S* __restrict__ a1,
-                     S* __restrict__ dz1, float* __restrict__ part, int C, int H, int n) {
+                     S* __restrict__ dz1, float* __restrict__ part, int C, int H, int n, float* __restrict__ dW2,
+                     float* __restrict__ db1, unsigned* __restrict__ arrived) {
     __shared__ __align__(16) unsigned short dh[16 * HB_PITCH], dl[16 * HB_PITCH];  // delta's high and low parts
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     const int j0 = blockIdx.x * HB_COLS, cols = min(HB_COLS, n - j0);
@@ -659,6 +675,28 @@ output_backward_half(const float* __restrict__ W2, const float* __restrict__ del
         s += __shfl_xor_sync(0xffffffffu, s, 2);
         if (t == 0 && h0 + g + 8 * r < H) out[(size_t)C * H + h0 + g + 8 * r] = s;
     }
+    // The last of a row block's column blocks to arrive adds up the partial sums of its rows, in
+    // output_backward_reduce's order (so the same bits whichever block arrives last), and sets the row block's
+    // counter back to zero for the next launch (a graph's replay): no reduce launch (docs/DECISIONS.md, D63).
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(arrived + blockIdx.y, 1u) == gridDim.x - 1;
+        if (last) arrived[blockIdx.y] = 0u;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    constexpr int ROWS = 4 * HB_ROWS;
+    for (int e = threadIdx.x; e < (C + 1) * ROWS; e += blockDim.x) {
+        const int c = e / ROWS, h = blockIdx.y * ROWS + e % ROWS;
+        if (h >= H) continue;
+        float s = 0.f;
+        for (int b = 0; b < (int)gridDim.x; ++b) s += __ldcg(part + ((size_t)b * (C + 1) + c) * H + h);
+        if (c < C) dW2[(size_t)c * H + h] = s;
+        else db1[h] = s;
+    }
 }
 
 // output_forward for 16-bit z1, on the tensor cores: a1 = sigmoid(z1 + b1) written over z1, and
@@ -681,9 +719,11 @@ __device__ __forceinline__ void bf16_parts(bf16, float x0, float x1, unsigned& h
 }
 
 template <typename S>
-__global__ void __launch_bounds__(FW_ROWS * 2)
+__global__ void __launch_bounds__(FW_ROWS * 2, 1)
 output_forward_half(const float* __restrict__ W2, const float* __restrict__ b1, S* z1, float* __restrict__ part,
-                    int C, int H, int n) {
+                    int C, int H, int n, const float* __restrict__ b2, const long long* __restrict__ y,
+                    float* __restrict__ delta, float* __restrict__ ce, int want_ce, float inv_norm,
+                    const float* __restrict__ scale, int first, int valid, unsigned* __restrict__ arrived) {
     constexpr int WARPS = FW_ROWS / 16;
     static_assert(WARPS == HF_COLS / 8, "the sum over the warps gives warp q the block's n-tile q");
     __shared__ float sums[WARPS][32][32];  // [warp][accumulator][lane]
@@ -756,6 +796,22 @@ output_forward_half(const float* __restrict__ W2, const float* __restrict__ b1, 
         for (int k = 0; k < WARPS; ++k) s += sums[k][4 * warp + e][lane];
         const int c = g + 8 * (e / 2), col = jc + 16 * t + 8 * (e % 2) + warp;
         if (c < C && col < n) part[((size_t)blockIdx.y * C + c) * n + col] = s;
+    }
+    // The last of a column block's row blocks to arrive takes its columns' softmax (the sums added in row-block
+    // order, so the same bits whichever block arrives last) and sets the block's counter back to zero for the
+    // next launch (a graph's replay): the softmax needs no launch of its own (docs/DECISIONS.md, D63).
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(arrived + blockIdx.x, 1u) == gridDim.y - 1;
+        if (last) arrived[blockIdx.x] = 0u;
+    }
+    __syncthreads();
+    if (last && threadIdx.x < HF_COLS && jc + threadIdx.x < n) {
+        __threadfence();
+        softmax_column(part, b2, y, delta, ce, want_ce, C, n, inv_norm, (int)gridDim.y, scale, first, valid,
+                       jc + (int)threadIdx.x);
     }
 }
 
