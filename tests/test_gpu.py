@@ -704,6 +704,29 @@ def test_too_large_for_gpu_memory_is_named():
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("C, groups", [(2, 1), (7, 3), (10, 8), (16, 2), (17, 3), (40, 1)])
+def test_the_softmax_adds_its_partial_sums_and_leaves_the_columns_outside_the_batch_zero(rng, dtype, C, groups):
+    """softmax_xent_grad at a thread a class (C <= 16) and a thread a column (more): the groups' partial sums
+    added into the first, delta and ce of the samples (columns first .. first + len(y) - 1) against float64, the
+    other columns zero."""
+    B, first, n = 301, 5, 290
+    parts, b2 = rng.normal(size=(groups, C, B)), rng.normal(size=C)
+    y = rng.integers(0, C, n)
+    z = cp.asarray(parts.reshape(groups * C, B).astype(dtype))
+    delta, ce = cp.full((C, B), np.nan, dtype), cp.full(B, np.nan, dtype)
+    kernels.softmax_xent_grad(z, cp.asarray(b2.astype(dtype)), cp.asarray(y), delta, 1000, ce, groups=groups,
+                              first=first)
+    logits = parts.sum(axis=0)
+    assert rel(z.get()[:C], logits) <= TOL[dtype]
+    inside = slice(first, first + n)
+    yhat = model.softmax(logits[:, inside] + b2[:, None])
+    assert rel(delta.get()[:, inside], model.output_delta(yhat, y, 1000)) <= TOL[dtype]
+    assert rel(ce.get()[inside], -np.log(yhat[y, np.arange(n)])) <= TOL[dtype]
+    outside = np.r_[0:first, first + n:B]
+    assert not delta.get()[:, outside].any() and not ce.get()[outside].any()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("C, H, n", [(10, 512, 3200), (7, 61, 37), (16, 33, 1), (2, 1001, 9001), (3, 5, 4097),
                                      (10, 2048, 300)])
 def test_fused_output_layer_and_backward(rng, dtype, C, H, n):

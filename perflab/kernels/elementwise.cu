@@ -49,87 +49,67 @@ __global__ void add_bias(T* z, const T* __restrict__ b, int rows, int cols) {
 // Per column j of the C x B logits z (+ bias b2): softmax, then
 //   delta[c, j] = (yhat[c, j] - [c == y_j]) * inv_norm   (dJ/dz2 of the seeds' equation 2)
 //   ce[j] = -log yhat[y_j, j]                              (only when want_ce)
-// One thread a column: C is small (10), and threads of a warp read consecutive columns.
-// With groups > 1, z holds that many C x B partial sums (output_forward's), added first in a
-// fixed order into the first. With scale (a float16 step's loss scale, on the device so a graph
-// follows it), delta is multiplied by *scale. Up to SOFTMAX_REGS classes the logits stay in registers
-// and the partial sums' loads go out together (one after another, 8 row blocks' sums of 10 classes took
-// a thread 80 round trips to L2). The batch's samples are columns first .. first + valid - 1 (label
-// y[j - first]); the other columns widen a half step's operands to aligned rows (docs/DECISIONS.md,
-// D59): their delta and ce are zero, so they add nothing to any gradient or to the loss.
-#define SOFTMAX_REGS 16
-// One column j, C <= SOFTMAX_REGS: the logits in registers, every partial sum's load issued before any is
-// added, read through L2 (output_forward_half's last row block reads sums the other row blocks wrote).
-template <typename T>
-__device__ __forceinline__ void softmax_column(T* z, const T* __restrict__ b2, const long long* __restrict__ y,
-                                               T* __restrict__ delta, T* __restrict__ ce, int want_ce, int C, int B,
-                                               T inv_norm, int groups, const T* __restrict__ scale, int first,
-                                               int valid, int j) {
-    if (j < first || j >= first + valid) {
-        for (int c = 0; c < C; ++c) delta[c * B + j] = T(0);
-        if (want_ce) ce[j] = T(0);
-        return;
-    }
-    T v[SOFTMAX_REGS];
-#pragma unroll
-    for (int c = 0; c < SOFTMAX_REGS; ++c) {
-        T s = 0;
-        if (c < C) {
-#pragma unroll 8
-            for (int g = 0; g < groups; ++g) s += __ldcg(z + ((size_t)g * C + c) * B + j);
-        }
-        v[c] = s;
-    }
-    T m = v[0] + b2[0];
-#pragma unroll
-    for (int c = 1; c < SOFTMAX_REGS; ++c) if (c < C) m = max(m, v[c] + b2[c]);
-    T s = 0;
-#pragma unroll
-    for (int c = 0; c < SOFTMAX_REGS; ++c) if (c < C) s += exp(v[c] + b2[c] - m);
-    const int label = (int)y[j - first];
-    if (scale != nullptr) inv_norm *= *scale;
-    T at_label = 0;
-#pragma unroll
-    for (int c = 0; c < SOFTMAX_REGS; ++c) {
-        if (c >= C) continue;
-        if (groups > 1) z[c * B + j] = v[c];  // the sums, where the unfused path's logits are
-        delta[c * B + j] = (exp(v[c] + b2[c] - m) / s - (c == label ? T(1) : T(0))) * inv_norm;
-        if (c == label) at_label = v[c] + b2[c];
-    }
-    if (want_ce) ce[j] = -(at_label - m - log(s));
-}
-
+// With groups > 1, z holds that many C x B partial sums (output_forward's), added first in a fixed order into
+// the first. With scale (a float16 step's loss scale, on the device so a graph follows it), delta is multiplied
+// by *scale. The batch's samples are columns first .. first + valid - 1 (label y[j - first]); the other columns
+// widen a half step's operands to aligned rows (docs/DECISIONS.md, D59): their delta and ce are zero, so they add
+// nothing to any gradient or to the loss.
+// Up to SOFTMAX_CLASSES classes a block is 32 columns by C classes, thread (x, y) class y of column x: each
+// thread adds its class's partial sums (their loads issued together), the block shares the logits through shared
+// memory, and each thread takes its column's max and sum in class order, so the bits are those of one thread a
+// column, which the kernel runs for more classes (a thread a column had 80 loads in a chain and used a few
+// multiprocessors at a step's batch: docs/DECISIONS.md, D63).
+#define SOFTMAX_CLASSES 16
 template <typename T>
 __global__ void softmax_xent_grad(T* z, const T* __restrict__ b2, const long long* __restrict__ y,
                                   T* __restrict__ delta, T* __restrict__ ce, int want_ce, int C, int B, T inv_norm,
                                   int groups, const T* __restrict__ scale, int first, int valid) {
-    int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= B) return;
-    if (C <= SOFTMAX_REGS) {
-        softmax_column(z, b2, y, delta, ce, want_ce, C, B, inv_norm, groups, scale, first, valid, j);
+    const int j = blockIdx.x * blockDim.x + threadIdx.x, c = threadIdx.y;
+    const bool sample = j >= first && j < first + valid;
+    if (scale != nullptr) inv_norm *= *scale;
+    if (blockDim.y > 1) {  // C <= SOFTMAX_CLASSES: this thread's class c
+        __shared__ T logits[SOFTMAX_CLASSES][32];
+        T v = 0;
+        if (j < B) {
+#pragma unroll 8
+            for (int g = 0; g < groups; ++g) v += z[((size_t)g * C + c) * B + j];
+            if (groups > 1) z[c * B + j] = v;  // the sums, where the unfused path's logits are
+            logits[c][threadIdx.x] = v + b2[c];
+        }
+        __syncthreads();
+        if (j >= B) return;
+        if (!sample) {
+            delta[c * B + j] = T(0);
+            if (want_ce && c == 0) ce[j] = T(0);
+            return;
+        }
+        T m = logits[0][threadIdx.x];
+        for (int k = 1; k < C; ++k) m = max(m, logits[k][threadIdx.x]);
+        T s = 0;
+        for (int k = 0; k < C; ++k) s += exp(logits[k][threadIdx.x] - m);
+        const int label = (int)y[j - first];
+        const T logit = logits[c][threadIdx.x];
+        delta[c * B + j] = (exp(logit - m) / s - (c == label ? T(1) : T(0))) * inv_norm;
+        if (want_ce && c == label) ce[j] = -(logit - m - log(s));
         return;
     }
-    if (j < first || j >= first + valid) {
-        for (int c = 0; c < C; ++c) delta[c * B + j] = T(0);
+    if (j >= B) return;
+    for (int k = 0; k < C && groups > 1; ++k) {
+        T v = 0;
+        for (int g = 0; g < groups; ++g) v += z[((size_t)g * C + k) * B + j];
+        z[k * B + j] = v;
+    }
+    if (!sample) {
+        for (int k = 0; k < C; ++k) delta[k * B + j] = T(0);
         if (want_ce) ce[j] = T(0);
         return;
     }
-    y -= first;
-    for (int c = 0; c < C && groups > 1; ++c) {
-        T s = 0;
-        for (int g = 0; g < groups; ++g) s += z[((size_t)g * C + c) * B + j];
-        z[c * B + j] = s;
-    }
     T m = z[j] + b2[0];
-    for (int c = 1; c < C; ++c) m = max(m, z[c * B + j] + b2[c]);
+    for (int k = 1; k < C; ++k) m = max(m, z[k * B + j] + b2[k]);
     T s = 0;
-    for (int c = 0; c < C; ++c) s += exp(z[c * B + j] + b2[c] - m);
-    int label = (int)y[j];
-    if (scale != nullptr) inv_norm *= *scale;
-    for (int c = 0; c < C; ++c) {
-        T p = exp(z[c * B + j] + b2[c] - m) / s;
-        delta[c * B + j] = (p - (c == label ? T(1) : T(0))) * inv_norm;
-    }
+    for (int k = 0; k < C; ++k) s += exp(z[k * B + j] + b2[k] - m);
+    const int label = (int)y[j - first];
+    for (int k = 0; k < C; ++k) delta[k * B + j] = (exp(z[k * B + j] + b2[k] - m) / s - (k == label ? T(1) : T(0))) * inv_norm;
     if (want_ce) ce[j] = -(z[label * B + j] + b2[label] - m - log(s));
 }
 
@@ -584,8 +564,7 @@ __device__ __forceinline__ void store_row16(const unsigned (&w)[8], S* x, int h,
 template <typename S>
 __global__ void __launch_bounds__(128)
 output_backward_half(const float* __restrict__ W2, const float* __restrict__ delta, const S* __restrict__ a1,
-                     S* __restrict__ dz1, float* __restrict__ part, int C, int H, int n, float* __restrict__ dW2,
-                     float* __restrict__ db1, unsigned* __restrict__ arrived) {
+                     S* __restrict__ dz1, float* __restrict__ part, int C, int H, int n) {
     __shared__ __align__(16) unsigned short dh[16 * HB_PITCH], dl[16 * HB_PITCH];  // delta's high and low parts
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     const int j0 = blockIdx.x * HB_COLS, cols = min(HB_COLS, n - j0);
@@ -675,28 +654,6 @@ output_backward_half(const float* __restrict__ W2, const float* __restrict__ del
         s += __shfl_xor_sync(0xffffffffu, s, 2);
         if (t == 0 && h0 + g + 8 * r < H) out[(size_t)C * H + h0 + g + 8 * r] = s;
     }
-    // The last of a row block's column blocks to arrive adds up the partial sums of its rows, in
-    // output_backward_reduce's order (so the same bits whichever block arrives last), and sets the row block's
-    // counter back to zero for the next launch (a graph's replay): no reduce launch (docs/DECISIONS.md, D63).
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        last = atomicAdd(arrived + blockIdx.y, 1u) == gridDim.x - 1;
-        if (last) arrived[blockIdx.y] = 0u;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    constexpr int ROWS = 4 * HB_ROWS;
-    for (int e = threadIdx.x; e < (C + 1) * ROWS; e += blockDim.x) {
-        const int c = e / ROWS, h = blockIdx.y * ROWS + e % ROWS;
-        if (h >= H) continue;
-        float s = 0.f;
-        for (int b = 0; b < (int)gridDim.x; ++b) s += __ldcg(part + ((size_t)b * (C + 1) + c) * H + h);
-        if (c < C) dW2[(size_t)c * H + h] = s;
-        else db1[h] = s;
-    }
 }
 
 // output_forward for 16-bit z1, on the tensor cores: a1 = sigmoid(z1 + b1) written over z1, and
@@ -719,11 +676,9 @@ __device__ __forceinline__ void bf16_parts(bf16, float x0, float x1, unsigned& h
 }
 
 template <typename S>
-__global__ void __launch_bounds__(FW_ROWS * 2, 1)
+__global__ void __launch_bounds__(FW_ROWS * 2)
 output_forward_half(const float* __restrict__ W2, const float* __restrict__ b1, S* z1, float* __restrict__ part,
-                    int C, int H, int n, const float* __restrict__ b2, const long long* __restrict__ y,
-                    float* __restrict__ delta, float* __restrict__ ce, int want_ce, float inv_norm,
-                    const float* __restrict__ scale, int first, int valid, unsigned* __restrict__ arrived) {
+                    int C, int H, int n) {
     constexpr int WARPS = FW_ROWS / 16;
     static_assert(WARPS == HF_COLS / 8, "the sum over the warps gives warp q the block's n-tile q");
     __shared__ float sums[WARPS][32][32];  // [warp][accumulator][lane]
@@ -796,22 +751,6 @@ output_forward_half(const float* __restrict__ W2, const float* __restrict__ b1, 
         for (int k = 0; k < WARPS; ++k) s += sums[k][4 * warp + e][lane];
         const int c = g + 8 * (e / 2), col = jc + 16 * t + 8 * (e % 2) + warp;
         if (c < C && col < n) part[((size_t)blockIdx.y * C + c) * n + col] = s;
-    }
-    // The last of a column block's row blocks to arrive takes its columns' softmax (the sums added in row-block
-    // order, so the same bits whichever block arrives last) and sets the block's counter back to zero for the
-    // next launch (a graph's replay): the softmax needs no launch of its own (docs/DECISIONS.md, D63).
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        last = atomicAdd(arrived + blockIdx.x, 1u) == gridDim.y - 1;
-        if (last) arrived[blockIdx.x] = 0u;
-    }
-    __syncthreads();
-    if (last && threadIdx.x < HF_COLS && jc + threadIdx.x < n) {
-        __threadfence();
-        softmax_column(part, b2, y, delta, ce, want_ce, C, n, inv_norm, (int)gridDim.y, scale, first, valid,
-                       jc + (int)threadIdx.x);
     }
 }
 

@@ -23,6 +23,7 @@ HALF_KERNELS = ("bias_sigmoid", "sigmoid_backward_rows", "sgd_update", "sgd_upda
 
 
 MAX_FUSED_CLASSES = 16  # output_layer and output_backward keep C values per thread in registers
+SOFTMAX_CLASSES = 16  # softmax_xent_grad: up to this many classes, a thread a class of a column (elementwise.cu)
 
 
 CLASS_BOUNDS = (4, 10, 16)  # both are compiled for these C bounds (the smallest that fits is used)
@@ -111,21 +112,17 @@ def add_bias(z, b):
     return z
 
 
-def check_labels(kernel: str, y, first: int, columns: int) -> None:
-    """The batch's labels fit the columns from `first` on (a widened half batch has more columns than samples)."""
-    if first < 0 or first + y.size > columns:
-        raise KernelError(f"{kernel}: {y.size} labels from column {first} do not fit {columns} columns")
-
-
 def softmax_xent_grad(z, b2, y, delta, norm, ce=None, groups=1, scale=None, first=0):
     """delta <- (softmax(z + b2) - onehot(y)) / norm (times scale[0], a loss scale on the device, if given);
     ce[j] <- -log yhat[y_j, j] if ce is given. With groups > 1, z stacks that many partial sums of the
     logits, added (into the first) first. The samples are z's columns first .. first + len(y) - 1; any other
     column (a half step's widening, docs/DECISIONS.md, D59) gets a zero delta and ce."""
     C, B = z.shape[0] // groups, z.shape[1]
-    check_labels("softmax_xent_grad", y, first, B)
+    if first < 0 or first + y.size > B:
+        raise KernelError(f"softmax_xent_grad: {y.size} labels from column {first} do not fit {B} columns")
+    classes = C if C <= SOFTMAX_CLASSES else 1  # a block's threads per column: its classes, or one for them all
     elementwise("softmax_xent_grad", z.dtype)(
-        grid_1d(B, 128), (128,), (z, b2, y, delta, delta if ce is None else ce, i32(ce is not None),
+        grid_1d(B, 32), (32, classes), (z, b2, y, delta, delta if ce is None else ce, i32(ce is not None),
                                  i32(C), i32(B), z.dtype.type(1 / norm), i32(groups), u64(0) if scale is None else scale,
                                  i32(first), i32(y.size)))
     return delta
@@ -171,71 +168,57 @@ def class_bound(C: int, kernel: str) -> int:
 
 
 def output_layer_partials(H: int, n: int, C: int) -> int:
-    """Elements of the workspace output_layer needs: one C x n partial sum per block of FW_ROWS rows, then (the
-    16-bit kernel's) an arrival counter per block of HF_COLS columns, at the workspace's end. Allocate it zeroed
-    (cp.zeros): each call leaves its counters zero again, and a call on fewer columns uses the last of them."""
-    return math.ceil(H / FW_ROWS) * C * n + math.ceil(n / HF_COLS)
+    """Elements of the workspace output_layer needs: one C x n partial sum per block of FW_ROWS rows."""
+    return math.ceil(H / FW_ROWS) * C * n
 
 
 def output_layer(W2, b1, b2, z1, y, delta, norm, part, ce=None, scale=None, first=0):
     """z1 <- a1 = sigmoid(z1 + b1) in place, and delta <- (softmax(W2 a1 + b2) - onehot(y)) / norm, with
     the C x H by H x n GEMM done in the same pass over z1 (C <= 16; part: output_layer_partials
-    elements, zeroed before the first call); ce[j] <- -log yhat[y_j, j] if ce is given; the samples from
-    column `first` (softmax_xent_grad). A 16-bit z1 takes the softmax in the same launch."""
+    elements); ce[j] <- -log yhat[y_j, j] if ce is given; the samples from column `first` (softmax_xent_grad)."""
     C, H = W2.shape
     n = z1.shape[1]
     bound = class_bound(C, "output_layer")
     groups = math.ceil(H / FW_ROWS)
-    if part.size < output_layer_partials(H, n, C):
-        raise KernelError(f"output_layer needs a workspace of {output_layer_partials(H, n, C)} elements, got {part.size}")
-    check_labels("output_layer", y, first, n)
+    if part.size < groups * C * n:
+        raise KernelError(f"output_layer needs a workspace of {groups * C * n} elements, got {part.size}")
     if z1.dtype.name in HALF_CTYPES:  # 16-bit z1: the tensor-core kernel (W2 as BF16 pairs, FP32's accuracy)
-        blocks = max(1, math.ceil(n / HF_COLS))
-        arrived = part[part.size - blocks:].view(np.uint32)
         elementwise_function(f"output_forward_half<{HALF_CTYPES[z1.dtype.name]}>", "float")(
-            (blocks, groups), (2 * FW_ROWS,),
-            (W2, b1, z1, part, i32(C), i32(H), i32(n), b2, y, delta, delta if ce is None else ce, i32(ce is not None),
-             np.float32(1 / norm), u64(0) if scale is None else scale, i32(first), i32(y.size), arrived))
-        return delta
-    columns = 32 * max(1, FW_BYTES // z1.itemsize)  # a block's: 32 lanes of FW_BYTES
-    elementwise("output_forward", z1.dtype, bound)(
-        (max(1, math.ceil(n / columns)), groups), (256,), (W2, b1, z1, part, i32(C), i32(H), i32(n)))
+            (max(1, math.ceil(n / HF_COLS)), groups), (2 * FW_ROWS,), (W2, b1, z1, part, i32(C), i32(H), i32(n)))
+    else:
+        columns = 32 * max(1, FW_BYTES // z1.itemsize)  # a block's: 32 lanes of FW_BYTES
+        elementwise("output_forward", z1.dtype, bound)(
+            (max(1, math.ceil(n / columns)), groups), (256,), (W2, b1, z1, part, i32(C), i32(H), i32(n)))
     return softmax_xent_grad(part[:groups * C * n].reshape(groups * C, n), b2, y, delta, norm, ce, groups=groups,
                              scale=scale, first=first)
 
 
 def output_backward_partials(H: int, n: int, C: int) -> int:
     """Elements of the workspace output_backward needs for an H x n hidden layer and C classes (either
-    kernel: the 16-bit one's column blocks are the narrower), then (the 16-bit kernel's) an arrival counter per
-    block of 4 HB_ROWS rows, at the workspace's end. Allocate it zeroed (cp.zeros): each call leaves its
-    counters zero again."""
-    return math.ceil(n / min(BW_COLS, HB_COLS)) * (C + 1) * H + math.ceil(H / (4 * HB_ROWS))
+    kernel: the 16-bit one's column blocks are the narrower)."""
+    return math.ceil(n / min(BW_COLS, HB_COLS)) * (C + 1) * H
 
 
 def output_backward(W2, delta, a1, dz1, dW2, db1, part, dz1_small=None):
     """dz1 <- (W2^T delta) o a1 o (1 - a1), dW2 <- delta a1^T, db1 <- row sums of dz1: one pass
-    over a1 and a fixed-order reduction (C <= 16; part: output_backward_partials elements, zeroed before the
-    first call). With dz1_small (float32, dz1's shape), dz1 gets its TF32 big parts and dz1_small the small
-    ones, as x3tf32 reads them (gemm(..., a_small=dz1_small)). A 16-bit a1 takes the reduction in the same
-    launch."""
+    over a1 and a fixed-order reduction (C <= 16; part: output_backward_partials elements). With
+    dz1_small (float32, dz1's shape), dz1 gets its TF32 big parts and dz1_small the small ones, as
+    x3tf32 reads them (gemm(..., a_small=dz1_small))."""
     check_small_part(dz1_small, dz1, "dz1_small")
     C, H = W2.shape
     n = a1.shape[1]
     bound = class_bound(C, "output_backward")
     half = a1.dtype.name in HALF_CTYPES  # 16-bit a1: the tensor-core kernel (FP32 operands as BF16 pairs)
     nb = math.ceil(n / (HB_COLS if half else BW_COLS))
-    if part.size < output_backward_partials(H, n, C):
-        raise KernelError(f"output_backward needs a workspace of {output_backward_partials(H, n, C)} elements, got "
-                          f"{part.size}")
+    if part.size < nb * (C + 1) * H:
+        raise KernelError(f"output_backward needs a workspace of {nb * (C + 1) * H} elements, got {part.size}")
     if half:
-        row_blocks = math.ceil(H / (4 * HB_ROWS))
         elementwise_function(f"output_backward_half<{HALF_CTYPES[a1.dtype.name]}>", "float")(
-            (nb, row_blocks), (128,),
-            (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n), dW2, db1, part[part.size - row_blocks:].view(np.uint32)))
-        return dz1
-    elementwise("output_backward", a1.dtype, bound)(
-        (nb, math.ceil(H / (8 * BW_ROWS))), (256,),
-        (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n), u64(0) if dz1_small is None else dz1_small))
+            (nb, math.ceil(H / (4 * HB_ROWS))), (128,), (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n)))
+    else:
+        elementwise("output_backward", a1.dtype, bound)(
+            (nb, math.ceil(H / (8 * BW_ROWS))), (256,),
+            (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n), u64(0) if dz1_small is None else dz1_small))
     elementwise("output_backward_reduce", part.dtype)(grid_1d((C + 1) * H), (256,),
                                                       (part, dW2, db1, i32(C), i32(H), i32(nb)))
     return dz1
