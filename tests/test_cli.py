@@ -9,6 +9,14 @@ from perflab.cli import main
 ONE_NET = dict(hidden=None, hidden_size=None, batch_size=3200, command="train")  # train's options a spec reads
 
 
+def test_the_command_line_is_built_without_pandas():
+    """Every rank of an MPI job builds the whole command line before it runs its command: pandas, which the
+    ranks of perflab train and check never use, stays out of that start (each rank paid for importing it)."""
+    proc = subprocess.run([sys.executable, "-c", "import sys; from perflab.cli import build_parser; build_parser(); "
+                           "print('pandas' in sys.modules)"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "False", proc.stderr[-2000:]
+
+
 def test_train_json_last_line(capsys):
     assert main(["train", "--dataset", "synthetic", "--input-size", "12", "--hidden-size", "8",
                  "--train-size", "200", "--batch-size", "50", "--test-size", "50", "--json",

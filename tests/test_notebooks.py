@@ -78,6 +78,19 @@ def test_a_running_cluster_is_used_only_where_its_engines_run_this_code(monkeypa
     assert not cluster.stop_named("perflab-no-such-cluster")  # nothing named so: nothing stopped
 
 
+def test_without_its_connection_file_no_cluster_is_waited_for(monkeypatch, tmp_path):
+    """A notebook asks for a running cluster first: where the profile holds no connection file none runs, and
+    connect() says so at once (ipyparallel's client would wait its whole timeout for the file to appear)."""
+    import ipyparallel as ipp
+
+    from perflab.workbook import cluster
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path))
+    (tmp_path / "profile_default" / "security").mkdir(parents=True)
+    monkeypatch.setattr(ipp, "Client", lambda **kw: pytest.fail("a client was made without a connection file"))
+    assert cluster.connection_file() == tmp_path / "profile_default" / "security" / "ipcontroller-client.json"
+    assert cluster.connect() is None
+
+
 @pytest.mark.slow  # make test-all: starts and stops MPI engines
 def test_a_notebook_that_stops_after_starting_engines_leaves_none_running(tmp_path):
     """The correctness notebook with a width model parallel cannot split over two ranks fails on the engines

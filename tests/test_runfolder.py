@@ -165,15 +165,22 @@ def test_report_writes_into_the_committed_tree_only_with_out(tmp_path, capsys, m
 
 def test_stopping_the_engines_is_quiet_unless_the_stop_fails(capsys):
     """ipyparallel logs every stop, and the engines' whole output as a warning (mpiexec, interrupted, exits 1): held
-    back, and printed only where the stop itself fails."""
+    back, and printed only where the stop itself fails. The engines stop before their controller."""
     class Cluster:
         log = logging.getLogger("perflab.test.cluster")
         fails = False
 
-        def stop_cluster_sync(self):
-            self.log.info("Stopping controller")
+        def __init__(self):
+            self.stopped = []
+
+        def stop_engines_sync(self):
+            self.stopped.append("engines")
             self.log.warning("Output for ipengine:\n" + "[IPEngine] line\n" * 200)
             self.log.warning("engine set stopped 1: {'exit_code': 1}")
+
+        def stop_cluster_sync(self):
+            self.stopped.append("cluster")
+            self.log.info("Stopping controller")
             if self.fails:
                 raise RuntimeError("controller did not stop")
     c = Cluster()
@@ -181,6 +188,7 @@ def test_stopping_the_engines_is_quiet_unless_the_stop_fails(capsys):
     c.log.setLevel(logging.INFO)
     cluster.stop(c)
     assert capsys.readouterr().out == "" and c.log.handlers[0].stream is sys.stdout  # the handler is back
+    assert c.stopped == ["engines", "cluster"]
     c.fails = True
     with pytest.raises(RuntimeError, match="controller did not stop"):
         cluster.stop(c)

@@ -16,19 +16,16 @@ What carries over, what scales and what cannot be known:
 from __future__ import annotations
 
 import functools
-import json
 import re
 from dataclasses import replace
-from pathlib import Path
 
 import pandas as pd
 
+from perflab.analysis.datasheets import KINDS, SHEETS
 from perflab.analysis.predictor import Ceilings, PredictionError
 from perflab.kernels.dispatch import TF32_VARIANTS
 from perflab.train import step
 
-SHEETS = json.loads((Path(__file__).with_name("datasheets.json")).read_text())
-KINDS = tuple(k for k in SHEETS if k != "about")
 SECONDS = ("seconds", "min_seconds", "max_seconds")  # the step_kernel columns a kernel's time is in
 COMPOSITE = re.compile(r"^(?P<what>step in sequence|hidden layer)(?P<eager>, launched one by one)? \((?P<key>[^)]+)\)$")
 CARRIED = ("step_floor", "h2d", "d2h", "staged_images", "staged_overlap", "staged_allreduce", "nccl_allreduce",

@@ -269,7 +269,7 @@ def whatif_parser(sub) -> None:
     p.add_argument("--exchange-ceilings", nargs="+", metavar="CSV",
                    help="the all-reduces from these ceilings files instead, each at the ranks it measured: machines "
                         "with more of the same GPUs whose step kernels were never measured (the rest from --ceilings)")
-    from perflab.analysis.transfer import KINDS
+    from perflab.analysis.datasheets import KINDS
     p.add_argument("--gpu-kind", choices=KINDS, metavar="KIND",
                    help="predict this GPU kind from --ceilings measured on another of the same architecture, its kernels "
                         "scaled by the two datasheets (perflab.analysis.transfer); the host and links as measured. "

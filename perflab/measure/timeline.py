@@ -7,7 +7,10 @@ images' copy, the gradients down, the host all-reduce, the gradients up.
 """
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pandas is imported where it is used: every perflab command's start reads this module
+    import pandas as pd
 
 LANES = {"forward": "compute", "backward": "compute", "step": "compute",
          "copying images host -> device": "images host -> device",
@@ -23,6 +26,8 @@ TIMELINE_MODES = ("resident", "staged", "pipelined", "overlap")  # overlap: resi
 def record(cfg, comm, modes=("staged", "pipelined"), gemm: str = "cublas", chunks: int = 4, log=None) -> pd.DataFrame:
     """Every rank's phase ranges of the second of two epochs (the first pays for compilation and
     warm-up), one run per mode; on every rank (the caller keeps rank 0's or all)."""
+    import pandas as pd
+
     from perflab.train.runner import train_on_ranks
     from perflab.train.spec import RunSpec
     tables = []
@@ -63,6 +68,7 @@ def first_rank_busy(table: pd.DataFrame) -> pd.DataFrame:
 def busy(lanes_table: pd.DataFrame) -> pd.DataFrame:
     """Per mode and lane: milliseconds busy (ranges merged, so nested ones count once) and the span of
     all lanes, from which overlap reads off: in series the lanes' sum is the span, overlapped it is more."""
+    import pandas as pd
     rows = []
     for (mode, rank, lane), g in lanes_table.groupby(["mode", "rank", "lane"]):
         total, end = 0.0, -float("inf")

@@ -39,7 +39,6 @@ def save(fig, name: str, caption: str, folder: Path | None = None, draw_caption:
     if draw_caption:
         said = fig.text(0.01, 0.005, "\n".join(textwrap.wrap(caption, int(fig.get_figwidth() * 17))), fontsize=7,
                         va="bottom", ha="left")
-        fig.canvas.draw()
         height = said.get_window_extent(fig.canvas.get_renderer()).height / fig.bbox.height  # the caption's share
     fig.tight_layout(rect=(0, min(0.5, 0.015 + height), 1, 1))
     replace_labels(fig)  # the caption's room moved the axes under the point labels

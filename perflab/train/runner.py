@@ -273,4 +273,5 @@ def check(cfg: Config, parallel: str, comm, spec: RunSpec | None = None) -> dict
                   "errors": errors, "tolerance": tolerance, "replica_max_abs_diff": replica_drift,
                   "passed": bool(worst <= tolerance and replica_drift == 0.0), **cfg.to_dict(),
                   **exchange_summary(trainer)}
+    comm.idle_barrier()  # the other ranks wait for the reference without taking cores from it
     return comm.bcast(result)

@@ -46,9 +46,18 @@ def mpi_path() -> None:
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
 
 
+def connection_file(profile: str = "default") -> Path:
+    """Where a running cluster of the profile (`ipcluster start`'s) keeps its clients' connection file."""
+    from IPython.paths import get_ipython_dir
+    return Path(get_ipython_dir()) / f"profile_{profile}" / "security" / "ipcontroller-client.json"
+
+
 def connect(profile: str = "default", timeout: float = 5.0):
-    """A client of a running cluster, or None when none answers."""
+    """A client of a running cluster, or None when none answers. Without the connection file none runs: None at
+    once (ipyparallel's client would wait `timeout` for the file to appear)."""
     import ipyparallel as ipp
+    if not connection_file(profile).exists():
+        return None
     try:
         client = ipp.Client(profile=profile, timeout=timeout)
         client.wait_for_engines(1, timeout=timeout)
@@ -118,12 +127,16 @@ def stop(cluster) -> None:
     """Stop a cluster this process started, quietly: ipyparallel logs every stop, and the engines' whole
     output as a warning because mpiexec, interrupted, exits 1 (about 200 lines of ipengine log and
     `engine set stopped: exit_code 1` at the end of every notebook). Its log is held back while it stops and
-    printed only where the stop itself fails."""
+    printed only where the stop itself fails. The engines stop first: engines whose controller is gone linger
+    for seconds before they exit."""
     if cluster is None:
         return
     with HeldLog(cluster.log) as held:
         try:
-            cluster.stop_cluster_sync()
+            try:
+                cluster.stop_engines_sync()
+            finally:
+                cluster.stop_cluster_sync()
         except BaseException:
             held.show()
             raise
