@@ -27,7 +27,7 @@ t.want_loss = False
 t.batch(slice(0, B))
 t.sync()
 W, b, dW, db = t.params[0::2], t.params[1::2], t.grads[0::2], t.grads[1::2]
-Wh = t.half_params[0::2] if t.half else W
+Wh = t.half.params[0::2] if t.half else W
 H = hidden[-1]
 Xb, yb = t.X[:, :B], t.y[:B]
 a1 = t.acts[-1][:H * B].reshape(H, B)
@@ -70,7 +70,7 @@ if len(hidden) > 1:
     d0 = t.dz[0][:hidden[0] * B].reshape(hidden[0], B)
     add("sigmoid_backward_rows", lambda: kernels.sigmoid_backward_rows(d0, a0, db[0]), 3 * hidden[0] * B * item)
 add("gemm dW1", lambda: t.gemm(t.dz[0][:hidden[0] * B].reshape(hidden[0], B), Xb.T, dW[0]), 0)
-rounded = t.P_half if t.half else None  # the update rounds P for the next step's GEMMs (no copy of P at its start)
+rounded = t.half.P_half if t.half else None  # the update rounds P for the next step's GEMMs (no copy of P at its start)
 add("sgd_update", lambda: kernels.sgd_update(t.P, t.G[:-1], 0.1, t.ends, t.regs, rounded=rounded),
     t.P.size * (12 + (2 if t.half else 0)))
 add("whole step (graph)", step, 0)
