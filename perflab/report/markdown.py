@@ -350,6 +350,9 @@ def half_step_section() -> list[str]:
         lines = []
         epochs = t.pivot_table(index=["H", "B"], columns="peer", values="epoch_ms")
         unfused = epochs[peer["unfused"]] / epochs[peer["mine"]] if peer["unfused"] in epochs else None  # (a run without it)
+        with_unfused, passes = ("", "") if unfused is None else (
+            ", and with the output layer's backward pass unfused",
+            said("half_step", "passes", fewest=unfused.min(), most=unfused.max()))
         floor = epochs[peer["mine"]] / epochs[peer["floor"]]
         for (h, b), g in t.groupby(["H", "B"], sort=False):
             ms = g.set_index("peer").epoch_ms
@@ -361,15 +364,13 @@ def half_step_section() -> list[str]:
         out += ["", f"## The half-precision step against its peers, {path.parent.parent.name}", "",
                 f"Source: {source(path)}. `perflab bench train`, 60000 samples, the median epoch, each peer in a process "
                 "of its own: perflab's fused step in BF16 and FP16 (`--dtype`; cuBLAS's half GEMMs, its own fused "
-                "kernels reading and writing half)" + (", and with the output layer's backward pass unfused" if unfused
-                                                           is not None else "") + "; JAX's "
+                f"kernels reading and writing half){with_unfused}; JAX's "
                 "whole-epoch scan in bfloat16 as a JAX user writes it (FP32 masters cast each step, images and "
                 "activations in bfloat16, logits and loss in FP32); PyTorch's graphed step under bfloat16 autocast; "
                 "the cuBLAS GEMM floor of the layers in BF16, FP16 and FP32 (each layer's forward GEMM and weight "
                 "gradient, past the first its input gradient, graphed, nothing else).", "",
                 fmt(wide.reset_index().round(3)), "", *lines, "",
-                said("half_step", met, worst=floor.max()) + ". "
-                + (said("half_step", "passes", fewest=unfused.min(), most=unfused.max()) if unfused is not None else "")]
+                said("half_step", met, worst=floor.max()) + ". " + passes]
     return out
 
 
