@@ -1141,6 +1141,25 @@ def test_the_p2p_exchange_is_charged_its_own_ceiling_with_the_update_inside_it()
     assert predictor.predict_auto(point(comm="auto", **four), timed["p2p"])[0] != "p2p"  # auto passes it over
 
 
+def test_a_bfloat16_p2p_exchange_is_charged_the_bf16_copies_ceiling():
+    """A bfloat16 run's --comm p2p reads the peers' BF16 copies of the gradient: the predictor charges the
+    p2p_exchange_update_bf16 rows (timed at the FP32 gradient's size), never the FP32 kernel's, and a file without
+    them says which command makes them."""
+    base = table()
+    half = [{"ceiling": "step_kernel", "device": "gpu", "impl": predictor.sequence_name("cublas-bf16"), "H": H, "B": B,
+             "ranks": 1, "seconds": H * B * 1e-12} for H in (256, 4096) for B in (100, 20000)]
+    fp32_rows = exchange_rows("p2p_exchange_update", 3e-6, 3e10)
+    bf16_rows = exchange_rows("p2p_exchange_update_bf16", 2e-6, 6e10)
+    two = dict(H=1024, B=8000, p=2, N=16000, comm="p2p")
+    grad = perfmodel.gradient_buffer_bytes(1024)
+    both = more(base, half + fp32_rows + bf16_rows)
+    bf16 = predictor.predict_point(point(dtype="bfloat16", **two), both)
+    assert bf16["t_exchange"] == pytest.approx(2e-6 + grad / 6e10, rel=1e-6) and "p2p" in bf16["composition"]
+    assert predictor.predict_point(point(**two), both)["t_exchange"] == pytest.approx(3e-6 + grad / 3e10, rel=1e-6)
+    with pytest.raises(predictor.PredictionError, match=r"no p2p_exchange_update_bf16 rows at p=2: run `mpiexec -n 2"):
+        predictor.predict_point(point(dtype="bfloat16", **two), more(base, half + fp32_rows))
+
+
 def test_the_overlap_is_charged_gemm3_and_its_exchanges_as_timed_running_at_once():
     """--overlap runs backward GEMM 3 in chunks with each chunk's NCCL all-reduce under the next: the
     predictor takes GEMM 3 off the kernels' sum and charges the pair as the ceilings timed them at

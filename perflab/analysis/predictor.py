@@ -260,19 +260,21 @@ class AllReduces(Lookups):
             return self.allreduce("nccl_allreduce_graph", p, nbytes), "NCCL all-reduce in a graph"
         return self.allreduce("nccl_allreduce", p, nbytes), "NCCL all-reduce"
 
-    def p2p_exchange(self, p: int, nbytes: float) -> float:
+    def p2p_exchange(self, p: int, nbytes: float, bf16: bool = False) -> float:
         """--comm p2p: the peers' gradients read, summed and applied in one kernel (p2p_exchange_update),
-        the update included."""
-        rows = self.rows("p2p_exchange_update", ranks=p)
+        the update included; `bf16` (a bfloat16 run): read from their BF16 copies (p2p_exchange_update_bf16,
+        timed at the FP32 gradient's size)."""
+        name = "p2p_exchange_update_bf16" if bf16 else "p2p_exchange_update"
+        rows = self.rows(name, ranks=p)
         if not len(rows):
-            raise PredictionError(f"{self.source} has no p2p_exchange_update rows at p={p}: run `mpiexec -n {p} "
+            raise PredictionError(f"{self.source} has no {name} rows at p={p}: run `mpiexec -n {p} "
                                   "perflab ceilings` on GPUs of one node with peer access")
         timed = rows["impl"].astype(str) if "impl" in rows else pd.Series("", index=rows.index)
         if p >= TWO_SHOT_FROM and not timed.str.startswith(TWO_SHOT_IMPL).all():
             raise PredictionError(f"{self.source} timed --comm p2p at p={p} with the one-shot kernel of before a50f69c, "
                                   f"where p2p now runs two-shot (2 (p - 1) / p of a gradient read, not p - 1): run "
                                   f"`mpiexec -n {p} perflab ceilings` again")
-        return self.allreduce("p2p_exchange_update", p, nbytes)
+        return self.allreduce(name, p, nbytes)
 
     def overlap_exchange(self, p: int, H: float, B: float, chunks: int) -> float:
         """--overlap: backward GEMM 3 in row chunks with each chunk's NCCL all-reduce under the next,
@@ -534,7 +536,7 @@ class Ceilings(AllReduces):
 
 
 EXCHANGES = ("nccl_allreduce", "nccl_allreduce_graph", "mpi_allreduce", "staged_allreduce", "shm_allreduce",
-             "pipelined_allreduce", "p2p_exchange_update")
+             "pipelined_allreduce", "p2p_exchange_update", "p2p_exchange_update_bf16")
 
 
 def exchange_files(made: dict) -> list[str]:
@@ -818,7 +820,7 @@ def nccl_exchange(s: Step, update: float) -> str:
 def p2p_exchange(s: Step, update: float) -> str:
     """--comm p2p: the update is the exchange's kernel, so it leaves the kernels' sum."""
     s.terms["kernels"] -= update
-    s.terms["exchange"] = s.c.p2p_exchange(s.p, s.gradient)
+    s.terms["exchange"] = s.c.p2p_exchange(s.p, s.gradient, bf16=s.point.get("dtype") == "bfloat16")
     return "p2p exchange + update"
 
 
@@ -1028,9 +1030,9 @@ def covered_gemm(point: dict, spec: RunSpec, hidden: tuple) -> str:
         if (backend, mode, parallel, gemm) != ("cupy", "resident", "data", "cublas") \
                 or spec.exchange in ("nccl-half", "overlap") or (dtype == "float16" and spec.exchange == "p2p"):
             raise PredictionError(f"the predictor composes {dtype} steps on GPUs, resident data parallel with cuBLAS's "
-                                  f"GEMMs and an FP32 exchange (nccl, p2p), so far; got {parallel} {gemm} on "
-                                  f"{backend} {mode} {spec.exchange}")
-        gemm, dtype = HALF_IMPLS[dtype], "float32"  # its gradient, exchange and update are FP32's
+                                  f"GEMMs and an FP32 exchange (nccl; p2p, which reads BF16 copies in a bfloat16 run), "
+                                  f"so far; got {parallel} {gemm} on {backend} {mode} {spec.exchange}")
+        gemm, dtype = HALF_IMPLS[dtype], "float32"  # its gradient and update are FP32's (p2p_exchange says its exchange)
     if dtype != "float32" or (gemm != "cublas" and not tensor_cores and gemm not in HALF_IMPLS.values()) \
             or (parallel == "model" and backend != "numpy" and mode != "resident"):
         raise PredictionError("the predictor covers float32 points with cuBLAS GEMMs, data parallel (and model parallel "

@@ -29,7 +29,7 @@ from perflab.train import step
 SECONDS = ("seconds", "min_seconds", "max_seconds")  # the step_kernel columns a kernel's time is in
 COMPOSITE = re.compile(r"^(?P<what>step in sequence|hidden layer)(?P<eager>, launched one by one)? \((?P<key>[^)]+)\)$")
 CARRIED = ("step_floor", "h2d", "d2h", "staged_images", "staged_overlap", "staged_allreduce", "nccl_allreduce",
-           "p2p_exchange_update")  # host- and link-paced: as measured
+           "p2p_exchange_update", "p2p_exchange_update_bf16")  # host- and link-paced: as measured
 
 
 class TransferError(PredictionError):

@@ -26,6 +26,7 @@
 #ifndef __CUDACC_RTC__
 extern "C" __host__ __device__ int printf(const char*, ...);  // NVRTC has it built in, nvcc wants it declared
 #endif
+#include "common.cuh"
 
 __device__ unsigned long long now_ns() {
     unsigned long long t;
@@ -95,16 +96,19 @@ template <> struct Vector<double> { using type = double2; };
 
 constexpr int FLAG_SLOTS = 3;  // a block's flags from each peer: [0] round begun, [1] read what it needs of mine, [2] mid
 
-// The start barrier of block blockIdx.x: its round (returned to every thread), told to and heard from every peer.
-__device__ unsigned begin_round(int p, int rank, const unsigned long long* flags, unsigned* rounds, long long timeout_ns) {
+// The start barrier of block blockIdx.x: its round (returned to every thread), told to and heard from every peer;
+// `release`: what the block wrote before it (the BF16 exchange's own narrowed gradient) is the peers' to read after.
+__device__ unsigned begin_round(int p, int rank, const unsigned long long* flags, unsigned* rounds, long long timeout_ns,
+                                bool release = false) {
     __shared__ unsigned v;
     if (threadIdx.x == 0) v = rounds[blockIdx.x] = rounds[blockIdx.x] + 1;
     __syncthreads();
     const int r = threadIdx.x;  // thread r < p speaks with rank r
     const size_t start = (size_t)blockIdx.x * FLAG_SLOTS * p;
     if (r < p && r != rank) {
-        signal_flag((unsigned*)flags[r] + start + rank, v);
-        wait_flag((const unsigned*)flags[rank] + start + r, v, timeout_ns, rank, r, blockIdx.x);
+        if (release) release_flag((unsigned*)flags[r] + start + rank, v);
+        else signal_flag((unsigned*)flags[r] + start + rank, v);
+        wait_flag((const unsigned*)flags[rank] + start + r, v, timeout_ns, rank, r, blockIdx.x, release);
     }
     __syncthreads();
     return v;
@@ -221,4 +225,156 @@ __global__ void peer_read_wait(int p, int rank, const unsigned long long* __rest
     const unsigned* mine = (const unsigned*)flags[rank] + ((size_t)b * FLAG_SLOTS + 1) * p;
     for (int k = 0; k < p; ++k)
         if (k != rank) wait_flag(mine + k, rounds[b], timeout_ns, rank, k, b);
+}
+
+// --comm p2p in a bfloat16 run: the peers read each other's gradient in BF16, half the bytes over NVLink. Each
+// block first narrows its share of its own FP32 gradient G (the vectors its twin on every peer reads, 8 values a
+// 16-byte load) into its BF16 copy, which the peers map (`halves`: every rank's copy; the batch's CE sum kept in
+// FP32 at ce_slot(n)), then starts the round with a release; the sums add the BF16 values in rank order in FP32,
+// update P and write the new values rounded to BF16 into P_half, the GEMMs' copy. Two-shot (p >= 3): the updated
+// slice travels in FP32 through G, as in exchange_update_two_shot, so every rank's P keeps the same bits.
+constexpr int BF16_VALUES = 8;  // a 16-byte vector of the BF16 copy
+
+__host__ __device__ size_t ce_slot(size_t n) { return (n + BF16_VALUES - 1) / BF16_VALUES * BF16_VALUES; }
+
+__device__ unsigned pack2(float lo, float hi) {
+    return (unsigned)narrow<bf16>(lo).bits | ((unsigned)narrow<bf16>(hi).bits << 16);
+}
+__device__ uint4 narrow8(float4 a, float4 b) { return make_uint4(pack2(a.x, a.y), pack2(a.z, a.w), pack2(b.x, b.y), pack2(b.z, b.w)); }
+__device__ void widen_add(uint4 x, float* s, bool first) {
+    const unsigned w[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float lo = __uint_as_float(w[i] << 16), hi = __uint_as_float(w[i] & 0xffff0000u);
+        s[2 * i] = first ? lo : s[2 * i] + lo;
+        s[2 * i + 1] = first ? hi : s[2 * i + 1] + hi;
+    }
+}
+
+// Vectors [lo, hi) of this block's grid-stride share of G, narrowed into `half`: the ones sum_update_bf16 reads.
+__device__ void narrow_share(const float* G, unsigned short* half, size_t lo, size_t hi) {
+    const float4* g = (const float4*)G;
+    for (size_t e = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < hi; e += (size_t)gridDim.x * blockDim.x)
+        ((uint4*)half)[e] = narrow8(g[2 * e], g[2 * e + 1]);
+}
+
+// The values past the last whole vector and the CE slot, as tail_update_bf16 reads them.
+__device__ void narrow_tail(const float* G, unsigned short* half, size_t n, size_t nv) {
+    const size_t e = nv * BF16_VALUES + (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e < n) half[e] = narrow<bf16>(G[e]).bits;
+    else if (e == n) *(float*)(half + ce_slot(n)) = G[n];
+}
+
+// P[e0 .. e0 + 7] updated with the summed gradient s, written to P, to P_half rounded, and to copy where not null.
+__device__ void update8(float* P, unsigned short* P_half, float* copy, size_t e0, const float* s, float lr,
+                        const long long* ends, const float* regs, int nseg) {
+    int seg = 0;
+    while (seg < nseg - 1 && e0 >= (size_t)ends[seg]) ++seg;
+    float4* Pv = (float4*)(P + e0);
+    const float4 a = Pv[0], b = Pv[1];
+    float w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        while (seg < nseg - 1 && e0 + i >= (size_t)ends[seg]) ++seg;
+        w[i] = sgd(w[i], s[i], lr, regs[seg]);
+    }
+    const float4 na = make_float4(w[0], w[1], w[2], w[3]), nb = make_float4(w[4], w[5], w[6], w[7]);
+    Pv[0] = na, Pv[1] = nb;
+    *(uint4*)(P_half + e0) = narrow8(na, nb);
+    if (copy != nullptr) ((float4*)(copy + e0))[0] = na, ((float4*)(copy + e0))[1] = nb;
+}
+
+// Vectors [lo, hi) of this block's share: every rank's BF16 gradient summed in rank order, P updated.
+__device__ void sum_update_bf16(float* P, unsigned short* P_half, const unsigned long long* halves, int p, size_t lo,
+                                size_t hi, float lr, const long long* ends, const float* regs, int nseg, float* copy) {
+    constexpr int U = 4;  // vectors in flight a thread from each rank: 64 bytes, as exchange_update's
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t base = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x; base < hi; base += U * stride) {
+        float s[U][BF16_VALUES];
+        for (int k = 0; k < p; ++k) {
+            const uint4* src = (const uint4*)halves[k];
+            uint4 x[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) if (base + u * stride < hi) x[u] = __ldcg(src + base + u * stride);
+#pragma unroll
+            for (int u = 0; u < U; ++u) if (base + u * stride < hi) widen_add(x[u], s[u], k == 0);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            if (base + u * stride < hi) update8(P, P_half, copy, (base + u * stride) * BF16_VALUES, s[u], lr, ends, regs, nseg);
+    }
+}
+
+__device__ void tail_update_bf16(float* P, unsigned short* P_half, const unsigned long long* halves, int p, size_t n,
+                                 size_t nv, float lr, const long long* ends, const float* regs, int nseg, float* ce_out) {
+    const size_t e = nv * BF16_VALUES + (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e < n) {
+        float s = 0.f;
+        for (int k = 0; k < p; ++k) s += __uint_as_float((unsigned)__ldcg((const unsigned short*)halves[k] + e) << 16);
+        const float v = sgd(P[e], s, lr, reg_at(e, ends, regs, nseg));
+        P[e] = v, P_half[e] = narrow<bf16>(v).bits;
+    } else if (e == n) {
+        float s = 0.f;
+        for (int k = 0; k < p; ++k) s += __ldcg((const float*)((const unsigned short*)halves[k] + ce_slot(n)));
+        *ce_out = s;
+    }
+}
+
+// G: this rank's FP32 gradient (n values, the CE at G[n]); halves, grads: every rank's BF16 copy and FP32 gradient.
+__global__ void __launch_bounds__(512) exchange_update_bf16(float* __restrict__ P, unsigned short* __restrict__ P_half,
+        const unsigned long long* __restrict__ halves, const unsigned long long* __restrict__ grads, int p, int rank,
+        size_t n, float lr, const long long* __restrict__ ends, const float* __restrict__ regs, int nseg,
+        float* ce_out, const unsigned long long* __restrict__ flags, unsigned* rounds, long long timeout_ns,
+        int two_shot) {
+    const float* G = (const float*)grads[rank];
+    unsigned short* own = (unsigned short*)halves[rank];
+    const size_t nv = n / BF16_VALUES;
+    if (two_shot) {  // rank k reads slice k from the slice's own start
+        for (int k = 0; k < p; ++k) narrow_share(G, own, nv * k / p, nv * (k + 1) / p);
+    } else {
+        narrow_share(G, own, 0, nv);
+    }
+    narrow_tail(G, own, n, nv);
+    const unsigned v = begin_round(p, rank, flags, rounds, timeout_ns, true);
+    const int r = threadIdx.x;
+    const size_t end = (size_t)blockIdx.x * FLAG_SLOTS * p + p, mid = end + p;
+    if (!two_shot) {
+        sum_update_bf16(P, P_half, halves, p, 0, nv, lr, ends, regs, nseg, nullptr);
+        tail_update_bf16(P, P_half, halves, p, n, nv, lr, ends, regs, nseg, ce_out);
+        __syncthreads();
+        if (r < p && r != rank) signal_flag((unsigned*)flags[r] + end + rank, v);
+        return;
+    }
+    constexpr int U = 4;
+    const size_t stride = (size_t)gridDim.x * blockDim.x, first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t lo = nv * rank / p, hi = nv * (rank + 1) / p;
+    sum_update_bf16(P, P_half, halves, p, lo, hi, lr, ends, regs, nseg, (float*)G);
+    tail_update_bf16(P, P_half, halves, p, n, nv, lr, ends, regs, nseg, ce_out);
+    __syncthreads();  // the block's slice is written (and its reads of the peers done)
+    if (r < p && r != rank) {
+        release_flag((unsigned*)flags[r] + mid + rank, v);
+        wait_flag((const unsigned*)flags[rank] + mid + r, v, timeout_ns, rank, r, blockIdx.x, true);
+    }
+    __syncthreads();
+    for (int j = 1; j < p; ++j) {  // each peer's updated slice, in FP32, from its G
+        const int k = (rank + j) % p;
+        const float4* src = (const float4*)grads[k];
+        const size_t klo = nv * k / p, khi = nv * (k + 1) / p;
+        for (size_t base = klo + first; base < khi; base += U * stride) {
+            float4 x[U][2];
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                if (base + u * stride < khi) x[u][0] = __ldcg(src + 2 * (base + u * stride)), x[u][1] = __ldcg(src + 2 * (base + u * stride) + 1);
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const size_t e = base + u * stride;
+                if (e < khi) {
+                    ((float4*)P)[2 * e] = x[u][0], ((float4*)P)[2 * e + 1] = x[u][1];
+                    ((uint4*)P_half)[e] = narrow8(x[u][0], x[u][1]);
+                }
+            }
+        }
+    }
+    __syncthreads();
+    if (r < p && r != rank) signal_flag((unsigned*)flags[r] + end + rank, v);
 }

@@ -11,9 +11,15 @@ from perflab.config import TWO_SHOT_FROM
 from perflab.kernels.build import ctype, i32, module, multiprocessors, u64
 
 P2P_KERNELS = ("exchange_update<float>", "exchange_update<double>", "exchange_update_two_shot<float>",
-               "exchange_update_two_shot<double>", "peer_read_wait")
+               "exchange_update_two_shot<double>", "exchange_update_bf16", "peer_read_wait")
 FLAG_SLOTS = 3  # p2p.cu's: a block's flags from each peer (begun, read, the two-shot's mid)
 THREADS = 512  # a block; one block a multiprocessor, so that every block is resident at once (they spin)
+BF16_VALUES = 8  # p2p.cu's: a 16-byte vector of the BF16 copy of a gradient
+
+
+def ce_slot(n: int) -> int:
+    """p2p.cu's: where a BF16 copy of an n-value gradient keeps the batch's CE sum (in FP32, two slots)."""
+    return -(-n // BF16_VALUES) * BF16_VALUES
 
 
 @functools.lru_cache(maxsize=None)
@@ -35,6 +41,16 @@ def exchange_update(params, grads, rank: int, n: int, learning_rate, ends, regs,
     function(f"{kernel}<{ctype(params.dtype)}>")(
         (grid,), (THREADS,), (params, grads, i32(grads.size), i32(rank), u64(n), params.dtype.type(learning_rate),
                               ends, regs, i32(ends.size), ce_out, flags, rounds, np.int64(timeout_ns)))
+
+
+def exchange_update_bf16(params, params_half, halves, grads, rank: int, n: int, learning_rate, ends, regs, ce_out,
+                         flags, rounds, timeout_ns: int, grid: int) -> None:
+    """As exchange_update, with the peers' gradients read from their BF16 copies (halves: every rank's, this rank's
+    own made from its FP32 gradient in the same launch) and the new parameters rounded into params_half."""
+    function("exchange_update_bf16")(
+        (grid,), (THREADS,), (params, params_half, halves, grads, i32(grads.size), i32(rank), u64(n),
+                              np.float32(learning_rate), ends, regs, i32(ends.size), ce_out, flags, rounds,
+                              np.int64(timeout_ns), i32(grads.size >= TWO_SHOT_FROM)))
 
 
 def read_wait(rank: int, flags, rounds, timeout_ns: int, grid: int) -> None:

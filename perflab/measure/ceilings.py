@@ -13,7 +13,9 @@ Rows (tidy): ceiling, size_bytes or shape, ranks, value, unit. Measured where th
   nccl_allreduce_graph  the same replayed in a CUDA graph, as an epoch graph holds it (device time)
   p2p_exchange_update   --comm p2p's exchange: the peers' gradients read over NVLink, summed and
                    applied to the parameters in one kernel, with the wait before the next
-                   backward, in a CUDA graph (device time; GPUs of one node with peer access)
+                   backward, in a CUDA graph (device time; GPUs of one node with peer access);
+                   p2p_exchange_update_bf16: as a bfloat16 run makes it, the peers' BF16 copies
+                   read (size: the FP32 gradient's bytes, as the run's)
   overlap_exchange --overlap's backward GEMM 3 in row chunks, each chunk all-reduced by NCCL on a
                    second stream under the next, over the grid of H and B' (device time in a graph)
   pipelined_allreduce   the host all-reduce of a gradient piece as the pipelined trainer makes it:
@@ -225,27 +227,31 @@ def nccl_allreduce_graph(comm, sizes=SIZES, calls=10, repeats=10) -> list[dict]:
     return rows
 
 
-def p2p_exchange_update(comm, sizes=SIZES, calls=10, repeats=10) -> list[dict]:
+def p2p_exchange_update(comm, sizes=SIZES, calls=10, repeats=10, bf16: bool = False) -> list[dict]:
     """--comm p2p's exchange and update of a float32 gradient of each size (the comm a P2PComm), in
     a CUDA graph as the epoch graph holds it: the wait for the peers' reads of the last round,
     then the kernel. Back to back, so each wait finds the last round's reads just done; in a step
-    they finished during forward, so this wait is longer than a step's (docs/DECISIONS.md, D15)."""
+    they finished during forward, so this wait is longer than a step's (docs/DECISIONS.md, D15).
+    bf16: as a bfloat16 run exchanges it, through the gradient's BF16 copies (docs/DECISIONS.md, D64)."""
     import cupy as cp
 
     from perflab.timing import time_graph_ms
     rows = []
     regs = cp.zeros(1, cp.float32)  # one segment, no L2: the kernel's work is the same
+    name, what = ("p2p_exchange_update_bf16", "read BF16 copies, sum, update") if bf16 else \
+        ("p2p_exchange_update", "read, sum, update")
     for size in sizes:
         n = size // 4
-        comm.register(n + 1, np.float32).fill(1e-3)
+        comm.register(n + 1, np.float32, bf16_copy=bf16).fill(1e-3)
         params, ends = cp.ones(n, cp.float32), cp.asarray([n], np.int64)
+        rounded = cp.empty(n, cp.uint16) if bf16 else None
 
         def call():
             comm.read_wait()
-            comm.exchange_update(params, 0.1, ends, regs)
+            comm.exchange_update(params, 0.1, ends, regs, rounded=rounded)
         t = time_graph_ms(cp, call, calls=calls, repeats=repeats, before=ranks_together(comm)) / 1e3
         kind = TWO_SHOT_IMPL if comm.size >= TWO_SHOT_FROM else "p2p"
-        rows.append(allreduce_row("p2p_exchange_update", "gpu", f"{kind}: read, sum, update in one kernel", size, comm.size, t))
+        rows.append(allreduce_row(name, "gpu", f"{kind}: {what} in one kernel", size, comm.size, t))
     return rows
 
 
@@ -720,7 +726,11 @@ def measure(comm, gpu: bool, sizes=SIZES, log=print, kernels: bool = True, grid=
                 rows += overlap_exchange(nccl, hidden, batches)
             rows += staged_allreduce(comm, sizes) + pipelined_allreduce(comm, pieces)
             try:
-                rows += p2p_exchange_update(for_gpu(comm, "p2p"), sizes)
+                import cupy as cp
+                p2p = for_gpu(comm, "p2p")
+                rows += p2p_exchange_update(p2p, sizes)
+                if int(cp.cuda.Device().compute_capability) >= HALF_CAPABILITY["bfloat16"]:
+                    rows += p2p_exchange_update(p2p, sizes, bf16=True)
             except ConfigError as exc:  # ranks on several nodes, or GPUs without peer access
                 log(f"no p2p_exchange_update: {exc}") if comm.rank == 0 else None
     return rows

@@ -45,7 +45,7 @@ class Serial:
         can; a host MPI one (or a CUDA-aware MPI's, which does not follow streams) cannot."""
         return self.size == 1
 
-    def exchange_update(self, params, learning_rate: float, ends, regs) -> None:
+    def exchange_update(self, params, learning_rate: float, ends, regs, rounded=None) -> None:
         raise ValueError(f"--comm {self.strategy} all-reduces the gradient and the trainer updates after it; "
                          "only --comm p2p exchanges and updates in one kernel")
 
@@ -226,7 +226,7 @@ class P2PComm(MPIComm):
         if len(set(sms)) > 1:
             raise ConfigError(f"--comm p2p pairs the exchange's blocks across GPUs, which needs GPUs of one kind; these "
                               f"have {sorted(set(sms))} multiprocessors: use --comm nccl")
-        self.G = None
+        self.G = self.halves = None
 
     def own_array(self, size: int, dtype):
         """A zeroed device array that starts its own allocation (an IPC handle maps a whole
@@ -238,30 +238,40 @@ class P2PComm(MPIComm):
         out.fill(0)
         return out
 
-    def register(self, size: int, dtype):
+    def register(self, size: int, dtype, bf16_copy: bool = False):
         """The gradient buffer (size values, the last the batch's CE sum) in memory every peer maps;
-        returned for the trainer to write its gradient into (collective)."""
+        returned for the trainer to write its gradient into (collective). bf16_copy (a bfloat16 run): the peers read a BF16
+        copy of it instead, which the exchange makes (half the bytes over NVLink; docs/DECISIONS.md, D64)."""
         cp, runtime = self.cp, self.cp.cuda.runtime
         self.G = self.own_array(size, dtype)
         self.flags_own = self.own_array(self.kernels.FLAG_SLOTS * self.blocks * self.size, np.uint32)
         self.rounds = cp.zeros(self.blocks, np.uint32)
         self.ce = cp.zeros(1, dtype)  # the ranks' CE sums added (G's own slot is the peers' to read)
-        handles = self.comm.allgather((runtime.ipcGetMemHandle(self.G.data.ptr),
-                                       runtime.ipcGetMemHandle(self.flags_own.data.ptr)))
-        mapped = [(self.G.data.ptr, self.flags_own.data.ptr) if r == self.rank else
-                  tuple(runtime.ipcOpenMemHandle(h, LAZY_PEER_ACCESS) for h in handles[r]) for r in range(self.size)]
-        self.grads = cp.asarray([m[0] for m in mapped], np.uint64)
-        self.flags = cp.asarray([m[1] for m in mapped], np.uint64)
+        own = [self.G, self.flags_own]
+        if bf16_copy:  # the CE sum stays FP32, in two slots past the values' last whole vector
+            own.append(self.own_array(self.kernels.ce_slot(size - 1) + self.kernels.BF16_VALUES, np.uint16))
+        handles = self.comm.allgather([runtime.ipcGetMemHandle(a.data.ptr) for a in own])
+        mapped = [[a.data.ptr for a in own] if r == self.rank else
+                  [runtime.ipcOpenMemHandle(h, LAZY_PEER_ACCESS) for h in handles[r]] for r in range(self.size)]
+        self.grads, self.flags = (cp.asarray([m[i] for m in mapped], np.uint64) for i in (0, 1))
+        self.halves = cp.asarray([m[2] for m in mapped], np.uint64) if bf16_copy else None
         self.comm.Barrier()
         return self.G
 
-    def exchange_update(self, params, learning_rate: float, ends, regs) -> None:
-        """On the current stream: params -= lr (every rank's gradient summed + regs params), the CE sums into self.ce."""
+    def exchange_update(self, params, learning_rate: float, ends, regs, rounded=None) -> None:
+        """On the current stream: params -= lr (every rank's gradient summed + regs params), the CE sums into self.ce;
+        rounded (a BF16 copy registered): the new params rounded into it too."""
+        n = self.G.size - 1
         with phase("MPI_Allreduce"):  # the seeds' name for the gradient exchange; here it holds the update too
-            self.kernels.exchange_update(params, self.grads, self.rank, self.G.size - 1, learning_rate, ends, regs,
-                                         self.ce, self.flags, self.rounds, self.timeout_ns, self.blocks)
-        self.records.append({"op": "allreduce", "strategy": self.strategy, "rank": self.rank,
-                             "ranks": self.size, "bytes": self.G.nbytes, "seconds": float("nan")})  # async
+            if self.halves is None:
+                self.kernels.exchange_update(params, self.grads, self.rank, n, learning_rate, ends, regs, self.ce,
+                                             self.flags, self.rounds, self.timeout_ns, self.blocks)
+            else:
+                self.kernels.exchange_update_bf16(params, rounded, self.halves, self.grads, self.rank, n, learning_rate,
+                                                  ends, regs, self.ce, self.flags, self.rounds, self.timeout_ns,
+                                                  self.blocks)
+        self.records.append({"op": "allreduce", "strategy": self.strategy, "rank": self.rank, "ranks": self.size,
+                             "bytes": self.G.nbytes if self.halves is None else 2 * n, "seconds": float("nan")})  # async
 
     def read_wait(self) -> None:
         """On the current stream: hold until every peer has read this rank's last gradient."""

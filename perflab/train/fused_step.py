@@ -24,8 +24,7 @@ class FusedStep:
         """Enqueue forward and backward into G (capturable on one GPU; with --overlap, the
         exchange of G's chunks too); the samples are Xb's columns from `first` on, the others' delta zero."""
         W = self.params[0::2]
-        # W for the GEMMs (the fused output layer's kernels read W[-1] in FP32); p2p's update does not round P
-        Wg = self.half.weights(self.P, self.peer_exchange) if self.half else W
+        Wg = self.half.weights() if self.half else W  # W for the GEMMs (the fused output layer's kernels read W[-1] in FP32)
         n, C = Xb.shape[1], W[-1].shape[0]
         acts = [Xb] + [a[:w.shape[0] * n].reshape(w.shape[0], n) for a, w in zip(self.acts, W)]
         delta = self.delta[:C * n].reshape(C, n)

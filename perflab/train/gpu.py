@@ -136,7 +136,8 @@ class FusedGPU(FusedStep, Graphs, Sequential):
         # --comm p2p: the gradient lives where the peers map it, and one kernel exchanges and updates
         self.peer_exchange = comm.exchanges_and_updates
         # + 1 slot: the batch's CE sum
-        self.G = comm.register(self.P.size + 1, dtype) if self.peer_exchange else cp.zeros(self.P.size + 1, dtype=dtype)
+        self.G = (comm.register(self.P.size + 1, dtype, bf16_copy=cfg.dtype == "bfloat16") if self.peer_exchange
+                  else cp.zeros(self.P.size + 1, dtype=dtype))
         shapes = [p.shape for p in host_params]
         self.params, self.grads = self.views(self.P, shapes), self.views(self.G, shapes)
         self.ends = cp.asarray(np.cumsum([int(np.prod(s)) for s in shapes]), dtype=np.int64)
@@ -266,7 +267,8 @@ class FusedGPU(FusedStep, Graphs, Sequential):
 
     def exchange_and_update(self):
         if self.peer_exchange:
-            self.comm.exchange_update(self.P, self.cfg.learning_rate, self.ends, self.regs)
+            self.comm.exchange_update(self.P, self.cfg.learning_rate, self.ends, self.regs,
+                                      rounded=self.half.P_half if self.half else None)
             return
         if self.comm.size > 1 and not self.overlap:
             self.comm.allreduce(self.G)

@@ -19,10 +19,8 @@ class HalfWeights:
         self.params = views(self.P_half, shapes)
         self.delta = cp.empty(C * bmax, self.store)
 
-    def weights(self, P, stale: bool) -> list:
-        """The GEMMs' weights; `stale`: P was updated by a kernel that does not round (p2p's), so round it now."""
-        if stale:
-            kernels.narrow_copy(P, self.P_half)
+    def weights(self) -> list:
+        """The GEMMs' weights (every update, sgd_update's or p2p's, rounds P into P_half)."""
         return self.params[0::2]
 
     def rounded_delta(self, delta):

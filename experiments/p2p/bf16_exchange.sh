@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# one device call on four GPUs: the BF16 p2p exchange checked at p = 2 and 4 against the float64 reference, then timed
+# before (.before: the tree at the session's start) and after, alternating, with the FP32 p2p beside it
+set -uo pipefail
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 XLA_PYTHON_CLIENT_PREALLOCATE=false
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+mpi() { timeout "${LIMIT:-90}" mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x NCCL_NVLS_ENABLE -x PERFLAB_GIT_COMMIT "$@"; }
+SMALL="--dataset synthetic --input-size 97 --hidden-size 61 --num-classes 7 --train-size 517 --batch-size 100 --num-epochs 2 --learning-rate 0.5 --test-size 0"
+export PYTHONPATH=$PWD
+nvidia-smi --query-gpu=name --format=csv,noheader | head -1
+for P in ${CHECK_RANKS:-2 4}; do
+  for args in "--dtype bfloat16 --comm p2p" "--dtype bfloat16 --comm p2p --launch eager" "--dtype bfloat16 --comm p2p --hidden-size 61 37" \
+              "--dtype bfloat16 --comm p2p --train-size 1999 --batch-size 400" "--dtype float32 --comm p2p" "--dtype float64 --comm p2p" "--dtype bfloat16 --comm auto"; do
+    mpi -n $P python3 ${RUNNER:--m perflab} check --backend cupy --parallel data $SMALL $args --json 2>"$OUT/err.txt" | tail -1 | \
+      python3 -c "import json,sys; d=json.loads(sys.stdin.read() or '{}'); print('p=$P $args', f\"{d.get('max_rel_error', float('nan')):.2e}\", d.get('passed', 'NO RESULT'), d.get('comm'))"
+    tail -2 "$OUT/err.txt" | cut -c1-300
+  done
+done 2>&1 | tee "$OUT/check.log"
+[ -n "${CHECK_ONLY:-}" ] && exit 0  # one GPU: the ranks share it (time-sliced), which checks the bits, not the speed
+ln -sfn ../data .before/data
+for rep in 1 2; do
+  for H in 1024-1024 2048-2048; do
+    for tree in before after; do
+      [ $tree = before ] && export PYTHONPATH=$PWD/.before || export PYTHONPATH=$PWD
+      for n in 1 2 4; do
+        for flags in $([ $n = 1 ] && echo - || echo "p2p"); do
+          mpi -n $n python3 -m perflab.measure.peers_multi perflab $H 3000 60000 bf16 ${flags#-} 2>/dev/null | tail -1 | \
+            python3 -c "import json,sys; d=json.loads(sys.stdin.read()); d.update(tree='$tree', rep=$rep); print(json.dumps(d))"
+        done
+      done
+      [ $rep = 1 ] && mpi -n 2 python3 -m perflab.measure.peers_multi perflab $H 3000 60000 p2p 2>/dev/null | tail -1 | \
+            python3 -c "import json,sys; d=json.loads(sys.stdin.read()); d.update(tree='$tree', rep=$rep, dtype='float32'); print(json.dumps(d))"
+    done
+  done
+done 2>&1 | tee "$OUT/bench.jsonl"
