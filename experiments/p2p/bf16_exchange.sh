@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # one device call on four GPUs: the BF16 p2p exchange checked at p = 2 and 4 against the float64 reference, then timed
-# before (.before: the tree at the session's start) and after, alternating, with the FP32 p2p beside it
+# before (.before: the tree without the change, BEFORE_COMMIT) and after (AFTER_COMMIT), alternating, with JAX's sharded
+# bf16 scan beside them. On two GPUs: CHECK_RANKS=2 BENCH_RANKS="1 2"; CHECK_RANKS=none leaves the checks out.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 XLA_PYTHON_CLIENT_PREALLOCATE=false
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -9,6 +10,7 @@ SMALL="--dataset synthetic --input-size 97 --hidden-size 61 --num-classes 7 --tr
 export PYTHONPATH=$PWD
 nvidia-smi --query-gpu=name --format=csv,noheader | head -1
 for P in ${CHECK_RANKS:-2 4}; do
+  [ $P = none ] && break
   for args in "--dtype bfloat16 --comm p2p" "--dtype bfloat16 --comm p2p --launch eager" "--dtype bfloat16 --comm p2p --hidden-size 61 37" \
               "--dtype bfloat16 --comm p2p --train-size 1999 --batch-size 400" "--dtype float32 --comm p2p" "--dtype float64 --comm p2p" "--dtype bfloat16 --comm auto"; do
     mpi -n $P python3 ${RUNNER:--m perflab} check --backend cupy --parallel data $SMALL $args --json 2>"$OUT/err.txt" | tail -1 | \
@@ -17,19 +19,24 @@ for P in ${CHECK_RANKS:-2 4}; do
   done
 done 2>&1 | tee "$OUT/check.log"
 [ -n "${CHECK_ONLY:-}" ] && exit 0  # one GPU: the ranks share it (time-sliced), which checks the bits, not the speed
-ln -sfn ../data .before/data
+# each tree's own perflab: `python -m` puts the working directory first on sys.path, so each run starts in its tree
+# (a run from the repository root with PYTHONPATH=.before ran the tree at the root: the first call on two H200 did so)
 for rep in 1 2; do
   for H in 1024-1024 2048-2048; do
     for tree in before after; do
-      [ $tree = before ] && export PYTHONPATH=$PWD/.before || export PYTHONPATH=$PWD
-      for n in 1 2 4; do
+      [ $tree = before ] && root=$PWD/.before commit=$BEFORE_COMMIT || root=$PWD commit=$AFTER_COMMIT
+      for n in ${BENCH_RANKS:-1 2 4}; do
         for flags in $([ $n = 1 ] && echo - || echo "p2p"); do
-          mpi -n $n python3 -m perflab.measure.peers_multi perflab $H 3000 60000 bf16 ${flags#-} 2>/dev/null | tail -1 | \
-            python3 -c "import json,sys; d=json.loads(sys.stdin.read()); d.update(tree='$tree', rep=$rep); print(json.dumps(d))"
+          (cd "$root" && PYTHONPATH=$root PERFLAB_GIT_COMMIT=$commit mpi -n $n python3 -m perflab.measure.peers_multi \
+             perflab $H 3000 60000 bf16 ${flags#-} 2>/dev/null | tail -1 | \
+             python3 -c "import json,sys; d=json.loads(sys.stdin.read()); d.update(tree='$tree', rep=$rep); print(json.dumps(d))")
         done
       done
-      [ $rep = 1 ] && mpi -n 2 python3 -m perflab.measure.peers_multi perflab $H 3000 60000 p2p 2>/dev/null | tail -1 | \
-            python3 -c "import json,sys; d=json.loads(sys.stdin.read()); d.update(tree='$tree', rep=$rep, dtype='float32'); print(json.dumps(d))"
     done
+    if [ $rep = 1 ]; then
+      for n in ${BENCH_RANKS:-1 2 4}; do
+        timeout 120 python3 -m perflab.measure.peers_multi jax $H 3000 60000 $n bf16 2>/dev/null | tail -1
+      done
+    fi
   done
 done 2>&1 | tee "$OUT/bench.jsonl"
