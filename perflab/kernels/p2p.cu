@@ -265,43 +265,55 @@ __device__ void narrow_tail(const float* G, unsigned short* half, size_t n, size
     else if (e == n) *(float*)(half + ce_slot(n)) = G[n];
 }
 
-// P[e0 .. e0 + 7] updated with the summed gradient s, written to P, to P_half rounded, and to copy where not null.
-__device__ void update8(float* P, unsigned short* P_half, float* copy, size_t e0, const float* s, float lr,
-                        const long long* ends, const float* regs, int nseg) {
+// P[e0 .. e0 + 7] (w, loaded before) updated with the summed gradient s, written to P, to P_half rounded, and to copy
+// where not null.
+__device__ void update8(float* P, unsigned short* P_half, float* copy, size_t e0, const float4* w, const float* s,
+                        float lr, const long long* ends, const float* regs, int nseg) {
     int seg = 0;
     while (seg < nseg - 1 && e0 >= (size_t)ends[seg]) ++seg;
-    float4* Pv = (float4*)(P + e0);
-    const float4 a = Pv[0], b = Pv[1];
-    float w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    float v[8] = {w[0].x, w[0].y, w[0].z, w[0].w, w[1].x, w[1].y, w[1].z, w[1].w};
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
         while (seg < nseg - 1 && e0 + i >= (size_t)ends[seg]) ++seg;
-        w[i] = sgd(w[i], s[i], lr, regs[seg]);
+        v[i] = sgd(v[i], s[i], lr, regs[seg]);
     }
-    const float4 na = make_float4(w[0], w[1], w[2], w[3]), nb = make_float4(w[4], w[5], w[6], w[7]);
+    const float4 na = make_float4(v[0], v[1], v[2], v[3]), nb = make_float4(v[4], v[5], v[6], v[7]);
+    float4* Pv = (float4*)(P + e0);
     Pv[0] = na, Pv[1] = nb;
     *(uint4*)(P_half + e0) = narrow8(na, nb);
     if (copy != nullptr) ((float4*)(copy + e0))[0] = na, ((float4*)(copy + e0))[1] = nb;
 }
 
-// Vectors [lo, hi) of this block's share: every rank's BF16 gradient summed in rank order, P updated.
+// Vectors [lo, hi) of this block's share: every rank's BF16 gradient summed in rank order, P updated. A thread makes
+// about one pass at a step's gradient, so its loads go out together: P's and two ranks' copies at a time.
 __device__ void sum_update_bf16(float* P, unsigned short* P_half, const unsigned long long* halves, int p, size_t lo,
                                 size_t hi, float lr, const long long* ends, const float* regs, int nseg, float* copy) {
-    constexpr int U = 4;  // vectors in flight a thread from each rank: 64 bytes, as exchange_update's
+    constexpr int U = 2;  // vectors a thread from each rank (more spill registers at 512 threads a block)
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t base = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x; base < hi; base += U * stride) {
+        float4 w[U][2];
         float s[U][BF16_VALUES];
-        for (int k = 0; k < p; ++k) {
-            const uint4* src = (const uint4*)halves[k];
-            uint4 x[U];
 #pragma unroll
-            for (int u = 0; u < U; ++u) if (base + u * stride < hi) x[u] = __ldcg(src + base + u * stride);
+        for (int u = 0; u < U; ++u)
+            if (base + u * stride < hi) w[u][0] = ((const float4*)P)[2 * (base + u * stride)], w[u][1] = ((const float4*)P)[2 * (base + u * stride) + 1];
+        for (int k = 0; k < p; k += 2) {
+            const uint4* a = (const uint4*)halves[k];
+            const uint4* b = (const uint4*)halves[k + 1 < p ? k + 1 : k];
+            uint4 x[U], y[U];
 #pragma unroll
-            for (int u = 0; u < U; ++u) if (base + u * stride < hi) widen_add(x[u], s[u], k == 0);
+            for (int u = 0; u < U; ++u)
+                if (base + u * stride < hi) x[u] = __ldcg(a + base + u * stride), y[u] = __ldcg(b + base + u * stride);
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                if (base + u * stride >= hi) continue;
+                widen_add(x[u], s[u], k == 0);
+                if (k + 1 < p) widen_add(y[u], s[u], false);
+            }
         }
 #pragma unroll
         for (int u = 0; u < U; ++u)
-            if (base + u * stride < hi) update8(P, P_half, copy, (base + u * stride) * BF16_VALUES, s[u], lr, ends, regs, nseg);
+            if (base + u * stride < hi)
+                update8(P, P_half, copy, (base + u * stride) * BF16_VALUES, w[u], s[u], lr, ends, regs, nseg);
     }
 }
 
