@@ -18,10 +18,10 @@ __global__ void bias_sigmoid(S* z, const T* __restrict__ b, int rows, int cols) 
         S* v = reinterpret_cast<S*>(&raw);
         const T bias = b[e / cols];
 #pragma unroll
-        for (int i = 0; i < V; ++i) v[i] = narrow<S>(sigmoid(widen(v[i]) + bias));
+        for (int i = 0; i < V; ++i) v[i] = narrow<S>(sigmoid_stored(S{}, widen(v[i]) + bias));
         *reinterpret_cast<uint4*>(z + e) = raw;
     } else {
-        for (size_t k = e; k < e + V && k < total; ++k) z[k] = narrow<S>(sigmoid(widen(z[k]) + b[k / cols]));
+        for (size_t k = e; k < e + V && k < total; ++k) z[k] = narrow<S>(sigmoid_stored(S{}, widen(z[k]) + b[k / cols]));
     }
 }
 
@@ -715,7 +715,7 @@ output_forward_half(const float* __restrict__ W2, const float* __restrict__ b1, 
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const float2 z = unpack_half(S{}, w[m][i]);
-            w[m][i] = pack_half(S{}, sigmoid(z.x + bias), sigmoid(z.y + bias));  // a1 as stored, as the GEMMs read it
+            w[m][i] = pack_half(S{}, sigmoid_approx(z.x + bias), sigmoid_approx(z.y + bias));  // a1 as stored, as the GEMMs read it
             const float2 s = unpack_half(S{}, w[m][i]);
             v[m][2 * i] = h < H ? s.x : 0.f, v[m][2 * i + 1] = h < H ? s.y : 0.f;
         }

@@ -157,12 +157,12 @@ __device__ __forceinline__ void store_pair(S* o, float v0, float v1) {
 }
 
 // C's element (of type O) from the accumulated v: alpha v + beta c (BETA), then with bias b (BIAS)
-// sigmoid(. + b) of it rounded to O. The sigmoid by the fast intrinsics (a few ulp of FP32): IEEE
-// division and expf made each of a thread's 128 elements a subroutine's worth of code.
+// sigmoid(. + b) of it rounded to O. The sigmoid is sigmoid_approx (a few ulp of FP32): IEEE division and expf
+// made each of a thread's 128 elements a subroutine's worth of code.
 template <typename O, bool BETA, bool BIAS>
 __device__ __forceinline__ float epilogue(float v, float alpha, float beta, float c, float b) {
     v = BETA ? alpha * v + beta * c : alpha * v;
-    return BIAS ? __fdividef(1.0f, 1.0f + __expf(-(widen(narrow<O>(v)) + b))) : v;
+    return BIAS ? sigmoid_approx(widen(narrow<O>(v)) + b) : v;
 }
 
 // a warpgroup's 64 x BN result to C (split: to split z's slice of the workspace): warp w holds rows
