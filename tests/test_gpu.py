@@ -386,13 +386,15 @@ def test_sigmoid_backward_rows_makes_dz_and_its_row_sums_in_one_pass(rng, dtype,
             kernels.sigmoid_backward_rows(dev, cp.asarray(a.astype(dtype)), db, small[:, :-1])
 
 
-def test_sgd_update_one_launch(rng):
-    p, g = rng.normal(size=23), rng.normal(size=23)
-    ends, regs = np.array([12, 15, 21, 23]), np.array([0.1, 0.0, 0.1, 0.0])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_sgd_update_one_launch(rng, dtype):
+    """16 bytes a thread: segments that end inside a thread's values, and a last thread with fewer."""
+    p, g = rng.normal(size=23).astype(dtype), rng.normal(size=23).astype(dtype)
+    ends, regs = np.array([13, 15, 21, 23]), np.array([0.1, 0.0, 0.1, 0.0], dtype)
     dev = cp.asarray(p)
     kernels.sgd_update(dev, cp.asarray(g), 0.3, cp.asarray(ends), cp.asarray(regs))
     seg = np.searchsorted(ends, np.arange(23), side="right")
-    assert rel(dev.get(), p - 0.3 * (g + regs[seg] * p)) <= 1e-12
+    assert rel(dev.get(), p - dev.dtype.type(0.3) * (g + regs[seg] * p)) <= (1e-12 if dtype == "float64" else 1e-6)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

@@ -194,7 +194,7 @@ def test_the_update_rounds_the_new_weights_for_the_gemms_in_the_same_pass_and_a_
     on a gradient that overflowed."""
     n = 70001
     p, g = rng.normal(size=n).astype(np.float32), rng.normal(size=n).astype(np.float32)
-    ends, regs = cp.asarray([40000, 40100, n], np.int64), cp.asarray([0.1, 0.0, 0.1], np.float32)
+    ends, regs = cp.asarray([40001, 40103, n], np.int64), cp.asarray([0.1, 0.0, 0.1], np.float32)  # inside a thread's 4
     P, rounded = cp.asarray(p), poisoned(n, kernels.HALF_STORAGE[kind])
     kernels.sgd_update(P, cp.asarray(g), 0.3, ends, regs, rounded=rounded)
     seg = np.searchsorted(ends.get(), np.arange(n), side="right")
