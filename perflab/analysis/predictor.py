@@ -1030,7 +1030,7 @@ def covered_gemm(point: dict, spec: RunSpec, hidden: tuple) -> str:
         if (backend, mode, parallel, gemm) != ("cupy", "resident", "data", "cublas") \
                 or spec.exchange in ("nccl-half", "overlap") or (dtype == "float16" and spec.exchange == "p2p"):
             raise PredictionError(f"the predictor composes {dtype} steps on GPUs, resident data parallel with cuBLAS's "
-                                  f"GEMMs and an FP32 exchange (nccl; p2p, which reads BF16 copies in a bfloat16 run), "
+                                  f"GEMMs and NCCL's FP32 exchange or p2p's (BF16 copies in a bfloat16 run), "
                                   f"so far; got {parallel} {gemm} on {backend} {mode} {spec.exchange}")
         gemm, dtype = HALF_IMPLS[dtype], "float32"  # its gradient and update are FP32's (p2p_exchange says its exchange)
     if dtype != "float32" or (gemm != "cublas" and not tensor_cores and gemm not in HALF_IMPLS.values()) \

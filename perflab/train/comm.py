@@ -191,7 +191,7 @@ P2P_KEPT = []  # the memory peers map, for the process's life: a peer may still 
 
 class P2PComm(MPIComm):
     """--comm p2p, GPUs of one node: each rank maps every peer's gradient buffer and flags (CUDA
-    IPC) and one kernel reads the peers' gradients over NVLink, sums them in rank order and
+    IPC) and one kernel reads the peers' gradients over NVLink (a bfloat16 run: their BF16 copies), sums them in rank order and
     applies the SGD update (perflab/kernels/p2p.cu; from three ranks two-shot, each summing and
     updating its slice, then copying the peers'); it is faster than NCCL's all-reduce and the update kernel after
     it (docs/DECISIONS.md, D15). It

@@ -107,7 +107,7 @@ class FusedGPU(FusedStep, Graphs, Sequential):
     and replay Graphs' (perflab.train.graphs), the loss's read-back `loss` (perflab.train.loss_readback). Its
     features are objects of their own, None where off: `half` (perflab.train.half_gpu: the images, activations
     and their gradients in half precision, every GEMM but the fused output layer's on half operands; gradients,
-    exchange, update, biases, softmax and loss FP32) with float16's `loss_scale`, `overlap`
+    exchange, update, biases, softmax and loss FP32, but for p2p's exchange in a bfloat16 run, which reads BF16 copies) with float16's `loss_scale`, `overlap`
     (perflab.train.overlap), `side` (perflab.train.side_stream) and `tf32_split` (perflab.train.tf32_split);
     model parallel overrides the exchange hooks (perflab.train.model_parallel_gpu)."""
 
