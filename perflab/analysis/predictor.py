@@ -483,7 +483,7 @@ class Ceilings(AllReduces):
         return loglog(t.size_bytes, t.size_bytes / t.value, nbytes) if nbytes > 0 else 0.0
 
     def staged_images(self, B: float) -> float:
-        return self.memoized("images", B, lambda: self.staged_images_afresh(B))
+        return self.memoized(COPY_MEMOS[0], B, lambda: self.staged_images_afresh(B))
 
     def staged_images_afresh(self, B: float) -> float:
         t = self.rows("staged_images")
@@ -497,7 +497,7 @@ class Ceilings(AllReduces):
         t = self.rows("staged_images")
         if not len(t) or "min_seconds" not in t or t.min_seconds.isna().any():
             return None
-        return self.memoized("images_spread", B, lambda: (loglog(t.B, t.min_seconds, B), loglog(t.B, t.max_seconds, B)))
+        return self.memoized(COPY_MEMOS[1], B, lambda: (loglog(t.B, t.min_seconds, B), loglog(t.B, t.max_seconds, B)))
 
     def staged_hidden(self, B: float, kernels: float) -> float | None:
         """Seconds of the staged copy of B samples that run under a step of `kernels` seconds on the GPU
@@ -527,14 +527,16 @@ class Ceilings(AllReduces):
             t.loc[rows, "min_seconds"] *= low / spread[0]
             t.loc[rows, "max_seconds"] *= high / spread[1]
         c = Ceilings(t, source=f"{self.source} with the staged copy probed beside the run", grid_misses=self.grid_misses)
-        # only the copy changed: every other look-up is this file's
-        c.cache("rows").update({k: v for k, v in self.cache("rows").items() if k[0] != "staged_images"})
-        for kind in ("grids", "kernels", "floors", "overlap", "allreduce", "at_size"):
-            c.cache(kind).update(self.cache(kind))
+        # only the copy changed: every other look-up is this file's (the memo's every kind but the copy's)
+        self.cache("rows")  # the memo is this table's
+        for kind, found in self.memo.items():
+            if kind not in ("table", *COPY_MEMOS):
+                c.cache(kind).update({k: v for k, v in found.items() if kind != "rows" or k[0] != "staged_images"})
         return c
 
 
 
+COPY_MEMOS = ("images", "images_spread")  # the memo's kinds that hold the staged copy (which probed replaces)
 EXCHANGES = ("nccl_allreduce", "nccl_allreduce_graph", "mpi_allreduce", "staged_allreduce", "shm_allreduce",
              "pipelined_allreduce", "p2p_exchange_update", "p2p_exchange_update_bf16")
 
