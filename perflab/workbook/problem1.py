@@ -581,10 +581,11 @@ def minutes(seconds: float) -> str:
 
 
 def choose(budget_s: float | None, costs: Costs, backend: str, parts, changes: dict, full: bool) -> tuple:
-    """(name, settings, estimate) of the largest version whose estimate fits the budget (the full one when asked,
-    the smallest where none fits), and the lines that say so."""
+    """(name, settings, its estimate part by part) of the largest version whose estimate fits the budget (the full
+    one when asked, the smallest where none fits), and the lines that say so."""
     tiers = [(name, with_changes(s, changes)) for name, s in TIERS]
-    sums = [sum(estimate(s, costs, backend, parts).values()) for _, s in tiers]
+    estimates = [estimate(s, costs, backend, parts) for _, s in tiers]
+    sums = [sum(e.values()) for e in estimates]
     pick = 0 if full else next((i for i, t in enumerate(sums) if t <= budget_s), len(tiers) - 1)
     name, s = tiers[pick]
     lines = [f"Problem 1 on {backend}: the {name} version, about {minutes(sums[pick])} (parts: {', '.join(parts)})"
@@ -595,7 +596,7 @@ def choose(budget_s: float | None, costs: Costs, backend: str, parts, changes: d
         lines.append(f"left out against the full version: {left_out(s, tiers[0][1])}")
         lines.append(f"the full version would take about {minutes(sums[0])} here; on a GPU: "
                      "OUT=gpu-out bash scripts/gpu_problem1.sh")
-    return name, s, sums[pick], lines
+    return name, s, estimates[pick], lines
 
 
 def plan(budget_s: float | None, full: bool = False, backend: str = "auto", parts=PARTS,
@@ -613,13 +614,12 @@ def plan(budget_s: float | None, full: bool = False, backend: str = "auto", part
     except PlanError as exc:
         raise Problem1Error(str(exc)) from None
     if settings is not None:
-        name, chosen, seconds, lines = "given", with_changes(settings, changes), math.nan, []
+        name, chosen, estimates, lines = "given", with_changes(settings, changes), {}, []
     else:
         costs = measure_costs(backend, with_changes(FULL, changes).dataset)
-        name, chosen, seconds, lines = choose(budget_s, costs, backend, parts, changes, full)
-    estimates = estimate(chosen, costs, backend, parts) if settings is None else {}
-    return {"version": name, "settings": chosen, "backend": backend, "parts": parts, "estimate_s": seconds,
-            "estimates": estimates, "lines": lines}
+        name, chosen, estimates, lines = choose(budget_s, costs, backend, parts, changes, full)
+    return {"version": name, "settings": chosen, "backend": backend, "parts": parts,
+            "estimate_s": sum(estimates.values()) if estimates else math.nan, "estimates": estimates, "lines": lines}
 
 
 def estimate_left(planned: dict, folder) -> float:
