@@ -10,6 +10,19 @@ import pandas as pd
 import pytest
 
 
+def compile_package(root) -> None:
+    """Write the bytecode of the package under `root` once, as `make test` does before pytest: where
+    PYTHONDONTWRITEBYTECODE is set Python writes none itself, and every process a test starts (MPI ranks, engines,
+    notebook kernels, `perflab` commands) would compile the package from its sources again."""
+    import compileall
+    compileall.compile_dir(str(root / "perflab"), quiet=1)
+
+
+def pytest_sessionstart(session):
+    from perflab.data import PROJECT_ROOT
+    compile_package(PROJECT_ROOT)
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
@@ -50,6 +63,7 @@ def loaded_main_job(tmp_path_factory):
     git("init", "-q")
     git("add", "-A")
     git("-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-q", "-m", "clone")
+    compile_package(clone)  # as a first import writes it where PYTHONDONTWRITEBYTECODE is not set (git ignores it)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PERFLAB_")}
     env["PYTHONPATH"] = str(clone)  # the clone's package, as its own `pip install -e .` would give (kernel, engines)
     run = clone / "runs" / results.machine_key()
@@ -78,3 +92,31 @@ def loaded_main_job(tmp_path_factory):
         busy.kill()
         busy.wait()
     return SimpleNamespace(clone=clone, run=run, procs=procs, git=git)
+
+
+@pytest.fixture(scope="session")
+def report_run_answers(tmp_path_factory):
+    """Where the answers to every question of REPORT.md's run (the committed two-GPU main job) go, drawn once a
+    session: REPORT.md's test, the outline's and the PDF's each answer them all from the same files into the same
+    figures folder (seconds of drawing each time). SimpleNamespace(figures, pdf: a report.pdf whose figures folder
+    that is, answered: {(run folder, sweeps): answer_all's answers})."""
+    folder = tmp_path_factory.mktemp("report_run")
+    return SimpleNamespace(figures=folder / "report_figures", pdf=folder / "report.pdf", answered={})
+
+
+@pytest.fixture
+def answered_once(report_run_answers, monkeypatch):
+    """questions.answer_all answering a run whose figures go to report_run_answers.figures once a session, the
+    same answers to each later call on the same folder and sweeps; any other run as before."""
+    from perflab.report import questions
+    answer_all = questions.answer_all
+
+    def once(run):
+        if run.figures.resolve() != report_run_answers.figures.resolve():
+            return answer_all(run)
+        key = (run.folder.resolve(), tuple(str(s) for s in run.sweeps))
+        if key not in report_run_answers.answered:
+            report_run_answers.answered[key] = answer_all(run)
+        return report_run_answers.answered[key]
+    monkeypatch.setattr(questions, "answer_all", once)
+    return report_run_answers

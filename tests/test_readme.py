@@ -30,7 +30,7 @@ def test_the_readme_is_a_front_door():
 
 
 @pytest.mark.slow  # make test-all: answers every question from the committed two-GPU main job, draws its figures
-def test_report_md_is_the_pdf_outline_answered_from_one_run(tmp_path):
+def test_report_md_is_the_pdf_outline_answered_from_one_run(answered_once):
     """results/REPORT.md is generated from the committed two-GPU main job (perflab report --markdown fixes it):
     at most 1000 lines, every question of the seeds' outline a heading, in the PDF's order, each figure it shows
     committed, and its appendix links CAMPAIGNS.md."""
@@ -40,13 +40,13 @@ def test_report_md_is_the_pdf_outline_answered_from_one_run(tmp_path):
     from perflab.results import RESULTS_ROOT
     text = (RESULTS_ROOT / "REPORT.md").read_text()
     campaigns = (RESULTS_ROOT / "CAMPAIGNS.md").read_text()
-    assert text == markdown.outline_markdown(figures=tmp_path, campaigns=campaigns)
+    assert text == markdown.outline_markdown(figures=answered_once.figures, campaigns=campaigns)
     assert len(text.splitlines()) <= 1000
     headings = re.findall(r"^### (.+?): ", text, flags=re.M)
     assert headings == [q.id for q in questions.QUESTIONS]
     figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
     assert figures and [f for f in figures if not (RESULTS_ROOT / f).exists()] == []
-    assert sorted(f.name for f in tmp_path.glob("*.png")) == sorted(Path(f).name for f in figures)
+    assert sorted(f.name for f in answered_once.figures.glob("*.png")) == sorted(Path(f).name for f in figures)
     own = re.findall(r"\]\(#(.+?)\)", text)
     assert own and set(own) <= {markdown.anchor(h) for h in re.findall(r"^#{2,3} (.+)$", text, flags=re.M)}
     linked = re.findall(r"\]\(CAMPAIGNS\.md#(.+?)\)", text)

@@ -117,11 +117,20 @@ def parameter_value(name: str, text: str):
         return text
 
 
+def skip_iri_grammars() -> None:
+    """Keep jsonschema from importing rfc3987_syntax where it is installed: that import builds its IRI grammars, seconds
+    of every notebook command before anything runs (jupytext and papermill import nbformat, which imports jsonschema),
+    for format checks ("iri") that no notebook schema asks for. jsonschema leaves those checks out when the import
+    fails, as where the package is not installed."""
+    sys.modules.setdefault("rfc3987_syntax", None)
+
+
 def cmd_notebook(args, comm) -> dict:
     """Execute notebooks/NAME.py (Jupytext percent format, the one source) end to end with papermill;
     the executed copy lands in <run folder>/notebooks/NAME.ipynb once the run ends well. While it runs
     it is NAME.running.ipynb; a run that fails becomes NAME.failed.ipynb, and the last good NAME.ipynb
     stays as it was (the report reads that one)."""
+    skip_iri_grammars()
     import jupytext
     import papermill
 

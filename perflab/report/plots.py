@@ -605,11 +605,12 @@ def text_box(text, renderer):
 def text_boxes(fig) -> list:
     """(text, box) of every text a reader sees on a drawn figure: titles, axis labels, annotations, texts
     placed in the axes or on the figure (the caption), each legend as one box. Tick labels are left to
-    matplotlib, which spaces them."""
+    matplotlib, which spaces them. The figure is laid out as a draw would, without painting any pixel: savefig
+    draws it again anyway."""
     import matplotlib.text
     from matplotlib.axis import Tick
     from matplotlib.legend import Legend
-    fig.canvas.draw()
+    fig.draw_without_rendering()
     renderer = fig.canvas.get_renderer()
     ticks = {id(t) for tick in fig.findobj(Tick) for t in (tick.label1, tick.label2)}
     legends = fig.findobj(Legend)

@@ -23,6 +23,10 @@ class ClusterError(RuntimeError):
 warnings.filterwarnings("ignore", message="IProgress not found")
 
 CLUSTER_ID_ENV = "PERFLAB_CLUSTER_ID"  # the id a notebook's own cluster takes (stop_named stops it)
+# The controller counts an engine in only at the second heartbeat ping after it registered, so a start waits one to two
+# ping periods. A ping a third as far apart as ipyparallel's default, with three times the misses allowed, waits a
+# third as long and keeps how long an engine may stay silent before the controller drops it.
+HEARTBEAT_ARGS = ["--HeartMonitor.period=1000", "--HeartMonitor.max_heartmonitor_misses=30"]
 
 
 def stop_named(cluster_id: str) -> bool:
@@ -72,7 +76,7 @@ def start(n: int = 2, ip: str | None = None, timeout: float = 120.0):
     mpi_path()
     if shutil.which("mpiexec") is None:
         raise ClusterError("no mpiexec on PATH: pip install mpich (or load your MPI module), then retry")
-    controller_args = [f"--ip={ip}"] if ip else []
+    controller_args = ([f"--ip={ip}"] if ip else []) + HEARTBEAT_ARGS
     # under `perflab notebook` the cluster is named, so the command can stop it when the notebook stops early
     # (elsewhere ipyparallel's own unique id: an empty one would be the profile's default cluster)
     named = {"cluster_id": os.environ[CLUSTER_ID_ENV]} if os.environ.get(CLUSTER_ID_ENV) else {}
