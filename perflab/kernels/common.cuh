@@ -57,6 +57,27 @@ __device__ __forceinline__ fp16 narrow<fp16, float>(float v) {  // to nearest ev
     return fp16{h};
 }
 
+// Two values in one 32-bit word of 16-bit storage, lo in the low half (to nearest even), and back.
+__device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+__device__ __forceinline__ unsigned pack_half(bf16, float lo, float hi) { return pack_bf16(lo, hi); }
+__device__ __forceinline__ unsigned pack_half(fp16, float lo, float hi) {
+    unsigned r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+__device__ __forceinline__ float2 unpack_half(bf16, unsigned w) {
+    return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+}
+__device__ __forceinline__ float2 unpack_half(fp16, unsigned w) {
+    float lo, hi;
+    asm("{.reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h;}" : "=f"(lo), "=f"(hi) : "r"(w));
+    return make_float2(lo, hi);
+}
+
 // sigmoid(z) for a value a step stores in S: sigmoid_approx where S holds 16 bits
 template <typename S, typename T>
 __device__ __forceinline__ T sigmoid_stored(S, T z) { return sigmoid(z); }

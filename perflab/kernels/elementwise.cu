@@ -481,25 +481,6 @@ output_backward(const T* __restrict__ W2, const T* __restrict__ delta, const T* 
 #define HB_COLS 128
 #define HB_PITCH (HB_COLS + 8)  // bf16s a row of the staged deltas: ldmatrix's 8 rows in 8 bank groups
 
-__device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {  // lo in the low half
-    unsigned r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-__device__ __forceinline__ unsigned pack_half(bf16, float lo, float hi) { return pack_bf16(lo, hi); }
-__device__ __forceinline__ unsigned pack_half(fp16, float lo, float hi) {
-    unsigned r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-__device__ __forceinline__ float2 unpack_half(bf16, unsigned w) {
-    return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
-}
-__device__ __forceinline__ float2 unpack_half(fp16, unsigned w) {
-    float lo, hi;
-    asm("{.reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h;}" : "=f"(lo), "=f"(hi) : "r"(w));
-    return make_float2(lo, hi);
-}
 template <typename S> struct bf16_exact { static constexpr bool value = true; };  // S's values are BF16's
 template <> struct bf16_exact<fp16> { static constexpr bool value = false; };
 // x's high BF16 part (to nearest) and the rest's, each pair packed as pack_bf16 does

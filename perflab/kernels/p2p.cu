@@ -237,17 +237,16 @@ constexpr int BF16_VALUES = 8;  // a 16-byte vector of the BF16 copy
 
 __host__ __device__ size_t ce_slot(size_t n) { return (n + BF16_VALUES - 1) / BF16_VALUES * BF16_VALUES; }
 
-__device__ unsigned pack2(float lo, float hi) {
-    return (unsigned)narrow<bf16>(lo).bits | ((unsigned)narrow<bf16>(hi).bits << 16);
+__device__ uint4 narrow8(float4 a, float4 b) {
+    return make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
 }
-__device__ uint4 narrow8(float4 a, float4 b) { return make_uint4(pack2(a.x, a.y), pack2(a.z, a.w), pack2(b.x, b.y), pack2(b.z, b.w)); }
 __device__ void widen_add(uint4 x, float* s, bool first) {
     const unsigned w[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        const float lo = __uint_as_float(w[i] << 16), hi = __uint_as_float(w[i] & 0xffff0000u);
-        s[2 * i] = first ? lo : s[2 * i] + lo;
-        s[2 * i + 1] = first ? hi : s[2 * i + 1] + hi;
+        const float2 v = unpack_half(bf16{}, w[i]);
+        s[2 * i] = first ? v.x : s[2 * i] + v.x;
+        s[2 * i + 1] = first ? v.y : s[2 * i + 1] + v.y;
     }
 }
 
