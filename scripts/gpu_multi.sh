@@ -207,13 +207,18 @@ print(json.dumps({k: d[k] for k in ('mode', 'comm', 'chunks', 'ranks', 'hidden_s
           timeout 120 python3 -m perflab.measure.peers_multi jax $H $b 60000 $n 2>/dev/null | tail -1
         done
       done 2>&1 | tee "$OUT/scaling.jsonl" ;;
-    halfscaling)  # issue 68 item 3: BF16 data parallel at b = 3000 a GPU, each exchange, beside JAX's sharded bf16 scan
+    halfscaling)  # issue 68 item 3: BF16 data parallel at b = 3000 a GPU, each exchange (HALF_FLAGS), beside JAX's
+      # sharded bf16 scan; then which exchange `perflab train --comm auto` keeps at each p (its trial of each)
       for H in ${NETS:-1024 1024-1024 2048-2048}; do
         for n in $RANKS; do
-          for flags in $([ $n = 1 ] && echo - || echo "- nccl-half p2p overlap"); do
+          for flags in $([ $n = 1 ] && echo - || echo "${HALF_FLAGS:-- nccl-half p2p overlap}"); do
             mpi -n $n python3 -m perflab.measure.peers_multi perflab $H 3000 60000 bf16 ${flags#-} 2>/dev/null | tail -1
           done
           timeout 120 python3 -m perflab.measure.peers_multi jax $H 3000 60000 $n bf16 2>/dev/null | tail -1
+          [ $n = 1 ] || mpi -n $n python3 -m perflab train --backend cupy --dtype bfloat16 --comm auto --hidden $H \
+            --dataset synthetic --train-size 60000 --test-size 0 --batch-size $((3000 * n)) --num-epochs 3 --json \
+            2>/dev/null | tail -1 | python3 -c "import json,sys; d=json.loads(sys.stdin.read()); print(json.dumps(
+              {'auto': d.get('comm'), 'overlap': d.get('overlap'), 'trial_s': d.get('exchange_trial_s'), 'H': '$H', 'p': $n}))"
         done
       done 2>&1 | tee "$OUT/half_scaling.jsonl" ;;
   esac
