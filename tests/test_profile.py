@@ -1,5 +1,7 @@
 import dataclasses
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -46,12 +48,25 @@ def test_cpu_gemm_ceiling_positive():
     assert rows[0]["value"] > 1e6 and rows[0]["unit"] == "FLOP/s"
 
 
+def test_ceilings_time_the_grid_joined_with_the_shapes_asked_or_those_alone():
+    """step_grid (no timing): `perflab ceilings --hidden ... --per-rank-batch ...` joins every width of the nets
+    and the batches to the default grid; --grid asked times those alone; asked alone without them is refused."""
+    from perflab.measure import ceilings
+    for gpu in (False, True):
+        hidden, batches = ceilings.default_grid(gpu)
+        assert ceilings.step_grid(gpu, [(100,), (100, 37)], [300]) == (sorted({*hidden, 37, 100}), sorted({*batches, 300}))
+        assert ceilings.step_grid(gpu, [(100,), (100, 37)], [300], asked_only=True) == ([37, 100], [300])
+    proc = subprocess.run([sys.executable, "-m", "perflab", "ceilings", "--grid", "asked", "--hidden", "100"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--grid asked" in proc.stderr and "--per-rank-batch" in proc.stderr, proc.stderr
+
+
 @pytest.mark.slow  # make test-all: ceilings, then a sweep over three depths, on two ranks
 @pytest.mark.mpi
 def test_ceilings_under_mpi_writes_table(tmp_path):
     from test_mpi import last_json, mpirun
     proc = mpirun(2, "ceilings", "--max-log2-size", "14", "--out", str(tmp_path), "--json", "--backend", "numpy",
-                  "--hidden", "100", "100-100", "--per-rank-batch", "300")
+                  "--hidden", "100", "100-100", "--per-rank-batch", "300", "--grid", "asked")
     summary = last_json(proc)
     import pandas as pd
 
@@ -62,11 +77,10 @@ def test_ceilings_under_mpi_writes_table(tmp_path):
     assert (allreduce.value > 0).all() and (allreduce.min_seconds <= allreduce.seconds).all()
     assert (allreduce.seconds <= allreduce.max_seconds).all()
     assert json.loads((tmp_path / "ceilings_p2.json").read_text())["cpu"]
-    kernels = table[table.ceiling == "step_kernel"]  # the grid, and the shapes asked for beside it
-    assert 100 in set(kernels.H) and 300 in set(kernels.B) and {128, 2048} <= set(kernels.H)
-    here = kernels[(kernels.H == 100) & (kernels.B == 300)]  # forward, backward, step of 784-100-10 and 784-100-100-10
-    assert sorted(here.impl) == sorted(k + s for k in ("forward", "backward", "step") for s in ("", ", two hidden layers"))
-    assert set(kernels[kernels.impl == "forward, two hidden layers"].H) == {100, 128, 512, 1024}
+    kernels = table[table.ceiling == "step_kernel"]  # the shapes asked for alone (--grid asked; step_grid's test)
+    assert set(kernels.H) == {100} and set(kernels.B) == {300}
+    # forward, backward, step of 784-100-10 and 784-100-100-10
+    assert sorted(kernels.impl) == sorted(k + s for k in ("forward", "backward", "step") for s in ("", ", two hidden layers"))
     # depth as a sweep axis: nets of one, two and three hidden layers, predicted from these ceilings
     proc = mpirun(2, "sweep", "--backend", "numpy", "--hidden", "100", "100-100", "100-100-100", "--ranks", "1", "2",
                   "--per-rank-batch", "300", "--train-size", "1200", "--out", str(tmp_path), "--name", "prediction_check_depth")

@@ -67,9 +67,11 @@ def cmd_ceilings(args, comm) -> dict:
         require_cupy("--backend cupy")
     gpu = {"auto": cupy_or_none() is not None, "cupy": True, "numpy": False}[args.backend]
     sizes = [2**k for k in range(12, args.max_log2_size + 1, 2)]
-    hidden, batches = ceilings.default_grid(gpu)
     asked = [widths(n) for n in nets(args, default=())]
-    grid = (sorted({*hidden, *(h for net in asked for h in net)}), sorted({*batches, *(args.per_rank_batch or ())}))
+    if args.grid == "asked" and not (asked and args.per_rank_batch):
+        raise CLIError("--grid asked times the step's kernels at the nets and batches asked alone: name them with "
+                       "--hidden NET... and --per-rank-batch B...")
+    grid = ceilings.step_grid(gpu, asked, args.per_rank_batch or (), asked_only=args.grid == "asked")
     rows = ceilings.measure(comm, gpu, sizes, log=(lambda m: None) if args.json or comm.rank else print,
                             kernels=not args.no_step_kernels, grid=grid, nets=asked)
     if comm.rank != 0:
@@ -234,6 +236,10 @@ def ceilings_parser(sub) -> None:
                             "timed at each net's gradient and pipelined pieces")
     p.add_argument("--per-rank-batch", nargs="+", type=positive, metavar="B/p",
                    help="also time them at these samples per rank per step (with --hidden: every pair)")
+    p.add_argument("--grid", choices=("full", "asked"), default="full",
+                   help="full: the step's kernels over the H x B grid and the nets and batches asked; asked: at the "
+                        "nets and batches asked alone, as the main job times its sweep's shapes (minutes shorter on "
+                        "a CPU; predictions then hold at those shapes only) (default %(default)s)")
     outputs(p)
     p.set_defaults(run=cmd_ceilings)
 

@@ -677,6 +677,14 @@ def default_grid(gpu: bool) -> tuple:
     return (HIDDEN_GRID, BATCH_GRID) if gpu else (CPU_HIDDEN_GRID, CPU_BATCH_GRID)
 
 
+def step_grid(gpu: bool, nets=(), batches=(), asked_only: bool = False) -> tuple[list, list]:
+    """(hidden sizes, per-rank batches) at which `perflab ceilings` times the step's kernels: the default grid
+    joined with every width of the nets asked and the batches asked, or (asked_only) those alone, as the main job
+    times its sweep's shapes (a CPU's grid takes minutes at its largest batches)."""
+    hidden, grid_batches = ((), ()) if asked_only else default_grid(gpu)
+    return sorted({*hidden, *(h for net in nets for h in net)}), sorted({*grid_batches, *batches})
+
+
 def exchange_sizes(sizes, nets=()) -> tuple[list[int], list[int]]:
     """(all-reduce sizes, the pipelined trainer's piece sizes): the grids', and each net's own gradient
     and pieces (hidden widths), so a prediction for those nets reads its exchanges as measured, not
