@@ -24,8 +24,8 @@ warnings.filterwarnings("ignore", message="IProgress not found")
 
 CLUSTER_ID_ENV = "PERFLAB_CLUSTER_ID"  # the id a notebook's own cluster takes (stop_named stops it)
 # The controller counts an engine in only at the second heartbeat ping after it registered, so a start waits one to two
-# ping periods. A ping every 0.3 s (ipyparallel's default is 3 s) with 100 misses allowed waits a tenth as long and
-# keeps the 30 s an engine may stay silent before the controller drops it.
+# ping periods. A ping ten times as often as ipyparallel's default, with ten times the misses allowed, waits a tenth
+# as long and keeps how long an engine may stay silent before the controller drops it.
 HEARTBEAT_ARGS = ["--HeartMonitor.period=300", "--HeartMonitor.max_heartmonitor_misses=100"]
 
 
