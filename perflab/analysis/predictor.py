@@ -35,7 +35,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cache, partial, wraps
 from pathlib import Path
 
 import numpy as np
@@ -69,7 +69,8 @@ def on_grid(t: pd.DataFrame, H: float, B: float) -> float:
 
 def grid_lines(t: pd.DataFrame) -> list[tuple]:
     """An (H, B') grid's rows as its lines at each grid H, in order of H: (H, loglog_line(B', seconds))."""
-    return [(h, loglog_line(g.B, g.seconds)) for h, g in t.groupby("H")]
+    H, B, seconds = np.asarray(t.H), np.asarray(t.B), np.asarray(t.seconds)
+    return [(h, loglog_line(B[H == h], seconds[H == h])) for h in np.unique(H[pd.notna(H)])]
 
 
 def on_lines(lines: list[tuple], H: float, B: float) -> float:
@@ -143,7 +144,7 @@ def loglog_at(line: tuple[np.ndarray, np.ndarray], x: float) -> float:
     if len(xs) == 1:
         return float(np.exp(ys[0]))
     lx = math.log(x)
-    i = int(np.clip(np.searchsorted(xs, lx) - 1, 0, len(xs) - 2))
+    i = min(max(int(np.searchsorted(xs, lx)) - 1, 0), len(xs) - 2)
     slope = (ys[i + 1] - ys[i]) / (xs[i + 1] - xs[i])
     return float(np.exp(ys[i] + slope * (lx - xs[i])))
 
@@ -154,6 +155,19 @@ def alpha_beta(sizes, seconds) -> tuple[float, float]:
     A = np.vstack([np.ones_like(S), S]).T
     (alpha, inv_beta), *_ = np.linalg.lstsq(A / t[:, None], np.ones_like(t), rcond=None)  # relative error
     return max(float(alpha), 0.0), 1 / max(float(inv_beta), 1e-30)
+
+
+def once_per_table(method):
+    """A look-up made once per arguments for the table that asks it (Lookups.cache, a kind per method); what raises
+    is asked again. Only for what the table alone says, not the machine's other boots."""
+    @wraps(method)
+    def looked_up(self, *args, **kwargs):
+        found = self.cache(method.__name__)
+        key = (*args, *kwargs.items())
+        if key not in found:
+            found[key] = method(self, *args, **kwargs)
+        return found[key]
+    return looked_up
 
 
 class Lookups:
@@ -168,23 +182,19 @@ class Lookups:
             self.memo["table"] = self.table
         return self.memo.setdefault(kind, {})
 
-    def memoized(self, kind: str, key, compute):
-        """compute(), once per key of this kind (cache); what raises is asked again."""
-        found = self.cache(kind)
-        if key not in found:
-            found[key] = compute()
-        return found[key]
-
     def rows(self, ceiling: str, **match) -> pd.DataFrame:
         """The table's rows of one ceiling, matching each column given (none where the table lacks the column);
         read-only: the frame is shared by every caller that asks the same."""
         found = self.cache("rows")
         key = (ceiling, *match.items())
-        if key not in found:
-            t = self.table[self.table.ceiling == ceiling]
-            for k, v in match.items():
-                t = t[t[k] == v] if k in t else t.iloc[:0]
-            found[key] = t
+        if not found:  # every ceiling's rows, split in one pass (a mask over the whole table costs as much, per ceiling)
+            found.update(((name,), t) for name, t in self.table.groupby("ceiling", sort=False))
+        if key not in found and not match:  # a ceiling the table lacks
+            found[key] = self.table.iloc[:0]
+        elif key not in found:  # the rows matching all but the last column given, then the last
+            *first, (k, v) = match.items()
+            t = self.rows(ceiling, **dict(first))
+            found[key] = t[t[k] == v] if k in t else t.iloc[:0]
         return found[key]
 
 
@@ -201,32 +211,28 @@ class AllReduces(Lookups):
         if not grid:
             return own
         ref = min(grid, key=lambda s: abs(math.log(s / nbytes)))
-        mine = self.at_size(self.rows("staged_allreduce", ranks=p), ref)
+        mine = self.at_size("staged_allreduce", p, ref)
         if mine is None:
             return own
         here = self.staged_exchange(p, nbytes) / float(mine.seconds)  # this file's at nbytes, per second at ref
 
         def scaled(b):
-            theirs = b.at_size(b.rows("staged_allreduce", ranks=p), ref)
+            theirs = b.at_size("staged_allreduce", p, ref)
             if theirs is None:
                 raise KeyError(ref)  # that boot did not time this size at p ranks
             return here * float(theirs.seconds)
         return self.envelope(("exchange", p, nbytes), scaled, own)
 
-
+    @once_per_table
     def allreduce(self, ceiling: str, p: int, nbytes: float) -> float:
         """As measured at S where the ceilings timed that size (`perflab ceilings --hidden NET` times each
         net's gradient and pipelined pieces), else from t = a + S / b fitted to the measured sizes within
         a factor 16 of S (the path's protocol changes with size, so one line through every size misses the
         gradient's: docs/DECISIONS.md, D22)."""
-        return self.memoized("allreduce", (ceiling, p, nbytes), lambda: self.timed_or_fitted(ceiling, p, nbytes))
-
-    def timed_or_fitted(self, ceiling: str, p: int, nbytes: float) -> float:
-        """allreduce, looked up afresh."""
         t = self.rows(ceiling, ranks=p)
         if not len(t):
             raise PredictionError(f"{self.source} has no {ceiling} rows at p={p}: run `mpiexec -n {p} perflab ceilings`")
-        exact = self.at_size(t, nbytes)
+        exact = self.at_size(ceiling, p, nbytes)
         if exact is not None:
             return float(exact.seconds)
         near = t[(t.size_bytes >= nbytes / 16) & (t.size_bytes <= nbytes * 16)]
@@ -235,10 +241,11 @@ class AllReduces(Lookups):
         alpha, beta = alpha_beta(t.size_bytes, seconds)
         return alpha + nbytes / beta
 
-    @staticmethod
-    def at_size(t: pd.DataFrame, nbytes: float):
-        """The row of t timed at nbytes (to rtol 0.01: docs/DECISIONS.md, D22), or None; rows that predate the
-        seconds column have none."""
+    @once_per_table
+    def at_size(self, ceiling: str, p: int, nbytes: float):
+        """The row of the ceiling's at p ranks timed at nbytes (to rtol 0.01: docs/DECISIONS.md, D22), or None; rows
+        that predate the seconds column have none."""
+        t = self.rows(ceiling, ranks=p)
         if "seconds" not in t:
             return None
         exact = t[np.isclose(t.size_bytes, nbytes, rtol=0.01) & t.seconds.notna()]
@@ -247,7 +254,7 @@ class AllReduces(Lookups):
     def allreduce_spread(self, ceiling: str, p: int, nbytes: float) -> tuple[float, float] | None:
         """The fastest and slowest repeat of the all-reduce at nbytes, where the ceilings timed that size
         and kept its repeats' spread (a host-paced prediction's band); else None."""
-        exact = self.memoized("at_size", (ceiling, p, nbytes), lambda: self.at_size(self.rows(ceiling, ranks=p), nbytes))
+        exact = self.at_size(ceiling, p, nbytes)
         if exact is None or pd.isna(exact.get("min_seconds", np.nan)):
             return None
         return float(exact.min_seconds), float(exact.max_seconds)
@@ -323,7 +330,11 @@ class Ceilings(AllReduces):
             raise PredictionError(str(exc)) from None
         c = cls(table, source=relative(path))  # as validation's skip reasons name it
         if boots:
-            c.boots = [b for b in machine_ceilings(Path(path)) if b.source != c.source]
+            machine = machine_ceilings(Path(path))
+            c.boots = [b for b in machine if b.source != c.source]
+            for b in machine:  # the machine's copy of this very file, as it reads now: one table, one memo of look-ups
+                if b.source == c.source and b.table.equals(table):
+                    c.table, c.memo = b.table, b.memo
         return c
 
     def envelope(self, key: tuple, term, own: tuple[float, float]) -> tuple[float, float]:
@@ -341,23 +352,24 @@ class Ceilings(AllReduces):
             self.envelopes[key] = min(own[0], float(low)), max(own[1], float(high))
         return self.envelopes[key]
 
+    @once_per_table
     def kernel(self, device: str, name: str, H: float, B: float) -> float:
         """Seconds of one kernel at (H, B'): log-log in B at the two grid H around H, then in H."""
-        grids = self.cache("grids")
-        if (device, name) not in grids:
-            t = self.rows("step_kernel", device=device, impl=name)
-            if not len(t):
-                other = "cpu" if device == "gpu" else "gpu"
-                raise PredictionError(f"{self.source} has no {device} step_kernel rows for {name!r}: " + (
-                    f"it is a {other.upper()}'s file (--backend {'numpy' if other == 'cpu' else 'cupy'} predicts from it)"
-                    if len(self.rows("step_kernel", device=other)) else
-                    "measure them with `perflab ceilings` (perflab 0.1 + the predictor)"))
-            grids[device, name] = grid_lines(t)
-        seconds = self.cache("kernels")
-        if (device, name, H, B) not in seconds:
-            seconds[device, name, H, B] = on_lines(grids[device, name], H, B)
-        return seconds[device, name, H, B]
+        return on_lines(self.grid(device, name), H, B)
 
+    @once_per_table
+    def grid(self, device: str, name: str) -> list[tuple]:
+        """One kernel's (H, B') grid as its lines (grid_lines)."""
+        t = self.rows("step_kernel", device=device, impl=name)
+        if not len(t):
+            other = "cpu" if device == "gpu" else "gpu"
+            raise PredictionError(f"{self.source} has no {device} step_kernel rows for {name!r}: " + (
+                f"it is a {other.upper()}'s file (--backend {'numpy' if other == 'cpu' else 'cupy'} predicts from it)"
+                if len(self.rows("step_kernel", device=other)) else
+                "measure them with `perflab ceilings` (perflab 0.1 + the predictor)"))
+        return grid_lines(t)
+
+    @once_per_table
     def step_names(self, backend: str, gemm: str = "cublas", eager: bool = False) -> tuple:
         """The step_kernel rows a data-parallel step sums: on a GPU its kernels timed one after another
         (`step in sequence`; launched one by one where the step is and the file timed that: each
@@ -385,17 +397,17 @@ class Ceilings(AllReduces):
         if len(Hs) < 3 or len(Bs) < 3 or set(t.impl) != set(names):
             return None
         errors = []
-        # each kernel's grid as arrays, in the table's order (as groupby("impl") gives them)
-        kernels = [(np.asarray(g.H), np.asarray(g.B), np.asarray(g.seconds)) for _, g in t.groupby("impl")]
+        # each kernel's grid as arrays and as its lines at each H, in the table's order (as groupby("impl") gives them)
+        kernels = [(np.asarray(g.H), np.asarray(g.B), np.asarray(g.seconds), grid_lines(g)) for _, g in t.groupby("impl")]
+        step_H, step_B, step_seconds = np.asarray(t.H), np.asarray(t.B), np.asarray(t.seconds)
         for H in Hs[1:-1]:
             for B in Bs[1:-1]:
-                here = t[(t.H == H) & (t.B == B)]
-                true = float(here.seconds.sum())
+                true = float(np.nansum(step_seconds[(step_H == H) & (step_B == B)]))  # as pandas sums: NaN left out
                 without_b = without_h = 0.0
-                for gH, gB, gs in kernels:
+                for gH, gB, gs, lines in kernels:
                     at_h = (gH == H) & (gB != B)
                     without_b += loglog(gB[at_h], gs[at_h], B)
-                    others = {h: loglog(gB[gH == h], gs[gH == h], B) for h in sorted(set(gH[(gH != H) & pd.notna(gH)]))}
+                    others = {h: loglog_at(line, B) for h, line in lines if h != H}
                     without_h += loglog(list(others), list(others.values()), H)
                 errors += [without_b / true - 1, without_h / true - 1]
         absolute = np.abs(errors)
@@ -412,14 +424,13 @@ class Ceilings(AllReduces):
         miss = (self.grid_misses[names] or {}).get("median_abs", 0.0)
         return kernels * (1 - miss), kernels * (1 + miss)
 
+    @once_per_table
     def one_rank_floor(self, name: str) -> pd.DataFrame:
         """The step_floor rows of this name measured on one rank."""
-        found = self.cache("floors")
-        if name not in found:
-            t = self.rows("step_floor", impl=name)
-            found[name] = t[t.ranks == 1]
-        return found[name]
+        t = self.rows("step_floor", impl=name)
+        return t[t.ranks == 1]
 
+    @once_per_table
     def floor(self, name: str) -> float:
         """A step floor measured on one rank (ceilings under mpiexec also time the resident
         trainer on all ranks: at H = 16 that took longer per step than real points at H = 512 on
@@ -439,6 +450,7 @@ class Ceilings(AllReduces):
         file from before the eager floors per GEMM charges every GEMM cuBLAS's."""
         return self.floor(self.trainer_floor_name(mode, graphs, gemm))
 
+    @once_per_table
     def trainer_floor_name(self, mode: str, graphs: bool, gemm: str) -> str:
         if mode == "staged" and graphs and not len(self.rows("step_floor", impl=floor_name(mode, graphs))):
             return "trainer resident"
@@ -446,6 +458,7 @@ class Ceilings(AllReduces):
             gemm = "cublas"
         return floor_name(mode, graphs, gemm)
 
+    @once_per_table
     def trainer_floor_spread(self, mode: str, graphs: bool, gemm: str = "cublas") -> tuple[float, float] | None:
         """The fastest and slowest of the trainer_floor's repeats (the host's spread, timed for the
         floors of steps launched kernel by kernel), where the ceilings file has them."""
@@ -454,11 +467,13 @@ class Ceilings(AllReduces):
             return None
         return float(t.min_seconds.iloc[0]), float(t.max_seconds.iloc[0])
 
+    @once_per_table
     def optional_floor(self, name: str) -> float:
         """A floor that older ceilings files lack: 0 there."""
         t = self.one_rank_floor(name)
         return float(t.seconds.iloc[0]) if len(t) else 0.0
 
+    @once_per_table
     def epoch_stretch(self) -> float | None:
         """How much longer fit's epoch run as one CUDA graph takes than that graph replayed between
         events: the median of epoch / graph over the real sizes where the file measured both
@@ -469,6 +484,7 @@ class Ceilings(AllReduces):
             return None
         return float((t.epoch_seconds / t.graph_seconds).median())
 
+    @once_per_table
     def launch(self) -> float:
         """Host seconds to launch one kernel eagerly: the eager step's floor over its kernels."""
         t = self.rows("step_floor", impl="eager launch")
@@ -476,67 +492,79 @@ class Ceilings(AllReduces):
             raise PredictionError(f"{self.source} has no step_floor row 'eager launch': measure it with `perflab ceilings`")
         return float(t.seconds.iloc[0] / t.kernels.iloc[0])
 
+    @once_per_table
     def copy(self, direction: str, kind: str, nbytes: float) -> float:
         t = self.rows(direction, impl=kind)
         if not len(t):
             raise PredictionError(f"{self.source} has no {kind} {direction} rows: measure them with `perflab ceilings`")
         return loglog(t.size_bytes, t.size_bytes / t.value, nbytes) if nbytes > 0 else 0.0
 
+    @once_per_table
     def staged_images(self, B: float) -> float:
-        return self.memoized(COPY_MEMOS[0], B, lambda: self.staged_images_afresh(B))
-
-    def staged_images_afresh(self, B: float) -> float:
         t = self.rows("staged_images")
         if not len(t):
             raise PredictionError(f"{self.source} has no staged_images rows: measure them with `perflab ceilings`")
-        return loglog(t.B, t.seconds, B)
+        return loglog_at(self.copy_line("seconds"), B)
 
+    @once_per_table
     def staged_images_spread(self, B: float) -> tuple[float, float] | None:
         """The fastest and the slowest walk's copy of a batch (the ceiling's own spread: the pageable
         copy drifts over seconds), where the ceilings file has them."""
         t = self.rows("staged_images")
         if not len(t) or "min_seconds" not in t or t.min_seconds.isna().any():
             return None
-        return self.memoized(COPY_MEMOS[1], B, lambda: (loglog(t.B, t.min_seconds, B), loglog(t.B, t.max_seconds, B)))
+        return loglog_at(self.copy_line("min_seconds"), B), loglog_at(self.copy_line("max_seconds"), B)
+
+    @once_per_table
+    def copy_line(self, column: str) -> tuple[np.ndarray, np.ndarray]:
+        """The staged copy's log-log line over B (loglog_line) of one column: read at any B."""
+        t = self.rows("staged_images")
+        return loglog_line(t.B, t[column])
 
     def staged_hidden(self, B: float, kernels: float) -> float | None:
         """Seconds of the staged copy of B samples that run under a step of `kernels` seconds on the GPU
         (`perflab ceilings`' staged_overlap: linear in the kernel's time at each measured B, then in
         log B; held at the ends), at most the kernels' own time; None where the file has no such rows."""
-        lines = self.cache("overlap")
-        if not lines:
-            t = self.rows("staged_overlap")
-            if not len(t):
-                return None
-            lines.update({b: (g.sort_values("kernel_seconds").kernel_seconds.to_numpy(),
-                              g.sort_values("kernel_seconds").hidden_seconds.to_numpy()) for b, g in t.groupby("B")})
+        lines = self.overlap_lines()
+        if lines is None:
+            return None
         at_b = {b: float(np.interp(kernels, *line)) for b, line in lines.items()}
         Bs = sorted(at_b)
         hidden = float(np.interp(math.log(B), np.log(Bs), [at_b[b] for b in Bs]))
         return min(hidden, kernels)
 
+    @once_per_table
+    def overlap_lines(self) -> dict | None:
+        """The staged_overlap rows at each measured B, in order of the kernel's time: (kernel, hidden seconds)."""
+        t = self.rows("staged_overlap")
+        if not len(t):
+            return None
+        return {b: (g.sort_values("kernel_seconds").kernel_seconds.to_numpy(),
+                    g.sort_values("kernel_seconds").hidden_seconds.to_numpy()) for b, g in t.groupby("B")}
+
     def probed(self, B: float, seconds: float, low: float, high: float) -> "Ceilings":
         """This file with its staged copy rescaled to a probe taken beside a run (the sweep's
         copy_probe_s, min, max: walks at the rank's batch B): the copy's shape over B from the
         file, its level from the moment of the run. Only the copy changes."""
-        t = self.table.copy()
-        rows = t.ceiling == "staged_images"
-        t.loc[rows, "seconds"] *= seconds / self.staged_images(B)
+        table, scales = self.table, {"seconds": seconds / self.staged_images(B)}
         spread = self.staged_images_spread(B)
         if spread:
-            t.loc[rows, "min_seconds"] *= low / spread[0]
-            t.loc[rows, "max_seconds"] *= high / spread[1]
+            scales |= {"min_seconds": low / spread[0], "max_seconds": high / spread[1]}
+        rows = (table.ceiling == "staged_images").to_numpy()
+        t = table.assign(**{column: np.where(rows, table[column].to_numpy() * scale, table[column].to_numpy())
+                            for column, scale in scales.items()})  # a new table, the copy's rows scaled
         c = Ceilings(t, source=f"{self.source} with the staged copy probed beside the run", grid_misses=self.grid_misses)
-        # only the copy changed: every other look-up is this file's (the memo's every kind but the copy's)
-        self.cache("rows")  # the memo is this table's
-        for kind, found in self.memo.items():
-            if kind not in ("table", *COPY_MEMOS):
-                c.cache(kind).update({k: v for k, v in found.items() if kind != "rows" or k[0] != "staged_images"})
+        # only the copy changed: every other look-up is this file's, shared (the memo's every kind but the copy's; its
+        # rows, split by ceiling when staged_images read them, all but the copy's)
+        kept = {key: v for key, v in self.cache("rows").items() if key[0] != "staged_images"}
+        c.cache("rows").update(kept | {("staged_images",): t[rows]})
+        c.memo.update({kind: found for kind, found in self.memo.items() if kind not in ("table", "rows", *COPY_MEMOS)})
         return c
 
 
 
-COPY_MEMOS = ("images", "images_spread")  # the memo's kinds that hold the staged copy (which probed replaces)
+# the memo's kinds that hold the staged copy (which probed replaces)
+COPY_MEMOS = ("staged_images", "staged_images_spread", "copy_line")
 EXCHANGES = ("nccl_allreduce", "nccl_allreduce_graph", "mpi_allreduce", "staged_allreduce", "shm_allreduce",
              "pipelined_allreduce", "p2p_exchange_update", "p2p_exchange_update_bf16")
 
@@ -1166,7 +1194,8 @@ def validate(points: pd.DataFrame, folder: Path, choose=None, load=None) -> pd.D
     default ceilings_for: a file, or files in order of preference, the first that can predict the
     point used); points the predictor does not cover, or whose ceilings are missing, say why in
     `skipped` (the first file's reason). `load`: a loader() shared with other sweeps of the folder."""
-    rows, load, choose = [], load or loader(), choose or ceilings_for
+    rows, load = [], load or loader()
+    choose = cache(choose or ceilings_for)  # each rank count's files found once a call
     for _, r in points.iterrows():
         point = as_measured(r)
         base = {k: point[k] for k in ("H", "B", "p", "backend", "mode", "parallel", "gemm", "dtype", "graphs") if k in point}
@@ -1258,10 +1287,10 @@ def predict_phases(point: dict, c: Ceilings) -> dict:
 def validate_phases(points: pd.DataFrame, folder: Path, load=None) -> pd.DataFrame:
     """Predicted against the profiled medians (`t_<phase>`) of every phase the ceilings time,
     tidy: one row per point and phase. `load`: a loader() shared with other sweeps of the folder."""
-    rows, load = [], load or loader()
+    rows, load, choose = [], load or loader(), cache(ceilings_for)  # each rank count's file found once a call
     for _, r in points.iterrows():
         point = as_measured(r)
-        path = ceilings_for(folder, int(point["p"]))
+        path = choose(folder, int(point["p"]))
         if path is None:
             continue
         try:

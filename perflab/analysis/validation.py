@@ -2,6 +2,7 @@
 machine folder, per point, with the ceilings file each prediction used; tidy CSV beside them."""
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -141,7 +142,7 @@ def own_ceilings(sweep: Path, folder: Path, p: int = 1) -> Path:
         if list(candidate.glob("ceilings_p*.csv")) and candidate != folder:
             return candidate
     meta = read_meta(sweep)
-    when = pd.to_datetime(meta.get("date"), utc=True, errors="coerce")
+    when = utc_date(meta.get("date"))
     best, best_key = folder, None
     for candidate in sorted({f.parent for f in folder.rglob("ceilings_p*.csv")}):
         path = predictor.ceilings_for(candidate, p)
@@ -149,11 +150,18 @@ def own_ceilings(sweep: Path, folder: Path, p: int = 1) -> Path:
             continue
         made = read_meta(path)
         other_boot = not (meta.get("boot") and made.get("boot") == meta["boot"])
-        gap = (pd.to_datetime(made.get("date"), utc=True, errors="coerce") - when).total_seconds()
+        gap = (utc_date(made.get("date")) - when).total_seconds()
         key = (other_boot, abs(gap) if pd.notna(gap) else float("inf"), candidate != folder)
         if best_key is None or key < best_key:
             best, best_key = candidate, key
     return best
+
+
+@functools.cache
+def utc_date(date: str | None) -> pd.Timestamp:
+    """A metadata date as a UTC time (NaT where unreadable or missing), each text parsed once: parsing guesses its
+    format, and own_ceilings compares every sweep with every ceilings file of the folder."""
+    return pd.to_datetime(date, utc=True, errors="coerce")
 
 
 def read_meta(path: Path) -> dict:
