@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call on one GPU: the half step's kernels inside perflab train's epoch graph, from Nsight Systems with
-# each graph node traced (--cuda-graph-trace=node), so the gaps between kernels show beside the kernels
-# (step_timeline.py reads the trace). Usage: OUT=/tmp/out bash experiments/half/step_timeline.sh [H B dtype]...
+# each graph node traced (--cuda-graph-trace=node), or where the machine has no nsys from PyTorch's profiler
+# (step_trace_torch.py), so the gaps between kernels show beside the kernels (step_timeline.py reads the trace).
+# Usage: OUT=/tmp/out bash experiments/half/step_timeline.sh [H B dtype]...
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
