@@ -35,13 +35,12 @@ notebooks: $(VENV)/.installed-notebooks
 	for nb in $(NOTEBOOKS); do $(PERFLAB) notebook $$nb || exit 1; done
 	$(PERFLAB) report
 
-# PYTEST_ARGS: more pytest options (.ci/run passes --durations=10 to make test and make test-all)
+# PYTEST_ARGS: more pytest options (.ci/run passes --durations=10 to make test and make test-all). The package's
+# bytecode is written once a session by tests/conftest.py, not in every MPI rank (where PYTHONDONTWRITEBYTECODE is set).
 test: $(VENV)/.installed-dev
-	$(PY) -m compileall -q perflab  # bytecode once, not in every MPI rank (where PYTHONDONTWRITEBYTECODE is set)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-all: $(VENV)/.installed-dev
-	$(PY) -m compileall -q perflab
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
 
 test-kernels: $(VENV)/.installed-dev
