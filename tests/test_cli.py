@@ -360,6 +360,7 @@ def test_bench_allreduce_needs_several_ranks(capsys):
     (["ceilings", "--hidden", "0"], "argument --hidden: hidden widths '0': expected one width like 512, or a deeper"),
     (["ceilings", "--hidden", "1280-x"], "argument --hidden: hidden widths '1280-x': expected"),
     (["ceilings", "--per-rank-batch", "1500", "-8"], "argument --per-rank-batch: expected a positive integer, got '-8'"),
+    (["ceilings", "--grid", "all"], "argument --grid: invalid choice: 'all' (choose from 'full', 'asked')"),
     (["sweep", "--launch", "lazy"], "argument --launch: invalid choice: 'lazy' (choose from"),
     (["whatif", "--ceilings", "x.csv", "--launch", "graph", "both"], "argument --launch: invalid choice: 'both'"),
     (["train", "--launch", "graphs"], "argument --launch: invalid choice: 'graphs'"),
