@@ -1,4 +1,4 @@
-# The README's two commands: `make roofline` (the main job) and `make test` (the quick tests, about 2 minutes);
+# The README's two commands: `make roofline` (the main job) and `make test` (the quick tests, about a minute on 2 cores);
 # `make test-all` runs the thorough checks `make test` leaves out (marked slow, 6 to 8 minutes on 2 cores;
 # .ci/run runs make lint, make test, then make test-all); `make test-kernels` the kernels' compile with every template
 # instantiation built optimized and checked for register spills (test-all checks spills on each tile config's
@@ -37,8 +37,11 @@ notebooks: $(VENV)/.installed-notebooks
 
 # PYTEST_ARGS: more pytest options (.ci/run passes --durations=10 to make test and make test-all). The package's
 # bytecode is written once a session by tests/conftest.py, not in every MPI rank (where PYTHONDONTWRITEBYTECODE is set).
+# The quick tests run in a worker a core (pytest-xdist, at most 4): short and independent, they fill two cores. The
+# thorough ones run in one process: their MPI ranks and engines poll their cores, and the main job measures a machine
+# whose other core one program holds on purpose (docs/DECISIONS.md, D66).
 test: $(VENV)/.installed-dev
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n auto --maxprocesses 4 $(PYTEST_ARGS)
 
 test-all: $(VENV)/.installed-dev
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)

@@ -14,7 +14,8 @@ SMALL = {
     "convergence": ["-p", "N", "1000", "-p", "test_size", "200", "-p", "epochs", "2", "-p", "rates", "[0.1, 1.0]",
                     "-p", "hidden_sizes", "[16, 32]"],
     "scaling": [],
-    "problem1": ["-p", "budget_minutes", "0.1", "-p", "hidden", "[16, 64]"],
+    # Q1.1's MPI check and Q1.2's drift run in the main job's Problem 1 (test_mainjob); here their answers say how
+    "problem1": ["-p", "budget_minutes", "0.1", "-p", "hidden", "[16, 64]", "-p", "parts", "['rates', 'hidden']"],
     "kernels": [],
     "usc": ["-p", "cores", "[1, 2]", "-p", "batch", "200", "-p", "N", "1000", "-p", "epochs", "2", "-p", "gpu", "False"],
     "precision": ["-p", "hidden", "[12]", "-p", "N", "300", "-p", "B", "31", "-p", "dataset", "synthetic"],
