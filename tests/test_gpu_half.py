@@ -157,10 +157,14 @@ def test_the_step_kernels_read_and_write_half_and_compute_in_fp32(rng, kind, C, 
     a, ha = held(rng, (H, n), kind)
     dz, dW2, db1 = poisoned((H, n), a.dtype), poisoned((C, H), np.float32), poisoned(H, np.float32)
     part = poisoned(kernels.output_backward_partials(H, n, C), np.float32)
-    kernels.output_backward(f32(W2), cp.asarray(d), a, dz, dW2, db1, part)
+    db2 = poisoned(C, np.float32)
+    kernels.output_backward(f32(W2), cp.asarray(d), a, dz, dW2, db1, part, db2=db2)  # db2 in the same pass
     ref_dz = (W2_32.T @ d) * ha * (1 - ha)
     assert rel(values(dz, kind), ref_dz) <= ULP[kind]
     assert rel(dW2.get(), d @ ha.T) <= 1e-5 and rel(db1.get(), ref_dz.sum(axis=1)) <= 1e-5
+    assert rel(db2.get(), d.astype(np.float64).sum(axis=1)) <= 1e-5
+    with pytest.raises(kernels.KernelError, match="workspace"):
+        kernels.output_backward(f32(W2), cp.asarray(d), a, dz, dW2, db1, part[:part.size - 1], db2=db2)
     da, hda = held(rng, (H, n), kind)
     db = poisoned(H, np.float32)
     kernels.sigmoid_backward_rows(da, a, db)

@@ -545,7 +545,7 @@ __device__ __forceinline__ void store_row16(const unsigned (&w)[8], S* x, int h,
 template <typename S>
 __global__ void __launch_bounds__(128)
 output_backward_half(const float* __restrict__ W2, const float* __restrict__ delta, const S* __restrict__ a1,
-                     S* __restrict__ dz1, float* __restrict__ part, int C, int H, int n) {
+                     S* __restrict__ dz1, float* __restrict__ part, int C, int H, int n, float* __restrict__ db2_part) {
     __shared__ __align__(16) unsigned short dh[16 * HB_PITCH], dl[16 * HB_PITCH];  // delta's high and low parts
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     const int j0 = blockIdx.x * HB_COLS, cols = min(HB_COLS, n - j0);
@@ -618,6 +618,17 @@ output_backward_half(const float* __restrict__ W2, const float* __restrict__ del
         if (c0 + 64 < cols) {
 #pragma unroll
             for (int i = 0; i < 8; ++i) a[0][i] = next[0][i], a[1][i] = next[1][i];
+        }
+    }
+    // the first row block's: db2's partial sums over its columns, warp w classes w, w + 4, ... (a fixed order), in
+    // place of a row_sum pass of its own
+    if (db2_part != nullptr && blockIdx.y == 0) {
+        for (int c = warp; c < C; c += 4) {
+            float s = 0.f;
+            for (int o = lane; o < cols; o += 32) s += delta[(size_t)c * n + j0 + o];
+#pragma unroll
+            for (int w = 16; w > 0; w >>= 1) s += __shfl_xor_sync(0xffffffffu, s, w);
+            if (lane == 0) db2_part[(size_t)blockIdx.x * C + c] = s;
         }
     }
     // the block's partial sums: dW2 (classes g, g + 8; rows 2t, 2t + 1 of each 8), db1 (the row's 4 lanes')
@@ -735,14 +746,21 @@ output_forward_half(const float* __restrict__ W2, const float* __restrict__ b1, 
     }
 }
 
-// dW2[c][h] = sum_b part[b][c][h], db1[h] = sum_b part[b][C][h], b = 0, 1, ... in order.
+// dW2[c][h] = sum_b part[b][c][h], db1[h] = sum_b part[b][C][h], b = 0, 1, ... in order; with db2, also
+// db2[c] = sum_b part[blocks][b][c] (the 16-bit pass's row sums of delta, past the blocks' partials).
 template <typename T>
 __global__ void output_backward_reduce(const T* __restrict__ part, T* __restrict__ dW2, T* __restrict__ db1, int C,
-                                       int H, int blocks) {
+                                       int H, int blocks, T* __restrict__ db2) {
     const int e = blockIdx.x * blockDim.x + threadIdx.x;
-    if (e >= (C + 1) * H) return;
+    const size_t whole = (size_t)(C + 1) * H;
+    if (e >= whole + (db2 != nullptr ? C : 0)) return;
     T s = 0;
-    for (int b = 0; b < blocks; ++b) s += part[(size_t)b * (C + 1) * H + e];
+    if (e >= whole) {
+        for (int b = 0; b < blocks; ++b) s += part[blocks * whole + (size_t)b * C + (e - whole)];
+        db2[e - whole] = s;
+        return;
+    }
+    for (int b = 0; b < blocks; ++b) s += part[(size_t)b * whole + e];
     if (e < C * H) dW2[e] = s;
     else db1[e - C * H] = s;
 }

@@ -195,32 +195,41 @@ def output_layer(W2, b1, b2, z1, y, delta, norm, part, ce=None, scale=None, firs
 
 def output_backward_partials(H: int, n: int, C: int) -> int:
     """Elements of the workspace output_backward needs for an H x n hidden layer and C classes (either
-    kernel: the 16-bit one's column blocks are the narrower)."""
-    return math.ceil(n / min(BW_COLS, HB_COLS)) * (C + 1) * H
+    kernel: the 16-bit one's column blocks are the narrower), db2's partial sums included."""
+    return math.ceil(n / min(BW_COLS, HB_COLS)) * ((C + 1) * H + C)
 
 
-def output_backward(W2, delta, a1, dz1, dW2, db1, part, dz1_small=None):
+def output_backward(W2, delta, a1, dz1, dW2, db1, part, dz1_small=None, db2=None):
     """dz1 <- (W2^T delta) o a1 o (1 - a1), dW2 <- delta a1^T, db1 <- row sums of dz1: one pass
     over a1 and a fixed-order reduction (C <= 16; part: output_backward_partials elements). With
     dz1_small (float32, dz1's shape), dz1 gets its TF32 big parts and dz1_small the small ones, as
-    x3tf32 reads them (gemm(..., a_small=dz1_small))."""
+    x3tf32 reads them (gemm(..., a_small=dz1_small)). With db2 (a 16-bit a1's pass), db2 <- delta's row
+    sums too, in place of a row_sum launch of their own."""
     check_small_part(dz1_small, dz1, "dz1_small")
     C, H = W2.shape
     n = a1.shape[1]
     bound = class_bound(C, "output_backward")
     half = a1.dtype.name in HALF_CTYPES  # 16-bit a1: the tensor-core kernel (FP32 operands as BF16 pairs)
+    if db2 is not None and (not half or db2.shape != (C,) or db2.dtype != np.float32):
+        raise KernelError(f"output_backward makes db2 in a 16-bit a1's pass, as float32 of the {C} classes: got a1 "
+                          f"{a1.dtype}, db2 {db2.dtype} {db2.shape}")
     nb = math.ceil(n / (HB_COLS if half else BW_COLS))
-    if part.size < nb * (C + 1) * H:
-        raise KernelError(f"output_backward needs a workspace of {nb * (C + 1) * H} elements, got {part.size}")
+    whole = nb * (C + 1) * H
+    if part.size < whole + (nb * C if db2 is not None else 0):
+        raise KernelError(f"output_backward needs a workspace of {whole + (nb * C if db2 is not None else 0)} elements, "
+                          f"got {part.size}")
     if half:
         elementwise_function(f"output_backward_half<{HALF_CTYPES[a1.dtype.name]}>", "float")(
-            (nb, math.ceil(H / (4 * HB_ROWS))), (128,), (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n)))
+            (nb, math.ceil(H / (4 * HB_ROWS))), (128,),
+            (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n), u64(0) if db2 is None else part[whole:]))
     else:
         elementwise("output_backward", a1.dtype, bound)(
             (nb, math.ceil(H / (8 * BW_ROWS))), (256,),
             (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n), u64(0) if dz1_small is None else dz1_small))
-    elementwise("output_backward_reduce", part.dtype)(grid_1d((C + 1) * H), (256,),
-                                                      (part, dW2, db1, i32(C), i32(H), i32(nb)))
+    outputs = (C + 1) * H + (C if db2 is not None else 0)
+    elementwise("output_backward_reduce", part.dtype)(grid_1d(outputs), (256,),
+                                                      (part, dW2, db1, i32(C), i32(H), i32(nb),
+                                                       u64(0) if db2 is None else db2))
     return dz1
 
 

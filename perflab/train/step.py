@@ -167,8 +167,8 @@ def step(hidden, batch: int = 1, gemm: str = "cublas", dtype: str = "float32", f
 
 def output_layer(hidden: tuple, B: int, gemm: str, dtype: str, fuse_output: bool, fuse_backward: bool) -> list[Kernel]:
     """The output layer's kernels in the step (step): forward its GEMM with the last hidden layer's bias +
-    sigmoid and the softmax, fused or not, then db_L's row sums, then backward dW_L, the input gradient
-    and sigmoid' with db_{L-1}, fused or not."""
+    sigmoid and the softmax, fused or not, then db_L's row sums (in a half step's fused backward pass), then
+    backward dW_L, the input gradient and sigmoid' with db_{L-1}, fused or not."""
     L, top, size = len(hidden) + 1, hidden[-1], ITEMSIZE[dtype]
     hb = top * B * size
     kind = "gemm" if dtype not in HALF else "half_gemm"
@@ -181,7 +181,8 @@ def output_layer(hidden: tuple, B: int, gemm: str, dtype: str, fuse_output: bool
                               2 * hb))
         out += [Kernel("unfused_fwd_gemm", L, gemm, L, "forward", forward_gemm(L), kind, 2.0 * C * top * B, hb),
                 Kernel("unfused_softmax", 0, "", L, "forward", "forward", "softmax_xent_grad", 0.0, 2 * C * B * size)]
-    out.append(Kernel("row_sum_db", L, "", L, "backward", "backward", "row_sum", 0.0, C * B * size))
+    if not (fuse_backward and dtype in HALF):  # a half step's fused backward pass makes db_L too
+        out.append(Kernel("row_sum_db", L, "", L, "backward", "backward", "row_sum", 0.0, C * B * size))
     split = gemm == "x3tf32" and dtype not in HALF and L == 2  # this pass writes dz1's TF32 split
     if fuse_backward:
         out.append(Kernel("fused_bwd_split", 0, gemm, L, "backward", "backward", "output_backward", 4.0 * C * top * B,
