@@ -64,7 +64,7 @@ class FusedStep:
         if self.peer_exchange:  # the peers have read the last step's gradient before this one overwrites it
             self.comm.read_wait()
         fused = self.fuse_backward and not profile.ACTIVE
-        if not (fused and self.half):  # a half step's fused pass makes db_L's row sums itself
+        if not (fused and self.half):  # a half step's fused pass makes db_L's row sums itself (docs/DECISIONS.md, D67)
             kernels.row_sum(delta, db[-1])
         # x3tf32: the pass that makes dz_1 writes its TF32 big and small parts, which dW_1's GEMM reads as they are
         small = self.tf32_split.begin(dz[0]) if self.tf32_split else None
