@@ -1,10 +1,9 @@
 """Why does a BF16 eager point diverge in `perflab sweep` (H100, 026068f: 784-1760-10, b = 2100, lr 0.1, synthetic)
 when `perflab train` with the same settings converges? One process, the point run as the sweep runs it, then the
 same training through train_on_ranks with one thing changed at a time. Usage: python sweep_nan.py"""
-import math
 
-from perflab.config import Config
 from perflab.analysis import perfmodel
+from perflab.config import Config
 from perflab.train.comm import on_first_ranks
 from perflab.train.loop import Diverged
 from perflab.train.runner import train_on_ranks

@@ -339,10 +339,9 @@ ALLREDUCE_SIZES = [2 ** k for k in range(12, 25, 2)]  # 4 KiB .. 16 MiB: around 
 
 def kernel_grid(plan: Plan) -> tuple[list, list]:
     """The (H, per-rank batch) shapes of the sweep: the step's kernels are timed at these (every width
-    of every net: a deeper net's hidden layers are timed at their width too)."""
-    from perflab.analysis.perfmodel import widths
-    return (sorted({h for pt in plan.points for h in widths(pt["H"])}),
-            sorted({pt["B"] // pt["p"] for pt in plan.points}))
+    of every net: a deeper net's hidden layers are timed at their width too), as `perflab ceilings --grid asked`."""
+    from perflab.measure.ceilings import step_grid
+    return step_grid(False, plan_nets(plan), {pt["B"] // pt["p"] for pt in plan.points}, asked_only=True)
 
 
 def plan_nets(plan: Plan) -> list[tuple]:
