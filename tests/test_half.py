@@ -174,10 +174,10 @@ def test_the_committed_precision_table_orders_the_precisions_as_their_bits_do():
     assert all(r["machine"]["git_commit"] != "WORKTREE" and r["dataset"] == "mnist" for r in rows)
 
 
-def test_the_committed_half_step_beats_fp32_and_the_half_peers_and_meets_its_floor_target():
+def test_the_committed_half_step_beats_fp32_and_the_half_peers_and_says_how_far_from_its_floor():
     """One H100 (bench train): perflab's BF16 epoch at most 0.8 of the fastest half peer and at most 1.5x its
     BF16 GEMM floor in all four configs (issue 53's epoch targets), 4x and more faster than its FP32 epoch;
-    REPORT.md says which and by how much."""
+    REPORT.md says by how much, and whether issue 68's floor target (1.10x) is met."""
     import pandas as pd
 
     from perflab.report import markdown
@@ -191,7 +191,8 @@ def test_the_committed_half_step_beats_fp32_and_the_half_peers_and_meets_its_flo
     floor = ms["perflab (bf16)"] / ms["cublas floor (bf16)"]
     assert (floor <= 1.5).all()
     text = "\n".join(markdown.half_step_section())
-    assert f"The floor target is met (at worst {floor.max():.2f}x)" in text
+    assert f"The floor target is {'met' if floor.max() <= 1.10 else 'missed'} (at worst {floor.max():.2f}x)" in text
+    assert "target 1.10" in text and "target 0.7)" in text
     assert f"{ratio.iloc[0]:.2f} of the fastest half peer" in text
 
 
