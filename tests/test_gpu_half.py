@@ -209,7 +209,14 @@ def test_the_update_rounds_the_new_weights_for_the_gemms_in_the_same_pass_and_a_
     overflow, counts = cp.zeros(1, np.int32), cp.zeros(3, np.int64)
     kernels.sgd_update_scaled(P, cp.asarray(g), 0.3, ends, regs, cp.asarray([8.0], np.float32), overflow, counts, 100,
                               rounded=rounded)
-    assert int(overflow.get()[0]) == 1 and (P == before).all() and (rounded == held_before).all()
+    assert (P == before).all() and (rounded == held_before).all()
+    assert counts.get().tolist() == [0, 1, 1] and int(overflow.get()[0]) == 0  # seen, and reset for the next step
+    g[7] = 1.0
+    kernels.sgd_update_scaled(P, cp.asarray(g), 0.3, ends, regs, cp.asarray([8.0], np.float32), overflow, counts, 100,
+                              rounded=rounded)
+    b = before.get()
+    assert rel(P.get(), b - np.float32(0.3) * (g / np.float32(8.0) + regs.get()[seg] * b)) <= 1e-7
+    assert counts.get().tolist() == [1, 0, 1]  # the next step, finite, is made
 
 
 def tiny(kind, hidden, **kw):

@@ -229,9 +229,10 @@ __global__ void sgd_update(T* p, const T* __restrict__ g, size_t n, T lr, const 
 }
 
 // Dynamic loss scaling on the device (a float16 step; inside the step's or the epoch's graph):
-// overflow[0] <- 1 where any gradient is not finite (reset to 0 before), the update skipped then,
-// else made with the gradients divided by the scale; then the scale follows, as LossScale in
-// perflab/train/half.py: halved on overflow, doubled after `growth` good steps in a row.
+// overflow[0] <- 1 where any gradient is not finite (0 before: zeroed when allocated, then by the last
+// step's loss_scale_update), the update skipped then, else made with the gradients divided by the scale;
+// then the scale follows, as LossScale in perflab/train/half.py: halved on overflow, doubled after
+// `growth` good steps in a row, and overflow is reset for the next step (no launch of its own).
 // counts: good steps in a row, overflowed steps in a row, overflowed steps in all.
 template <typename T>
 __global__ void find_overflow(const T* __restrict__ g, size_t n, int* overflow) {
@@ -253,8 +254,9 @@ __global__ void sgd_update_scaled(T* p, const T* __restrict__ g, size_t n, T lr,
 }
 
 template <typename T>
-__global__ void loss_scale_update(T* scale, const int* __restrict__ overflow, long long* counts, int growth) {
+__global__ void loss_scale_update(T* scale, int* overflow, long long* counts, int growth) {
     if (*overflow) {
+        *overflow = 0;
         *scale /= 2;
         counts[0] = 0;
         counts[1] += 1;

@@ -254,11 +254,10 @@ def sgd_update(params, grads, learning_rate, ends, regs, rounded=None):
 
 
 def sgd_update_scaled(params, grads, learning_rate, ends, regs, scale, overflow, counts, growth: int, rounded=None):
-    """A float16 step's update under dynamic loss scaling, all on the device: overflow <- whether any
-    gradient is not finite; unless so, params <- params - lr * (grads / scale + regs[segment] * params)
-    (and rounded, as sgd_update's); then scale and counts (good steps in a row, overflowed in a row,
-    overflowed in all) follow."""
-    overflow.fill(0)
+    """A float16 step's update under dynamic loss scaling, all on the device: overflow (0 on entry, and again
+    on return) <- whether any gradient is not finite; unless so, params <- params - lr * (grads / scale +
+    regs[segment] * params) (and rounded, as sgd_update's); then scale and counts (good steps in a row,
+    overflowed in a row, overflowed in all) follow."""
     elementwise("find_overflow", grads.dtype)((L2_BLOCKS,), (256,), (grads, u64(grads.size), overflow))
     kernel, out = update_kernel("sgd_update_scaled", params, rounded)
     kernel(grid_1d(params.size), (256,), (params, grads, u64(params.size), params.dtype.type(learning_rate),
