@@ -1,5 +1,5 @@
 # The README's two commands: `make roofline` (the main job) and `make test` (the quick tests, about a minute on 2 cores);
-# `make test-all` runs the thorough checks `make test` leaves out (marked slow, 6 to 8 minutes on 2 cores;
+# `make test-all` runs the thorough checks `make test` leaves out (marked slow, 5 to 8 minutes on 2 cores;
 # .ci/run runs make lint, make test, then make test-all); `make test-kernels` the kernels' compile with every template
 # instantiation built optimized and checked for register spills (test-all checks spills on each tile config's
 # heaviest variants: tests/test_kernels_compile.py), minutes of ptxas.

@@ -257,7 +257,7 @@ def sgd_update_scaled(params, grads, learning_rate, ends, regs, scale, overflow,
     """A float16 step's update under dynamic loss scaling, all on the device: overflow (0 on entry, and again
     on return) <- whether any gradient is not finite; unless so, params <- params - lr * (grads / scale +
     regs[segment] * params) (and rounded, as sgd_update's); then scale and counts (good steps in a row,
-    overflowed in a row, overflowed in all) follow."""
+    overflowed in a row, overflowed in all) follow (docs/DECISIONS.md, D68)."""
     elementwise("find_overflow", grads.dtype)((L2_BLOCKS,), (256,), (grads, u64(grads.size), overflow))
     kernel, out = update_kernel("sgd_update_scaled", params, rounded)
     kernel(grid_1d(params.size), (256,), (params, grads, u64(params.size), params.dtype.type(learning_rate),
