@@ -217,6 +217,14 @@ def test_the_update_rounds_the_new_weights_for_the_gemms_in_the_same_pass_and_a_
     b = before.get()
     assert rel(P.get(), b - np.float32(0.3) * (g / np.float32(8.0) + regs.get()[seg] * b)) <= 1e-7
     assert counts.get().tolist() == [1, 0, 1]  # the next step, finite, is made
+    g[-1] = np.nan  # past the last whole four gradients: find_overflow's tail
+    after = P.copy()
+    kernels.sgd_update_scaled(P, cp.asarray(g), 0.3, ends, regs, cp.asarray([8.0], np.float32), overflow, counts, 100)
+    assert (P == after).all() and counts.get().tolist() == [0, 1, 2]
+    g[-1], g[70000 - 5] = 1.0, -np.inf
+    shifted = cp.asarray(np.concatenate([[0], g]).astype(np.float32))[1:]  # not 16-byte aligned: a value a load
+    kernels.sgd_update_scaled(P, shifted, 0.3, ends, regs, cp.asarray([8.0], np.float32), overflow, counts, 100)
+    assert (P == after).all() and counts.get().tolist() == [0, 2, 3]
 
 
 def tiny(kind, hidden, **kw):

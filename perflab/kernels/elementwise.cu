@@ -234,10 +234,19 @@ __global__ void sgd_update(T* p, const T* __restrict__ g, size_t n, T lr, const 
 // then the scale follows, as LossScale in perflab/train/half.py: halved on overflow, doubled after
 // `growth` good steps in a row, and overflow is reset for the next step (no launch of its own).
 // counts: good steps in a row, overflowed steps in a row, overflowed steps in all.
+// find_overflow: a thread four gradients, loaded as one 16-byte piece where g is so aligned (a grid-stride loop of
+// one value a load was slower).
 template <typename T>
 __global__ void find_overflow(const T* __restrict__ g, size_t n, int* overflow) {
-    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x)
-        if (!isfinite(g[e])) { *overflow = 1; return; }
+    const size_t e = 4 * ((size_t)blockIdx.x * blockDim.x + threadIdx.x);
+    bool bad = false;
+    if (sizeof(T) == 4 && e + 4 <= n && (size_t)g % 16 == 0) {
+        const float4 v = *reinterpret_cast<const float4*>(g + e);
+        bad = !isfinite(v.x) || !isfinite(v.y) || !isfinite(v.z) || !isfinite(v.w);
+    } else {
+        for (size_t i = e; i < n && i < e + 4; ++i) bad |= !isfinite(g[i]);
+    }
+    if (bad) *overflow = 1;
 }
 
 template <typename T, typename S = T>

@@ -258,7 +258,7 @@ def sgd_update_scaled(params, grads, learning_rate, ends, regs, scale, overflow,
     on return) <- whether any gradient is not finite; unless so, params <- params - lr * (grads / scale +
     regs[segment] * params) (and rounded, as sgd_update's); then scale and counts (good steps in a row,
     overflowed in a row, overflowed in all) follow (docs/DECISIONS.md, D68)."""
-    elementwise("find_overflow", grads.dtype)((L2_BLOCKS,), (256,), (grads, u64(grads.size), overflow))
+    elementwise("find_overflow", grads.dtype)(grid_1d(-(-grads.size // 4)), (256,), (grads, u64(grads.size), overflow))
     kernel, out = update_kernel("sgd_update_scaled", params, rounded)
     kernel(grid_1d(params.size), (256,), (params, grads, u64(params.size), params.dtype.type(learning_rate),
                                           ends, regs, i32(ends.size), scale, overflow, out))
