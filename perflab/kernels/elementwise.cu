@@ -235,7 +235,7 @@ __global__ void sgd_update(T* p, const T* __restrict__ g, size_t n, T lr, const 
 // `growth` good steps in a row, and overflow is reset for the next step (no launch of its own).
 // counts: good steps in a row, overflowed steps in a row, overflowed steps in all.
 // find_overflow: a thread four gradients, loaded as one 16-byte piece where g is so aligned (a grid-stride loop of
-// one value a load was slower).
+// one value a load was slower: docs/DECISIONS.md, D69).
 template <typename T>
 __global__ void find_overflow(const T* __restrict__ g, size_t n, int* overflow) {
     const size_t e = 4 * ((size_t)blockIdx.x * blockDim.x + threadIdx.x);
