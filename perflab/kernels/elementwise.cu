@@ -254,10 +254,12 @@ __global__ void sgd_update_scaled(T* p, const T* __restrict__ g, size_t n, T lr,
                                   const T* __restrict__ regs, int nseg, const T* __restrict__ scale,
                                   const int* __restrict__ overflow, S* __restrict__ rounded) {
     size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (e >= n || *overflow) return;  // skipped: p and rounded both as they were
+    if (e >= n) return;
+    const T pe = p[e], ge = g[e], sc = *scale;  // loaded with the flag, not after it
+    if (*overflow) return;  // skipped: p and rounded both as they were
     int s = 0;
     while (s < nseg - 1 && e >= (size_t)ends[s]) ++s;
-    const T v = p[e] - lr * (g[e] / *scale + regs[s] * p[e]);
+    const T v = pe - lr * (ge / sc + regs[s] * pe);
     p[e] = v;
     if (rounded != nullptr) rounded[e] = narrow<S>(v);
 }
