@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# One device call on one GPU, a change to float16's update before and after (session 48: find_overflow four gradients
-# a thread, then sgd_update_scaled loading p and g with the flag): the half GPU tests, then the epochs before (.before:
-# BEFORE_COMMIT's perflab/) and after (this tree, AFTER_COMMIT), two rounds in turn, into one CSV (bench train's files
-# for each run would pass the call's limit on files).
+# One device call on one GPU, a change to float16's update before and after (session 48: the overflow flag reset in
+# loss_scale_update, find_overflow four gradients a thread, sgd_update_scaled loading p and g with the flag): the half
+# GPU tests, then the epochs before (.before: BEFORE_COMMIT's perflab/) and after (this tree, AFTER_COMMIT), two
+# rounds in turn, into one CSV (bench train's files for each run would pass the call's limit on files).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
