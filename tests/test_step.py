@@ -139,6 +139,20 @@ def test_the_trainer_runs_the_step_the_builder_lists(monkeypatch, hidden, gemm, 
     assert traced(monkeypatch, hidden, gemm, *fusion) == [(k.call, k.label) for k in kernels]
 
 
+@pytest.mark.parametrize("hidden", DEPTHS)
+def test_a_half_steps_fused_backward_pass_makes_db_L_in_place_of_a_row_sum(hidden):
+    """In BF16 and FP16 the fused output backward pass makes db_L too (docs/DECISIONS.md, D67): the step lists no
+    row_sum for it, one launch fewer than FP32's; unfused, or in FP32, db_L keeps its row_sum."""
+    for dtype in step.HALF:
+        half = step.step(hidden, dtype=dtype)
+        assert "row_sum_db" not in {k.kind for k in half}
+        fp32 = step.launches(step.step(hidden))
+        fp32["half_gemm"], fp32["row_sum"] = fp32.pop("gemm"), fp32["row_sum"] - 1  # its GEMMs half's, a row_sum fewer
+        assert step.launches(half) == +fp32
+        assert "row_sum_db" in {k.kind for k in step.step(hidden, dtype=dtype, fuse_backward=False)}
+    assert "row_sum_db" in {k.kind for k in step.step(hidden)}
+
+
 KINDS_SPELLED = {step.display_name(step.kernel_id(kind, n, gemm)) for kind in step.NAMES for n in range(1, 6)
                  for gemm in (("cublas", "wgmma", "x3tf32") if kind in step.GEMM_KINDS + ("fused_bwd_split",) else ("",))}
 # modules that still spell the seeds' GEMM phases, owned elsewhere (issue 67 item 4: to derive them from
