@@ -360,6 +360,21 @@ def test_the_fused_backward_refuses_a_dz1_small_it_cannot_write():
             output_backward(None, None, None, dz1, None, None, None, bad)
 
 
+def test_the_fused_backward_makes_db2_only_in_a_16_bit_pass_and_names_what_it_got():
+    """output_backward(db2=...) refuses an FP32 a1 (its pass keeps a row_sum of its own) and a db2 that is not
+    float32 of the classes, naming them, before anything runs (NumPy stands in: the check reads shapes and dtypes)."""
+    import numpy as np
+
+    from perflab.kernels import KernelError, output_backward
+    W2, C = np.zeros((10, 61), np.float32), 10
+    for a1, db2 in ((np.zeros((61, 333), np.float32), np.zeros(C, np.float32)),
+                    (np.zeros((61, 333), np.float16), np.zeros(C + 1, np.float32)),
+                    (np.zeros((61, 333), np.float16), np.zeros(C, np.float64))):
+        with pytest.raises(KernelError, match=rf"makes db2 in a 16-bit a1's pass, as float32 of the 10 classes: got a1 "
+                                              rf"{a1.dtype}, db2 {db2.dtype} \({db2.size},\)"):
+            output_backward(W2, None, a1, None, None, None, None, db2=db2)
+
+
 def test_the_update_refuses_to_round_into_anything_but_a_half_array_of_the_weights_size():
     """sgd_update(rounded=) names what it got: float32 weights round into a bfloat16 (uint16) or float16
     array of their size, nothing else (checked before any launch)."""
