@@ -214,10 +214,9 @@ def output_backward(W2, delta, a1, dz1, dW2, db1, part, dz1_small=None, db2=None
         raise KernelError(f"output_backward makes db2 in a 16-bit a1's pass, as float32 of the {C} classes: got a1 "
                           f"{a1.dtype}, db2 {db2.dtype} {db2.shape}")
     nb = math.ceil(n / (HB_COLS if half else BW_COLS))
-    whole = nb * (C + 1) * H
-    if part.size < whole + (nb * C if db2 is not None else 0):
-        raise KernelError(f"output_backward needs a workspace of {whole + (nb * C if db2 is not None else 0)} elements, "
-                          f"got {part.size}")
+    whole, sums = nb * (C + 1) * H, C if db2 is not None else 0  # the blocks' partials, then db2's (sums a block)
+    if part.size < whole + nb * sums:
+        raise KernelError(f"output_backward needs a workspace of {whole + nb * sums} elements, got {part.size}")
     if half:
         elementwise_function(f"output_backward_half<{HALF_CTYPES[a1.dtype.name]}>", "float")(
             (nb, math.ceil(H / (4 * HB_ROWS))), (128,),
@@ -226,8 +225,7 @@ def output_backward(W2, delta, a1, dz1, dW2, db1, part, dz1_small=None, db2=None
         elementwise("output_backward", a1.dtype, bound)(
             (nb, math.ceil(H / (8 * BW_ROWS))), (256,),
             (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n), u64(0) if dz1_small is None else dz1_small))
-    outputs = (C + 1) * H + (C if db2 is not None else 0)
-    elementwise("output_backward_reduce", part.dtype)(grid_1d(outputs), (256,),
+    elementwise("output_backward_reduce", part.dtype)(grid_1d((C + 1) * H + sums), (256,),
                                                       (part, dW2, db1, i32(C), i32(H), i32(nb),
                                                        u64(0) if db2 is None else db2))
     return dz1

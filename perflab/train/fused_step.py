@@ -64,13 +64,14 @@ class FusedStep:
         if self.peer_exchange:  # the peers have read the last step's gradient before this one overwrites it
             self.comm.read_wait()
         fused = self.fuse_backward and not profile.ACTIVE
-        if not (fused and self.half):  # a half step's fused pass makes db_L's row sums itself (docs/DECISIONS.md, D67)
+        db_out = db[-1] if fused and self.half else None  # a half step's fused pass makes db_L (docs/DECISIONS.md, D67)
+        if db_out is None:
             kernels.row_sum(delta, db[-1])
         # x3tf32: the pass that makes dz_1 writes its TF32 big and small parts, which dW_1's GEMM reads as they are
         small = self.tf32_split.begin(dz[0]) if self.tf32_split else None
         if fused:  # backward GEMMs 1 and 2 + sigmoid' + db_{L-1} (and a half step's db_L) in one pass
             kernels.output_backward(W[-1], delta, acts[-1], dz[-1], dW[-1], db[-2], self.part, small if L == 2 else None,
-                                    db[-1] if self.half else None)
+                                    db_out)
         else:
             delta_op = self.half.rounded_delta(delta) if self.half else delta
             with phase(backward_gemm(1)):
