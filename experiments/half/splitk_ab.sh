@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# One device call on one GPU (session 49): split-K summed in gemm_wgmma's own launch (the tile's last split adds the
+# partials: splitk_in_kernel.patch, applied to 012f6e2 for the run) against the sum kernel after it (012f6e2).
+# `bench gemm` before (.before: BEFORE_COMMIT's perflab/) and after (this tree, AFTER_COMMIT) in turn (STAGES:
+# bfloat16 at the 30 half-step shapes, float32: TF32 and 3xTF32 at H = 1024 and 2048), each run's rows into one CSV a
+# dtype with side, commit and the run's GPU and boot; then the wgmma GPU tests. Dropped: logs/splitk_in_kernel_*.
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+ln -sfn ../data .before/data
+run() {  # side, dtype, extra bench arguments...
+  local side=$1 dtype=$2 root commit; shift 2
+  [ "$side" = before ] && root=$PWD/.before commit=$BEFORE_COMMIT || root=$PWD commit=$AFTER_COMMIT
+  (cd "$root" && PYTHONPATH=$root PERFLAB_GIT_COMMIT=$commit timeout 150 python3 -m perflab bench gemm --dtype "$dtype" \
+     --batches 3200 12000 --out "/tmp/gemm_${side}_$dtype" "$@" 2>&1 | tail -1)
+  python3 - "$side" "$commit" "/tmp/gemm_${side}_$dtype/bench_gemm_$dtype.csv" "$OUT/gemm_ab_$dtype.csv" \
+    >> "$OUT/gemm_ab_$dtype.csv" <<'PY'
+import json, os, sys
+import pandas as pd
+side, commit, path, into = sys.argv[1:]
+t = pd.read_csv(path)
+meta = json.load(open(path.replace(".csv", ".json")))
+t.insert(0, "commit", commit), t.insert(0, "side", side)
+t["boot"], t["date"] = meta["boot"], meta["date"]
+t.to_csv(sys.stdout, index=False, header=not os.path.getsize(into))
+PY
+}
+STAGES=${STAGES:-"bfloat16 float32"}
+[[ $STAGES == *bfloat16* ]] && for side in before after; do run $side bfloat16; done
+[[ $STAGES == *float32* ]] && for side in before after; do run $side float32 --variants wgmma x3tf32 cublas --hidden 1024 2048 --peers; done
+PYTHONPATH=$PWD timeout ${TEST_S:-400} python3 -m pytest -q -m gpu tests/test_gpu_half.py tests/test_gpu.py -k "wgmma or x3tf32 or half" \
+  -p no:cacheprovider 2>&1 | tail -4 > "$OUT/gpu_tests_wgmma.log"
+cat "$OUT/gpu_tests_wgmma.log"
