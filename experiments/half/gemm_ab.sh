@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# One device call on one GPU (session 49): split-K summed in gemm_wgmma's own launch (the tile's last split adds the
-# partials: splitk_in_kernel.patch, applied to 012f6e2 for the run) against the sum kernel after it (012f6e2).
-# `bench gemm` before (.before: BEFORE_COMMIT's perflab/) and after (this tree, AFTER_COMMIT) in turn (STAGES:
-# bfloat16 at the 30 half-step shapes, float32: TF32 and 3xTF32 at H = 1024 and 2048), each run's rows into one CSV a
-# dtype with side, commit and the run's GPU and boot; then the wgmma GPU tests. Dropped: logs/splitk_in_kernel_*.
+# One device call on one GPU: a change to gemm_wgmma before and after (session 49: splitk_in_kernel.patch, split-K
+# summed in the GEMM's own launch, applied to 012f6e2 for the run, dropped: logs/splitk_in_kernel_*; then the 64 x 112
+# tile in clusters of 4: logs/b112_c4_*). `bench gemm` before (.before: BEFORE_COMMIT's perflab/) and after (this tree,
+# AFTER_COMMIT) in turn (STAGES: bfloat16 at the 30 half-step shapes, float32: TF32 and 3xTF32 at H = 1024 and 2048),
+# each run's rows into one CSV a dtype with side, commit and the run's GPU and boot; then the wgmma GPU tests.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
