@@ -204,6 +204,10 @@ def test_the_update_rounds_the_new_weights_for_the_gemms_in_the_same_pass_and_a_
     seg = np.searchsorted(ends.get(), np.arange(n), side="right")
     assert rel(P.get(), p - np.float32(0.3) * (g + regs.get()[seg] * p)) <= 1e-7
     assert np.array_equal(rounded.get(), half.to_storage(P.get(), kind))
+    shifted_p = cp.asarray(np.concatenate([[0], p]).astype(np.float32))[1:]  # not aligned: a value at a time
+    shifted_rounded = poisoned(n + 1, kernels.HALF_STORAGE[kind])[1:]
+    kernels.sgd_update(shifted_p, cp.asarray(g), 0.3, ends, regs, rounded=shifted_rounded)
+    assert np.array_equal(shifted_p.get(), P.get()) and np.array_equal(shifted_rounded.get(), rounded.get())
     before, held_before = P.copy(), rounded.copy()
     g[7] = np.inf
     overflow, counts = cp.zeros(1, np.int32), cp.zeros(3, np.int64)

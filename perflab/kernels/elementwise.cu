@@ -215,17 +215,54 @@ __global__ void __launch_bounds__(ROW_SUM_THREADS) row_sum(const T* __restrict__
 //   p <- p - lr * (g + reg_s * p), reg_s = reg on weight segments, 0 on biases.
 // Segment s covers [ends[s-1], ends[s]) of the buffers.
 // p -= lr (g + reg p); with `rounded` (a half-precision step's), rounded = p in S too: the weights its
-// GEMMs read, made in this pass rather than in a copy of P at the next step's start.
+// GEMMs read, made in this pass rather than in a copy of P at the next step's start. A thread 16 bytes of p and
+// of g, and its rounded values in one store (a warp's stores contiguous: stored one at a time, 8 bytes apart, the
+// update was slower than one value a thread, D70); one value at a time where they are not whole or aligned.
+// SCALED (float16's loss scale): g / *scale, nothing written where *overflow (read with p and g, not before them).
+template <typename S, int V>
+struct alignas(V * sizeof(S)) Packed { S v[V]; };
+
+template <bool SCALED, typename T, typename S>
+__device__ __forceinline__ void update_16b(T* p, const T* __restrict__ g, size_t n, T lr, const long long* __restrict__ ends,
+                                           const T* __restrict__ regs, int nseg, const T* __restrict__ scale,
+                                           const int* __restrict__ overflow, S* __restrict__ rounded) {
+    constexpr int V = ELEMENTS_16B<T>;
+    const size_t e0 = V * ((size_t)blockIdx.x * blockDim.x + threadIdx.x);
+    if (e0 >= n) return;
+    const bool whole = e0 + V <= n && ((size_t)p | (size_t)g) % 16 == 0 && (size_t)rounded % sizeof(Packed<S, V>) == 0;
+    T w[V], d[V];
+    if (whole) {
+        *reinterpret_cast<uint4*>(w) = *reinterpret_cast<const uint4*>(p + e0);
+        *reinterpret_cast<uint4*>(d) = *reinterpret_cast<const uint4*>(g + e0);
+    } else {
+#pragma unroll
+        for (int i = 0; i < V; ++i) w[i] = e0 + i < n ? p[e0 + i] : T(0), d[i] = e0 + i < n ? g[e0 + i] : T(0);
+    }
+    const T sc = SCALED ? *scale : T(1);
+    if (SCALED && *overflow) return;  // skipped: p and rounded both as they were
+    int s = 0;
+    Packed<S, V> r;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+        while (s < nseg - 1 && e0 + i >= (size_t)ends[s]) ++s;
+        w[i] = w[i] - lr * ((SCALED ? d[i] / sc : d[i]) + regs[s] * w[i]);
+        r.v[i] = narrow<S>(w[i]);
+    }
+    if (whole) {
+        *reinterpret_cast<uint4*>(p + e0) = *reinterpret_cast<const uint4*>(w);
+        if (rounded != nullptr) *reinterpret_cast<Packed<S, V>*>(rounded + e0) = r;
+        return;
+    }
+    for (int i = 0; i < V && e0 + i < n; ++i) {
+        p[e0 + i] = w[i];
+        if (rounded != nullptr) rounded[e0 + i] = r.v[i];
+    }
+}
+
 template <typename T, typename S = T>
 __global__ void sgd_update(T* p, const T* __restrict__ g, size_t n, T lr, const long long* __restrict__ ends,
                            const T* __restrict__ regs, int nseg, S* __restrict__ rounded) {
-    size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (e >= n) return;
-    int s = 0;
-    while (s < nseg - 1 && e >= (size_t)ends[s]) ++s;
-    const T v = p[e] - lr * (g[e] + regs[s] * p[e]);
-    p[e] = v;
-    if (rounded != nullptr) rounded[e] = narrow<S>(v);
+    update_16b<false>(p, g, n, lr, ends, regs, nseg, (const T*)nullptr, (const int*)nullptr, rounded);
 }
 
 // Dynamic loss scaling on the device (a float16 step; inside the step's or the epoch's graph):
@@ -253,15 +290,7 @@ template <typename T, typename S = T>
 __global__ void sgd_update_scaled(T* p, const T* __restrict__ g, size_t n, T lr, const long long* __restrict__ ends,
                                   const T* __restrict__ regs, int nseg, const T* __restrict__ scale,
                                   const int* __restrict__ overflow, S* __restrict__ rounded) {
-    size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (e >= n) return;
-    const T pe = p[e], ge = g[e], sc = *scale;  // loaded with the flag, not after it
-    if (*overflow) return;  // skipped: p and rounded both as they were
-    int s = 0;
-    while (s < nseg - 1 && e >= (size_t)ends[s]) ++s;
-    const T v = pe - lr * (ge / sc + regs[s] * pe);
-    p[e] = v;
-    if (rounded != nullptr) rounded[e] = narrow<S>(v);
+    update_16b<true>(p, g, n, lr, ends, regs, nseg, scale, overflow, rounded);
 }
 
 template <typename T>

@@ -242,11 +242,16 @@ def update_kernel(kernel: str, params, rounded):
     return elementwise_function(f"{kernel}<float,{HALF_CTYPES[rounded.dtype.name]}>", "float"), rounded
 
 
+def update_threads(params) -> int:
+    """The update's threads: one a 16 bytes of params (update_16b in elementwise.cu)."""
+    return -(-params.size // (16 // params.itemsize))
+
+
 def sgd_update(params, grads, learning_rate, ends, regs, rounded=None):
     """params <- params - lr * (grads + regs[segment] * params), one launch for every parameter; with
     rounded, rounded <- the new params in its half precision in the same pass."""
     kernel, out = update_kernel("sgd_update", params, rounded)
-    kernel(grid_1d(params.size), (256,),
+    kernel(grid_1d(update_threads(params)), (256,),
            (params, grads, u64(params.size), params.dtype.type(learning_rate), ends, regs, i32(ends.size), out))
     return params
 
@@ -258,8 +263,8 @@ def sgd_update_scaled(params, grads, learning_rate, ends, regs, scale, overflow,
     overflowed in a row, overflowed in all) follow (docs/DECISIONS.md, D68)."""
     elementwise("find_overflow", grads.dtype)(grid_1d(-(-grads.size // 4)), (256,), (grads, u64(grads.size), overflow))
     kernel, out = update_kernel("sgd_update_scaled", params, rounded)
-    kernel(grid_1d(params.size), (256,), (params, grads, u64(params.size), params.dtype.type(learning_rate),
-                                          ends, regs, i32(ends.size), scale, overflow, out))
+    kernel(grid_1d(update_threads(params)), (256,), (params, grads, u64(params.size), params.dtype.type(learning_rate),
+                                                     ends, regs, i32(ends.size), scale, overflow, out))
     elementwise("loss_scale_update", params.dtype)((1,), (1,), (scale, overflow, counts, i32(growth)))
     return params
 
