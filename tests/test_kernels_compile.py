@@ -395,5 +395,5 @@ def test_the_launch_shapes_python_gives_the_fused_kernels_are_those_elementwise_
 
     elementwise = importlib.import_module("perflab.kernels.elementwise")  # the package's name is the function
     defines = dict(re.findall(r"^#define (\w+) (\d+)$", (KERNEL_DIR / "elementwise.cu").read_text(), re.M))
-    for name in ("ROW_SUM_THREADS", "FW_ROWS", "FW_BYTES", "BW_ROWS", "BW_COLS", "HB_ROWS", "HB_COLS", "SOFTMAX_CLASSES"):
+    for name in ("ROW_SUM_THREADS", "FW_ROWS", "FW_BYTES", "BW_ROWS", "BW_COLS", "HB_ROWS", "HB_COLS", "HB_WARPS", "SOFTMAX_CLASSES"):
         assert int(defines[name]) == getattr(elementwise, name), name

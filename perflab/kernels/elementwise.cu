@@ -521,6 +521,7 @@ output_backward(const T* __restrict__ W2, const T* __restrict__ delta, const T* 
 //   chunk column o = 16 t + 2 k + e  sits at position 8 k + 2 t + e  (lane t of n-tile k, e = 0, 1).
 #define HB_ROWS 16
 #define HB_COLS 128
+#define HB_WARPS 4
 #define HB_PITCH (HB_COLS + 8)  // bf16s a row of the staged deltas: ldmatrix's 8 rows in 8 bank groups
 
 template <typename S> struct bf16_exact { static constexpr bool value = true; };  // S's values are BF16's
@@ -591,13 +592,22 @@ output_backward_half(const float* __restrict__ W2, const float* __restrict__ del
     __shared__ __align__(16) unsigned short dh[16 * HB_PITCH], dl[16 * HB_PITCH];  // delta's high and low parts
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     const int j0 = blockIdx.x * HB_COLS, cols = min(HB_COLS, n - j0);
-    const int h0 = (blockIdx.y * 4 + warp) * HB_ROWS;
-    for (int e = threadIdx.x; e < 16 * HB_COLS; e += blockDim.x) {
-        const int c = e / HB_COLS, o = e % HB_COLS, within = o % 64;
+    const int h0 = (blockIdx.y * HB_WARPS + warp) * HB_ROWS;
+    // delta's 16 x HB_COLS values, every load of a thread issued before the first is used (a loop of load, then
+    // use, waited out one round trip after another: D71)
+    constexpr int THREADS = HB_WARPS * 32, STAGED = 16 * HB_COLS / THREADS;
+    float x[STAGED];
+#pragma unroll
+    for (int k = 0; k < STAGED; ++k) {
+        const int e = threadIdx.x + k * THREADS, c = e / HB_COLS, o = e % HB_COLS;
+        x[k] = (c < C && o < cols) ? delta[(size_t)c * n + j0 + o] : 0.f;
+    }
+#pragma unroll
+    for (int k = 0; k < STAGED; ++k) {
+        const int e = threadIdx.x + k * THREADS, c = e / HB_COLS, o = e % HB_COLS, within = o % 64;
         const int at = c * HB_PITCH + (o - within) + 8 * ((within % 16) / 2) + 2 * (within / 16) + within % 2;
-        const float x = (c < C && o < cols) ? delta[(size_t)c * n + j0 + o] : 0.f;
         unsigned hi, lo;
-        split_bf16(x, 0.f, hi, lo);
+        split_bf16(x[k], 0.f, hi, lo);
         dh[at] = (unsigned short)(hi & 0xffffu), dl[at] = (unsigned short)(lo & 0xffffu);
     }
     // W2^T's fragment (rows h0 + g, h0 + g + 8; classes 2t, 2t + 1, 2t + 8, 2t + 9), high and low parts
@@ -662,15 +672,28 @@ output_backward_half(const float* __restrict__ W2, const float* __restrict__ del
             for (int i = 0; i < 8; ++i) a[0][i] = next[0][i], a[1][i] = next[1][i];
         }
     }
-    // the first row block's: db2's partial sums over its columns, warp w classes w, w + 4, ... (a fixed order), in
-    // place of a row_sum pass of its own
+    // the first row block's: db2's partial sums over its columns, warp w classes w, w + HB_WARPS, ... (a fixed
+    // order), in place of a row_sum pass of its own; a lane's loads all issued before its sums
     if (db2_part != nullptr && blockIdx.y == 0) {
-        for (int c = warp; c < C; c += 4) {
+        constexpr int CLASSES = 16 / HB_WARPS, LOADS = HB_COLS / 32;
+        float d[CLASSES][LOADS];
+#pragma unroll
+        for (int q = 0; q < CLASSES; ++q) {
+#pragma unroll
+            for (int i = 0; i < LOADS; ++i) {
+                const int c = warp + q * HB_WARPS, o = lane + 32 * i;
+                d[q][i] = c < C && o < cols ? delta[(size_t)c * n + j0 + o] : 0.f;
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < CLASSES; ++q) {
             float s = 0.f;
-            for (int o = lane; o < cols; o += 32) s += delta[(size_t)c * n + j0 + o];
+#pragma unroll
+            for (int i = 0; i < LOADS; ++i) s += d[q][i];
 #pragma unroll
             for (int w = 16; w > 0; w >>= 1) s += __shfl_xor_sync(0xffffffffu, s, w);
-            if (lane == 0) db2_part[(size_t)blockIdx.x * C + c] = s;
+            const int c = warp + q * HB_WARPS;
+            if (lane == 0 && c < C) db2_part[(size_t)blockIdx.x * C + c] = s;
         }
     }
     // the block's partial sums: dW2 (classes g, g + 8; rows 2t, 2t + 1 of each 8), db1 (the row's 4 lanes')

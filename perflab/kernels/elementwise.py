@@ -30,7 +30,7 @@ CLASS_BOUNDS = (4, 10, 16)  # both are compiled for these C bounds (the smallest
 
 
 BW_ROWS, BW_COLS = 2, 512  # output_backward: rows per warp (8 warps a block), columns a block, as in elementwise.cu
-HB_ROWS, HB_COLS = 16, 128  # output_backward_half (16-bit a1, on the tensor cores): the same, 4 warps a block
+HB_ROWS, HB_COLS, HB_WARPS = 16, 128, 4  # output_backward_half (16-bit a1, on the tensor cores): the same, 4 warps a block
 
 
 ROW_SUM_THREADS = 1024  # row_sum: threads a row (a block), as in elementwise.cu
@@ -219,7 +219,7 @@ def output_backward(W2, delta, a1, dz1, dW2, db1, part, dz1_small=None, db2=None
         raise KernelError(f"output_backward needs a workspace of {whole + nb * sums} elements, got {part.size}")
     if half:
         elementwise_function(f"output_backward_half<{HALF_CTYPES[a1.dtype.name]}>", "float")(
-            (nb, math.ceil(H / (4 * HB_ROWS))), (128,),
+            (nb, math.ceil(H / (HB_WARPS * HB_ROWS))), (32 * HB_WARPS,),
             (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n), u64(0) if db2 is None else part[whole:]))
     else:
         elementwise("output_backward", a1.dtype, bound)(
