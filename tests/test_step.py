@@ -79,11 +79,13 @@ def test_the_predictors_profiled_and_model_parallel_steps_are_the_builders():
     assert [k for k, _ in predictor.model_parallel_kernels((64,), 2)[0]] == list(predictor.MODEL_PARALLEL_STEP)
 
 
-def traced(monkeypatch, hidden, gemm, fuse_output, fuse_backward) -> list[tuple[str, str]]:
+def traced(monkeypatch, hidden, gemm, fuse_output, fuse_backward, dtype="float32") -> list[tuple[str, str]]:
     """(perflab.kernels function, the innermost phase it ran in) of each kernel FusedGPU.gradients and update
-    launch for one step (no loss), run on NumPy stand-ins with every kernel recorded, not run."""
+    launch for one step (no loss), run on NumPy stand-ins with every kernel recorded, not run; in a half
+    precision, with the rounded weights' and float16's loss scale's stand-ins."""
     from perflab.kernels.dispatch import CUBLAS_VARIANTS, WGMMA_VARIANTS
     from perflab.train import fused_step, gpu
+    from perflab.train.half_gpu import DeviceLossScale
     from perflab.train.tf32_split import TF32Split
     trace, phases = [], []
 
@@ -95,14 +97,17 @@ def traced(monkeypatch, hidden, gemm, fuse_output, fuse_backward) -> list[tuple[
 
     def record(name):
         def launch(*args, bias=None, variant=None, **kw):
+            bias = args[3] if name == "half_gemm" and len(args) > 3 else bias  # the trainer passes it by position
             trace.append((name, phases[-1]))
             if name == "gemm" and bias is not None and variant in CUBLAS_VARIANTS + WGMMA_VARIANTS:
                 trace.append(("bias_sigmoid", phases[-1]))  # as kernels.gemm adds it: a pass of its own
+            if name == "half_gemm" and bias is not None and variant == "cublas":
+                trace.append(("bias_sigmoid", phases[-1]))  # as kernels.half_gemm adds it (wgmma: its epilogue)
         return launch
     for module in (gpu, fused_step):  # the passes' phases, and the update's
         monkeypatch.setattr(module, "phase", phase)
     for name in ("gemm", "bias_sigmoid", "output_layer", "softmax_xent_grad", "row_sum", "output_backward",
-                 "sigmoid_backward_rows", "sgd_update"):
+                 "sigmoid_backward_rows", "sgd_update", "half_gemm", "sgd_update_scaled"):
         monkeypatch.setattr(gpu.kernels, name, record(name))
     D, C, n = 7, 3, 5
     layers = (D, *hidden, C)
@@ -114,16 +119,20 @@ def traced(monkeypatch, hidden, gemm, fuse_output, fuse_backward) -> list[tuple[
 
         def small_part(self, a):
             return None
+    half = SimpleNamespace(weights=lambda: params[0::2], rounded_delta=lambda delta: delta, P_half=None)
+    loss_scale = object.__new__(DeviceLossScale)  # float16's, its device state left out
+    loss_scale.__dict__.update(scale=None, overflow=None, counts=None)
     trainer = object.__new__(gpu.FusedGPU)
     trainer.__dict__.update(
-        params=params, grads=[np.zeros_like(p) for p in params], half=None, scaled=False, scale=None, variant=gemm,
+        params=params, grads=[np.zeros_like(p) for p in params], half=half if dtype in step.HALF else None,
+        scaled=dtype == "float16", loss_scale=loss_scale, scale=None, variant=gemm,
         work=None,
         acts=[np.zeros(h * n, np.float32) for h in hidden], dz=[np.zeros(h * n, np.float32) for h in hidden],
         z_out=np.zeros(C * n, np.float32), delta=np.zeros(C * n, np.float32), ce=np.zeros(n, np.float32),
         fuse_output=fuse_output, fuse_backward=fuse_backward, part=None, part_forward=None, peer_exchange=False,
         tf32_split=Split(hidden[0] * n) if gemm == "x3tf32" else None,
         G=np.zeros(sum(p.size for p in params) + 1, np.float32), side_gemms=False, side_pending=False, overlap=None,
-        P=None, ends=None, regs=None, cfg=SimpleNamespace(learning_rate=0.1),
+        P=None, ends=None, regs=None, cfg=SimpleNamespace(learning_rate=0.1, dtype=dtype),
         tuned=type("Tuned", (), {"__contains__": lambda self, shape: True})())  # every shape tuned: no tune() runs
     trainer.gradients(np.zeros((D, n), np.float32), np.zeros(n, np.int64), n, want_loss=False)
     trainer.update()
@@ -139,6 +148,17 @@ def test_the_trainer_runs_the_step_the_builder_lists(monkeypatch, hidden, gemm, 
     assert traced(monkeypatch, hidden, gemm, *fusion) == [(k.call, k.label) for k in kernels]
 
 
+@pytest.mark.parametrize("fusion", ((True, True), (False, True), (False, False)))
+@pytest.mark.parametrize("gemm", ("cublas", "wgmma"))
+@pytest.mark.parametrize("hidden", DEPTHS)
+@pytest.mark.parametrize("dtype", step.HALF)
+def test_a_half_precision_trainer_runs_the_step_the_builder_lists(monkeypatch, dtype, hidden, gemm, fusion):
+    """In BF16 and FP16 too, FusedGPU's step is the builder's, kernel by kernel and phase by phase: the half GEMMs,
+    the bias passes cuBLAS's need and wgmma's epilogue does not, db_L in the fused backward pass, float16's update."""
+    kernels = step.step(hidden, gemm=gemm, dtype=dtype, fuse_output=fusion[0], fuse_backward=fusion[1])
+    assert traced(monkeypatch, hidden, gemm, *fusion, dtype=dtype) == [(k.call, k.label) for k in kernels]
+
+
 @pytest.mark.parametrize("hidden", DEPTHS)
 def test_a_half_steps_fused_backward_pass_makes_db_L_in_place_of_a_row_sum(hidden):
     """In BF16 and FP16 the fused output backward pass makes db_L too (docs/DECISIONS.md, D67): the step lists no
@@ -148,6 +168,8 @@ def test_a_half_steps_fused_backward_pass_makes_db_L_in_place_of_a_row_sum(hidde
         assert "row_sum_db" not in {k.kind for k in half}
         fp32 = step.launches(step.step(hidden))
         fp32["half_gemm"], fp32["row_sum"] = fp32.pop("gemm"), fp32["row_sum"] - 1  # its GEMMs half's, a row_sum fewer
+        if dtype == "float16":  # and its update under the loss scale
+            fp32["sgd_update_scaled"] = fp32.pop("sgd_update")
         assert step.launches(half) == +fp32
         assert "row_sum_db" in {k.kind for k in step.step(hidden, dtype=dtype, fuse_backward=False)}
     assert "row_sum_db" in {k.kind for k in step.step(hidden)}

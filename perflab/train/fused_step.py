@@ -8,7 +8,7 @@ import contextlib
 from perflab import kernels
 from perflab.train import profile
 from perflab.train.profile import phase
-from perflab.train.step import backward_gemm, forward_gemm
+from perflab.train.step import backward_gemm, forward_gemm, fused_backward_makes_db_out
 
 
 class FusedStep:
@@ -64,7 +64,7 @@ class FusedStep:
         if self.peer_exchange:  # the peers have read the last step's gradient before this one overwrites it
             self.comm.read_wait()
         fused = self.fuse_backward and not profile.ACTIVE
-        db_out = db[-1] if fused and self.half else None  # a half step's fused pass makes db_L (docs/DECISIONS.md, D67)
+        db_out = db[-1] if fused_backward_makes_db_out(self.cfg.dtype, fused) else None
         if db_out is None:
             kernels.row_sum(delta, db[-1])
         # x3tf32: the pass that makes dz_1 writes its TF32 big and small parts, which dW_1's GEMM reads as they are

@@ -161,8 +161,15 @@ def step(hidden, batch: int = 1, gemm: str = "cublas", dtype: str = "float32", f
     out.append(product("bwd_gemm", 2 * L - 1, 1, hidden[0], B, D, backward_gemm(2 * L - 1), "backward"))
     params = sum(h * k + h for h, k in zip(hidden, fan_in)) + C * top + C
     master = ITEMSIZE["float32" if dtype in HALF else dtype]  # the parameters, their gradient: FP32 in a half step
-    out.append(pass_("update", 0, 0, "step", "step", "sgd_update", 3 * params * master))
+    update = "sgd_update_scaled" if dtype == "float16" else "sgd_update"  # float16's under its loss scale
+    out.append(pass_("update", 0, 0, "step", "step", update, 3 * params * master))
     return tuple(out)
+
+
+def fused_backward_makes_db_out(dtype: str, fuse_backward: bool) -> bool:
+    """Whether the output layer's fused backward pass makes db_L too, in place of a row_sum pass of its own: a half
+    step's does (docs/DECISIONS.md, D67). The builder (output_layer) and the trainer (FusedStep.backward) ask here."""
+    return fuse_backward and dtype in HALF
 
 
 def output_layer(hidden: tuple, B: int, gemm: str, dtype: str, fuse_output: bool, fuse_backward: bool) -> list[Kernel]:
@@ -181,7 +188,7 @@ def output_layer(hidden: tuple, B: int, gemm: str, dtype: str, fuse_output: bool
                               2 * hb))
         out += [Kernel("unfused_fwd_gemm", L, gemm, L, "forward", forward_gemm(L), kind, 2.0 * C * top * B, hb),
                 Kernel("unfused_softmax", 0, "", L, "forward", "forward", "softmax_xent_grad", 0.0, 2 * C * B * size)]
-    if not (fuse_backward and dtype in HALF):  # a half step's fused backward pass makes db_L too
+    if not fused_backward_makes_db_out(dtype, fuse_backward):
         out.append(Kernel("row_sum_db", L, "", L, "backward", "backward", "row_sum", 0.0, C * B * size))
     split = gemm == "x3tf32" and dtype not in HALF and L == 2  # this pass writes dz1's TF32 split
     if fuse_backward:
