@@ -36,9 +36,17 @@ class TransferError(PredictionError):
     """A transfer perflab cannot make (an unknown kind, another architecture, no GPU in the file)."""
 
 
+NEEDED = ("gpu_names", "architecture", "fp32_tflops", "tf32_tflops", "bf16_tflops", "memory_tb_s")  # what it reads
+
+
 def sheet(kind: str) -> dict:
+    """A kind's datasheet, refused where it lacks a field a transfer reads (a sheet added by hand, say)."""
     if kind not in KINDS:
         raise TransferError(f"--gpu-kind {kind}: no datasheet for it; the kinds are {', '.join(KINDS)}")
+    missing = [field for field in NEEDED if field not in SHEETS[kind]]
+    if missing:
+        raise TransferError(f"the datasheet of {kind} (perflab/analysis/datasheets.json) lacks {', '.join(missing)}: "
+                            f"a transfer reads {', '.join(NEEDED)}")
     return SHEETS[kind]
 
 
@@ -135,6 +143,9 @@ def to_kind(c: Ceilings, gpu_name: str | None, kind: str) -> tuple[Ceilings, dic
     """Ceilings `c` (measured on `gpu_name`), with its machine's other boots, as `kind` would measure them;
     and what was done, for the prediction's file."""
     source_kind, target = kind_of(gpu_name), sheet(kind)
+    if source_kind == kind:
+        raise TransferError(f"--gpu-kind {kind}: the ceilings were measured on {gpu_name}, that kind itself; a blind "
+                            "prediction starts from another kind's ceilings (leave --gpu-kind out to predict from these)")
     source = sheet(source_kind)
     if source["architecture"] != target["architecture"]:
         raise TransferError(f"--gpu-kind {kind}: a {target['architecture']} GPU, and the ceilings' {gpu_name} is "

@@ -103,8 +103,23 @@ def whatif_ceilings(args) -> tuple:
             ceilings = predictor.with_exchange(ceilings, predictor.Ceilings.load(exchange))
         except predictor.PredictionError as exc:
             raise CLIError(str(exc)) from None
+    if args.gpu_kind:
+        refuse_files_of_the_kind(args.gpu_kind, exchanges)
     moved = transferred(args, path, ceilings) if args.gpu_kind else (ceilings, None)
     return path, exchanges, *moved
+
+
+def refuse_files_of_the_kind(kind: str, paths: list) -> None:
+    """A blind prediction of `kind` reads no ceilings file measured on that kind: these --exchange-ceilings files
+    (transfer.to_kind refuses a --ceilings file of it)."""
+    from perflab import results
+    from perflab.analysis import datasheets
+    names = datasheets.SHEETS.get(kind, {}).get("gpu_names", [])
+    for path in paths:
+        gpu = results.made_on(path).get("gpu")
+        if gpu in names:
+            raise CLIError(f"--gpu-kind {kind}: {path} was measured on {gpu}, that kind itself; a blind prediction "
+                           "reads no file of the kind it predicts (leave --gpu-kind out to predict from it)")
 
 
 def whatif_rows(args, points, ceilings) -> list[dict]:
