@@ -45,6 +45,9 @@ def test_a_step_counts_its_flops_and_bytes():
     assert kernels["update"].nbytes == 3 * 4 * (H * (D + 1) + C * (H + 1))
     doubled = {k.id: k.nbytes for k in step.step((H,), B, dtype="float64")}
     assert all(doubled[i] == 2 * k.nbytes for i, k in kernels.items())
+    params = H * (D + 1) + C * (H + 1)  # a half step's update also writes P's rounded copy; float16's reads G twice
+    assert {dtype: step.step((H,), B, dtype=dtype)[-1].nbytes for dtype in step.HALF} == {
+        "bfloat16": (3 * 4 + 2) * params, "float16": (4 * 4 + 2) * params}
 
 
 @pytest.mark.parametrize("hidden", DEPTHS)
