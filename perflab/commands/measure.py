@@ -154,6 +154,10 @@ def cmd_bench_train(args, comm) -> dict:
     if not args.json:
         import pandas as pd
         print(pd.DataFrame(rows).pivot_table(index=["H", "B"], columns="peer", values="epoch_ms").round(3).T.to_string())
+        ratios = peers.epoch_ratios(rows)
+        if ratios is not None:
+            print("\nperflab's epoch over the cuBLAS floor of its precision and over the fastest peer of it:")
+            print(ratios.to_string())
     return {"rows": rows, "saved": saved}
 
 
@@ -315,7 +319,9 @@ def bench_train_parser(bsub) -> None:
                         description="Median ms per epoch (N samples, resident on the GPU, FP32, TF32 off) for perflab "
                                     "and every installed peer; a missing peer is skipped with a message. Peers named "
                                     "(TF32) or (3xTF32) run their matmuls on the tensor cores so: the peers of "
-                                    "perflab's wgmma and x3tf32 GEMMs.")
+                                    "perflab's wgmma and x3tf32 GEMMs; (bf16), (fp16) in mixed precision. After the "
+                                    "table, each perflab peer's epoch over the cuBLAS floor of its precision and over "
+                                    "the fastest other peer of it, where they ran.")
     b.add_argument("--configs", nargs="+", type=net_batch, default=[(512, 3200), (1024, 3200), (2048, 12000)],
                    metavar="H,B", help="hidden size and batch pairs (default 512,3200 1024,3200 2048,12000); a deeper "
                                        "net names its widths, 1024-1024,3200 for 784-1024-1024-10")

@@ -392,6 +392,33 @@ def bench_train(configs=((512, 3200), (1024, 3200), (2048, 12000)), N=60000, lr=
     return rows
 
 
+FLOORS = {"FP32": "cublas 5-gemm floor", "bf16": "cublas floor (bf16)", "fp16": "cublas floor (fp16)"}
+PRECISION = {  # the precision each peer's products run in, where it is not FP32
+    "perflab (wgmma gemm, a graph a batch)": "TF32", "perflab (tf32 gemm)": "TF32", "perflab (wgmma gemm)": "TF32",
+    "perflab (x3tf32 gemm)": "3xTF32", "pytorch cuda graph (TF32)": "TF32", "jax scan epoch (3xTF32)": "3xTF32",
+    "jax scan epoch (TF32)": "TF32", "jax scan epoch (bf16)": "bf16", "pytorch cuda graph (bf16 autocast)": "bf16",
+    "perflab (bf16)": "bf16", "perflab (fp16)": "fp16", "perflab (bf16, backward unfused)": "bf16",
+    "perflab (bf16, wgmma gemm)": "bf16", "perflab (fp16, wgmma gemm)": "fp16", "cublas floor (bf16)": "bf16",
+    "cublas floor (fp16)": "fp16"}
+
+
+def epoch_ratios(rows: list[dict]):
+    """Each perflab peer's epoch over the cuBLAS floor of its precision and over the fastest other peer of that
+    precision (a framework's, not perflab's or a floor's), a column a config: what a report quotes. None where no
+    perflab peer has either beside it."""
+    import pandas as pd
+    epochs = pd.DataFrame(rows).pivot_table(index="peer", columns=["H", "B"], values="epoch_ms")
+    out = {}
+    for peer in (p for p in epochs.index if p.startswith("perflab")):
+        kind = PRECISION.get(peer, "FP32")
+        if FLOORS.get(kind) in epochs.index:
+            out[f"{peer} / {FLOORS[kind]}"] = epochs.loc[peer] / epochs.loc[FLOORS[kind]]
+        rivals = [p for p in epochs.index if PRECISION.get(p, "FP32") == kind and not p.startswith(("perflab", "cublas"))]
+        if rivals:
+            out[f"{peer} / fastest {kind} peer"] = epochs.loc[peer] / epochs.loc[rivals].min()
+    return pd.DataFrame(out).T.round(3) if out else None
+
+
 if __name__ == "__main__":  # one peer, one config: python -m perflab.measure.peers '[name, H, B, N, lr, reg, warmup, repeats]'
     import json
     import sys
