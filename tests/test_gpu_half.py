@@ -208,6 +208,9 @@ def test_the_update_rounds_the_new_weights_for_the_gemms_in_the_same_pass_and_a_
     shifted_rounded = poisoned(n + 1, kernels.HALF_STORAGE[kind])[1:]
     kernels.sgd_update(shifted_p, cp.asarray(g), 0.3, ends, regs, rounded=shifted_rounded)
     assert np.array_equal(shifted_p.get(), P.get()) and np.array_equal(shifted_rounded.get(), rounded.get())
+    aligned_p, odd_rounded = cp.asarray(p), poisoned(n + 1, kernels.HALF_STORAGE[kind])[1:]  # P aligned, its copy not
+    kernels.sgd_update(aligned_p, cp.asarray(g), 0.3, ends, regs, rounded=odd_rounded)
+    assert np.array_equal(aligned_p.get(), P.get()) and np.array_equal(odd_rounded.get(), rounded.get())
     before, held_before = P.copy(), rounded.copy()
     g[7] = np.inf
     overflow, counts = cp.zeros(1, np.int32), cp.zeros(3, np.int64)
@@ -220,6 +223,7 @@ def test_the_update_rounds_the_new_weights_for_the_gemms_in_the_same_pass_and_a_
                               rounded=rounded)
     b = before.get()
     assert rel(P.get(), b - np.float32(0.3) * (g / np.float32(8.0) + regs.get()[seg] * b)) <= 1e-7
+    assert np.array_equal(rounded.get(), half.to_storage(P.get(), kind))  # the finite step rounds its new weights too
     assert counts.get().tolist() == [1, 0, 1]  # the next step, finite, is made
     g[-1] = np.nan  # past the last whole four gradients: find_overflow's tail
     after = P.copy()

@@ -385,6 +385,9 @@ def test_the_update_refuses_to_round_into_anything_but_a_half_array_of_the_weigh
                                  (np.zeros(5, np.float32), np.zeros(5, np.float32), "float32 5 into float32 5")):
         with pytest.raises(KernelError, match=f"sgd_update rounds float32 parameters .*got {got}$"):
             sgd_update(params, params, 0.1, ends, regs, rounded=rounded)
+    half = np.zeros(5, np.float16)  # a thread takes 16 bytes of its compute type: half parameters would be half missed
+    with pytest.raises(KernelError, match="sgd_update updates float32 or float64 parameters .*got float16$"):
+        sgd_update(half, half, 0.1, ends, regs)
 
 
 def test_the_launch_shapes_python_gives_the_fused_kernels_are_those_elementwise_cu_defines():

@@ -77,23 +77,26 @@ def test_whatif_refuses_an_unknown_gpu_kind_naming_the_kinds_it_knows(capsys):
     assert "--gpu-kind" in proc.stderr and "nvidia-a100" in proc.stderr and all(k in proc.stderr for k in transfer.KINDS)
 
 
-def test_a_blind_prediction_of_a_kind_from_its_own_ceilings_is_refused(capsys):
+def test_a_blind_prediction_of_a_kind_from_its_own_ceilings_is_refused(tmp_path, capsys):
     """--gpu-kind names a kind the ceilings (or an --exchange-ceilings file) were measured on: refused, since the
     prediction would read a file of the kind it predicts while saying it read none."""
     from tests.test_predictor import perflab_here
     with pytest.raises(transfer.TransferError, match="that kind itself"):
         transfer.to_kind(predictor.Ceilings.load(H200), "NVIDIA H200", H200_KIND)
-    own = perflab_here(capsys, "whatif", "--ceilings", str(H200), "--gpu-kind", H200_KIND, "--hidden", "1760")
+    own = perflab_here(capsys, "whatif", "--ceilings", str(H200), "--gpu-kind", H200_KIND, "--hidden", "1760", "--out",
+                       str(tmp_path))
     assert own.returncode == 2 and "--gpu-kind nvidia-h200" in own.stderr and "that kind itself" in own.stderr
     h100 = RESULTS_ROOT / H100 / "mainjob" / "ceilings_p1.csv"
     exchange = RESULTS_ROOT / "nvidia-h200-x4" / "ceilings_p4.csv"
     mixed = perflab_here(capsys, "whatif", "--ceilings", str(h100), "--exchange-ceilings", str(exchange), "--gpu-kind",
-                         H200_KIND, "--hidden", "1760", "--ranks", "4")
+                         H200_KIND, "--hidden", "1760", "--ranks", "4", "--out", str(tmp_path))
     assert mixed.returncode == 2 and str(exchange) in mixed.stderr and "NVIDIA H200" in mixed.stderr
+    assert not list(tmp_path.iterdir())  # nothing written
 
 
-def test_a_datasheet_without_a_field_a_transfer_reads_is_refused_naming_it(monkeypatch):
-    sheet = {k: v for k, v in transfer.SHEETS[H100].items() if k != "memory_tb_s"}
+@pytest.mark.parametrize("field", transfer.SHEET_FIELDS)
+def test_a_datasheet_without_a_field_a_transfer_reads_is_refused_naming_it(monkeypatch, field):
+    sheet = {k: v for k, v in transfer.SHEETS[H100].items() if k != field}
     monkeypatch.setitem(transfer.SHEETS, H100, sheet)
-    with pytest.raises(transfer.TransferError, match=f"datasheet of {H100} .* lacks memory_tb_s"):
+    with pytest.raises(transfer.TransferError, match=f"datasheet of {H100} .* lacks {field}"):
         transfer.to_kind(predictor.Ceilings.load(H200), "NVIDIA H200", H100)

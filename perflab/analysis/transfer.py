@@ -36,24 +36,29 @@ class TransferError(PredictionError):
     """A transfer perflab cannot make (an unknown kind, another architecture, no GPU in the file)."""
 
 
-NEEDED = ("gpu_names", "architecture", "fp32_tflops", "tf32_tflops", "bf16_tflops", "memory_tb_s")  # what it reads
+SHEET_FIELDS = ("gpu_names", "architecture", "fp32_tflops", "tf32_tflops", "bf16_tflops", "memory_tb_s")  # it reads
 
 
 def sheet(kind: str) -> dict:
     """A kind's datasheet, refused where it lacks a field a transfer reads (a sheet added by hand, say)."""
     if kind not in KINDS:
         raise TransferError(f"--gpu-kind {kind}: no datasheet for it; the kinds are {', '.join(KINDS)}")
-    missing = [field for field in NEEDED if field not in SHEETS[kind]]
+    missing = [field for field in SHEET_FIELDS if field not in SHEETS[kind]]
     if missing:
         raise TransferError(f"the datasheet of {kind} (perflab/analysis/datasheets.json) lacks {', '.join(missing)}: "
-                            f"a transfer reads {', '.join(NEEDED)}")
+                            f"a transfer reads {', '.join(SHEET_FIELDS)}")
     return SHEETS[kind]
+
+
+def measured_on(gpu_name: str | None, kind: str) -> bool:
+    """Whether a GPU as machine metadata names it ('NVIDIA H200') is of a datasheet kind ('nvidia-h200')."""
+    return gpu_name in sheet(kind)["gpu_names"]
 
 
 def kind_of(gpu_name: str | None) -> str:
     """The datasheet kind of a GPU as machine metadata names it ('NVIDIA H200' -> 'nvidia-h200')."""
     for kind in KINDS:
-        if gpu_name in SHEETS[kind]["gpu_names"]:
+        if measured_on(gpu_name, kind):
             return kind
     raise TransferError(f"the ceilings were measured on {gpu_name or 'no GPU'}: a transfer starts from a GPU kind "
                         f"with a datasheet ({', '.join(KINDS)})")
@@ -143,7 +148,7 @@ def to_kind(c: Ceilings, gpu_name: str | None, kind: str) -> tuple[Ceilings, dic
     """Ceilings `c` (measured on `gpu_name`), with its machine's other boots, as `kind` would measure them;
     and what was done, for the prediction's file."""
     source_kind, target = kind_of(gpu_name), sheet(kind)
-    if source_kind == kind:
+    if measured_on(gpu_name, kind):
         raise TransferError(f"--gpu-kind {kind}: the ceilings were measured on {gpu_name}, that kind itself; a blind "
                             "prediction starts from another kind's ceilings (leave --gpu-kind out to predict from these)")
     source = sheet(source_kind)

@@ -104,22 +104,22 @@ def whatif_ceilings(args) -> tuple:
         except predictor.PredictionError as exc:
             raise CLIError(str(exc)) from None
     if args.gpu_kind:
-        refuse_files_of_the_kind(args.gpu_kind, exchanges)
+        refuse_exchanges_of_the_kind(args.gpu_kind, exchanges)
     moved = transferred(args, path, ceilings) if args.gpu_kind else (ceilings, None)
     return path, exchanges, *moved
 
 
-def refuse_files_of_the_kind(kind: str, paths: list) -> None:
-    """A blind prediction of `kind` reads no ceilings file measured on that kind: these --exchange-ceilings files
+def refuse_exchanges_of_the_kind(kind: str, exchanges: list) -> None:
+    """A blind prediction of `kind` reads no ceilings file measured on that kind: not as --exchange-ceilings either
     (transfer.to_kind refuses a --ceilings file of it)."""
     from perflab import results
-    from perflab.analysis import datasheets
-    names = datasheets.SHEETS.get(kind, {}).get("gpu_names", [])
-    for path in paths:
+    from perflab.analysis import transfer
+    for path in exchanges:
         gpu = results.made_on(path).get("gpu")
-        if gpu in names:
-            raise CLIError(f"--gpu-kind {kind}: {path} was measured on {gpu}, that kind itself; a blind prediction "
-                           "reads no file of the kind it predicts (leave --gpu-kind out to predict from it)")
+        if transfer.measured_on(gpu, kind):
+            raise CLIError(f"--gpu-kind {kind}: --exchange-ceilings {path} was measured on {gpu}, that kind itself; a "
+                           f"blind prediction reads no file of the kind it predicts: drop that file, or leave --gpu-kind "
+                           f"out and predict {kind} from a --ceilings file measured on it")
 
 
 def whatif_rows(args, points, ceilings) -> list[dict]:

@@ -216,22 +216,23 @@ __global__ void __launch_bounds__(ROW_SUM_THREADS) row_sum(const T* __restrict__
 // Segment s covers [ends[s-1], ends[s]) of the buffers.
 // p -= lr (g + reg p); with `rounded` (a half-precision step's), rounded = p in S too: the weights its
 // GEMMs read, made in this pass rather than in a copy of P at the next step's start. A thread 16 bytes of p and
-// of g, and its rounded values in one store (a warp's stores contiguous: stored one at a time, 8 bytes apart, the
-// update was slower than one value a thread, D70); one value at a time where they are not whole or aligned.
+// of g, and its rounded values in one store, so that a warp's stores are contiguous (D70); one value at a time where
+// they are not whole or aligned.
 // SCALED (float16's loss scale): g / *scale, nothing written where *overflow (read with p and g, not before them).
 template <typename S, int V>
 struct alignas(V * sizeof(S)) Packed { S v[V]; };
 
 template <bool SCALED, typename T, typename S>
-__device__ __forceinline__ void update_16b(T* p, const T* __restrict__ g, size_t n, T lr, const long long* __restrict__ ends,
+__device__ __forceinline__ void update_16_bytes(T* p, const T* __restrict__ g, size_t n, T lr, const long long* __restrict__ ends,
                                            const T* __restrict__ regs, int nseg, const T* __restrict__ scale,
                                            const int* __restrict__ overflow, S* __restrict__ rounded) {
     constexpr int V = ELEMENTS_16B<T>;
     const size_t e0 = V * ((size_t)blockIdx.x * blockDim.x + threadIdx.x);
     if (e0 >= n) return;
-    const bool whole = e0 + V <= n && ((size_t)p | (size_t)g) % 16 == 0 && (size_t)rounded % sizeof(Packed<S, V>) == 0;
-    T w[V], d[V];
-    if (whole) {
+    const bool vectorized = e0 + V <= n && ((size_t)p | (size_t)g) % 16 == 0 &&
+                            (size_t)rounded % sizeof(Packed<S, V>) == 0;
+    alignas(16) T w[V], d[V];
+    if (vectorized) {
         *reinterpret_cast<uint4*>(w) = *reinterpret_cast<const uint4*>(p + e0);
         *reinterpret_cast<uint4*>(d) = *reinterpret_cast<const uint4*>(g + e0);
     } else {
@@ -248,7 +249,7 @@ __device__ __forceinline__ void update_16b(T* p, const T* __restrict__ g, size_t
         w[i] = w[i] - lr * ((SCALED ? d[i] / sc : d[i]) + regs[s] * w[i]);
         r.v[i] = narrow<S>(w[i]);
     }
-    if (whole) {
+    if (vectorized) {
         *reinterpret_cast<uint4*>(p + e0) = *reinterpret_cast<const uint4*>(w);
         if (rounded != nullptr) *reinterpret_cast<Packed<S, V>*>(rounded + e0) = r;
         return;
@@ -262,7 +263,7 @@ __device__ __forceinline__ void update_16b(T* p, const T* __restrict__ g, size_t
 template <typename T, typename S = T>
 __global__ void sgd_update(T* p, const T* __restrict__ g, size_t n, T lr, const long long* __restrict__ ends,
                            const T* __restrict__ regs, int nseg, S* __restrict__ rounded) {
-    update_16b<false>(p, g, n, lr, ends, regs, nseg, (const T*)nullptr, (const int*)nullptr, rounded);
+    update_16_bytes<false>(p, g, n, lr, ends, regs, nseg, (const T*)nullptr, (const int*)nullptr, rounded);
 }
 
 // Dynamic loss scaling on the device (a float16 step; inside the step's or the epoch's graph):
@@ -290,7 +291,7 @@ template <typename T, typename S = T>
 __global__ void sgd_update_scaled(T* p, const T* __restrict__ g, size_t n, T lr, const long long* __restrict__ ends,
                                   const T* __restrict__ regs, int nseg, const T* __restrict__ scale,
                                   const int* __restrict__ overflow, S* __restrict__ rounded) {
-    update_16b<true>(p, g, n, lr, ends, regs, nseg, scale, overflow, rounded);
+    update_16_bytes<true>(p, g, n, lr, ends, regs, nseg, scale, overflow, rounded);
 }
 
 template <typename T>
@@ -515,7 +516,7 @@ output_backward(const T* __restrict__ W2, const T* __restrict__ delta, const T* 
 //   P += delta a1^T  (16 classes x 8 rows a tile, K = 16 columns)
 // and a lane moves 32 contiguous bytes of a1 (and of dz1) a row at a time. FP32 accuracy is kept by
 // splitting each FP32 operand into BF16 high and low parts (x = hi + lo to 2^-16; products hi*hi +
-// hi*lo + lo*hi); an FP16 a1 is exactly hi + lo too. Block: 4 warps of 16 rows (HB_ROWS) over
+// hi*lo + lo*hi); an FP16 a1 is exactly hi + lo too. Block: HB_WARPS warps of 16 rows (HB_ROWS) over
 // HB_COLS columns, whose deltas (high and low parts) sit in shared memory with each 64-column chunk's
 // columns permuted so that an accumulator tile's columns are a lane's contiguous ones:
 //   chunk column o = 16 t + 2 k + e  sits at position 8 k + 2 t + e  (lane t of n-tile k, e = 0, 1).
@@ -586,7 +587,7 @@ __device__ __forceinline__ void store_row16(const unsigned (&w)[8], S* x, int h,
 }
 
 template <typename S>
-__global__ void __launch_bounds__(128)
+__global__ void __launch_bounds__(HB_WARPS * 32)
 output_backward_half(const float* __restrict__ W2, const float* __restrict__ delta, const S* __restrict__ a1,
                      S* __restrict__ dz1, float* __restrict__ part, int C, int H, int n, float* __restrict__ db2_part) {
     __shared__ __align__(16) unsigned short dh[16 * HB_PITCH], dl[16 * HB_PITCH];  // delta's high and low parts
@@ -596,6 +597,7 @@ output_backward_half(const float* __restrict__ W2, const float* __restrict__ del
     // delta's 16 x HB_COLS values, every load of a thread issued before the first is used (a loop of load, then
     // use, waited out one round trip after another: D71)
     constexpr int THREADS = HB_WARPS * 32, STAGED = 16 * HB_COLS / THREADS;
+    static_assert(16 * HB_COLS % THREADS == 0 && 16 % HB_WARPS == 0 && HB_COLS % 32 == 0, "whole loads a thread");
     float x[STAGED];
 #pragma unroll
     for (int k = 0; k < STAGED; ++k) {

@@ -30,7 +30,7 @@ CLASS_BOUNDS = (4, 10, 16)  # both are compiled for these C bounds (the smallest
 
 
 BW_ROWS, BW_COLS = 2, 512  # output_backward: rows per warp (8 warps a block), columns a block, as in elementwise.cu
-HB_ROWS, HB_COLS, HB_WARPS = 16, 128, 4  # output_backward_half (16-bit a1, on the tensor cores): the same, 4 warps a block
+HB_ROWS, HB_COLS, HB_WARPS = 16, 128, 4  # output_backward_half (16-bit a1, on the tensor cores): the same, and its warps
 
 
 ROW_SUM_THREADS = 1024  # row_sum: threads a row (a block), as in elementwise.cu
@@ -77,11 +77,15 @@ def grid_1d(n: int, per: int = 256) -> tuple:
     return (max(1, math.ceil(n / per)),)
 
 
+def threads_16_bytes(x) -> int:
+    """The threads of a pass that takes 16 bytes of x a thread (elementwise.cu's ELEMENTS_16B)."""
+    return math.ceil(x.size / (16 // x.itemsize))
+
+
 def bias_sigmoid(z, b):
     """z <- sigmoid(z + b[:, None]) in place."""
     rows, cols = z.shape
-    per_thread = 16 // z.itemsize  # elementwise.cu's ELEMENTS_16B
-    elementwise("bias_sigmoid", z.dtype)(grid_1d(math.ceil(z.size / per_thread)), (256,), (z, b, i32(rows), i32(cols)))
+    elementwise("bias_sigmoid", z.dtype)(grid_1d(threads_16_bytes(z)), (256,), (z, b, i32(rows), i32(cols)))
     return z
 
 
@@ -234,6 +238,9 @@ def output_backward(W2, delta, a1, dz1, dW2, db1, part, dz1_small=None, db2=None
 def update_kernel(kernel: str, params, rounded):
     """sgd_update's or sgd_update_scaled's instantiation for params, and the pointer argument for rounded:
     None, or a half-precision array of params' size (FP32) that the update writes params into, rounded."""
+    if params.dtype not in (np.float32, np.float64):
+        raise KernelError(f"{kernel} updates float32 or float64 parameters (a half step's masters are float32): got "
+                          f"{params.dtype}")
     if rounded is None:
         return elementwise(kernel, params.dtype), u64(0)
     if params.dtype != np.float32 or rounded.size != params.size or rounded.dtype.name not in HALF_CTYPES:
@@ -242,16 +249,11 @@ def update_kernel(kernel: str, params, rounded):
     return elementwise_function(f"{kernel}<float,{HALF_CTYPES[rounded.dtype.name]}>", "float"), rounded
 
 
-def update_threads(params) -> int:
-    """The update's threads: one a 16 bytes of params (update_16b in elementwise.cu)."""
-    return -(-params.size // (16 // params.itemsize))
-
-
 def sgd_update(params, grads, learning_rate, ends, regs, rounded=None):
     """params <- params - lr * (grads + regs[segment] * params), one launch for every parameter; with
     rounded, rounded <- the new params in its half precision in the same pass."""
     kernel, out = update_kernel("sgd_update", params, rounded)
-    kernel(grid_1d(update_threads(params)), (256,),
+    kernel(grid_1d(threads_16_bytes(params)), (256,),
            (params, grads, u64(params.size), params.dtype.type(learning_rate), ends, regs, i32(ends.size), out))
     return params
 
@@ -263,7 +265,7 @@ def sgd_update_scaled(params, grads, learning_rate, ends, regs, scale, overflow,
     overflowed in a row, overflowed in all) follow (docs/DECISIONS.md, D68)."""
     elementwise("find_overflow", grads.dtype)(grid_1d(-(-grads.size // 4)), (256,), (grads, u64(grads.size), overflow))
     kernel, out = update_kernel("sgd_update_scaled", params, rounded)
-    kernel(grid_1d(update_threads(params)), (256,), (params, grads, u64(params.size), params.dtype.type(learning_rate),
+    kernel(grid_1d(threads_16_bytes(params)), (256,), (params, grads, u64(params.size), params.dtype.type(learning_rate),
                                                      ends, regs, i32(ends.size), scale, overflow, out))
     elementwise("loss_scale_update", params.dtype)((1,), (1,), (scale, overflow, counts, i32(growth)))
     return params
