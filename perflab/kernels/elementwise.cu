@@ -598,11 +598,12 @@ output_backward_half(const float* __restrict__ W2, const float* __restrict__ del
     // use, waited out one round trip after another: D71)
     constexpr int THREADS = HB_WARPS * 32, STAGED = 16 * HB_COLS / THREADS;
     static_assert(16 * HB_COLS % THREADS == 0 && 16 % HB_WARPS == 0 && HB_COLS % 32 == 0, "whole loads a thread");
+    const auto delta_at = [&](int c, int o) { return c < C && o < cols ? delta[(size_t)c * n + j0 + o] : 0.f; };
     float x[STAGED];
 #pragma unroll
     for (int k = 0; k < STAGED; ++k) {
-        const int e = threadIdx.x + k * THREADS, c = e / HB_COLS, o = e % HB_COLS;
-        x[k] = (c < C && o < cols) ? delta[(size_t)c * n + j0 + o] : 0.f;
+        const int e = threadIdx.x + k * THREADS;
+        x[k] = delta_at(e / HB_COLS, e % HB_COLS);
     }
 #pragma unroll
     for (int k = 0; k < STAGED; ++k) {
@@ -682,10 +683,7 @@ output_backward_half(const float* __restrict__ W2, const float* __restrict__ del
 #pragma unroll
         for (int q = 0; q < CLASSES; ++q) {
 #pragma unroll
-            for (int i = 0; i < LOADS; ++i) {
-                const int c = warp + q * HB_WARPS, o = lane + 32 * i;
-                d[q][i] = c < C && o < cols ? delta[(size_t)c * n + j0 + o] : 0.f;
-            }
+            for (int i = 0; i < LOADS; ++i) d[q][i] = delta_at(warp + q * HB_WARPS, lane + 32 * i);
         }
 #pragma unroll
         for (int q = 0; q < CLASSES; ++q) {
