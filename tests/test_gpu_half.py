@@ -172,6 +172,33 @@ def test_the_step_kernels_read_and_write_half_and_compute_in_fp32(rng, kind, C, 
     assert rel(values(da, kind), ref) <= ULP[kind] and rel(db.get(), ref.sum(axis=1)) <= 1e-5
 
 
+@pytest.mark.parametrize("C, H, n", [(7, 61, 37), (10, 512, 3200)])
+def test_float16s_backward_passes_flag_a_gradient_they_make_that_is_not_finite(rng, C, H, n):
+    """output_backward (its FP16 dz1, and its FP32 sums of dW2, db1 and db2) and sigmoid_backward_rows (its FP16 dz)
+    set float16's overflow flag where what they store is not finite, and leave it 0 where all is finite: on one GPU
+    the update then needs no pass over G to find an overflow (docs/DECISIONS.md, D72)."""
+    f32 = lambda x: cp.asarray(np.asarray(x, np.float32))  # noqa: E731
+    a, _ = held(rng, (H, n), "float16")
+    W2, d = rng.normal(size=(C, H)) * 0.2, rng.normal(size=(C, n)) / n
+
+    def flagged(W2, d):
+        flag = cp.zeros(1, np.int32)
+        kernels.output_backward(f32(W2), f32(d), a, cp.empty_like(a), cp.empty((C, H), np.float32),
+                                cp.empty(H, np.float32), cp.zeros(kernels.output_backward_partials(H, n, C), np.float32),
+                                db2=cp.empty(C, np.float32), overflow=flag)
+        return int(flag.get()[0])
+    assert flagged(W2, d) == 0
+    assert flagged(W2, d * 1e9) == 1  # dz1 past 65504: inf in FP16
+    assert flagged(np.zeros((C, H)), np.full((C, n), 3e38)) == 1  # dz1 zero, dW2's and db2's sums past FP32's range
+    for where in (None, (H // 2, n - 1)):
+        da, hda = held(rng, (H, n), "float16")
+        if where is not None:
+            da[where] = np.float16(np.inf)
+        flag = cp.zeros(1, np.int32)
+        kernels.sigmoid_backward_rows(da, a, cp.empty(H, np.float32), overflow=flag)
+        assert int(flag.get()[0]) == (where is not None)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_16_byte_elementwise_passes_fall_back_on_a_view_that_is_not_16_byte_aligned(rng, kind):
     """bias_sigmoid and sigmoid_backward_rows move 16 bytes a load only where z's rows are whole eights and

@@ -38,3 +38,16 @@ def test_the_softmax_refuses_labels_that_do_not_fit_its_columns_before_any_launc
     z, b2, delta = np.zeros((7, 10), np.float32), np.zeros(7, np.float32), np.zeros((7, 10), np.float32)
     with pytest.raises(kernels.KernelError, match=f"{labels} labels from column {first} do not fit 10 columns"):
         kernels.softmax_xent_grad(z, b2, np.zeros(labels, np.int64), delta, 10, first=first)
+
+
+def test_an_overflow_flag_is_refused_where_the_pass_stores_no_float16_gradient_before_any_launch():
+    """Only float16's gradients overflow to a flag (docs/DECISIONS.md, D72): bfloat16 or float32 dz, or a flag that is
+    not one int32, is refused naming what was given."""
+    import numpy as np
+
+    from perflab import kernels
+    H, n, flag = 5, 4, np.zeros(1, np.int32)
+    for dz, overflow in ((np.zeros((H, n), np.uint16), flag), (np.zeros((H, n), np.float32), flag),
+                         (np.zeros((H, n), np.float16), np.zeros(2, np.int32))):
+        with pytest.raises(kernels.KernelError, match=f"got {dz.dtype} gradients, a flag of {overflow.size} int32"):
+            kernels.sigmoid_backward_rows(dz, dz, np.zeros(H, np.float32), overflow=overflow)

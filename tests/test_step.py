@@ -45,9 +45,11 @@ def test_a_step_counts_its_flops_and_bytes():
     assert kernels["update"].nbytes == 3 * 4 * (H * (D + 1) + C * (H + 1))
     doubled = {k.id: k.nbytes for k in step.step((H,), B, dtype="float64")}
     assert all(doubled[i] == 2 * k.nbytes for i, k in kernels.items())
-    params = H * (D + 1) + C * (H + 1)  # a half step's update also writes P's rounded copy; float16's reads G twice
+    params = H * (D + 1) + C * (H + 1)  # a half step's update also writes P's rounded copy
     assert {dtype: step.step((H,), B, dtype=dtype)[-1].nbytes for dtype in step.HALF} == {
-        "bfloat16": (3 * 4 + 2) * params, "float16": (4 * 4 + 2) * params}
+        "bfloat16": (3 * 4 + 2) * params, "float16": (3 * 4 + 2) * params}
+    # float16's reads G once more to find an overflow where the fused backward passes do not flag it (D72)
+    assert step.step((H,), B, dtype="float16", fuse_backward=False)[-1].nbytes == (4 * 4 + 2) * params
 
 
 @pytest.mark.parametrize("hidden", DEPTHS)
@@ -82,10 +84,12 @@ def test_the_predictors_profiled_and_model_parallel_steps_are_the_builders():
     assert [k for k, _ in predictor.model_parallel_kernels((64,), 2)[0]] == list(predictor.MODEL_PARALLEL_STEP)
 
 
-def traced(monkeypatch, hidden, gemm, fuse_output, fuse_backward, dtype="float32") -> list[tuple[str, str]]:
+def traced(monkeypatch, hidden, gemm, fuse_output, fuse_backward, dtype="float32", ranks=1,
+           keywords=None) -> list[tuple[str, str]]:
     """(perflab.kernels function, the innermost phase it ran in) of each kernel FusedGPU.gradients and update
     launch for one step (no loss), run on NumPy stand-ins with every kernel recorded, not run; in a half
-    precision, with the rounded weights' and float16's loss scale's stand-ins."""
+    precision, with the rounded weights' and float16's loss scale's stand-ins; `keywords` (a list) gets each
+    launch's (function, its keyword arguments), `ranks` the trainer's comm.size."""
     from perflab.kernels.dispatch import CUBLAS_VARIANTS, WGMMA_VARIANTS
     from perflab.train import fused_step, gpu
     from perflab.train.half_gpu import DeviceLossScale
@@ -102,6 +106,8 @@ def traced(monkeypatch, hidden, gemm, fuse_output, fuse_backward, dtype="float32
         def launch(*args, bias=None, variant=None, **kw):
             bias = args[3] if name == "half_gemm" and len(args) > 3 else bias  # the trainer passes it by position
             trace.append((name, phases[-1]))
+            if keywords is not None:
+                keywords.append((name, kw))
             if name == "gemm" and bias is not None and variant in CUBLAS_VARIANTS + WGMMA_VARIANTS:
                 trace.append(("bias_sigmoid", phases[-1]))  # as kernels.gemm adds it: a pass of its own
             if name == "half_gemm" and bias is not None and variant == "cublas":
@@ -124,7 +130,7 @@ def traced(monkeypatch, hidden, gemm, fuse_output, fuse_backward, dtype="float32
             return None
     half = SimpleNamespace(weights=lambda: params[0::2], rounded_delta=lambda delta: delta, P_half=None)
     loss_scale = object.__new__(DeviceLossScale)  # float16's, its device state left out
-    loss_scale.__dict__.update(scale=None, overflow=None, counts=None)
+    loss_scale.__dict__.update(scale=None, overflow="float16's overflow flag", counts=None)
     trainer = object.__new__(gpu.FusedGPU)
     trainer.__dict__.update(
         params=params, grads=[np.zeros_like(p) for p in params], half=half if dtype in step.HALF else None,
@@ -135,7 +141,7 @@ def traced(monkeypatch, hidden, gemm, fuse_output, fuse_backward, dtype="float32
         fuse_output=fuse_output, fuse_backward=fuse_backward, part=None, part_forward=None, peer_exchange=False,
         tf32_split=Split(hidden[0] * n) if gemm == "x3tf32" else None,
         G=np.zeros(sum(p.size for p in params) + 1, np.float32), side_gemms=False, side_pending=False, overlap=None,
-        P=None, ends=None, regs=None, cfg=SimpleNamespace(learning_rate=0.1, dtype=dtype),
+        P=None, ends=None, regs=None, cfg=SimpleNamespace(learning_rate=0.1, dtype=dtype), comm=SimpleNamespace(size=ranks),
         tuned=type("Tuned", (), {"__contains__": lambda self, shape: True})())  # every shape tuned: no tune() runs
     trainer.gradients(np.zeros((D, n), np.float32), np.zeros(n, np.int64), n, want_loss=False)
     trainer.update()
@@ -160,6 +166,19 @@ def test_a_half_precision_trainer_runs_the_step_the_builder_lists(monkeypatch, d
     the bias passes cuBLAS's need and wgmma's epilogue does not, db_L in the fused backward pass, float16's update."""
     kernels = step.step(hidden, gemm=gemm, dtype=dtype, fuse_output=fusion[0], fuse_backward=fusion[1])
     assert traced(monkeypatch, hidden, gemm, *fusion, dtype=dtype) == [(k.call, k.label) for k in kernels]
+
+
+@pytest.mark.parametrize("hidden", DEPTHS)
+def test_float16s_backward_passes_flag_an_overflow_only_where_g_can_hold_no_other(monkeypatch, hidden):
+    """Fused, on one GPU, the passes that store float16's gradients set the overflow flag, and the update does not
+    look through G (D72); with the output layer unfused (its GEMMs write G from delta rounded to FP16) or G summed
+    over ranks, no pass sets it and the update looks."""
+    for fuse_backward, ranks, flagged in ((True, 1, True), (False, 1, False), (True, 2, False)):
+        calls = []
+        traced(monkeypatch, hidden, "cublas", True, fuse_backward, "float16", ranks, calls)
+        passes = [kw for name, kw in calls if name in ("output_backward", "sigmoid_backward_rows")]
+        assert passes and all((kw.get("overflow") is not None) == flagged for kw in passes)
+        assert [kw["find"] for name, kw in calls if name == "sgd_update_scaled"] == [not flagged]
 
 
 @pytest.mark.parametrize("hidden", DEPTHS)

@@ -126,19 +126,29 @@ __global__ void sigmoid_backward(T* da, const T* __restrict__ a, size_t n) {
 // One block a row, so the pass reads da and a once and writes dz once (sigmoid_backward and row_sum
 // apart read dz a second time). With dz_small (float only), dz holds its TF32 big parts and dz_small
 // the small ones, as output_backward writes them for x3tf32's weight gradient of the first layer.
+// With overflow (a float16 step's flag), *overflow <- 1 where a dz stored is not finite (found_overflow).
 template <typename T>
 __device__ __forceinline__ T tf32_nearest(T x) {
     if constexpr (sizeof(T) == 4) return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
     else return x;
 }
 
+// A float16 step's overflow, found by the passes that store its gradients: on one GPU, G is non-finite only where a
+// gradient stored in FP16 (dz) is, or one the output layer's reduction sums in FP32 from delta (dW_L, db_L, db_{L-1});
+// the rest of G are GEMMs and sums of finite FP16 operands over a batch, far inside FP32's range. So the update
+// needs no pass of its own over G to look (find_overflow: docs/DECISIONS.md, D72).
+__device__ __forceinline__ void found_overflow(int* overflow, bool bad) {
+    if (overflow != nullptr && bad) *overflow = 1;
+}
+
 template <typename T, typename S = T>
 __global__ void __launch_bounds__(256)
 sigmoid_backward_rows(S* __restrict__ da, const S* __restrict__ a, T* __restrict__ db, int cols,
-                      T* __restrict__ dz_small) {
+                      T* __restrict__ dz_small, int* __restrict__ overflow) {
     __shared__ T part[256];
     const size_t row = (size_t)blockIdx.x * cols;
     T s = 0;
+    bool bad = false;  // a dz stored that is not finite
     int first = 0;  // columns [0, first) done 16 bytes at a time (16-bit S, as bias_sigmoid), the rest one by one
     if constexpr (sizeof(S) == 2) {
         constexpr int V = ELEMENTS_16B<S>;
@@ -152,6 +162,7 @@ sigmoid_backward_rows(S* __restrict__ da, const S* __restrict__ a, T* __restrict
                 for (int i = 0; i < V; ++i) {
                     const T v = widen(av[i]), d = widen(dv[i]) * v * (T(1) - v);
                     dv[i] = narrow<S>(d);
+                    bad |= !isfinite(widen(dv[i]));
                     s += d;
                 }
                 *reinterpret_cast<uint4*>(da + row + j) = d_raw;
@@ -169,8 +180,10 @@ sigmoid_backward_rows(S* __restrict__ da, const S* __restrict__ a, T* __restrict
         } else {
             da[row + j] = narrow<S>(d);
         }
+        bad |= !isfinite(widen(narrow<S>(d)));
         s += d;
     }
+    found_overflow(overflow, bad);
     part[threadIdx.x] = s;
     __syncthreads();
     for (int w = blockDim.x / 2; w > 0; w >>= 1) {
@@ -273,7 +286,8 @@ __global__ void sgd_update(T* p, const T* __restrict__ g, size_t n, T lr, const 
 // `growth` good steps in a row, and overflow is reset for the next step (no launch of its own).
 // counts: good steps in a row, overflowed steps in a row, overflowed steps in all.
 // find_overflow: a thread four gradients, loaded as one 16-byte piece where g is so aligned (a grid-stride loop of
-// one value a load was slower: docs/DECISIONS.md, D69).
+// one value a load was slower: docs/DECISIONS.md, D69); launched only where the passes that store the FP16
+// gradients have not set the flag themselves (found_overflow: G exchanged, or the output layer unfused).
 template <typename T>
 __global__ void find_overflow(const T* __restrict__ g, size_t n, int* overflow) {
     const size_t e = 4 * ((size_t)blockIdx.x * blockDim.x + threadIdx.x);
@@ -526,6 +540,8 @@ output_backward(const T* __restrict__ W2, const T* __restrict__ delta, const T* 
 #define HB_PITCH (HB_COLS + 8)  // bf16s a row of the staged deltas: ldmatrix's 8 rows in 8 bank groups
 
 template <typename S> struct bf16_exact { static constexpr bool value = true; };  // S's values are BF16's
+// bit 15 or 31 set where the float16 value below or above in w is inf or NaN (its exponent all ones)
+__device__ __forceinline__ unsigned nonfinite_bits(fp16, unsigned w) { return ((w & 0x7c007c00u) + 0x04000400u) & 0x80008000u; }
 template <> struct bf16_exact<fp16> { static constexpr bool value = false; };
 // x's high BF16 part (to nearest) and the rest's, each pair packed as pack_bf16 does
 __device__ __forceinline__ void split_bf16(float x0, float x1, unsigned& hi, unsigned& lo) {
@@ -589,7 +605,8 @@ __device__ __forceinline__ void store_row16(const unsigned (&w)[8], S* x, int h,
 template <typename S>
 __global__ void __launch_bounds__(HB_WARPS * 32)
 output_backward_half(const float* __restrict__ W2, const float* __restrict__ delta, const S* __restrict__ a1,
-                     S* __restrict__ dz1, float* __restrict__ part, int C, int H, int n, float* __restrict__ db2_part) {
+                     S* __restrict__ dz1, float* __restrict__ part, int C, int H, int n, float* __restrict__ db2_part,
+                     int* __restrict__ overflow) {
     __shared__ __align__(16) unsigned short dh[16 * HB_PITCH], dl[16 * HB_PITCH];  // delta's high and low parts
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     const int j0 = blockIdx.x * HB_COLS, cols = min(HB_COLS, n - j0);
@@ -625,6 +642,7 @@ output_backward_half(const float* __restrict__ W2, const float* __restrict__ del
     __syncthreads();
     const bool vec = n % 8 == 0 && ((size_t)a1 | (size_t)dz1) % 16 == 0;  // every row's 16-column pieces aligned
     float P[2][4] = {}, db[2] = {};  // P[r]: dW2 for classes g, g + 8 at rows h0 + 8 r + 2t, + 1
+    unsigned bad = 0;  // nonzero where a float16 dz1 stored is not finite (with overflow: the step's flag)
     unsigned a[2][8];  // rows h0 + g and h0 + g + 8: this lane's 16 columns of the chunk
     load_row16(a[0], a1, h0 + g, j0 + 16 * t, H, n, vec);
     load_row16(a[1], a1, h0 + g + 8, j0 + 16 * t, H, n, vec);
@@ -665,6 +683,7 @@ output_backward_half(const float* __restrict__ W2, const float* __restrict__ del
                     const float v0 = d[2 * r] * x.x * (1.f - x.x), v1 = d[2 * r + 1] * x.y * (1.f - x.y);
                     db[r] += v0 + v1;
                     a[r][2 * q + k] = pack_half(S{}, v0, v1);
+                    if constexpr (!bf16_exact<S>::value) bad |= nonfinite_bits(S{}, a[r][2 * q + k]);  // float16's
                 }
             }
         }
@@ -675,6 +694,7 @@ output_backward_half(const float* __restrict__ W2, const float* __restrict__ del
             for (int i = 0; i < 8; ++i) a[0][i] = next[0][i], a[1][i] = next[1][i];
         }
     }
+    found_overflow(overflow, bad != 0);
     // the first row block's: db2's partial sums over its columns, warp w classes w, w + HB_WARPS, ... (a fixed
     // order), in place of a row_sum pass of its own; a lane's loads all issued before its sums
     if (db2_part != nullptr && blockIdx.y == 0) {
@@ -812,10 +832,12 @@ output_forward_half(const float* __restrict__ W2, const float* __restrict__ b1, 
 }
 
 // dW2[c][h] = sum_b part[b][c][h], db1[h] = sum_b part[b][C][h], b = 0, 1, ... in order; with db2, also
-// db2[c] = sum_b part[blocks][b][c] (the 16-bit pass's row sums of delta, past the blocks' partials).
+// db2[c] = sum_b part[blocks][b][c] (the 16-bit pass's row sums of delta, past the blocks' partials). With overflow
+// (a float16 step's flag), *overflow <- 1 where a sum is not finite: these FP32 gradients come from delta, not from
+// an FP16 one (found_overflow).
 template <typename T>
 __global__ void output_backward_reduce(const T* __restrict__ part, T* __restrict__ dW2, T* __restrict__ db1, int C,
-                                       int H, int blocks, T* __restrict__ db2) {
+                                       int H, int blocks, T* __restrict__ db2, int* __restrict__ overflow) {
     const int e = blockIdx.x * blockDim.x + threadIdx.x;
     const size_t whole = (size_t)(C + 1) * H;
     if (e >= whole + (db2 != nullptr ? C : 0)) return;
@@ -823,9 +845,10 @@ __global__ void output_backward_reduce(const T* __restrict__ part, T* __restrict
     if (e >= whole) {
         for (int b = 0; b < blocks; ++b) s += part[blocks * whole + (size_t)b * C + (e - whole)];
         db2[e - whole] = s;
-        return;
+    } else {
+        for (int b = 0; b < blocks; ++b) s += part[(size_t)b * whole + e];
+        if (e < C * H) dW2[e] = s;
+        else db1[e - C * H] = s;
     }
-    for (int b = 0; b < blocks; ++b) s += part[(size_t)b * whole + e];
-    if (e < C * H) dW2[e] = s;
-    else db1[e - C * H] = s;
+    found_overflow(overflow, !isfinite(s));
 }

@@ -138,17 +138,27 @@ def sigmoid_backward(da, a):
     return da
 
 
-def sigmoid_backward_rows(da, a, db, dz_small=None):
+def sigmoid_backward_rows(da, a, db, dz_small=None, overflow=None):
     """da <- dz = da o a o (1 - a) in place and db <- dz's row sums, in one pass (a hidden layer under
     another). With dz_small (float32, da's shape), da gets dz's TF32 big parts and dz_small the small
-    ones, as x3tf32 reads them (gemm(..., a_small=dz_small))."""
+    ones, as x3tf32 reads them (gemm(..., a_small=dz_small)). With overflow (float16's flag, int32),
+    overflow[0] <- 1 where a dz stored is not finite (sgd_update_scaled(find=False))."""
     rows, cols = da.shape
     if a.shape != da.shape or db.shape != (rows,) or not (da.flags.c_contiguous and a.flags.c_contiguous):
         raise KernelError(f"sigmoid_backward_rows takes C-contiguous da and a of one shape and db of their rows: got "
                           f"da {da.shape}, a {a.shape}, db {db.shape}")
     check_small_part(dz_small, da, "dz_small")
-    elementwise("sigmoid_backward_rows", da.dtype)((rows,), (256,), (da, a, db, i32(cols), u64(0) if dz_small is None else dz_small))
+    check_overflow_flag(overflow, da, "sigmoid_backward_rows")
+    elementwise("sigmoid_backward_rows", da.dtype)((rows,), (256,), (da, a, db, i32(cols), u64(0) if dz_small is None else dz_small,
+                                                   u64(0) if overflow is None else overflow))
     return da
+
+
+def check_overflow_flag(overflow, dz, kernel: str) -> None:
+    """A pass sets float16's overflow flag (one int32) only where it stores float16 gradients."""
+    if overflow is not None and (dz.dtype != np.float16 or overflow.dtype != np.int32 or overflow.size != 1):
+        raise KernelError(f"{kernel} sets an overflow flag (one int32) where it stores float16 gradients: got "
+                          f"{dz.dtype} gradients, a flag of {overflow.size} {overflow.dtype}")
 
 
 def check_small_part(small, whole, name: str) -> None:
@@ -203,13 +213,15 @@ def output_backward_partials(H: int, n: int, C: int) -> int:
     return math.ceil(n / min(BW_COLS, HB_COLS)) * ((C + 1) * H + C)
 
 
-def output_backward(W2, delta, a1, dz1, dW2, db1, part, dz1_small=None, db2=None):
+def output_backward(W2, delta, a1, dz1, dW2, db1, part, dz1_small=None, db2=None, overflow=None):
     """dz1 <- (W2^T delta) o a1 o (1 - a1), dW2 <- delta a1^T, db1 <- row sums of dz1: one pass
     over a1 and a fixed-order reduction (C <= 16; part: output_backward_partials elements). With
     dz1_small (float32, dz1's shape), dz1 gets its TF32 big parts and dz1_small the small ones, as
     x3tf32 reads them (gemm(..., a_small=dz1_small)). With db2 (a 16-bit a1's pass), db2 <- delta's row
-    sums too, in place of a row_sum launch of their own."""
+    sums too, in place of a row_sum launch of their own. With overflow (a float16 step's flag, int32),
+    overflow[0] <- 1 where a dz1 stored, or a sum of dW2, db1 or db2, is not finite."""
     check_small_part(dz1_small, dz1, "dz1_small")
+    check_overflow_flag(overflow, dz1, "output_backward")
     C, H = W2.shape
     n = a1.shape[1]
     bound = class_bound(C, "output_backward")
@@ -224,14 +236,16 @@ def output_backward(W2, delta, a1, dz1, dW2, db1, part, dz1_small=None, db2=None
     if half:
         elementwise_function(f"output_backward_half<{HALF_CTYPES[a1.dtype.name]}>", "float")(
             (nb, math.ceil(H / (HB_WARPS * HB_ROWS))), (32 * HB_WARPS,),
-            (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n), u64(0) if db2 is None else part[whole:]))
+            (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n), u64(0) if db2 is None else part[whole:],
+             u64(0) if overflow is None else overflow))
     else:
         elementwise("output_backward", a1.dtype, bound)(
             (nb, math.ceil(H / (8 * BW_ROWS))), (256,),
             (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n), u64(0) if dz1_small is None else dz1_small))
     elementwise("output_backward_reduce", part.dtype)(grid_1d((C + 1) * H + sums), (256,),
                                                       (part, dW2, db1, i32(C), i32(H), i32(nb),
-                                                       u64(0) if db2 is None else db2))
+                                                       u64(0) if db2 is None else db2,
+                                                       u64(0) if overflow is None else overflow))
     return dz1
 
 
@@ -258,12 +272,16 @@ def sgd_update(params, grads, learning_rate, ends, regs, rounded=None):
     return params
 
 
-def sgd_update_scaled(params, grads, learning_rate, ends, regs, scale, overflow, counts, growth: int, rounded=None):
+def sgd_update_scaled(params, grads, learning_rate, ends, regs, scale, overflow, counts, growth: int, rounded=None,
+                      find: bool = True):
     """A float16 step's update under dynamic loss scaling, all on the device: overflow (0 on entry, and again
     on return) <- whether any gradient is not finite; unless so, params <- params - lr * (grads / scale +
     regs[segment] * params) (and rounded, as sgd_update's); then scale and counts (good steps in a row,
-    overflowed in a row, overflowed in all) follow (docs/DECISIONS.md, D68)."""
-    elementwise("find_overflow", grads.dtype)(grid_1d(-(-grads.size // 4)), (256,), (grads, u64(grads.size), overflow))
+    overflowed in a row, overflowed in all) follow (docs/DECISIONS.md, D68). find=False: the passes that stored the
+    step's float16 gradients have set overflow already (output_backward and sigmoid_backward_rows with overflow=,
+    on one GPU), so no pass over grads looks (D72)."""
+    if find:
+        elementwise("find_overflow", grads.dtype)(grid_1d(-(-grads.size // 4)), (256,), (grads, u64(grads.size), overflow))
     kernel, out = update_kernel("sgd_update_scaled", params, rounded)
     kernel(grid_1d(threads_16_bytes(params)), (256,), (params, grads, u64(params.size), params.dtype.type(learning_rate),
                                                      ends, regs, i32(ends.size), scale, overflow, out))

@@ -15,6 +15,8 @@ class FusedStep:
     """forward and backward into G, for any depth: the trainer supplies params, grads, its buffers, gemm and its
     features (half, overlap, side, tf32_split, peer_exchange)."""
 
+    overflow_found = False  # whether this step's backward passes set float16's overflow flag (overflow_flag)
+
     @property
     def last_gemm(self) -> str:
         """The phase name of dW_1 = dz_1 X^T, the step's last GEMM: backward GEMM 2L - 1."""
@@ -64,6 +66,8 @@ class FusedStep:
         if self.peer_exchange:  # the peers have read the last step's gradient before this one overwrites it
             self.comm.read_wait()
         fused = self.fuse_backward and not profile.ACTIVE
+        flag = self.overflow_flag(fused)
+        self.overflow_found = flag is not None
         db_out = db[-1] if fused_backward_makes_db_out(self.cfg.dtype, fused) else None
         if db_out is None:
             kernels.row_sum(delta, db[-1])
@@ -71,7 +75,7 @@ class FusedStep:
         small = self.tf32_split.begin(dz[0]) if self.tf32_split else None
         if fused:  # backward GEMMs 1 and 2 + sigmoid' + db_{L-1} (and a half step's db_L) in one pass
             kernels.output_backward(W[-1], delta, acts[-1], dz[-1], dW[-1], db[-2], self.part, small if L == 2 else None,
-                                    db_out)
+                                    db_out, overflow=flag)
         else:
             delta_op = self.half.rounded_delta(delta) if self.half else delta
             with phase(backward_gemm(1)):
@@ -93,7 +97,7 @@ class FusedStep:
                 self.gemm(Wg[l].T, dz[l], dz[l - 1])
             if self.gradient_exchanged(l):  # the ranks' partial sums of the whole input gradient
                 self.comm.allreduce(dz[l - 1])
-            kernels.sigmoid_backward_rows(dz[l - 1], acts[l], db[l - 1], small if l == 1 else None)
+            kernels.sigmoid_backward_rows(dz[l - 1], acts[l], db[l - 1], small if l == 1 else None, overflow=flag)
         self.side_pending = side  # the side's dW_l run on under dW_1 too, joined after it (join_side)
         if self.tf32_split:
             self.tf32_split.made = True
@@ -101,6 +105,12 @@ class FusedStep:
             self.loss.penalize(self.P, self.ends, self.penalty_regs)
         self.first_weight_gradient(dz[0], Xb, dW[0], unsent)
         self.join_side()
+
+    def overflow_flag(self, fused: bool):
+        """float16's overflow flag for the passes that store the step's FP16 gradients to set, or None where the update
+        must look for an overflow in G itself (find_overflow): the output layer unfused (its GEMMs read delta rounded to
+        FP16 and write G directly), or G summed over ranks (another rank's overflow arrives only in G) (D72)."""
+        return self.loss_scale.overflow if self.scaled and fused and self.comm.size == 1 else None
 
     def join_side(self):
         """The current stream waits for the side stream's weight gradients, once a step (the exchange and the

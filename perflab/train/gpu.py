@@ -280,7 +280,8 @@ class FusedGPU(FusedStep, Graphs, Sequential):
         rounded = self.half.P_half if self.half else None
         with phase("step"):
             if self.scaled:
-                self.loss_scale.update(self.P, self.G[:-1], self.cfg.learning_rate, self.ends, self.regs, rounded)
+                self.loss_scale.update(self.P, self.G[:-1], self.cfg.learning_rate, self.ends, self.regs, rounded,
+                                       find=not self.overflow_found)
             else:
                 kernels.sgd_update(self.P, self.G[:-1], self.cfg.learning_rate, self.ends, self.regs, rounded=rounded)
 

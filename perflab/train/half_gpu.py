@@ -76,11 +76,12 @@ class DeviceLossScale:
         self.overflow, self.counts = cp.zeros(1, np.int32), cp.zeros(3, np.int64)
         self.counts_host = pinned_copy(np.zeros(3, np.int64))
 
-    def update(self, P, G, learning_rate: float, ends, regs, rounded) -> None:
-        """P's update, skipped where the scaled gradient overflowed, the scale grown or halved."""
+    def update(self, P, G, learning_rate: float, ends, regs, rounded, find: bool = True) -> None:
+        """P's update, skipped where the scaled gradient overflowed, the scale grown or halved; find=False where the
+        backward passes have set the overflow flag themselves (FusedStep.overflow_flag)."""
         from perflab.train.half import GROWTH_INTERVAL
         kernels.sgd_update_scaled(P, G, learning_rate, ends, regs, self.scale, self.overflow, self.counts,
-                                  GROWTH_INTERVAL, rounded=rounded)
+                                  GROWTH_INTERVAL, rounded=rounded, find=find)
 
     def copy_counts(self, stream) -> None:
         import cupy as cp

@@ -163,7 +163,10 @@ def step(hidden, batch: int = 1, gemm: str = "cublas", dtype: str = "float32", f
     master = ITEMSIZE["float32" if dtype in HALF else dtype]  # the parameters, their gradient: FP32 in a half step
     update = "sgd_update_scaled" if dtype == "float16" else "sgd_update"  # float16's under its loss scale
     # P read and written, G read; a half step writes P's rounded copy too, and float16 reads G once more for overflow
-    bytes_per_param = 3 * master + (size if dtype in HALF else 0) + (master if dtype == "float16" else 0)
+    # where its fused backward passes do not flag it (FusedStep.overflow_flag: unfused here; G exchanged, which this
+    # one GPU's step leaves out)
+    scan = dtype == "float16" and not fuse_backward
+    bytes_per_param = 3 * master + (size if dtype in HALF else 0) + (master if scan else 0)
     out.append(pass_("update", 0, 0, "step", "step", update, params * bytes_per_param))
     return tuple(out)
 
