@@ -4,14 +4,21 @@
 # with its rounded weights in one store). `bench train` before (.before: BEFORE_COMMIT's perflab/) and after (this tree,
 # AFTER_COMMIT), ROUNDS rounds in turn, BF16 and FP32 epochs beside the BF16 cuBLAS floor, into one CSV with side,
 # round, commit and the run's GPU and boot (written as it goes: a call cut short keeps what ran); then TESTS, if set.
+# SIDES (default "before after") may name more: side X runs the tree in .X (commit AFTER_COMMIT+X: this tree with a
+# patch applied, session 51).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-ln -sfn ../data .before/data
+SIDES=${SIDES:-"before after"}
+for side in $SIDES; do [ $side = after ] || ln -sfn ../data ".$side/data"; done
 CONFIGS=${CONFIGS:-"1024,3200 1024,12000 1024-1024,3200 2048-2048,3200"}
 for round in $(seq 1 "${ROUNDS:-2}"); do
-  for side in before after; do
-    [ $side = before ] && root=$PWD/.before commit=$BEFORE_COMMIT || root=$PWD commit=$AFTER_COMMIT
+  for side in $SIDES; do
+    case $side in
+      before) root=$PWD/.before commit=$BEFORE_COMMIT ;;
+      after) root=$PWD commit=$AFTER_COMMIT ;;
+      *) root=$PWD/.$side commit=$AFTER_COMMIT+$side ;;
+    esac
     (cd "$root" && PYTHONPATH=$root PERFLAB_GIT_COMMIT=$commit timeout 240 python3 -m perflab bench train \
        --configs $CONFIGS --peers "perflab (bf16)" "cublas floor (bf16)" "perflab" --out "/tmp/bench_${side}_$round" \
        2>&1 | tail -2)

@@ -49,57 +49,50 @@ __global__ void add_bias(T* z, const T* __restrict__ b, int rows, int cols) {
 // Per column j of the C x B logits z (+ bias b2): softmax, then
 //   delta[c, j] = (yhat[c, j] - [c == y_j]) * inv_norm   (dJ/dz2 of the seeds' equation 2)
 //   ce[j] = -log yhat[y_j, j]                              (only when want_ce)
-// With groups > 1, z holds that many C x B partial sums (output_forward's), added first in a fixed order into
-// the first. With scale (a float16 step's loss scale, on the device so a graph follows it), delta is multiplied
-// by *scale. The batch's samples are columns first .. first + valid - 1 (label y[j - first]); the other columns
-// widen a half step's operands to aligned rows (docs/DECISIONS.md, D59): their delta and ce are zero, so they add
-// nothing to any gradient or to the loss.
-// Up to SOFTMAX_CLASSES classes a block is 32 columns by C classes, thread (x, y) class y of column x: each
-// thread adds its class's partial sums (their loads issued together), the block shares the logits through shared
-// memory, and each thread takes its column's max and sum in class order, so the bits are those of one thread a
-// column, which the kernel runs for more classes (a thread a column had 80 loads in a chain and used a few
-// multiprocessors at a step's batch: docs/DECISIONS.md, D63).
+// With scale (a float16 step's loss scale, on the device so a graph follows it), delta is multiplied by *scale.
+// The batch's samples are columns first .. first + valid - 1 (label y[j - first]); the other columns widen a half
+// step's operands to aligned rows (docs/DECISIONS.md, D59): their delta and ce are zero, so they add nothing to any
+// gradient or to the loss. The fused output layer takes the same softmax in its own launch (softmax_when_last).
+// Up to SOFTMAX_CLASSES classes a block is 32 columns by C classes, thread (x, y) class y of column x: the block
+// shares the logits through shared memory, and each thread takes its column's max and sum in class order
+// (softmax_class), so the bits are those of one thread a column, which the kernel runs for more classes (a thread
+// a column had 80 loads in a chain and used a few multiprocessors at a step's batch: docs/DECISIONS.md, D63).
 #define SOFTMAX_CLASSES 16
 template <typename T>
-__global__ void softmax_xent_grad(T* z, const T* __restrict__ b2, const long long* __restrict__ y,
-                                  T* __restrict__ delta, T* __restrict__ ce, int want_ce, int C, int B, T inv_norm,
-                                  int groups, const T* __restrict__ scale, int first, int valid) {
+__device__ __forceinline__ void softmax_class(const T* logits, int stride, int c, int j, int C, int B,
+                                              const long long* __restrict__ y, T* __restrict__ delta, T* __restrict__ ce,
+                                              int want_ce, T inv_norm, int first, int valid) {
+    // class c of column j from its logits (bias added) logits[k * stride], k < C
+    if (j < first || j >= first + valid) {
+        delta[(size_t)c * B + j] = T(0);
+        if (want_ce && c == 0) ce[j] = T(0);
+        return;
+    }
+    T m = logits[0];
+    for (int k = 1; k < C; ++k) m = max(m, logits[k * stride]);
+    T s = 0;
+    for (int k = 0; k < C; ++k) s += exp(logits[k * stride] - m);
+    const int label = (int)y[j - first];
+    const T logit = logits[c * stride];
+    delta[(size_t)c * B + j] = (exp(logit - m) / s - (c == label ? T(1) : T(0))) * inv_norm;
+    if (want_ce && c == label) ce[j] = -(logit - m - log(s));
+}
+
+template <typename T>
+__global__ void softmax_xent_grad(const T* __restrict__ z, int C, int B, const T* __restrict__ b2,
+                                  const long long* __restrict__ y, T* __restrict__ delta, T* __restrict__ ce,
+                                  int want_ce, T inv_norm, const T* __restrict__ scale, int first, int valid) {
     const int j = blockIdx.x * blockDim.x + threadIdx.x, c = threadIdx.y;
-    const bool sample = j >= first && j < first + valid;
     if (scale != nullptr) inv_norm *= *scale;
     if (blockDim.y > 1) {  // C <= SOFTMAX_CLASSES: this thread's class c
         __shared__ T logits[SOFTMAX_CLASSES][32];
-        T v = 0;
-        if (j < B) {
-#pragma unroll 8
-            for (int g = 0; g < groups; ++g) v += z[((size_t)g * C + c) * B + j];
-            if (groups > 1) z[c * B + j] = v;  // the sums, where the unfused path's logits are
-            logits[c][threadIdx.x] = v + b2[c];
-        }
+        if (j < B) logits[c][threadIdx.x] = z[(size_t)c * B + j] + b2[c];
         __syncthreads();
-        if (j >= B) return;
-        if (!sample) {
-            delta[c * B + j] = T(0);
-            if (want_ce && c == 0) ce[j] = T(0);
-            return;
-        }
-        T m = logits[0][threadIdx.x];
-        for (int k = 1; k < C; ++k) m = max(m, logits[k][threadIdx.x]);
-        T s = 0;
-        for (int k = 0; k < C; ++k) s += exp(logits[k][threadIdx.x] - m);
-        const int label = (int)y[j - first];
-        const T logit = logits[c][threadIdx.x];
-        delta[c * B + j] = (exp(logit - m) / s - (c == label ? T(1) : T(0))) * inv_norm;
-        if (want_ce && c == label) ce[j] = -(logit - m - log(s));
+        if (j < B) softmax_class(&logits[0][threadIdx.x], 32, c, j, C, B, y, delta, ce, want_ce, inv_norm, first, valid);
         return;
     }
     if (j >= B) return;
-    for (int k = 0; k < C && groups > 1; ++k) {
-        T v = 0;
-        for (int g = 0; g < groups; ++g) v += z[((size_t)g * C + k) * B + j];
-        z[k * B + j] = v;
-    }
-    if (!sample) {
+    if (j < first || j >= first + valid) {
         for (int k = 0; k < C; ++k) delta[k * B + j] = T(0);
         if (want_ce) ce[j] = T(0);
         return;
@@ -111,6 +104,58 @@ __global__ void softmax_xent_grad(T* z, const T* __restrict__ b2, const long lon
     const int label = (int)y[j - first];
     for (int k = 0; k < C; ++k) delta[k * B + j] = (exp(z[k * B + j] + b2[k] - m) / s - (k == label ? T(1) : T(0))) * inv_norm;
     if (want_ce) ce[j] = -(z[label * B + j] + b2[label] - m - log(s));
+}
+
+// The fused output layer's softmax, in its forward pass's launch (a launch of its own held the SMs a few
+// microseconds at a step's batch whatever its bytes: docs/DECISIONS.md, D72). Called by every thread of a block
+// (THREADS of them) once it has stored its row block's partial sums part[blockIdx.y][c][j] of columns
+// [j0, j0 + cols), cols <= SOFTMAX_COLS: the last of the gridDim.y row blocks of those columns to finish, counted in
+// done[blockIdx.x] (which it sets back to 0 for the next launch), adds their sums in row-block order, read from L2
+// (another block's stores are not in this SM's L1), and takes the softmax as softmax_xent_grad does.
+#define SOFTMAX_COLS 64
+template <typename T, int THREADS>
+__device__ void softmax_when_last(const T* part, unsigned* done, int j0, int cols, const T* __restrict__ b2,
+                                  const long long* __restrict__ y, T* __restrict__ delta, T* __restrict__ ce,
+                                  int want_ce, int C, int n, T inv_norm, const T* __restrict__ scale, int first,
+                                  int valid) {
+    constexpr int EACH = SOFTMAX_CLASSES * SOFTMAX_COLS / THREADS;  // a thread's logits at most
+    static_assert(SOFTMAX_CLASSES * SOFTMAX_COLS % THREADS == 0, "whole logits a thread");
+    __shared__ T logits[SOFTMAX_CLASSES * SOFTMAX_COLS];  // [c][o]
+    __shared__ bool last;
+    __threadfence();  // this thread's partial sums, before the block's count is
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(&done[blockIdx.x], 1u) == gridDim.y - 1;
+        if (last) done[blockIdx.x] = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    T v[EACH];
+#pragma unroll
+    for (int k = 0; k < EACH; ++k) v[k] = 0;
+    const int groups = gridDim.y;
+#pragma unroll 4
+    for (int g = 0; g < groups; ++g) {  // a thread's EACH loads of a row block, four row blocks at a time
+#pragma unroll
+        for (int k = 0; k < EACH; ++k) {  // (a logit outside the block's loads one inside, unused: no branch)
+            const int e = threadIdx.x + k * THREADS, c = e / SOFTMAX_COLS, o = e % SOFTMAX_COLS;
+            const T x = __ldcg(part + ((size_t)g * C + min(c, C - 1)) * n + j0 + min(o, cols - 1));
+            v[k] += c < C && o < cols ? x : T(0);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < EACH; ++k) {
+        const int e = threadIdx.x + k * THREADS, c = e / SOFTMAX_COLS;
+        if (c < C) logits[e] = v[k] + b2[c];
+    }
+    __syncthreads();
+    if (scale != nullptr) inv_norm *= *scale;
+#pragma unroll
+    for (int k = 0; k < EACH; ++k) {
+        const int e = threadIdx.x + k * THREADS, c = e / SOFTMAX_COLS, o = e % SOFTMAX_COLS;
+        if (c < C && o < cols)
+            softmax_class(logits + o, SOFTMAX_COLS, c, j0 + o, C, n, y, delta, ce, want_ce, inv_norm, first, valid);
+    }
 }
 
 // dz = da * a * (1 - a), in place on da: the sigmoid's backward step.
@@ -335,7 +380,8 @@ __global__ void l2_partials(const T* __restrict__ p, size_t n, const long long* 
 // The hidden layer's activation and the output layer's GEMM in one pass over z1 = W1 X (the C x H
 // by H x n GEMM moves more bytes than it computes, so it belongs with the activation):
 //   a1 = sigmoid(z1 + b1), written over z1;   part[g][c][j] = sum_{h in row block g} W2[c, h] a1[h, j]
-// softmax_xent_grad then adds the row blocks' partial sums (fixed order) and takes the softmax.
+// then the last row block of a column block to finish adds the row blocks' partial sums (fixed order) and takes
+// the softmax (softmax_when_last; done: the counts, past the partial sums).
 // Block: 32 lanes of V columns each (FW_BYTES a lane, at least one element: one load a row where rows
 // hold whole Vs and z1 is aligned to them) x 8 warps over FW_ROWS rows, whose slice of W2 (and b1) sits
 // in shared memory (read as broadcasts); FW_UNROLL rows' loads issued before any is used. 8 bytes a lane
@@ -349,9 +395,12 @@ template <> struct Bytes<8> { using type = uint2; };
 template <> struct Bytes<16> { using type = uint4; };
 template <typename T, int CMAX>
 __global__ void __launch_bounds__(256)
-output_forward(const T* __restrict__ W2, const T* __restrict__ b1, T* z1, T* __restrict__ part, int C, int H, int n) {
+output_forward(const T* __restrict__ W2, const T* __restrict__ b1, T* z1, T* __restrict__ part, int C, int H, int n,
+               const T* __restrict__ b2, const long long* __restrict__ y, T* __restrict__ delta, T* __restrict__ ce,
+               int want_ce, T inv_norm, const T* __restrict__ scale, int first, int valid) {
     constexpr int V = FW_BYTES > sizeof(T) ? FW_BYTES / sizeof(T) : 1;
     using Lane = typename Bytes<V * sizeof(T)>::type;
+    static_assert(32 * V <= SOFTMAX_COLS, "a block's columns fit softmax_when_last's");
     // W2's slice and b1's, then (reused once they are done with) the 8 warps' sums of one of the V columns
     constexpr int SLICE = FW_ROWS * (CMAX + 1), SUMS = 8 * 32 * (CMAX + 1);
     __shared__ T smem[SLICE > SUMS ? SLICE : SUMS];
@@ -421,6 +470,9 @@ output_forward(const T* __restrict__ W2, const T* __restrict__ b1, T* z1, T* __r
             }
         }
     }
+    const int j0 = blockIdx.x * 32 * V;
+    softmax_when_last<T, 256>(part, reinterpret_cast<unsigned*>(part + (size_t)gridDim.y * C * n), j0, min(32 * V, n - j0),
+                              b2, y, delta, ce, want_ce, C, n, inv_norm, scale, first, valid);
 }
 
 // The backward pass of both layers except dW1's GEMM, in one pass over a1 (C <= CMAX classes;
@@ -735,9 +787,12 @@ __device__ __forceinline__ void bf16_parts(bf16, float x0, float x1, unsigned& h
 template <typename S>
 __global__ void __launch_bounds__(FW_ROWS * 2)
 output_forward_half(const float* __restrict__ W2, const float* __restrict__ b1, S* z1, float* __restrict__ part,
-                    int C, int H, int n) {
+                    int C, int H, int n, const float* __restrict__ b2, const long long* __restrict__ y,
+                    float* __restrict__ delta, float* __restrict__ ce, int want_ce, float inv_norm,
+                    const float* __restrict__ scale, int first, int valid) {
     constexpr int WARPS = FW_ROWS / 16;
     static_assert(WARPS == HF_COLS / 8, "the sum over the warps gives warp q the block's n-tile q");
+    static_assert(HF_COLS <= SOFTMAX_COLS, "a block's columns fit softmax_when_last's");
     __shared__ float sums[WARPS][32][32];  // [warp][accumulator][lane]
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     const int r0 = blockIdx.y * FW_ROWS + warp * 16, jc = blockIdx.x * HF_COLS, j = jc + 8 * g;
@@ -809,6 +864,9 @@ output_forward_half(const float* __restrict__ W2, const float* __restrict__ b1, 
         const int c = g + 8 * (e / 2), col = jc + 16 * t + 8 * (e % 2) + warp;
         if (c < C && col < n) part[((size_t)blockIdx.y * C + c) * n + col] = s;
     }
+    softmax_when_last<float, FW_ROWS * 2>(part, reinterpret_cast<unsigned*>(part + (size_t)gridDim.y * C * n), jc,
+                                          min(HF_COLS, n - jc), b2, y, delta, ce, want_ce, C, n, inv_norm, scale, first,
+                                          valid);
 }
 
 // dW2[c][h] = sum_b part[b][c][h], db1[h] = sum_b part[b][C][h], b = 0, 1, ... in order; with db2, also

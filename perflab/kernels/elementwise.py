@@ -116,20 +116,25 @@ def add_bias(z, b):
     return z
 
 
-def softmax_xent_grad(z, b2, y, delta, norm, ce=None, groups=1, scale=None, first=0):
+def softmax_xent_grad(z, b2, y, delta, norm, ce=None, scale=None, first=0):
     """delta <- (softmax(z + b2) - onehot(y)) / norm (times scale[0], a loss scale on the device, if given);
-    ce[j] <- -log yhat[y_j, j] if ce is given. With groups > 1, z stacks that many partial sums of the
-    logits, added (into the first) first. The samples are z's columns first .. first + len(y) - 1; any other
+    ce[j] <- -log yhat[y_j, j] if ce is given. The samples are z's columns first .. first + len(y) - 1; any other
     column (a half step's widening, docs/DECISIONS.md, D59) gets a zero delta and ce."""
-    C, B = z.shape[0] // groups, z.shape[1]
-    if first < 0 or first + y.size > B:
-        raise KernelError(f"softmax_xent_grad: {y.size} labels from column {first} do not fit {B} columns")
+    C, B = z.shape
+    softmax = softmax_arguments(b2, y, delta, norm, ce, scale, first)
     classes = C if C <= SOFTMAX_CLASSES else 1  # a block's threads per column: its classes, or one for them all
-    elementwise("softmax_xent_grad", z.dtype)(
-        grid_1d(B, 32), (32, classes), (z, b2, y, delta, delta if ce is None else ce, i32(ce is not None),
-                                 i32(C), i32(B), z.dtype.type(1 / norm), i32(groups), u64(0) if scale is None else scale,
-                                 i32(first), i32(y.size)))
+    elementwise("softmax_xent_grad", z.dtype)(grid_1d(B, 32), (32, classes), (z, i32(C), i32(B)) + softmax)
     return delta
+
+
+def softmax_arguments(b2, y, delta, norm, ce, scale, first: int) -> tuple:
+    """The softmax's arguments as softmax_xent_grad and the fused forward passes take them last (b2, y, delta, ce,
+    want_ce, inv_norm, scale, first, valid), the labels checked to fit delta's columns."""
+    B = delta.shape[1]
+    if first < 0 or first + y.size > B:
+        raise KernelError(f"softmax: {y.size} labels from column {first} do not fit {B} columns")
+    return (b2, y, delta, delta if ce is None else ce, i32(ce is not None), delta.dtype.type(1 / norm),
+            u64(0) if scale is None else scale, i32(first), i32(y.size))
 
 
 def sigmoid_backward(da, a):
@@ -172,29 +177,31 @@ def class_bound(C: int, kernel: str) -> int:
 
 
 def output_layer_partials(H: int, n: int, C: int) -> int:
-    """Elements of the workspace output_layer needs: one C x n partial sum per block of FW_ROWS rows."""
-    return math.ceil(H / FW_ROWS) * C * n
+    """Elements of the workspace output_layer needs: one C x n partial sum per block of FW_ROWS rows, then a count
+    for each block of at most 32 columns (elementwise.cu's softmax_when_last), which must be zero before the
+    first call (cupy.zeros) and each call leaves zero."""
+    return math.ceil(H / FW_ROWS) * C * n + math.ceil(n / 32)
 
 
 def output_layer(W2, b1, b2, z1, y, delta, norm, part, ce=None, scale=None, first=0):
     """z1 <- a1 = sigmoid(z1 + b1) in place, and delta <- (softmax(W2 a1 + b2) - onehot(y)) / norm, with
-    the C x H by H x n GEMM done in the same pass over z1 (C <= 16; part: output_layer_partials
+    the C x H by H x n GEMM and the softmax done in the same launch (C <= 16; part: output_layer_partials
     elements); ce[j] <- -log yhat[y_j, j] if ce is given; the samples from column `first` (softmax_xent_grad)."""
     C, H = W2.shape
     n = z1.shape[1]
     bound = class_bound(C, "output_layer")
     groups = math.ceil(H / FW_ROWS)
-    if part.size < groups * C * n:
-        raise KernelError(f"output_layer needs a workspace of {groups * C * n} elements, got {part.size}")
+    if part.size < output_layer_partials(H, n, C):
+        raise KernelError(f"output_layer needs a workspace of {output_layer_partials(H, n, C)} elements, got {part.size}")
+    softmax = softmax_arguments(b2, y, delta, norm, ce, scale, first)
     if z1.dtype.name in HALF_CTYPES:  # 16-bit z1: the tensor-core kernel (W2 as BF16 pairs, FP32's accuracy)
         elementwise_function(f"output_forward_half<{HALF_CTYPES[z1.dtype.name]}>", "float")(
-            (max(1, math.ceil(n / HF_COLS)), groups), (2 * FW_ROWS,), (W2, b1, z1, part, i32(C), i32(H), i32(n)))
+            (max(1, math.ceil(n / HF_COLS)), groups), (2 * FW_ROWS,), (W2, b1, z1, part, i32(C), i32(H), i32(n)) + softmax)
     else:
         columns = 32 * max(1, FW_BYTES // z1.itemsize)  # a block's: 32 lanes of FW_BYTES
         elementwise("output_forward", z1.dtype, bound)(
-            (max(1, math.ceil(n / columns)), groups), (256,), (W2, b1, z1, part, i32(C), i32(H), i32(n)))
-    return softmax_xent_grad(part[:groups * C * n].reshape(groups * C, n), b2, y, delta, norm, ce, groups=groups,
-                             scale=scale, first=first)
+            (max(1, math.ceil(n / columns)), groups), (256,), (W2, b1, z1, part, i32(C), i32(H), i32(n)) + softmax)
+    return delta
 
 
 def output_backward_partials(H: int, n: int, C: int) -> int:

@@ -293,7 +293,7 @@ def step_calls(hidden: tuple, B: int, dtype: str) -> dict:
     y = cp.asarray(rng.integers(0, C, B))
     z2, delta = dev(C, B), dev(C, B)
     part = cp.empty(kernels.output_backward_partials(last, B, C), dtype)
-    part_forward = cp.empty(kernels.output_layer_partials(last, B, C), dtype)
+    part_forward = cp.zeros(kernels.output_layer_partials(last, B, C), dtype)
     segments = [n for h, k in zip(hidden, fan_in) for n in (h * k, h)] + [C * last, C]  # each W and b in P
     params, grads = dev(sum(segments)), dev(sum(segments))
     ends = cp.asarray(np.cumsum(segments), dtype=np.int64)

@@ -188,7 +188,7 @@ class FusedGPU(FusedStep, Graphs, Sequential):
         self.loss = LossReadBack(self.comm.ce if self.peer_exchange else self.G[-1:], dtype)  # its CE summed over ranks
         top, D = hidden[-1], host_params[0].shape[1]
         self.part = cp.empty(kernels.output_backward_partials(top, bmax, C), dtype) if self.fuse_backward else None
-        self.part_forward = cp.empty(kernels.output_layer_partials(top, bmax, C), dtype) if self.fuse_output else None
+        self.part_forward = cp.zeros(kernels.output_layer_partials(top, bmax, C), dtype) if self.fuse_output else None
         # the tile kernels' workspace for split-K and stream-K (allocated here: never inside a graph capture)
         self.work = kernels.workspace(max(hidden), max(D, bmax, *hidden), dtype) \
             if self.variant in kernels.TILED_VARIANTS else None
