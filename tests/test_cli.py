@@ -162,6 +162,24 @@ def test_bench_configs_name_a_net_and_a_batch(capsys, bad, command):
     assert info.value.code == 2 and "expected H,B (one hidden layer, like 512,3200) or H1-H2-...,B" in err and repr(bad) in err
 
 
+def test_bench_step_takes_the_trainers_precisions_and_names_its_file_for_one_other_than_float32(capsys, monkeypatch,
+                                                                                                 tmp_path):
+    """--dtype as perflab train takes it; a half or float64 step's kernels go to bench_step_<dtype>.csv, so the
+    report's bench_step.csv stays FP32's."""
+    import pandas as pd
+
+    from perflab.measure import bench
+    with pytest.raises(SystemExit) as info:
+        main(["bench", "step", "--dtype", "int8"])
+    assert info.value.code == 2 and "argument --dtype: invalid choice: 'int8'" in capsys.readouterr().err
+    monkeypatch.setattr("perflab.commands.measure.require_cupy", lambda what: None)
+    monkeypatch.setattr(bench, "step_breakdown", lambda H, B, dtype: [{"kernel": "update", "H": str(H), "B": B,
+                                                                        "dtype": dtype, "ms": 0.5}])
+    for dtype, name in (("bfloat16", "bench_step_bfloat16.csv"), ("float32", "bench_step.csv")):
+        main(["bench", "step", "--configs", "8,16", "--dtype", dtype, "--out", str(tmp_path)])
+        assert list(pd.read_csv(tmp_path / name).dtype) == [dtype]
+
+
 def test_bench_train_configs_take_deeper_nets():
     from perflab.commands.options import net_batch
     assert net_batch("512,3200") == (512, 3200)

@@ -776,15 +776,18 @@ def test_profiled_gpu_run_takes_the_unfused_path_and_matches():
         assert rel(a, b) <= 1e-12
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("H", [37, (37, 29, 23)])
-def test_step_breakdown_times_every_kernel(H):
+def test_step_breakdown_times_every_kernel(H, dtype):
     """Every kernel of the step once, named as the trainer's phases are (a deeper net: each hidden layer's
-    bias + sigmoid, its two backward GEMMs and sigmoid' + db more)."""
+    bias + sigmoid, its two backward GEMMs and sigmoid' + db more); in half precision the mixed-precision step's
+    (db_L in the fused backward pass, no unfused sigmoid' and row sums beside it)."""
     from perflab.measure import bench
-    rows = bench.step_breakdown(H=H, B=101, repeats=3)
+    rows = bench.step_breakdown(H=H, B=101, dtype=dtype, repeats=3)
     depth = 1 if H == 37 else len(H)
     names = [r["kernel"] for r in rows]
-    assert len(names) == 13 + 5 * (depth - 1) and len(set(names)) == len(names)
+    assert len(names) == (13 if dtype == "float32" else 10) + 5 * (depth - 1) and len(set(names)) == len(names)
+    assert names == [k.name for k in bench.step_description(H, 101, dtype)] and {r["dtype"] for r in rows} == {dtype}
     assert all(r["ms"] > 0 and r["gbps"] > 0 for r in rows)
     L = depth + 1
     assert [n for n in names if n.startswith("forward GEMM")] == [f"forward GEMM {k} (cuBLAS)" for k in range(1, L)]

@@ -52,14 +52,18 @@ def test_a_step_counts_its_flops_and_bytes():
     assert step.step((H,), B, dtype="float16", fuse_backward=False)[-1].nbytes == (4 * 4 + 2) * params
 
 
+@pytest.mark.parametrize("dtype", ("float32",) + step.HALF)
 @pytest.mark.parametrize("hidden", DEPTHS)
-def test_the_bench_times_the_step_the_builder_lists(hidden):
-    """`perflab bench step`'s kernels (listed without CuPy): the builder's step, then the unfused ones beside it."""
+def test_the_bench_times_the_step_the_builder_lists(hidden, dtype):
+    """`perflab bench step`'s kernels (listed without CuPy): the builder's step, then the unfused ones beside it; in
+    half precision without the two unfused passes (sigmoid', row sums) that no half step runs."""
     H = "-".join(map(str, hidden))
-    listed = bench.step_description(H, 64)
-    fused, beside = listed[:len(step.step(hidden, 64))], listed[len(step.step(hidden, 64)):]
-    assert fused == step.step(hidden, 64)
+    listed = bench.step_description(H, 64, dtype)
+    whole = step.step(hidden, 64, dtype=dtype)
+    fused, beside = listed[:len(whole)], listed[len(whole):]
+    assert fused == whole
     assert beside and all(k.name.startswith("unfused: ") for k in beside)
+    assert ({"unfused_sigmoid_bwd", "unfused_row_sum_db"} <= {k.kind for k in beside}) == (dtype == "float32")
 
 
 @pytest.mark.parametrize("gemm", ("cublas", "wgmma", "x3tf32"))

@@ -164,8 +164,8 @@ def cmd_bench_train(args, comm) -> dict:
 def cmd_bench_step(args, comm) -> dict:
     from perflab.measure import bench
     require_cupy("perflab bench step times each kernel of the GPU step: it")
-    rows = [row for H, B in args.configs for row in bench.step_breakdown(H, B)]
-    saved = save_rows("bench_step", rows, args.out)
+    rows = [row for H, B in args.configs for row in bench.step_breakdown(H, B, args.dtype)]
+    saved = save_rows("bench_step" if args.dtype == "float32" else f"bench_step_{args.dtype}", rows, args.out)
     if not args.json:
         import pandas as pd
         table = pd.DataFrame(rows).pivot_table(index="kernel", columns=["H", "B"], values="ms", sort=False).round(4)
@@ -336,10 +336,15 @@ def bench_step_parser(bsub) -> None:
     b = bsub.add_parser("step", help="each kernel of one training step, timed alone (where the time goes)",
                         description="Device ms of every kernel of perflab's training step at H x B (and of the unfused "
                                     "output layer's kernels), each graph-timed alone, with bytes moved and % of the "
-                                    "device-copy rate; writes <run folder>/bench_step.csv.")
+                                    "device-copy rate; writes <run folder>/bench_step.csv (bench_step_<dtype>.csv for "
+                                    "another --dtype).")
     b.add_argument("--configs", nargs="+", type=net_batch, default=[(512, 3200), (2048, 12000)], metavar="H,B",
                    help="hidden size and batch pairs (default 512,3200 2048,12000); a deeper net names its widths, "
                         "1024-1024,12000 for 784-1024-1024-10")
+    b.add_argument("--dtype", choices=DTYPES + HALF_DTYPES, default="float32",
+                   help="the step's precision (default float32); bfloat16 or float16: the mixed-precision step as "
+                        "perflab train --dtype runs it on one GPU with cuBLAS's half GEMMs (weights, activations and "
+                        "their gradients in half; the output layer, the update and float16's loss scale in FP32)")
     outputs(b)
     b.set_defaults(run=cmd_bench_step)
 

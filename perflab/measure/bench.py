@@ -281,6 +281,8 @@ def step_calls(hidden: tuple, B: int, dtype: str) -> dict:
     import cupy as cp
 
     from perflab import kernels
+    if dtype in kernels.HALF_STORAGE:
+        return half_step_calls(hidden, B, dtype)
     rng = np.random.default_rng(0)
     dev = lambda *shape: cp.asarray(rng.uniform(0.05, 0.95, shape).astype(dtype))  # noqa: E731
     L, last = len(hidden) + 1, hidden[-1]  # layers; the fused output layer's input width
@@ -322,6 +324,67 @@ def step_calls(hidden: tuple, B: int, dtype: str) -> dict:
         "unfused_bwd_gemm": lambda k: gemm(delta, a1.T, dW2) if k.weight_gradient else gemm(W2.T, delta, da1),
         "unfused_sigmoid_bwd": lambda k: lambda: kernels.sigmoid_backward(da1, a1),
         "unfused_row_sum_db": lambda k: lambda: kernels.row_sum(da1, db1)}
+
+
+def half_step_calls(hidden: tuple, B: int, kind: str) -> dict:
+    """step_calls for a mixed-precision step (kind bfloat16 or float16), as perflab.train.gpu.FusedGPU runs it on one
+    GPU: weights, images, activations and their gradients in half (cuBLAS's half GEMMs, weight gradients into FP32),
+    the fused output layer reading W_L, delta and the biases in FP32 and making db_L; the update rounding P into its
+    half copy, float16's under its loss scale with the overflow flagged by the backward passes (D72). The unfused
+    output layer's GEMMs read delta rounded to half, as the trainer's unfused step does."""
+    import cupy as cp
+
+    from perflab import kernels
+    rng = np.random.default_rng(0)
+    f32 = lambda *shape: cp.asarray(rng.uniform(0.05, 0.95, shape).astype(np.float32))  # noqa: E731
+    store = kernels.HALF_STORAGE[kind]
+    held = lambda *shape: kernels.narrow_copy(f32(*shape), cp.empty(shape, store))  # noqa: E731
+    L, last = len(hidden) + 1, hidden[-1]
+    fan_in = (D,) + hidden[:-1]
+    W, b = [held(h, k) for h, k in zip(hidden, fan_in)], [f32(h) for h in hidden]
+    dW, db = [f32(h, k) for h, k in zip(hidden, fan_in)], [f32(h) for h in hidden]
+    X = held(D, B)
+    a, dz = [held(h, B) for h in hidden], [held(h, B) for h in hidden]
+    W2, W2_half, b2, dW2, db2 = f32(C, last), held(C, last), f32(C), f32(C, last), f32(C)
+    y, z2, delta, delta_half = cp.asarray(rng.integers(0, C, B)), f32(C, B), f32(C, B), held(C, B)
+    part = cp.zeros(kernels.output_backward_partials(last, B, C), np.float32)
+    part_forward = cp.zeros(kernels.output_layer_partials(last, B, C), np.float32)
+    segments = [n for h, k in zip(hidden, fan_in) for n in (h * k, h)] + [C * last, C]
+    params, grads, rounded = f32(sum(segments)), f32(sum(segments)), cp.empty(sum(segments), store)
+    ends = cp.asarray(np.cumsum(segments), dtype=np.int64)
+    regs = cp.asarray([1e-4, 0.0] * L, dtype=np.float32)
+    scale, overflow, counts = cp.ones(1, np.float32), cp.zeros(1, np.int32), cp.zeros(3, np.int64)
+    flag = overflow if kind == "float16" else None
+    inputs = [X] + a[:-1]
+
+    def gemm(x, w, out):
+        return lambda: kernels.half_gemm(x, w, out)
+
+    def backward(k):  # the seeds' odd backward GEMMs make dW_l (FP32), the even ones W_l^T dz_l (half)
+        m = k.layer
+        return gemm(dz[m - 1], inputs[m - 1].T, dW[m - 1]) if k.weight_gradient else gemm(W[m - 1].T, dz[m - 1], dz[m - 2])
+
+    def update():
+        if kind == "float16":
+            return kernels.sgd_update_scaled(params, grads, 0.1, ends, regs, scale, overflow, counts, 2000,
+                                             rounded=rounded, find=False)
+        return kernels.sgd_update(params, grads, 0.1, ends, regs, rounded=rounded)
+    a1, da1, b1 = a[-1], dz[-1], b[-1]
+    return {
+        "fwd_gemm": lambda k: gemm(W[k.layer - 1], inputs[k.layer - 1], a[k.layer - 1]),
+        "bias_sigmoid": lambda k: lambda: kernels.bias_sigmoid(a[k.layer - 1], b[k.layer - 1]),
+        "fused_fwd": lambda k: lambda: kernels.output_layer(W2, b1, b2, a1, y, delta, B, part_forward),
+        "row_sum_db": lambda k: lambda: kernels.row_sum(delta, db2),
+        "fused_bwd": lambda k: lambda: kernels.output_backward(W2, delta, a1, da1, dW2, db[-1], part, db2=db2,
+                                                               overflow=flag),
+        "bwd_gemm": backward,
+        "sigmoid_bwd_db": lambda k: lambda: kernels.sigmoid_backward_rows(dz[k.layer - 1], a[k.layer - 1], db[k.layer - 1],
+                                                                          overflow=flag),
+        "update": lambda k: update,
+        "unfused_bias_sigmoid": lambda k: lambda: kernels.bias_sigmoid(a1, b1),
+        "unfused_fwd_gemm": lambda k: gemm(W2_half, a1, z2),
+        "unfused_softmax": lambda k: lambda: kernels.softmax_xent_grad(z2, b2, y, delta, B),
+        "unfused_bwd_gemm": lambda k: gemm(delta_half, a1.T, dW2) if k.weight_gradient else gemm(W2_half.T, delta_half, da1)}
 
 
 def tensor_core_step_kernels(H: int, B: int) -> list[tuple]:

@@ -183,6 +183,7 @@ def output_layer(hidden: tuple, B: int, gemm: str, dtype: str, fuse_output: bool
     backward dW_L, the input gradient and sigmoid' with db_{L-1}, fused or not."""
     L, top, size = len(hidden) + 1, hidden[-1], ITEMSIZE[dtype]
     hb = top * B * size
+    logit = ITEMSIZE["float32"] if dtype in HALF else size  # the logits and delta: FP32 in a half step
     kind = "gemm" if dtype not in HALF else "half_gemm"
     out = []
     if fuse_output:
@@ -192,9 +193,9 @@ def output_layer(hidden: tuple, B: int, gemm: str, dtype: str, fuse_output: bool
             out.append(Kernel("unfused_bias_sigmoid", 0, "", L - 1, "forward", forward_gemm(L - 1), "bias_sigmoid", 0.0,
                               2 * hb))
         out += [Kernel("unfused_fwd_gemm", L, gemm, L, "forward", forward_gemm(L), kind, 2.0 * C * top * B, hb),
-                Kernel("unfused_softmax", 0, "", L, "forward", "forward", "softmax_xent_grad", 0.0, 2 * C * B * size)]
+                Kernel("unfused_softmax", 0, "", L, "forward", "forward", "softmax_xent_grad", 0.0, 2 * C * B * logit)]
     if not fused_backward_makes_db_out(dtype, fuse_backward):
-        out.append(Kernel("row_sum_db", L, "", L, "backward", "backward", "row_sum", 0.0, C * B * size))
+        out.append(Kernel("row_sum_db", L, "", L, "backward", "backward", "row_sum", 0.0, C * B * logit))
     split = gemm == "x3tf32" and dtype not in HALF and L == 2  # this pass writes dz1's TF32 split
     if fuse_backward:
         out.append(Kernel("fused_bwd_split", 0, gemm, L, "backward", "backward", "output_backward", 4.0 * C * top * B,
@@ -210,10 +211,12 @@ def output_layer(hidden: tuple, B: int, gemm: str, dtype: str, fuse_output: bool
 def unfused_output(hidden, batch: int, dtype: str = "float32") -> tuple[Kernel, ...]:
     """What `perflab bench step` times beside the fused step (cuBLAS): the kernels the unfused output
     layer runs instead of the fused ones, its sigmoid' and db_{L-1}'s row sums in two passes (where the
-    trainer's unfused step now runs sigmoid_backward_rows, one)."""
+    trainer's unfused step now runs sigmoid_backward_rows, one; a half step has no such two passes)."""
     hidden, B = net(hidden), int(batch)
     L, hb = len(hidden) + 1, hidden[-1] * B * ITEMSIZE[dtype]
     kept = [k for k in output_layer(hidden, B, "cublas", dtype, False, False) if k.kind.startswith("unfused_")]
+    if dtype in HALF:
+        return tuple(kept)
     return tuple(kept + [
         Kernel("unfused_sigmoid_bwd", 0, "", L - 1, "backward", "backward", "sigmoid_backward", 0.0, 3 * hb),
         Kernel("unfused_row_sum_db", L - 1, "", L - 1, "backward", "backward", "row_sum", 0.0, hb)])
