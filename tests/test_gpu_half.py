@@ -174,9 +174,9 @@ def test_the_step_kernels_read_and_write_half_and_compute_in_fp32(rng, kind, C, 
 
 @pytest.mark.parametrize("C, H, n", [(7, 61, 37), (10, 512, 3200)])
 def test_float16s_backward_passes_flag_a_gradient_they_make_that_is_not_finite(rng, C, H, n):
-    """output_backward (its FP16 dz1, and its FP32 sums of dW2, db1 and db2) and sigmoid_backward_rows (its FP16 dz)
-    set float16's overflow flag where what they store is not finite, and leave it 0 where all is finite: on one GPU
-    the update then needs no pass over G to find an overflow (docs/DECISIONS.md, D72)."""
+    """output_backward (its FP16 dz1, and its FP32 sums of dW2 and db2) and sigmoid_backward_rows (its FP16 dz) set
+    float16's overflow flag where what they store is not finite, even one value in the last column, and leave it 0
+    where all is finite: on one GPU the update then needs no pass over G to find an overflow (D72)."""
     f32 = lambda x: cp.asarray(np.asarray(x, np.float32))  # noqa: E731
     a, _ = held(rng, (H, n), "float16")
     W2, d = rng.normal(size=(C, H)) * 0.2, rng.normal(size=(C, n)) / n
@@ -189,6 +189,9 @@ def test_float16s_backward_passes_flag_a_gradient_they_make_that_is_not_finite(r
         return int(flag.get()[0])
     assert flagged(W2, d) == 0
     assert flagged(W2, d * 1e9) == 1  # dz1 past 65504: inf in FP16
+    last = d.copy()
+    last[:, -1] *= 1e9
+    assert flagged(W2, last) == 1  # the last column's alone (the last block, its last chunk)
     assert flagged(np.zeros((C, H)), np.full((C, n), 3e38)) == 1  # dz1 zero, dW2's and db2's sums past FP32's range
     for where in (None, (H // 2, n - 1)):
         da, hda = held(rng, (H, n), "float16")

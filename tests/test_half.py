@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from perflab.config import Config
+from perflab.config import Config, ConfigError
 from perflab.train import half, model
 from perflab.train.comm import Serial
 
@@ -315,3 +315,18 @@ def test_a_widened_batch_starts_and_ends_on_aligned_columns_and_holds_its_sample
         assert np.shares_memory(Xb, wide) and (part.start - first) % ALIGN == 0
     else:
         assert first == 0 and not Xb[:, n:].any()
+
+
+@pytest.mark.parametrize("kind, value, refused", [("float16", 65504.0, False), ("float16", 70000.0, True),
+                                                  ("bfloat16", 70000.0, False), ("bfloat16", np.inf, True),
+                                                  ("float16", np.nan, True)])
+def test_images_a_half_step_cannot_hold_finite_are_refused_naming_the_value(kind, value, refused):
+    """A GPU half step holds the images in its format; one it would make inf or NaN is refused before training (the
+    overflow check on one GPU relies on finite images: D72)."""
+    X = np.full((3, 4), 0.5, np.float32)
+    X[1, 2] = value
+    if not refused:
+        half.check_images(X, kind)
+        return
+    with pytest.raises(ConfigError, match=f"--dtype {kind}: the images hold {float(abs(np.float32(value))):g}, past"):
+        half.check_images(X, kind)

@@ -175,14 +175,18 @@ def test_a_half_precision_trainer_runs_the_step_the_builder_lists(monkeypatch, d
 @pytest.mark.parametrize("hidden", DEPTHS)
 def test_float16s_backward_passes_flag_an_overflow_only_where_g_can_hold_no_other(monkeypatch, hidden):
     """Fused, on one GPU, the passes that store float16's gradients set the overflow flag, and the update does not
-    look through G (D72); with the output layer unfused (its GEMMs write G from delta rounded to FP16) or G summed
-    over ranks, no pass sets it and the update looks."""
-    for fuse_backward, ranks, flagged in ((True, 1, True), (False, 1, False), (True, 2, False)):
+    look through G (D72); with the output layer unfused (its GEMMs write G from delta rounded to FP16), as a profiled
+    step runs it, or G summed over ranks, no pass sets it and the update looks."""
+    from perflab.train import profile
+    for fuse_backward, ranks, profiled, flagged in ((True, 1, False, True), (False, 1, False, False),
+                                                    (True, 2, False, False), (True, 1, True, False)):
         calls = []
+        monkeypatch.setattr(profile, "ACTIVE", profiled)
         traced(monkeypatch, hidden, "cublas", True, fuse_backward, "float16", ranks, calls)
         passes = [kw for name, kw in calls if name in ("output_backward", "sigmoid_backward_rows")]
         assert passes and all((kw.get("overflow") is not None) == flagged for kw in passes)
         assert [kw["find"] for name, kw in calls if name == "sgd_update_scaled"] == [not flagged]
+        assert step.backward_flags_overflow("float16", fuse_backward and not profiled, ranks) == flagged
 
 
 @pytest.mark.parametrize("hidden", DEPTHS)

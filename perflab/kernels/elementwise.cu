@@ -135,11 +135,16 @@ __device__ __forceinline__ T tf32_nearest(T x) {
 
 // A float16 step's overflow, found by the passes that store its gradients: on one GPU, G is non-finite only where a
 // gradient stored in FP16 (dz) is, or one the output layer's reduction sums in FP32 from delta (dW_L, db_L, db_{L-1});
-// the rest of G are GEMMs and sums of finite FP16 operands over a batch, far inside FP32's range. So the update
-// needs no pass of its own over G to look (find_overflow: docs/DECISIONS.md, D72).
+// the rest of G are GEMMs and sums of finite FP16 operands (the images checked finite in FP16 when the trainer
+// makes them) over a batch, far inside FP32's range. So the update needs no pass of its own over G to look
+// (find_overflow: docs/DECISIONS.md, D72). Only a float16 pass checks: the others compile without it.
 __device__ __forceinline__ void found_overflow(int* overflow, bool bad) {
     if (overflow != nullptr && bad) *overflow = 1;
 }
+template <typename S> struct bf16_exact { static constexpr bool value = true; };  // S's values are BF16's (or wider)
+template <> struct bf16_exact<fp16> { static constexpr bool value = false; };
+// bit 15 or 31 set where the float16 value below or above in w is inf or NaN (its exponent all ones)
+__device__ __forceinline__ unsigned nonfinite_bits(fp16, unsigned w) { return ((w & 0x7c007c00u) + 0x04000400u) & 0x80008000u; }
 
 template <typename T, typename S = T>
 __global__ void __launch_bounds__(256)
@@ -162,7 +167,7 @@ sigmoid_backward_rows(S* __restrict__ da, const S* __restrict__ a, T* __restrict
                 for (int i = 0; i < V; ++i) {
                     const T v = widen(av[i]), d = widen(dv[i]) * v * (T(1) - v);
                     dv[i] = narrow<S>(d);
-                    bad |= !isfinite(widen(dv[i]));
+                    if constexpr (!bf16_exact<S>::value) bad |= !isfinite(widen(dv[i]));  // float16's
                     s += d;
                 }
                 *reinterpret_cast<uint4*>(da + row + j) = d_raw;
@@ -180,7 +185,7 @@ sigmoid_backward_rows(S* __restrict__ da, const S* __restrict__ a, T* __restrict
         } else {
             da[row + j] = narrow<S>(d);
         }
-        bad |= !isfinite(widen(narrow<S>(d)));
+        if constexpr (!bf16_exact<S>::value) bad |= !isfinite(widen(narrow<S>(d)));  // float16's
         s += d;
     }
     found_overflow(overflow, bad);
@@ -539,10 +544,6 @@ output_backward(const T* __restrict__ W2, const T* __restrict__ delta, const T* 
 #define HB_WARPS 4
 #define HB_PITCH (HB_COLS + 8)  // bf16s a row of the staged deltas: ldmatrix's 8 rows in 8 bank groups
 
-template <typename S> struct bf16_exact { static constexpr bool value = true; };  // S's values are BF16's
-// bit 15 or 31 set where the float16 value below or above in w is inf or NaN (its exponent all ones)
-__device__ __forceinline__ unsigned nonfinite_bits(fp16, unsigned w) { return ((w & 0x7c007c00u) + 0x04000400u) & 0x80008000u; }
-template <> struct bf16_exact<fp16> { static constexpr bool value = false; };
 // x's high BF16 part (to nearest) and the rest's, each pair packed as pack_bf16 does
 __device__ __forceinline__ void split_bf16(float x0, float x1, unsigned& hi, unsigned& lo) {
     hi = pack_bf16(x0, x1);

@@ -331,7 +331,8 @@ def half_step_calls(hidden: tuple, B: int, kind: str) -> dict:
     GPU: weights, images, activations and their gradients in half (cuBLAS's half GEMMs, weight gradients into FP32),
     the fused output layer reading W_L, delta and the biases in FP32 and making db_L; the update rounding P into its
     half copy, float16's under its loss scale with the overflow flagged by the backward passes (D72). The unfused
-    output layer's GEMMs read delta rounded to half, as the trainer's unfused step does."""
+    output layer's GEMMs read delta rounded to half, as the trainer's unfused step does (the rounding itself, its
+    sigmoid' + db pass and db_L's row sums are not among the kernels listed: step.unfused_output)."""
     import cupy as cp
 
     from perflab import kernels
@@ -374,7 +375,6 @@ def half_step_calls(hidden: tuple, B: int, kind: str) -> dict:
         "fwd_gemm": lambda k: gemm(W[k.layer - 1], inputs[k.layer - 1], a[k.layer - 1]),
         "bias_sigmoid": lambda k: lambda: kernels.bias_sigmoid(a[k.layer - 1], b[k.layer - 1]),
         "fused_fwd": lambda k: lambda: kernels.output_layer(W2, b1, b2, a1, y, delta, B, part_forward),
-        "row_sum_db": lambda k: lambda: kernels.row_sum(delta, db2),
         "fused_bwd": lambda k: lambda: kernels.output_backward(W2, delta, a1, da1, dW2, db[-1], part, db2=db2,
                                                                overflow=flag),
         "bwd_gemm": backward,

@@ -8,7 +8,7 @@ import contextlib
 from perflab import kernels
 from perflab.train import profile
 from perflab.train.profile import phase
-from perflab.train.step import backward_gemm, forward_gemm, fused_backward_makes_db_out
+from perflab.train.step import backward_flags_overflow, backward_gemm, forward_gemm, fused_backward_makes_db_out
 
 
 class FusedStep:
@@ -108,9 +108,9 @@ class FusedStep:
 
     def overflow_flag(self, fused: bool):
         """float16's overflow flag for the passes that store the step's FP16 gradients to set, or None where the update
-        must look for an overflow in G itself (find_overflow): the output layer unfused (its GEMMs read delta rounded to
-        FP16 and write G directly), or G summed over ranks (another rank's overflow arrives only in G) (D72)."""
-        return self.loss_scale.overflow if self.scaled and fused and self.comm.size == 1 else None
+        must look for an overflow in G itself (find_overflow; step.backward_flags_overflow says where)."""
+        flagged = self.scaled and backward_flags_overflow(self.cfg.dtype, fused, self.comm.size)
+        return self.loss_scale.overflow if flagged else None
 
     def join_side(self):
         """The current stream waits for the side stream's weight gradients, once a step (the exchange and the

@@ -34,6 +34,19 @@ def overflow_error(kind: str, in_a_row: int, where: str, scale: float) -> LossSc
                           f"{scale:g}): lower --learning-rate, or train in bfloat16 (FP32's range) or float32")
 
 
+LARGEST = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}  # each format's largest finite value
+
+
+def check_images(X, kind: str) -> None:
+    """ConfigError unless every image value is finite in `kind` (a GPU step holds the images in it): an inf image in
+    FP16 would make a NaN gradient that no FP16 gradient shows, which float16's overflow check on one GPU relies on
+    (docs/DECISIONS.md, D72); in any precision it would train to NaN. perflab's loaders scale images to [0, 1]."""
+    largest = float(xp_of(X).abs(X).max())
+    if not largest <= LARGEST[kind]:  # NaN too
+        raise ConfigError(f"--dtype {kind}: the images hold {largest:g}, past {kind}'s largest finite value "
+                          f"{LARGEST[kind]:g}; scale them (perflab's loaders give [0, 1]) or train in float32")
+
+
 def round_to(x, kind: str):
     """x (float32) rounded to the nearest value the half format `kind` holds, still float32."""
     xp = xp_of(x)

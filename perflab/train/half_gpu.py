@@ -31,6 +31,9 @@ class HalfWeights:
         and ALIGN more columns long (so every row starts on 16 bytes), the columns past N zero: a widened batch
         (widened) may take them in."""
         import cupy as cp
+
+        from perflab.train.half import check_images
+        check_images(X, self.kind)
         wide = cp.zeros((X.shape[0], aligned(X.shape[1]) + ALIGN), self.store)
         wide[:, :X.shape[1]] = kernels.narrow_copy(cp.ascontiguousarray(X), cp.empty(X.shape, self.store))
         return wide

@@ -140,9 +140,11 @@ def step(hidden, batch: int = 1, gemm: str = "cublas", dtype: str = "float32", f
     L, top = len(hidden) + 1, hidden[-1]
     fan_in = (D,) + hidden[:-1]
     call = "half_gemm" if dtype in HALF else "gemm"
+    master = ITEMSIZE["float32" if dtype in HALF else dtype]  # the parameters, their gradient: FP32 in a half step
 
     def product(kind, n, layer, M, K, N, label, phase="forward"):  # a GEMM reads both operands, writes one
-        return Kernel(kind, n, gemm, layer, phase, label, call, 2.0 * M * K * N, (M * K + K * N + M * N) * size)
+        out_size = master if kind == "bwd_gemm" and n % 2 == 1 else size  # a weight gradient, into G
+        return Kernel(kind, n, gemm, layer, phase, label, call, 2.0 * M * K * N, (M * K + K * N) * size + M * N * out_size)
 
     def pass_(kind, n, layer, phase, label, fn, nbytes, flops=0.0):
         return Kernel(kind, n, "", layer, phase, label, fn, flops, nbytes)
@@ -160,15 +162,21 @@ def step(hidden, batch: int = 1, gemm: str = "cublas", dtype: str = "float32", f
         out.append(pass_("sigmoid_bwd_db", l, l, "backward", "backward", "sigmoid_backward_rows", 3 * k * B * size))
     out.append(product("bwd_gemm", 2 * L - 1, 1, hidden[0], B, D, backward_gemm(2 * L - 1), "backward"))
     params = sum(h * k + h for h, k in zip(hidden, fan_in)) + C * top + C
-    master = ITEMSIZE["float32" if dtype in HALF else dtype]  # the parameters, their gradient: FP32 in a half step
     update = "sgd_update_scaled" if dtype == "float16" else "sgd_update"  # float16's under its loss scale
     # P read and written, G read; a half step writes P's rounded copy too, and float16 reads G once more for overflow
-    # where its fused backward passes do not flag it (FusedStep.overflow_flag: unfused here; G exchanged, which this
-    # one GPU's step leaves out)
-    scan = dtype == "float16" and not fuse_backward
+    # where its backward passes do not flag it (this one GPU's step: where the output layer is unfused)
+    scan = dtype == "float16" and not backward_flags_overflow(dtype, fuse_backward)
     bytes_per_param = 3 * master + (size if dtype in HALF else 0) + (master if scan else 0)
     out.append(pass_("update", 0, 0, "step", "step", update, params * bytes_per_param))
     return tuple(out)
+
+
+def backward_flags_overflow(dtype: str, fuse_backward: bool, ranks: int = 1) -> bool:
+    """Whether a float16 step's backward passes set its overflow flag, so that the update need not look through G
+    (docs/DECISIONS.md, D72): with the output layer fused, on one GPU. Unfused, its GEMMs write G from delta rounded
+    to FP16; over ranks, another rank's overflow arrives only in the summed G. The builder (step) and the trainer
+    (FusedStep.overflow_flag) ask here."""
+    return dtype == "float16" and fuse_backward and ranks == 1
 
 
 def fused_backward_makes_db_out(dtype: str, fuse_backward: bool) -> bool:
