@@ -120,19 +120,6 @@ __global__ void sigmoid_backward(T* da, const T* __restrict__ a, size_t n) {
     if (e < n) { T v = a[e]; da[e] *= v * (T(1) - v); }
 }
 
-// Per row i of an H x n hidden layer below another (any depth past the output layer's fused pass):
-//   dz[i, j] = da[i, j] * a[i, j] * (1 - a[i, j])   in place on da (da = W^T dz of the layer above)
-//   db[i]    = sum_j dz[i, j]                        the layer's bias gradient, a fixed-order tree
-// One block a row, so the pass reads da and a once and writes dz once (sigmoid_backward and row_sum
-// apart read dz a second time). With dz_small (float only), dz holds its TF32 big parts and dz_small
-// the small ones, as output_backward writes them for x3tf32's weight gradient of the first layer.
-// With overflow (a float16 step's flag), *overflow <- 1 where a dz stored is not finite (found_overflow).
-template <typename T>
-__device__ __forceinline__ T tf32_nearest(T x) {
-    if constexpr (sizeof(T) == 4) return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
-    else return x;
-}
-
 // A float16 step's overflow, found by the passes that store its gradients: on one GPU, G is non-finite only where a
 // gradient stored in FP16 (dz) is, or one the output layer's reduction sums in FP32 from delta (dW_L, db_L, db_{L-1});
 // the rest of G are GEMMs and sums of finite FP16 operands (the images checked finite in FP16 when the trainer
@@ -146,6 +133,20 @@ template <> struct bf16_exact<fp16> { static constexpr bool value = false; };
 // bit 15 or 31 set where the float16 value below or above in w is inf or NaN (its exponent all ones)
 __device__ __forceinline__ unsigned nonfinite_bits(fp16, unsigned w) { return ((w & 0x7c007c00u) + 0x04000400u) & 0x80008000u; }
 
+// TF32 rounding to nearest (x3tf32's split of dz into big and small parts)
+template <typename T>
+__device__ __forceinline__ T tf32_nearest(T x) {
+    if constexpr (sizeof(T) == 4) return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
+    else return x;
+}
+
+// Per row i of an H x n hidden layer below another (any depth past the output layer's fused pass):
+//   dz[i, j] = da[i, j] * a[i, j] * (1 - a[i, j])   in place on da (da = W^T dz of the layer above)
+//   db[i]    = sum_j dz[i, j]                        the layer's bias gradient, a fixed-order tree
+// One block a row, so the pass reads da and a once and writes dz once (sigmoid_backward and row_sum
+// apart read dz a second time). With dz_small (float only), dz holds its TF32 big parts and dz_small
+// the small ones, as output_backward writes them for x3tf32's weight gradient of the first layer.
+// With overflow (a float16 step's flag), *overflow <- 1 where a dz stored is not finite (found_overflow).
 template <typename T, typename S = T>
 __global__ void __launch_bounds__(256)
 sigmoid_backward_rows(S* __restrict__ da, const S* __restrict__ a, T* __restrict__ db, int cols,
