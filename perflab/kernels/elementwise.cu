@@ -184,9 +184,10 @@ sigmoid_backward_rows(S* __restrict__ da, const S* __restrict__ a, T* __restrict
             da[row + j] = narrow<S>(big);
             dz_small[row + j] = tf32_nearest(d - big);
         } else {
-            da[row + j] = narrow<S>(d);
+            const S stored = narrow<S>(d);
+            da[row + j] = stored;
+            if constexpr (!bf16_exact<S>::value) bad |= !isfinite(widen(stored));  // float16's
         }
-        if constexpr (!bf16_exact<S>::value) bad |= !isfinite(widen(narrow<S>(d)));  // float16's
         s += d;
     }
     found_overflow(overflow, bad);

@@ -109,8 +109,7 @@ class FusedStep:
     def overflow_flag(self, fused: bool):
         """float16's overflow flag for the passes that store the step's FP16 gradients to set, or None where the update
         must look for an overflow in G itself (find_overflow; step.backward_flags_overflow says where)."""
-        flagged = self.scaled and backward_flags_overflow(self.cfg.dtype, fused, self.comm.size)
-        return self.loss_scale.overflow if flagged else None
+        return self.loss_scale.overflow if backward_flags_overflow(self.cfg.dtype, fused, self.comm.size) else None
 
     def join_side(self):
         """The current stream waits for the side stream's weight gradients, once a step (the exchange and the
