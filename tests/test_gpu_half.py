@@ -265,6 +265,75 @@ def test_the_update_rounds_the_new_weights_for_the_gemms_in_the_same_pass_and_a_
     assert (P == after).all() and counts.get().tolist() == [0, 2, 3]
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_update_only_rounds_the_segments_made_before_it_reading_none_of_their_gradient(rng, kind):
+    """sgd_update(made=): those segments' masters are kept and rounded, their gradients (NaN here) neither read nor
+    their masters written; the other segments updated as before, whether a thread's four values straddle segments
+    or not, 16-byte aligned or not."""
+    n = 70001
+    p, g = rng.normal(size=n).astype(np.float32), rng.normal(size=n).astype(np.float32)
+    ends = np.array([40001, 40103, 50000, n], np.int64)  # 40001 and 40103: inside a thread's four
+    regs = np.array([0.1, 0.0, 0.1, 0.0], np.float32)
+    seg = np.searchsorted(ends, np.arange(n), side="right")
+    made = np.isin(seg, (0, 2))
+    g[made] = np.nan
+    want = np.where(made, p, p - np.float32(0.3) * (g + regs[seg] * p))
+    for shift in (0, 1):  # 1: p, g and the rounded copy one value past 16 bytes, a value at a time
+        P = cp.asarray(np.concatenate([np.zeros(shift, np.float32), p]))[shift:]
+        G = cp.asarray(np.concatenate([np.zeros(shift, np.float32), g]))[shift:]
+        rounded = poisoned(n + shift, kernels.HALF_STORAGE[kind])[shift:]
+        kernels.sgd_update(P, G, 0.3, cp.asarray(ends), cp.asarray(regs), rounded=rounded, made=(0, 2))
+        assert np.array_equal(P.get()[made], p[made]) and rel(P.get()[~made], want[~made]) <= 1e-7
+        assert np.array_equal(rounded.get(), half.to_storage(want, kind))
+    with pytest.raises(kernels.KernelError, match=r"made names segments 0 to 3 of the 4, got \[4\]"):
+        kernels.sgd_update(P, G, 0.3, cp.asarray(ends), cp.asarray(regs), rounded=rounded, made=(4,))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("M, K, N", [(61, 517, 97), (1024, 3200, 784)])
+def test_cublas_half_gemm_scales_its_product_and_adds_beta_times_out(rng, kind, M, K, N):
+    """half_gemm(alpha=, beta=) into a float32 out: out = alpha a b + beta out, dz X^T's layouts (b transposed);
+    perflab's wgmma GEMM, a half out or a bias is refused naming what was asked."""
+    a, av = held(rng, (M, K), kind)
+    b, bv = held(rng, (N, K), kind, transposed=True)
+    c = rng.normal(size=(M, N)).astype(np.float32)
+    out = cp.asarray(c)
+    kernels.half_gemm(a, b, out, alpha=-0.3, beta=0.97)
+    assert rel(out.get(), -0.3 * (av @ bv) + 0.97 * c.astype(np.float64)) <= 1e-6
+    with pytest.raises(kernels.KernelError, match="alpha -0.3 and beta 0.97 are cuBLAS's.*got --gemm wgmma"):
+        kernels.half_gemm(a, b, out, variant="wgmma", alpha=-0.3, beta=0.97)
+
+
+@pytest.mark.parametrize("hidden", [(61,), (61, 37, 23)])
+def test_a_bfloat16_steps_weight_gradient_gemms_make_the_update_of_the_hidden_weights(hidden):
+    """On one GPU a bfloat16 step's weight-gradient GEMMs update W_1..W_{L-1} in place (step.gemms_update_weights):
+    the same P as gradients into G then the update, those gradients (NaN here) neither written nor read;
+    gradients() alone, as the benches and the workbook call it, still fills G and leaves P."""
+    from perflab import data
+    from perflab.train.comm import Serial
+    from perflab.train.gpu import FusedGPU
+    cfg = tiny("bfloat16", hidden)
+    split = data.load(cfg)[0]
+    trainer = FusedGPU(cfg, split.X, split.y, Serial())
+    Xb, yb, first = trainer.batch_images(slice(3, 100))
+    start, start_half = trainer.P.copy(), trainer.half.P_half.copy()
+    trainer.gradients(Xb, yb, 97, want_loss=True, first=first)
+    assert trainer.weights_made == () and (trainer.P == start).all() and cp.isfinite(trainer.G).all()
+    trainer.update()
+    want = trainer.P.get()
+    trainer.P[...], trainer.half.P_half[...], trainer.G[...] = start, start_half, np.nan
+    trainer.step(Xb, yb, 97, want_loss=True, first=first)
+    cp.cuda.Device().synchronize()
+    hidden_weights = list(range(0, 2 * len(hidden), 2))
+    assert list(trainer.weights_made) == hidden_weights
+    for s, (got, grad) in enumerate(zip(trainer.params, trainer.grads)):
+        lo = 0 if s == 0 else int(trainer.ends[s - 1])
+        assert rel(got.get(), want[lo:lo + got.size].reshape(got.shape)) <= 1e-6, s
+        assert bool(cp.isnan(grad).all()) == (s in hidden_weights), s
+    assert np.array_equal(trainer.half.P_half.get(), half.to_storage(trainer.P.get(), "bfloat16"))
+    trainer.close()
+
+
 def tiny(kind, hidden, **kw):
     from perflab.config import Config
     return Config(**{**dict(dataset="synthetic", input_size=97, hidden_sizes=hidden, num_classes=7, train_size=517,

@@ -2,6 +2,7 @@
 and no other module spells a kernel's name."""
 import ast
 import contextlib
+import itertools
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -46,8 +47,9 @@ def test_a_step_counts_its_flops_and_bytes():
     doubled = {k.id: k.nbytes for k in step.step((H,), B, dtype="float64")}
     assert all(doubled[i] == 2 * k.nbytes for i, k in kernels.items())
     params = H * (D + 1) + C * (H + 1)  # a half step's update also writes P's rounded copy
+    # bfloat16's only reads and rounds W_1, which dW_1's GEMM updated (D73)
     assert {dtype: step.step((H,), B, dtype=dtype)[-1].nbytes for dtype in step.HALF} == {
-        "bfloat16": (3 * 4 + 2) * params, "float16": (3 * 4 + 2) * params}
+        "bfloat16": (3 * 4 + 2) * (params - H * D) + (4 + 2) * H * D, "float16": (3 * 4 + 2) * params}
     # float16's reads G once more to find an overflow where the fused backward passes do not flag it (D72)
     assert step.step((H,), B, dtype="float16", fuse_backward=False)[-1].nbytes == (4 * 4 + 2) * params
 
@@ -145,10 +147,9 @@ def traced(monkeypatch, hidden, gemm, fuse_output, fuse_backward, dtype="float32
         fuse_output=fuse_output, fuse_backward=fuse_backward, part=None, part_forward=None, peer_exchange=False,
         tf32_split=Split(hidden[0] * n) if gemm == "x3tf32" else None,
         G=np.zeros(sum(p.size for p in params) + 1, np.float32), side_gemms=False, side_pending=False, overlap=None,
-        P=None, ends=None, regs=None, cfg=SimpleNamespace(learning_rate=0.1, dtype=dtype), comm=SimpleNamespace(size=ranks),
+        P=None, ends=None, regs=None, cfg=SimpleNamespace(learning_rate=0.1, reg=0.01, dtype=dtype), comm=SimpleNamespace(size=ranks, allreduce=lambda G: None),
         tuned=type("Tuned", (), {"__contains__": lambda self, shape: True})())  # every shape tuned: no tune() runs
-    trainer.gradients(np.zeros((D, n), np.float32), np.zeros(n, np.int64), n, want_loss=False)
-    trainer.update()
+    trainer.step(np.zeros((D, n), np.float32), np.zeros(n, np.int64), n, want_loss=False)
     return trace
 
 
@@ -187,6 +188,32 @@ def test_float16s_backward_passes_flag_an_overflow_only_where_g_can_hold_no_othe
         assert passes and all((kw.get("overflow") is not None) == flagged for kw in passes)
         assert [kw["find"] for name, kw in calls if name == "sgd_update_scaled"] == [not flagged]
         assert step.backward_flags_overflow("float16", fuse_backward and not profiled, ranks) == flagged
+
+
+@pytest.mark.parametrize("hidden", DEPTHS)
+def test_a_bfloat16_steps_weight_gradient_gemms_update_the_hidden_weights_only_where_the_rule_says(monkeypatch, hidden):
+    """On one GPU, cuBLAS's GEMMs, the output layer fused, a bfloat16 step's weight-gradient GEMMs make the hidden
+    layers' update (alpha -lr, beta 1 - lr reg) and the update kernel only rounds those weights (D73); float16, FP32,
+    the wgmma GEMM, an unfused or profiled step and G summed over ranks keep the update whole."""
+    from perflab.train import profile
+    for dtype, gemm, fuse_backward, ranks, profiled in itertools.product(
+            ("bfloat16", "float16", "float32"), ("cublas", "wgmma"), (True, False), (1, 2), (False, True)):
+        calls = []
+        monkeypatch.setattr(profile, "ACTIVE", profiled)
+        traced(monkeypatch, hidden, gemm, True, fuse_backward, dtype, ranks, calls)
+        in_place = step.gemms_update_weights(dtype, gemm, fuse_backward and not profiled, ranks)
+        assert in_place == (dtype == "bfloat16" and gemm == "cublas" and fuse_backward and ranks == 1 and not profiled)
+        scaled = [kw for name, kw in calls if name in ("gemm", "half_gemm") and kw.get("alpha", 1.0) != 1.0]
+        assert len(scaled) == (len(hidden) if in_place else 0)
+        assert all(kw["alpha"] == -0.1 and kw["beta"] == pytest.approx(1 - 0.1 * 0.01) for kw in scaled)
+        made = [kw.get("made", ()) for name, kw in calls if name in ("sgd_update", "sgd_update_scaled")]
+        assert made == [tuple(range(0, 2 * len(hidden), 2)) if in_place else ()]
+    fused, whole = step.step(hidden, 3200, dtype="bfloat16"), step.step(hidden, 3200, dtype="bfloat16", fuse_backward=False)
+    weights = sum(h * k for h, k in zip(hidden, (step.D,) + tuple(hidden[:-1])))
+    update = {s: next(k.nbytes for k in kernels if k.kind == "update") for s, kernels in (("fused", fused), ("whole", whole))}
+    assert update["whole"] - update["fused"] == weights * (3 * 4 + 2 - (4 + 2))  # their G read, P written no more
+    dw = [sum(k.nbytes for k in kernels if k.weight_gradient and k.kind == "bwd_gemm") for kernels in (fused, whole)]
+    assert dw[0] - dw[1] == weights * 4  # each weight-gradient GEMM reads the weights it updates
 
 
 @pytest.mark.parametrize("hidden", DEPTHS)

@@ -97,16 +97,16 @@ CUDA_TYPES = {"float32": 0, "float16": 2, "uint16": 14}  # cudaDataType: R_32F, 
 COMPUTE_32F, GEMM_DEFAULT = 68, -1  # cublasComputeType_t, cublasGemmAlgo_t
 
 
-def cublas_gemm_half(M, N, K, a, ta, lda, b, tb, ldb, out):
-    """Row-major out = op(a) op(b) on the tensor cores: a and b half precision (float16, or bfloat16
-    held in uint16), FP32 accumulation, out half or float32 (cublasGemmEx, as cublas_gemm lays it out)."""
+def cublas_gemm_half(M, N, K, a, ta, lda, b, tb, ldb, out, alpha: float = 1.0, beta: float = 0.0):
+    """Row-major out = alpha op(a) op(b) + beta out on the tensor cores: a and b half precision (float16, or
+    bfloat16 held in uint16), FP32 accumulation, out half or float32 (cublasGemmEx, as cublas_gemm lays it out)."""
     with handle_on_stream() as (lib, handle):
         status = lib.cublasGemmEx(
             ctypes.c_void_p(handle), ctypes.c_int(1 if tb else 0), ctypes.c_int(1 if ta else 0),
-            ctypes.c_int(N), ctypes.c_int(M), ctypes.c_int(K), ctypes.byref(ctypes.c_float(1.0)),
+            ctypes.c_int(N), ctypes.c_int(M), ctypes.c_int(K), ctypes.byref(ctypes.c_float(alpha)),
             ctypes.c_void_p(b.data.ptr), ctypes.c_int(CUDA_TYPES[b.dtype.name]), ctypes.c_int(ldb),
             ctypes.c_void_p(a.data.ptr), ctypes.c_int(CUDA_TYPES[a.dtype.name]), ctypes.c_int(lda),
-            ctypes.byref(ctypes.c_float(0.0)), ctypes.c_void_p(out.data.ptr), ctypes.c_int(CUDA_TYPES[out.dtype.name]),
+            ctypes.byref(ctypes.c_float(beta)), ctypes.c_void_p(out.data.ptr), ctypes.c_int(CUDA_TYPES[out.dtype.name]),
             ctypes.c_int(N), ctypes.c_int(COMPUTE_32F), ctypes.c_int(GEMM_DEFAULT))
     if status != 0:
         raise KernelError(f"cuBLAS half-precision gemm failed with status {status} (M={M}, N={N}, K={K}, ta={ta}, "

@@ -221,12 +221,14 @@ def simple_gemm(a, b, out, alpha, beta, c, bias, variant, T, M, N, K, ta, lda, t
 HALF_GEMMS = ("cublas", "wgmma")  # half_gemm's variants
 
 
-def half_gemm(a, b, out, bias=None, variant: str = "cublas", config: str | None = None, splits: int | None = None):
+def half_gemm(a, b, out, bias=None, variant: str = "cublas", config: str | None = None, splits: int | None = None,
+              alpha: float = 1.0, beta: float = 0.0):
     """out = a @ b on the tensor cores: a and b in one half precision (float16, or bfloat16 held in
     uint16), FP32 accumulation, out in that half precision or float32 (a weight gradient); with bias,
     out <- sigmoid(out + bias[:, None]). cuBLAS (bias and sigmoid a pass of their own), or perflab's
     wgmma GEMM (Hopper; bias and sigmoid its epilogue), with the choice tune() made for the shape
-    unless config and splits are given."""
+    unless config and splits are given. alpha, beta (cuBLAS's, into a float32 out): out = alpha a @ b + beta out,
+    a bfloat16 step's SGD update in its weight-gradient GEMMs (D73)."""
     if variant not in HALF_GEMMS:
         raise KernelError(f"the half-precision GEMMs are {HALF_GEMMS}, got {variant!r}")
     (M, K), (K2, N) = a.shape, b.shape
@@ -238,6 +240,9 @@ def half_gemm(a, b, out, bias=None, variant: str = "cublas", config: str | None 
     if out.shape != (M, N) or not out.flags.c_contiguous or out.dtype not in (a.dtype, "float32"):
         raise KernelError(f"out must be a C-contiguous {a.dtype} or float32 array of shape {(M, N)}, got "
                           f"{out.dtype} {out.shape} (C-contiguous: {out.flags.c_contiguous})")
+    if (alpha, beta) != (1.0, 0.0) and (variant != "cublas" or out.dtype != "float32" or bias is not None):
+        raise KernelError(f"alpha {alpha} and beta {beta} are cuBLAS's, into a float32 out without bias: got --gemm "
+                          f"{variant}, out {out.dtype}, bias {'given' if bias is not None else 'none'}")
     if M == 0 or N == 0:
         return out
     if variant == "wgmma":
@@ -247,7 +252,7 @@ def half_gemm(a, b, out, bias=None, variant: str = "cublas", config: str | None 
         return half_wgmma_gemm(a, b, out, bias, config, splits)
     ta, lda = storage(a, "a")
     tb, ldb = storage(b, "b")
-    cublas_gemm_half(M, N, K, a, ta, lda, b, tb, ldb, out)
+    cublas_gemm_half(M, N, K, a, ta, lda, b, tb, ldb, out, alpha, beta)
     if bias is not None:
         bias_sigmoid(out, bias)
     return out

@@ -239,51 +239,60 @@ __global__ void __launch_bounds__(ROW_SUM_THREADS) row_sum(const T* __restrict__
 // of g, and its rounded values in one store, so that a warp's stores are contiguous (D70); one value at a time where
 // they are not whole or aligned.
 // SCALED (float16's loss scale): g / *scale, nothing written where *overflow (read with p and g, not before them).
+// made: bit s set where segment s is new already (a bfloat16 step's weight-gradient GEMMs updated it in place: D73),
+// its gradient neither read nor its p written, only rounded.
 template <typename S, int V>
 struct alignas(V * sizeof(S)) Packed { S v[V]; };
 
 template <bool SCALED, typename T, typename S>
 __device__ __forceinline__ void update_16_bytes(T* p, const T* __restrict__ g, size_t n, T lr, const long long* __restrict__ ends,
                                            const T* __restrict__ regs, int nseg, const T* __restrict__ scale,
-                                           const int* __restrict__ overflow, S* __restrict__ rounded) {
+                                           const int* __restrict__ overflow, S* __restrict__ rounded,
+                                           unsigned long long made = 0) {
     constexpr int V = ELEMENTS_16B<T>;
     const size_t e0 = V * ((size_t)blockIdx.x * blockDim.x + threadIdx.x);
     if (e0 >= n) return;
+    int seg[V];  // each value's segment, and whether any needs its gradient (a segment not in `made`)
+    bool needs_g = false;
+#pragma unroll
+    for (int i = 0, s = 0; i < V; ++i) {
+        while (s < nseg - 1 && e0 + i >= (size_t)ends[s]) ++s;
+        seg[i] = s;
+        needs_g |= e0 + i < n && !((made >> s) & 1);
+    }
     const bool vectorized = e0 + V <= n && ((size_t)p | (size_t)g) % 16 == 0 &&
                             (size_t)rounded % sizeof(Packed<S, V>) == 0;
     alignas(16) T w[V], d[V];
     if (vectorized) {
         *reinterpret_cast<uint4*>(w) = *reinterpret_cast<const uint4*>(p + e0);
-        *reinterpret_cast<uint4*>(d) = *reinterpret_cast<const uint4*>(g + e0);
+        if (needs_g) *reinterpret_cast<uint4*>(d) = *reinterpret_cast<const uint4*>(g + e0);
     } else {
 #pragma unroll
-        for (int i = 0; i < V; ++i) w[i] = e0 + i < n ? p[e0 + i] : T(0), d[i] = e0 + i < n ? g[e0 + i] : T(0);
+        for (int i = 0; i < V; ++i) w[i] = e0 + i < n ? p[e0 + i] : T(0), d[i] = e0 + i < n && needs_g ? g[e0 + i] : T(0);
     }
     const T sc = SCALED ? *scale : T(1);
     if (SCALED && *overflow) return;  // skipped: p and rounded both as they were
-    int s = 0;
     Packed<S, V> r;
 #pragma unroll
     for (int i = 0; i < V; ++i) {
-        while (s < nseg - 1 && e0 + i >= (size_t)ends[s]) ++s;
-        w[i] = w[i] - lr * ((SCALED ? d[i] / sc : d[i]) + regs[s] * w[i]);
+        if (!((made >> seg[i]) & 1)) w[i] = w[i] - lr * ((SCALED ? d[i] / sc : d[i]) + regs[seg[i]] * w[i]);
         r.v[i] = narrow<S>(w[i]);
     }
     if (vectorized) {
-        *reinterpret_cast<uint4*>(p + e0) = *reinterpret_cast<const uint4*>(w);
+        if (needs_g) *reinterpret_cast<uint4*>(p + e0) = *reinterpret_cast<const uint4*>(w);
         if (rounded != nullptr) *reinterpret_cast<Packed<S, V>*>(rounded + e0) = r;
         return;
     }
     for (int i = 0; i < V && e0 + i < n; ++i) {
-        p[e0 + i] = w[i];
+        if (!((made >> seg[i]) & 1)) p[e0 + i] = w[i];
         if (rounded != nullptr) rounded[e0 + i] = r.v[i];
     }
 }
 
 template <typename T, typename S = T>
 __global__ void sgd_update(T* p, const T* __restrict__ g, size_t n, T lr, const long long* __restrict__ ends,
-                           const T* __restrict__ regs, int nseg, S* __restrict__ rounded) {
-    update_16_bytes<false>(p, g, n, lr, ends, regs, nseg, (const T*)nullptr, (const int*)nullptr, rounded);
+                           const T* __restrict__ regs, int nseg, S* __restrict__ rounded, unsigned long long made) {
+    update_16_bytes<false>(p, g, n, lr, ends, regs, nseg, (const T*)nullptr, (const int*)nullptr, rounded, made);
 }
 
 // Dynamic loss scaling on the device (a float16 step; inside the step's or the epoch's graph):

@@ -263,12 +263,16 @@ def update_kernel(kernel: str, params, rounded):
     return elementwise_function(f"{kernel}<float,{HALF_CTYPES[rounded.dtype.name]}>", "float"), rounded
 
 
-def sgd_update(params, grads, learning_rate, ends, regs, rounded=None):
+def sgd_update(params, grads, learning_rate, ends, regs, rounded=None, made=()):
     """params <- params - lr * (grads + regs[segment] * params), one launch for every parameter; with
-    rounded, rounded <- the new params in its half precision in the same pass."""
+    rounded, rounded <- the new params in its half precision in the same pass. made: the segments already
+    updated (by the weight-gradient GEMMs, D73), only rounded: their grads are not read."""
     kernel, out = update_kernel("sgd_update", params, rounded)
+    if any(not 0 <= s < min(ends.size, 64) for s in made):
+        raise KernelError(f"made names segments 0 to {min(ends.size, 64) - 1} of the {ends.size}, got {sorted(made)}")
     kernel(grid_1d(threads_16_bytes(params)), (256,),
-           (params, grads, u64(params.size), params.dtype.type(learning_rate), ends, regs, i32(ends.size), out))
+           (params, grads, u64(params.size), params.dtype.type(learning_rate), ends, regs, i32(ends.size), out,
+            u64(sum(1 << s for s in set(made)))))
     return params
 
 

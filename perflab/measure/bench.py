@@ -336,6 +336,7 @@ def half_step_calls(hidden: tuple, B: int, kind: str) -> dict:
     import cupy as cp
 
     from perflab import kernels
+    from perflab.train import step
     rng = np.random.default_rng(0)
     f32 = lambda *shape: cp.asarray(rng.uniform(0.05, 0.95, shape).astype(np.float32))  # noqa: E731
     store = kernels.HALF_STORAGE[kind]
@@ -357,19 +358,25 @@ def half_step_calls(hidden: tuple, B: int, kind: str) -> dict:
     scale, overflow, counts = cp.ones(1, np.float32), cp.zeros(1, np.int32), cp.zeros(3, np.int64)
     flag = overflow if kind == "float16" else None
     inputs = [X] + a[:-1]
+    # bfloat16's weight-gradient GEMMs update the FP32 weights (dW standing for them), the update only rounds them (D73)
+    in_place = step.gemms_update_weights(kind, "cublas", True)
+    updating = dict(alpha=-0.1, beta=1.0 - 0.1 * 1e-4) if in_place else {}
 
-    def gemm(x, w, out):
-        return lambda: kernels.half_gemm(x, w, out)
+    def gemm(x, w, out, **scaling):
+        return lambda: kernels.half_gemm(x, w, out, **scaling)
 
     def backward(k):  # the seeds' odd backward GEMMs make dW_l (FP32), the even ones W_l^T dz_l (half)
         m = k.layer
-        return gemm(dz[m - 1], inputs[m - 1].T, dW[m - 1]) if k.weight_gradient else gemm(W[m - 1].T, dz[m - 1], dz[m - 2])
+        if k.weight_gradient:
+            return gemm(dz[m - 1], inputs[m - 1].T, dW[m - 1], **updating)
+        return gemm(W[m - 1].T, dz[m - 1], dz[m - 2])
 
     def update():
         if kind == "float16":
             return kernels.sgd_update_scaled(params, grads, 0.1, ends, regs, scale, overflow, counts, 2000,
                                              rounded=rounded, find=False)
-        return kernels.sgd_update(params, grads, 0.1, ends, regs, rounded=rounded)
+        made = tuple(range(0, 2 * len(hidden), 2)) if in_place else ()
+        return kernels.sgd_update(params, grads, 0.1, ends, regs, rounded=rounded, made=made)
     a1, da1, b1 = a[-1], dz[-1], b[-1]
     return {
         "fwd_gemm": lambda k: gemm(W[k.layer - 1], inputs[k.layer - 1], a[k.layer - 1]),

@@ -8,7 +8,13 @@ import contextlib
 from perflab import kernels
 from perflab.train import profile
 from perflab.train.profile import phase
-from perflab.train.step import backward_flags_overflow, backward_gemm, forward_gemm, fused_backward_makes_db_out
+from perflab.train.step import (
+    backward_flags_overflow,
+    backward_gemm,
+    forward_gemm,
+    fused_backward_makes_db_out,
+    gemms_update_weights,
+)
 
 
 class FusedStep:
@@ -16,15 +22,18 @@ class FusedStep:
     features (half, overlap, side, tf32_split, peer_exchange)."""
 
     overflow_found = False  # whether this step's backward passes set float16's overflow flag (overflow_flag)
+    weights_made = ()  # the segments of P this step's weight-gradient GEMMs updated in place (weight_gradient)
 
     @property
     def last_gemm(self) -> str:
         """The phase name of dW_1 = dz_1 X^T, the step's last GEMM: backward GEMM 2L - 1."""
         return backward_gemm(len(self.params) - 1)
 
-    def gradients(self, Xb, yb, global_b: int, want_loss: bool, first: int = 0):
+    def gradients(self, Xb, yb, global_b: int, want_loss: bool, first: int = 0, update: bool = False):
         """Enqueue forward and backward into G (capturable on one GPU; with --overlap, the
-        exchange of G's chunks too); the samples are Xb's columns from `first` on, the others' delta zero."""
+        exchange of G's chunks too); the samples are Xb's columns from `first` on, the others' delta zero.
+        update: the update follows (a training step), which the weight-gradient GEMMs then make for the hidden
+        layers' weights where step.gemms_update_weights says so, their gradients left out of G."""
         W = self.params[0::2]
         Wg = self.half.weights() if self.half else W  # W for the GEMMs (the fused output layer's kernels read W[-1] in FP32)
         n, C = Xb.shape[1], W[-1].shape[0]
@@ -33,7 +42,7 @@ class FusedStep:
         with phase("forward"):
             self.forward(Wg, acts, yb, delta, global_b, self.ce[:n] if want_loss else None, first)
         with phase("backward"):
-            self.backward(Wg, acts, delta, Xb, want_loss)
+            self.backward(Wg, acts, delta, Xb, want_loss, update)
 
     def forward(self, Wg, acts, yb, delta, global_b: int, ce, first: int = 0):
         """Every layer's GEMM and activation, then the softmax's delta (and each sample's CE where `ce`)."""
@@ -59,8 +68,8 @@ class FusedStep:
             self.comm.allreduce(z_out)
         kernels.softmax_xent_grad(z_out, b[-1], yb, delta, global_b, ce, scale=self.scale, first=first)
 
-    def backward(self, Wg, acts, delta, Xb, want_loss: bool):
-        """Every gradient into G, the output layer's first, dW_1 = dz_1 X^T last."""
+    def backward(self, Wg, acts, delta, Xb, want_loss: bool, update: bool = False):
+        """Every gradient into G, the output layer's first, dW_1 = dz_1 X^T last (with update, see gradients)."""
         W, dW, db, n, L = self.params[0::2], self.grads[0::2], self.grads[1::2], Xb.shape[1], len(Wg)
         dz = [d[:w.shape[0] * n].reshape(w.shape[0], n) for d, w in zip(self.dz, W)]
         if self.peer_exchange:  # the peers have read the last step's gradient before this one overwrites it
@@ -68,6 +77,10 @@ class FusedStep:
         fused = self.fuse_backward and not profile.ACTIVE
         flag = self.overflow_flag(fused)
         self.overflow_found = flag is not None
+        in_place = update and gemms_update_weights(self.cfg.dtype, self.variant, fused, self.comm.size)
+        self.weights_made = tuple(range(0, 2 * (L - 1), 2)) if in_place else ()
+        if want_loss:  # the L2 term of the weights the step began with, before any GEMM updates them
+            self.loss.penalize(self.P, self.ends, self.penalty_regs)
         db_out = db[-1] if fused_backward_makes_db_out(self.cfg.dtype, fused) else None
         if db_out is None:
             kernels.row_sum(delta, db[-1])
@@ -90,7 +103,7 @@ class FusedStep:
         for l in range(L - 2, 0, -1):  # hidden layer l + 1 over hidden layer l (1-based): W[l] is W_{l+1}
             k = 2 * (L - l) - 1
             with phase(backward_gemm(k)), self.side.beside() if side else contextlib.nullcontext():
-                self.gemm(dz[l], acts[l].T, dW[l])
+                self.weight_gradient(l, dz[l], acts[l].T)
             if self.overlap:  # layer l + 1 (and those above it, the first time) is final: send it (WFBP)
                 unsent = self.overlap.send_layer(l, unsent)
             with phase(backward_gemm(k + 1)):
@@ -101,8 +114,6 @@ class FusedStep:
         self.side_pending = side  # the side's dW_l run on under dW_1 too, joined after it (join_side)
         if self.tf32_split:
             self.tf32_split.made = True
-        if want_loss:
-            self.loss.penalize(self.P, self.ends, self.penalty_regs)
         self.first_weight_gradient(dz[0], Xb, dW[0], unsent)
         self.join_side()
 
@@ -110,6 +121,14 @@ class FusedStep:
         """float16's overflow flag for the passes that store the step's FP16 gradients to set, or None where the update
         must look for an overflow in G itself (find_overflow; step.backward_flags_overflow says where)."""
         return self.loss_scale.overflow if backward_flags_overflow(self.cfg.dtype, fused, self.comm.size) else None
+
+    def weight_gradient(self, l: int, dz, a_T):
+        """dW_{l+1} = dz a_l^T into G; or, where this step's GEMMs update the weights (weights_made), W_{l+1} <- (1 - lr
+        reg) W_{l+1} - lr dz a_l^T in place, the update's expression (docs/DECISIONS.md, D73)."""
+        if 2 * l not in self.weights_made:
+            return self.gemm(dz, a_T, self.grads[2 * l])
+        lr = self.cfg.learning_rate
+        return self.gemm(dz, a_T, self.params[2 * l], alpha=-lr, beta=1.0 - lr * self.cfg.reg)
 
     def join_side(self):
         """The current stream waits for the side stream's weight gradients, once a step (the exchange and the
@@ -135,4 +154,4 @@ class FusedStep:
             self.overlap.first_weight_gradient(self.gemm, dz1, Xb, dW1, unsent, self.last_gemm)
         else:
             with phase(self.last_gemm):
-                self.gemm(dz1, Xb.T, dW1)
+                self.weight_gradient(0, dz1, Xb.T)

@@ -249,7 +249,7 @@ class FusedGPU(FusedStep, Graphs, Sequential):
             offset += n
         return out
 
-    def gemm(self, a, b, out, bias=None):
+    def gemm(self, a, b, out, bias=None, alpha: float = 1.0, beta: float = 0.0):
         a_small = self.tf32_split.small_part(a) if self.tf32_split else None
         if self.variant in kernels.TUNABLE_VARIANTS:
             shape = (a.shape, a.strides, b.shape, b.strides)
@@ -257,12 +257,13 @@ class FusedGPU(FusedStep, Graphs, Sequential):
                 kernels.tune(a, b, out, self.variant, self.work, a_small=a_small)  # once per shape, in the first step
                 self.tuned.add(shape)
         if self.half:
-            return kernels.half_gemm(a, b, out, bias, variant=self.variant)
-        return kernels.gemm(a, b, out=out, bias=bias, variant=self.variant, work=self.work, a_small=a_small)
+            return kernels.half_gemm(a, b, out, bias, variant=self.variant, alpha=alpha, beta=beta)
+        return kernels.gemm(a, b, out=out, alpha=alpha, beta=beta, bias=bias, variant=self.variant, work=self.work,
+                            a_small=a_small)
 
     def step(self, Xb, yb, global_b: int, want_loss: bool, first: int = 0):
         """Enqueue one whole training step on the current stream (the samples Xb's columns from `first` on)."""
-        self.gradients(Xb, yb, global_b, want_loss, first)
+        self.gradients(Xb, yb, global_b, want_loss, first, update=True)
         self.exchange_and_update()
 
     def exchange_and_update(self):
@@ -283,7 +284,8 @@ class FusedGPU(FusedStep, Graphs, Sequential):
                 self.loss_scale.update(self.P, self.G[:-1], self.cfg.learning_rate, self.ends, self.regs, rounded,
                                        find=not self.overflow_found)
             else:
-                kernels.sgd_update(self.P, self.G[:-1], self.cfg.learning_rate, self.ends, self.regs, rounded=rounded)
+                kernels.sgd_update(self.P, self.G[:-1], self.cfg.learning_rate, self.ends, self.regs, rounded=rounded,
+                                   made=self.weights_made)
 
     def loss_parts(self) -> tuple[float, float]:
         """The last step's CE sum and L2 term (LossReadBack.read), float16's skipped steps checked with them."""

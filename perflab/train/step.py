@@ -141,10 +141,13 @@ def step(hidden, batch: int = 1, gemm: str = "cublas", dtype: str = "float32", f
     fan_in = (D,) + hidden[:-1]
     call = "half_gemm" if dtype in HALF else "gemm"
     master = ITEMSIZE["float32" if dtype in HALF else dtype]  # the parameters, their gradient: FP32 in a half step
+    in_place = gemms_update_weights(dtype, gemm, fuse_backward)
 
     def product(kind, n, layer, M, K, N, label, phase="forward"):  # a GEMM reads both operands, writes one
         out_size = master if kind == "bwd_gemm" and n % 2 == 1 else size  # a weight gradient, into G
-        return Kernel(kind, n, gemm, layer, phase, label, call, 2.0 * M * K * N, (M * K + K * N) * size + M * N * out_size)
+        read_out = out_size if in_place and out_size == master else 0  # or into the weights it updates
+        return Kernel(kind, n, gemm, layer, phase, label, call, 2.0 * M * K * N,
+                      (M * K + K * N) * size + M * N * (out_size + read_out))
 
     def pass_(kind, n, layer, phase, label, fn, nbytes, flops=0.0):
         return Kernel(kind, n, "", layer, phase, label, fn, flops, nbytes)
@@ -164,10 +167,12 @@ def step(hidden, batch: int = 1, gemm: str = "cublas", dtype: str = "float32", f
     params = sum(h * k + h for h, k in zip(hidden, fan_in)) + C * top + C
     update = "sgd_update_scaled" if dtype == "float16" else "sgd_update"  # float16's under its loss scale
     # P read and written, G read; a half step writes P's rounded copy too, and float16 reads G once more for overflow
-    # where its backward passes do not flag it (this one GPU's step: where the output layer is unfused)
+    # where its backward passes do not flag it (this one GPU's step: where the output layer is unfused); the weights
+    # its GEMMs updated (gemms_update_weights) only read and rounded
     scan = dtype == "float16" and not backward_flags_overflow(dtype, fuse_backward)
     bytes_per_param = 3 * master + (size if dtype in HALF else 0) + (master if scan else 0)
-    out.append(pass_("update", 0, 0, "step", "step", update, params * bytes_per_param))
+    made = sum(h * k for h, k in zip(hidden, fan_in)) if in_place else 0  # only read and rounded
+    out.append(pass_("update", 0, 0, "step", "step", update, (params - made) * bytes_per_param + made * (master + size)))
     return tuple(out)
 
 
@@ -177,6 +182,15 @@ def backward_flags_overflow(dtype: str, fuse_backward: bool, ranks: int = 1) -> 
     to FP16; over ranks, another rank's overflow arrives only in the summed G. The builder (step) and the trainer
     (FusedStep.overflow_flag) ask here."""
     return dtype == "float16" and fuse_backward and ranks == 1
+
+
+def gemms_update_weights(dtype: str, gemm: str, fuse_backward: bool, ranks: int = 1) -> bool:
+    """Whether a step's weight-gradient GEMMs update the hidden layers' weights in place, W <- (1 - lr reg) W - lr dz
+    a^T (cuBLAS's alpha and beta), so that the update neither writes their gradient nor reads it back, only rounds the
+    new weights (docs/DECISIONS.md, D73): a bfloat16 step on one GPU with cuBLAS's GEMMs and the output layer fused.
+    Not float16 (its update waits on the overflow flag), not over ranks (G is summed first), not the profiled step
+    (its update stays a phase of its own). The builder (step) and the trainer (FusedStep.backward) ask here."""
+    return dtype == "bfloat16" and gemm == "cublas" and fuse_backward and ranks == 1
 
 
 def fused_backward_makes_db_out(dtype: str, fuse_backward: bool) -> bool:
