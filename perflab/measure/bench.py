@@ -11,6 +11,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -277,114 +278,88 @@ def step_description(H, B: int, dtype: str = "float32") -> tuple:
 
 
 def step_calls(hidden: tuple, B: int, dtype: str) -> dict:
-    """{kernel kind: kernel -> a callable launching it} on random device operands of the net at B samples."""
-    import cupy as cp
-
+    """{kernel kind: kernel -> a callable launching it} on random device operands of the net at B samples, as
+    perflab.train.gpu.FusedGPU runs the step on one GPU. In a mixed-precision step (dtype bfloat16 or float16) the
+    weights, images, activations and their gradients are half (cuBLAS's half GEMMs, weight gradients into FP32), the
+    fused output layer reads W_L, delta and the biases in FP32 and makes db_L, the update rounds P into its half copy,
+    float16's under its loss scale with the overflow flagged by the backward passes (D72); the unfused output layer's
+    GEMMs read delta rounded to half, as the trainer's unfused step does (the rounding itself, its sigmoid' + db pass
+    and db_L's row sums are not among the kernels listed: step.unfused_output)."""
     from perflab import kernels
-    if dtype in kernels.HALF_STORAGE:
-        return half_step_calls(hidden, B, dtype)
-    rng = np.random.default_rng(0)
-    dev = lambda *shape: cp.asarray(rng.uniform(0.05, 0.95, shape).astype(dtype))  # noqa: E731
-    L, last = len(hidden) + 1, hidden[-1]  # layers; the fused output layer's input width
-    fan_in = (D,) + hidden[:-1]
-    W = [dev(h, k) for h, k in zip(hidden, fan_in)]
-    b, dW, db = [dev(h) for h in hidden], [dev(h, k) for h, k in zip(hidden, fan_in)], [dev(h) for h in hidden]
-    X = cp.asfortranarray(dev(D, B))
-    a, dz = [dev(h, B) for h in hidden], [dev(h, B) for h in hidden]  # each hidden layer's output, its gradient
-    W2, b2, dW2, db2 = dev(C, last), dev(C), dev(C, last), dev(C)
-    y = cp.asarray(rng.integers(0, C, B))
-    z2, delta = dev(C, B), dev(C, B)
-    part = cp.empty(kernels.output_backward_partials(last, B, C), dtype)
-    part_forward = cp.empty(kernels.output_layer_partials(last, B, C), dtype)
-    segments = [n for h, k in zip(hidden, fan_in) for n in (h * k, h)] + [C * last, C]  # each W and b in P
-    params, grads = dev(sum(segments)), dev(sum(segments))
-    ends = cp.asarray(np.cumsum(segments), dtype=np.int64)
-    regs = cp.asarray([1e-4, 0.0] * L, dtype=dtype)
-    inputs = [X] + a[:-1]  # layer l's input (1-based: inputs[l - 1]), which its dW_l multiplies by
+    half = dtype in kernels.HALF_STORAGE
+    o = step_operands(hidden, B, dtype)
+    W, b, dW, db, a, dz = o.W, o.b, o.dW, o.db, o.a, o.dz
+    inputs = [o.X] + a[:-1]  # layer l's input (1-based: inputs[l - 1]), which its dW_l multiplies by
+    flag = o.overflow if dtype == "float16" else None
 
     def gemm(x, w, out):
+        if half:
+            return lambda: kernels.half_gemm(x, w, out)
         return lambda: kernels.gemm(x, w, out=out, variant="cublas")
 
     def backward(k):  # the seeds' odd backward GEMMs make dW_l, the even ones W_l^T dz_l
         m = k.layer
         return gemm(dz[m - 1], inputs[m - 1].T, dW[m - 1]) if k.weight_gradient else gemm(W[m - 1].T, dz[m - 1], dz[m - 2])
-    a1, da1, b1, db1 = a[-1], dz[-1], b[-1], db[-1]  # the output layer's input, as the unfused path runs it
-    return {
-        "fwd_gemm": lambda k: gemm(W[k.layer - 1], inputs[k.layer - 1], a[k.layer - 1]),
-        "bias_sigmoid": lambda k: lambda: kernels.bias_sigmoid(a[k.layer - 1], b[k.layer - 1]),
-        "fused_fwd": lambda k: lambda: kernels.output_layer(W2, b[-1], b2, a[-1], y, delta, B, part_forward),
-        "row_sum_db": lambda k: lambda: kernels.row_sum(delta, db2),
-        "fused_bwd": lambda k: lambda: kernels.output_backward(W2, delta, a[-1], dz[-1], dW2, db[-1], part),
-        "bwd_gemm": backward,
-        "sigmoid_bwd_db": lambda k: lambda: kernels.sigmoid_backward_rows(dz[k.layer - 1], a[k.layer - 1], db[k.layer - 1]),
-        "update": lambda k: lambda: kernels.sgd_update(params, grads, 0.1, ends, regs),
-        "unfused_bias_sigmoid": lambda k: lambda: kernels.bias_sigmoid(a1, b1),
-        "unfused_fwd_gemm": lambda k: gemm(W2, a1, z2),
-        "unfused_softmax": lambda k: lambda: kernels.softmax_xent_grad(z2, b2, y, delta, B),
-        "unfused_bwd_gemm": lambda k: gemm(delta, a1.T, dW2) if k.weight_gradient else gemm(W2.T, delta, da1),
-        "unfused_sigmoid_bwd": lambda k: lambda: kernels.sigmoid_backward(da1, a1),
-        "unfused_row_sum_db": lambda k: lambda: kernels.row_sum(da1, db1)}
-
-
-def half_step_calls(hidden: tuple, B: int, kind: str) -> dict:
-    """step_calls for a mixed-precision step (kind bfloat16 or float16), as perflab.train.gpu.FusedGPU runs it on one
-    GPU: weights, images, activations and their gradients in half (cuBLAS's half GEMMs, weight gradients into FP32),
-    the fused output layer reading W_L, delta and the biases in FP32 and making db_L; the update rounding P into its
-    half copy, float16's under its loss scale with the overflow flagged by the backward passes (D72). The unfused
-    output layer's GEMMs read delta rounded to half, as the trainer's unfused step does (the rounding itself, its
-    sigmoid' + db pass and db_L's row sums are not among the kernels listed: step.unfused_output)."""
-    import cupy as cp
-
-    from perflab import kernels
-    rng = np.random.default_rng(0)
-    f32 = lambda *shape: cp.asarray(rng.uniform(0.05, 0.95, shape).astype(np.float32))  # noqa: E731
-    store = kernels.HALF_STORAGE[kind]
-    held = lambda *shape: kernels.narrow_copy(f32(*shape), cp.empty(shape, store))  # noqa: E731
-    L, last = len(hidden) + 1, hidden[-1]
-    fan_in = (D,) + hidden[:-1]
-    W, b = [held(h, k) for h, k in zip(hidden, fan_in)], [f32(h) for h in hidden]
-    dW, db = [f32(h, k) for h, k in zip(hidden, fan_in)], [f32(h) for h in hidden]
-    X = held(D, B)
-    a, dz = [held(h, B) for h in hidden], [held(h, B) for h in hidden]
-    W2, W2_half, b2, dW2, db2 = f32(C, last), held(C, last), f32(C), f32(C, last), f32(C)
-    y, z2, delta, delta_half = cp.asarray(rng.integers(0, C, B)), f32(C, B), f32(C, B), held(C, B)
-    part = cp.zeros(kernels.output_backward_partials(last, B, C), np.float32)
-    part_forward = cp.zeros(kernels.output_layer_partials(last, B, C), np.float32)
-    segments = [n for h, k in zip(hidden, fan_in) for n in (h * k, h)] + [C * last, C]
-    params, grads, rounded = f32(sum(segments)), f32(sum(segments)), cp.empty(sum(segments), store)
-    ends = cp.asarray(np.cumsum(segments), dtype=np.int64)
-    regs = cp.asarray([1e-4, 0.0] * L, dtype=np.float32)
-    scale, overflow, counts = cp.ones(1, np.float32), cp.zeros(1, np.int32), cp.zeros(3, np.int64)
-    flag = overflow if kind == "float16" else None
-    inputs = [X] + a[:-1]
-
-    def gemm(x, w, out):
-        return lambda: kernels.half_gemm(x, w, out)
-
-    def backward(k):  # the seeds' odd backward GEMMs make dW_l (FP32), the even ones W_l^T dz_l (half)
-        m = k.layer
-        return gemm(dz[m - 1], inputs[m - 1].T, dW[m - 1]) if k.weight_gradient else gemm(W[m - 1].T, dz[m - 1], dz[m - 2])
 
     def update():
-        if kind == "float16":
-            return kernels.sgd_update_scaled(params, grads, 0.1, ends, regs, scale, overflow, counts, 2000,
-                                             rounded=rounded, find=False)
-        return kernels.sgd_update(params, grads, 0.1, ends, regs, rounded=rounded)
-    a1, da1, b1 = a[-1], dz[-1], b[-1]
+        if dtype == "float16":
+            return kernels.sgd_update_scaled(o.params, o.grads, 0.1, o.ends, o.regs, o.scale, o.overflow, o.counts, 2000,
+                                             rounded=o.rounded, find=False)
+        return kernels.sgd_update(o.params, o.grads, 0.1, o.ends, o.regs, rounded=o.rounded)
+    a1, da1, b1, db1 = a[-1], dz[-1], b[-1], db[-1]  # the output layer's input, as the unfused path runs it
+    db_out = dict(db2=o.db2) if half else {}  # a half step's fused backward pass makes db_L (D67)
     return {
         "fwd_gemm": lambda k: gemm(W[k.layer - 1], inputs[k.layer - 1], a[k.layer - 1]),
         "bias_sigmoid": lambda k: lambda: kernels.bias_sigmoid(a[k.layer - 1], b[k.layer - 1]),
-        "fused_fwd": lambda k: lambda: kernels.output_layer(W2, b1, b2, a1, y, delta, B, part_forward),
-        "fused_bwd": lambda k: lambda: kernels.output_backward(W2, delta, a1, da1, dW2, db[-1], part, db2=db2,
-                                                               overflow=flag),
+        "fused_fwd": lambda k: lambda: kernels.output_layer(o.W2, b1, o.b2, a1, o.y, o.delta, B, o.part_forward),
+        "row_sum_db": lambda k: lambda: kernels.row_sum(o.delta, o.db2),
+        "fused_bwd": lambda k: lambda: kernels.output_backward(o.W2, o.delta, a1, da1, o.dW2, db1, o.part, overflow=flag,
+                                                               **db_out),
         "bwd_gemm": backward,
         "sigmoid_bwd_db": lambda k: lambda: kernels.sigmoid_backward_rows(dz[k.layer - 1], a[k.layer - 1], db[k.layer - 1],
                                                                           overflow=flag),
         "update": lambda k: update,
         "unfused_bias_sigmoid": lambda k: lambda: kernels.bias_sigmoid(a1, b1),
-        "unfused_fwd_gemm": lambda k: gemm(W2_half, a1, z2),
-        "unfused_softmax": lambda k: lambda: kernels.softmax_xent_grad(z2, b2, y, delta, B),
-        "unfused_bwd_gemm": lambda k: gemm(delta_half, a1.T, dW2) if k.weight_gradient else gemm(W2_half.T, delta_half, da1)}
+        "unfused_fwd_gemm": lambda k: gemm(o.W2_gemm, a1, o.z2),
+        "unfused_softmax": lambda k: lambda: kernels.softmax_xent_grad(o.z2, o.b2, o.y, o.delta, B),
+        "unfused_bwd_gemm": lambda k: (gemm(o.delta_gemm, a1.T, o.dW2) if k.weight_gradient
+                                       else gemm(o.W2_gemm.T, o.delta_gemm, da1)),
+        "unfused_sigmoid_bwd": lambda k: lambda: kernels.sigmoid_backward(da1, a1),
+        "unfused_row_sum_db": lambda k: lambda: kernels.row_sum(da1, db1)}
+
+
+def step_operands(hidden: tuple, B: int, dtype: str):
+    """step_calls' random device operands: what the GEMMs read in dtype (a half step's in half precision, the images
+    C-ordered; FP32's F-ordered, D32), the parameters, their gradients, the logits and delta in FP32 (or float64)."""
+    import cupy as cp
+
+    from perflab import kernels
+    half = dtype in kernels.HALF_STORAGE
+    master = np.float32 if half else dtype
+    rng = np.random.default_rng(0)
+    dev = lambda *shape: cp.asarray(rng.uniform(0.05, 0.95, shape).astype(master))  # noqa: E731
+    if half:
+        held = lambda *shape: kernels.narrow_copy(dev(*shape), cp.empty(shape, kernels.HALF_STORAGE[dtype]))  # noqa: E731
+    else:
+        held = dev
+    L, last = len(hidden) + 1, hidden[-1]  # layers; the fused output layer's input width
+    fan_in = (D,) + hidden[:-1]
+    o = SimpleNamespace(W=[held(h, k) for h, k in zip(hidden, fan_in)], b=[dev(h) for h in hidden],
+                        dW=[dev(h, k) for h, k in zip(hidden, fan_in)], db=[dev(h) for h in hidden],
+                        X=held(D, B) if half else cp.asfortranarray(dev(D, B)),
+                        a=[held(h, B) for h in hidden], dz=[held(h, B) for h in hidden],  # each hidden layer's output, its gradient
+                        W2=dev(C, last), b2=dev(C), dW2=dev(C, last), db2=dev(C), y=cp.asarray(rng.integers(0, C, B)),
+                        z2=dev(C, B), delta=dev(C, B),
+                        part=cp.zeros(kernels.output_backward_partials(last, B, C), master),
+                        part_forward=cp.zeros(kernels.output_layer_partials(last, B, C), master),
+                        regs=cp.asarray([1e-4, 0.0] * L, dtype=master), scale=cp.ones(1, np.float32),
+                        overflow=cp.zeros(1, np.int32), counts=cp.zeros(3, np.int64))
+    o.W2_gemm, o.delta_gemm = (held(C, last), held(C, B)) if half else (o.W2, o.delta)  # the unfused output layer's
+    segments = [n for h, k in zip(hidden, fan_in) for n in (h * k, h)] + [C * last, C]  # each W and b in P
+    o.params, o.grads = dev(sum(segments)), dev(sum(segments))
+    o.rounded = cp.empty(sum(segments), kernels.HALF_STORAGE[dtype]) if half else None
+    o.ends = cp.asarray(np.cumsum(segments), dtype=np.int64)
+    return o
 
 
 def tensor_core_step_kernels(H: int, B: int) -> list[tuple]:
