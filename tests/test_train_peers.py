@@ -22,11 +22,16 @@ def test_each_perflab_peer_is_set_against_the_floor_and_the_fastest_peer_of_its_
     assert peers.epoch_ratios(rows({"perflab (fp16)": 1.5, "jax scan epoch (bf16)": 2.4})) is None  # nothing of its own
 
 
-def test_every_peer_that_names_a_precision_has_it_listed():
-    """A peer whose name says bf16, fp16 or TF32 is not taken for FP32 (and no listed name is a peer there is not)."""
-    named = {p for p in peers.PEERS if any(m in p.lower() for m in ("bf16", "fp16", "tf32"))}
-    assert named <= set(peers.PRECISION) <= set(peers.PEERS)
-    assert peers.PRECISION["perflab (wgmma gemm)"] == "TF32" and "perflab (wgmma gemm)" not in named  # and beyond names
+def test_every_peer_that_names_a_precision_runs_in_it():
+    """A peer whose name says bf16, fp16, TF32 or 3xTF32 carries that precision, and is not taken for FP32; a perflab
+    GEMM on the tensor cores is TF32 whatever its name says."""
+    spellings = {"3xTF32": ("3xtf32", "x3tf32"), "TF32": ("tf32",), "bf16": ("bf16",), "fp16": ("fp16",)}  # first first
+    for name, run in peers.PEERS.items():
+        said = [kind for kind, words in spellings.items() if any(w in name.lower() for w in words)]
+        assert run.precision == (said[0] if said else run.precision), name
+        assert peers.precision(name) == run.precision
+    assert peers.precision("perflab (wgmma gemm)") == "TF32" and peers.precision("perflab (x3tf32 gemm)") == "3xTF32"
+    assert peers.precision("perflab") == peers.precision("no such peer") == "FP32"
 
 
 @pytest.mark.parametrize("peer", sorted(peers.FLOORS.values()))

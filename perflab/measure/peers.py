@@ -303,35 +303,43 @@ def cublas_floor(X, y, H, B, lr, reg, warmup=2, repeats=5, half=None):
     return timed_epochs(epoch, stream.synchronize, warmup, repeats)
 
 
+def peer(run, precision: str = "FP32", **fixed):
+    """A peer of `perflab bench train`: run(X, y, H, B, lr, reg, warmup=, repeats=) with `fixed` keywords, and the
+    precision its products run in (epoch_ratios sets a perflab peer against the floor and peers of its own)."""
+    out = functools.partial(run, **fixed)
+    out.precision = precision
+    return out
+
+
 PEERS = {
-    "perflab": perflab_epoch,
-    "perflab (a graph a batch)": lambda *a, **k: perflab_epoch(*a, epoch_graphs=False, **k),
-    "perflab (wgmma gemm, a graph a batch)": lambda *a, **k: perflab_epoch(*a, gemm="wgmma", epoch_graphs=False, **k),
-    "perflab (best gemm)": lambda *a, **k: perflab_epoch(*a, gemm="best", **k),
-    "perflab (output layer unfused)": lambda *a, **k: perflab_epoch(*a, fuse_output=False, **k),
-    "perflab (unfused)": lambda *a, **k: perflab_epoch(*a, fuse_output=False, fuse_backward=False, **k),
-    "perflab (tf32 gemm)": lambda *a, **k: perflab_epoch(*a, gemm="tf32", **k),
-    "perflab (wgmma gemm)": lambda *a, **k: perflab_epoch(*a, gemm="wgmma", **k),
-    "perflab (x3tf32 gemm)": lambda *a, **k: perflab_epoch(*a, gemm="x3tf32", **k),
-    "pytorch eager": torch_eager,
-    "pytorch cuda graph": torch_graph,
-    "pytorch cuda graph (TF32)": lambda *a, **k: torch_graph(*a, tf32=True, **k),
-    "torch.compile default": lambda *a, **k: torch_compiled(*a, mode="default", **k),
-    "torch.compile reduce-overhead": lambda *a, **k: torch_compiled(*a, mode="reduce-overhead", **k),
-    "jax jit/batch": jax_jit,
-    "jax scan epoch": jax_scan,
-    "jax scan epoch (3xTF32)": lambda *a, **k: jax_scan(*a, algorithm="x3", **k),
-    "jax scan epoch (TF32)": lambda *a, **k: jax_scan(*a, algorithm="tf32", **k),
-    "jax scan epoch (bf16)": lambda *a, **k: jax_scan(*a, algorithm="bf16", **k),
-    "pytorch cuda graph (bf16 autocast)": lambda *a, **k: torch_graph(*a, autocast="bfloat16", **k),
-    "cublas 5-gemm floor": cublas_floor,  # (the name of one hidden layer's five; deeper nets have more)
-    "perflab (bf16)": lambda *a, **k: perflab_epoch(*a, dtype="bfloat16", **k),
-    "perflab (fp16)": lambda *a, **k: perflab_epoch(*a, dtype="float16", **k),
-    "perflab (bf16, backward unfused)": lambda *a, **k: perflab_epoch(*a, dtype="bfloat16", fuse_backward=False, **k),
-    "perflab (bf16, wgmma gemm)": lambda *a, **k: perflab_epoch(*a, dtype="bfloat16", gemm="wgmma", **k),
-    "perflab (fp16, wgmma gemm)": lambda *a, **k: perflab_epoch(*a, dtype="float16", gemm="wgmma", **k),
-    "cublas floor (bf16)": lambda *a, **k: cublas_floor(*a, half="bfloat16", **k),
-    "cublas floor (fp16)": lambda *a, **k: cublas_floor(*a, half="float16", **k),
+    "perflab": peer(perflab_epoch),
+    "perflab (a graph a batch)": peer(perflab_epoch, epoch_graphs=False),
+    "perflab (wgmma gemm, a graph a batch)": peer(perflab_epoch, "TF32", gemm="wgmma", epoch_graphs=False),
+    "perflab (best gemm)": peer(perflab_epoch, gemm="best"),
+    "perflab (output layer unfused)": peer(perflab_epoch, fuse_output=False),
+    "perflab (unfused)": peer(perflab_epoch, fuse_output=False, fuse_backward=False),
+    "perflab (tf32 gemm)": peer(perflab_epoch, "TF32", gemm="tf32"),
+    "perflab (wgmma gemm)": peer(perflab_epoch, "TF32", gemm="wgmma"),
+    "perflab (x3tf32 gemm)": peer(perflab_epoch, "3xTF32", gemm="x3tf32"),
+    "pytorch eager": peer(torch_eager),
+    "pytorch cuda graph": peer(torch_graph),
+    "pytorch cuda graph (TF32)": peer(torch_graph, "TF32", tf32=True),
+    "torch.compile default": peer(torch_compiled, mode="default"),
+    "torch.compile reduce-overhead": peer(torch_compiled, mode="reduce-overhead"),
+    "jax jit/batch": peer(jax_jit),
+    "jax scan epoch": peer(jax_scan),
+    "jax scan epoch (3xTF32)": peer(jax_scan, "3xTF32", algorithm="x3"),
+    "jax scan epoch (TF32)": peer(jax_scan, "TF32", algorithm="tf32"),
+    "jax scan epoch (bf16)": peer(jax_scan, "bf16", algorithm="bf16"),
+    "pytorch cuda graph (bf16 autocast)": peer(torch_graph, "bf16", autocast="bfloat16"),
+    "cublas 5-gemm floor": peer(cublas_floor),  # (the name of one hidden layer's five; deeper nets have more)
+    "perflab (bf16)": peer(perflab_epoch, "bf16", dtype="bfloat16"),
+    "perflab (fp16)": peer(perflab_epoch, "fp16", dtype="float16"),
+    "perflab (bf16, backward unfused)": peer(perflab_epoch, "bf16", dtype="bfloat16", fuse_backward=False),
+    "perflab (bf16, wgmma gemm)": peer(perflab_epoch, "bf16", dtype="bfloat16", gemm="wgmma"),
+    "perflab (fp16, wgmma gemm)": peer(perflab_epoch, "fp16", dtype="float16", gemm="wgmma"),
+    "cublas floor (bf16)": peer(cublas_floor, "bf16", half="bfloat16"),
+    "cublas floor (fp16)": peer(cublas_floor, "fp16", half="float16"),
 }
 
 
@@ -393,13 +401,11 @@ def bench_train(configs=((512, 3200), (1024, 3200), (2048, 12000)), N=60000, lr=
 
 
 FLOORS = {"FP32": "cublas 5-gemm floor", "bf16": "cublas floor (bf16)", "fp16": "cublas floor (fp16)"}
-PRECISION = {  # the precision each peer's products run in, where it is not FP32
-    "perflab (wgmma gemm, a graph a batch)": "TF32", "perflab (tf32 gemm)": "TF32", "perflab (wgmma gemm)": "TF32",
-    "perflab (x3tf32 gemm)": "3xTF32", "pytorch cuda graph (TF32)": "TF32", "jax scan epoch (3xTF32)": "3xTF32",
-    "jax scan epoch (TF32)": "TF32", "jax scan epoch (bf16)": "bf16", "pytorch cuda graph (bf16 autocast)": "bf16",
-    "perflab (bf16)": "bf16", "perflab (fp16)": "fp16", "perflab (bf16, backward unfused)": "bf16",
-    "perflab (bf16, wgmma gemm)": "bf16", "perflab (fp16, wgmma gemm)": "fp16", "cublas floor (bf16)": "bf16",
-    "cublas floor (fp16)": "fp16"}
+
+
+def precision(name: str) -> str:
+    """The precision a peer's products run in ("FP32" for a name that is no peer here: a sheet from another version)."""
+    return PEERS[name].precision if name in PEERS else "FP32"
 
 
 def epoch_ratios(rows: list[dict]):
@@ -410,10 +416,10 @@ def epoch_ratios(rows: list[dict]):
     epochs = pd.DataFrame(rows).pivot_table(index="peer", columns=["H", "B"], values="epoch_ms")
     out = {}
     for peer in (p for p in epochs.index if p.startswith("perflab")):
-        kind = PRECISION.get(peer, "FP32")
+        kind = precision(peer)
         if FLOORS.get(kind) in epochs.index:
             out[f"{peer} / {FLOORS[kind]}"] = epochs.loc[peer] / epochs.loc[FLOORS[kind]]
-        rivals = [p for p in epochs.index if PRECISION.get(p, "FP32") == kind and not p.startswith(("perflab", "cublas"))]
+        rivals = [p for p in epochs.index if precision(p) == kind and not p.startswith(("perflab", "cublas"))]
         if rivals:
             out[f"{peer} / fastest {kind} peer"] = epochs.loc[peer] / epochs.loc[rivals].min()
     return pd.DataFrame(out).T.round(3) if out else None
