@@ -22,15 +22,17 @@ def test_each_perflab_peer_is_set_against_the_floor_and_the_fastest_peer_of_its_
     assert peers.epoch_ratios(rows({"perflab (fp16)": 1.5, "jax scan epoch (bf16)": 2.4})) is None  # nothing of its own
 
 
-def test_every_peer_that_names_a_precision_runs_in_it():
-    """A peer whose name says bf16, fp16, TF32 or 3xTF32 carries that precision, and is not taken for FP32; a perflab
-    GEMM on the tensor cores is TF32 whatever its name says."""
+def test_every_peer_runs_in_the_precision_its_name_or_its_options_say():
+    """A peer whose name says bf16, fp16, TF32 or 3xTF32 carries that precision; a perflab peer the one its dtype or
+    GEMM runs in (its wgmma and tf32 GEMMs are TF32 whatever the name says); any other peer FP32."""
     spellings = {"3xTF32": ("3xtf32", "x3tf32"), "TF32": ("tf32",), "bf16": ("bf16",), "fp16": ("fp16",)}  # first first
+    by_options = {"bfloat16": "bf16", "float16": "fp16", "tf32": "TF32", "wgmma": "TF32", "x3tf32": "3xTF32"}
     for name, run in peers.PEERS.items():
         said = [kind for kind, words in spellings.items() if any(w in name.lower() for w in words)]
-        assert run.precision == (said[0] if said else run.precision), name
-        assert peers.precision(name) == run.precision
-    assert peers.precision("perflab (wgmma gemm)") == "TF32" and peers.precision("perflab (x3tf32 gemm)") == "3xTF32"
+        options = [by_options[v] for v in (run.keywords.get("dtype"), run.keywords.get("gemm")) if v in by_options]
+        want = options[0] if options else said[0] if said else "FP32"
+        assert run.precision == want and peers.precision(name) == want, name
+    assert peers.precision("perflab (wgmma gemm, a graph a batch)") == "TF32"
     assert peers.precision("perflab") == peers.precision("no such peer") == "FP32"
 
 
