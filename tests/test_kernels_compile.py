@@ -239,7 +239,7 @@ def test_a_half_config_is_compiled_for_an_mn_major_b_only_where_its_b_part_is_wh
     from perflab.kernels.wgmma import CONFIGS, config_name, kernel_name, reads_b_mn_major, wgmma_names
     names = set(wgmma_names())
     narrow = [c for c in CONFIGS["half"] if not reads_b_mn_major(c)]
-    assert {config_name(c) for c in narrow} == {"wg1-n112-s9-c2", "wg2-n112-s6-c2", "wg1-n128-s8-c4"}
+    assert {config_name(c) for c in narrow} == {"wg1-n112-s9-c2", "wg2-n112-s6-c2", "wg1-n128-s8-c4", "wg1-n112-s9-c4", "wg2-n112-s6-c4"}
     for config in CONFIGS["half"]:
         for ta in (False, True):
             mn = kernel_name(config, "half", "bf16", ta, True, "bf16")
@@ -250,9 +250,10 @@ def test_a_half_config_is_compiled_for_an_mn_major_b_only_where_its_b_part_is_wh
 def test_every_wgmma_config_fits_a_hopper_block():
     """Each wgmma config's CTA (a producer warpgroup and its consumers) fits an H100/H200: at most
     1024 threads, at most 227 KiB of shared memory, N a wgmma shape the kernel has a wrapper and an
-    mma<N> for; at least 2 stages; a cluster's CTAs each load whole 8-row swizzle atoms of B."""
+    mma<N> for; at least 2 stages; a cluster's CTAs each load whole 8-row swizzle atoms of B, in whole
+    boxes of the tensor map's rows, which cover the tile."""
     from perflab.kernels.build import KERNEL_DIR
-    from perflab.kernels.wgmma import CONFIGS, KINDS, smem_bytes
+    from perflab.kernels.wgmma import CONFIGS, KINDS, b_box, smem_bytes
     ops = (KERNEL_DIR / "wgmma_ops.cuh").read_text()
     assert set(CONFIGS) == set(KINDS)
     for kind, configs in CONFIGS.items():
@@ -261,7 +262,10 @@ def test_every_wgmma_config_fits_a_hopper_block():
             assert rows == 1 or (kind == "half" and rows * bn // 2 <= 192), (kind, rows, bn)  # accumulators a thread
             instructions = ("k16.f32.bf16", "k16.f32.f16") if kind == "half" else ("k8.f32.tf32",)
             assert all(f"m64n{bn}{i}" in ops for i in instructions), bn
-            assert cluster in (1, 2, 4) and bn % (8 * cluster) == 0
+            assert cluster in (1, 2, 4) and b_box((wgs, bn, stages, cluster, rows)) % 8 == 0
+            part = bn // cluster if bn % (8 * cluster) == 0 else (bn // cluster + 15) // 16 * 16  # gemm_wgmma.cu's B_ROWS
+            parts = [min(part, bn - r * part) for r in range(cluster)]
+            assert sum(parts) == bn and all(p > 0 and p % b_box((wgs, bn, stages, cluster, rows)) == 0 for p in parts)
             assert smem_bytes((wgs, bn, stages, cluster, rows), kind) <= 227 * 1024, (kind, wgs, bn, stages)
 
 

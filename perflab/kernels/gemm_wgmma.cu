@@ -92,16 +92,17 @@ __device__ __forceinline__ void tma_load_multicast(unsigned dst, const void* map
                  :: "r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(bar), "h"(cta_mask) : "memory");
 }
 
-// rows [row, row + rows) of an operand at k0 into a stage's tile at dst: K-major one box of the
-// stage's k by rows, MN-major rows / 64 boxes of 64 rows by the stage's k; CL > 1: into every CTA of
-// the cluster
-template <bool MN, int CL>
+// rows [row, row + rows) of an operand at k0 into a stage's tile at dst: K-major rows / BOX boxes of
+// the stage's k by BOX rows (the tensor map's box), MN-major rows / 64 boxes of 64 rows by the stage's
+// k; CL > 1: into every CTA of the cluster
+template <bool MN, int CL, int BOX>
 __device__ __forceinline__ void load(unsigned dst, const void* map, int k0, int row, int rows, unsigned bar) {
-    const int boxes = MN ? rows / 64 : 1;
+    const int boxes = rows / (MN ? 64 : BOX);
     for (int j = 0; j < boxes; ++j) {
-        const int c0 = MN ? row + 64 * j : k0, c1 = MN ? k0 : row;
-        if constexpr (CL == 1) tma_load(dst + j * MN_BOX, map, c0, c1, bar);
-        else tma_load_multicast(dst + j * MN_BOX, map, c0, c1, bar, (1 << CL) - 1);
+        const int c0 = MN ? row + 64 * j : k0, c1 = MN ? k0 : row + BOX * j;
+        const unsigned at = dst + j * (MN ? MN_BOX : BOX * ROW);
+        if constexpr (CL == 1) tma_load(at, map, c0, c1, bar);
+        else tma_load_multicast(at, map, c0, c1, bar, (1 << CL) - 1);
     }
 }
 
@@ -301,11 +302,15 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
     // register file allows; the producer warpgroup gives most of its registers to the consumers
     constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = (65536 / 128 - PRODUCER_REGS) / WGS / 8 * 8;
     static_assert(R == 1 || !X3, "3xTF32 keeps one block of rows a warpgroup");
-    constexpr int B_PART = BN / CL * ROW;   // the bytes of B a CTA of the cluster loads for all
+    // the rows of B's tile a CTA of the cluster loads for all: BN / CL where that is whole 8-row swizzle
+    // atoms, else (BN = 112 in fours, 784 / 7, as cuBLAS's kernels tile the first layer's weight gradient)
+    // parts of whole 16-row boxes, the last CTA's the rest (32, 32, 32, 16)
+    constexpr bool EVEN_B = BN % (8 * CL) == 0;
+    constexpr int B_ROWS = EVEN_B ? BN / CL : (BN / CL + 15) / 16 * 16, B_BOX = EVEN_B ? B_ROWS : 16;
     // a 16-bit C is stored through shared memory past the mbarriers (store_staged), 64 columns at a
     // time, where one block of rows a warpgroup leaves room for it (wgmma.py's smem_bytes)
     constexpr bool STAGED = sizeof(O) == 2 && R == 1 && BN % 64 == 0;
-    static_assert(BN % (8 * CL) == 0, "a CTA's part of B must be whole 8-row swizzle atoms");
+    static_assert(EVEN_B || (BN % 16 == 0 && !TB), "a CTA's part of B must be whole swizzle atoms (K-major: 16-row boxes)");
     static_assert(sizeof(E) == 2 || (!TA && !TB), "TF32 operands are K-major");
     static_assert(sizeof(E) == 4 || !X3, "3xTF32 splits FP32 operands");
     static_assert(!TB || (BN / CL) % 64 == 0, "an MN-major B part is whole boxes of 64");
@@ -348,13 +353,13 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
                     const unsigned stage = base + s * STAGE, bar = full + 8 * s;
                     mbar_wait(empty + 8 * s, ((it / STAGES) & 1) ^ 1);   // a fresh barrier passes parity 1
                     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(STAGE) : "memory");
-                    load<TA, 1>(stage, map_a, k0, w.m0, BM, bar);
-                    if constexpr (X3) load<TA, 1>(stage + HALF, map_as, k0, w.m0, BM, bar);
+                    load<TA, 1, BM>(stage, map_a, k0, w.m0, BM, bar);
+                    if constexpr (X3) load<TA, 1, BM>(stage + HALF, map_as, k0, w.m0, BM, bar);
                     // this CTA's part of B's rows (with clusters, into every CTA of the cluster)
-                    const unsigned part = A_BYTES + rank * B_PART;
-                    const int row = w.n0 + rank * (BN / CL);
-                    load<TB, CL>(stage + part, map_b, k0, row, BN / CL, bar);
-                    if constexpr (X3) load<TB, CL>(stage + HALF + part, map_bs, k0, row, BN / CL, bar);
+                    const unsigned part = A_BYTES + rank * B_ROWS * ROW;
+                    const int row = w.n0 + rank * B_ROWS, rows = min(B_ROWS, BN - (int)rank * B_ROWS);
+                    load<TB, CL, B_BOX>(stage + part, map_b, k0, row, rows, bar);
+                    if constexpr (X3) load<TB, CL, B_BOX>(stage + HALF + part, map_bs, k0, row, rows, bar);
                 }
             }
         }

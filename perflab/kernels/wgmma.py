@@ -44,9 +44,9 @@ BK = ROW // 4  # k of a TF32 stage (a 16-bit stage holds 64)
 # them all, the first is the
 # default (TF32: the fastest at the H100's training shapes, docs/DECISIONS.md, D9). A CTA's
 # shared memory stays within 227 KiB; an X3 stage holds both parts. Clusters of 2 (and for the half
-# kind's 64 x 128 tile 4, as cuBLAS's kernels at the first layer's weight gradient have) share B's
-# tile through TMA multicast (gemm_wgmma.cu). Each half config is compiled for both half precisions and
-# the layouts it reads: B MN-major only where the B part a CTA loads is whole boxes of 64 rows (BN =
+# kind's 64 x 128 and 64 x 112 tiles 4, as cuBLAS's kernels at the first layer's weight gradient have:
+# 112 in fours is parts of 32, 32, 32 and 16 rows) share B's tile through TMA multicast
+# (gemm_wgmma.cu). Each half config is compiled for both half precisions and the layouts it reads: B MN-major only where the B part a CTA loads is whole boxes of 64 rows (BN =
 # 112, 784 / 7, the first layer's weight gradient's N, is read K-major: its operands are so). Two
 # blocks of rows a warpgroup (a 256 x 192 tile: 110 FLOP a byte loaded where 128 x 256 does 85) take
 # registers the producer gives up (setmaxnreg).
@@ -54,7 +54,7 @@ CONFIGS = {"wgmma": ((2, 256, 4, 1, 1), (2, 256, 4, 2, 1), (2, 192, 5, 1, 1), (2
                      (2, 128, 4, 1, 1), (2, 64, 8, 1, 1)),
            "x3tf32": ((2, 128, 3, 1, 1), (2, 128, 3, 2, 1), (1, 128, 4, 1, 1), (2, 64, 4, 1, 1)),
            "half": ((2, 256, 4, 1, 1), (2, 256, 4, 2, 1), (2, 128, 6, 1, 1), (2, 128, 6, 2, 1), (1, 128, 8, 1, 1),
-                    (2, 192, 4, 1, 2), (1, 112, 9, 2, 1), (2, 112, 6, 2, 1), (1, 128, 8, 4, 1))}
+                    (2, 192, 4, 1, 2), (1, 112, 9, 2, 1), (2, 112, 6, 2, 1), (1, 128, 8, 4, 1), (1, 112, 9, 4, 1), (2, 112, 6, 4, 1))}
 HALF_TAGS = ("bf16", "fp16")  # the kernels' names for bfloat16 and float16 (elementwise.HALF_CTYPES' values)
 TENSOR_MAP_TYPES = {"float32": 7, "uint16": 9, "float16": 6}  # CUtensorMapDataType: FLOAT32, BFLOAT16, FLOAT16
 SPLITS = (1, 2, 4)
@@ -106,6 +106,13 @@ def kernel_name(config: tuple, kind: str, tag: str = "float", ta: bool = False, 
 
 HELPERS = tuple(f"wgmma_splitk_sum<{t}>" for t in ("float",) + HALF_TAGS) + (
     "k_major_copy<float,false>", "k_major_copy<float,true>", "k_major_copy<unsigned short,false>", "small_part")
+
+
+def b_box(config: tuple) -> int:
+    """Rows of B's tensor-map box: a cluster CTA's part of the tile, BN / CL, where that is whole 8-row
+    swizzle atoms; else 16, the parts whole boxes of it (gemm_wgmma.cu's B_ROWS: 112 in fours)."""
+    bn, cluster = config[1], config[3]
+    return bn // cluster if bn % (8 * cluster) == 0 else 16
 
 
 def reads_b_mn_major(config: tuple) -> bool:
@@ -509,7 +516,7 @@ def gemm_launch(cfg: tuple, kind: str, tag: str, a_parts: tuple, b_parts: tuple,
     grid = plan(M, N, K, cfg, splits, sms, stage_k(A.itemsize))[2]
     no_bias = np.uint64(0)
     args = (i32(M), i32(N), i32(K), i32(kps), cp.float32(alpha), tensor_map(A, K, bm, ta),
-            tensor_map(As, K, bm, ta), tensor_map(Bt, K, bn // cluster, tb), tensor_map(Bs, K, bn // cluster, tb),
+            tensor_map(As, K, bm, ta), tensor_map(Bt, K, b_box(cfg), tb), tensor_map(Bs, K, b_box(cfg), tb),
             cp.float32(beta), target, i32(N), bias if bias is not None and z == 1 else no_bias,
             i32(M_FASTEST and math.ceil(M / (bm * cluster)) < math.ceil(N / bn)))
     if cluster > 1:
