@@ -415,13 +415,13 @@ def epoch_ratios(rows: list[dict]):
     import pandas as pd
     epochs = pd.DataFrame(rows).pivot_table(index="peer", columns=["H", "B"], values="epoch_ms")
     out = {}
-    for peer in (p for p in epochs.index if p.startswith("perflab")):
-        kind = precision(peer)
+    for name in (p for p in epochs.index if p.startswith("perflab")):
+        kind = precision(name)
         if FLOORS.get(kind) in epochs.index:
-            out[f"{peer} / {FLOORS[kind]}"] = epochs.loc[peer] / epochs.loc[FLOORS[kind]]
+            out[f"{name} / {FLOORS[kind]}"] = epochs.loc[name] / epochs.loc[FLOORS[kind]]
         rivals = [p for p in epochs.index if precision(p) == kind and not p.startswith(("perflab", "cublas"))]
         if rivals:
-            out[f"{peer} / fastest {kind} peer"] = epochs.loc[peer] / epochs.loc[rivals].min()
+            out[f"{name} / fastest {kind} peer"] = epochs.loc[name] / epochs.loc[rivals].min()
     return pd.DataFrame(out).T.round(3) if out else None
 
 
