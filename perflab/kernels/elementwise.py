@@ -77,6 +77,11 @@ def grid_1d(n: int, per: int = 256) -> tuple:
     return (max(1, math.ceil(n / per)),)
 
 
+def pointer(x):
+    """A kernel's optional array argument: the array, or a null pointer for None."""
+    return u64(0) if x is None else x
+
+
 def threads_16_bytes(x) -> int:
     """The threads of a pass that takes 16 bytes of x a thread (elementwise.cu's ELEMENTS_16B)."""
     return math.ceil(x.size / (16 // x.itemsize))
@@ -127,7 +132,7 @@ def softmax_xent_grad(z, b2, y, delta, norm, ce=None, groups=1, scale=None, firs
     classes = C if C <= SOFTMAX_CLASSES else 1  # a block's threads per column: its classes, or one for them all
     elementwise("softmax_xent_grad", z.dtype)(
         grid_1d(B, 32), (32, classes), (z, b2, y, delta, delta if ce is None else ce, i32(ce is not None),
-                                 i32(C), i32(B), z.dtype.type(1 / norm), i32(groups), u64(0) if scale is None else scale,
+                                 i32(C), i32(B), z.dtype.type(1 / norm), i32(groups), pointer(scale),
                                  i32(first), i32(y.size)))
     return delta
 
@@ -149,8 +154,8 @@ def sigmoid_backward_rows(da, a, db, dz_small=None, overflow=None):
                           f"da {da.shape}, a {a.shape}, db {db.shape}")
     check_small_part(dz_small, da, "dz_small")
     check_overflow_flag(overflow, da, "sigmoid_backward_rows")
-    elementwise("sigmoid_backward_rows", da.dtype)((rows,), (256,), (da, a, db, i32(cols), u64(0) if dz_small is None else dz_small,
-                                                   u64(0) if overflow is None else overflow))
+    elementwise("sigmoid_backward_rows", da.dtype)((rows,), (256,), (da, a, db, i32(cols), pointer(dz_small),
+                                                   pointer(overflow)))
     return da
 
 
@@ -237,15 +242,15 @@ def output_backward(W2, delta, a1, dz1, dW2, db1, part, dz1_small=None, db2=None
         elementwise_function(f"output_backward_half<{HALF_CTYPES[a1.dtype.name]}>", "float")(
             (nb, math.ceil(H / (HB_WARPS * HB_ROWS))), (32 * HB_WARPS,),
             (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n), u64(0) if db2 is None else part[whole:],
-             u64(0) if overflow is None else overflow))
+             pointer(overflow)))
     else:
         elementwise("output_backward", a1.dtype, bound)(
             (nb, math.ceil(H / (8 * BW_ROWS))), (256,),
-            (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n), u64(0) if dz1_small is None else dz1_small))
+            (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n), pointer(dz1_small)))
     elementwise("output_backward_reduce", part.dtype)(grid_1d((C + 1) * H + sums), (256,),
                                                       (part, dW2, db1, i32(C), i32(H), i32(nb),
-                                                       u64(0) if db2 is None else db2,
-                                                       u64(0) if overflow is None else overflow))
+                                                       pointer(db2),
+                                                       pointer(overflow)))
     return dz1
 
 
