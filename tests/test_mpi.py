@@ -365,3 +365,17 @@ def test_an_error_line_reaches_stderr_in_one_write(monkeypatch):
     monkeypatch.setattr(watchdog.sys, "stderr", Recorder())
     watchdog.say_line("perflab: error: rank 2: x")
     assert writes == ["perflab: error: rank 2: x\n", "<flush>"]
+
+
+def test_the_p2p_early_exchange_starts_at_the_first_whole_vector_past_the_first_layer_and_only_where_it_can():
+    """exchange_early moves the BF16 copy from a whole 8-value vector on: rounded up, since the values before
+    early_from (b_1's) are written after it; none at two-shot ranks, without a split point, or past the last vector."""
+    from perflab.kernels import p2p
+    from perflab.train.comm import P2PComm
+    exchange = P2PComm.__new__(P2PComm)
+    exchange.kernels, exchange.size = p2p, 2
+    assert exchange.early_split(1000, 97) == 13 and exchange.early_split(1000, 96) == 12
+    assert exchange.early_split(1000, None) == -1
+    assert exchange.early_split(100, 97) == -1  # 12 whole vectors: nothing of them past the split
+    exchange.size = 3
+    assert exchange.early_split(1000, 97) == -1

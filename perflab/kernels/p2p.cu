@@ -283,10 +283,12 @@ __device__ void update8(float* P, unsigned short* P_half, float* copy, size_t e0
     if (copy != nullptr) ((float4*)(copy + e0))[0] = na, ((float4*)(copy + e0))[1] = nb;
 }
 
-// Vectors [lo, hi) of this block's share: every rank's BF16 gradient summed in rank order, P updated. A thread makes
-// about one pass at a step's gradient, so its loads go out together: P's and two ranks' copies at a time.
-__device__ void sum_update_bf16(float* P, unsigned short* P_half, const unsigned long long* halves, int p, size_t lo,
-                                size_t hi, float lr, const long long* ends, const float* regs, int nseg, float* copy) {
+// Vectors [lo, hi) of this block's share: every rank's BF16 gradient summed in rank order, P updated; the copies of
+// vectors from `split` on are read from `near` (exchange_early brought the peers' here). A thread makes about one pass
+// at a step's gradient, so its loads go out together: P's and two ranks' copies at a time.
+__device__ void sum_update_bf16(float* P, unsigned short* P_half, const unsigned long long* halves,
+                                const unsigned long long* near, size_t split, int p, size_t lo, size_t hi, float lr,
+                                const long long* ends, const float* regs, int nseg, float* copy) {
     constexpr int U = 2;  // vectors a thread from each rank (more spill registers at 512 threads a block)
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t base = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x; base < hi; base += U * stride) {
@@ -296,12 +298,14 @@ __device__ void sum_update_bf16(float* P, unsigned short* P_half, const unsigned
         for (int u = 0; u < U; ++u)
             if (base + u * stride < hi) w[u][0] = ((const float4*)P)[2 * (base + u * stride)], w[u][1] = ((const float4*)P)[2 * (base + u * stride) + 1];
         for (int k = 0; k < p; k += 2) {
-            const uint4* a = (const uint4*)halves[k];
-            const uint4* b = (const uint4*)halves[k + 1 < p ? k + 1 : k];
+            const int k2 = k + 1 < p ? k + 1 : k;
             uint4 x[U], y[U];
 #pragma unroll
-            for (int u = 0; u < U; ++u)
-                if (base + u * stride < hi) x[u] = __ldcg(a + base + u * stride), y[u] = __ldcg(b + base + u * stride);
+            for (int u = 0; u < U; ++u) {
+                const size_t e = base + u * stride;
+                const unsigned long long* from = e < split ? halves : near;
+                if (e < hi) x[u] = __ldcg((const uint4*)from[k] + e), y[u] = __ldcg((const uint4*)from[k2] + e);
+            }
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 if (base + u * stride >= hi) continue;
@@ -336,22 +340,23 @@ __global__ void __launch_bounds__(512) exchange_update_bf16(float* __restrict__ 
         const unsigned long long* __restrict__ halves, const unsigned long long* __restrict__ grads, int p, int rank,
         size_t n, float lr, const long long* __restrict__ ends, const float* __restrict__ regs, int nseg,
         float* ce_out, const unsigned long long* __restrict__ flags, unsigned* rounds, long long timeout_ns,
-        int two_shot) {
+        int two_shot, const unsigned long long* __restrict__ near, long long split) {
     const float* G = (const float*)grads[rank];
     unsigned short* own = (unsigned short*)halves[rank];
     const size_t nv = n / BF16_VALUES;
+    const bool early = split >= 0;  // exchange_early made and brought the copies from vector `split` on (one-shot)
     if (two_shot) {  // rank k reads slice k from the slice's own start
         for (int k = 0; k < p; ++k) narrow_share(G, own, nv * k / p, nv * (k + 1) / p);
     } else {
-        narrow_share(G, own, 0, nv);
+        narrow_share(G, own, 0, early ? (size_t)split : nv);
     }
-    narrow_tail(G, own, n, nv);
+    if (!early) narrow_tail(G, own, n, nv);
     const unsigned v = begin_round(p, rank, flags, rounds, timeout_ns, true);
     const int r = threadIdx.x;
     const size_t end = (size_t)blockIdx.x * FLAG_SLOTS * p + p, mid = end + p;
     if (!two_shot) {
-        sum_update_bf16(P, P_half, halves, p, 0, nv, lr, ends, regs, nseg, nullptr);
-        tail_update_bf16(P, P_half, halves, p, n, nv, lr, ends, regs, nseg, ce_out);
+        sum_update_bf16(P, P_half, halves, near, early ? (size_t)split : nv, p, 0, nv, lr, ends, regs, nseg, nullptr);
+        tail_update_bf16(P, P_half, early ? near : halves, p, n, nv, lr, ends, regs, nseg, ce_out);
         __syncthreads();
         if (r < p && r != rank) signal_flag((unsigned*)flags[r] + end + rank, v);
         return;
@@ -359,7 +364,7 @@ __global__ void __launch_bounds__(512) exchange_update_bf16(float* __restrict__ 
     constexpr int U = 4;
     const size_t stride = (size_t)gridDim.x * blockDim.x, first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t lo = nv * rank / p, hi = nv * (rank + 1) / p;
-    sum_update_bf16(P, P_half, halves, p, lo, hi, lr, ends, regs, nseg, (float*)G);
+    sum_update_bf16(P, P_half, halves, halves, hi, p, lo, hi, lr, ends, regs, nseg, (float*)G);
     tail_update_bf16(P, P_half, halves, p, n, nv, lr, ends, regs, nseg, ce_out);
     __syncthreads();  // the block's slice is written (and its reads of the peers done)
     if (r < p && r != rank) {
@@ -388,4 +393,26 @@ __global__ void __launch_bounds__(512) exchange_update_bf16(float* __restrict__ 
     }
     __syncthreads();
     if (r < p && r != rank) signal_flag((unsigned*)flags[r] + end + rank, v);
+}
+
+// exchange_early, on a side stream (one-shot, a bfloat16 run, two hidden layers or more): the gradient from vector
+// `split` on (the layers above the first, the tail and the CE) is final before dz_1's and dW_1's GEMMs. narrow_from
+// makes its BF16 copy; early_ready tells every peer so and waits to hear the same (flags past the blocks', `slot`, a
+// count of rounds in `round`); then the copy engine brings the peers' copies of it over NVLink while the GEMMs run.
+__global__ void narrow_from(const float* __restrict__ G, unsigned short* __restrict__ own, size_t n, size_t split) {
+    const size_t nv = n / BF16_VALUES;
+    narrow_share(G, own, split, nv);
+    narrow_tail(G, own, n, nv);
+}
+
+__global__ void early_ready(int p, int rank, const unsigned long long* __restrict__ flags, size_t slot,
+                            unsigned* round, long long timeout_ns) {
+    __shared__ unsigned v;
+    if (threadIdx.x == 0) v = round[0] = round[0] + 1;
+    __syncthreads();
+    const int r = threadIdx.x;
+    if (r < p && r != rank) {
+        release_flag((unsigned*)flags[r] + slot + rank, v);
+        wait_flag((const unsigned*)flags[rank] + slot + r, v, timeout_ns, rank, r, 0, true);
+    }
 }

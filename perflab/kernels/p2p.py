@@ -11,7 +11,7 @@ from perflab.config import TWO_SHOT_FROM
 from perflab.kernels.build import ctype, i32, module, multiprocessors, u64
 
 P2P_KERNELS = ("exchange_update<float>", "exchange_update<double>", "exchange_update_two_shot<float>",
-               "exchange_update_two_shot<double>", "exchange_update_bf16", "peer_read_wait")
+               "exchange_update_two_shot<double>", "exchange_update_bf16", "peer_read_wait", "narrow_from", "early_ready")
 FLAG_SLOTS = 3  # p2p.cu's: a block's flags from each peer (begun, read, the two-shot's mid)
 THREADS = 512  # a block; one block a multiprocessor, so that every block is resident at once (they spin)
 BF16_VALUES = 8  # p2p.cu's: a 16-byte vector of the BF16 copy of a gradient
@@ -44,13 +44,26 @@ def exchange_update(params, grads, rank: int, n: int, learning_rate, ends, regs,
 
 
 def exchange_update_bf16(params, params_half, halves, grads, rank: int, n: int, learning_rate, ends, regs, ce_out,
-                         flags, rounds, timeout_ns: int, grid: int) -> None:
+                         flags, rounds, timeout_ns: int, grid: int, near=None, split: int = -1) -> None:
     """As exchange_update, with the peers' gradients read from their BF16 copies (halves: every rank's, this rank's
-    own made from its FP32 gradient in the same launch) and the new parameters rounded into params_half."""
+    own made from its FP32 gradient in the same launch) and the new parameters rounded into params_half. near, split
+    (one-shot): the copies from vector `split` on, which exchange_early made and brought, read from near's buffers."""
     function("exchange_update_bf16")(
         (grid,), (THREADS,), (params, params_half, halves, grads, i32(grads.size), i32(rank), u64(n),
                               np.float32(learning_rate), ends, regs, i32(ends.size), ce_out, flags, rounds,
-                              np.int64(timeout_ns), i32(grads.size >= TWO_SHOT_FROM)))
+                              np.int64(timeout_ns), i32(grads.size >= TWO_SHOT_FROM),
+                              halves if near is None else near, np.int64(split)))
+
+
+def narrow_from(G, own_half, n: int, split: int, grid: int) -> None:
+    """own_half <- G rounded to BF16 from vector `split` on (8 values a vector), the tail and the CE slot too."""
+    function("narrow_from")((grid,), (THREADS,), (G, own_half, u64(n), u64(split)))
+
+
+def early_ready(rank: int, flags, slot: int, round_, timeout_ns: int) -> None:
+    """Tell every peer that this rank's copy from the split on is made (flags past the blocks', from `slot`), and hold
+    the stream until every peer says the same."""
+    function("early_ready")((1,), (32,), (i32(flags.size), i32(rank), flags, u64(slot), round_, np.int64(timeout_ns)))
 
 
 def read_wait(rank: int, flags, rounds, timeout_ns: int, grid: int) -> None:

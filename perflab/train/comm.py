@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from perflab.config import ConfigError
+from perflab.config import TWO_SHOT_FROM, ConfigError
 from perflab.train.profile import phase
 from perflab.train.watchdog import TIMEOUT_S
 
@@ -186,6 +186,7 @@ class NCCLComm(MPIComm):
 
 LAZY_PEER_ACCESS = 1  # cudaIpcMemLazyEnablePeerAccess
 P2P_TRAP_AFTER_S = 10  # the p2p kernel's own wait: this long past the watchdog's timeout, it traps
+MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: the runtime tells the copy's direction from the addresses (UVA)
 P2P_KEPT = []  # the memory peers map, for the process's life: a peer may still read or signal into it
 
 
@@ -238,13 +239,16 @@ class P2PComm(MPIComm):
         out.fill(0)
         return out
 
-    def register(self, size: int, dtype, bf16_copy: bool = False):
+    def register(self, size: int, dtype, bf16_copy: bool = False, early_from: int | None = None):
         """The gradient buffer (size values, the last the batch's CE sum) in memory every peer maps;
         returned for the trainer to write its gradient into (collective). bf16_copy (a bfloat16 run): the peers read a BF16
-        copy of it instead, which the exchange makes (half the bytes over NVLink; docs/DECISIONS.md, D64)."""
+        copy of it instead, which the exchange makes (half the bytes over NVLink; docs/DECISIONS.md, D64). early_from
+        (one-shot, BF16): the gradient from that value on is final before the step's last GEMMs, and the trainer calls
+        exchange_early then (docs/DECISIONS.md, D73)."""
         cp, runtime = self.cp, self.cp.cuda.runtime
         self.G = self.own_array(size, dtype)
-        self.flags_own = self.own_array(self.kernels.FLAG_SLOTS * self.blocks * self.size, np.uint32)
+        self.early_slot = self.kernels.FLAG_SLOTS * self.blocks * self.size  # the early flags, past the blocks'
+        self.flags_own = self.own_array(self.early_slot + self.size, np.uint32)
         self.rounds = cp.zeros(self.blocks, np.uint32)
         self.ce = cp.zeros(1, dtype)  # the ranks' CE sums added (G's own slot is the peers' to read)
         own = [self.G, self.flags_own]
@@ -255,8 +259,52 @@ class P2PComm(MPIComm):
                   [runtime.ipcOpenMemHandle(h, LAZY_PEER_ACCESS) for h in handles[r]] for r in range(self.size)]
         self.grads, self.flags = (cp.asarray([m[i] for m in mapped], np.uint64) for i in (0, 1))
         self.halves = cp.asarray([m[2] for m in mapped], np.uint64) if bf16_copy else None
+        self.split = self.early_split(size - 1, early_from if bf16_copy else None)
+        if self.split >= 0:
+            self.prepare_early([m[2] for m in mapped], own[2])
         self.comm.Barrier()
         return self.G
+
+    def early_split(self, n: int, early_from: int | None) -> int:
+        """The first 8-value vector of the BF16 copy that exchange_early moves (rounded up: the values before early_from
+        are written after it), or -1: none (FP32, two-shot, or nothing above the first layer worth a copy)."""
+        if early_from is None or self.size >= TWO_SHOT_FROM:
+            return -1
+        split = -(-early_from // self.kernels.BF16_VALUES)
+        return split if split < n // self.kernels.BF16_VALUES else -1
+
+    def prepare_early(self, half_addresses: list, own_half) -> None:
+        """What exchange_early needs: a local buffer the peers' copies land in, every rank's copy as this rank reads it
+        after (near), the round count, a side stream and its events."""
+        cp = self.cp
+        self.landed = cp.zeros(own_half.size, np.uint16)
+        self.own_half, self.half_addresses = own_half, half_addresses
+        self.near = cp.asarray([a if r == self.rank else self.landed.data.ptr for r, a in enumerate(half_addresses)],
+                               np.uint64)
+        self.early_round = cp.zeros(1, np.uint32)
+        self.side = cp.cuda.Stream(non_blocking=True)
+        self.fork, self.joined = cp.cuda.Event(disable_timing=True), cp.cuda.Event(disable_timing=True)
+        self.early_pending = False
+
+    def exchange_early(self) -> None:
+        """On the current stream, where the gradient from the split on is final: beside what follows (a side stream),
+        round it to BF16, tell the peers, and have the copy engine bring theirs over NVLink (no multiprocessor waits on
+        those bytes); exchange_update joins it. A no-op without a split."""
+        if self.split < 0:
+            return
+        cp, n = self.cp, self.G.size - 1
+        self.fork.record(cp.cuda.get_current_stream())
+        self.side.wait_event(self.fork)
+        with self.side:
+            self.kernels.narrow_from(self.G, self.own_half, n, self.split, self.blocks)
+            self.kernels.early_ready(self.rank, self.flags, self.early_slot, self.early_round, self.timeout_ns)
+            start = 2 * self.kernels.BF16_VALUES * self.split  # bytes
+            for r, address in enumerate(self.half_addresses):
+                if r != self.rank:
+                    cp.cuda.runtime.memcpyAsync(self.landed.data.ptr + start, address + start,
+                                                self.landed.nbytes - start, MEMCPY_DEFAULT, self.side.ptr)
+        self.joined.record(self.side)
+        self.early_pending = True
 
     def exchange_update(self, params, learning_rate: float, ends, regs, rounded=None) -> None:
         """On the current stream: params -= lr (every rank's gradient summed + regs params), the CE sums into self.ce;
@@ -267,9 +315,14 @@ class P2PComm(MPIComm):
                 self.kernels.exchange_update(params, self.grads, self.rank, n, learning_rate, ends, regs, self.ce,
                                              self.flags, self.rounds, self.timeout_ns, self.blocks)
             else:
+                early = self.split >= 0 and self.early_pending
+                if early:
+                    self.cp.cuda.get_current_stream().wait_event(self.joined)
+                    self.early_pending = False
                 self.kernels.exchange_update_bf16(params, rounded, self.halves, self.grads, self.rank, n, learning_rate,
                                                   ends, regs, self.ce, self.flags, self.rounds, self.timeout_ns,
-                                                  self.blocks)
+                                                  self.blocks, near=self.near if early else None,
+                                                  split=self.split if early else -1)
         self.records.append({"op": "allreduce", "strategy": self.strategy, "rank": self.rank, "ranks": self.size,
                              "bytes": self.G.nbytes if self.halves is None else 2 * n, "seconds": float("nan")})  # async
 

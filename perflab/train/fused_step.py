@@ -91,6 +91,8 @@ class FusedStep:
             k = 2 * (L - l) - 1
             with phase(backward_gemm(k)), self.side.beside() if side else contextlib.nullcontext():
                 self.gemm(dz[l], acts[l].T, dW[l])
+            if l == 1 and self.peer_exchange:  # every gradient above the first layer's is final
+                self.comm.exchange_early()
             if self.overlap:  # layer l + 1 (and those above it, the first time) is final: send it (WFBP)
                 unsent = self.overlap.send_layer(l, unsent)
             with phase(backward_gemm(k + 1)):

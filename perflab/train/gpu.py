@@ -135,10 +135,12 @@ class FusedGPU(FusedStep, Graphs, Sequential):
         self.P = cp.asarray(np.concatenate([p.ravel() for p in host_params]))
         # --comm p2p: the gradient lives where the peers map it, and one kernel exchanges and updates
         self.peer_exchange = comm.exchanges_and_updates
-        # + 1 slot: the batch's CE sum
-        self.G = (comm.register(self.P.size + 1, dtype, bf16_copy=cfg.dtype == "bfloat16") if self.peer_exchange
-                  else cp.zeros(self.P.size + 1, dtype=dtype))
         shapes = [p.shape for p in host_params]
+        # + 1 slot: the batch's CE sum. Past one hidden layer, the gradient from W_2 on is final before dz_1's and
+        # dW_1's GEMMs: p2p may start moving it then (exchange_early)
+        above_first = host_params[0].size + host_params[1].size if len(shapes) > 4 else None
+        self.G = (comm.register(self.P.size + 1, dtype, bf16_copy=cfg.dtype == "bfloat16", early_from=above_first)
+                  if self.peer_exchange else cp.zeros(self.P.size + 1, dtype=dtype))
         self.params, self.grads = self.views(self.P, shapes), self.views(self.G, shapes)
         self.ends = cp.asarray(np.cumsum([int(np.prod(s)) for s in shapes]), dtype=np.int64)
         self.regs = cp.asarray([cfg.reg, 0.0] * (len(shapes) // 2), dtype=dtype)
