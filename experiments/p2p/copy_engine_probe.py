@@ -1,5 +1,5 @@
 """Where exchange_early's time goes (D73's trial), two ranks on two GPUs: each piece on the side stream timed alone
-(narrow_from, early_ready, the copy engine bringing the peer's copy), the whole of it, a BF16-sized GEMM alone and
+(narrow_from, the copy engine pushing this rank's copy to the peer), the whole of it, a BF16-sized GEMM alone and
 with exchange_early beside it. Device-side events, median of 20 after 3, ranks in step through a barrier.
 
     mpirun -n 2 python experiments/p2p/copy_engine_probe.py
@@ -41,14 +41,12 @@ for H in (1024, 2048):
     G.fill(1e-3)
     side, main = p2p.side, cp.cuda.Stream(non_blocking=True)
     start = 2 * p2p.kernels.BF16_VALUES * p2p.split
-    peer = p2p.half_addresses[1 - comm.rank]
-    size = {"H": H, "bytes_moved": p2p.landed.nbytes - start}
+    peer = p2p.landing_addresses[1 - comm.rank]
+    size = {"H": H, "bytes_moved": p2p.own_half.nbytes - start}
     with side:
         timed("narrow_from", lambda: p2p.kernels.narrow_from(p2p.G, p2p.own_half, n, p2p.split, p2p.blocks), side, **size)
-        timed("early_ready", lambda: p2p.kernels.early_ready(p2p.rank, p2p.flags, p2p.early_slot, p2p.early_round,
-                                                             p2p.timeout_ns), side, **size)
-        timed("copy engine", lambda: cp.cuda.runtime.memcpyAsync(p2p.landed.data.ptr + start, peer + start,
-                                                                   p2p.landed.nbytes - start, MEMCPY_DEFAULT, side.ptr),
+        timed("copy engine", lambda: cp.cuda.runtime.memcpyAsync(peer + start, p2p.own_half.data.ptr + start,
+                                                                   p2p.own_half.nbytes - start, MEMCPY_DEFAULT, side.ptr),
               side, **size)
     a = cp.ones((H, H), cp.float16)
     b = cp.ones((H, 3000), cp.float16)

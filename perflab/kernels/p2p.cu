@@ -395,24 +395,11 @@ __global__ void __launch_bounds__(512) exchange_update_bf16(float* __restrict__ 
     if (r < p && r != rank) signal_flag((unsigned*)flags[r] + end + rank, v);
 }
 
-// exchange_early, on a side stream (one-shot, a bfloat16 run, two hidden layers or more): the gradient from vector
-// `split` on (the layers above the first, the tail and the CE) is final before dz_1's and dW_1's GEMMs. narrow_from
-// makes its BF16 copy; early_ready tells every peer so and waits to hear the same (flags past the blocks', `slot`, a
-// count of rounds in `round`); then the copy engine brings the peers' copies of it over NVLink while the GEMMs run.
+// exchange_early (one-shot, a bfloat16 run, two hidden layers or more): the gradient from vector `split` on (the layers
+// above the first, the tail and the CE) is final before dz_1's and dW_1's GEMMs. narrow_from makes its BF16 copy, which
+// the copy engine then pushes to the peers while the GEMMs run.
 __global__ void narrow_from(const float* __restrict__ G, unsigned short* __restrict__ own, size_t n, size_t split) {
     const size_t nv = n / BF16_VALUES;
     narrow_share(G, own, split, nv);
     narrow_tail(G, own, n, nv);
-}
-
-__global__ void early_ready(int p, int rank, const unsigned long long* __restrict__ flags, size_t slot,
-                            unsigned* round, long long timeout_ns) {
-    __shared__ unsigned v;
-    if (threadIdx.x == 0) v = round[0] = round[0] + 1;
-    __syncthreads();
-    const int r = threadIdx.x;
-    if (r < p && r != rank) {
-        release_flag((unsigned*)flags[r] + slot + rank, v);
-        wait_flag((const unsigned*)flags[rank] + slot + r, v, timeout_ns, rank, r, 0, true);
-    }
 }

@@ -11,7 +11,7 @@ from perflab.config import TWO_SHOT_FROM
 from perflab.kernels.build import ctype, i32, module, multiprocessors, u64
 
 P2P_KERNELS = ("exchange_update<float>", "exchange_update<double>", "exchange_update_two_shot<float>",
-               "exchange_update_two_shot<double>", "exchange_update_bf16", "peer_read_wait", "narrow_from", "early_ready")
+               "exchange_update_two_shot<double>", "exchange_update_bf16", "peer_read_wait", "narrow_from")
 FLAG_SLOTS = 3  # p2p.cu's: a block's flags from each peer (begun, read, the two-shot's mid)
 THREADS = 512  # a block; one block a multiprocessor, so that every block is resident at once (they spin)
 BF16_VALUES = 8  # p2p.cu's: a 16-byte vector of the BF16 copy of a gradient
@@ -59,11 +59,6 @@ def narrow_from(G, own_half, n: int, split: int, grid: int) -> None:
     """own_half <- G rounded to BF16 from vector `split` on (8 values a vector), the tail and the CE slot too."""
     function("narrow_from")((grid,), (THREADS,), (G, own_half, u64(n), u64(split)))
 
-
-def early_ready(rank: int, flags, slot: int, round_, timeout_ns: int) -> None:
-    """Tell every peer that this rank's copy from the split on is made (flags past the blocks', from `slot`), and hold
-    the stream until every peer says the same."""
-    function("early_ready")((1,), (32,), (i32(flags.size), i32(rank), flags, u64(slot), round_, np.int64(timeout_ns)))
 
 
 def read_wait(rank: int, flags, rounds, timeout_ns: int, grid: int) -> None:

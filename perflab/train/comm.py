@@ -247,21 +247,22 @@ class P2PComm(MPIComm):
         exchange_early then (docs/DECISIONS.md, D73)."""
         cp, runtime = self.cp, self.cp.cuda.runtime
         self.G = self.own_array(size, dtype)
-        self.early_slot = self.kernels.FLAG_SLOTS * self.blocks * self.size  # the early flags, past the blocks'
-        self.flags_own = self.own_array(self.early_slot + self.size, np.uint32)
+        self.flags_own = self.own_array(self.kernels.FLAG_SLOTS * self.blocks * self.size, np.uint32)
         self.rounds = cp.zeros(self.blocks, np.uint32)
         self.ce = cp.zeros(1, dtype)  # the ranks' CE sums added (G's own slot is the peers' to read)
         own = [self.G, self.flags_own]
-        if bf16_copy:  # the CE sum stays FP32, in two slots past the values' last whole vector
-            own.append(self.own_array(self.kernels.ce_slot(size - 1) + self.kernels.BF16_VALUES, np.uint16))
+        self.split = self.early_split(size - 1, early_from if bf16_copy else None)
+        if bf16_copy:  # the CE sum stays FP32, in two slots past the values' last whole vector; early: where the
+            # peers' copies land
+            half_size = self.kernels.ce_slot(size - 1) + self.kernels.BF16_VALUES
+            own += [self.own_array(half_size, np.uint16) for _ in range(1 + (self.split >= 0))]
         handles = self.comm.allgather([runtime.ipcGetMemHandle(a.data.ptr) for a in own])
         mapped = [[a.data.ptr for a in own] if r == self.rank else
                   [runtime.ipcOpenMemHandle(h, LAZY_PEER_ACCESS) for h in handles[r]] for r in range(self.size)]
         self.grads, self.flags = (cp.asarray([m[i] for m in mapped], np.uint64) for i in (0, 1))
         self.halves = cp.asarray([m[2] for m in mapped], np.uint64) if bf16_copy else None
-        self.split = self.early_split(size - 1, early_from if bf16_copy else None)
         if self.split >= 0:
-            self.prepare_early([m[2] for m in mapped], own[2])
+            self.prepare_early(own[2], own[3], [m[3] for m in mapped])
         self.comm.Barrier()
         return self.G
 
@@ -273,36 +274,33 @@ class P2PComm(MPIComm):
         split = -(-early_from // self.kernels.BF16_VALUES)
         return split if split < n // self.kernels.BF16_VALUES else -1
 
-    def prepare_early(self, half_addresses: list, own_half) -> None:
-        """What exchange_early needs: a local buffer the peers' copies land in, every rank's copy as this rank reads it
-        after (near), the round count, a side stream and its events."""
+    def prepare_early(self, own_half, landed, landing_addresses: list) -> None:
+        """What exchange_early needs: this rank's copy, where the peers' copies land (landed, which they map), every
+        rank's copy as this rank reads it after (near), a side stream and its events."""
         cp = self.cp
-        self.landed = cp.zeros(own_half.size, np.uint16)
-        self.own_half, self.half_addresses = own_half, half_addresses
-        self.near = cp.asarray([a if r == self.rank else self.landed.data.ptr for r, a in enumerate(half_addresses)],
+        self.own_half, self.landing_addresses = own_half, landing_addresses
+        self.near = cp.asarray([own_half.data.ptr if r == self.rank else landed.data.ptr for r in range(self.size)],
                                np.uint64)
-        self.early_round = cp.zeros(1, np.uint32)
         self.side = cp.cuda.Stream(non_blocking=True)
         self.fork, self.joined = cp.cuda.Event(disable_timing=True), cp.cuda.Event(disable_timing=True)
         self.early_pending = False
 
     def exchange_early(self) -> None:
-        """On the current stream, where the gradient from the split on is final: beside what follows (a side stream),
-        round it to BF16, tell the peers, and have the copy engine bring theirs over NVLink (no multiprocessor waits on
-        those bytes); exchange_update joins it. A no-op without a split."""
+        """On the current stream, where the gradient from the split on is final: round it to BF16, then beside what
+        follows (a side stream) have the copy engine push it into every peer's landing buffer over NVLink (no
+        multiprocessor waits on those bytes); exchange_update joins it, so a peer's round begins after the push. A
+        no-op without a split."""
         if self.split < 0:
             return
         cp, n = self.cp, self.G.size - 1
+        self.kernels.narrow_from(self.G, self.own_half, n, self.split, self.blocks)
         self.fork.record(cp.cuda.get_current_stream())
         self.side.wait_event(self.fork)
-        with self.side:
-            self.kernels.narrow_from(self.G, self.own_half, n, self.split, self.blocks)
-            self.kernels.early_ready(self.rank, self.flags, self.early_slot, self.early_round, self.timeout_ns)
-            start = 2 * self.kernels.BF16_VALUES * self.split  # bytes
-            for r, address in enumerate(self.half_addresses):
-                if r != self.rank:
-                    cp.cuda.runtime.memcpyAsync(self.landed.data.ptr + start, address + start,
-                                                self.landed.nbytes - start, MEMCPY_DEFAULT, self.side.ptr)
+        start = 2 * self.kernels.BF16_VALUES * self.split  # bytes
+        for r, address in enumerate(self.landing_addresses):
+            if r != self.rank:
+                cp.cuda.runtime.memcpyAsync(address + start, self.own_half.data.ptr + start,
+                                            self.own_half.nbytes - start, MEMCPY_DEFAULT, self.side.ptr)
         self.joined.record(self.side)
         self.early_pending = True
 
