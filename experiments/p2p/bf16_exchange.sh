@@ -12,6 +12,7 @@ nvidia-smi --query-gpu=name --format=csv,noheader | head -1
 for P in ${CHECK_RANKS:-2 4}; do
   [ $P = none ] && break
   for args in "--dtype bfloat16 --comm p2p" "--dtype bfloat16 --comm p2p --launch eager" "--dtype bfloat16 --comm p2p --hidden-size 61 37" \
+              "--dtype bfloat16 --comm p2p --hidden-size 61 37 --launch eager" "--dtype bfloat16 --comm p2p --hidden-size 61 37 29" \
               "--dtype bfloat16 --comm p2p --train-size 1999 --batch-size 400" "--dtype float32 --comm p2p" "--dtype float64 --comm p2p" "--dtype bfloat16 --comm auto"; do
     mpi -n $P python3 ${RUNNER:--m perflab} check --backend cupy --parallel data $SMALL $args --json 2>"$OUT/err.txt" | tail -1 | \
       python3 -c "import json,sys; d=json.loads(sys.stdin.read() or '{}'); print('p=$P $args', f\"{d.get('max_rel_error', float('nan')):.2e}\", d.get('passed', 'NO RESULT'), d.get('comm'))"
