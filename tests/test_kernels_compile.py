@@ -233,36 +233,44 @@ def test_the_wgmma_wrappers_are_what_their_generator_writes():
     assert (KERNEL_DIR / "wgmma_ops.cuh").read_text() == gen.header()
 
 
-def test_a_half_config_is_compiled_for_an_mn_major_b_only_where_its_b_part_is_whole_64_row_boxes():
-    """gemm_wgmma.cu's static_assert: an MN-major B part a CTA loads is whole 64-row boxes. The configs
-    that are not so (BN = 112, a quarter of 128) read B K-major, and no such instantiation is compiled."""
-    from perflab.kernels.wgmma import CONFIGS, config_name, kernel_name, reads_b_mn_major, wgmma_names
+def test_a_half_config_is_compiled_for_an_mn_major_operand_only_where_its_part_is_whole_64_row_boxes():
+    """gemm_wgmma.cu's static_asserts: an MN-major A or B part a CTA loads is whole 64-row boxes. The configs
+    that are not so (BN = 112, a quarter of 128; half of a 64-row A) read that operand K-major, and no such
+    instantiation is compiled."""
+    from perflab.kernels.wgmma import (CONFIGS, config_name, kernel_name, reads_a_mn_major, reads_b_mn_major,
+                                       wgmma_names)
     names = set(wgmma_names())
     narrow = [c for c in CONFIGS["half"] if not reads_b_mn_major(c)]
-    assert {config_name(c) for c in narrow} == {"wg1-n112-s9-c2", "wg2-n112-s6-c2", "wg1-n128-s8-c4"}
+    assert {config_name(c) for c in narrow} == {"wg1-n112-s9-c2", "wg2-n112-s6-c2", "wg1-n128-s8-c4",
+                                                "wg2-n112-s6-c2x2", "wg1-n128-s8-c4x2"}
+    assert {config_name(c) for c in CONFIGS["half"] if not reads_a_mn_major(c)} == {"wg1-n128-s8-c4x2"}
     for config in CONFIGS["half"]:
         for ta in (False, True):
             mn = kernel_name(config, "half", "bf16", ta, True, "bf16")
-            assert (mn in names) == reads_b_mn_major(config) == ((config[1] // config[3]) % 64 == 0)
-            assert kernel_name(config, "half", "bf16", ta, False, "float") in names
+            assert (mn in names) == (reads_b_mn_major(config) and (reads_a_mn_major(config) or not ta))
+            assert reads_b_mn_major(config) == ((config[1] // config[3]) % 64 == 0)
+            assert (kernel_name(config, "half", "bf16", ta, False, "float") in names) == (reads_a_mn_major(config)
+                                                                                        or not ta)
 
 
 def test_every_wgmma_config_fits_a_hopper_block():
     """Each wgmma config's CTA (a producer warpgroup and its consumers) fits an H100/H200: at most
     1024 threads, at most 227 KiB of shared memory, N a wgmma shape the kernel has a wrapper and an
-    mma<N> for; at least 2 stages; a cluster's CTAs each load whole 8-row swizzle atoms of B."""
+    mma<N> for; at least 2 stages; a cluster (at most 8 CTAs, the portable size) has its CTAs each load whole
+    8-row swizzle atoms of A and B."""
     from perflab.kernels.build import KERNEL_DIR
     from perflab.kernels.wgmma import CONFIGS, KINDS, smem_bytes
     ops = (KERNEL_DIR / "wgmma_ops.cuh").read_text()
     assert set(CONFIGS) == set(KINDS)
     for kind, configs in CONFIGS.items():
-        for wgs, bn, stages, cluster, rows in configs:
+        for wgs, bn, stages, cluster, rows, across in configs:
             assert 128 * (wgs + 1) <= 1024 and bn % 8 == 0 and bn <= 256 and stages >= 2
             assert rows == 1 or (kind == "half" and rows * bn // 2 <= 192), (kind, rows, bn)  # accumulators a thread
             instructions = ("k16.f32.bf16", "k16.f32.f16") if kind == "half" else ("k8.f32.tf32",)
             assert all(f"m64n{bn}{i}" in ops for i in instructions), bn
-            assert cluster in (1, 2, 4) and bn % (8 * cluster) == 0
-            assert smem_bytes((wgs, bn, stages, cluster, rows), kind) <= 227 * 1024, (kind, wgs, bn, stages)
+            assert cluster in (1, 2, 4) and across in (1, 2) and cluster * across <= 8 and bn % (8 * cluster) == 0
+            assert (64 * wgs * rows) % (8 * across) == 0
+            assert smem_bytes((wgs, bn, stages, cluster, rows, across), kind) <= 227 * 1024, (kind, wgs, bn, stages)
 
 
 @pytest.mark.parametrize("M, N, K", [(1, 1, 1), (2048, 12000, 784), (512, 784, 3200), (130, 260, 1000), (7, 9, 33)])
@@ -270,7 +278,7 @@ def test_wgmma_plans_cover_k_in_whole_stages_on_a_persistent_grid(M, N, K):
     """Every split is whole 32-k stages, the splits cover K and none is empty; the grid is at most
     a CTA an SM, in whole clusters, and no more clusters than there are pairs of tiles to take;
     the untuned choice fills the SMs or keeps 256 of K a split (pure Python)."""
-    from perflab.kernels.wgmma import CONFIGS, KINDS, MIN_SPLIT_K, SPLITS, choices, heuristic, plan
+    from perflab.kernels.wgmma import CONFIGS, KINDS, MIN_SPLIT_K, SPLITS, choices, cluster_size, heuristic, plan
     for kind in KINDS:
         bk = 64 if kind == "half" else 32
         for _, splits in choices(M, N, K, kind):
@@ -279,9 +287,9 @@ def test_wgmma_plans_cover_k_in_whole_stages_on_a_persistent_grid(M, N, K):
             for splits in SPLITS:
                 kps, z, grid = plan(M, N, K, config, splits, 132, bk)
                 assert kps % bk == 0 and z * kps >= K and (z - 1) * kps < K and z <= splits
-                assert 1 <= grid <= 132 and grid % config[3] == 0
-                units = -(-N // config[1]) * -(-M // (64 * config[0] * config[4] * config[3])) * z
-                assert grid // config[3] <= units
+                assert 1 <= grid <= 132 and grid % cluster_size(config) == 0
+                units = -(-N // (config[1] * config[5])) * -(-M // (64 * config[0] * config[4] * config[3])) * z
+                assert grid // cluster_size(config) <= units
         config, splits = heuristic(M, N, K, kind, 132)
         tiles = -(-N // config[1]) * -(-M // (64 * config[0] * config[4]))
         assert config == CONFIGS[kind][0]

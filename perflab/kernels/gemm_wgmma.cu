@@ -27,6 +27,9 @@
 // a third at BN = 256: the unclustered kernel ran at the L2's rate, not the tensor cores', whether
 // TF32 or 3xTF32 (docs/DECISIONS.md, D50). A stage is free once the consumer
 // warps of both CTAs have arrived on its empty mbarrier. CL = 4 likewise, each CTA loading a quarter.
+// CN = 2: the cluster is also two tiles wide along N, whose CTAs share A's tile likewise (CL x CN CTAs,
+// each loading 1 / CN of A and 1 / CL of B): the long-K weight gradients' small tiles read L2 at its
+// limit, and cuBLAS's kernels there share their tiles among clusters of 4 to 8.
 //
 // X3 (3xTF32, FP32-accurate): A and Bt are the operands' TF32 big parts and As, Bs their small ones
 // (x = big + small, big = tf32(x), small = tf32(x - big)); each k-step issues As Bb + Ab Bs + Ab Bb.
@@ -93,15 +96,16 @@ __device__ __forceinline__ void tma_load_multicast(unsigned dst, const void* map
 }
 
 // rows [row, row + rows) of an operand at k0 into a stage's tile at dst: K-major one box of the
-// stage's k by rows, MN-major rows / 64 boxes of 64 rows by the stage's k; CL > 1: into every CTA of
-// the cluster
-template <bool MN, int CL>
-__device__ __forceinline__ void load(unsigned dst, const void* map, int k0, int row, int rows, unsigned bar) {
+// stage's k by rows, MN-major rows / 64 boxes of 64 rows by the stage's k; MULTI: into every CTA of
+// the cluster in cta_mask
+template <bool MN, bool MULTI>
+__device__ __forceinline__ void load(unsigned dst, const void* map, int k0, int row, int rows, unsigned bar,
+                                     unsigned short cta_mask) {
     const int boxes = MN ? rows / 64 : 1;
     for (int j = 0; j < boxes; ++j) {
         const int c0 = MN ? row + 64 * j : k0, c1 = MN ? k0 : row;
-        if constexpr (CL == 1) tma_load(dst + j * MN_BOX, map, c0, c1, bar);
-        else tma_load_multicast(dst + j * MN_BOX, map, c0, c1, bar, (1 << CL) - 1);
+        if constexpr (MULTI) tma_load_multicast(dst + j * MN_BOX, map, c0, c1, bar, cta_mask);
+        else tma_load(dst + j * MN_BOX, map, c0, c1, bar);
     }
 }
 
@@ -290,7 +294,7 @@ __device__ __forceinline__ void store(const float (&d)[BN / 2], int row0, int n0
 }
 }  // namespace wg
 
-template <typename E, typename O, int WGS, int BN, int STAGES, bool X3, int CL, bool TA, bool TB, int R>
+template <typename E, typename O, int WGS, int BN, int STAGES, bool X3, int CL, bool TA, bool TB, int R, int CN>
 __global__ void __launch_bounds__((WGS + 1) * 128, 1)
 gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const void* map_as, const void* map_b,
            const void* map_bs, float beta, O* __restrict__ C, int ldc, const float* __restrict__ bias, int m_fastest) {
@@ -301,29 +305,34 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
     // register file allows; the producer warpgroup gives most of its registers to the consumers
     constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = (65536 / 128 - PRODUCER_REGS) / WGS / 8 * 8;
     static_assert(R == 1 || !X3, "3xTF32 keeps one block of rows a warpgroup");
-    constexpr int B_PART = BN / CL * ROW;   // the bytes of B a CTA of the cluster loads for all
+    // a cluster: CL CTAs along M, which share B's tile, by CN along N, which share A's; each loads its part of both
+    constexpr int CT = CL * CN, B_PART = BN / CL * ROW, A_PART = BM / CN * ROW;
     // a 16-bit C is stored through shared memory past the mbarriers (store_staged), 64 columns at a
     // time, where one block of rows a warpgroup leaves room for it (wgmma.py's smem_bytes)
     constexpr bool STAGED = sizeof(O) == 2 && R == 1 && BN % 64 == 0;
-    static_assert(BN % (8 * CL) == 0, "a CTA's part of B must be whole 8-row swizzle atoms");
+    static_assert(BN % (8 * CL) == 0 && BM % (8 * CN) == 0, "a CTA's parts of A and B must be whole 8-row swizzle atoms");
+    static_assert(!TA || (BM / CN) % 64 == 0, "an MN-major A part is whole boxes of 64");
     static_assert(sizeof(E) == 2 || (!TA && !TB), "TF32 operands are K-major");
     static_assert(sizeof(E) == 4 || !X3, "3xTF32 splits FP32 operands");
     static_assert(!TB || (BN / CL) % 64 == 0, "an MN-major B part is whole boxes of 64");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const unsigned base = (smem_u32(smem_raw) + 1023) & ~1023u;   // the 128-byte swizzle wants 1024-aligned tiles
     const unsigned full = base + STAGES * STAGE, empty = full + 8 * STAGES, staging = empty + 8 * STAGES;
-    const unsigned rank = CL > 1 ? cluster_rank() : 0;
-    // a cluster's CL CTAs take the CL tiles of one column of tiles_n, M-adjacent: B's tile is shared.
+    const unsigned rank = CT > 1 ? cluster_rank() : 0, rm = rank % CL, rn = rank / CL;
+    // the CTAs that share this one's B tile (its column of the cluster) and its A tile (its row)
+    unsigned short b_mask = ((1u << CL) - 1) << (rn * CL), a_mask = 0;
+    for (int j = 0; j < CN; ++j) a_mask |= 1u << (rm + j * CL);
+    // a cluster takes CL x CN adjacent tiles, rank r the (r % CL)-th along M and (r / CL)-th along N.
     // m_fastest: tiles walk M first, so that the CTAs running at once share a few of B's column blocks
     // (which stay in L2) where N first has each wave of tiles read all of B again
-    const int tiles_n = (N + BN - 1) / BN, tiles_m = (M + BM * CL - 1) / (BM * CL), splits = (K + kps - 1) / kps;
-    const int tiles = tiles_n * tiles_m * splits, first = blockIdx.x / CL, step = gridDim.x / CL;
+    const int tiles_n = (N + BN * CN - 1) / (BN * CN), tiles_m = (M + BM * CL - 1) / (BM * CL), splits = (K + kps - 1) / kps;
+    const int tiles = tiles_n * tiles_m * splits, first = blockIdx.x / CT, step = gridDim.x / CT;
     struct Work { int m0, n0, z, kbegin, ktiles; };
     auto work = [&](int tile) {
         Work w;
         const int t = tile % (tiles_n * tiles_m);
-        w.n0 = (m_fastest ? t / tiles_m : t % tiles_n) * BN;
-        w.m0 = ((m_fastest ? t % tiles_m : t / tiles_n) * CL + rank) * BM;   // past M: zeros loaded, nothing stored
+        w.n0 = ((m_fastest ? t / tiles_m : t % tiles_n) * CN + rn) * BN;   // past N or M: zeros loaded, nothing stored
+        w.m0 = ((m_fastest ? t % tiles_m : t / tiles_n) * CL + rm) * BM;
         w.z = tile / (tiles_n * tiles_m);
         w.kbegin = w.z * kps;
         w.ktiles = (min(K, w.kbegin + kps) - w.kbegin + BK - 1) / BK;
@@ -332,11 +341,11 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full + 8 * s, 1);
-            mbar_init(empty + 8 * s, 4 * WGS * CL);   // a stage is free once every consumer warp of the cluster is done
+            mbar_init(empty + 8 * s, 4 * WGS * CT);   // a stage is free once every consumer warp of the cluster is done
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    if constexpr (CL > 1) cluster_sync(); else __syncthreads();
+    if constexpr (CT > 1) cluster_sync(); else __syncthreads();
     if (threadIdx.x < 128) {   // the producer warpgroup
         if constexpr (R > 1) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(PRODUCER_REGS));
         if (threadIdx.x == 0) {   // the producer: one thread drives the copy engine
@@ -348,17 +357,17 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
                     const unsigned stage = base + s * STAGE, bar = full + 8 * s;
                     mbar_wait(empty + 8 * s, ((it / STAGES) & 1) ^ 1);   // a fresh barrier passes parity 1
                     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(STAGE) : "memory");
-                    load<TA, 1>(stage, map_a, k0, w.m0, BM, bar);
-                    if constexpr (X3) load<TA, 1>(stage + HALF, map_as, k0, w.m0, BM, bar);
-                    // this CTA's part of B's rows (with clusters, into every CTA of the cluster)
-                    const unsigned part = A_BYTES + rank * B_PART;
-                    const int row = w.n0 + rank * (BN / CL);
-                    load<TB, CL>(stage + part, map_b, k0, row, BN / CL, bar);
-                    if constexpr (X3) load<TB, CL>(stage + HALF + part, map_bs, k0, row, BN / CL, bar);
+                    // this CTA's parts of A's and B's rows, each into every CTA that shares the tile
+                    const unsigned a_part = rn * A_PART, b_part = A_BYTES + rm * B_PART;
+                    const int a_row = w.m0 + rn * (BM / CN), b_row = w.n0 + rm * (BN / CL);
+                    load<TA, (CN > 1)>(stage + a_part, map_a, k0, a_row, BM / CN, bar, a_mask);
+                    if constexpr (X3) load<TA, (CN > 1)>(stage + HALF + a_part, map_as, k0, a_row, BM / CN, bar, a_mask);
+                    load<TB, (CL > 1)>(stage + b_part, map_b, k0, b_row, BN / CL, bar, b_mask);
+                    if constexpr (X3) load<TB, (CL > 1)>(stage + HALF + b_part, map_bs, k0, b_row, BN / CL, bar, b_mask);
                 }
             }
         }
-        if constexpr (CL > 1) cluster_sync();   // the producer warpgroup waits for the cluster at the end
+        if constexpr (CT > 1) cluster_sync();   // the producer warpgroup waits for the cluster at the end
         return;
     }
     // the consumers (R > 1: with the registers the producer gave up; ptxas holds the code this
@@ -368,10 +377,10 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
     auto release = [&](int s) {   // after wgmma.wait_group: this warp's MMAs on stage s are done
         __syncwarp();
         if ((threadIdx.x & 31) == 0) {
-            if constexpr (CL == 1) {
+            if constexpr (CT == 1) {
                 mbar_arrive(empty + 8 * s);
             } else {
-                for (int c = 0; c < CL; ++c) mbar_arrive_cluster(empty + 8 * s, c);
+                for (int c = 0; c < CT; ++c) mbar_arrive_cluster(empty + 8 * s, c);
             }
         }
     };
@@ -410,7 +419,7 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
                                   bias, staging);
         }
     }
-    if constexpr (CL > 1) cluster_sync();   // no CTA leaves while another may still write to it
+    if constexpr (CT > 1) cluster_sync();   // no CTA leaves while another may still write to it
 }
 
 // C = the sum of the splits of work (splits x M x ldc) + beta C, with bias sigmoid(. + bias[row])

@@ -40,7 +40,8 @@ WGMMA_VARIANTS = ("wgmma", "x3tf32")
 KINDS = ("wgmma", "x3tf32", "half")  # the kernel's families: TF32, 3xTF32, BF16/FP16 (each its configs)
 ROW = 128  # bytes of K a shared-memory stage holds of each operand row: one 128-byte swizzle row
 BK = ROW // 4  # k of a TF32 stage (a 16-bit stage holds 64)
-# (consumer warpgroups, BN, stages, CTAs a cluster, blocks of 64 rows a warpgroup) per kind; tune() tries
+# (consumer warpgroups, BN, stages, CTAs a cluster along M, blocks of 64 rows a warpgroup, CTAs a cluster along N)
+# per kind; tune() tries
 # them all, the first is the
 # default (TF32: the fastest at the H100's training shapes, docs/DECISIONS.md, D9). A CTA's
 # shared memory stays within 227 KiB; an X3 stage holds both parts. Clusters of 2 (and for the half
@@ -50,11 +51,13 @@ BK = ROW // 4  # k of a TF32 stage (a 16-bit stage holds 64)
 # 112, 784 / 7, the first layer's weight gradient's N, is read K-major: its operands are so). Two
 # blocks of rows a warpgroup (a 256 x 192 tile: 110 FLOP a byte loaded where 128 x 256 does 85) take
 # registers the producer gives up (setmaxnreg).
-CONFIGS = {"wgmma": ((2, 256, 4, 1, 1), (2, 256, 4, 2, 1), (2, 192, 5, 1, 1), (2, 128, 6, 1, 1), (2, 128, 6, 2, 1),
-                     (2, 128, 4, 1, 1), (2, 64, 8, 1, 1)),
-           "x3tf32": ((2, 128, 3, 1, 1), (2, 128, 3, 2, 1), (1, 128, 4, 1, 1), (2, 64, 4, 1, 1)),
-           "half": ((2, 256, 4, 1, 1), (2, 256, 4, 2, 1), (2, 128, 6, 1, 1), (2, 128, 6, 2, 1), (1, 128, 8, 1, 1),
-                    (2, 192, 4, 1, 2), (1, 112, 9, 2, 1), (2, 112, 6, 2, 1), (1, 128, 8, 4, 1))}
+CONFIGS = {"wgmma": ((2, 256, 4, 1, 1, 1), (2, 256, 4, 2, 1, 1), (2, 192, 5, 1, 1, 1), (2, 128, 6, 1, 1, 1),
+                     (2, 128, 6, 2, 1, 1), (2, 128, 4, 1, 1, 1), (2, 64, 8, 1, 1, 1)),
+           "x3tf32": ((2, 128, 3, 1, 1, 1), (2, 128, 3, 2, 1, 1), (1, 128, 4, 1, 1, 1), (2, 64, 4, 1, 1, 1)),
+           "half": ((2, 256, 4, 1, 1, 1), (2, 256, 4, 2, 1, 1), (2, 128, 6, 1, 1, 1), (2, 128, 6, 2, 1, 1),
+                    (1, 128, 8, 1, 1, 1), (2, 192, 4, 1, 2, 1), (1, 112, 9, 2, 1, 1), (2, 112, 6, 2, 1, 1),
+                    (1, 128, 8, 4, 1, 1), (2, 112, 6, 2, 1, 2), (2, 128, 6, 2, 1, 2), (1, 128, 8, 4, 1, 2),
+                    (2, 256, 4, 1, 1, 2))}
 HALF_TAGS = ("bf16", "fp16")  # the kernels' names for bfloat16 and float16 (elementwise.HALF_CTYPES' values)
 TENSOR_MAP_TYPES = {"float32": 7, "uint16": 9, "float16": 6}  # CUtensorMapDataType: FLOAT32, BFLOAT16, FLOAT16
 SPLITS = (1, 2, 4)
@@ -63,8 +66,14 @@ MIN_SPLIT_K = 256  # of K a split keeps, at least
 
 
 def config_name(config: tuple) -> str:
-    return ("wg{}-n{}-s{}".format(*config) + (f"-c{config[3]}" if config[3] > 1 else "")
-            + (f"-r{config[4]}" if config[4] > 1 else ""))
+    along_m, along_n = config[3], config[5]
+    return ("wg{}-n{}-s{}".format(*config) + (f"-c{along_m}" if along_m * along_n > 1 else "")
+            + (f"x{along_n}" if along_n > 1 else "") + (f"-r{config[4]}" if config[4] > 1 else ""))
+
+
+def cluster_size(config: tuple) -> int:
+    """CTAs a cluster: along M (sharing B's tile) times along N (sharing A's)."""
+    return config[3] * config[5]
 
 
 def kind_of(x3: bool) -> str:
@@ -99,9 +108,9 @@ def kernel_name(config: tuple, kind: str, tag: str = "float", ta: bool = False, 
                 out: str = "float") -> str:
     """The instantiation: element type (float for TF32, a HALF_TAG), output type (float, or the half
     tag), config, X3, and (16-bit) whether A and Bt are MN-major."""
-    wgs, bn, stages, cluster, rows = config
-    flags = (str(kind == "x3tf32").lower(), cluster, str(ta).lower(), str(tb).lower())
-    return f"gemm_wgmma<{tag},{out},{wgs},{bn},{stages},{flags[0]},{flags[1]},{flags[2]},{flags[3]},{rows}>"
+    wgs, bn, stages, along_m, rows, along_n = config
+    flags = (str(kind == "x3tf32").lower(), along_m, str(ta).lower(), str(tb).lower())
+    return f"gemm_wgmma<{tag},{out},{wgs},{bn},{stages},{flags[0]},{flags[1]},{flags[2]},{flags[3]},{rows},{along_n}>"
 
 
 HELPERS = tuple(f"wgmma_splitk_sum<{t}>" for t in ("float",) + HALF_TAGS) + (
@@ -114,11 +123,17 @@ def reads_b_mn_major(config: tuple) -> bool:
     return (config[1] // config[3]) % 64 == 0
 
 
+def reads_a_mn_major(config: tuple) -> bool:
+    """Whether a half config reads A MN-major in place: the part of A's tile a CTA loads is whole boxes of 64 rows."""
+    return (tile_rows(config) // config[5]) % 64 == 0
+
+
 def wgmma_names() -> tuple:
     """Every GEMM instantiation kernel() may compile (the helpers are HELPERS)."""
     tf32 = tuple(kernel_name(c, kind) for kind in WGMMA_VARIANTS for c in CONFIGS[kind])
     half = tuple(kernel_name(c, "half", tag, ta, tb, out) for tag in HALF_TAGS for c in CONFIGS["half"]
-                 for ta in (False, True) for tb in (False, True) if reads_b_mn_major(c) or not tb
+                 for ta in (False, True) if reads_a_mn_major(c) or not ta
+                 for tb in (False, True) if reads_b_mn_major(c) or not tb
                  for out in ("float", tag))
     return tf32 + half
 
@@ -131,10 +146,10 @@ def stage_k(itemsize: int) -> int:
 def plan(M: int, N: int, K: int, config: tuple, splits: int, sms: int, bk: int = BK) -> tuple[int, int, int]:
     """(k a split, splits, CTAs) of a launch: k a split rounded up to whole stages of `bk`, and a
     persistent grid of at most one CTA a multiprocessor (`sms`: as many as run at once), in whole
-    clusters, each of which takes `cluster` M-adjacent tiles at a time."""
-    cluster = config[3]
+    clusters, each of which takes its config[3] M-adjacent by config[5] N-adjacent tiles at a time."""
+    cluster = cluster_size(config)
     kps, z = split_k(K, splits, bk)
-    tiles = math.ceil(N / config[1]) * math.ceil(M / (tile_rows(config) * cluster)) * z
+    tiles = math.ceil(N / (config[1] * config[5])) * math.ceil(M / (tile_rows(config) * config[3])) * z
     return kps, z, min(tiles, sms // cluster) * cluster
 
 
@@ -496,8 +511,8 @@ def gemm_launch(cfg: tuple, kind: str, tag: str, a_parts: tuple, b_parts: tuple,
     cp = cupy()
     (A, As, ta), (Bt, Bs, tb) = a_parts, b_parts
     (M, K), N = A.shape, Bt.shape[0]
-    wgs, bn, _, cluster, _ = cfg
-    bm = tile_rows(cfg)
+    wgs, bn, _, along_m, _, along_n = cfg
+    bm, cluster = tile_rows(cfg), cluster_size(cfg)
     kps, z = split_k(K, splits, stage_k(A.itemsize))  # the splits pick the kernel's output type; the grid needs it
     target = out if z == 1 else workspace(z, M, N)  # split: float32 parts, summed into out after
     out_tag = "float" if out.dtype == cp.float32 else tag
@@ -508,10 +523,11 @@ def gemm_launch(cfg: tuple, kind: str, tag: str, a_parts: tuple, b_parts: tuple,
         sms = cluster * max_active_clusters(fn, threads, smem, cluster)
     grid = plan(M, N, K, cfg, splits, sms, stage_k(A.itemsize))[2]
     no_bias = np.uint64(0)
-    args = (i32(M), i32(N), i32(K), i32(kps), cp.float32(alpha), tensor_map(A, K, bm, ta),
-            tensor_map(As, K, bm, ta), tensor_map(Bt, K, bn // cluster, tb), tensor_map(Bs, K, bn // cluster, tb),
-            cp.float32(beta), target, i32(N), bias if bias is not None and z == 1 else no_bias,
-            i32(M_FASTEST and math.ceil(M / (bm * cluster)) < math.ceil(N / bn)))
+    args = (i32(M), i32(N), i32(K), i32(kps), cp.float32(alpha), tensor_map(A, K, bm // along_n, ta),
+            tensor_map(As, K, bm // along_n, ta), tensor_map(Bt, K, bn // along_m, tb),
+            tensor_map(Bs, K, bn // along_m, tb), cp.float32(beta), target, i32(N),
+            bias if bias is not None and z == 1 else no_bias,
+            i32(M_FASTEST and math.ceil(M / (bm * along_m)) < math.ceil(N / (bn * along_n))))
     if cluster > 1:
         launches = [prepared_launch_ex(fn, (grid,), (threads,), args, smem, {CLUSTER_DIMENSION: (cluster, 1, 1)})]
     else:
@@ -564,7 +580,7 @@ def half_wgmma_gemm(a, b, out, bias=None, config: str | None = None, splits: int
     if launches is None:
         cfg, z = choose(M, N, K, "half", config, splits)
         launches = []
-        a_parts = half_operand(a, "a", launches)
+        a_parts = half_operand(a, "a", launches, reads_a_mn_major(cfg))
         b_parts = half_operand(b.T, "b", launches, reads_b_mn_major(cfg))
         launches += gemm_launch(cfg, "half", tag, a_parts, b_parts, out, 1.0, 0.0, z, bias)
         LAUNCHES[key] = launches
