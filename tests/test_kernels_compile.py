@@ -237,8 +237,7 @@ def test_a_half_config_is_compiled_for_an_mn_major_operand_only_where_its_part_i
     """gemm_wgmma.cu's static_asserts: an MN-major A or B part a CTA loads is whole 64-row boxes. The configs
     that are not so (BN = 112, a quarter of 128; half of a 64-row A) read that operand K-major, and no such
     instantiation is compiled."""
-    from perflab.kernels.wgmma import (CONFIGS, config_name, kernel_name, reads_a_mn_major, reads_b_mn_major,
-                                       wgmma_names)
+    from perflab.kernels.wgmma import CONFIGS, config_name, kernel_name, reads_a_mn_major, reads_b_mn_major, wgmma_names
     names = set(wgmma_names())
     narrow = [c for c in CONFIGS["half"] if not reads_b_mn_major(c)]
     assert {config_name(c) for c in narrow} == {"wg1-n112-s9-c2", "wg2-n112-s6-c2", "wg1-n128-s8-c4",
