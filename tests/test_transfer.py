@@ -100,3 +100,14 @@ def test_a_datasheet_without_a_field_a_transfer_reads_is_refused_naming_it(monke
     monkeypatch.setitem(transfer.SHEETS, H100, sheet)
     with pytest.raises(transfer.TransferError, match=f"datasheet of {H100} .* lacks {field}"):
         transfer.to_kind(predictor.Ceilings.load(H200), "NVIDIA H200", H100)
+
+
+def test_an_incomplete_datasheet_of_another_kind_does_not_stop_a_gpu_being_named(monkeypatch):
+    """kind_of reads each kind's GPU names only: a sheet added by hand without the fields a transfer reads is refused
+    where a transfer reads it, not while another kind is named."""
+    monkeypatch.setitem(transfer.SHEETS, "nvidia-a100", {"gpu_names": ["NVIDIA A100-SXM4-80GB"]})
+    monkeypatch.setattr(transfer, "KINDS", ("nvidia-a100",) + transfer.KINDS)
+    assert transfer.kind_of("NVIDIA H200") == H200_KIND and transfer.kind_of("NVIDIA A100-SXM4-80GB") == "nvidia-a100"
+    assert transfer.measured_on("NVIDIA H200", H200_KIND) and not transfer.measured_on("NVIDIA H200", "nvidia-a100")
+    with pytest.raises(transfer.TransferError, match="datasheet of nvidia-a100 .* lacks"):
+        transfer.sheet("nvidia-a100")

@@ -20,8 +20,9 @@ the cross-moment one large, the miss is the host's drift, not a term the model l
   for i in 1 2 3 4 5 6 7 8; do python3 experiments/predictor/host_moments.py moment $i >> moments.jsonl; done
   (moment LABEL 0: the points' 3 epochs alone, as sweeps timed before 98c230d; else at least
   perflab.workbook.sweep.MIN_TIMED_SECONDS of epochs)
-  python3 experiments/predictor/host_moments.py summary moments.jsonl [C/ceilings_p1.csv]
+  python3 experiments/predictor/host_moments.py summary moments.jsonl[.gz] [C/ceilings_p1.csv]
 """
+import gzip
 import json
 import random
 import statistics
@@ -100,7 +101,8 @@ def summary(log: str, ceilings_path: str | None = None) -> None:
     import pandas as pd
 
     from perflab.analysis.predictor import Ceilings, as_measured, measured_batch_seconds, predict_point
-    lines = [json.loads(x) for x in open(log) if x.strip()]
+    with (gzip.open(log, "rt") if log.endswith(".gz") else open(log)) as f:  # the committed logs are gzipped
+        lines = [json.loads(x) for x in f if x.strip()]
     c = Ceilings.load(ceilings_path) if ceilings_path else None
     for name in sorted({variant(x["moment"]) for x in lines}):
         mine = [x for x in lines if variant(x["moment"]) == name]

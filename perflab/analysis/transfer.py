@@ -51,8 +51,10 @@ def sheet(kind: str) -> dict:
 
 
 def measured_on(gpu_name: str | None, kind: str) -> bool:
-    """Whether a GPU as machine metadata names it ('NVIDIA H200') is of a datasheet kind ('nvidia-h200')."""
-    return gpu_name in sheet(kind)["gpu_names"]
+    """Whether a GPU as machine metadata names it ('NVIDIA H200') is of a datasheet kind ('nvidia-h200'). Only the
+    kind's names are read: a sheet is checked whole where a transfer reads it (sheet), so that one kind's incomplete
+    sheet does not stop another kind from being named."""
+    return gpu_name in SHEETS.get(kind, {}).get("gpu_names", ())
 
 
 def kind_of(gpu_name: str | None) -> str:

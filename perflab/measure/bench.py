@@ -286,9 +286,8 @@ def step_calls(hidden: tuple, B: int, dtype: str) -> dict:
     GEMMs read delta rounded to half, as the trainer's unfused step does (the rounding itself, its sigmoid' + db pass
     and db_L's row sums are not among the kernels listed: step.unfused_output)."""
     from perflab import kernels
-    half = dtype in kernels.HALF_STORAGE
     o = step_operands(hidden, B, dtype)
-    W, b, dW, db, a, dz = o.W, o.b, o.dW, o.db, o.a, o.dz
+    half, W, b, dW, db, a, dz = o.half, o.W, o.b, o.dW, o.db, o.a, o.dz
     inputs = [o.X] + a[:-1]  # layer l's input (1-based: inputs[l - 1]), which its dW_l multiplies by
     flag = o.overflow if dtype == "float16" else None
 
@@ -330,7 +329,8 @@ def step_calls(hidden: tuple, B: int, dtype: str) -> dict:
 
 def step_operands(hidden: tuple, B: int, dtype: str):
     """step_calls' random device operands: what the GEMMs read in dtype (a half step's in half precision, the images
-    C-ordered; FP32's F-ordered, D32), the parameters, their gradients, the logits and delta in FP32 (or float64)."""
+    C-ordered; FP32's F-ordered, D32), the parameters, their gradients, the logits and delta in FP32 (or float64);
+    float16's loss scale and overflow flag; `half`, whether the step is a mixed-precision one."""
     import cupy as cp
 
     from perflab import kernels
@@ -352,8 +352,9 @@ def step_operands(hidden: tuple, B: int, dtype: str):
                         z2=dev(C, B), delta=dev(C, B),
                         part=cp.zeros(kernels.output_backward_partials(last, B, C), master),
                         part_forward=cp.zeros(kernels.output_layer_partials(last, B, C), master),
-                        regs=cp.asarray([1e-4, 0.0] * L, dtype=master), scale=cp.ones(1, np.float32),
-                        overflow=cp.zeros(1, np.int32), counts=cp.zeros(3, np.int64))
+                        regs=cp.asarray([1e-4, 0.0] * L, dtype=master), half=half)
+    if dtype == "float16":
+        o.scale, o.overflow, o.counts = cp.ones(1, np.float32), cp.zeros(1, np.int32), cp.zeros(3, np.int64)
     o.W2_gemm, o.delta_gemm = (held(C, last), held(C, B)) if half else (o.W2, o.delta)  # what the unfused GEMMs read
     segments = [n for h, k in zip(hidden, fan_in) for n in (h * k, h)] + [C * last, C]  # each W and b in P
     o.params, o.grads = dev(sum(segments)), dev(sum(segments))
