@@ -11,4 +11,5 @@ l1tex__m_xbar2l1tex_read_bytes.sum,l1tex__m_xbar2l1tex_read_bytes.sum.per_second
 timeout 400 ncu --clock-control none --nvtx --nvtx-include "measure/" --section LaunchStats --section SpeedOfLight \
   --section WarpStateStats --metrics "$METRICS" python3 experiments/half/ncu_bwd3.py --profile "$OUT/ncu_bwd3_choices.json" \
   > "$OUT/ncu_bwd3.txt" 2>&1
-grep -v "^==PROF==" "$OUT/ncu_bwd3.txt" | grep -E "^  [a-zA-Z_].*\(|order:|Duration|Grid Size|Cluster Size|Block Size|Shared Memory Config|Dynamic Shared|Registers|lts__|sm__pipe|l1tex__|dram__|Compute \(SM\) Throughput|Warp Cycles Per Issued|Stall" | head -300
+grep -v "^==PROF==" "$OUT/ncu_bwd3.txt" | grep -E "^  [a-zA-Z_].*\(|order:|Duration|Grid Size|Cluster Size|Block Size|Shared Memory Config|Dynamic Shared|Registers|lts__|sm__pipe|l1tex__|dram__|Compute \(SM\) Throughput|Warp Cycles Per Issued|Stall" > "$OUT/ncu_bwd3_summary.txt"
+cat "$OUT/ncu_bwd3_summary.txt"  # whole: session 53's first run kept the first 300 lines and cut the (2048, *) shapes

@@ -12,6 +12,6 @@ for a in "--hidden-size 61 37" "--hidden-size 61 37 --launch eager" "--hidden-si
   mpi python3 -m perflab check --backend cupy --parallel data $SMALL --dtype bfloat16 --comm p2p $a --json 2>"$OUT/err.txt" | \
     tail -1 | python3 -c "import json,sys; d=json.loads(sys.stdin.read() or '{}'); print('p=2 $a', f\"{d.get('max_rel_error', float('nan')):.2e}\", d.get('passed', 'NO RESULT'), d.get('comm'))"
   tail -2 "$OUT/err.txt" | cut -c1-300
-done | tee "$OUT/check.log"
+done | tee "$OUT/check_deep.log"  # bf16_exchange.sh below writes check.log (empty with CHECK_RANKS=none)
 mpi python3 experiments/p2p/copy_engine_probe.py 2>/dev/null | grep '^{' > "$OUT/probe.jsonl"
 CHECK_RANKS=none BENCH_RANKS="1 2" OUT=$OUT timeout 400 bash experiments/p2p/bf16_exchange.sh > /dev/null 2>&1

@@ -1,8 +1,11 @@
-"""Where exchange_early's time goes (D73's trial), two ranks on two GPUs: each piece on the side stream timed alone
+"""Where exchange_early's time goes (copy_engine.patch applied: it runs only on that trial's tree), two ranks on two GPUs: each piece on the side stream timed alone
 (narrow_from, the copy engine pushing this rank's copy to the peer), the whole of it, a BF16-sized GEMM alone and
 with exchange_early beside it. Device-side events, median of 20 after 3, ranks in step through a barrier.
 
     mpirun -n 2 python experiments/p2p/copy_engine_probe.py
+
+This is the push trial's version (1aaf738); logs/copy_engine_probe_h200x2.jsonl came from the pull trial's (a7d03c6,
+with early_ready's handshake timed).
 """
 import json
 
