@@ -121,6 +121,29 @@ def test_every_half_wgmma_config_and_split_in_the_layouts_a_step_reads(rng, kind
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_two_ways_with_as_few_k_stages_as_ways_or_fewer(rng, kind):
+    """A two-way config (warpgroups taking a tile's k-stages in turn) where a way has one stage or none
+    (K of 1 or 2 stages, odd), a column half wholly past N, with and without splits: the sums match."""
+    hopper_or_skip()
+    from perflab.kernels.wgmma import CONFIGS, config_name
+    storage = kernels.HALF_STORAGE[kind]
+    two_ways = [config_name(c) for c in CONFIGS["half"] if c[5] == 2]
+    assert two_ways
+    for M, K, N in ((70, 33, 300), (130, 100, 56), (65, 1000, 129)):
+        (a, ha), (b, hb) = held(rng, (M, K), kind, False), held(rng, (K, N), kind, False)
+        bias = rng.uniform(-1, 1, M)
+        for config in two_ways:
+            for splits in (1, 2):
+                out = poisoned((M, N), np.float32)
+                kernels.half_gemm(a, b, out, variant="wgmma", config=config, splits=splits)
+                assert rel(values(out, kind), ha @ hb) <= 1e-5, (M, K, N, config, splits)
+            out = poisoned((M, N), storage)
+            kernels.half_gemm(a, b, out, cp.asarray(bias, np.float32), variant="wgmma", config=config, splits=1)
+            want = 1 / (1 + np.exp(-(ha @ hb + bias[:, None])))
+            assert rel(values(out, kind), want) <= ULP[kind], (M, K, N, config)
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_narrow_copy_rounds_as_the_reference_does_in_any_layout(rng, kind):
     x = cp.asarray(np.asfortranarray(rng.standard_normal((37, 101)).astype(np.float32) * 3))
     out = kernels.narrow_copy(x, cp.empty_like(x, dtype=kernels.HALF_STORAGE[kind]))

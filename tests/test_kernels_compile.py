@@ -239,7 +239,8 @@ def test_a_half_config_is_compiled_for_an_mn_major_b_only_where_its_b_part_is_wh
     from perflab.kernels.wgmma import CONFIGS, config_name, kernel_name, reads_b_mn_major, wgmma_names
     names = set(wgmma_names())
     narrow = [c for c in CONFIGS["half"] if not reads_b_mn_major(c)]
-    assert {config_name(c) for c in narrow} == {"wg1-n112-s9-c2", "wg2-n112-s6-c2", "wg1-n128-s8-c4"}
+    assert {config_name(c) for c in narrow} == {"wg1-n112-s9-c2", "wg2-n112-s6-c2", "wg1-n128-s8-c4", "wg2-n112-s8-k2",
+                                                "wg2-n112-s8-c2-k2", "wg2-n128-s8-c4-k2"}
     for config in CONFIGS["half"]:
         for ta in (False, True):
             mn = kernel_name(config, "half", "bf16", ta, True, "bf16")
@@ -256,13 +257,14 @@ def test_every_wgmma_config_fits_a_hopper_block():
     ops = (KERNEL_DIR / "wgmma_ops.cuh").read_text()
     assert set(CONFIGS) == set(KINDS)
     for kind, configs in CONFIGS.items():
-        for wgs, bn, stages, cluster, rows in configs:
+        for wgs, bn, stages, cluster, rows, ways in configs:
             assert 128 * (wgs + 1) <= 1024 and bn % 8 == 0 and bn <= 256 and stages >= 2
             assert rows == 1 or (kind == "half" and rows * bn // 2 <= 192), (kind, rows, bn)  # accumulators a thread
+            assert ways == 1 or (ways == 2 and wgs % 2 == 0 and rows == 1 and kind != "x3tf32" and bn % 16 == 0)
             instructions = ("k16.f32.bf16", "k16.f32.f16") if kind == "half" else ("k8.f32.tf32",)
             assert all(f"m64n{bn}{i}" in ops for i in instructions), bn
             assert cluster in (1, 2, 4) and bn % (8 * cluster) == 0
-            assert smem_bytes((wgs, bn, stages, cluster, rows), kind) <= 227 * 1024, (kind, wgs, bn, stages)
+            assert smem_bytes((wgs, bn, stages, cluster, rows, ways), kind) <= 227 * 1024, (kind, wgs, bn, stages)
 
 
 @pytest.mark.parametrize("M, N, K", [(1, 1, 1), (2048, 12000, 784), (512, 784, 3200), (130, 260, 1000), (7, 9, 33)])
@@ -280,7 +282,7 @@ def test_wgmma_plans_cover_k_in_whole_stages_on_a_persistent_grid(M, N, K):
                 kps, z, grid = plan(M, N, K, config, splits, 132, bk)
                 assert kps % bk == 0 and z * kps >= K and (z - 1) * kps < K and z <= splits
                 assert 1 <= grid <= 132 and grid % config[3] == 0
-                units = -(-N // config[1]) * -(-M // (64 * config[0] * config[4] * config[3])) * z
+                units = -(-N // config[1]) * -(-M // (64 * config[0] // config[5] * config[4] * config[3])) * z
                 assert grid // config[3] <= units
         config, splits = heuristic(M, N, K, kind, 132)
         tiles = -(-N // config[1]) * -(-M // (64 * config[0] * config[4]))

@@ -3,9 +3,9 @@ out), the half wgmma GEMM's weakest shape, at each (H, B), in two passes (experi
 
   python ncu_bwd3.py --times TIMES.jsonl CHOICES.json   without a profiler: every (config, splits) the tuner
       tries, and cuBLAS, timed (graph replays, median) a line each; the fastest choice a shape into CHOICES.json
-  python ncu_bwd3.py --profile CHOICES.json            under Nsight Compute: at each shape perflab's fastest
-      choice, the 128 x 112 tile in clusters of 2 (cuBLAS's tile and grid there), then cuBLAS, inside an NVTX
-      range "measure"
+  python ncu_bwd3.py --profile CHOICES.json [H,B]      under Nsight Compute: at each shape (or at H,B alone)
+      perflab's fastest choice, the 128 x 112 tile in clusters of 2 (cuBLAS's tile and grid there), then cuBLAS,
+      inside an NVTX range "measure"
 
 Session 52 ran the profile with the tuner inside ncu, whose picks then differed at every shape from a run without
 it (logs/ncu_bwd3_h200.txt): hence the choices are made first, outside the profiler."""
@@ -49,9 +49,10 @@ def times(lines_path, choices_path):
     json.dump(best, open(choices_path, "w"), indent=1)
 
 
-def profile(choices_path):
+def profile(choices_path, only=None):
     best = json.load(open(choices_path))
-    cases = [(operands(H, B), best[f"{H},{B}"][:2]) for H, B in SHAPES]
+    shapes = [tuple(map(int, only.split(",")))] if only else SHAPES
+    cases = [(operands(H, B), best[f"{H},{B}"][:2]) for H, B in shapes]
     for (dz, X, out), (config, splits) in cases:  # compiled and warm before the range
         for c, s in ((config, splits), CUBLAS_TILE):
             kernels.half_gemm(dz, X.T, out, variant="wgmma", config=c, splits=s)
@@ -64,14 +65,14 @@ def profile(choices_path):
         kernels.half_gemm(dz, X.T, out)
     cp.cuda.Device().synchronize()
     cp.cuda.nvtx.RangePop()
-    print("order: at each (H, B) of", SHAPES, "perflab's fastest choice, then", CUBLAS_TILE, "then cuBLAS;",
+    print("order: at each (H, B) of", shapes, "perflab's fastest choice, then", CUBLAS_TILE, "then cuBLAS;",
           {k: v[:2] for k, v in best.items()})
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--times"] and len(sys.argv) == 4:
         times(sys.argv[2], sys.argv[3])
-    elif sys.argv[1:2] == ["--profile"] and len(sys.argv) == 3:
-        profile(sys.argv[2])
+    elif sys.argv[1:2] == ["--profile"] and len(sys.argv) in (3, 4):
+        profile(*sys.argv[2:])
     else:
         sys.exit(__doc__)

@@ -16,3 +16,11 @@ timeout 400 ncu --clock-control none --nvtx --nvtx-include "measure/" --section 
   > "$OUT/ncu_bwd3.txt" 2>&1
 grep -v "^==PROF==" "$OUT/ncu_bwd3.txt" | grep -E "^  [a-zA-Z_].*\(|order:|Duration|Grid Size|Cluster Size|Block Size|Shared Memory Config|Dynamic Shared|Registers|lts__|sm__pipe|l1tex__|dram__|Compute \(SM\) Throughput|Warp Cycles Per Issued|Stall|issue_stalled" > "$OUT/ncu_bwd3_summary.txt"
 cat "$OUT/ncu_bwd3_summary.txt"  # whole: session 53's first run kept the first 300 lines and cut the (2048, *) shapes
+# STALLS=1: then the worst shape (H = 1024, B = 3200) alone, its stalls instruction by instruction (SASS, sampled)
+if [ -n "${STALLS:-}" ]; then
+  timeout 150 ncu --clock-control none --nvtx --nvtx-include "measure/" --section WarpStateStats --section SourceCounters \
+    --import-source no -f -o "$OUT/ncu_bwd3_1024_3200" python3 experiments/half/ncu_bwd3.py --profile \
+    "$OUT/ncu_bwd3_choices.json" 1024,3200 > "$OUT/ncu_bwd3_source_run.txt" 2>&1
+  ncu -i "$OUT/ncu_bwd3_1024_3200.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$OUT/ncu_bwd3_sass.csv.gz"
+  ls -la "$OUT"
+fi

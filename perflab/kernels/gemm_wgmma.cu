@@ -35,6 +35,12 @@
 // brings it under SGEMM's. (Splitting in the kernel instead, by the producer warpgroup from FP32
 // stages, ran slower.) Both: docs/DECISIONS.md, D52.
 //
+// KW = 2 (ways): the consumer warpgroups share a tile's rows in pairs and take its k-stages in turn, so that
+// two chains of MMAs run on each block of 64 rows where one warpgroup's chain alone kept the tensor
+// cores half idle on tiles 64 rows high (a weight gradient: a small C, a long K; cuBLAS's kernels
+// there run two consumer warpgroups on a 64-row tile). At the tile's end each way hands the other
+// half of its columns to the other through shared memory and stores its own half (swap_halves).
+//
 // Split-K: split z takes k in [z kps, (z + 1) kps) (kps a multiple of 32); with several splits each
 // writes alpha times its part to C + z M ldc (a workspace; beta is ignored) and wgmma_splitk_sum
 // adds them.
@@ -264,6 +270,33 @@ __device__ __forceinline__ void store_staged(const float (&d)[BN / 2], int row0,
     }
 }
 
+__device__ __forceinline__ void named_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
+}
+
+// two ways of a block of rows (KW = 2, `group` of them; 256 threads): each keeps half the tile's columns
+// (way 0 the first) in `mine`, the sum of both ways' accumulators there; the other half goes to the
+// other way through shared memory at `area` (BN / 4 floats a thread, laid out thread-fastest: no bank
+// conflicts). Indices are compile-time, so the accumulators stay in registers.
+template <int BN>
+__device__ __forceinline__ void swap_halves(const float (&d)[BN / 2], float (&mine)[BN / 4], int way, int group,
+                                            unsigned area) {
+    constexpr int Q = BN / 4;
+    const unsigned lane4 = (threadIdx.x & 127) * 4, give = area + (2 * group + 1 - way) * Q * 512,
+                   take = area + (2 * group + way) * Q * 512;
+#pragma unroll
+    for (int i = 0; i < Q; ++i)
+        asm volatile("st.shared.f32 [%0], %1;\n" :: "r"(give + i * 512 + lane4), "f"(way ? d[i] : d[Q + i]) : "memory");
+    named_sync(1 + group, 256);
+#pragma unroll
+    for (int i = 0; i < Q; ++i) {
+        float other;
+        asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(other) : "r"(take + i * 512 + lane4) : "memory");
+        mine[i] = (way ? d[Q + i] : d[i]) + other;
+    }
+    named_sync(1 + group, 256);   // read before the next tile's halves are given
+}
+
 // STAGED: a 16-bit C goes through shared memory (store_staged); the rest from registers
 template <int BN, bool STAGED, typename O>
 __device__ __forceinline__ void store(const float (&d)[BN / 2], int row0, int n0, int M, int N, float alpha,
@@ -290,21 +323,23 @@ __device__ __forceinline__ void store(const float (&d)[BN / 2], int row0, int n0
 }
 }  // namespace wg
 
-template <typename E, typename O, int WGS, int BN, int STAGES, bool X3, int CL, bool TA, bool TB, int R>
+template <typename E, typename O, int WGS, int BN, int STAGES, bool X3, int CL, bool TA, bool TB, int R, int KW>
 __global__ void __launch_bounds__((WGS + 1) * 128, 1)
 gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const void* map_as, const void* map_b,
            const void* map_bs, float beta, O* __restrict__ C, int ldc, const float* __restrict__ bias, int m_fastest) {
     using namespace wg;
     constexpr int BK = ROW / sizeof(E);   // k a stage
-    constexpr int BM = 64 * WGS * R, A_BYTES = BM * ROW, HALF = (BM + BN) * ROW, STAGE = HALF * (X3 ? 2 : 1);
+    constexpr int BM = 64 * (WGS / KW) * R, A_BYTES = BM * ROW, HALF = (BM + BN) * ROW, STAGE = HALF * (X3 ? 2 : 1);
     // R > 1: a consumer warpgroup holds R x BN / 2 accumulators a thread, more than an even share of the
     // register file allows; the producer warpgroup gives most of its registers to the consumers
     constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = (65536 / 128 - PRODUCER_REGS) / WGS / 8 * 8;
     static_assert(R == 1 || !X3, "3xTF32 keeps one block of rows a warpgroup");
+    static_assert(KW == 1 || (KW == 2 && WGS % 2 == 0 && R == 1 && !X3 && BN % 16 == 0),
+                  "two ways: pairs of warpgroups, one block of rows each, halves of whole 8-column blocks");
     constexpr int B_PART = BN / CL * ROW;   // the bytes of B a CTA of the cluster loads for all
     // a 16-bit C is stored through shared memory past the mbarriers (store_staged), 64 columns at a
     // time, where one block of rows a warpgroup leaves room for it (wgmma.py's smem_bytes)
-    constexpr bool STAGED = sizeof(O) == 2 && R == 1 && BN % 64 == 0;
+    constexpr bool STAGED = sizeof(O) == 2 && R == 1 && (BN / KW) % 64 == 0;
     static_assert(BN % (8 * CL) == 0, "a CTA's part of B must be whole 8-row swizzle atoms");
     static_assert(sizeof(E) == 2 || (!TA && !TB), "TF32 operands are K-major");
     static_assert(sizeof(E) == 4 || !X3, "3xTF32 splits FP32 operands");
@@ -332,7 +367,7 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full + 8 * s, 1);
-            mbar_init(empty + 8 * s, 4 * WGS * CL);   // a stage is free once every consumer warp of the cluster is done
+            mbar_init(empty + 8 * s, 4 * (WGS / KW) * CL);   // free once the cluster's warps that read it are done
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -364,7 +399,7 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
     // the consumers (R > 1: with the registers the producer gave up; ptxas holds the code this
     // dominates within them)
     if constexpr (R > 1) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(CONSUMER_REGS));
-    const int wgi = (threadIdx.x >> 7) - 1;
+    const int wgi = (threadIdx.x >> 7) - 1, way = wgi % KW, group = wgi / KW;
     auto release = [&](int s) {   // after wgmma.wait_group: this warp's MMAs on stage s are done
         __syncwarp();
         if ((threadIdx.x & 31) == 0) {
@@ -385,10 +420,14 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
             for (int r = 0; r < R; ++r) d[r][i] = 0.0f;
             if constexpr (X3) total[i] = 0.0f;
         }
+        int last = -1;   // this warpgroup's last k-stage of the tile (its way takes every KW-th)
         for (int t = 0; t < w.ktiles; ++t) {
             const int s = (it + t) % STAGES;
+            // every stage waited on in order, the other way's too: a stage's fill may land after a later
+            // one's, and only an in-order wait knows the parity it tests is the phase it wants
             mbar_wait(full + 8 * s, ((it + t) / STAGES) & 1);
-            stage_mmas<E, BM, BN, R, X3, TA, TB>(d, base + s * STAGE, wgi, X3 ? 0 : 1);
+            if (t % KW != way) continue;
+            stage_mmas<E, BM, BN, R, X3, TA, TB>(d, base + s * STAGE, group, X3 ? 0 : 1);
             if constexpr (X3) {   // wait 0: ptxas serializes every wgmma where running MMAs' registers are read
                 asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #pragma unroll
@@ -396,12 +435,18 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
             } else {
                 asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
             }
-            if (t > 0) release((it + t - 1) % STAGES);   // stage t - 1's MMAs are done
+            if (last >= 0) release((it + last) % STAGES);   // the MMAs of the stage before are done
+            last = t;
         }
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        if (w.ktiles > 0) release((it + w.ktiles - 1) % STAGES);
+        if (last >= 0) release((it + last) % STAGES);
         it += w.ktiles;
-        if constexpr (X3) {
+        if constexpr (KW == 2) {
+            float mine[BN / 4];
+            swap_halves<BN>(d[0], mine, way, group, staging);
+            store<BN / 2, STAGED>(mine, w.m0 + group * 64, w.n0 + way * (BN / 2), M, N, alpha, beta, C, ldc, w.z,
+                                  splits > 1, bias, staging);
+        } else if constexpr (X3) {
             store<BN, STAGED>(total, w.m0 + wgi * 64, w.n0, M, N, alpha, beta, C, ldc, w.z, splits > 1, bias, staging);
         } else {
 #pragma unroll

@@ -40,7 +40,7 @@ WGMMA_VARIANTS = ("wgmma", "x3tf32")
 KINDS = ("wgmma", "x3tf32", "half")  # the kernel's families: TF32, 3xTF32, BF16/FP16 (each its configs)
 ROW = 128  # bytes of K a shared-memory stage holds of each operand row: one 128-byte swizzle row
 BK = ROW // 4  # k of a TF32 stage (a 16-bit stage holds 64)
-# (consumer warpgroups, BN, stages, CTAs a cluster, blocks of 64 rows a warpgroup) per kind; tune() tries
+# (consumer warpgroups, BN, stages, CTAs a cluster, blocks of 64 rows a warpgroup, ways) per kind; tune() tries
 # them all, the first is the
 # default (TF32: the fastest at the H100's training shapes, docs/DECISIONS.md, D9). A CTA's
 # shared memory stays within 227 KiB; an X3 stage holds both parts. Clusters of 2 (and for the half
@@ -49,12 +49,14 @@ BK = ROW // 4  # k of a TF32 stage (a 16-bit stage holds 64)
 # the layouts it reads: B MN-major only where the B part a CTA loads is whole boxes of 64 rows (BN =
 # 112, 784 / 7, the first layer's weight gradient's N, is read K-major: its operands are so). Two
 # blocks of rows a warpgroup (a 256 x 192 tile: 110 FLOP a byte loaded where 128 x 256 does 85) take
-# registers the producer gives up (setmaxnreg).
-CONFIGS = {"wgmma": ((2, 256, 4, 1, 1), (2, 256, 4, 2, 1), (2, 192, 5, 1, 1), (2, 128, 6, 1, 1), (2, 128, 6, 2, 1),
-                     (2, 128, 4, 1, 1), (2, 64, 8, 1, 1)),
-           "x3tf32": ((2, 128, 3, 1, 1), (2, 128, 3, 2, 1), (1, 128, 4, 1, 1), (2, 64, 4, 1, 1)),
-           "half": ((2, 256, 4, 1, 1), (2, 256, 4, 2, 1), (2, 128, 6, 1, 1), (2, 128, 6, 2, 1), (1, 128, 8, 1, 1),
-                    (2, 192, 4, 1, 2), (1, 112, 9, 2, 1), (2, 112, 6, 2, 1), (1, 128, 8, 4, 1))}
+# registers the producer gives up (setmaxnreg). Two ways: pairs of warpgroups share a 64-row tile and take its
+# k-stages in turn (gemm_wgmma.cu's KW), for the weight gradients' small C and long K.
+CONFIGS = {"wgmma": ((2, 256, 4, 1, 1, 1), (2, 256, 4, 2, 1, 1), (2, 192, 5, 1, 1, 1), (2, 128, 6, 1, 1, 1), (2, 128, 6, 2, 1, 1),
+                     (2, 128, 4, 1, 1, 1), (2, 64, 8, 1, 1, 1)),
+           "x3tf32": ((2, 128, 3, 1, 1, 1), (2, 128, 3, 2, 1, 1), (1, 128, 4, 1, 1, 1), (2, 64, 4, 1, 1, 1)),
+           "half": ((2, 256, 4, 1, 1, 1), (2, 256, 4, 2, 1, 1), (2, 128, 6, 1, 1, 1), (2, 128, 6, 2, 1, 1), (1, 128, 8, 1, 1, 1),
+                    (2, 192, 4, 1, 2, 1), (1, 112, 9, 2, 1, 1), (2, 112, 6, 2, 1, 1), (1, 128, 8, 4, 1, 1),
+                    (2, 112, 8, 1, 1, 2), (2, 112, 8, 2, 1, 2), (2, 128, 8, 1, 1, 2), (2, 128, 8, 4, 1, 2))}
 HALF_TAGS = ("bf16", "fp16")  # the kernels' names for bfloat16 and float16 (elementwise.HALF_CTYPES' values)
 TENSOR_MAP_TYPES = {"float32": 7, "uint16": 9, "float16": 6}  # CUtensorMapDataType: FLOAT32, BFLOAT16, FLOAT16
 SPLITS = (1, 2, 4)
@@ -64,7 +66,7 @@ MIN_SPLIT_K = 256  # of K a split keeps, at least
 
 def config_name(config: tuple) -> str:
     return ("wg{}-n{}-s{}".format(*config) + (f"-c{config[3]}" if config[3] > 1 else "")
-            + (f"-r{config[4]}" if config[4] > 1 else ""))
+            + (f"-r{config[4]}" if config[4] > 1 else "") + (f"-k{config[5]}" if config[5] > 1 else ""))
 
 
 def kind_of(x3: bool) -> str:
@@ -83,25 +85,27 @@ STAGING_ROWS = 16  # rows of it a consumer warp (gemm_wgmma.cu's store_staged)
 
 
 def smem_bytes(config: tuple, kind: str) -> int:
-    """Shared memory of a CTA: the stages, their two mbarriers each, 1024 to align the base, and for
-    a half kind with one block of rows a warpgroup the area its 16-bit C is stored through."""
-    wgs, stages, rows = config[0], config[2], config[4]
+    """Shared memory of a CTA: the stages, their two mbarriers each, 1024 to align the base, and one area
+    after them: for a half kind with one block of rows a warpgroup, where its 16-bit C is stored
+    through; with two ways, where they hand each other half the tile's columns (FP32), first."""
+    wgs, bn, stages, rows, ways = config[0], config[1], config[2], config[4], config[5]
     staging = 4 * wgs * STAGING_ROWS * STAGING_ROW if kind == "half" and rows == 1 else 0
-    return stages * (tile_rows(config) + config[1]) * ROW * (2 if kind == "x3tf32" else 1) + 16 * stages + 1024 + staging
+    swap = 4 * 64 * bn * (wgs // ways) if ways > 1 else 0
+    return stages * (tile_rows(config) + bn) * ROW * (2 if kind == "x3tf32" else 1) + 16 * stages + 1024 + max(staging, swap)
 
 
 def tile_rows(config: tuple) -> int:
-    """BM: the rows of A a CTA's tile holds (64 a block, R blocks a consumer warpgroup)."""
-    return 64 * config[0] * config[4]
+    """BM: the rows of A a CTA's tile holds (64 a block, R blocks a consumer warpgroup, its ways on the same rows)."""
+    return 64 * config[0] // config[5] * config[4]
 
 
 def kernel_name(config: tuple, kind: str, tag: str = "float", ta: bool = False, tb: bool = False,
                 out: str = "float") -> str:
     """The instantiation: element type (float for TF32, a HALF_TAG), output type (float, or the half
     tag), config, X3, and (16-bit) whether A and Bt are MN-major."""
-    wgs, bn, stages, cluster, rows = config
+    wgs, bn, stages, cluster, rows, ways = config
     flags = (str(kind == "x3tf32").lower(), cluster, str(ta).lower(), str(tb).lower())
-    return f"gemm_wgmma<{tag},{out},{wgs},{bn},{stages},{flags[0]},{flags[1]},{flags[2]},{flags[3]},{rows}>"
+    return f"gemm_wgmma<{tag},{out},{wgs},{bn},{stages},{flags[0]},{flags[1]},{flags[2]},{flags[3]},{rows},{ways}>"
 
 
 HELPERS = tuple(f"wgmma_splitk_sum<{t}>" for t in ("float",) + HALF_TAGS) + (
@@ -496,7 +500,7 @@ def gemm_launch(cfg: tuple, kind: str, tag: str, a_parts: tuple, b_parts: tuple,
     cp = cupy()
     (A, As, ta), (Bt, Bs, tb) = a_parts, b_parts
     (M, K), N = A.shape, Bt.shape[0]
-    wgs, bn, _, cluster, _ = cfg
+    wgs, bn, _, cluster, _, _ = cfg
     bm = tile_rows(cfg)
     kps, z = split_k(K, splits, stage_k(A.itemsize))  # the splits pick the kernel's output type; the grid needs it
     target = out if z == 1 else workspace(z, M, N)  # split: float32 parts, summed into out after
