@@ -64,10 +64,9 @@ __device__ __forceinline__ unsigned long long descriptor(unsigned addr) {
     return d;
 }
 
-template <typename E, int N, bool TA, bool TB>
-__device__ __forceinline__ void mma(float (&d)[N / 2], unsigned a, unsigned b, int accumulate) {
-    wgmma<TA, TB>(E{}, d, descriptor<TA>(a), descriptor<TB>(b), accumulate);
-}
+// a descriptor `bytes` further on in shared memory: its address field is the address / 16, and shared
+// memory (under 256 KiB) never carries out of it, so offsets are added, not encoded again
+__device__ __forceinline__ unsigned long long advanced(unsigned long long desc, unsigned bytes) { return desc + (bytes >> 4); }
 
 __device__ __forceinline__ void mbar_init(unsigned bar, int count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
@@ -131,25 +130,26 @@ __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
 }
 
-// one warpgroup's MMAs of a stage (its R blocks of 64 rows from row 64 R wg of the A tile; in the
-// A tile a block of 64 rows is 64 ROW bytes whether K-major or an MN-major box) into d, which the
+// one warpgroup's MMAs of a stage (its R blocks of 64 rows of the A tile at descriptor da; in the A tile a
+// block of 64 rows is 64 ROW bytes whether K-major or an MN-major box; B's tile at db) into d, which the
 // first MMA starts afresh unless `accumulate`
 template <typename E, int BM, int BN, int R, bool X3, bool TA, bool TB>
-__device__ __forceinline__ void stage_mmas(float (&d)[R][BN / 2], unsigned stage, int wg, int accumulate) {
-    constexpr int A_BYTES = BM * ROW, HALF = (BM + BN) * ROW;
+__device__ __forceinline__ void stage_mmas(float (&d)[R][BN / 2], unsigned long long da, unsigned long long db,
+                                           int accumulate) {
+    constexpr int HALF = (BM + BN) * ROW;
     constexpr int STEP_A = TA ? 16 * ROW : 32, STEP_B = TB ? 16 * ROW : 32;   // a k-step's bytes
-    const unsigned a = stage + wg * R * 64 * ROW, b = stage + A_BYTES;
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
         if constexpr (X3) {
-            mma<E, BN, TA, TB>(d[0], a + HALF + ks * 32, b + ks * 32, ks == 0 ? accumulate : 1);
-            mma<E, BN, TA, TB>(d[0], a + ks * 32, b + HALF + ks * 32, 1);
-            mma<E, BN, TA, TB>(d[0], a + ks * 32, b + ks * 32, 1);
+            wgmma<TA, TB>(E{}, d[0], advanced(da, HALF + ks * 32), advanced(db, ks * 32), ks == 0 ? accumulate : 1);
+            wgmma<TA, TB>(E{}, d[0], advanced(da, ks * 32), advanced(db, HALF + ks * 32), 1);
+            wgmma<TA, TB>(E{}, d[0], advanced(da, ks * 32), advanced(db, ks * 32), 1);
         } else {
 #pragma unroll
             for (int r = 0; r < R; ++r)
-                mma<E, BN, TA, TB>(d[r], a + r * 64 * ROW + ks * STEP_A, b + ks * STEP_B, ks == 0 ? accumulate : 1);
+                wgmma<TA, TB>(E{}, d[r], advanced(da, r * 64 * ROW + ks * STEP_A), advanced(db, ks * STEP_B),
+                              ks == 0 ? accumulate : 1);
         }
     }
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
@@ -375,13 +375,14 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
     if (threadIdx.x < 128) {   // the producer warpgroup
         if constexpr (R > 1) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(PRODUCER_REGS));
         if (threadIdx.x == 0) {   // the producer: one thread drives the copy engine
-            int it = 0;        // the stages' ring position, continued across tiles
+            int s = 0;              // the stages' ring position, continued across tiles
+            unsigned phase = 0;     // and how many times round it, mod 2
             for (int tile = first; tile < tiles; tile += step) {
                 const Work w = work(tile);
-                for (int t = 0; t < w.ktiles; ++t, ++it) {
-                    const int s = it % STAGES, k0 = w.kbegin + t * BK;
+                for (int t = 0; t < w.ktiles; ++t, s = s + 1 == STAGES ? 0 : s + 1, phase ^= s == 0) {
+                    const int k0 = w.kbegin + t * BK;
                     const unsigned stage = base + s * STAGE, bar = full + 8 * s;
-                    mbar_wait(empty + 8 * s, ((it / STAGES) & 1) ^ 1);   // a fresh barrier passes parity 1
+                    mbar_wait(empty + 8 * s, phase ^ 1);   // a fresh barrier passes parity 1
                     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(STAGE) : "memory");
                     load<TA, 1>(stage, map_a, k0, w.m0, BM, bar);
                     if constexpr (X3) load<TA, 1>(stage + HALF, map_as, k0, w.m0, BM, bar);
@@ -410,7 +411,10 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
             }
         }
     };
-    int it = 0;
+    // the descriptors of stage 0's tiles (this warpgroup's rows of A, and B), which each stage's offset advances
+    const unsigned long long da0 = descriptor<TA>(base + group * R * 64 * ROW), db0 = descriptor<TB>(base + A_BYTES);
+    int s = 0;              // the stages' ring position, continued across tiles, as the producer's
+    unsigned phase = 0;
     for (int tile = first; tile < tiles; tile += step) {
         const Work w = work(tile);
         float d[R][BN / 2], total[X3 ? BN / 2 : 1];
@@ -420,14 +424,13 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
             for (int r = 0; r < R; ++r) d[r][i] = 0.0f;
             if constexpr (X3) total[i] = 0.0f;
         }
-        int last = -1;   // this warpgroup's last k-stage of the tile (its way takes every KW-th)
-        for (int t = 0; t < w.ktiles; ++t) {
-            const int s = (it + t) % STAGES;
+        int last = -1;   // the stage of this warpgroup's last k-step of the tile (its way takes every KW-th)
+        for (int t = 0; t < w.ktiles; ++t, s = s + 1 == STAGES ? 0 : s + 1, phase ^= s == 0) {
             // every stage waited on in order, the other way's too: a stage's fill may land after a later
             // one's, and only an in-order wait knows the parity it tests is the phase it wants
-            mbar_wait(full + 8 * s, ((it + t) / STAGES) & 1);
+            mbar_wait(full + 8 * s, phase);
             if (t % KW != way) continue;
-            stage_mmas<E, BM, BN, R, X3, TA, TB>(d, base + s * STAGE, group, X3 ? 0 : 1);
+            stage_mmas<E, BM, BN, R, X3, TA, TB>(d, advanced(da0, s * STAGE), advanced(db0, s * STAGE), X3 ? 0 : 1);
             if constexpr (X3) {   // wait 0: ptxas serializes every wgmma where running MMAs' registers are read
                 asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #pragma unroll
@@ -435,12 +438,11 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
             } else {
                 asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
             }
-            if (last >= 0) release((it + last) % STAGES);   // the MMAs of the stage before are done
-            last = t;
+            if (last >= 0) release(last);   // the MMAs of the stage before are done
+            last = s;
         }
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        if (last >= 0) release((it + last) % STAGES);
-        it += w.ktiles;
+        if (last >= 0) release(last);
         if constexpr (KW == 2) {
             float mine[BN / 4];
             swap_halves<BN>(d[0], mine, way, group, staging);
