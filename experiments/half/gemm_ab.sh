@@ -11,7 +11,7 @@ ln -sfn ../data .before/data
 run() {  # side, dtype, extra bench arguments...
   local side=$1 dtype=$2 root commit; shift 2
   [ "$side" = before ] && root=$PWD/.before commit=$BEFORE_COMMIT || root=$PWD commit=$AFTER_COMMIT
-  (cd "$root" && PYTHONPATH=$root PERFLAB_GIT_COMMIT=$commit timeout 150 python3 -m perflab bench gemm --dtype "$dtype" \
+  (cd "$root" && PYTHONPATH=$root PERFLAB_GIT_COMMIT=$commit timeout ${BENCH_S:-150} python3 -m perflab bench gemm --dtype "$dtype" \
      --batches 3200 12000 --out "/tmp/gemm_${side}_$dtype" "$@" 2>&1 | tail -1)
   python3 - "$side" "$commit" "/tmp/gemm_${side}_$dtype/bench_gemm_$dtype.csv" "$OUT/gemm_ab_$dtype.csv" \
     >> "$OUT/gemm_ab_$dtype.csv" <<'PY'
@@ -28,6 +28,7 @@ PY
 STAGES=${STAGES:-"bfloat16 float32"}
 [[ $STAGES == *bfloat16* ]] && for side in before after; do run $side bfloat16; done
 [[ $STAGES == *float32* ]] && for side in before after; do run $side float32 --variants wgmma x3tf32 cublas --hidden 1024 2048 --peers; done
+[ "${TEST_S:-400}" = 0 ] && exit 0  # TEST_S=0: the benches alone
 PYTHONPATH=$PWD timeout ${TEST_S:-400} python3 -m pytest -q -m gpu tests/test_gpu_half.py tests/test_gpu.py -k "wgmma or x3tf32 or half" \
   -p no:cacheprovider 2>&1 | tail -4 > "$OUT/gpu_tests_wgmma.log"
 cat "$OUT/gpu_tests_wgmma.log"
