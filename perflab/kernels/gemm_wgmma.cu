@@ -36,10 +36,11 @@
 // stages, ran slower.) Both: docs/DECISIONS.md, D52.
 //
 // KW = 2 (ways): the consumer warpgroups share a tile's rows in pairs and take its k-stages in turn, so that
-// two chains of MMAs run on each block of 64 rows where one warpgroup's chain alone kept the tensor
-// cores half idle on tiles 64 rows high (a weight gradient: a small C, a long K; cuBLAS's kernels
-// there run two consumer warpgroups on a 64-row tile). At the tile's end each way hands the other
-// half of its columns to the other through shared memory and stores its own half (swap_halves).
+// two chains of MMAs run on each block of 64 rows where one warpgroup's chain alone left the tensor
+// cores idle between its stages on tiles 64 rows high (a weight gradient: a small C, a long K; cuBLAS's
+// kernels there run two consumer warpgroups on a 64-row tile; docs/DECISIONS.md, D73). At the tile's
+// end each way hands the other half of its columns to the other through shared memory and stores its
+// own half (swap_halves).
 //
 // Split-K: split z takes k in [z kps, (z + 1) kps) (kps a multiple of 32); with several splits each
 // writes alpha times its part to C + z M ldc (a workspace; beta is ignored) and wgmma_splitk_sum
