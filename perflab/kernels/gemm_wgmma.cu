@@ -366,6 +366,8 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
         return w;
     };
     if (threadIdx.x == 0) {
+        const void* maps[4] = {map_a, map_as, map_b, map_bs};   // fetched now, not at the first loads
+        for (int i = 0; i < 4; ++i) asm volatile("prefetch.tensormap [%0];\n" :: "l"(maps[i]) : "memory");
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full + 8 * s, 1);
             mbar_init(empty + 8 * s, 4 * (WGS / KW) * CL);   // free once the cluster's warps that read it are done
