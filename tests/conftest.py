@@ -23,6 +23,15 @@ def pytest_sessionstart(session):
     compile_package(PROJECT_ROOT)
 
 
+@pytest.fixture(autouse=True)
+def figures_closed():
+    """Each test's matplotlib figures closed after it: a worker that ran twenty figure tests warned of open ones."""
+    yield
+    import sys
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
