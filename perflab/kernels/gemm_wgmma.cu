@@ -335,8 +335,9 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
     // register file allows; the producer warpgroup gives most of its registers to the consumers
     constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = (65536 / 128 - PRODUCER_REGS) / WGS / 8 * 8;
     static_assert(R == 1 || !X3, "3xTF32 keeps one block of rows a warpgroup");
-    static_assert(KW == 1 || (KW == 2 && WGS % 2 == 0 && R == 1 && !X3 && BN % 16 == 0),
-                  "two ways: pairs of warpgroups, one block of rows each, halves of whole 8-column blocks");
+    // two ways: one pair of warpgroups (their halves' area is where a 16-bit C is staged after: a second pair's
+    // halves could still be in it), one block of rows, halves of whole 8-column blocks
+    static_assert(KW == 1 || (KW == 2 && WGS == 2 && R == 1 && !X3 && BN % 16 == 0), "two ways: see above");
     constexpr int B_PART = BN / CL * ROW;   // the bytes of B a CTA of the cluster loads for all
     // a 16-bit C is stored through shared memory past the mbarriers (store_staged), 64 columns at a
     // time, where one block of rows a warpgroup leaves room for it (wgmma.py's smem_bytes)
