@@ -36,11 +36,11 @@
 // stages, ran slower.) Both: docs/DECISIONS.md, D52.
 //
 // KW = 2 (ways): the consumer warpgroups share a tile's rows in pairs and take its k-stages in turn, so that
-// two chains of MMAs run on each block of 64 rows where one warpgroup's chain alone left the tensor
-// cores idle between its stages on tiles 64 rows high (a weight gradient: a small C, a long K; cuBLAS's
-// kernels there run two consumer warpgroups on a 64-row tile; docs/DECISIONS.md, D73). At the tile's
-// end each way hands the other half of its columns to the other through shared memory and stores its
-// own half (swap_halves).
+// two chains of MMAs run on each block of 64 rows (a weight gradient's small C and long K, where that
+// ran faster than one chain: docs/DECISIONS.md, D73). At the tile's end each way hands the other half
+// of its columns to the other through shared memory and stores its own half (swap_halves). Two ways
+// take one tile a CTA (wgmma.py's plan): at a next tile one way could lag the other by more than the
+// stage ring, and its halves could meet the other's staged C.
 //
 // Split-K: split z takes k in [z kps, (z + 1) kps) (kps a multiple of 32); with several splits each
 // writes alpha times its part to C + z M ldc (a workspace; beta is ignored) and wgmma_splitk_sum
@@ -428,8 +428,8 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
         }
         int last = -1;   // the stage of this warpgroup's last k-step of the tile (its way takes every KW-th)
         for (int t = 0; t < w.ktiles; ++t, s = s + 1 == STAGES ? 0 : s + 1, phase ^= s == 0) {
-            // every stage waited on in order, the other way's too: a stage's fill may land after a later
-            // one's, and only an in-order wait knows the parity it tests is the phase it wants
+            // every stage waited on in order, the other way's too, so that no wait passes on a stage's
+            // earlier phase (a stage's fill may land after a later one's)
             mbar_wait(full + 8 * s, phase);
             if (t % KW != way) continue;
             stage_mmas<E, BM, BN, R, X3, TA, TB>(d, advanced(da0, s * STAGE), advanced(db0, s * STAGE), X3 ? 0 : 1);
