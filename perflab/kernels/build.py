@@ -11,6 +11,11 @@ import numpy as np
 i32, u64 = np.int32, np.uint64  # kernel arguments must carry their C types (int, size_t)
 
 
+def pointer(x):
+    """A kernel's optional array argument: the array, or a null pointer for None."""
+    return u64(0) if x is None else x
+
+
 KERNEL_DIR = Path(__file__).resolve().parent
 
 

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from perflab.kernels.build import KernelError, ctype, i32, module, u64
+from perflab.kernels.build import KernelError, ctype, i32, module, pointer, u64
 
 ELEMENTWISE = ("bias_sigmoid", "add_bias", "softmax_xent_grad", "sigmoid_backward", "sigmoid_backward_rows", "row_sum",
                "sgd_update", "l2_partials", "output_backward_reduce")
@@ -75,11 +75,6 @@ def elementwise_function(name: str, T: str):
 
 def grid_1d(n: int, per: int = 256) -> tuple:
     return (max(1, math.ceil(n / per)),)
-
-
-def pointer(x):
-    """A kernel's optional array argument: the array, or a null pointer for None."""
-    return u64(0) if x is None else x
 
 
 def threads_16_bytes(x) -> int:
@@ -248,8 +243,7 @@ def output_backward(W2, delta, a1, dz1, dW2, db1, part, dz1_small=None, db2=None
             (nb, math.ceil(H / (8 * BW_ROWS))), (256,),
             (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n), pointer(dz1_small)))
     elementwise("output_backward_reduce", part.dtype)(grid_1d((C + 1) * H + sums), (256,),
-                                                      (part, dW2, db1, i32(C), i32(H), i32(nb),
-                                                       pointer(db2),
+                                                      (part, dW2, db1, i32(C), i32(H), i32(nb), pointer(db2),
                                                        pointer(overflow)))
     return dz1
 

@@ -69,6 +69,13 @@ __device__ __forceinline__ unsigned long long descriptor(unsigned addr) {
 // memory (under 256 KiB) never carries out of it, so offsets are added, not encoded again
 __device__ __forceinline__ unsigned long long advanced(unsigned long long desc, unsigned bytes) { return desc + (bytes >> 4); }
 
+// the next stage of the ring, and `phase` (how many times round it, mod 2) flipped where it wraps
+template <int STAGES>
+__device__ __forceinline__ void next_stage(int& s, unsigned& phase) {
+    s = s + 1 == STAGES ? 0 : s + 1;
+    phase ^= s == 0;
+}
+
 __device__ __forceinline__ void mbar_init(unsigned bar, int count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
 }
@@ -271,31 +278,28 @@ __device__ __forceinline__ void store_staged(const float (&d)[BN / 2], int row0,
     }
 }
 
-__device__ __forceinline__ void named_sync(int id, int threads) {
-    asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
-}
+// the two ways' barrier (named barrier 1; barrier 0 is __syncthreads'): their 256 threads
+__device__ __forceinline__ void ways_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
 
-// two ways of a block of rows (KW = 2, `group` of them; 256 threads): each keeps half the tile's columns
-// (way 0 the first) in `mine`, the sum of both ways' accumulators there; the other half goes to the
-// other way through shared memory at `area` (BN / 4 floats a thread, laid out thread-fastest: no bank
-// conflicts). Indices are compile-time, so the accumulators stay in registers.
+// the two ways (KW = 2): each keeps half the tile's columns (way 0 the first) in `mine`, the sum of both
+// ways' accumulators there; the other half goes to the other way through shared memory at `area` (BN / 4
+// floats a thread, laid out thread-fastest: no bank conflicts). Indices are compile-time, so the
+// accumulators stay in registers.
 template <int BN>
-__device__ __forceinline__ void swap_halves(const float (&d)[BN / 2], float (&mine)[BN / 4], int way, int group,
-                                            unsigned area) {
+__device__ __forceinline__ void swap_halves(const float (&d)[BN / 2], float (&mine)[BN / 4], int way, unsigned area) {
     constexpr int Q = BN / 4;
-    const unsigned lane4 = (threadIdx.x & 127) * 4, give = area + (2 * group + 1 - way) * Q * 512,
-                   take = area + (2 * group + way) * Q * 512;
+    const unsigned lane4 = (threadIdx.x & 127) * 4, give = area + (1 - way) * Q * 512, take = area + way * Q * 512;
 #pragma unroll
     for (int i = 0; i < Q; ++i)
         asm volatile("st.shared.f32 [%0], %1;\n" :: "r"(give + i * 512 + lane4), "f"(way ? d[i] : d[Q + i]) : "memory");
-    named_sync(1 + group, 256);
+    ways_sync();
 #pragma unroll
     for (int i = 0; i < Q; ++i) {
         float other;
         asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(other) : "r"(take + i * 512 + lane4) : "memory");
         mine[i] = (way ? d[Q + i] : d[i]) + other;
     }
-    named_sync(1 + group, 256);   // read before the next tile's halves are given
+    ways_sync();   // read before the next tile's halves are given
 }
 
 // STAGED: a 16-bit C goes through shared memory (store_staged); the rest from registers
@@ -381,7 +385,7 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
             unsigned phase = 0;     // and how many times round it, mod 2
             for (int tile = first; tile < tiles; tile += step) {
                 const Work w = work(tile);
-                for (int t = 0; t < w.ktiles; ++t, s = s + 1 == STAGES ? 0 : s + 1, phase ^= s == 0) {
+                for (int t = 0; t < w.ktiles; ++t, next_stage<STAGES>(s, phase)) {
                     const int k0 = w.kbegin + t * BK;
                     const unsigned stage = base + s * STAGE, bar = full + 8 * s;
                     mbar_wait(empty + 8 * s, phase ^ 1);   // a fresh barrier passes parity 1
@@ -427,7 +431,7 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
             if constexpr (X3) total[i] = 0.0f;
         }
         int last = -1;   // the stage of this warpgroup's last k-step of the tile (its way takes every KW-th)
-        for (int t = 0; t < w.ktiles; ++t, s = s + 1 == STAGES ? 0 : s + 1, phase ^= s == 0) {
+        for (int t = 0; t < w.ktiles; ++t, next_stage<STAGES>(s, phase)) {
             // every stage waited on in order, the other way's too, so that no wait passes on a stage's
             // earlier phase (a stage's fill may land after a later one's)
             mbar_wait(full + 8 * s, phase);
@@ -447,8 +451,8 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
         if (last >= 0) release(last);
         if constexpr (KW == 2) {
             float mine[BN / 4];
-            swap_halves<BN>(d[0], mine, way, group, staging);
-            store<BN / 2, STAGED>(mine, w.m0 + group * 64, w.n0 + way * (BN / 2), M, N, alpha, beta, C, ldc, w.z,
+            swap_halves<BN>(d[0], mine, way, staging);
+            store<BN / 2, STAGED>(mine, w.m0, w.n0 + way * (BN / 2), M, N, alpha, beta, C, ldc, w.z,
                                   splits > 1, bias, staging);
         } else if constexpr (X3) {
             store<BN, STAGED>(total, w.m0 + wgi * 64, w.n0, M, N, alpha, beta, C, ldc, w.z, splits > 1, bias, staging);

@@ -33,6 +33,7 @@ from perflab.kernels.build import (
     max_active_clusters,
     module,
     multiprocessors,
+    pointer,
     prepared_launch_ex,
 )
 
@@ -90,7 +91,7 @@ def smem_bytes(config: tuple, kind: str) -> int:
     through; with two ways, where they hand each other half the tile's columns (FP32), first."""
     wgs, bn, stages, rows, ways = config[0], config[1], config[2], config[4], config[5]
     staging = 4 * wgs * STAGING_ROWS * STAGING_ROW if kind == "half" and rows == 1 else 0
-    swap = 4 * 64 * bn * (wgs // ways) if ways > 1 else 0
+    swap = 4 * 64 * bn if ways > 1 else 0   # two ways: one pair of warpgroups, 64 rows of FP32
     return stages * (tile_rows(config) + bn) * ROW * (2 if kind == "x3tf32" else 1) + 16 * stages + 1024 + max(staging, swap)
 
 
@@ -512,10 +513,9 @@ def gemm_launch(cfg: tuple, kind: str, tag: str, a_parts: tuple, b_parts: tuple,
     if cluster > 1:  # a grid of clusters that all run at once
         sms = cluster * max_active_clusters(fn, threads, smem, cluster)
     grid = plan(M, N, K, cfg, splits, sms, stage_k(A.itemsize))[2]
-    no_bias = np.uint64(0)
     args = (i32(M), i32(N), i32(K), i32(kps), cp.float32(alpha), tensor_map(A, K, bm, ta),
             tensor_map(As, K, bm, ta), tensor_map(Bt, K, bn // cluster, tb), tensor_map(Bs, K, bn // cluster, tb),
-            cp.float32(beta), target, i32(N), bias if bias is not None and z == 1 else no_bias,
+            cp.float32(beta), target, i32(N), pointer(bias if z == 1 else None),
             i32(M_FASTEST and math.ceil(M / (bm * cluster)) < math.ceil(N / bn)))
     if cluster > 1:
         launches = [prepared_launch_ex(fn, (grid,), (threads,), args, smem, {CLUSTER_DIMENSION: (cluster, 1, 1)})]
@@ -524,7 +524,7 @@ def gemm_launch(cfg: tuple, kind: str, tag: str, a_parts: tuple, b_parts: tuple,
     if z > 1:
         launches.append(later(helper(f"wgmma_splitk_sum<{out_tag}>"), (math.ceil(M * N / 256),), (256,),
                               (i32(M), i32(N), i32(z), target, cp.float32(beta), out, i32(N),
-                               no_bias if bias is None else bias)))
+                               pointer(bias))))
     return launches
 
 
