@@ -51,6 +51,8 @@ def times(lines_path, choices_path):
 
 def profile(choices_path, only=None):
     best = json.load(open(choices_path))
+    if only and only not in best:
+        sys.exit(f"ncu_bwd3.py --profile: no shape {only!r} in {choices_path}; the shapes are {', '.join(best)}")
     shapes = [tuple(map(int, only.split(",")))] if only else SHAPES
     cases = [(operands(H, B), best[f"{H},{B}"][:2]) for H, B in shapes]
     for (dz, X, out), (config, splits) in cases:  # compiled and warm before the range
