@@ -38,9 +38,10 @@
 // KW = 2 (ways): the consumer warpgroups share a tile's rows in pairs and take its k-stages in turn, so that
 // two chains of MMAs run on each block of 64 rows (a weight gradient's small C and long K, where that
 // ran faster than one chain: docs/DECISIONS.md, D73). At the tile's end each way hands the other half
-// of its columns to the other through shared memory and stores its own half (swap_halves). Two ways
-// take one tile a CTA (wgmma.py's plan): at a next tile one way could lag the other by more than the
-// stage ring, and its halves could meet the other's staged C.
+// of its columns to the other through shared memory and stores its own half (swap_halves). Every
+// consumer warp arrives on every stage it waits on (the other way's at once), so that no stage is
+// filled again before both ways have seen its fill, and swap_halves waits for both ways before it
+// writes, so that one way's halves never meet the other's C still staged from the tile before.
 //
 // Split-K: split z takes k in [z kps, (z + 1) kps) (kps a multiple of 32); with several splits each
 // writes alpha times its part to C + z M ldc (a workspace; beta is ignored) and wgmma_splitk_sum
@@ -289,6 +290,7 @@ template <int BN>
 __device__ __forceinline__ void swap_halves(const float (&d)[BN / 2], float (&mine)[BN / 4], int way, unsigned area) {
     constexpr int Q = BN / 4;
     const unsigned lane4 = (threadIdx.x & 127) * 4, give = area + (1 - way) * Q * 512, take = area + way * Q * 512;
+    ways_sync();   // both ways done with the area (a staged 16-bit C of the tile before)
 #pragma unroll
     for (int i = 0; i < Q; ++i)
         asm volatile("st.shared.f32 [%0], %1;\n" :: "r"(give + i * 512 + lane4), "f"(way ? d[i] : d[Q + i]) : "memory");
@@ -373,7 +375,7 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full + 8 * s, 1);
-            mbar_init(empty + 8 * s, 4 * (WGS / KW) * CL);   // free once the cluster's warps that read it are done
+            mbar_init(empty + 8 * s, 4 * WGS * CL);   // free once every consumer warp of the cluster has seen it
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -435,7 +437,10 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
             // every stage waited on in order, the other way's too, so that no wait passes on a stage's
             // earlier phase (a stage's fill may land after a later one's)
             mbar_wait(full + 8 * s, phase);
-            if (t % KW != way) continue;
+            if (t % KW != way) {   // the other way's stage: seen, so it may be filled again once that way is done
+                release(s);
+                continue;
+            }
             stage_mmas<E, BM, BN, R, X3, TA, TB>(d, advanced(da0, s * STAGE), advanced(db0, s * STAGE), X3 ? 0 : 1);
             if constexpr (X3) {   // wait 0: ptxas serializes every wgmma where running MMAs' registers are read
                 asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");

@@ -136,12 +136,11 @@ def stage_k(itemsize: int) -> int:
 def plan(M: int, N: int, K: int, config: tuple, splits: int, sms: int, bk: int = BK) -> tuple[int, int, int]:
     """(k a split, splits, CTAs) of a launch: k a split rounded up to whole stages of `bk`, and a
     persistent grid of at most one CTA a multiprocessor (`sms`: as many as run at once), in whole
-    clusters, each of which takes `cluster` M-adjacent tiles at a time. Two ways take one tile a CTA,
-    however many: their stage barriers and shared halves are not made for a CTA's next tile."""
+    clusters, each of which takes `cluster` M-adjacent tiles at a time."""
     cluster = config[3]
     kps, z = split_k(K, splits, bk)
     tiles = math.ceil(N / config[1]) * math.ceil(M / (tile_rows(config) * cluster)) * z
-    return kps, z, (tiles if config[5] > 1 else min(tiles, sms // cluster)) * cluster
+    return kps, z, min(tiles, sms // cluster) * cluster
 
 
 def split_k(K: int, splits: int, bk: int = BK) -> tuple[int, int]:
