@@ -10,7 +10,8 @@ end the halves swapped through the area a 16-bit C is then staged through. Each 
 
   python two_ways_protocol.py [RUNS]    main's protocol (release by the consuming way; two barriers a tile) and
                                         both_ways_release.patch's (every way arrives on every stage it waits on;
-                                        a third barrier before the halves), one tile a CTA and several
+                                        a third barrier before the halves; landed in session 55, 04c5d92),
+                                        one tile a CTA and several
 
 A model, not the kernel: one actor stands for a way's four warps, and a step is any one actor's move."""
 import random
