@@ -240,7 +240,8 @@ def test_a_half_config_is_compiled_for_an_mn_major_b_only_where_its_b_part_is_wh
     names = set(wgmma_names())
     narrow = [c for c in CONFIGS["half"] if not reads_b_mn_major(c)]
     assert {config_name(c) for c in narrow} == {"wg1-n112-s9-c2", "wg2-n112-s6-c2", "wg1-n128-s8-c4", "wg2-n112-s8-k2",
-                                                "wg2-n112-s8-c2-k2", "wg2-n128-s8-c4-k2"}
+                                                "wg2-n112-s8-c2-k2", "wg2-n128-s8-c4-k2", "wg2-n64-s12-c2-k2",
+                                                "wg2-n64-s12-c4-k2"}
     for config in CONFIGS["half"]:
         for ta in (False, True):
             mn = kernel_name(config, "half", "bf16", ta, True, "bf16")
