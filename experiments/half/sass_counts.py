@@ -1,0 +1,91 @@
+"""The half wgmma GEMM's machine code counted without a GPU: the kernels the half step picks, compiled by nvcc
+for sm_90a from a tree's perflab/kernels, disassembled by cuobjdump, and counted (instructions, R2UR moves from
+vector to uniform registers, registers a thread, and the instructions of the main loop, from its first HGMMA's
+stage wait to its back branch).
+
+  python sass_counts.py [KERNELS_DIR ...]     one table a tree (default: this tree's perflab/kernels)
+
+nvcc must be on PATH; cuobjdump on PATH or in $CUOBJDUMP (the CUDA toolkit's, or the registry's
+nvidia-cuda-cuobjdump wheel: pip download --no-deps nvidia-cuda-cuobjdump, its nvidia/cu13/bin/cuobjdump).
+Session 55 wrote it to see where the kernel's instructions go with no device time left (README.md)."""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+SIGNATURE = "(int, int, int, int, float, const void*, const void*, const void*, const void*, float, {out}*, int, const float*, int)"
+KERNELS = {  # name: (output type, template arguments after the element and output types)
+    "fwd n256 (bias, sigmoid)": ("bf16", "2,256,4,false,1,false,false,1,1"),
+    "fwd n128": ("bf16", "2,128,6,false,1,false,false,1,1"),
+    "dW_1 n112 two ways": ("float", "2,112,8,false,1,false,false,1,2"),
+    "dW_1 n64 two ways": ("float", "2,64,12,false,1,false,false,1,2"),
+}
+
+
+def cuobjdump() -> str:
+    return os.environ.get("CUOBJDUMP", "cuobjdump")
+
+
+def compile_and_dump(kernels_dir: Path, work: Path) -> tuple[str, str]:
+    """The SASS of KERNELS' instantiations and ptxas's report of their registers."""
+    lines = ['#include "gemm_wgmma.cu"']
+    for out, args in KERNELS.values():
+        lines.append(f"template __global__ void gemm_wgmma<bf16,{out},{args}>{SIGNATURE.format(out=out)};")
+    source = work / "instances.cu"
+    source.write_text("\n".join(lines) + "\n")
+    cubin = work / "instances.cubin"
+    built = subprocess.run(["nvcc", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-cubin", "-O3",
+                            f"-I{kernels_dir}", "-Xptxas", "-v", str(source), "-o", str(cubin)],
+                           capture_output=True, text=True, check=True)
+    sass = subprocess.run([cuobjdump(), "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    return sass, built.stderr
+
+
+def functions(sass: str) -> dict:
+    """Each function's instructions (the opcode text of each line), by mangled name."""
+    found, name = {}, None
+    for line in sass.splitlines():
+        header = re.search(r"Function : (\S+)", line)
+        if header:
+            name = header.group(1)
+            found[name] = []
+        elif name and re.match(r"\s+/\*[0-9a-f]{4}\*/", line):
+            found[name].append(line.split("*/", 1)[1].split(";")[0].strip())
+    return found
+
+
+def main_loop(code: list) -> int:
+    """Instructions from the stage wait before the first HGMMA to the branch back over it."""
+    first = next(i for i, op in enumerate(code) if "HGMMA" in op)
+    wait = max(i for i in range(first) if "SYNCS.PHASECHK" in code[i])
+    back = next(i for i in range(first, len(code)) if re.search(r"BRA 0x[0-9a-f]+", code[i])
+                and int(re.search(r"BRA 0x([0-9a-f]+)", code[i]).group(1), 16) <= 16 * wait)
+    return back - wait + 1
+
+
+def table(kernels_dir: Path) -> list:
+    with tempfile.TemporaryDirectory() as tmp:
+        sass, report = compile_and_dump(kernels_dir, Path(tmp))
+    code = functions(sass)
+    registers = dict(re.findall(r"Compiling entry function '(\S+)'.*?Used (\d+) registers", report, re.S))
+    rows = []
+    for label, (out, args) in KERNELS.items():
+        digits = "".join(f"Li{a}E" for a in args.split(",")[:3])
+        name = next(n for n in code if "gemm_wgmma" in n and digits in n and ("fLi" if out == "float" else "S0_Li") in n)
+        ops = code[name]
+        rows.append((label, len(ops), sum("R2UR" in op for op in ops), int(registers.get(name, -1)), main_loop(ops)))
+    return rows
+
+
+def main(dirs: list) -> None:
+    for d in dirs or [str(Path(__file__).resolve().parents[2] / "perflab" / "kernels")]:
+        print(f"# {d}")
+        print(f"{'kernel':28} {'instructions':>12} {'R2UR':>6} {'registers':>9} {'loop':>6}")
+        for label, n, r2ur, regs, loop in table(Path(d)):
+            print(f"{label:28} {n:12} {r2ur:6} {regs:9} {loop:6}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
