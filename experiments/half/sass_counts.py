@@ -1,7 +1,7 @@
 """The half wgmma GEMM's machine code counted without a GPU: the kernels the half step picks, compiled by nvcc
 for sm_90a from a tree's perflab/kernels, disassembled by cuobjdump, and counted (instructions, R2UR moves from
-vector to uniform registers, registers a thread, and the instructions of the main loop, from its first HGMMA's
-stage wait to its back branch).
+vector to uniform registers, registers a thread, and the main loop's instructions and R2UR moves, from the stage
+wait before its first HGMMA to its back branch).
 
   python sass_counts.py [KERNELS_DIR ...]     one table a tree (default: this tree's perflab/kernels)
 
@@ -56,13 +56,13 @@ def functions(sass: str) -> dict:
     return found
 
 
-def main_loop(code: list) -> int:
-    """Instructions from the stage wait before the first HGMMA to the branch back over it."""
+def main_loop(code: list) -> list:
+    """The instructions from the stage wait before the first HGMMA to the branch back over it."""
     first = next(i for i, op in enumerate(code) if "HGMMA" in op)
     wait = max(i for i in range(first) if "SYNCS.PHASECHK" in code[i])
     back = next(i for i in range(first, len(code)) if re.search(r"BRA 0x[0-9a-f]+", code[i])
                 and int(re.search(r"BRA 0x([0-9a-f]+)", code[i]).group(1), 16) <= 16 * wait)
-    return back - wait + 1
+    return code[wait:back + 1]
 
 
 def table(kernels_dir: Path) -> list:
@@ -75,16 +75,18 @@ def table(kernels_dir: Path) -> list:
         digits = "".join(f"Li{a}E" for a in args.split(",")[:3])
         name = next(n for n in code if "gemm_wgmma" in n and digits in n and ("fLi" if out == "float" else "S0_Li") in n)
         ops = code[name]
-        rows.append((label, len(ops), sum("R2UR" in op for op in ops), int(registers.get(name, -1)), main_loop(ops)))
+        loop = main_loop(ops)
+        rows.append((label, len(ops), sum("R2UR" in op for op in ops), int(registers.get(name, -1)), len(loop),
+                     sum("R2UR" in op for op in loop)))
     return rows
 
 
 def main(dirs: list) -> None:
     for d in dirs or [str(Path(__file__).resolve().parents[2] / "perflab" / "kernels")]:
         print(f"# {d}")
-        print(f"{'kernel':28} {'instructions':>12} {'R2UR':>6} {'registers':>9} {'loop':>6}")
-        for label, n, r2ur, regs, loop in table(Path(d)):
-            print(f"{label:28} {n:12} {r2ur:6} {regs:9} {loop:6}")
+        print(f"{'kernel':28} {'instructions':>12} {'R2UR':>6} {'registers':>9} {'loop':>6} {'loop R2UR':>9}")
+        for label, n, r2ur, regs, loop, loop_r2ur in table(Path(d)):
+            print(f"{label:28} {n:12} {r2ur:6} {regs:9} {loop:6} {loop_r2ur:9}")
 
 
 if __name__ == "__main__":
