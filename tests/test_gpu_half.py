@@ -124,7 +124,8 @@ def test_every_half_wgmma_config_and_split_in_the_layouts_a_step_reads(rng, kind
 def test_two_ways_with_as_few_k_stages_as_ways_or_fewer(rng, kind):
     """A two-way config (warpgroups taking a tile's k-stages in turn) where a way has one stage or none
     (K of 1 or 2 stages, odd), a column half wholly past N, with and without splits, and over several tiles
-    a CTA (486 tiles of 64 rows, 16-bit C staged between them): the sums match, and no way hangs."""
+    a CTA (1100 x 3000: 18 blocks of 64 rows by 24-47 column blocks, 16-bit C staged between them): the sums
+    match, and no way hangs."""
     hopper_or_skip()
     from perflab.kernels.wgmma import CONFIGS, config_name
     storage = kernels.HALF_STORAGE[kind]
