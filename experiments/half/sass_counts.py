@@ -1,13 +1,16 @@
 """The half wgmma GEMM's machine code counted without a GPU: the kernels the half step picks, compiled by nvcc
 for sm_90a from a tree's perflab/kernels, disassembled by cuobjdump, and counted (instructions, R2UR moves from
-vector to uniform registers, registers a thread, and the main loop's instructions and R2UR moves, from the stage
+vector to uniform registers, registers a thread, bytes spilled, and the main loop's instructions and R2UR moves, from the stage
 wait before its first HGMMA to its back branch).
 
-  python sass_counts.py [KERNELS_DIR ...]     one table a tree (default: this tree's perflab/kernels)
+  python sass_counts.py [KERNELS_DIR ...]         one table a tree (default: this tree's perflab/kernels)
+  python sass_counts.py --all [KERNELS_DIR ...]   every instantiation perflab compiles (wgmma_names), compiled alone:
+                                                  which spill, and registers against the first tree's
 
 nvcc must be on PATH; cuobjdump on PATH or in $CUOBJDUMP (the CUDA toolkit's, or the registry's
 nvidia-cuda-cuobjdump wheel: pip download --no-deps nvidia-cuda-cuobjdump, its nvidia/cu13/bin/cuobjdump).
 Session 55 wrote it to see where the kernel's instructions go with no device time left (README.md)."""
+import concurrent.futures
 import os
 import re
 import subprocess
@@ -70,24 +73,56 @@ def table(kernels_dir: Path) -> list:
         sass, report = compile_and_dump(kernels_dir, Path(tmp))
     code = functions(sass)
     registers = dict(re.findall(r"Compiling entry function '(\S+)'.*?Used (\d+) registers", report, re.S))
+    spills = dict(re.findall(r"Compiling entry function '(\S+)'.*?(\d+) bytes spill stores", report, re.S))
     rows = []
     for label, (out, args) in KERNELS.items():
         digits = "".join(f"Li{a}E" for a in args.split(",")[:3])
         name = next(n for n in code if "gemm_wgmma" in n and digits in n and ("fLi" if out == "float" else "S0_Li") in n)
         ops = code[name]
         loop = main_loop(ops)
-        rows.append((label, len(ops), sum("R2UR" in op for op in ops), int(registers.get(name, -1)), len(loop),
-                     sum("R2UR" in op for op in loop)))
+        rows.append((label, len(ops), sum("R2UR" in op for op in ops), int(registers.get(name, -1)),
+                     int(spills.get(name, -1)), len(loop), sum("R2UR" in op for op in loop)))
     return rows
+
+
+def registers_and_spills(kernels_dir: Path, name: str, work: Path) -> tuple[int, int]:
+    """ptxas's registers a thread and bytes spilled for one instantiation (`name`, as wgmma_names gives it)."""
+    out = name.split("<")[1].split(",")[1]
+    source = work / f"{abs(hash(name))}.cu"
+    source.write_text(f'#include "gemm_wgmma.cu"\ntemplate __global__ void {name}{SIGNATURE.format(out=out)};\n')
+    report = subprocess.run(["nvcc", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-cubin", "-O3",
+                             f"-I{kernels_dir}", "-Xptxas", "-v", str(source), "-o", str(source.with_suffix(".cubin"))],
+                            capture_output=True, text=True, check=True).stderr
+    return (int(re.search(r"Used (\d+) registers", report).group(1)),
+            int(re.search(r"(\d+) bytes spill stores", report).group(1)))
+
+
+def every_instantiation(dirs: list) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from perflab.kernels.wgmma import wgmma_names
+    names, first = wgmma_names(), None
+    for d in dirs:
+        with tempfile.TemporaryDirectory() as tmp, concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
+            found = dict(zip(names, pool.map(lambda n: registers_and_spills(Path(d), n, Path(tmp)), names)))
+        spilling = [f"{n} ({b} bytes)" for n, (_, b) in found.items() if b]
+        print(f"# {d}: {len(found)} instantiations, {len(spilling)} spill" + "".join(f"\n  {s}" for s in spilling))
+        if first:
+            more = sum(found[n][0] > first[n][0] for n in names)
+            fewer = sum(found[n][0] < first[n][0] for n in names)
+            print(f"  registers against the first tree: more in {more}, fewer in {fewer}, as many in {len(names) - more - fewer}")
+        first = first or found
 
 
 def main(dirs: list) -> None:
     for d in dirs or [str(Path(__file__).resolve().parents[2] / "perflab" / "kernels")]:
         print(f"# {d}")
-        print(f"{'kernel':28} {'instructions':>12} {'R2UR':>6} {'registers':>9} {'loop':>6} {'loop R2UR':>9}")
-        for label, n, r2ur, regs, loop, loop_r2ur in table(Path(d)):
-            print(f"{label:28} {n:12} {r2ur:6} {regs:9} {loop:6} {loop_r2ur:9}")
+        print(f"{'kernel':28} {'instructions':>12} {'R2UR':>6} {'registers':>9} {'spilled':>7} {'loop':>6} {'loop R2UR':>9}")
+        for label, n, r2ur, regs, spilled, loop, loop_r2ur in table(Path(d)):
+            print(f"{label:28} {n:12} {r2ur:6} {regs:9} {spilled:7} {loop:6} {loop_r2ur:9}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    if sys.argv[1:2] == ["--all"]:
+        every_instantiation(sys.argv[2:] or [str(Path(__file__).resolve().parents[2] / "perflab" / "kernels")])
+    else:
+        main(sys.argv[1:])
