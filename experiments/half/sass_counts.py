@@ -31,19 +31,14 @@ def cuobjdump() -> str:
     return os.environ.get("CUOBJDUMP", "cuobjdump")
 
 
-def compile_and_dump(kernels_dir: Path, work: Path) -> tuple[str, str]:
-    """The SASS of KERNELS' instantiations and ptxas's report of their registers."""
-    lines = ['#include "gemm_wgmma.cu"']
-    for out, args in KERNELS.values():
-        lines.append(f"template __global__ void gemm_wgmma<bf16,{out},{args}>{SIGNATURE.format(out=out)};")
-    source = work / "instances.cu"
-    source.write_text("\n".join(lines) + "\n")
-    cubin = work / "instances.cubin"
-    built = subprocess.run(["nvcc", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-cubin", "-O3",
-                            f"-I{kernels_dir}", "-Xptxas", "-v", str(source), "-o", str(cubin)],
-                           capture_output=True, text=True, check=True)
-    sass = subprocess.run([cuobjdump(), "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
-    return sass, built.stderr
+def build(kernels_dir: Path, names: list, source: Path) -> str:
+    """The instantiations `names` (as wgmma_names gives them) compiled from kernels_dir into source's .cubin;
+    ptxas's report of their registers and spills."""
+    lines = [f"template __global__ void {n}{SIGNATURE.format(out=n.split('<')[1].split(',')[1])};" for n in names]
+    source.write_text('#include "gemm_wgmma.cu"\n' + "\n".join(lines) + "\n")
+    return subprocess.run(["nvcc", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-cubin", "-O3",
+                           f"-I{kernels_dir}", "-Xptxas", "-v", str(source), "-o", str(source.with_suffix(".cubin"))],
+                          capture_output=True, text=True, check=True).stderr
 
 
 def functions(sass: str) -> dict:
@@ -63,14 +58,17 @@ def main_loop(code: list) -> list:
     """The instructions from the stage wait before the first HGMMA to the branch back over it."""
     first = next(i for i, op in enumerate(code) if "HGMMA" in op)
     wait = max(i for i in range(first) if "SYNCS.PHASECHK" in code[i])
-    back = next(i for i in range(first, len(code)) if re.search(r"BRA 0x[0-9a-f]+", code[i])
-                and int(re.search(r"BRA 0x([0-9a-f]+)", code[i]).group(1), 16) <= 16 * wait)
+    back = next(i for i in range(first, len(code))
+                if (branch := re.search(r"BRA 0x([0-9a-f]+)", code[i])) and int(branch.group(1), 16) <= 16 * wait)
     return code[wait:back + 1]
 
 
 def table(kernels_dir: Path) -> list:
     with tempfile.TemporaryDirectory() as tmp:
-        sass, report = compile_and_dump(kernels_dir, Path(tmp))
+        source = Path(tmp) / "instances.cu"
+        report = build(kernels_dir, [f"gemm_wgmma<bf16,{out},{args}>" for out, args in KERNELS.values()], source)
+        sass = subprocess.run([cuobjdump(), "-sass", str(source.with_suffix(".cubin"))], capture_output=True,
+                              text=True, check=True).stdout
     code = functions(sass)
     registers = dict(re.findall(r"Compiling entry function '(\S+)'.*?Used (\d+) registers", report, re.S))
     spills = dict(re.findall(r"Compiling entry function '(\S+)'.*?(\d+) bytes spill stores", report, re.S))
@@ -85,14 +83,9 @@ def table(kernels_dir: Path) -> list:
     return rows
 
 
-def registers_and_spills(kernels_dir: Path, name: str, work: Path) -> tuple[int, int]:
-    """ptxas's registers a thread and bytes spilled for one instantiation (`name`, as wgmma_names gives it)."""
-    out = name.split("<")[1].split(",")[1]
-    source = work / f"{abs(hash(name))}.cu"
-    source.write_text(f'#include "gemm_wgmma.cu"\ntemplate __global__ void {name}{SIGNATURE.format(out=out)};\n')
-    report = subprocess.run(["nvcc", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-cubin", "-O3",
-                             f"-I{kernels_dir}", "-Xptxas", "-v", str(source), "-o", str(source.with_suffix(".cubin"))],
-                            capture_output=True, text=True, check=True).stderr
+def registers_and_spills(kernels_dir: Path, name: str, source: Path) -> tuple[int, int]:
+    """ptxas's registers a thread and bytes spilled for one instantiation, compiled alone."""
+    report = build(kernels_dir, [name], source)
     return (int(re.search(r"Used (\d+) registers", report).group(1)),
             int(re.search(r"(\d+) bytes spill stores", report).group(1)))
 
@@ -103,7 +96,8 @@ def every_instantiation(dirs: list) -> None:
     names, first = wgmma_names(), None
     for d in dirs:
         with tempfile.TemporaryDirectory() as tmp, concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
-            found = dict(zip(names, pool.map(lambda n: registers_and_spills(Path(d), n, Path(tmp)), names)))
+            found = dict(zip(names, pool.map(lambda i: registers_and_spills(Path(d), names[i], Path(tmp) / f"{i}.cu"),
+                                             range(len(names)))))
         spilling = [f"{n} ({b} bytes)" for n, (_, b) in found.items() if b]
         print(f"# {d}: {len(found)} instantiations, {len(spilling)} spill" + "".join(f"\n  {s}" for s in spilling))
         if first:
@@ -114,7 +108,7 @@ def every_instantiation(dirs: list) -> None:
 
 
 def main(dirs: list) -> None:
-    for d in dirs or [str(Path(__file__).resolve().parents[2] / "perflab" / "kernels")]:
+    for d in dirs:
         print(f"# {d}")
         print(f"{'kernel':28} {'instructions':>12} {'R2UR':>6} {'registers':>9} {'spilled':>7} {'loop':>6} {'loop R2UR':>9}")
         for label, n, r2ur, regs, spilled, loop, loop_r2ur in table(Path(d)):
@@ -122,7 +116,6 @@ def main(dirs: list) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--all"]:
-        every_instantiation(sys.argv[2:] or [str(Path(__file__).resolve().parents[2] / "perflab" / "kernels")])
-    else:
-        main(sys.argv[1:])
+    every = sys.argv[1:2] == ["--all"]
+    dirs = sys.argv[1 + every:] or [str(Path(__file__).resolve().parents[2] / "perflab" / "kernels")]
+    (every_instantiation if every else main)(dirs)

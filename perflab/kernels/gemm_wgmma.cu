@@ -409,7 +409,8 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
     // dominates within them)
     if constexpr (R > 1) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(CONSUMER_REGS));
     const int wgi = (threadIdx.x >> 7) - 1, way = wgi % KW, group = wgi / KW;
-    auto release = [&](int s) {   // after wgmma.wait_group: this warp's MMAs on stage s are done
+    // this warp is done with stage s: its MMAs on it waited for, or (two ways) the other way's stage seen
+    auto release = [&](int s) {
         __syncwarp();
         if ((threadIdx.x & 31) == 0) {
             if constexpr (CL == 1) {
