@@ -145,3 +145,13 @@ def test_no_product_code_reads_an_experiments_data():
                 if Path(hit).suffix and Path(hit).suffix not in CODE:  # a folder or a README may be named
                     offenders.append(f"{path.relative_to(PROJECT_ROOT)}: {hit}")
     assert not offenders
+
+
+@pytest.mark.parametrize("args", [["--al"], ["--all", "perflab"], ["/nonexistent/kernels"]])
+def test_sass_counts_refuses_what_is_not_a_kernels_folder_naming_it(args, tmp_path):
+    """experiments/half/sass_counts.py: a misspelt option or a folder without gemm_wgmma.cu is refused before nvcc
+    runs, naming the value and what it takes."""
+    import sys
+    run = subprocess.run([sys.executable, str(EXPERIMENTS / "half" / "sass_counts.py"), *args], capture_output=True,
+                         text=True, cwd=tmp_path)
+    assert run.returncode != 0 and repr(args[-1]) in run.stderr and "gemm_wgmma.cu" in run.stderr, run.stderr

@@ -118,4 +118,8 @@ def main(dirs: list) -> None:
 if __name__ == "__main__":
     every = sys.argv[1:2] == ["--all"]
     dirs = sys.argv[1 + every:] or [str(Path(__file__).resolve().parents[2] / "perflab" / "kernels")]
+    for d in dirs:  # an option misspelt, or a folder that is not a tree's perflab/kernels
+        if not (Path(d) / "gemm_wgmma.cu").is_file():
+            sys.exit(f"sass_counts.py: {d!r} is not a folder holding gemm_wgmma.cu (a tree's perflab/kernels); "
+                     "options: --all, first")
     (every_instantiation if every else main)(dirs)
