@@ -420,8 +420,11 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
             }
         }
     };
-    // the descriptors of stage 0's tiles (this warpgroup's rows of A, and B), which each stage's offset advances
-    const unsigned long long da0 = descriptor<TA>(base + group * R * 64 * ROW), db0 = descriptor<TB>(base + A_BYTES);
+    // the descriptors of stage 0's tiles (this warpgroup's rows of A, and B), which each stage's offset advances;
+    // the group read from lane 0, so that ptxas knows it is the same across the warp and keeps the descriptors in
+    // the uniform registers a wgmma reads them from, not moved there before each one
+    const unsigned long long da0 = descriptor<TA>(base + __shfl_sync(0xffffffffu, group, 0) * R * 64 * ROW),
+                             db0 = descriptor<TB>(base + A_BYTES);
     int s = 0;              // the stages' ring position, continued across tiles, as the producer's
     unsigned phase = 0;
     for (int tile = first; tile < tiles; tile += step) {
