@@ -60,6 +60,35 @@ def test_half_gemm_in_every_storage_order_is_fp32_accumulation_of_what_it_reads(
         kernels.half_gemm(cp.zeros((3, 4), storage), cp.zeros((4, 5), storage), cp.zeros((3, 4), np.float32))
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_cublas_makes_a_half_product_in_a_graph_without_a_memset_and_a_weight_gradient_after_it_right(rng, kind):
+    """A half product is made with no workspace (D76): its captured graph holds the GEMM and no memset, where
+    cuBLAS's default workspace gave the step's H = 2048 forward GEMMs one each. The float weight gradient
+    captured after it, with the default workspace back, still matches float64."""
+    storage = kernels.HALF_STORAGE[kind]
+    (w, hw), (x, hx) = held(rng, (2048, 784), kind), held(rng, (784, 3200), kind)
+    (dz, hdz), (xt, hxt) = held(rng, (2047, 3199), kind), held(rng, (3199, 785), kind, transposed=True)
+    a, g = poisoned((2048, 3200), storage), poisoned((2047, 785), np.float32)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        kernels.half_gemm(w, x, a)   # outside the capture first, as the trainers warm up
+        kernels.half_gemm(dz, xt, g)
+        a[...], g[...] = poisoned(a.shape, storage), poisoned(g.shape, np.float32)
+        stream.begin_capture()
+        kernels.half_gemm(w, x, a)
+        product = stream.end_capture()
+        stream.begin_capture()
+        kernels.half_gemm(w, x, a)
+        kernels.half_gemm(dz, xt, g)
+        both = stream.end_capture()
+    nodes = product.debug_dot_str().upper()
+    assert "MEMSET" not in nodes and "KERNEL" in nodes, nodes
+    both.launch(stream)
+    stream.synchronize()
+    assert rel(values(a, kind), hw @ hx) <= ULP[kind]
+    assert rel(values(g, kind), hdz @ hxt) <= 1e-5
+
+
 def hopper_or_skip():
     if int(cp.cuda.Device().compute_capability) != 90:
         pytest.skip("the wgmma GEMMs are sm_90a code: this GPU is not a Hopper")
