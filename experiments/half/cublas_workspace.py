@@ -11,6 +11,10 @@ handle at every call, and cublasSetStream resets the handle to cuBLAS's default 
     python cublas_workspace.py gemms MODE OUT.jsonl   the 30 half-step shapes, cuBLAS BF16, graph replays (median)
     python cublas_workspace.py trace MODE OUT.txt     PyTorch's profiler over one replay of two H = 2048 GEMMs
     python cublas_workspace.py train MODE OUT.jsonl   epochs of "perflab (bf16)" and "cublas floor (bf16)"
+
+What it found (one H200, ff0cc06, logs/cublas_workspace_*): with no workspace cuBLAS runs the products (a 16-bit C)
+with no memset and up to 11% faster, and the weight gradients (float C) up to 30% slower; our own 32 MiB ran as the
+default. perflab now makes a half product with none (docs/DECISIONS.md, D76), so on later trees "default" is that.
 """
 import contextlib
 import ctypes

@@ -100,9 +100,9 @@ COMPUTE_32F, GEMM_DEFAULT = 68, -1  # cublasComputeType_t, cublasGemmAlgo_t
 def cublas_gemm_half(M, N, K, a, ta, lda, b, tb, ldb, out):
     """Row-major out = op(a) op(b) on the tensor cores: a and b half precision (float16, or bfloat16
     held in uint16), FP32 accumulation, out half or float32 (cublasGemmEx, as cublas_gemm lays it out).
-    A half out is made with no workspace: cuBLAS then takes kernels that need no memset before them,
-    up to 11% faster at the half step's products, where the weight gradients (float out) lose up to 30%
-    without one (docs/DECISIONS.md, D76); the next cublasSetStream gives the handle its default back."""
+    A half out is made with no workspace: cuBLAS then takes kernels that need no memset before them, and
+    faster ones at the half step's products, where the weight gradients (float out) are slower without
+    one (docs/DECISIONS.md, D76); the next cublasSetStream gives the handle its default back."""
     with handle_on_stream() as (lib, handle):
         if out.dtype != np.float32:
             status = lib.cublasSetWorkspace_v2(ctypes.c_void_p(handle), ctypes.c_void_p(0), ctypes.c_size_t(0))
