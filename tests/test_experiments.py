@@ -155,3 +155,16 @@ def test_sass_counts_refuses_what_is_not_a_kernels_folder_naming_it(args, tmp_pa
     run = subprocess.run([sys.executable, str(EXPERIMENTS / "half" / "sass_counts.py"), *args], capture_output=True,
                          text=True, cwd=tmp_path)
     assert run.returncode != 0 and repr(args[-1]) in run.stderr and "gemm_wgmma.cu" in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize("args, named", [(["gemms", "defualt", "out.jsonl"], "'defualt'"),
+                                         (["gemm", "none", "out.jsonl"], "'gemm'"), (["trace"], "['trace']")])
+def test_cublas_workspace_refuses_a_command_or_mode_it_lacks_naming_it(args, named, tmp_path):
+    """experiments/half/cublas_workspace.py: a misspelt command or mode is refused before any GPU work, naming the
+    value and what it takes; nothing is written."""
+    import sys
+    run = subprocess.run([sys.executable, str(EXPERIMENTS / "half" / "cublas_workspace.py"), *args], capture_output=True,
+                         text=True, cwd=tmp_path)
+    allowed = "default, workspace, none" if args[0] == "gemms" else "gemms, trace, train"
+    assert run.returncode != 0 and named in run.stderr and allowed in run.stderr, run.stderr
+    assert not list(tmp_path.iterdir())

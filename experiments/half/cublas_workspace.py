@@ -21,22 +21,19 @@ import ctypes
 import json
 import sys
 
-import cupy as cp
 import numpy as np
 
-from perflab.kernels import cublas
-
-MODES = ("default", "workspace", "none")
+COMMANDS, MODES = ("gemms", "trace", "train"), ("default", "workspace", "none")
 WORKSPACE_BYTES = 32 << 20
-plain = cublas.handle_on_stream
 
 
 def use(mode):
     """Every cuBLAS call of this process (perflab's module attribute, looked up at each call) in `mode`."""
-    if mode not in MODES:
-        sys.exit(f"cublas_workspace.py: the modes are {MODES}, got {mode!r}")
+    from perflab.kernels import cublas
     if mode == "default":
         return
+    import cupy as cp
+    plain = cublas.handle_on_stream
     buffer = cp.cuda.alloc(WORKSPACE_BYTES) if mode == "workspace" else None  # allocated outside any capture
 
     @contextlib.contextmanager
@@ -51,6 +48,8 @@ def use(mode):
 
 
 def gemms(path):
+    import cupy as cp
+
     from perflab import kernels
     from perflab.measure.gemm_inputs import half_gemm_shapes, operand_sets, rotating, weight_gradient
     from perflab.timing import time_graph_ms
@@ -66,6 +65,7 @@ def gemms(path):
 
 
 def trace(path):
+    import cupy as cp
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -112,8 +112,10 @@ def train(path):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[1] not in ("gemms", "trace", "train"):
-        sys.exit(__doc__)
+    if len(sys.argv) != 4 or sys.argv[1] not in COMMANDS:
+        sys.exit(f"cublas_workspace.py: a command ({', '.join(COMMANDS)}), a mode and a file, got {sys.argv[1:]}\n{__doc__}")
     MODE = sys.argv[2]
+    if MODE not in MODES:
+        sys.exit(f"cublas_workspace.py: the modes are {', '.join(MODES)}, got {MODE!r}")
     use(MODE)
     {"gemms": gemms, "trace": trace, "train": train}[sys.argv[1]](sys.argv[3])

@@ -4,8 +4,8 @@
 # with its rounded weights in one store). `bench train` before (.before: BEFORE_COMMIT's perflab/) and after (this tree,
 # AFTER_COMMIT), ROUNDS rounds in turn, BF16 and FP32 epochs beside the BF16 cuBLAS floor, into one CSV with side,
 # round, commit and the run's GPU and boot (written as it goes: a call cut short keeps what ran); then TESTS, if set.
-# PEERS (separated by ";", as peer names hold commas) replaces the three peers. SIDES (default "before after") may name more: side X runs the
-# tree in .X (commit AFTER_COMMIT+X: this tree with a patch applied, session 51).
+# PEERS (separated by ";", as peer names hold commas) replaces the three peers. SIDES (default "before after") may
+# name more: side X runs the tree in .X (commit AFTER_COMMIT+X: this tree with a patch applied, session 51).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
