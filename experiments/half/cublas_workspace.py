@@ -1,8 +1,9 @@
 """Does cuBLAS's workspace decide the memsets and gaps before its BF16 GEMMs in a graph? (session 56, issue 68 item 1)
 
 At 784-2048-2048-10, B = 3200, the BF16 step's cuBLAS forward GEMMs each open with a memset and 1.3-4.2 us of gaps
-(logs/step_timeline_h200_cublas_wgmma_885f8f6.txt), about 11 us of a 245 us step (memsets and gaps). perflab sets the stream on CuPy's
-handle at every call, and cublasSetStream resets the handle to cuBLAS's default workspace pool. A MODE a process:
+(logs/step_timeline_h200_cublas_wgmma_885f8f6.txt), about 11 us of a 245 us step with the memsets. perflab sets the
+stream on CuPy's handle at every call, and cublasSetStream resets the handle to cuBLAS's default workspace pool. A
+MODE a process:
 
   default     as perflab calls cuBLAS now
   workspace   a 32 MiB workspace of our own set after each cublasSetStream (NVIDIA's size for Hopper)
