@@ -4,13 +4,20 @@
 # tile in clusters of 4: logs/b112_c4_*). `bench gemm` before (.before: BEFORE_COMMIT's perflab/) and after (this tree,
 # AFTER_COMMIT) in turn (STAGES: bfloat16 at the 30 half-step shapes, float32: TF32 and 3xTF32 at H = 1024 and 2048),
 # each run's rows into one CSV a dtype with side, commit and the run's GPU and boot; then the wgmma GPU tests.
+# SIDES (default "before after") may name more, as epochs_ab.sh's: side X runs the tree in .X (commit AFTER_COMMIT+X),
+# so that two patches are timed beside main in one call (session 56).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-ln -sfn ../data .before/data
+SIDES=${SIDES:-"before after"}
+for side in $SIDES; do [ $side = after ] || ln -sfn ../data ".$side/data"; done
+root_of() {  # a side's tree
+  case $1 in after) echo "$PWD" ;; *) echo "$PWD/.$1" ;; esac
+}
 run() {  # side, dtype, extra bench arguments...
   local side=$1 dtype=$2 root commit; shift 2
-  [ "$side" = before ] && root=$PWD/.before commit=$BEFORE_COMMIT || root=$PWD commit=$AFTER_COMMIT
+  root=$(root_of "$side")
+  case $side in before) commit=$BEFORE_COMMIT ;; after) commit=$AFTER_COMMIT ;; *) commit=$AFTER_COMMIT+$side ;; esac
   (cd "$root" && PYTHONPATH=$root PERFLAB_GIT_COMMIT=$commit timeout ${BENCH_S:-150} python3 -m perflab bench gemm --dtype "$dtype" \
      --batches 3200 12000 --out "/tmp/gemm_${side}_$dtype" "$@" 2>&1 | tail -1)
   python3 - "$side" "$commit" "/tmp/gemm_${side}_$dtype/bench_gemm_$dtype.csv" "$OUT/gemm_ab_$dtype.csv" \
@@ -27,10 +34,10 @@ PY
 }
 # every kernel of both trees compiled first, in parallel (a fresh machine compiles a shape's configs in about 30 s
 # otherwise, inside the benches' time limits: session 55 lost two benches so)
-for root in "$PWD/.before" "$PWD"; do (cd "$root" && PYTHONPATH=$root timeout 300 python3 -m perflab compile 2>&1 | tail -1); done
+for side in $SIDES; do root=$(root_of "$side"); (cd "$root" && PYTHONPATH=$root timeout 300 python3 -m perflab compile 2>&1 | tail -1); done
 STAGES=${STAGES:-"bfloat16 float32"}
-[[ $STAGES == *bfloat16* ]] && for side in before after; do run $side bfloat16; done
-[[ $STAGES == *float32* ]] && for side in before after; do run $side float32 --variants wgmma x3tf32 cublas --hidden 1024 2048 --peers; done
+[[ $STAGES == *bfloat16* ]] && for side in $SIDES; do run $side bfloat16; done
+[[ $STAGES == *float32* ]] && for side in $SIDES; do run $side float32 --variants wgmma x3tf32 cublas --hidden 1024 2048 --peers; done
 [ "${TEST_S:-400}" = 0 ] && exit 0  # TEST_S=0: the benches alone
 PYTHONPATH=$PWD timeout ${TEST_S:-400} python3 -m pytest -q -m gpu tests/test_gpu_half.py tests/test_gpu.py -k "wgmma or x3tf32 or half" \
   -p no:cacheprovider 2>&1 | tail -4 > "$OUT/gpu_tests_wgmma.log"
