@@ -32,7 +32,7 @@ t["boot"], t["date"] = meta["boot"], meta["date"]
 t.to_csv(sys.stdout, index=False, header=not os.path.getsize(into))
 PY
 }
-# every kernel of both trees compiled first, in parallel (a fresh machine compiles a shape's configs in about 30 s
+# every side's kernels compiled first, each tree in parallel (a fresh machine compiles a shape's configs in about 30 s
 # otherwise, inside the benches' time limits: session 55 lost two benches so)
 for side in $SIDES; do root=$(root_of "$side"); (cd "$root" && PYTHONPATH=$root timeout 300 python3 -m perflab compile 2>&1 | tail -1); done
 STAGES=${STAGES:-"bfloat16 float32"}
