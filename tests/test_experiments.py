@@ -168,3 +168,21 @@ def test_cublas_workspace_refuses_a_command_or_mode_it_lacks_naming_it(args, nam
     allowed = "default, workspace, none" if args[0] == "gemms" else "gemms, trace, train"
     assert run.returncode != 0 and named in run.stderr and allowed in run.stderr, run.stderr
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("script", ["gemm_ab.sh", "epochs_ab.sh"])
+@pytest.mark.parametrize("sides, named", [("after nosuch", "'nosuch'"), ("before after", "'before'")])
+def test_the_ab_scripts_refuse_a_side_without_a_tree_naming_it(script, sides, named, tmp_path):
+    """experiments/half/{gemm_ab,epochs_ab}.sh (sides.sh): a side in SIDES whose tree is not there is refused before
+    anything runs, naming the side and what SIDES takes; nothing is written to OUT."""
+    import os
+    import shutil
+    half = tmp_path / "experiments" / "half"
+    half.mkdir(parents=True)
+    for name in (script, "sides.sh"):
+        shutil.copy(EXPERIMENTS / "half" / name, half / name)
+    (tmp_path / "perflab").mkdir()
+    env = {**os.environ, "SIDES": sides, "OUT": str(tmp_path / "out"), "AFTER_COMMIT": "a", "BEFORE_COMMIT": "b"}
+    run = subprocess.run(["bash", f"experiments/half/{script}"], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert run.returncode == 2 and f"side {named} has no tree" in run.stderr and '"after"' in run.stderr, run.stderr
+    assert not any((tmp_path / "out").iterdir())

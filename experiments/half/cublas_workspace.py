@@ -15,7 +15,8 @@ MODE a process:
 
 What it found (one H200, ff0cc06, logs/cublas_workspace_*): with no workspace cuBLAS runs the products (a 16-bit C)
 with no memset and up to 11% faster, and the weight gradients (float C) up to 30% slower; our own 32 MiB ran as the
-default. perflab now makes a half product with none (docs/DECISIONS.md, D76), so on later trees "default" is that.
+default. perflab now makes a half product with none (docs/DECISIONS.md, D76), so on later trees "default" is that,
+and the other two modes set every call's workspace after perflab's choice.
 """
 import contextlib
 import ctypes
@@ -38,8 +39,8 @@ def use(mode):
     buffer = cp.cuda.alloc(WORKSPACE_BYTES) if mode == "workspace" else None  # allocated outside any capture
 
     @contextlib.contextmanager
-    def with_workspace(tf32=False):
-        with plain(tf32) as (lib, handle):
+    def with_workspace(tf32=False, **rest):   # (rest: handle_on_stream's workspace= on trees after D76)
+        with plain(tf32, **rest) as (lib, handle):
             ptr, size = (buffer.ptr, WORKSPACE_BYTES) if buffer is not None else (0, 0)
             status = lib.cublasSetWorkspace_v2(ctypes.c_void_p(handle), ctypes.c_void_p(ptr), ctypes.c_size_t(size))
             if status != 0:

@@ -9,17 +9,12 @@
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-SIDES=${SIDES:-"before after"}
 IFS=";" read -ra PEERS <<< "${PEERS:-perflab (bf16);cublas floor (bf16);perflab}"  # bench train's peers, ";" between
-for side in $SIDES; do [ $side = after ] || ln -sfn ../data ".$side/data"; done
+source "$(dirname "$0")/sides.sh"
 CONFIGS=${CONFIGS:-"1024,3200 1024,12000 1024-1024,3200 2048-2048,3200"}
 for round in $(seq 1 "${ROUNDS:-2}"); do
   for side in $SIDES; do
-    case $side in
-      before) root=$PWD/.before commit=$BEFORE_COMMIT ;;
-      after) root=$PWD commit=$AFTER_COMMIT ;;
-      *) root=$PWD/.$side commit=$AFTER_COMMIT+$side ;;
-    esac
+    root=$(root_of "$side") commit=$(commit_of "$side")
     (cd "$root" && PYTHONPATH=$root PERFLAB_GIT_COMMIT=$commit timeout 240 python3 -m perflab bench train \
        --configs $CONFIGS --peers "${PEERS[@]}" --out "/tmp/bench_${side}_$round" \
        2>&1 | tail -2)

@@ -4,20 +4,15 @@
 # tile in clusters of 4: logs/b112_c4_*). `bench gemm` before (.before: BEFORE_COMMIT's perflab/) and after (this tree,
 # AFTER_COMMIT) in turn (STAGES: bfloat16 at the 30 half-step shapes, float32: TF32 and 3xTF32 at H = 1024 and 2048),
 # each run's rows into one CSV a dtype with side, commit and the run's GPU and boot; then the wgmma GPU tests.
-# SIDES (default "before after") may name more, as epochs_ab.sh's: side X runs the tree in .X (commit AFTER_COMMIT+X),
-# so that two patches are timed beside main in one call (session 56).
+# SIDES (default "before after", sides.sh) may name more: side X runs the tree in .X (commit AFTER_COMMIT+X), so that
+# two patches are timed beside main in one call (session 56).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-SIDES=${SIDES:-"before after"}
-for side in $SIDES; do [ $side = after ] || ln -sfn ../data ".$side/data"; done
-root_of() {  # a side's tree
-  case $1 in after) echo "$PWD" ;; *) echo "$PWD/.$1" ;; esac
-}
+source "$(dirname "$0")/sides.sh"
 run() {  # side, dtype, extra bench arguments...
   local side=$1 dtype=$2 root commit; shift 2
-  root=$(root_of "$side")
-  case $side in before) commit=$BEFORE_COMMIT ;; after) commit=$AFTER_COMMIT ;; *) commit=$AFTER_COMMIT+$side ;; esac
+  root=$(root_of "$side") commit=$(commit_of "$side")
   (cd "$root" && PYTHONPATH=$root PERFLAB_GIT_COMMIT=$commit timeout ${BENCH_S:-150} python3 -m perflab bench gemm --dtype "$dtype" \
      --batches 3200 12000 --out "/tmp/gemm_${side}_$dtype" "$@" 2>&1 | tail -1)
   python3 - "$side" "$commit" "/tmp/gemm_${side}_$dtype/bench_gemm_$dtype.csv" "$OUT/gemm_ab_$dtype.csv" \

@@ -65,14 +65,20 @@ def own_handle(device: int) -> int:
 
 
 @contextlib.contextmanager
-def handle_on_stream(tf32: bool = False):
+def handle_on_stream(tf32: bool = False, workspace: bool = True):
     """(libcublas, CuPy's cuBLAS handle, or in side_handle() one of perflab's) set to the current stream,
-    FP32 or (`tf32`) TF32 tensor cores; set back to FP32 after, as CuPy's own calls share the handle."""
+    FP32 or (`tf32`) TF32 tensor cores; set back to FP32 after, as CuPy's own calls share the handle.
+    cublasSetStream gives the handle cuBLAS's default workspace; `workspace` False takes it away for this
+    call (a half product: cublas_gemm_half)."""
     cp = cupy()
     lib = cublas_library()
     handle = own_handle(cp.cuda.Device().id) if SIDE["on"] else cp.cuda.device.get_cublas_handle()
     lib.cublasSetStream_v2(ctypes.c_void_p(handle), ctypes.c_void_p(cp.cuda.get_current_stream().ptr))
     lib.cublasSetMathMode(ctypes.c_void_p(handle), ctypes.c_int(TF32_TENSOR_OP_MATH if tf32 else DEFAULT_MATH))
+    if not workspace:
+        status = lib.cublasSetWorkspace_v2(ctypes.c_void_p(handle), ctypes.c_void_p(0), ctypes.c_size_t(0))
+        if status != 0:
+            raise KernelError(f"cublasSetWorkspace (none) failed with status {status}")
     try:
         yield lib, handle
     finally:
@@ -103,11 +109,7 @@ def cublas_gemm_half(M, N, K, a, ta, lda, b, tb, ldb, out):
     A half out is made with no workspace: cuBLAS then takes kernels that need no memset before them, and
     faster ones at the half step's products, where the weight gradients (float out) are slower without
     one (docs/DECISIONS.md, D76); the next cublasSetStream gives the handle its default back."""
-    with handle_on_stream() as (lib, handle):
-        if out.dtype != np.float32:
-            status = lib.cublasSetWorkspace_v2(ctypes.c_void_p(handle), ctypes.c_void_p(0), ctypes.c_size_t(0))
-            if status != 0:
-                raise KernelError(f"cublasSetWorkspace (none) failed with status {status}")
+    with handle_on_stream(workspace=out.dtype == np.float32) as (lib, handle):
         status = lib.cublasGemmEx(
             ctypes.c_void_p(handle), ctypes.c_int(1 if tb else 0), ctypes.c_int(1 if ta else 0),
             ctypes.c_int(N), ctypes.c_int(M), ctypes.c_int(K), ctypes.byref(ctypes.c_float(1.0)),
