@@ -321,6 +321,47 @@ def test_the_update_rounds_the_new_weights_for_the_gemms_in_the_same_pass_and_a_
     assert (P == after).all() and counts.get().tolist() == [0, 2, 3]
 
 
+@pytest.mark.parametrize("kind", KINDS + ["float32"])
+@pytest.mark.parametrize("C, H, n", [(7, 61, 37), (10, 1024, 3200), (3, 1001, 4097)])
+def test_the_update_adds_the_output_layers_sums_bit_for_bit_as_the_backward_pass_does(rng, kind, C, H, n):
+    """output_backward(reduce=False), then sgd_update(partials=): G's last values (db_{L-1}, dW_L, db_L), P and its
+    rounding the same bits as output_backward's own reduction and sgd_update after it, in a half step (db_L among the
+    partials) and an FP32 one (db_L from row_sum)."""
+    front = 70001  # W_1 and what precedes b_{L-1}: not a whole number of 16-byte vectors
+    N, whole = front + (C + 1) * H + C, (C + 1) * H
+    ends = cp.asarray([front, front + H, front + whole, N], np.int64)
+    regs = cp.asarray([0.1, 0.0, 0.1, 0.0], np.float32)
+    W2 = cp.asarray(rng.normal(size=(C, H)).astype(np.float32) * 0.2)
+    d = cp.asarray(rng.normal(size=(C, n)).astype(np.float32) / n)
+    if kind == "float32":
+        a = cp.asarray(rng.uniform(0.05, 0.95, (H, n)).astype(np.float32))
+    else:
+        a, _ = held(rng, (H, n), kind)
+    p, g = rng.normal(size=N).astype(np.float32), rng.normal(size=N).astype(np.float32)
+    made = {}
+    for way in ("backward", "update"):
+        P, G = cp.asarray(p), cp.asarray(g)
+        G[front:] = np.nan  # every sum must be written
+        db1, dW2, db2 = G[front:front + H], G[front + H:front + whole].reshape(C, H), G[front + whole:]
+        rounded = None if kind == "float32" else poisoned(N, kernels.HALF_STORAGE[kind])
+        dz = poisoned((H, n), a.dtype)
+        part = poisoned(kernels.output_backward_partials(H, n, C), np.float32)
+        if kind == "float32":
+            kernels.row_sum(d, db2)
+        sums = kernels.output_backward(W2, d, a, dz, dW2, db1, part, db2=None if kind == "float32" else db2,
+                                       reduce=way == "backward")
+        kernels.sgd_update(P, G, 0.3, ends, regs, rounded=rounded,
+                           partials=sums if way == "update" else None)
+        made[way] = [x.get() for x in (P, G, dz) + ((rounded,) if rounded is not None else ())]
+    for before, after in zip(made["backward"], made["update"]):
+        assert np.array_equal(before.view(np.uint8), after.view(np.uint8))
+    if kind == "float16":  # the one precision whose passes set an overflow flag
+        with pytest.raises(kernels.KernelError, match="leaves its sums to the update only without an overflow flag"):
+            kernels.output_backward(W2, d, a, dz, dW2, db1, part, db2=db2, reduce=False, overflow=cp.zeros(1, np.int32))
+    with pytest.raises(kernels.KernelError, match="partials float64"):
+        kernels.sgd_update(P, G, 0.3, ends, regs, partials=sums._replace(part=part.astype(np.float64)))
+
+
 def tiny(kind, hidden, **kw):
     from perflab.config import Config
     return Config(**{**dict(dataset="synthetic", input_size=97, hidden_sizes=hidden, num_classes=7, train_size=517,

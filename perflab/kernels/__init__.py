@@ -56,6 +56,7 @@ from perflab.kernels.elementwise import (
     HALF_STORAGE,
     L2_BLOCKS,
     MAX_FUSED_CLASSES,
+    OutputPartials,
     add_bias,
     bias_sigmoid,
     class_bound,
@@ -97,4 +98,4 @@ from perflab.kernels.tiles import (
 )
 from perflab.kernels.wgmma import WGMMA_VARIANTS
 
-__all__ = ['CLASS_BOUNDS', 'ELEMENTWISE', 'FLAG_SLOTS', 'FW_ROWS', 'GEMM_VARIANTS', 'HALF_GEMMS', 'TF32_VARIANTS', 'TUNABLE_VARIANTS', 'WGMMA_VARIANTS', 'KERNEL_DIR', 'KernelError', 'L2_BLOCKS', 'LaunchAttribute', 'LaunchConfig', 'MAX_FUSED_CLASSES', 'MAX_ITERS', 'PROGRAMMATIC_STREAM_SERIALIZATION', 'SCALAR_CTYPES', 'SPLITS', 'STREAM_K_BLOCKS_PER_SM', 'TILED_VARIANTS', 'TILE_CONFIGS', 'TUNED', 'add_bias', 'bias_sigmoid', 'check_blocks', 'class_bound', 'compile_all', 'compile_one', 'config_name', 'ctype', 'cublas_gemm', 'cublas_library', 'cupy', 'driver_launch', 'elementwise', 'elementwise_names', 'gemm', 'gemm_function', 'gemm_names', 'half_gemm', 'HALF_STORAGE', 'narrow_copy', 'widen_copy', 'sgd_update_scaled', 'grid_1d', 'heuristic_tiles', 'i32', 'instantiations', 'kernel_name', 'l2_penalty', 'launch_tile', 'module', 'modules', 'multiprocessors', 'output_backward', 'output_backward_partials', 'output_layer', 'output_layer_partials', 'row_sum', 'schedule_name', 'sgd_update', 'sigmoid_backward', 'sigmoid_backward_rows', 'sm_count', 'total', 'softmax_xent_grad', 'source_file', 'storage', 'template_args', 'tile_choices', 'tile_configs', 'tile_grid', 'tile_launch', 'tune', 'u64', 'workspace', 'workspace_elements']
+__all__ = ['CLASS_BOUNDS', 'ELEMENTWISE', 'FLAG_SLOTS', 'FW_ROWS', 'GEMM_VARIANTS', 'HALF_GEMMS', 'TF32_VARIANTS', 'TUNABLE_VARIANTS', 'WGMMA_VARIANTS', 'KERNEL_DIR', 'KernelError', 'L2_BLOCKS', 'LaunchAttribute', 'LaunchConfig', 'MAX_FUSED_CLASSES', 'MAX_ITERS', 'OutputPartials', 'PROGRAMMATIC_STREAM_SERIALIZATION', 'SCALAR_CTYPES', 'SPLITS', 'STREAM_K_BLOCKS_PER_SM', 'TILED_VARIANTS', 'TILE_CONFIGS', 'TUNED', 'add_bias', 'bias_sigmoid', 'check_blocks', 'class_bound', 'compile_all', 'compile_one', 'config_name', 'ctype', 'cublas_gemm', 'cublas_library', 'cupy', 'driver_launch', 'elementwise', 'elementwise_names', 'gemm', 'gemm_function', 'gemm_names', 'half_gemm', 'HALF_STORAGE', 'narrow_copy', 'widen_copy', 'sgd_update_scaled', 'grid_1d', 'heuristic_tiles', 'i32', 'instantiations', 'kernel_name', 'l2_penalty', 'launch_tile', 'module', 'modules', 'multiprocessors', 'output_backward', 'output_backward_partials', 'output_layer', 'output_layer_partials', 'row_sum', 'schedule_name', 'sgd_update', 'sigmoid_backward', 'sigmoid_backward_rows', 'sm_count', 'total', 'softmax_xent_grad', 'source_file', 'storage', 'template_args', 'tile_choices', 'tile_configs', 'tile_grid', 'tile_launch', 'tune', 'u64', 'workspace', 'workspace_elements']

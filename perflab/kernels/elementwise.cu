@@ -245,9 +245,10 @@ struct alignas(V * sizeof(S)) Packed { S v[V]; };
 template <bool SCALED, typename T, typename S>
 __device__ __forceinline__ void update_16_bytes(T* p, const T* __restrict__ g, size_t n, T lr, const long long* __restrict__ ends,
                                            const T* __restrict__ regs, int nseg, const T* __restrict__ scale,
-                                           const int* __restrict__ overflow, S* __restrict__ rounded) {
+                                           const int* __restrict__ overflow, S* __restrict__ rounded,
+                                           size_t block) {
     constexpr int V = ELEMENTS_16B<T>;
-    const size_t e0 = V * ((size_t)blockIdx.x * blockDim.x + threadIdx.x);
+    const size_t e0 = V * (block * blockDim.x + threadIdx.x);
     if (e0 >= n) return;
     const bool vectorized = e0 + V <= n && ((size_t)p | (size_t)g) % 16 == 0 &&
                             (size_t)rounded % sizeof(Packed<S, V>) == 0;
@@ -283,7 +284,41 @@ __device__ __forceinline__ void update_16_bytes(T* p, const T* __restrict__ g, s
 template <typename T, typename S = T>
 __global__ void sgd_update(T* p, const T* __restrict__ g, size_t n, T lr, const long long* __restrict__ ends,
                            const T* __restrict__ regs, int nseg, S* __restrict__ rounded) {
-    update_16_bytes<false>(p, g, n, lr, ends, regs, nseg, (const T*)nullptr, (const int*)nullptr, rounded);
+    update_16_bytes<false>(p, g, n, lr, ends, regs, nseg, (const T*)nullptr, (const int*)nullptr, rounded, blockIdx.x);
+}
+
+// sgd_update with the fused output layer's reduction in its launch (one GPU, no loss scale): G's last
+// (C + 1) H + C values, db_{L-1}, dW_L and db_L (where sums = C: a 16-bit pass's), are summed from output_backward's
+// partials (part, `blocks` of them, as output_backward_reduce sums them: b = 0, 1, ... in order) by the launch's first
+// `first` blocks, a value a thread,
+// which write the sum to G and update P with it; the other blocks update P[0, tail) from G as sgd_update does. The
+// sums' blocks come first, so that they run beside the update's, not after it as a launch of their own.
+template <typename T, typename S = T>
+__global__ void sgd_update_reduced(T* p, T* __restrict__ g, size_t n, T lr, const long long* __restrict__ ends,
+                                   const T* __restrict__ regs, int nseg, S* __restrict__ rounded,
+                                   const T* __restrict__ part, int C, int H, int blocks, int sums, int first) {
+    const size_t whole = (size_t)(C + 1) * H, tail = n - whole - C;
+    if (blockIdx.x >= first) {
+        update_16_bytes<false>(p, g, tail, lr, ends, regs, nseg, (const T*)nullptr, (const int*)nullptr, rounded,
+                               blockIdx.x - first);
+        return;
+    }
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, e = tail + i;
+    if (e >= n) return;
+    T s = 0;
+    if (i < whole || sums) {
+        const T* q = i < H ? part + (size_t)C * H + i : i < whole ? part + (i - H) : part + blocks * whole + (i - whole);
+        const size_t stride = i < whole ? whole : C;
+        for (int b = 0; b < blocks; ++b) s += q[b * stride];
+        g[e] = s;
+    } else {
+        s = g[e];  // db_L from a row_sum pass of its own (sums = 0: an FP32 step's)
+    }
+    int seg = 0;
+    while (seg < nseg - 1 && e >= (size_t)ends[seg]) ++seg;
+    const T w = p[e] - lr * (s + regs[seg] * p[e]);
+    p[e] = w;
+    if (rounded != nullptr) rounded[e] = narrow<S>(w);
 }
 
 // Dynamic loss scaling on the device (a float16 step; inside the step's or the epoch's graph):
@@ -312,7 +347,7 @@ template <typename T, typename S = T>
 __global__ void sgd_update_scaled(T* p, const T* __restrict__ g, size_t n, T lr, const long long* __restrict__ ends,
                                   const T* __restrict__ regs, int nseg, const T* __restrict__ scale,
                                   const int* __restrict__ overflow, S* __restrict__ rounded) {
-    update_16_bytes<true>(p, g, n, lr, ends, regs, nseg, scale, overflow, rounded);
+    update_16_bytes<true>(p, g, n, lr, ends, regs, nseg, scale, overflow, rounded, blockIdx.x);
 }
 
 template <typename T>

@@ -5,20 +5,21 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import NamedTuple
 
 import numpy as np
 
 from perflab.kernels.build import KernelError, ctype, i32, module, pointer, u64
 
 ELEMENTWISE = ("bias_sigmoid", "add_bias", "softmax_xent_grad", "sigmoid_backward", "sigmoid_backward_rows", "row_sum",
-               "sgd_update", "l2_partials", "output_backward_reduce")
+               "sgd_update", "l2_partials", "output_backward_reduce", "sgd_update_reduced")
 LOSS_SCALING = ("find_overflow", "sgd_update_scaled", "loss_scale_update")  # float16's, on the device (float only)
 
 # Half-precision storage: the dtype of the CuPy arrays that hold it, and the kernels' type for it. CuPy
 # has no bfloat16, so perflab holds bfloat16 values as their bits in uint16 arrays.
 HALF_STORAGE = {"bfloat16": np.dtype(np.uint16), "float16": np.dtype(np.float16)}
 HALF_CTYPES = {"uint16": "bf16", "float16": "fp16"}
-HALF_KERNELS = ("bias_sigmoid", "sigmoid_backward_rows", "sgd_update", "sgd_update_scaled")  # (and the fused output
+HALF_KERNELS = ("bias_sigmoid", "sigmoid_backward_rows", "sgd_update", "sgd_update_scaled", "sgd_update_reduced")  # (and the fused output
 # layer's two, and narrow_copy; the updates' S is the type of the weights they round for the GEMMs)
 
 
@@ -213,13 +214,26 @@ def output_backward_partials(H: int, n: int, C: int) -> int:
     return math.ceil(n / min(BW_COLS, HB_COLS)) * ((C + 1) * H + C)
 
 
-def output_backward(W2, delta, a1, dz1, dW2, db1, part, dz1_small=None, db2=None, overflow=None):
+class OutputPartials(NamedTuple):
+    """output_backward's partial sums left for the update to add (sgd_update(partials=)): the workspace, the
+    classes, the last hidden width, the column blocks and the values a block adds of db_L (C, or 0 where a row_sum
+    pass makes db_L)."""
+    part: object
+    C: int
+    H: int
+    blocks: int
+    sums: int
+
+
+def output_backward(W2, delta, a1, dz1, dW2, db1, part, dz1_small=None, db2=None, overflow=None, reduce=True):
     """dz1 <- (W2^T delta) o a1 o (1 - a1), dW2 <- delta a1^T, db1 <- row sums of dz1: one pass
     over a1 and a fixed-order reduction (C <= 16; part: output_backward_partials elements). With
     dz1_small (float32, dz1's shape), dz1 gets its TF32 big parts and dz1_small the small ones, as
     x3tf32 reads them (gemm(..., a_small=dz1_small)). With db2 (a 16-bit a1's pass), db2 <- delta's row
     sums too, in place of a row_sum launch of their own. With overflow (a float16 step's flag, int32),
-    overflow[0] <- 1 where a dz1 stored, or a sum of dW2, db1 or db2, is not finite."""
+    overflow[0] <- 1 where a dz1 stored, or a sum of dW2, db1 or db2, is not finite. reduce=False: the partials
+    are left for the update to add (sgd_update(partials=), where dW2, db1 and db2 are G's last values) and are
+    returned (OutputPartials); no overflow flag then."""
     check_small_part(dz1_small, dz1, "dz1_small")
     check_overflow_flag(overflow, dz1, "output_backward")
     C, H = W2.shape
@@ -242,6 +256,11 @@ def output_backward(W2, delta, a1, dz1, dW2, db1, part, dz1_small=None, db2=None
         elementwise("output_backward", a1.dtype, bound)(
             (nb, math.ceil(H / (8 * BW_ROWS))), (256,),
             (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n), pointer(dz1_small)))
+    if not reduce:
+        if overflow is not None:
+            raise KernelError("output_backward leaves its sums to the update only without an overflow flag (the "
+                              "update would read the flag before the sums set it)")
+        return OutputPartials(part, C, H, nb, sums)
     elementwise("output_backward_reduce", part.dtype)(grid_1d((C + 1) * H + sums), (256,),
                                                       (part, dW2, db1, i32(C), i32(H), i32(nb), pointer(db2),
                                                        pointer(overflow)))
@@ -262,12 +281,27 @@ def update_kernel(kernel: str, params, rounded):
     return elementwise_function(f"{kernel}<float,{HALF_CTYPES[rounded.dtype.name]}>", "float"), rounded
 
 
-def sgd_update(params, grads, learning_rate, ends, regs, rounded=None):
+def sgd_update(params, grads, learning_rate, ends, regs, rounded=None, partials: OutputPartials | None = None):
     """params <- params - lr * (grads + regs[segment] * params), one launch for every parameter; with
-    rounded, rounded <- the new params in its half precision in the same pass."""
-    kernel, out = update_kernel("sgd_update", params, rounded)
-    kernel(grid_1d(threads_16_bytes(params)), (256,),
-           (params, grads, u64(params.size), params.dtype.type(learning_rate), ends, regs, i32(ends.size), out))
+    rounded, rounded <- the new params in its half precision in the same pass. partials (output_backward(reduce=False)):
+    grads' last (C + 1) H + C values, db_{L-1}, dW_L, db_L, are first added up from them in the same launch (and
+    written to grads), by blocks that run beside the update's rather than in a launch before it."""
+    if partials is None:
+        kernel, out = update_kernel("sgd_update", params, rounded)
+        kernel(grid_1d(threads_16_bytes(params)), (256,),
+               (params, grads, u64(params.size), params.dtype.type(learning_rate), ends, regs, i32(ends.size), out))
+        return params
+    part, C, H, blocks, sums = partials
+    if part.dtype != params.dtype or grads.size != params.size or params.size < (C + 1) * H + C:
+        raise KernelError(f"sgd_update adds output_backward's partials into the last (C + 1) H + C = {(C + 1) * H + C} "
+                          f"of {params.size} gradients, in their dtype: got partials {part.dtype}, params "
+                          f"{params.dtype}, grads {grads.size}")
+    kernel, out = update_kernel("sgd_update_reduced", params, rounded)
+    first = grid_1d((C + 1) * H + C)[0]
+    rest = grid_1d(-(-(params.size - (C + 1) * H - C) // (16 // params.itemsize)))[0]
+    kernel((first + rest,), (256,),
+           (params, grads, u64(params.size), params.dtype.type(learning_rate), ends, regs, i32(ends.size), out, part,
+            i32(C), i32(H), i32(blocks), i32(sums), i32(first)))
     return params
 
 

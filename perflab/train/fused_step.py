@@ -16,15 +16,18 @@ class FusedStep:
     features (half, overlap, side, tf32_split, peer_exchange)."""
 
     overflow_found = False  # whether this step's backward passes set float16's overflow flag (overflow_flag)
+    partials = None  # the output layer's partial sums the update adds (gradients(leave_sums=True)), or None
 
     @property
     def last_gemm(self) -> str:
         """The phase name of dW_1 = dz_1 X^T, the step's last GEMM: backward GEMM 2L - 1."""
         return backward_gemm(len(self.params) - 1)
 
-    def gradients(self, Xb, yb, global_b: int, want_loss: bool, first: int = 0):
+    def gradients(self, Xb, yb, global_b: int, want_loss: bool, first: int = 0, leave_sums: bool = False):
         """Enqueue forward and backward into G (capturable on one GPU; with --overlap, the
-        exchange of G's chunks too); the samples are Xb's columns from `first` on, the others' delta zero."""
+        exchange of G's chunks too); the samples are Xb's columns from `first` on, the others' delta zero.
+        leave_sums (step, where sums_in_update): the fused output layer's sums of dW_L, db_{L-1} and db_L are left
+        to the update's launch (G's last values are then made by update, not here)."""
         W = self.params[0::2]
         Wg = self.half.weights() if self.half else W  # W for the GEMMs (the fused output layer's kernels read W[-1] in FP32)
         n, C = Xb.shape[1], W[-1].shape[0]
@@ -33,7 +36,7 @@ class FusedStep:
         with phase("forward"):
             self.forward(Wg, acts, yb, delta, global_b, self.ce[:n] if want_loss else None, first)
         with phase("backward"):
-            self.backward(Wg, acts, delta, Xb, want_loss)
+            self.backward(Wg, acts, delta, Xb, want_loss, leave_sums)
 
     def forward(self, Wg, acts, yb, delta, global_b: int, ce, first: int = 0):
         """Every layer's GEMM and activation, then the softmax's delta (and each sample's CE where `ce`)."""
@@ -59,13 +62,14 @@ class FusedStep:
             self.comm.allreduce(z_out)
         kernels.softmax_xent_grad(z_out, b[-1], yb, delta, global_b, ce, scale=self.scale, first=first)
 
-    def backward(self, Wg, acts, delta, Xb, want_loss: bool):
+    def backward(self, Wg, acts, delta, Xb, want_loss: bool, leave_sums: bool = False):
         """Every gradient into G, the output layer's first, dW_1 = dz_1 X^T last."""
         W, dW, db, n, L = self.params[0::2], self.grads[0::2], self.grads[1::2], Xb.shape[1], len(Wg)
         dz = [d[:w.shape[0] * n].reshape(w.shape[0], n) for d, w in zip(self.dz, W)]
         if self.peer_exchange:  # the peers have read the last step's gradient before this one overwrites it
             self.comm.read_wait()
         fused = self.fuse_backward and not profile.ACTIVE
+        self.partials = None
         flag = self.overflow_flag(fused)
         self.overflow_found = flag is not None
         db_out = db[-1] if fused_backward_makes_db_out(self.cfg.dtype, fused) else None
@@ -74,8 +78,9 @@ class FusedStep:
         # x3tf32: the pass that makes dz_1 writes its TF32 big and small parts, which dW_1's GEMM reads as they are
         small = self.tf32_split.begin(dz[0]) if self.tf32_split else None
         if fused:  # backward GEMMs 1 and 2 + sigmoid' + db_{L-1} (and a half step's db_L) in one pass
-            kernels.output_backward(W[-1], delta, acts[-1], dz[-1], dW[-1], db[-2], self.part, small if L == 2 else None,
-                                    db_out, overflow=flag)
+            made = kernels.output_backward(W[-1], delta, acts[-1], dz[-1], dW[-1], db[-2], self.part,
+                                           small if L == 2 else None, db_out, overflow=flag, reduce=not leave_sums)
+            self.partials = made if leave_sums else None
         else:
             delta_op = self.half.rounded_delta(delta) if self.half else delta
             with phase(backward_gemm(1)):
@@ -105,6 +110,12 @@ class FusedStep:
             self.loss.penalize(self.P, self.ends, self.penalty_regs)
         self.first_weight_gradient(dz[0], Xb, dW[0], unsent)
         self.join_side()
+
+    @property
+    def sums_in_update(self) -> bool:
+        """Whether a step may leave the output layer's sums to the update's launch (gradients(leave_sums=)): one GPU,
+        its update right after the backward, no loss scale (whose flag the sums would set after the update read it)."""
+        return self.comm.size == 1 and not self.peer_exchange and not self.overlap and not self.scaled
 
     def overflow_flag(self, fused: bool):
         """float16's overflow flag for the passes that store the step's FP16 gradients to set, or None where the update

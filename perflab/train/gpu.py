@@ -262,7 +262,7 @@ class FusedGPU(FusedStep, Graphs, Sequential):
 
     def step(self, Xb, yb, global_b: int, want_loss: bool, first: int = 0):
         """Enqueue one whole training step on the current stream (the samples Xb's columns from `first` on)."""
-        self.gradients(Xb, yb, global_b, want_loss, first)
+        self.gradients(Xb, yb, global_b, want_loss, first, leave_sums=self.sums_in_update)
         self.exchange_and_update()
 
     def exchange_and_update(self):
@@ -283,7 +283,9 @@ class FusedGPU(FusedStep, Graphs, Sequential):
                 self.loss_scale.update(self.P, self.G[:-1], self.cfg.learning_rate, self.ends, self.regs, rounded,
                                        find=not self.overflow_found)
             else:
-                kernels.sgd_update(self.P, self.G[:-1], self.cfg.learning_rate, self.ends, self.regs, rounded=rounded)
+                kernels.sgd_update(self.P, self.G[:-1], self.cfg.learning_rate, self.ends, self.regs, rounded=rounded,
+                                   partials=self.partials)
+                self.partials = None
 
     def loss_parts(self) -> tuple[float, float]:
         """The last step's CE sum and L2 term (LossReadBack.read), float16's skipped steps checked with them."""
