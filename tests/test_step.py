@@ -89,9 +89,10 @@ def test_the_predictors_profiled_and_model_parallel_steps_are_the_builders():
 
 
 def traced(monkeypatch, hidden, gemm, fuse_output, fuse_backward, dtype="float32", ranks=1,
-           keywords=None) -> list[tuple[str, str]]:
+           keywords=None, whole_step=False) -> list[tuple[str, str]]:
     """(perflab.kernels function, the innermost phase it ran in) of each kernel FusedGPU.gradients and update
-    launch for one step (no loss), run on NumPy stand-ins with every kernel recorded, not run; in a half
+    launch for one step (no loss; whole_step: through FusedGPU.step, one rank), run on NumPy stand-ins with every
+    kernel recorded, not run (each returns "<name> made"); in a half
     precision, with the rounded weights' and float16's loss scale's stand-ins; `keywords` (a list) gets each
     launch's (function, its keyword arguments), `ranks` the trainer's comm.size."""
     from perflab.kernels.dispatch import CUBLAS_VARIANTS, WGMMA_VARIANTS
@@ -116,6 +117,7 @@ def traced(monkeypatch, hidden, gemm, fuse_output, fuse_backward, dtype="float32
                 trace.append(("bias_sigmoid", phases[-1]))  # as kernels.gemm adds it: a pass of its own
             if name == "half_gemm" and bias is not None and variant == "cublas":
                 trace.append(("bias_sigmoid", phases[-1]))  # as kernels.half_gemm adds it (wgmma: its epilogue)
+            return f"{name} made"
         return launch
     for module in (gpu, fused_step):  # the passes' phases, and the update's
         monkeypatch.setattr(module, "phase", phase)
@@ -147,8 +149,11 @@ def traced(monkeypatch, hidden, gemm, fuse_output, fuse_backward, dtype="float32
         G=np.zeros(sum(p.size for p in params) + 1, np.float32), side_gemms=False, side_pending=False, overlap=None,
         P=None, ends=None, regs=None, cfg=SimpleNamespace(learning_rate=0.1, dtype=dtype), comm=SimpleNamespace(size=ranks),
         tuned=type("Tuned", (), {"__contains__": lambda self, shape: True})())  # every shape tuned: no tune() runs
-    trainer.gradients(np.zeros((D, n), np.float32), np.zeros(n, np.int64), n, want_loss=False)
-    trainer.update()
+    if whole_step:
+        trainer.step(np.zeros((D, n), np.float32), np.zeros(n, np.int64), n, want_loss=False)
+    else:
+        trainer.gradients(np.zeros((D, n), np.float32), np.zeros(n, np.int64), n, want_loss=False)
+        trainer.update()
     return trace
 
 
@@ -187,6 +192,25 @@ def test_float16s_backward_passes_flag_an_overflow_only_where_g_can_hold_no_othe
         assert passes and all((kw.get("overflow") is not None) == flagged for kw in passes)
         assert [kw["find"] for name, kw in calls if name == "sgd_update_scaled"] == [not flagged]
         assert step.backward_flags_overflow("float16", fuse_backward and not profiled, ranks) == flagged
+
+
+@pytest.mark.parametrize("hidden", DEPTHS)
+@pytest.mark.parametrize("dtype", ("float32", "bfloat16", "float16"))
+def test_a_steps_update_adds_the_output_layers_sums_where_it_follows_the_backward_on_one_gpu(monkeypatch, hidden, dtype):
+    """Through FusedGPU.step on one GPU the fused backward pass leaves dW_L's, db_{L-1}'s and db_L's sums to the update,
+    which gets what the pass returned (D77); not float16's (its loss scale's flag), nor a bare gradients() (whose caller
+    may read G before any update), nor a profiled step (unfused); over ranks the rule says no (G is exchanged first)."""
+    from perflab.train import profile
+    for whole_step, profiled in ((True, False), (False, False), (True, True)):
+        calls = []
+        monkeypatch.setattr(profile, "ACTIVE", profiled)
+        traced(monkeypatch, hidden, "cublas", True, True, dtype, 1, calls, whole_step=whole_step)
+        left = whole_step and not profiled and dtype != "float16"
+        assert [kw["reduce"] for name, kw in calls if name == "output_backward"] == ([] if profiled else [not left])
+        update = [kw for name, kw in calls if name.startswith("sgd_update")]
+        assert len(update) == 1 and update[0].get("partials") == ("output_backward made" if left else None)
+    assert step.update_adds_output_sums(dtype, True) == (dtype != "float16")
+    assert not step.update_adds_output_sums(dtype, True, ranks=2) and not step.update_adds_output_sums(dtype, False)
 
 
 @pytest.mark.parametrize("hidden", DEPTHS)

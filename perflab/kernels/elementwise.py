@@ -225,6 +225,11 @@ class OutputPartials(NamedTuple):
     sums: int
 
 
+def output_partials(part, C: int, H: int, n: int, half: bool, db2: bool) -> OutputPartials:
+    """The partials output_backward leaves in part for C classes, an H x n a1 (16-bit: half), with db2's sums or not."""
+    return OutputPartials(part, C, H, math.ceil(n / (HB_COLS if half else BW_COLS)), C if db2 else 0)
+
+
 def output_backward(W2, delta, a1, dz1, dW2, db1, part, dz1_small=None, db2=None, overflow=None, reduce=True):
     """dz1 <- (W2^T delta) o a1 o (1 - a1), dW2 <- delta a1^T, db1 <- row sums of dz1: one pass
     over a1 and a fixed-order reduction (C <= 16; part: output_backward_partials elements). With
@@ -243,8 +248,9 @@ def output_backward(W2, delta, a1, dz1, dW2, db1, part, dz1_small=None, db2=None
     if db2 is not None and (not half or db2.shape != (C,) or db2.dtype != np.float32):
         raise KernelError(f"output_backward makes db2 in a 16-bit a1's pass, as float32 of the {C} classes: got a1 "
                           f"{a1.dtype}, db2 {db2.dtype} {db2.shape}")
-    nb = math.ceil(n / (HB_COLS if half else BW_COLS))
-    whole, sums = nb * (C + 1) * H, C if db2 is not None else 0  # the blocks' partials, then db2's (sums a block)
+    partials = output_partials(part, C, H, n, half, db2 is not None)
+    nb, sums = partials.blocks, partials.sums
+    whole = nb * (C + 1) * H  # the blocks' partials, then db2's (sums a block)
     if part.size < whole + nb * sums:
         raise KernelError(f"output_backward needs a workspace of {whole + nb * sums} elements, got {part.size}")
     if half:
@@ -260,7 +266,7 @@ def output_backward(W2, delta, a1, dz1, dW2, db1, part, dz1_small=None, db2=None
         if overflow is not None:
             raise KernelError("output_backward leaves its sums to the update only without an overflow flag (the "
                               "update would read the flag before the sums set it)")
-        return OutputPartials(part, C, H, nb, sums)
+        return partials
     elementwise("output_backward_reduce", part.dtype)(grid_1d((C + 1) * H + sums), (256,),
                                                       (part, dW2, db1, i32(C), i32(H), i32(nb), pointer(db2),
                                                        pointer(overflow)))

@@ -286,6 +286,7 @@ def step_calls(hidden: tuple, B: int, dtype: str) -> dict:
     GEMMs read delta rounded to half, as the trainer's unfused step does (the rounding itself, its sigmoid' + db pass
     and db_L's row sums are not among the kernels listed: step.unfused_output)."""
     from perflab import kernels
+    from perflab.train import step
     o = step_operands(hidden, B, dtype)
     half, W, b, dW, db, a, dz = o.half, o.W, o.b, o.dW, o.db, o.a, o.dz
     inputs = [o.X] + a[:-1]  # layer l's input (1-based: inputs[l - 1]), which its dW_l multiplies by
@@ -300,7 +301,12 @@ def step_calls(hidden: tuple, B: int, dtype: str) -> dict:
         m = k.layer
         return gemm(dz[m - 1], inputs[m - 1].T, dW[m - 1]) if k.weight_gradient else gemm(W[m - 1].T, dz[m - 1], dz[m - 2])
 
+    sums = step.update_adds_output_sums(dtype, True)  # the update adds the fused backward pass's sums (D77)
+
     def update():
+        if sums:
+            partials = kernels.output_partials(o.part, o.W2.shape[0], a[-1].shape[0], B, half, half)
+            return kernels.sgd_update(o.params, o.grads, 0.1, o.ends, o.regs, rounded=o.rounded, partials=partials)
         if dtype == "float16":
             return kernels.sgd_update_scaled(o.params, o.grads, 0.1, o.ends, o.regs, o.scale, o.overflow, o.counts, 2000,
                                              rounded=o.rounded, find=False)
@@ -313,7 +319,7 @@ def step_calls(hidden: tuple, B: int, dtype: str) -> dict:
         "fused_fwd": lambda k: lambda: kernels.output_layer(o.W2, b1, o.b2, a1, o.y, o.delta, B, o.part_forward),
         "row_sum_db": lambda k: lambda: kernels.row_sum(o.delta, o.db2),
         "fused_bwd": lambda k: lambda: kernels.output_backward(o.W2, o.delta, a1, da1, o.dW2, db1, o.part, overflow=flag,
-                                                               **db_out),
+                                                               reduce=not sums, **db_out),
         "bwd_gemm": backward,
         "sigmoid_bwd_db": lambda k: lambda: kernels.sigmoid_backward_rows(dz[k.layer - 1], a[k.layer - 1], db[k.layer - 1],
                                                                           overflow=flag),

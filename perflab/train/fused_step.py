@@ -8,7 +8,13 @@ import contextlib
 from perflab import kernels
 from perflab.train import profile
 from perflab.train.profile import phase
-from perflab.train.step import backward_flags_overflow, backward_gemm, forward_gemm, fused_backward_makes_db_out
+from perflab.train.step import (
+    backward_flags_overflow,
+    backward_gemm,
+    forward_gemm,
+    fused_backward_makes_db_out,
+    update_adds_output_sums,
+)
 
 
 class FusedStep:
@@ -113,9 +119,10 @@ class FusedStep:
 
     @property
     def sums_in_update(self) -> bool:
-        """Whether a step may leave the output layer's sums to the update's launch (gradients(leave_sums=)): one GPU,
-        its update right after the backward, no loss scale (whose flag the sums would set after the update read it)."""
-        return self.comm.size == 1 and not self.peer_exchange and not self.overlap and not self.scaled
+        """Whether a step leaves the output layer's sums to the update's launch (gradients(leave_sums=)): where
+        step.update_adds_output_sums says, with the update right after the backward and no loss scale."""
+        return (update_adds_output_sums(self.cfg.dtype, self.fuse_backward, self.comm.size) and not self.peer_exchange
+                and not self.overlap and not self.scaled)
 
     def overflow_flag(self, fused: bool):
         """float16's overflow flag for the passes that store the step's FP16 gradients to set, or None where the update
