@@ -287,12 +287,12 @@ __global__ void sgd_update(T* p, const T* __restrict__ g, size_t n, T lr, const 
     update_16_bytes<false>(p, g, n, lr, ends, regs, nseg, (const T*)nullptr, (const int*)nullptr, rounded, blockIdx.x);
 }
 
-// sgd_update with the fused output layer's reduction in its launch (one GPU, no loss scale): G's last
-// (C + 1) H + C values, db_{L-1}, dW_L and db_L (where sums = C: a 16-bit pass's), are summed from output_backward's
-// partials (part, `blocks` of them, as output_backward_reduce sums them: b = 0, 1, ... in order) by the launch's first
-// `first` blocks, a value a thread,
-// which write the sum to G and update P with it; the other blocks update P[0, tail) from G as sgd_update does. The
-// sums' blocks come first, so that they run beside the update's, not after it as a launch of their own.
+// sgd_update with the fused output layer's reduction in its launch (one GPU, no loss scale; D77). G's last
+// (C + 1) H + C values, db_{L-1}, dW_L and db_L (db_L where sums = C: a 16-bit pass's), are summed from
+// output_backward's partials (part, `blocks` of them, b = 0, 1, ... in order, as output_backward_reduce sums them) by
+// the launch's first `first` blocks, a value a thread, which write the sum to G and update P with it; the other
+// blocks update P[0, tail) from G as sgd_update does. The sums' blocks come first, so that they run beside the
+// update's, not after it as a launch of their own.
 template <typename T, typename S = T>
 __global__ void sgd_update_reduced(T* p, T* __restrict__ g, size_t n, T lr, const long long* __restrict__ ends,
                                    const T* __restrict__ regs, int nseg, S* __restrict__ rounded,

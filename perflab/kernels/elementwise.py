@@ -19,8 +19,8 @@ LOSS_SCALING = ("find_overflow", "sgd_update_scaled", "loss_scale_update")  # fl
 # has no bfloat16, so perflab holds bfloat16 values as their bits in uint16 arrays.
 HALF_STORAGE = {"bfloat16": np.dtype(np.uint16), "float16": np.dtype(np.float16)}
 HALF_CTYPES = {"uint16": "bf16", "float16": "fp16"}
-HALF_KERNELS = ("bias_sigmoid", "sigmoid_backward_rows", "sgd_update", "sgd_update_scaled", "sgd_update_reduced")  # (and the fused output
-# layer's two, and narrow_copy; the updates' S is the type of the weights they round for the GEMMs)
+# (and the fused output layer's two, and narrow_copy; the updates' S is the type of the weights they round for the GEMMs)
+HALF_KERNELS = ("bias_sigmoid", "sigmoid_backward_rows", "sgd_update", "sgd_update_scaled", "sgd_update_reduced")
 
 
 MAX_FUSED_CLASSES = 16  # output_layer and output_backward keep C values per thread in registers
