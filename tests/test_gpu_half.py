@@ -324,9 +324,9 @@ def test_the_update_rounds_the_new_weights_for_the_gemms_in_the_same_pass_and_a_
 @pytest.mark.parametrize("kind", KINDS + ["float32"])
 @pytest.mark.parametrize("C, H, n", [(7, 61, 37), (10, 1024, 3200), (3, 1001, 4097)])
 def test_the_update_adds_the_output_layers_sums_bit_for_bit_as_the_backward_pass_does(rng, kind, C, H, n):
-    """output_backward(reduce=False), then sgd_update(partials=): G's last values (db_{L-1}, dW_L, db_L), P and its
-    rounding the same bits as output_backward's own reduction and sgd_update after it, in a half step (db_L among the
-    partials) and an FP32 one (db_L from row_sum)."""
+    """output_backward(reduce=False), then the update with partials=: G's last values (db_{L-1}, dW_L, db_L), P and
+    its rounding the same bits as output_backward's own reduction and the update after it, in a half step (db_L among
+    the partials) and an FP32 one (db_L from row_sum); float16's under its loss scale, the step made and skipped."""
     front = 70001  # W_1 and what precedes b_{L-1}: not a whole number of 16-byte vectors
     N, whole = front + (C + 1) * H + C, (C + 1) * H
     ends = cp.asarray([front, front + H, front + whole, N], np.int64)
@@ -338,26 +338,38 @@ def test_the_update_adds_the_output_layers_sums_bit_for_bit_as_the_backward_pass
     else:
         a, _ = held(rng, (H, n), kind)
     p, g = rng.normal(size=N).astype(np.float32), rng.normal(size=N).astype(np.float32)
-    made = {}
-    for way in ("backward", "update"):
-        P, G = cp.asarray(p), cp.asarray(g)
-        G[front:] = np.nan  # every sum must be written
-        db1, dW2, db2 = G[front:front + H], G[front + H:front + whole].reshape(C, H), G[front + whole:]
-        rounded = None if kind == "float32" else poisoned(N, kernels.HALF_STORAGE[kind])
-        dz = poisoned((H, n), a.dtype)
-        part = poisoned(kernels.output_backward_partials(H, n, C), np.float32)
-        if kind == "float32":
-            kernels.row_sum(d, db2)
-        sums = kernels.output_backward(W2, d, a, dz, dW2, db1, part, db2=None if kind == "float32" else db2,
-                                       reduce=way == "backward")
-        kernels.sgd_update(P, G, 0.3, ends, regs, rounded=rounded,
-                           partials=sums if way == "update" else None)
-        made[way] = [x.get() for x in (P, G, dz) + ((rounded,) if rounded is not None else ())]
-    for before, after in zip(made["backward"], made["update"]):
-        assert np.array_equal(before.view(np.uint8), after.view(np.uint8))
-    if kind == "float16":  # the one precision whose passes set an overflow flag
-        with pytest.raises(kernels.KernelError, match="leaves its sums to the update only without an overflow flag"):
-            kernels.output_backward(W2, d, a, dz, dW2, db1, part, db2=db2, reduce=False, overflow=cp.zeros(1, np.int32))
+    for skipped in ((False, True) if kind == "float16" else (None,)):
+        made = {}
+        for way in ("backward", "update"):
+            P, G = cp.asarray(p), cp.asarray(g)
+            G[front:] = np.nan  # every sum must be written
+            db1, dW2, db2 = G[front:front + H], G[front + H:front + whole].reshape(C, H), G[front + whole:]
+            rounded = None if kind == "float32" else poisoned(N, kernels.HALF_STORAGE[kind])
+            dz = poisoned((H, n), a.dtype)
+            part = poisoned(kernels.output_backward_partials(H, n, C), np.float32)
+            flag = cp.full(1, int(bool(skipped)), np.int32) if kind == "float16" else None
+            if kind == "float32":
+                kernels.row_sum(d, db2)
+            sums = kernels.output_backward(W2, d, a, dz, dW2, db1, part, db2=None if kind == "float32" else db2,
+                                           overflow=flag, reduce=way == "backward")
+            partials = sums if way == "update" else None
+            if kind == "float16":
+                scale, counts = cp.asarray([8.0], np.float32), cp.zeros(3, np.int64)
+                kernels.sgd_update_scaled(P, G, 0.3, ends, regs, scale, flag, counts, 100, rounded=rounded, find=False,
+                                          partials=partials)
+                assert counts.get().tolist() == ([0, 1, 1] if skipped else [1, 0, 0])
+            else:
+                kernels.sgd_update(P, G, 0.3, ends, regs, rounded=rounded, partials=partials)
+            made[way] = [x.get() for x in (P, dz) + ((rounded,) if rounded is not None else ())]
+            if not skipped:
+                made[way].append(G.get())
+        for before, after in zip(made["backward"], made["update"]):
+            assert np.array_equal(before.view(np.uint8), after.view(np.uint8))
+        if skipped:
+            assert np.array_equal(made["update"][0], p)  # a skipped step leaves P as it was
+    if kind == "float16":
+        with pytest.raises(kernels.KernelError, match="only with find=False"):
+            kernels.sgd_update_scaled(P, G, 0.3, ends, regs, scale, flag, counts, 100, partials=sums)
     with pytest.raises(kernels.KernelError, match="partials float64"):
         kernels.sgd_update(P, G, 0.3, ends, regs, partials=sums._replace(part=part.astype(np.float64)))
 

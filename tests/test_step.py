@@ -198,19 +198,22 @@ def test_float16s_backward_passes_flag_an_overflow_only_where_g_can_hold_no_othe
 @pytest.mark.parametrize("dtype", ("float32", "bfloat16", "float16"))
 def test_a_steps_update_adds_the_output_layers_sums_where_it_follows_the_backward_on_one_gpu(monkeypatch, hidden, dtype):
     """Through FusedGPU.step on one GPU the fused backward pass leaves dW_L's, db_{L-1}'s and db_L's sums to the update,
-    which gets what the pass returned (D77); not float16's (its loss scale's flag), nor a bare gradients() (whose caller
-    may read G before any update), nor a profiled step (unfused); over ranks the rule says no (G is exchanged first)."""
+    which gets what the pass returned (D77), float16's too with the passes' overflow flag and no look through G (D78);
+    not a bare gradients() (whose caller may read G before any update), nor a profiled step (unfused); over ranks the
+    rule says no (G is exchanged first)."""
     from perflab.train import profile
     for whole_step, profiled in ((True, False), (False, False), (True, True)):
         calls = []
         monkeypatch.setattr(profile, "ACTIVE", profiled)
         traced(monkeypatch, hidden, "cublas", True, True, dtype, 1, calls, whole_step=whole_step)
-        left = whole_step and not profiled and dtype != "float16"
+        left = whole_step and not profiled
         assert [kw["reduce"] for name, kw in calls if name == "output_backward"] == ([] if profiled else [not left])
         update = [kw for name, kw in calls if name.startswith("sgd_update")]
         assert len(update) == 1 and update[0].get("partials") == ("output_backward made" if left else None)
-    assert step.update_adds_output_sums(dtype, True) == (dtype != "float16")
-    assert not step.update_adds_output_sums(dtype, True, ranks=2) and not step.update_adds_output_sums(dtype, False)
+        if dtype == "float16" and left:
+            assert update[0]["find"] is False
+    assert step.update_adds_output_sums(True) and not step.update_adds_output_sums(False)
+    assert not step.update_adds_output_sums(True, ranks=2)
 
 
 @pytest.mark.parametrize("hidden", DEPTHS)

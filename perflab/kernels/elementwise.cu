@@ -125,6 +125,10 @@ __global__ void sigmoid_backward(T* da, const T* __restrict__ a, size_t n) {
 // the rest of G are GEMMs and sums of finite FP16 operands (the images checked finite in FP16 when the trainer
 // makes them) over a batch, far inside FP32's range. So the update needs no pass of its own over G to look
 // (find_overflow: docs/DECISIONS.md, D72). Only a float16 pass checks: the others compile without it.
+// The output layer's sums need no check where the update adds them (sgd_update_reduced, D78): a delta that is not
+// finite in a sample's column makes every dz_{L-1} of that column not finite (W_L^T delta o sigmoid', with 0 x inf
+// NaN), which its pass flags; with delta finite, |delta| <= scale / B, a1 in [0, 1], so |dW_L| and |db_L| <= scale
+// (a finite float), and db_{L-1} adds B values that were stored finite in FP16.
 __device__ __forceinline__ void found_overflow(int* overflow, bool bad) {
     if (overflow != nullptr && bad) *overflow = 1;
 }
@@ -287,20 +291,23 @@ __global__ void sgd_update(T* p, const T* __restrict__ g, size_t n, T lr, const 
     update_16_bytes<false>(p, g, n, lr, ends, regs, nseg, (const T*)nullptr, (const int*)nullptr, rounded, blockIdx.x);
 }
 
-// sgd_update with the fused output layer's reduction in its launch (one GPU, no loss scale; D77). G's last
-// (C + 1) H + C values, db_{L-1}, dW_L and db_L (db_L where sums = C: a 16-bit pass's), are summed from
-// output_backward's partials (part, `blocks` of them, b = 0, 1, ... in order, as output_backward_reduce sums them) by
-// the launch's first `first` blocks, a value a thread, which write the sum to G and update P with it; the other
-// blocks update P[0, tail) from G as sgd_update does. The sums' blocks come first, so that they run beside the
-// update's, not after it as a launch of their own.
+// sgd_update with the fused output layer's reduction in its launch (one GPU; D77). G's last (C + 1) H + C values,
+// db_{L-1}, dW_L and db_L (db_L where sums = C: a 16-bit pass's), are summed from output_backward's partials (part,
+// `blocks` of them, b = 0, 1, ... in order, as output_backward_reduce sums them) by the launch's first `first` blocks,
+// a value a thread, which write the sum to G and update P with it; the other blocks update P[0, tail) from G as
+// sgd_update does. The sums' blocks come first, so that they run beside the update's, not after it as a launch of
+// their own. With scale (float16's loss scale), as sgd_update_scaled: nothing written to P where *overflow, the
+// gradients divided by *scale; the sums need no check of their own (found_overflow's note says why: D78).
 template <typename T, typename S = T>
 __global__ void sgd_update_reduced(T* p, T* __restrict__ g, size_t n, T lr, const long long* __restrict__ ends,
                                    const T* __restrict__ regs, int nseg, S* __restrict__ rounded,
-                                   const T* __restrict__ part, int C, int H, int blocks, int sums, int first) {
+                                   const T* __restrict__ part, int C, int H, int blocks, int sums, int first,
+                                   const T* __restrict__ scale, const int* __restrict__ overflow) {
     const size_t whole = (size_t)(C + 1) * H, tail = n - whole - C;
     if (blockIdx.x >= first) {
-        update_16_bytes<false>(p, g, tail, lr, ends, regs, nseg, (const T*)nullptr, (const int*)nullptr, rounded,
-                               blockIdx.x - first);
+        if (scale != nullptr) update_16_bytes<true>(p, g, tail, lr, ends, regs, nseg, scale, overflow, rounded,
+                                                    blockIdx.x - first);
+        else update_16_bytes<false>(p, g, tail, lr, ends, regs, nseg, scale, overflow, rounded, blockIdx.x - first);
         return;
     }
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, e = tail + i;
@@ -314,9 +321,11 @@ __global__ void sgd_update_reduced(T* p, T* __restrict__ g, size_t n, T lr, cons
     } else {
         s = g[e];  // db_L from a row_sum pass of its own (sums = 0: an FP32 step's)
     }
+    const T sc = scale != nullptr ? *scale : T(1);
+    if (scale != nullptr && *overflow) return;  // skipped: p and rounded as they were
     int seg = 0;
     while (seg < nseg - 1 && e >= (size_t)ends[seg]) ++seg;
-    const T w = p[e] - lr * (s + regs[seg] * p[e]);
+    const T w = p[e] - lr * ((scale != nullptr ? s / sc : s) + regs[seg] * p[e]);
     p[e] = w;
     if (rounded != nullptr) rounded[e] = narrow<S>(w);
 }

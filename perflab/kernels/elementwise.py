@@ -237,8 +237,9 @@ def output_backward(W2, delta, a1, dz1, dW2, db1, part, dz1_small=None, db2=None
     x3tf32 reads them (gemm(..., a_small=dz1_small)). With db2 (a 16-bit a1's pass), db2 <- delta's row
     sums too, in place of a row_sum launch of their own. With overflow (a float16 step's flag, int32),
     overflow[0] <- 1 where a dz1 stored, or a sum of dW2, db1 or db2, is not finite. reduce=False: the partials
-    are left for the update to add (sgd_update(partials=), where dW2, db1 and db2 are G's last values) and are
-    returned (OutputPartials); no overflow flag then."""
+    are left for the update to add (sgd_update(partials=) or sgd_update_scaled(partials=), where dW2, db1 and db2 are
+    G's last values) and are returned (OutputPartials); the flag then covers dz1, which is enough (elementwise.cu's
+    found_overflow, D78)."""
     check_small_part(dz1_small, dz1, "dz1_small")
     check_overflow_flag(overflow, dz1, "output_backward")
     C, H = W2.shape
@@ -263,9 +264,6 @@ def output_backward(W2, delta, a1, dz1, dW2, db1, part, dz1_small=None, db2=None
             (nb, math.ceil(H / (8 * BW_ROWS))), (256,),
             (W2, delta, a1, dz1, part, i32(C), i32(H), i32(n), pointer(dz1_small)))
     if not reduce:
-        if overflow is not None:
-            raise KernelError("output_backward leaves its sums to the update only without an overflow flag (the "
-                              "update would read the flag before the sums set it)")
         return partials
     elementwise("output_backward_reduce", part.dtype)(grid_1d((C + 1) * H + sums), (256,),
                                                       (part, dW2, db1, i32(C), i32(H), i32(nb), pointer(db2),
@@ -297,6 +295,12 @@ def sgd_update(params, grads, learning_rate, ends, regs, rounded=None, partials:
         kernel(grid_1d(threads_16_bytes(params)), (256,),
                (params, grads, u64(params.size), params.dtype.type(learning_rate), ends, regs, i32(ends.size), out))
         return params
+    return update_with_sums(params, grads, learning_rate, ends, regs, rounded, partials)
+
+
+def update_with_sums(params, grads, learning_rate, ends, regs, rounded, partials: OutputPartials, scale=None,
+                     overflow=None):
+    """sgd_update(partials=)'s launch, and sgd_update_scaled(partials=)'s with scale and overflow."""
     part, C, H, blocks, sums = partials
     if part.dtype != params.dtype or grads.size != params.size or params.size < (C + 1) * H + C:
         raise KernelError(f"sgd_update adds output_backward's partials into the last (C + 1) H + C = {(C + 1) * H + C} "
@@ -307,23 +311,32 @@ def sgd_update(params, grads, learning_rate, ends, regs, rounded=None, partials:
     rest = grid_1d(-(-(params.size - (C + 1) * H - C) // (16 // params.itemsize)))[0]
     kernel((first + rest,), (256,),
            (params, grads, u64(params.size), params.dtype.type(learning_rate), ends, regs, i32(ends.size), out, part,
-            i32(C), i32(H), i32(blocks), i32(sums), i32(first)))
+            i32(C), i32(H), i32(blocks), i32(sums), i32(first), pointer(scale), pointer(overflow)))
     return params
 
 
 def sgd_update_scaled(params, grads, learning_rate, ends, regs, scale, overflow, counts, growth: int, rounded=None,
-                      find: bool = True):
+                      find: bool = True, partials: OutputPartials | None = None):
     """A float16 step's update under dynamic loss scaling, all on the device: overflow (0 on entry, and again
     on return) <- whether any gradient is not finite; unless so, params <- params - lr * (grads / scale +
     regs[segment] * params) (and rounded, as sgd_update's); then scale and counts (good steps in a row,
     overflowed in a row, overflowed in all) follow (docs/DECISIONS.md, D68). find=False: the passes that stored the
     step's float16 gradients have set overflow already (output_backward and sigmoid_backward_rows with overflow=,
-    on one GPU), so no pass over grads looks (D72)."""
-    if find:
-        elementwise("find_overflow", grads.dtype)(grid_1d(-(-grads.size // 4)), (256,), (grads, u64(grads.size), overflow))
-    kernel, out = update_kernel("sgd_update_scaled", params, rounded)
-    kernel(grid_1d(threads_16_bytes(params)), (256,), (params, grads, u64(params.size), params.dtype.type(learning_rate),
-                                                     ends, regs, i32(ends.size), scale, overflow, out))
+    on one GPU), so no pass over grads looks (D72). partials: as sgd_update's, with find=False (the sums are made in
+    this launch, after any pass could look at them; the passes' flag is enough: D78)."""
+    if partials is not None:
+        if find:
+            raise KernelError("sgd_update_scaled adds output_backward's partials only with find=False: find_overflow "
+                              "would look at G before the update has made its last values")
+        update_with_sums(params, grads, learning_rate, ends, regs, rounded, partials, scale, overflow)
+    else:
+        if find:
+            elementwise("find_overflow", grads.dtype)(grid_1d(-(-grads.size // 4)), (256,),
+                                                      (grads, u64(grads.size), overflow))
+        kernel, out = update_kernel("sgd_update_scaled", params, rounded)
+        kernel(grid_1d(threads_16_bytes(params)), (256,), (params, grads, u64(params.size),
+                                                         params.dtype.type(learning_rate), ends, regs, i32(ends.size),
+                                                         scale, overflow, out))
     elementwise("loss_scale_update", params.dtype)((1,), (1,), (scale, overflow, counts, i32(growth)))
     return params
 

@@ -301,16 +301,14 @@ def step_calls(hidden: tuple, B: int, dtype: str) -> dict:
         m = k.layer
         return gemm(dz[m - 1], inputs[m - 1].T, dW[m - 1]) if k.weight_gradient else gemm(W[m - 1].T, dz[m - 1], dz[m - 2])
 
-    sums = step.update_adds_output_sums(dtype, True)  # the update adds the fused backward pass's sums (D77)
+    sums = step.update_adds_output_sums(True)  # the update adds the fused backward pass's sums (D77, D78)
+    partials = kernels.output_partials(o.part, o.W2.shape[0], a[-1].shape[0], B, half, half) if sums else None
 
     def update():
-        if sums:
-            partials = kernels.output_partials(o.part, o.W2.shape[0], a[-1].shape[0], B, half, half)
-            return kernels.sgd_update(o.params, o.grads, 0.1, o.ends, o.regs, rounded=o.rounded, partials=partials)
         if dtype == "float16":
             return kernels.sgd_update_scaled(o.params, o.grads, 0.1, o.ends, o.regs, o.scale, o.overflow, o.counts, 2000,
-                                             rounded=o.rounded, find=False)
-        return kernels.sgd_update(o.params, o.grads, 0.1, o.ends, o.regs, rounded=o.rounded)
+                                             rounded=o.rounded, find=False, partials=partials)
+        return kernels.sgd_update(o.params, o.grads, 0.1, o.ends, o.regs, rounded=o.rounded, partials=partials)
     a1, da1, b1, db1 = a[-1], dz[-1], b[-1], db[-1]  # the output layer's input, as the unfused path runs it
     db_out = dict(db2=o.db2) if half else {}  # a half step's fused backward pass makes db_L (D67)
     return {

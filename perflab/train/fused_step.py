@@ -120,9 +120,8 @@ class FusedStep:
     @property
     def sums_in_update(self) -> bool:
         """Whether a step leaves the output layer's sums to the update's launch (gradients(leave_sums=)): where
-        step.update_adds_output_sums says, with the update right after the backward and no loss scale."""
-        return (update_adds_output_sums(self.cfg.dtype, self.fuse_backward, self.comm.size) and not self.peer_exchange
-                and not self.overlap and not self.scaled)
+        step.update_adds_output_sums says, with the update right after the backward."""
+        return update_adds_output_sums(self.fuse_backward, self.comm.size) and not self.peer_exchange and not self.overlap
 
     def overflow_flag(self, fused: bool):
         """float16's overflow flag for the passes that store the step's FP16 gradients to set, or None where the update

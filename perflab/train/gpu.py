@@ -281,7 +281,7 @@ class FusedGPU(FusedStep, Graphs, Sequential):
         with phase("step"):
             if self.scaled:
                 self.loss_scale.update(self.P, self.G[:-1], self.cfg.learning_rate, self.ends, self.regs, rounded,
-                                       find=not self.overflow_found)
+                                       find=not self.overflow_found, partials=self.partials)
             else:
                 kernels.sgd_update(self.P, self.G[:-1], self.cfg.learning_rate, self.ends, self.regs, rounded=rounded,
                                    partials=self.partials)

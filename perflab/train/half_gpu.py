@@ -79,12 +79,13 @@ class DeviceLossScale:
         self.overflow, self.counts = cp.zeros(1, np.int32), cp.zeros(3, np.int64)
         self.counts_host = pinned_copy(np.zeros(3, np.int64))
 
-    def update(self, P, G, learning_rate: float, ends, regs, rounded, find: bool = True) -> None:
+    def update(self, P, G, learning_rate: float, ends, regs, rounded, find: bool = True, partials=None) -> None:
         """P's update, skipped where the scaled gradient overflowed, the scale grown or halved; find=False where the
-        backward passes have set the overflow flag themselves (FusedStep.overflow_flag)."""
+        backward passes have set the overflow flag themselves (FusedStep.overflow_flag); partials: the output layer's
+        sums, left to the update (kernels.sgd_update_scaled)."""
         from perflab.train.half import GROWTH_INTERVAL
         kernels.sgd_update_scaled(P, G, learning_rate, ends, regs, self.scale, self.overflow, self.counts,
-                                  GROWTH_INTERVAL, rounded=rounded, find=find)
+                                  GROWTH_INTERVAL, rounded=rounded, find=find, partials=partials)
 
     def copy_counts(self, stream) -> None:
         import cupy as cp

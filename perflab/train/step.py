@@ -179,12 +179,12 @@ def backward_flags_overflow(dtype: str, fuse_backward: bool, ranks: int = 1) -> 
     return dtype == "float16" and fuse_backward and ranks == 1
 
 
-def update_adds_output_sums(dtype: str, fuse_backward: bool, ranks: int = 1) -> bool:
+def update_adds_output_sums(fuse_backward: bool, ranks: int = 1) -> bool:
     """Whether the update's launch adds up the fused output layer's partial sums (dW_L, db_{L-1}, db_L) where the
     backward pass leaves them, rather than a reduction launch of the pass's own (docs/DECISIONS.md, D77): on one GPU,
-    whose update follows the backward, without float16's loss scale, whose overflow flag the sums would set after the
-    update had read it. The trainer (FusedStep.sums_in_update) and the bench's step (step_calls) ask here."""
-    return fuse_backward and dtype != "float16" and ranks == 1
+    whose update follows the backward (float16's too: the passes' overflow flag covers the sums, D78). The trainer
+    (FusedStep.sums_in_update) and the bench's step (step_calls) ask here."""
+    return fuse_backward and ranks == 1
 
 
 def fused_backward_makes_db_out(dtype: str, fuse_backward: bool) -> bool:
