@@ -299,26 +299,32 @@ def test_the_update_rounds_the_new_weights_for_the_gemms_in_the_same_pass_and_a_
     assert np.array_equal(aligned_p.get(), P.get()) and np.array_equal(odd_rounded.get(), rounded.get())
     before, held_before = P.copy(), rounded.copy()
     g[7] = np.inf
-    overflow, counts = cp.zeros(1, np.int32), cp.zeros(3, np.int64)
+    overflow, counts = cp.zeros(1, np.int32), cp.zeros(4, np.int64)
     kernels.sgd_update_scaled(P, cp.asarray(g), 0.3, ends, regs, cp.asarray([8.0], np.float32), overflow, counts, 100,
                               rounded=rounded)
     assert (P == before).all() and (rounded == held_before).all()
-    assert counts.get().tolist() == [0, 1, 1] and int(overflow.get()[0]) == 0  # seen, and reset for the next step
+    assert counts.get().tolist() == [0, 1, 1, 0] and int(overflow.get()[0]) == 0  # seen, and reset for the next step
     g[7] = 1.0
     kernels.sgd_update_scaled(P, cp.asarray(g), 0.3, ends, regs, cp.asarray([8.0], np.float32), overflow, counts, 100,
                               rounded=rounded)
     b = before.get()
     assert rel(P.get(), b - np.float32(0.3) * (g / np.float32(8.0) + regs.get()[seg] * b)) <= 1e-7
     assert np.array_equal(rounded.get(), half.to_storage(P.get(), kind))  # the finite step rounds its new weights too
-    assert counts.get().tolist() == [1, 0, 1]  # the next step, finite, is made
+    assert counts.get().tolist() == [1, 0, 1, 0]  # the next step, finite, is made
     g[-1] = np.nan  # past the last whole four gradients: find_overflow's tail
     after = P.copy()
     kernels.sgd_update_scaled(P, cp.asarray(g), 0.3, ends, regs, cp.asarray([8.0], np.float32), overflow, counts, 100)
-    assert (P == after).all() and counts.get().tolist() == [0, 1, 2]
+    assert (P == after).all() and counts.get().tolist() == [0, 1, 2, 0]
     g[-1], g[70000 - 5] = 1.0, -np.inf
     shifted = cp.asarray(np.concatenate([[0], g]).astype(np.float32))[1:]  # not 16-byte aligned: a value a load
     kernels.sgd_update_scaled(P, shifted, 0.3, ends, regs, cp.asarray([8.0], np.float32), overflow, counts, 100)
-    assert (P == after).all() and counts.get().tolist() == [0, 2, 3]
+    assert (P == after).all() and counts.get().tolist() == [0, 2, 3, 0]
+    finite, scale, counts[:] = cp.asarray(np.nan_to_num(g, posinf=1.0, neginf=-1.0)), cp.asarray([8.0], np.float32), 0
+    for _ in range(3):  # growth 2 over 69 blocks: the update's last block doubles the scale after the second
+        kernels.sgd_update_scaled(P, finite, 0.3, ends, regs, scale, overflow, counts, 2)
+    assert float(scale.get()[0]) == 16.0 and counts.get().tolist() == [3, 0, 0, 0]
+    with pytest.raises(kernels.KernelError, match="counts in 4 int64s.*got 3 int64"):
+        kernels.sgd_update_scaled(P, shifted, 0.3, ends, regs, cp.asarray([8.0], np.float32), overflow, counts[:3], 100)
 
 
 @pytest.mark.parametrize("kind", KINDS + ["float32"])

@@ -244,8 +244,8 @@ struct alignas(V * sizeof(S)) Packed { S v[V]; };
 
 template <bool SCALED, typename T, typename S>
 __device__ __forceinline__ void update_16_bytes(T* p, const T* __restrict__ g, size_t n, T lr, const long long* __restrict__ ends,
-                                           const T* __restrict__ regs, int nseg, const T* __restrict__ scale,
-                                           const int* __restrict__ overflow, S* __restrict__ rounded,
+                                           const T* __restrict__ regs, int nseg, const T* scale, const int* overflow,
+                                           S* __restrict__ rounded,
                                            size_t block) {
     constexpr int V = ELEMENTS_16B<T>;
     const size_t e0 = V * (block * blockDim.x + threadIdx.x);
@@ -323,10 +323,12 @@ __global__ void sgd_update_reduced(T* p, T* __restrict__ g, size_t n, T lr, cons
 
 // Dynamic loss scaling on the device (a float16 step; inside the step's or the epoch's graph):
 // overflow[0] <- 1 where any gradient is not finite (0 before: zeroed when allocated, then by the last
-// step's loss_scale_update), the update skipped then, else made with the gradients divided by the scale;
-// then the scale follows, as LossScale in perflab/train/half.py: halved on overflow, doubled after
-// `growth` good steps in a row, and overflow is reset for the next step (no launch of its own).
-// counts: good steps in a row, overflowed steps in a row, overflowed steps in all.
+// step's update), the update skipped then, else made with the gradients divided by the scale; then the
+// scale follows, as LossScale in perflab/train/half.py: halved on overflow, doubled after `growth` good
+// steps in a row, and overflow is reset for the next step, by the update's last block to finish (no launch
+// of its own: one was about as long as a small pass, a step's second-smallest kernel).
+// counts: good steps in a row, overflowed steps in a row, overflowed steps in all, and the update's blocks
+// that have finished (0 between steps).
 // find_overflow: a thread four gradients, loaded as one 16-byte piece where g is so aligned (a grid-stride loop of
 // one value a load was slower: docs/DECISIONS.md, D69); launched only where the passes that store the FP16
 // gradients have not set the flag themselves (found_overflow: G exchanged, or the output layer unfused).
@@ -343,15 +345,8 @@ __global__ void find_overflow(const T* __restrict__ g, size_t n, int* overflow) 
     if (bad) *overflow = 1;
 }
 
-template <typename T, typename S = T>
-__global__ void sgd_update_scaled(T* p, const T* __restrict__ g, size_t n, T lr, const long long* __restrict__ ends,
-                                  const T* __restrict__ regs, int nseg, const T* __restrict__ scale,
-                                  const int* __restrict__ overflow, S* __restrict__ rounded) {
-    update_16_bytes<true>(p, g, n, lr, ends, regs, nseg, scale, overflow, rounded, blockIdx.x);
-}
-
 template <typename T>
-__global__ void loss_scale_update(T* scale, int* overflow, long long* counts, int growth) {
+__device__ void loss_scale_step(T* scale, int* overflow, long long* counts, int growth) {
     if (*overflow) {
         *overflow = 0;
         *scale /= 2;
@@ -362,6 +357,25 @@ __global__ void loss_scale_update(T* scale, int* overflow, long long* counts, in
         counts[0] += 1;
         counts[1] = 0;
         if (counts[0] % growth == 0) *scale *= 2;
+    }
+}
+
+// The update, then loss_scale_step by the block that finishes last: every block's threads have read the scale
+// and the flag before its barrier, and its count follows a fence, so the last sees that no block will read them
+// again; it resets the count for the next step (so a graph replays it).
+template <typename T, typename S = T>
+__global__ void sgd_update_scaled(T* p, const T* __restrict__ g, size_t n, T lr, const long long* __restrict__ ends,
+                                  const T* __restrict__ regs, int nseg, T* scale, int* overflow,
+                                  S* __restrict__ rounded, long long* counts, int growth) {
+    update_16_bytes<true>(p, g, n, lr, ends, regs, nseg, scale, overflow, rounded, blockIdx.x);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        unsigned long long* finished = reinterpret_cast<unsigned long long*>(counts + 3);
+        if (atomicAdd(finished, 1ull) == gridDim.x - 1) {
+            loss_scale_step(scale, overflow, counts, growth);
+            *finished = 0;
+        }
     }
 }
 

@@ -13,7 +13,7 @@ from perflab.kernels.build import KernelError, ctype, i32, module, pointer, u64
 
 ELEMENTWISE = ("bias_sigmoid", "add_bias", "softmax_xent_grad", "sigmoid_backward", "sigmoid_backward_rows", "row_sum",
                "sgd_update", "l2_partials", "output_backward_reduce", "sgd_update_reduced")
-LOSS_SCALING = ("find_overflow", "sgd_update_scaled", "loss_scale_update")  # float16's, on the device (float only)
+LOSS_SCALING = ("find_overflow", "sgd_update_scaled")  # float16's, on the device (float only)
 
 # Half-precision storage: the dtype of the CuPy arrays that hold it, and the kernels' type for it. CuPy
 # has no bfloat16, so perflab holds bfloat16 values as their bits in uint16 arrays.
@@ -315,16 +315,20 @@ def sgd_update_scaled(params, grads, learning_rate, ends, regs, scale, overflow,
                       find: bool = True):
     """A float16 step's update under dynamic loss scaling, all on the device: overflow (0 on entry, and again
     on return) <- whether any gradient is not finite; unless so, params <- params - lr * (grads / scale +
-    regs[segment] * params) (and rounded, as sgd_update's); then scale and counts (good steps in a row,
-    overflowed in a row, overflowed in all) follow (docs/DECISIONS.md, D68). find=False: the passes that stored the
-    step's float16 gradients have set overflow already (output_backward and sigmoid_backward_rows with overflow=,
-    on one GPU), so no pass over grads looks (D72)."""
+    regs[segment] * params) (and rounded, as sgd_update's); then scale and counts (four int64s: good steps in a row,
+    overflowed in a row, overflowed in all, and the update's blocks finished, 0 between steps) follow, made by the
+    update's last block to finish (docs/DECISIONS.md, D68). find=False: the passes that stored the step's float16
+    gradients have set overflow already (output_backward and sigmoid_backward_rows with overflow=, on one GPU), so no
+    pass over grads looks (D72)."""
+    if counts.dtype != np.int64 or counts.size != 4:
+        raise KernelError(f"sgd_update_scaled keeps its counts in 4 int64s (good steps in a row, overflowed in a row, "
+                          f"overflowed in all, the update's blocks finished): got {counts.size} {counts.dtype}")
     if find:
         elementwise("find_overflow", grads.dtype)(grid_1d(-(-grads.size // 4)), (256,), (grads, u64(grads.size), overflow))
     kernel, out = update_kernel("sgd_update_scaled", params, rounded)
     kernel(grid_1d(threads_16_bytes(params)), (256,), (params, grads, u64(params.size), params.dtype.type(learning_rate),
-                                                     ends, regs, i32(ends.size), scale, overflow, out))
-    elementwise("loss_scale_update", params.dtype)((1,), (1,), (scale, overflow, counts, i32(growth)))
+                                                     ends, regs, i32(ends.size), scale, overflow, out, counts,
+                                                     i32(growth)))
     return params
 
 

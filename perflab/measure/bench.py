@@ -360,7 +360,7 @@ def step_operands(hidden: tuple, B: int, dtype: str):
                         part_forward=cp.zeros(kernels.output_layer_partials(last, B, C), master),
                         regs=cp.asarray([1e-4, 0.0] * L, dtype=master), half=half)
     if dtype == "float16":
-        o.scale, o.overflow, o.counts = cp.ones(1, np.float32), cp.zeros(1, np.int32), cp.zeros(3, np.int64)
+        o.scale, o.overflow, o.counts = cp.ones(1, np.float32), cp.zeros(1, np.int32), cp.zeros(4, np.int64)
     o.W2_gemm, o.delta_gemm = (held(C, last), held(C, B)) if half else (o.W2, o.delta)  # what the unfused GEMMs read
     segments = [n for h, k in zip(hidden, fan_in) for n in (h * k, h)] + [C * last, C]  # each W and b in P
     o.params, o.grads = dev(sum(segments)), dev(sum(segments))

@@ -76,8 +76,8 @@ class DeviceLossScale:
         from perflab.train import half
         from perflab.train.pinned import pinned_copy
         self.scale = cp.asarray([half.INITIAL_SCALE["float16"]], dtype)
-        self.overflow, self.counts = cp.zeros(1, np.int32), cp.zeros(3, np.int64)
-        self.counts_host = pinned_copy(np.zeros(3, np.int64))
+        self.overflow, self.counts = cp.zeros(1, np.int32), cp.zeros(4, np.int64)  # the 4th: sgd_update_scaled's own
+        self.counts_host = pinned_copy(np.zeros(3, np.int64))  # the first three
 
     def update(self, P, G, learning_rate: float, ends, regs, rounded, find: bool = True) -> None:
         """P's update, skipped where the scaled gradient overflowed, the scale grown or halved; find=False where the
