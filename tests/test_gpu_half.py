@@ -360,9 +360,7 @@ def test_the_update_adds_the_output_layers_sums_bit_for_bit_as_the_backward_pass
                 assert counts.get().tolist() == ([0, 1, 1] if skipped else [1, 0, 0])
             else:
                 kernels.sgd_update(P, G, 0.3, ends, regs, rounded=rounded, partials=partials)
-            made[way] = [x.get() for x in (P, dz) + ((rounded,) if rounded is not None else ())]
-            if not skipped:
-                made[way].append(G.get())
+            made[way] = [x.get() for x in (P, dz, G) + ((rounded,) if rounded is not None else ())]
         for before, after in zip(made["backward"], made["update"]):
             assert np.array_equal(before.view(np.uint8), after.view(np.uint8))
         if skipped:

@@ -128,7 +128,8 @@ __global__ void sigmoid_backward(T* da, const T* __restrict__ a, size_t n) {
 // The output layer's sums need no check where the update adds them (sgd_update_reduced, D78): a delta that is not
 // finite in a sample's column makes every dz_{L-1} of that column not finite (W_L^T delta o sigmoid', with 0 x inf
 // NaN), which its pass flags; with delta finite, |delta| <= scale / B, a1 in [0, 1], so |dW_L| and |db_L| <= scale
-// (a finite float), and db_{L-1} adds B values that were stored finite in FP16.
+// up to rounding, and a finite scale is a power of two at most 2^127, half FLT_MAX; db_{L-1} adds B FP32 values whose
+// FP16 roundings were stored finite (each below 65520).
 __device__ __forceinline__ void found_overflow(int* overflow, bool bad) {
     if (overflow != nullptr && bad) *overflow = 1;
 }

@@ -285,7 +285,7 @@ class FusedGPU(FusedStep, Graphs, Sequential):
             else:
                 kernels.sgd_update(self.P, self.G[:-1], self.cfg.learning_rate, self.ends, self.regs, rounded=rounded,
                                    partials=self.partials)
-                self.partials = None
+            self.partials = None  # made: the next update has its own step's, or none
 
     def loss_parts(self) -> tuple[float, float]:
         """The last step's CE sum and L2 term (LossReadBack.read), float16's skipped steps checked with them."""
