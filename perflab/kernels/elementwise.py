@@ -78,9 +78,10 @@ def grid_1d(n: int, per: int = 256) -> tuple:
     return (max(1, math.ceil(n / per)),)
 
 
-def threads_16_bytes(x) -> int:
-    """The threads of a pass that takes 16 bytes of x a thread (elementwise.cu's ELEMENTS_16B)."""
-    return math.ceil(x.size / (16 // x.itemsize))
+def threads_16_bytes(x, size: int | None = None) -> int:
+    """The threads of a pass that takes 16 bytes of x a thread (elementwise.cu's ELEMENTS_16B), over its first `size`
+    values (all of them by default)."""
+    return math.ceil((x.size if size is None else size) / (16 // x.itemsize))
 
 
 def bias_sigmoid(z, b):
@@ -307,8 +308,8 @@ def update_with_sums(params, grads, learning_rate, ends, regs, rounded, partials
                           f"of {params.size} gradients, in their dtype: got partials {part.dtype}, params "
                           f"{params.dtype}, grads {grads.size}")
     kernel, out = update_kernel("sgd_update_reduced", params, rounded)
-    first = grid_1d((C + 1) * H + C)[0]
-    rest = grid_1d(-(-(params.size - (C + 1) * H - C) // (16 // params.itemsize)))[0]
+    first = grid_1d((C + 1) * H + C)[0]  # the sums' blocks, a value a thread; then the rest's, 16 bytes a thread
+    rest = grid_1d(threads_16_bytes(params, params.size - (C + 1) * H - C))[0]
     kernel((first + rest,), (256,),
            (params, grads, u64(params.size), params.dtype.type(learning_rate), ends, regs, i32(ends.size), out, part,
             i32(C), i32(H), i32(blocks), i32(sums), i32(first), pointer(scale), pointer(overflow)))

@@ -75,7 +75,7 @@ class FusedStep:
         if self.peer_exchange:  # the peers have read the last step's gradient before this one overwrites it
             self.comm.read_wait()
         fused = self.fuse_backward and not profile.ACTIVE
-        self.partials = None
+        self.partials = None  # set below where the fused pass leaves its sums to the update
         flag = self.overflow_flag(fused)
         self.overflow_found = flag is not None
         db_out = db[-1] if fused_backward_makes_db_out(self.cfg.dtype, fused) else None
@@ -86,7 +86,8 @@ class FusedStep:
         if fused:  # backward GEMMs 1 and 2 + sigmoid' + db_{L-1} (and a half step's db_L) in one pass
             made = kernels.output_backward(W[-1], delta, acts[-1], dz[-1], dW[-1], db[-2], self.part,
                                            small if L == 2 else None, db_out, overflow=flag, reduce=not leave_sums)
-            self.partials = made if leave_sums else None
+            if leave_sums:
+                self.partials = made
         else:
             delta_op = self.half.rounded_delta(delta) if self.half else delta
             with phase(backward_gemm(1)):
