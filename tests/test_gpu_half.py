@@ -206,6 +206,7 @@ def test_the_step_kernels_read_and_write_half_and_compute_in_fp32(rng, kind, C, 
     a1 = values(z, kind)  # the activation as stored: what the output GEMM read
     assert rel(a1, model.sigmoid(hz + b1.astype(np.float32)[:, None])) <= ULP[kind]
     W2_32 = W2.astype(np.float32).astype(np.float64)
+    assert rel(logits(forward, C, n), W2_32 @ a1) <= 3e-5  # each row block's sums, added
     yhat = model.softmax(W2_32 @ a1 + b2.astype(np.float32)[:, None])
     assert rel(delta.get(), 4.0 * model.output_delta(yhat, y, 3 * n)) <= 1e-5  # times the loss scale
     assert rel(ce.get(), -np.log(yhat[y, np.arange(n)])) <= 1e-5
@@ -226,6 +227,30 @@ def test_the_step_kernels_read_and_write_half_and_compute_in_fp32(rng, kind, C, 
     kernels.sigmoid_backward_rows(da, a, db)
     ref = hda * ha * (1 - ha)
     assert rel(values(da, kind), ref) <= ULP[kind] and rel(db.get(), ref.sum(axis=1)) <= 1e-5
+
+
+def logits(part, C, n):
+    """W_L a_{L-1} from output_layer's workspace: its row blocks' C x n partial sums, added in float64."""
+    return part.get()[:part.size // (C * n) * C * n].astype(np.float64).reshape(-1, C, n).sum(axis=0)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("C, H, n", [(10, 300, 999), (7, 61, 37)])
+def test_the_fused_forward_keeps_fp32s_accuracy_with_a_weight_past_fp16s_range(rng, kind, C, H, n):
+    """A float16 pass splits W_L into FP16 high and low parts, which cannot hold a value past 65504: the warp that
+    reads one takes BF16 parts instead, and its sums stay FP32-accurate (the other warps keep FP16's)."""
+    W2 = rng.normal(size=(C, H)) * 0.2
+    W2[C // 2, H // 3], W2[0, H - 1] = 7.0e4, -1.0e5
+    b1 = rng.normal(size=H)
+    z, hz = held(rng, (H, n), kind, scale=2.0)
+    forward = poisoned(kernels.output_layer_partials(H, n, C), np.float32)
+    delta = poisoned((C, n), np.float32)
+    kernels.output_layer(cp.asarray(W2.astype(np.float32)), cp.asarray(b1.astype(np.float32)),
+                         cp.zeros(C, np.float32), z, cp.asarray(rng.integers(0, C, n)), delta, n, forward)
+    a1 = values(z, kind)
+    assert rel(a1, model.sigmoid(hz + b1.astype(np.float32)[:, None])) <= ULP[kind]
+    got, ref = logits(forward, C, n), W2.astype(np.float32).astype(np.float64) @ a1
+    assert max(rel(got[c], ref[c]) for c in range(C)) <= 3e-5  # each class alone: the large ones would hide the rest
 
 
 @pytest.mark.parametrize("C, H, n", [(7, 61, 37), (10, 512, 3200)])

@@ -604,6 +604,22 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const unsigned (&a)[4], 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #endif
 }
+// x's high FP16 part (to nearest) and the rest's, each pair packed as pack_half(fp16{}, ...) does: 22 bits of x where
+// |x| < FP16_HIGH_MAX (a rest below FP16's normal range keeps its absolute error under 2^-25)
+constexpr float FP16_HIGH_MAX = 65504.f;
+__device__ __forceinline__ void split_fp16(float x0, float x1, unsigned& hi, unsigned& lo) {
+    hi = pack_half(fp16{}, x0, x1);
+    const float2 h = unpack_half(fp16{}, hi);
+    lo = pack_half(fp16{}, x0 - h.x, x1 - h.y);
+}
+__device__ __forceinline__ void mma_fp16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
 template <bool TRANS>
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* smem) {
 #if __CUDA_ARCH__ >= 800
@@ -783,8 +799,9 @@ output_backward_half(const float* __restrict__ W2, const float* __restrict__ del
 
 // output_forward for 16-bit z1, on the tensor cores: a1 = sigmoid(z1 + b1) written over z1, and
 //   part[g][c][j] = sum_{h in row block g} W2[c, h] a1[h, j]      (FW_ROWS rows a block, as output_forward)
-// as mma.sync m16n8k16 (M = 16 classes, K = 16 rows, N = 8 columns), W2 split into BF16 high and low parts
-// (an FP16 a1 too), so the sums keep FP32's accuracy. Block: 8 warps over HF_COLS = 64 columns, warp w
+// as mma.sync m16n8k16 (M = 16 classes, K = 16 rows, N = 8 columns), W2 split into high and low parts, so the sums
+// keep FP32's accuracy: BF16 parts for a BF16 a1; for an FP16 a1, FP16 parts, a1 read as stored (two MMAs where BF16
+// parts of both took three), or BF16 parts of both in a warp that holds a W2 value past FP16's range. Block: 8 warps over HF_COLS = 64 columns, warp w
 // the block's K-tile w (16 rows), summed over the warps through shared memory at the end. (A first
 // version gave a warp 64 columns over all 128 rows: 4 warps an SM at B = 3200, each waiting out its
 // instructions' latencies one after another, ran slower than the scalar kernel: D46.) A lane loads and
@@ -825,14 +842,21 @@ output_forward_half(const float* __restrict__ W2, const float* __restrict__ b1, 
         }
     }
     unsigned wh[4], wl[4];  // A = W2[c][h]: classes g, g + 8; rows 2t, 2t + 1 and 2t + 8, 2t + 9
+    float x[4][2];
+    bool wide = false;  // a W2 value past FP16_HIGH_MAX: the warp's float16 sums take BF16 parts (as bfloat16's)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int c = g + 8 * (i % 2), h = r0 + 2 * t + 8 * (i / 2);
-        const float x0 = (c < C && h < H) ? W2[(size_t)c * H + h] : 0.f;
-        const float x1 = (c < C && h + 1 < H) ? W2[(size_t)c * H + h + 1] : 0.f;
-        split_bf16(x0, x1, wh[i], wl[i]);
+        x[i][0] = (c < C && h < H) ? W2[(size_t)c * H + h] : 0.f;
+        x[i][1] = (c < C && h + 1 < H) ? W2[(size_t)c * H + h + 1] : 0.f;
+        wide |= !(fabsf(x[i][0]) < FP16_HIGH_MAX && fabsf(x[i][1]) < FP16_HIGH_MAX);
     }
-    float v[4][8];
+    const bool in_fp16 = !bf16_exact<S>::value && !__any_sync(0xffffffffu, wide);  // the same in every lane
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        if (in_fp16) split_fp16(x[i][0], x[i][1], wh[i], wl[i]);
+        else split_bf16(x[i][0], x[i][1], wh[i], wl[i]);
+    }
 #pragma unroll
     for (int m = 0; m < 4; ++m) {
         const int h = r0 + 2 * t + m % 2 + 8 * (m / 2);
@@ -841,8 +865,6 @@ output_forward_half(const float* __restrict__ W2, const float* __restrict__ b1, 
         for (int i = 0; i < 4; ++i) {
             const float2 z = unpack_half(S{}, w[m][i]);
             w[m][i] = pack_half(S{}, sigmoid_approx(z.x + bias), sigmoid_approx(z.y + bias));  // a1 as stored, as the GEMMs read it
-            const float2 s = unpack_half(S{}, w[m][i]);
-            v[m][2 * i] = h < H ? s.x : 0.f, v[m][2 * i + 1] = h < H ? s.y : 0.f;
         }
         if (h < H && vec) {
             *reinterpret_cast<uint4*>(z1 + (size_t)h * n + j) = make_uint4(w[m][0], w[m][1], w[m][2], w[m][3]);
@@ -858,11 +880,23 @@ output_forward_half(const float* __restrict__ W2, const float* __restrict__ b1, 
 #pragma unroll
     for (int i = 0; i < 8; ++i) {  // n-tile i: column g is this lane's column j + i
         float acc[4] = {};
-        unsigned b0h, b0l, b1h, b1l;  // rows (2t, 2t + 1) and (2t + 8, 2t + 9)
-        bf16_parts(S{}, v[0][i], v[1][i], b0h, b0l);
-        bf16_parts(S{}, v[2][i], v[3][i], b1h, b1l);
-        mma_bf16(acc, wh, b0h, b1h), mma_bf16(acc, wl, b0h, b1h);
-        if (!bf16_exact<S>::value) mma_bf16(acc, wh, b0l, b1l);
+        if (in_fp16) {  // a1 as stored, rows (2t, 2t + 1) and (2t + 8, 2t + 9) of column j + i: two MMAs, not three
+            const unsigned pick = i % 2 ? 0x7632u : 0x5410u, b0 = __byte_perm(w[0][i / 2], w[1][i / 2], pick);
+            const unsigned b1 = __byte_perm(w[2][i / 2], w[3][i / 2], pick);
+            mma_fp16(acc, wh, b0, b1), mma_fp16(acc, wl, b0, b1);
+        } else {
+            float v[4];  // a1 as stored at rows 2t, 2t + 1, 2t + 8, 2t + 9 of column j + i (0 past H)
+#pragma unroll
+            for (int m = 0; m < 4; ++m) {
+                const float2 s = unpack_half(S{}, w[m][i / 2]);
+                v[m] = r0 + 2 * t + m % 2 + 8 * (m / 2) < H ? (i % 2 ? s.y : s.x) : 0.f;
+            }
+            unsigned b0h, b0l, b1h, b1l;  // rows (2t, 2t + 1) and (2t + 8, 2t + 9)
+            bf16_parts(S{}, v[0], v[1], b0h, b0l);
+            bf16_parts(S{}, v[2], v[3], b1h, b1l);
+            mma_bf16(acc, wh, b0h, b1h), mma_bf16(acc, wl, b0h, b1h);
+            if (!bf16_exact<S>::value) mma_bf16(acc, wh, b0l, b1l);
+        }
 #pragma unroll
         for (int e = 0; e < 4; ++e) sums[warp][4 * i + e][lane] = acc[e];
     }
