@@ -206,7 +206,7 @@ def test_the_step_kernels_read_and_write_half_and_compute_in_fp32(rng, kind, C, 
     a1 = values(z, kind)  # the activation as stored: what the output GEMM read
     assert rel(a1, model.sigmoid(hz + b1.astype(np.float32)[:, None])) <= ULP[kind]
     W2_32 = W2.astype(np.float32).astype(np.float64)
-    assert rel(logits(forward, C, n), W2_32 @ a1) <= 3e-5  # each row block's sums, added
+    assert rel(logits(forward, C, n), W2_32 @ a1) <= 3e-5  # the row blocks' sums, added by the softmax
     yhat = model.softmax(W2_32 @ a1 + b2.astype(np.float32)[:, None])
     assert rel(delta.get(), 4.0 * model.output_delta(yhat, y, 3 * n)) <= 1e-5  # times the loss scale
     assert rel(ce.get(), -np.log(yhat[y, np.arange(n)])) <= 1e-5
@@ -230,8 +230,8 @@ def test_the_step_kernels_read_and_write_half_and_compute_in_fp32(rng, kind, C, 
 
 
 def logits(part, C, n):
-    """W_L a_{L-1} from output_layer's workspace: its row blocks' C x n partial sums, added in float64."""
-    return part.get()[:part.size // (C * n) * C * n].astype(np.float64).reshape(-1, C, n).sum(axis=0)
+    """W_L a_{L-1} from output_layer's workspace, where the softmax leaves the sum of its row blocks' partial sums."""
+    return part.get()[:C * n].astype(np.float64).reshape(C, n)
 
 
 @pytest.mark.parametrize("kind", KINDS)
