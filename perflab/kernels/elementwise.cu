@@ -801,8 +801,9 @@ output_backward_half(const float* __restrict__ W2, const float* __restrict__ del
 //   part[g][c][j] = sum_{h in row block g} W2[c, h] a1[h, j]      (FW_ROWS rows a block, as output_forward)
 // as mma.sync m16n8k16 (M = 16 classes, K = 16 rows, N = 8 columns), W2 split into high and low parts, so the sums
 // keep FP32's accuracy: BF16 parts for a BF16 a1; for an FP16 a1, FP16 parts, a1 read as stored (two MMAs where BF16
-// parts of both took three), or BF16 parts of both in a warp that holds a W2 value past FP16's range. Block: 8 warps over HF_COLS = 64 columns, warp w
-// the block's K-tile w (16 rows), summed over the warps through shared memory at the end. (A first
+// parts of both took three: docs/DECISIONS.md, D79), or BF16 parts of both in a warp that holds a W2 value past
+// FP16's range. Block: 8 warps over HF_COLS = 64 columns, warp w the block's K-tile w (16 rows), summed over the
+// warps through shared memory at the end. (A first
 // version gave a warp 64 columns over all 128 rows: 4 warps an SM at B = 3200, each waiting out its
 // instructions' latencies one after another, ran slower than the scalar kernel: D46.) A lane loads and
 // stores 16 contiguous bytes of each of rows 2t, 2t + 1, 2t + 8, 2t + 9 of its warp's tile, whose
