@@ -604,15 +604,14 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const unsigned (&a)[4], 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #endif
 }
-// x's high FP16 part (to nearest) and the rest's times FP16_LOW_SCALE, each pair packed as pack_half(fp16{}, ...) does,
-// for |x| < FP16_HIGH_MAX. Scaled, the rest stays in FP16's normal range down to |x| = 2^-14, where the high part
-// turns subnormal: hi + lo / FP16_LOW_SCALE is x to 2^-22 of |x| above that, and to 2^-36 below (the products with
-// the low parts are summed apart, then scaled back exactly).
-constexpr float FP16_HIGH_MAX = 65504.f, FP16_LOW_SCALE = 2048.f;
+// x's high FP16 part (to nearest) and the rest's, each pair packed as pack_half(fp16{}, ...) does, for |x| <
+// FP16_HIGH_MAX: 22 bits of x where |x| >= 2^-3; below, the rest falls under FP16's normal range, and hi + lo is x to
+// an absolute 2^-25 (the logits to H 2^-25 at worst; BF16 parts keep 2^-16 of |x| at any size: D79)
+constexpr float FP16_HIGH_MAX = 65504.f;
 __device__ __forceinline__ void split_fp16(float x0, float x1, unsigned& hi, unsigned& lo) {
     hi = pack_half(fp16{}, x0, x1);
     const float2 h = unpack_half(fp16{}, hi);
-    lo = pack_half(fp16{}, (x0 - h.x) * FP16_LOW_SCALE, (x1 - h.y) * FP16_LOW_SCALE);
+    lo = pack_half(fp16{}, x0 - h.x, x1 - h.y);
 }
 __device__ __forceinline__ void mma_fp16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
 #if __CUDA_ARCH__ >= 800
@@ -802,15 +801,14 @@ output_backward_half(const float* __restrict__ W2, const float* __restrict__ del
 // output_forward for 16-bit z1, on the tensor cores: a1 = sigmoid(z1 + b1) written over z1, and
 //   part[g][c][j] = sum_{h in row block g} W2[c, h] a1[h, j]      (FW_ROWS rows a block, as output_forward)
 // as mma.sync m16n8k16 (M = 16 classes, K = 16 rows, N = 8 columns), W2 split into high and low parts, so the sums
-// keep FP32's accuracy: BF16 parts for a BF16 a1; for an FP16 a1, FP16 parts, a1 read as stored (two MMAs where BF16
-// parts of both took three: docs/DECISIONS.md, D79), or BF16 parts of both in a warp that holds a W2 value past
-// FP16's range. Block: 8 warps over HF_COLS = 64 columns, warp w the block's K-tile w (16 rows), summed over the
-// warps through shared memory at the end. (A first
-// version gave a warp 64 columns over all 128 rows: 4 warps an SM at B = 3200, each waiting out its
-// instructions' latencies one after another, ran slower than the scalar kernel: D46.) A lane loads and
-// stores 16 contiguous bytes of each of rows 2t, 2t + 1, 2t + 8, 2t + 9 of its warp's tile, whose
-// columns 8g + i are column g of n-tile i; its accumulators are then classes g, g + 8 at columns 16t + i
-// (n-tile i's column 2t) and 16t + 8 + i (2t + 1).
+// keep about FP32's accuracy: BF16 parts for a BF16 a1; for an FP16 a1, FP16 parts (split_fp16), a1 read as stored
+// (two MMAs where BF16 parts of both took three: docs/DECISIONS.md, D79), or BF16 parts of both in a warp that holds
+// a W2 value past FP16's range. Block: 8 warps over HF_COLS = 64 columns, warp w the block's K-tile w (16 rows),
+// summed over the warps through shared memory at the end. (A first version gave a warp 64 columns over all 128
+// rows: 4 warps an SM at B = 3200, each waiting out its instructions' latencies one after another, ran slower than
+// the scalar kernel: D46.) A lane loads and stores 16 contiguous bytes of each of rows 2t, 2t + 1, 2t + 8, 2t + 9
+// of its warp's tile, whose columns 8g + i are column g of n-tile i; its accumulators are then classes g, g + 8 at
+// columns 16t + i (n-tile i's column 2t) and 16t + 8 + i (2t + 1).
 #define HF_COLS 64
 template <typename S>
 __device__ __forceinline__ void bf16_parts(S, float x0, float x1, unsigned& hi, unsigned& lo) {
@@ -886,10 +884,7 @@ output_forward_half(const float* __restrict__ W2, const float* __restrict__ b1, 
         if (in_fp16) {  // a1 as stored, rows (2t, 2t + 1) and (2t + 8, 2t + 9) of column j + i: two MMAs, not three
             const unsigned pick = i % 2 ? 0x7632u : 0x5410u, b0 = __byte_perm(w[0][i / 2], w[1][i / 2], pick);
             const unsigned b1 = __byte_perm(w[2][i / 2], w[3][i / 2], pick);
-            float low[4] = {};
-            mma_fp16(acc, wh, b0, b1), mma_fp16(low, wl, b0, b1);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[e] += low[e] * (1.f / FP16_LOW_SCALE);
+            mma_fp16(acc, wh, b0, b1), mma_fp16(acc, wl, b0, b1);
         } else {
             float v[4];  // a1 as stored at rows 2t, 2t + 1, 2t + 8, 2t + 9 of column j + i (0 past H)
 #pragma unroll
