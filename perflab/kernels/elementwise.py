@@ -198,7 +198,7 @@ def output_layer(W2, b1, b2, z1, y, delta, norm, part, ce=None, scale=None, firs
     groups = math.ceil(H / FW_ROWS)
     if part.size < groups * C * n:
         raise KernelError(f"output_layer needs a workspace of {groups * C * n} elements, got {part.size}")
-    if z1.dtype.name in HALF_CTYPES:  # 16-bit z1: the tensor-core kernel (W2 as BF16 or FP16 pairs, FP32's accuracy)
+    if z1.dtype.name in HALF_CTYPES:  # 16-bit z1: the tensor-core kernel (W2 as BF16 or FP16 pairs, about FP32's accuracy: D79)
         elementwise_function(f"output_forward_half<{HALF_CTYPES[z1.dtype.name]}>", "float")(
             (max(1, math.ceil(n / HF_COLS)), groups), (2 * FW_ROWS,), (W2, b1, z1, part, i32(C), i32(H), i32(n)))
     else:
