@@ -338,7 +338,8 @@ def half_accuracy_section() -> list[str]:
 
 def half_step_section() -> list[str]:
     """perflab's half-precision epoch beside the half-precision peers and the cuBLAS half GEMM floor of the
-    layers (bench train), and issue 53's two epoch targets, from the file."""
+    layers (bench train), and issue 53's two epoch targets (issue 68's floor targets, BF16's and FP16's), from the
+    file."""
     import pandas as pd
     part = claims.section("half_step")
     peer = part["peers"]
@@ -354,13 +355,16 @@ def half_step_section() -> list[str]:
             ", and with the output layer's backward pass unfused",
             said("half_step", "passes", fewest=unfused.min(), most=unfused.max()))
         floor = epochs[peer["mine"]] / epochs[peer["floor"]]
+        fp16_floor = epochs[peer["fp16"]] / epochs[peer["fp16_floor"]]
         for (h, b), g in t.groupby(["H", "B"], sort=False):
             ms = g.set_index("peer").epoch_ms
             best = ms[peer["half_peers"]].idxmin()
             mine = ms[peer["mine"]]
             lines.append(said("half_step", "row", h=h, b=b, mine=mine, of_peer=mine / ms[best], best=best, best_ms=ms[best],
-                              of_floor=mine / ms[peer["floor"]], faster=ms[peer["fp32"]] / mine, fp16=ms[peer["fp16"]]))
+                              of_floor=mine / ms[peer["floor"]], faster=ms[peer["fp32"]] / mine, fp16=ms[peer["fp16"]],
+                              fp16_of_floor=ms[peer["fp16"]] / ms[peer["fp16_floor"]]))
         met = "floor_missed" if floor.max() > part["floor_target"] else "floor_met"
+        fp16_met = "fp16_floor_missed" if fp16_floor.max() > part["fp16_floor_target"] else "fp16_floor_met"
         out += ["", f"## The half-precision step against its peers, {path.parent.parent.name}", "",
                 f"Source: {source(path)}. `perflab bench train`, 60000 samples, the median epoch, each peer in a process "
                 "of its own: perflab's fused step in BF16 and FP16 (`--dtype`; cuBLAS's half GEMMs, its own fused "
@@ -370,7 +374,8 @@ def half_step_section() -> list[str]:
                 "the cuBLAS GEMM floor of the layers in BF16, FP16 and FP32 (each layer's forward GEMM and weight "
                 "gradient, past the first its input gradient, graphed, nothing else).", "",
                 fmt(wide.reset_index().round(3)), "", *lines, "",
-                said("half_step", met, worst=floor.max()) + ". " + passes]
+                said("half_step", met, worst=floor.max()) + "; " + said("half_step", fp16_met, worst=fp16_floor.max())
+                + ". " + passes]
     return out
 
 
