@@ -1,7 +1,8 @@
 """The half wgmma GEMM's machine code counted without a GPU: the kernels the half step picks, compiled by nvcc
 for sm_90a from a tree's perflab/kernels, disassembled by cuobjdump, and counted (instructions, R2UR moves from
 vector to uniform registers, registers a thread, bytes spilled, and the main loop's instructions and R2UR moves, from the stage
-wait before its first HGMMA to its back branch).
+wait before its first HGMMA to its back branch; then the F2F and MUFU instructions, which share the slow pipe, and
+the instructions that are not NOPs).
 
   python sass_counts.py [KERNELS_DIR ...]         one table a tree (default: this tree's perflab/kernels)
   python sass_counts.py --all [KERNELS_DIR ...]   every instantiation perflab compiles (wgmma_names), compiled alone:
@@ -19,11 +20,12 @@ import tempfile
 from pathlib import Path
 
 SIGNATURE = "(int, int, int, int, float, const void*, const void*, const void*, const void*, float, {out}*, int, const float*, int)"
-KERNELS = {  # name: (output type, template arguments after the element and output types)
-    "fwd n256 (bias, sigmoid)": ("bf16", "2,256,4,false,1,false,false,1,1"),
-    "fwd n128": ("bf16", "2,128,6,false,1,false,false,1,1"),
-    "dW_1 n112 two ways": ("float", "2,112,8,false,1,false,false,1,2"),
-    "dW_1 n64 two ways": ("float", "2,64,12,false,1,false,false,1,2"),
+KERNELS = {  # name: (element type, output type, template arguments after them)
+    "fwd n256 (bias, sigmoid)": ("bf16", "bf16", "2,256,4,false,1,false,false,1,1"),
+    "fwd n128": ("bf16", "bf16", "2,128,6,false,1,false,false,1,1"),
+    "dW_1 n112 two ways": ("bf16", "float", "2,112,8,false,1,false,false,1,2"),
+    "dW_1 n64 two ways": ("bf16", "float", "2,64,12,false,1,false,false,1,2"),
+    "fwd n256, FP16": ("fp16", "fp16", "2,256,4,false,1,false,false,1,1"),
 }
 
 
@@ -66,20 +68,23 @@ def main_loop(code: list) -> list:
 def table(kernels_dir: Path) -> list:
     with tempfile.TemporaryDirectory() as tmp:
         source = Path(tmp) / "instances.cu"
-        report = build(kernels_dir, [f"gemm_wgmma<bf16,{out},{args}>" for out, args in KERNELS.values()], source)
+        report = build(kernels_dir, [f"gemm_wgmma<{e},{out},{args}>" for e, out, args in KERNELS.values()], source)
         sass = subprocess.run([cuobjdump(), "-sass", str(source.with_suffix(".cubin"))], capture_output=True,
                               text=True, check=True).stdout
     code = functions(sass)
     registers = dict(re.findall(r"Compiling entry function '(\S+)'.*?Used (\d+) registers", report, re.S))
     spills = dict(re.findall(r"Compiling entry function '(\S+)'.*?(\d+) bytes spill stores", report, re.S))
     rows = []
-    for label, (out, args) in KERNELS.items():
+    for label, (element, out, args) in KERNELS.items():
         digits = "".join(f"Li{a}E" for a in args.split(",")[:3])
-        name = next(n for n in code if "gemm_wgmma" in n and digits in n and ("fLi" if out == "float" else "S0_Li") in n)
+        name = next(n for n in code if f"gemm_wgmmaI4{element}" in n and digits in n
+                    and ("fLi" if out == "float" else "S0_Li") in n)
         ops = code[name]
         loop = main_loop(ops)
+        opcode = [op.split()[1 if op.startswith("@") else 0].split(".")[0] for op in ops]
         rows.append((label, len(ops), sum("R2UR" in op for op in ops), int(registers.get(name, -1)),
-                     int(spills.get(name, -1)), len(loop), sum("R2UR" in op for op in loop)))
+                     int(spills.get(name, -1)), len(loop), sum("R2UR" in op for op in loop), opcode.count("F2F"),
+                     opcode.count("MUFU"), len(ops) - opcode.count("NOP")))
     return rows
 
 
@@ -110,9 +115,10 @@ def every_instantiation(dirs: list) -> None:
 def main(dirs: list) -> None:
     for d in dirs:
         print(f"# {d}")
-        print(f"{'kernel':28} {'instructions':>12} {'R2UR':>6} {'registers':>9} {'spilled':>7} {'loop':>6} {'loop R2UR':>9}")
-        for label, n, r2ur, regs, spilled, loop, loop_r2ur in table(Path(d)):
-            print(f"{label:28} {n:12} {r2ur:6} {regs:9} {spilled:7} {loop:6} {loop_r2ur:9}")
+        print(f"{'kernel':28} {'instructions':>12} {'R2UR':>6} {'registers':>9} {'spilled':>7} {'loop':>6} {'loop R2UR':>9}"
+              f" {'F2F':>5} {'MUFU':>5} {'not NOP':>7}")
+        for label, n, r2ur, regs, spilled, loop, loop_r2ur, f2f, mufu, real in table(Path(d)):
+            print(f"{label:28} {n:12} {r2ur:6} {regs:9} {spilled:7} {loop:6} {loop_r2ur:9} {f2f:5} {mufu:5} {real:7}")
 
 
 if __name__ == "__main__":
