@@ -78,6 +78,17 @@ __device__ __forceinline__ float2 unpack_half(fp16, unsigned w) {
     return make_float2(lo, hi);
 }
 
+// The L2 weight of parameter e: regs[s] of the segment s (ends: each segment's end) that holds it.
+template <typename T>
+__device__ T reg_at(size_t e, const long long* ends, const T* regs, int nseg) {
+    int s = 0;
+    while (s < nseg - 1 && e >= (size_t)ends[s]) ++s;
+    return regs[s];
+}
+
+template <typename T>
+__device__ T sgd(T w, T g, T lr, T reg) { return w - lr * (g + reg * w); }  // sgd_update's expression
+
 // sigmoid(z) for a value a step stores in S: sigmoid_approx where S holds 16 bits
 template <typename S, typename T>
 __device__ __forceinline__ T sigmoid_stored(S, T z) { return sigmoid(z); }

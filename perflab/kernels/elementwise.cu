@@ -324,9 +324,7 @@ __global__ void sgd_update_reduced(T* p, T* __restrict__ g, size_t n, T lr, cons
     }
     const T sc = scale != nullptr ? *scale : T(1);
     if (scale != nullptr && *overflow) return;  // skipped: p and rounded as they were
-    int seg = 0;
-    while (seg < nseg - 1 && e >= (size_t)ends[seg]) ++seg;
-    const T w = p[e] - lr * ((scale != nullptr ? s / sc : s) + regs[seg] * p[e]);
+    const T w = sgd(p[e], scale != nullptr ? s / sc : s, lr, reg_at(e, ends, regs, nseg));
     p[e] = w;
     if (rounded != nullptr) rounded[e] = narrow<S>(w);
 }

@@ -71,16 +71,6 @@ __device__ void wait_flag(const unsigned* flag, unsigned v, long long timeout_ns
 __device__ float4 add(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
 __device__ double2 add(double2 a, double2 b) { return make_double2(a.x + b.x, a.y + b.y); }
 
-template <typename T>
-__device__ T reg_at(size_t e, const long long* ends, const T* regs, int nseg) {
-    int s = 0;
-    while (s < nseg - 1 && e >= (size_t)ends[s]) ++s;
-    return regs[s];
-}
-
-template <typename T>
-__device__ T sgd(T w, T g, T lr, T reg) { return w - lr * (g + reg * w); }  // sgd_update's expression
-
 __device__ float4 sgd_vector(float4 w, float4 g, float lr, size_t e, const long long* ends, const float* regs, int nseg) {
     return make_float4(sgd(w.x, g.x, lr, reg_at(e, ends, regs, nseg)), sgd(w.y, g.y, lr, reg_at(e + 1, ends, regs, nseg)),
                        sgd(w.z, g.z, lr, reg_at(e + 2, ends, regs, nseg)), sgd(w.w, g.w, lr, reg_at(e + 3, ends, regs, nseg)));

@@ -302,7 +302,8 @@ def step_calls(hidden: tuple, B: int, dtype: str) -> dict:
         return gemm(dz[m - 1], inputs[m - 1].T, dW[m - 1]) if k.weight_gradient else gemm(W[m - 1].T, dz[m - 1], dz[m - 2])
 
     sums = step.update_adds_output_sums(True)  # the update adds the fused backward pass's sums (D77, D78)
-    partials = kernels.output_partials(o.part, o.W2.shape[0], a[-1].shape[0], B, half, half) if sums else None
+    makes_db_out = step.fused_backward_makes_db_out(dtype, True)  # a half step's fused backward pass makes db_L (D67)
+    partials = kernels.output_partials(o.part, o.W2.shape[0], a[-1].shape[0], B, half, makes_db_out) if sums else None
 
     def update():
         if dtype == "float16":
@@ -310,7 +311,7 @@ def step_calls(hidden: tuple, B: int, dtype: str) -> dict:
                                              rounded=o.rounded, find=False, partials=partials)
         return kernels.sgd_update(o.params, o.grads, 0.1, o.ends, o.regs, rounded=o.rounded, partials=partials)
     a1, da1, b1, db1 = a[-1], dz[-1], b[-1], db[-1]  # the output layer's input, as the unfused path runs it
-    db_out = dict(db2=o.db2) if half else {}  # a half step's fused backward pass makes db_L (D67)
+    db_out = dict(db2=o.db2) if makes_db_out else {}
     return {
         "fwd_gemm": lambda k: gemm(W[k.layer - 1], inputs[k.layer - 1], a[k.layer - 1]),
         "bias_sigmoid": lambda k: lambda: kernels.bias_sigmoid(a[k.layer - 1], b[k.layer - 1]),
