@@ -51,3 +51,25 @@ def test_an_overflow_flag_is_refused_where_the_pass_stores_no_float16_gradient_b
                          (np.zeros((H, n), np.float16), np.zeros(2, np.int32))):
         with pytest.raises(kernels.KernelError, match=f"got {dz.dtype} gradients, a flag of {overflow.size} int32"):
             kernels.sigmoid_backward_rows(dz, dz, np.zeros(H, np.float32), overflow=overflow)
+
+
+def test_the_update_refuses_output_partials_it_cannot_add_before_any_launch():
+    """sgd_update(partials=) takes output_backward's partials in the parameters' dtype, for gradients that hold the
+    output layer's (C + 1) H + C values (D77); float16's update takes them only with find=False, as find_overflow
+    would read G before the update makes its last values (D78). Each is refused naming what was given."""
+    import numpy as np
+
+    from perflab import kernels
+    C, H, n = 3, 5, 4
+    ends, regs = np.array([100], np.int64), np.zeros(1, np.float32)
+    P = G = np.zeros(100, np.float32)
+    wrong = kernels.output_partials(np.zeros(64, np.float64), C, H, n, half=True, db2=True)
+    with pytest.raises(kernels.KernelError, match="got partials float64, params float32"):
+        kernels.sgd_update(P, G, 0.1, ends, regs, partials=wrong)
+    small = kernels.output_partials(np.zeros(64, np.float32), C, 50, n, half=True, db2=True)
+    with pytest.raises(kernels.KernelError, match=r"\(C \+ 1\) H \+ C = 203 of 100 gradients"):
+        kernels.sgd_update(P, G, 0.1, ends, regs, partials=small)
+    fine = kernels.output_partials(np.zeros(64, np.float32), C, H, n, half=True, db2=True)
+    with pytest.raises(kernels.KernelError, match="only with find=False"):
+        kernels.sgd_update_scaled(P, G, 0.1, ends, regs, np.ones(1, np.float32), np.zeros(1, np.int32),
+                                  np.zeros(3, np.int64), 100, partials=fine)
