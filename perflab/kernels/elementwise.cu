@@ -602,14 +602,15 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const unsigned (&a)[4], 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #endif
 }
-// x's high FP16 part (to nearest) and the rest's, each pair packed as pack_half(fp16{}, ...) does, for |x| <
-// FP16_HIGH_MAX: 22 bits of x where |x| >= 2^-3; below, the rest falls under FP16's normal range, and hi + lo is x to
-// an absolute 2^-25 (the logits to H 2^-25 at worst; BF16 parts keep 2^-16 of |x| at any size: D79)
-constexpr float FP16_HIGH_MAX = 65504.f;
+// x's high FP16 part (to nearest) and the rest's times FP16_LOW_SCALE, each pair packed as pack_half(fp16{}, ...) does,
+// for |x| < FP16_HIGH_MAX. Scaled, the rest stays in FP16's normal range down to |x| = 2^-14, where the high part
+// turns subnormal: hi + lo / FP16_LOW_SCALE is x to 2^-22 of |x| above that, and to 2^-36 below (the products with
+// the low parts are summed apart, then scaled back exactly).
+constexpr float FP16_HIGH_MAX = 65504.f, FP16_LOW_SCALE = 2048.f;
 __device__ __forceinline__ void split_fp16(float x0, float x1, unsigned& hi, unsigned& lo) {
     hi = pack_half(fp16{}, x0, x1);
     const float2 h = unpack_half(fp16{}, hi);
-    lo = pack_half(fp16{}, x0 - h.x, x1 - h.y);
+    lo = pack_half(fp16{}, (x0 - h.x) * FP16_LOW_SCALE, (x1 - h.y) * FP16_LOW_SCALE);
 }
 __device__ __forceinline__ void mma_fp16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
 #if __CUDA_ARCH__ >= 800
@@ -882,7 +883,10 @@ output_forward_half(const float* __restrict__ W2, const float* __restrict__ b1, 
         if (in_fp16) {  // a1 as stored, rows (2t, 2t + 1) and (2t + 8, 2t + 9) of column j + i: two MMAs, not three
             const unsigned pick = i % 2 ? 0x7632u : 0x5410u, b0 = __byte_perm(w[0][i / 2], w[1][i / 2], pick);
             const unsigned b1 = __byte_perm(w[2][i / 2], w[3][i / 2], pick);
-            mma_fp16(acc, wh, b0, b1), mma_fp16(acc, wl, b0, b1);
+            float low[4] = {};
+            mma_fp16(acc, wh, b0, b1), mma_fp16(low, wl, b0, b1);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[e] += low[e] * (1.f / FP16_LOW_SCALE);
         } else {
             float v[4];  // a1 as stored at rows 2t, 2t + 1, 2t + 8, 2t + 9 of column j + i (0 past H)
 #pragma unroll

@@ -217,6 +217,17 @@ __device__ __forceinline__ void store_as(const float (&d)[BN / 2], int row0, int
     }
 }
 
+// Two adjacent elements of a 16-bit C from their accumulators, packed as pack_half does: alpha v rounded to O, then
+// with BIAS sigmoid(. + b) rounded to O, as epilogue() and narrow<O> make them one at a time. Each rounding of the pair
+// is one packed conversion: nvcc makes BF16's one-value conversion an F2F, a slow instruction (docs/DECISIONS.md, D80).
+template <typename O, bool BIAS>
+__device__ __forceinline__ unsigned epilogue_pair(float v0, float v1, float alpha, float b) {
+    const unsigned z = pack_half(O{}, alpha * v0, alpha * v1);
+    if constexpr (!BIAS) return z;
+    const float2 w = unpack_half(O{}, z);
+    return pack_half(O{}, sigmoid_approx(w.x + b), sigmoid_approx(w.y + b));
+}
+
 constexpr int STAGING_PITCH = 144;   // bytes a staging row: 64 16-bit elements, and 16 that put 8 rows on all banks
 
 __device__ __forceinline__ void stmatrix_x4(unsigned addr, const unsigned (&r)[4]) {
@@ -252,8 +263,7 @@ __device__ __forceinline__ void store_staged(const float (&d)[BN / 2], int row0,
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
                 const int i = (c * 8 + jj + q / 2) * 4 + (q & 1) * 2;
-                r[q] = narrow<O>(epilogue<O, false, BIAS>(d[i], alpha, 0.0f, 0.0f, b[q & 1])).bits
-                       | ((unsigned)narrow<O>(epilogue<O, false, BIAS>(d[i + 1], alpha, 0.0f, 0.0f, b[q & 1])).bits << 16);
+                r[q] = epilogue_pair<O, BIAS>(d[i], d[i + 1], alpha, b[q & 1]);
             }
             stmatrix_x4(at + jj * 16, r);
         }
