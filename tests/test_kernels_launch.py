@@ -73,3 +73,30 @@ def test_the_update_refuses_output_partials_it_cannot_add_before_any_launch():
     with pytest.raises(kernels.KernelError, match="only with find=False"):
         kernels.sgd_update_scaled(P, G, 0.1, ends, regs, np.ones(1, np.float32), np.zeros(1, np.int32),
                                   np.zeros(3, np.int64), 100, partials=fine)
+
+
+def test_the_bf16_copy_takes_the_weight_gradients_that_start_and_end_on_a_whole_vector():
+    """--comm p2p in BF16: a GEMM writes a weight gradient straight into the BF16 copy where its rows there are whole
+    16-byte vectors (D81); the exchange narrows the rest, so a range it skips must hold no value of another array."""
+    import numpy as np
+
+    from perflab.kernels import p2p
+    size = lambda shapes: sum(int(np.prod(s)) for s in shapes)  # noqa: E731
+    wide = [(1024, 784), (1024,), (1024, 1024), (1024,), (10, 1024), (10,)]
+    made = p2p.made_in_bf16(wide, range(0, 4, 2), size(wide))
+    assert made == {0: (0, 1024 * 784 // 8), 2: ((1024 * 784 + 1024) // 8, (1024 * 784 + 1024 + 1024 * 1024) // 8)}
+    odd = [(61, 97), (61,), (37, 61), (37,), (7, 37), (7,)]  # W1 ends, and W2 starts, inside a vector
+    assert p2p.made_in_bf16(odd, [0, 2], size(odd)) == {}
+    mixed = [(3, 8), (3,), (16, 8), (16,), (7, 16), (7,)]  # W1 [0, 24) whole vectors; W2 from 27 is not
+    assert p2p.made_in_bf16(mixed, [0, 2], size(mixed)) == {0: (0, 3)}
+    assert p2p.made_in_bf16(mixed, [0, 1, 2], size(mixed)) == {0: (0, 3)}  # b1 [24, 27) neither
+    with pytest.raises(p2p.KernelError, match=r"hold 290 values, the gradient 291"):
+        p2p.made_in_bf16(mixed, [0, 2], 291)
+
+
+def test_the_bf16_exchange_refuses_made_ranges_not_given_as_pairs_before_any_launch():
+    import numpy as np
+
+    from perflab.kernels import p2p
+    with pytest.raises(p2p.KernelError, match=r"shape \(k, 2\), got int64 \(4,\)"):
+        p2p.exchange_update_bf16(*[None] * 4, 0, 8, 0.1, *[None] * 5, 0, 1, np.zeros(4, np.int64))

@@ -219,7 +219,7 @@ __global__ void peer_read_wait(int p, int rank, const unsigned long long* __rest
 
 // --comm p2p in a bfloat16 run: the peers read each other's gradient in BF16, half the bytes over NVLink. Each
 // block first narrows its share of its own FP32 gradient G (the vectors its twin on every peer reads, 8 values a
-// 16-byte load) into its BF16 copy, which the peers map (`halves`: every rank's copy; the batch's CE sum kept in
+// 16-byte load; not those the GEMMs wrote in the copy already) into its BF16 copy, which the peers map (`halves`: every rank's copy; the batch's CE sum kept in
 // FP32 at ce_slot(n)), then starts the round with a release; the sums add the BF16 values in rank order in FP32,
 // update P and write the new values rounded to BF16 into P_half, the GEMMs' copy. Two-shot (p >= 3): the updated
 // slice travels in FP32 through G, as in exchange_update_two_shot, so every rank's P keeps the same bits.
@@ -240,11 +240,18 @@ __device__ void widen_add(uint4 x, float* s, bool first) {
     }
 }
 
-// Vectors [lo, hi) of this block's grid-stride share of G, narrowed into `half`: the ones sum_update_bf16 reads.
-__device__ void narrow_share(const float* G, unsigned short* half, size_t lo, size_t hi) {
+// Vectors [lo, hi) of this block's grid-stride share of G, narrowed into `half`: the ones sum_update_bf16 reads. made:
+// nmade sorted [lo, hi) ranges of vectors already in `half`, which the weight-gradient GEMMs wrote there in BF16
+// (the same rounding of the same FP32 sums), so that their FP32 values were never stored: skipped.
+__device__ void narrow_share(const float* G, unsigned short* half, size_t lo, size_t hi, const long long* made,
+                             int nmade) {
     const float4* g = (const float4*)G;
-    for (size_t e = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < hi; e += (size_t)gridDim.x * blockDim.x)
+    int m = 0;
+    for (size_t e = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < hi; e += (size_t)gridDim.x * blockDim.x) {
+        while (m < nmade && e >= (size_t)made[2 * m + 1]) ++m;
+        if (m < nmade && e >= (size_t)made[2 * m]) continue;
         ((uint4*)half)[e] = narrow8(g[2 * e], g[2 * e + 1]);
+    }
 }
 
 // The values past the last whole vector and the CE slot, as tail_update_bf16 reads them.
@@ -321,19 +328,20 @@ __device__ void tail_update_bf16(float* P, unsigned short* P_half, const unsigne
     }
 }
 
-// G: this rank's FP32 gradient (n values, the CE at G[n]); halves, grads: every rank's BF16 copy and FP32 gradient.
+// G: this rank's FP32 gradient (n values, the CE at G[n]); halves, grads: every rank's BF16 copy and FP32 gradient;
+// made: the vector ranges of this rank's copy its GEMMs wrote (narrow_share).
 __global__ void __launch_bounds__(512) exchange_update_bf16(float* __restrict__ P, unsigned short* __restrict__ P_half,
         const unsigned long long* __restrict__ halves, const unsigned long long* __restrict__ grads, int p, int rank,
         size_t n, float lr, const long long* __restrict__ ends, const float* __restrict__ regs, int nseg,
         float* ce_out, const unsigned long long* __restrict__ flags, unsigned* rounds, long long timeout_ns,
-        int two_shot) {
+        int two_shot, const long long* __restrict__ made, int nmade) {
     const float* G = (const float*)grads[rank];
     unsigned short* own = (unsigned short*)halves[rank];
     const size_t nv = n / BF16_VALUES;
     if (two_shot) {  // rank k reads slice k from the slice's own start
-        for (int k = 0; k < p; ++k) narrow_share(G, own, nv * k / p, nv * (k + 1) / p);
+        for (int k = 0; k < p; ++k) narrow_share(G, own, nv * k / p, nv * (k + 1) / p, made, nmade);
     } else {
-        narrow_share(G, own, 0, nv);
+        narrow_share(G, own, 0, nv, made, nmade);
     }
     narrow_tail(G, own, n, nv);
     const unsigned v = begin_round(p, rank, flags, rounds, timeout_ns, true);

@@ -232,7 +232,8 @@ def p2p_exchange_update(comm, sizes=SIZES, calls=10, repeats=10, bf16: bool = Fa
     a CUDA graph as the epoch graph holds it: the wait for the peers' reads of the last round,
     then the kernel. Back to back, so each wait finds the last round's reads just done; in a step
     they finished during forward, so this wait is longer than a step's (docs/DECISIONS.md, D15).
-    bf16: as a bfloat16 run exchanges it, through the gradient's BF16 copies (docs/DECISIONS.md, D64)."""
+    bf16: as a bfloat16 run exchanges it, through the gradient's BF16 copies, which its GEMMs wrote (docs/DECISIONS.md,
+    D64, D81)."""
     import cupy as cp
 
     from perflab.timing import time_graph_ms
@@ -243,6 +244,8 @@ def p2p_exchange_update(comm, sizes=SIZES, calls=10, repeats=10, bf16: bool = Fa
     for size in sizes:
         n = size // 4
         comm.register(n + 1, np.float32, bf16_copy=bf16).fill(1e-3)
+        if bf16:  # the trainer's GEMMs write most of a gradient into the copy: the kernel narrows no more of it here
+            comm.in_copy([None], [(n,)], [0])
         params, ends = cp.ones(n, cp.float32), cp.asarray([n], np.int64)
         rounded = cp.empty(n, cp.uint16) if bf16 else None
 

@@ -226,7 +226,7 @@ class P2PComm(MPIComm):
         if len(set(sms)) > 1:
             raise ConfigError(f"--comm p2p pairs the exchange's blocks across GPUs, which needs GPUs of one kind; these "
                               f"have {sorted(set(sms))} multiprocessors: use --comm nccl")
-        self.G = self.halves = None
+        self.G = self.halves = self.own_half = self.made = None
 
     def own_array(self, size: int, dtype):
         """A zeroed device array that starts its own allocation (an IPC handle maps a whole
@@ -255,8 +255,20 @@ class P2PComm(MPIComm):
                   [runtime.ipcOpenMemHandle(h, LAZY_PEER_ACCESS) for h in handles[r]] for r in range(self.size)]
         self.grads, self.flags = (cp.asarray([m[i] for m in mapped], np.uint64) for i in (0, 1))
         self.halves = cp.asarray([m[2] for m in mapped], np.uint64) if bf16_copy else None
+        self.own_half = own[2] if bf16_copy else None
+        self.made = cp.zeros((0, 2), np.int64)  # none of the copy is written by the GEMMs until in_copy says so
         self.comm.Barrier()
         return self.G
+
+    def in_copy(self, grads: list, shapes, index) -> list:
+        """grads (views of G laid out as `shapes`) with those at `index` that start and end on a whole 8-value vector
+        moved into this rank's BF16 copy: their GEMMs write them in BF16 there, and the exchange narrows only the
+        rest, so that the FP32 values of most of a gradient are neither stored nor read again (docs/DECISIONS.md, D81)."""
+        made = self.kernels.made_in_bf16(shapes, index, self.G.size - 1)
+        self.made = self.cp.asarray(list(made.values()), np.int64).reshape(-1, 2)
+        width = self.kernels.BF16_VALUES
+        return [self.own_half[made[i][0] * width:made[i][1] * width].reshape(s) if i in made else g
+                for i, (g, s) in enumerate(zip(grads, shapes))]
 
     def exchange_update(self, params, learning_rate: float, ends, regs, rounded=None) -> None:
         """On the current stream: params -= lr (every rank's gradient summed + regs params), the CE sums into self.ce;
@@ -269,7 +281,7 @@ class P2PComm(MPIComm):
             else:
                 self.kernels.exchange_update_bf16(params, rounded, self.halves, self.grads, self.rank, n, learning_rate,
                                                   ends, regs, self.ce, self.flags, self.rounds, self.timeout_ns,
-                                                  self.blocks)
+                                                  self.blocks, self.made)
         self.records.append({"op": "allreduce", "strategy": self.strategy, "rank": self.rank, "ranks": self.size,
                              "bytes": self.G.nbytes if self.halves is None else 2 * n, "seconds": float("nan")})  # async
 

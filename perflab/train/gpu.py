@@ -140,6 +140,8 @@ class FusedGPU(FusedStep, Graphs, Sequential):
                   else cp.zeros(self.P.size + 1, dtype=dtype))
         shapes = [p.shape for p in host_params]
         self.params, self.grads = self.views(self.P, shapes), self.views(self.G, shapes)
+        if self.peer_exchange and cfg.dtype == "bfloat16":  # the GEMMs' weight gradients go in BF16 to the peers (D81)
+            self.grads = comm.in_copy(self.grads, shapes, range(0, len(shapes) - 2, 2))
         self.ends = cp.asarray(np.cumsum([int(np.prod(s)) for s in shapes]), dtype=np.int64)
         self.regs = cp.asarray([cfg.reg, 0.0] * (len(shapes) // 2), dtype=dtype)
         self.penalty_regs = self.regs  # the loss's L2 term's (model parallel: a replicated layer's over the ranks)
