@@ -100,3 +100,15 @@ def test_the_bf16_exchange_refuses_made_ranges_not_given_as_pairs_before_any_lau
     from perflab.kernels import p2p
     with pytest.raises(p2p.KernelError, match=r"shape \(k, 2\), got int64 \(4,\)"):
         p2p.exchange_update_bf16(*[None] * 4, 0, 8, 0.1, *[None] * 5, 0, 1, np.zeros(4, np.int64))
+
+
+def test_every_p2p_kernel_function_the_exchange_calls_exists():
+    """P2PComm calls its kernels through self.kernels (perflab.kernels.p2p), which only a GPU run would reach."""
+    import inspect
+    import re
+
+    from perflab.kernels import p2p
+    from perflab.train import comm
+    called = set(re.findall(r"self\.kernels\.(\w+)", inspect.getsource(comm.P2PComm)))
+    assert {"exchange_update", "exchange_update_bf16", "read_wait", "made_in_bf16"} <= called
+    assert not [name for name in called if not hasattr(p2p, name)]

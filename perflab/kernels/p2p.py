@@ -66,3 +66,9 @@ def made_in_bf16(shapes, index, n: int) -> dict:
         raise KernelError(f"shapes {list(shapes)} hold {offsets[-1]} values, the gradient {n}")
     return {i: (int(offsets[i]) // BF16_VALUES, int(offsets[i + 1]) // BF16_VALUES) for i in sorted(index)
             if offsets[i] % BF16_VALUES == 0 and offsets[i + 1] % BF16_VALUES == 0 and offsets[i + 1] > offsets[i]}
+
+
+def read_wait(rank: int, flags, rounds, timeout_ns: int, grid: int) -> None:
+    """Hold the stream until every peer has read this rank's gradient of the last exchange (of `grid` blocks)."""
+    function("peer_read_wait")((1,), (1024,), (i32(flags.size), i32(rank), flags, rounds, i32(grid),
+                                               np.int64(timeout_ns)))
