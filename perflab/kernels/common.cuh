@@ -94,14 +94,3 @@ template <typename S, typename T>
 __device__ __forceinline__ T sigmoid_stored(S, T z) { return sigmoid(z); }
 __device__ __forceinline__ float sigmoid_stored(bf16, float z) { return sigmoid_approx(z); }
 __device__ __forceinline__ float sigmoid_stored(fp16, float z) { return sigmoid_approx(z); }
-
-// cp.async, 16 bytes global -> shared (L2 only), in commit groups (gemm_best.cu's rings, p2p.cu's staged peer reads)
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }

@@ -33,11 +33,20 @@
 //  11 programmatic dependent launch        12 DRAM-saving order (groups of rows, rotation)
 #include "common.cuh"
 
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
 template <int BYTES>  // copies BYTES, or writes zeros when !ok (src is then never read)
 __device__ __forceinline__ void cp_async_zfill(void* dst, const void* src, bool ok) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_addr(dst)), "l"(src), "n"(BYTES),
                  "r"(ok ? BYTES : 0));
 }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 // one read of N elements (4, 8 or 16 bytes), shared or global; L2_ONLY: 16 bytes of global
 // memory past the L1 (written by other blocks of this launch)

@@ -313,38 +313,6 @@ __device__ void sum_update_bf16(float* P, unsigned short* P_half, const unsigned
     }
 }
 
-// p = 2: this rank's copy and the peer's summed (in either order the same bits: two values), P updated. The peer's
-// vectors travel over NVLink into shared memory by cp.async, PEER_STAGES of a thread's ahead of the one it works, so
-// that the link is kept busy while the local loads, the sums and the stores of earlier vectors go on (the loads of
-// sum_update_bf16 all wait, then the stores, then the next loads go out).
-constexpr int PEER_STAGES = 4;
-__device__ void sum_update_bf16_pair(float* P, unsigned short* P_half, const uint4* own, const uint4* peer, size_t nv,
-                                     float lr, const long long* ends, const float* regs, int nseg) {
-    __shared__ uint4 staged[PEER_STAGES][512];  // a thread's own slots (THREADS = 512 a block): no barrier needed
-    const size_t stride = (size_t)gridDim.x * blockDim.x, first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-#pragma unroll
-    for (int s = 0; s < PEER_STAGES; ++s) {
-        if (first + s * stride < nv) cp_async16(&staged[s][threadIdx.x], peer + first + s * stride);
-        cp_async_commit();
-    }
-    int s = 0;
-    for (size_t e = first; e < nv; e += stride) {
-        const float4 w[2] = {((const float4*)P)[2 * e], ((const float4*)P)[2 * e + 1]};
-        const uint4 x = __ldcg(own + e);
-        cp_async_wait<PEER_STAGES - 1>();  // vector e's group has landed
-        const uint4 y = staged[s][threadIdx.x];
-        float sum[BF16_VALUES];
-        widen_add(x, sum, true);
-        widen_add(y, sum, false);
-        update8(P, P_half, nullptr, e * BF16_VALUES, w, sum, lr, ends, regs, nseg);
-        asm volatile("" ::: "memory");  // the slot is read before its refill is issued
-        if (e + PEER_STAGES * stride < nv) cp_async16(&staged[s][threadIdx.x], peer + e + PEER_STAGES * stride);
-        cp_async_commit();
-        s = s + 1 == PEER_STAGES ? 0 : s + 1;
-    }
-    cp_async_wait<0>();
-}
-
 __device__ void tail_update_bf16(float* P, unsigned short* P_half, const unsigned long long* halves, int p, size_t n,
                                  size_t nv, float lr, const long long* ends, const float* regs, int nseg, float* ce_out) {
     const size_t e = nv * BF16_VALUES + (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -380,10 +348,7 @@ __global__ void __launch_bounds__(512) exchange_update_bf16(float* __restrict__ 
     const int r = threadIdx.x;
     const size_t end = (size_t)blockIdx.x * FLAG_SLOTS * p + p, mid = end + p;
     if (!two_shot) {
-        if (p == 2)
-            sum_update_bf16_pair(P, P_half, (const uint4*)own, (const uint4*)halves[1 - rank], nv, lr, ends, regs, nseg);
-        else
-            sum_update_bf16(P, P_half, halves, p, 0, nv, lr, ends, regs, nseg, nullptr);
+        sum_update_bf16(P, P_half, halves, p, 0, nv, lr, ends, regs, nseg, nullptr);
         tail_update_bf16(P, P_half, halves, p, n, nv, lr, ends, regs, nseg, ce_out);
         __syncthreads();
         if (r < p && r != rank) signal_flag((unsigned*)flags[r] + end + rank, v);
