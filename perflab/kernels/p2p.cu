@@ -219,9 +219,10 @@ __global__ void peer_read_wait(int p, int rank, const unsigned long long* __rest
 
 // --comm p2p in a bfloat16 run: the peers read each other's gradient in BF16, half the bytes over NVLink. Each
 // block first narrows its share of its own FP32 gradient G (the vectors its twin on every peer reads, 8 values a
-// 16-byte load; not those the GEMMs wrote in the copy already) into its BF16 copy, which the peers map (`halves`: every rank's copy; the batch's CE sum kept in
-// FP32 at ce_slot(n)), then starts the round with a release; the sums add the BF16 values in rank order in FP32,
-// update P and write the new values rounded to BF16 into P_half, the GEMMs' copy. Two-shot (p >= 3): the updated
+// 16-byte load; not those the GEMMs wrote in the copy already: D81) into its BF16 copy, which the peers map
+// (`halves`: every rank's copy; the batch's CE sum kept in FP32 at ce_slot(n)), then starts the round with a
+// release; the sums add the BF16 values in rank order in FP32, update P and write the new values rounded to BF16
+// into P_half, the GEMMs' copy. Two-shot (p >= 3): the updated
 // slice travels in FP32 through G, as in exchange_update_two_shot, so every rank's P keeps the same bits.
 constexpr int BF16_VALUES = 8;  // a 16-byte vector of the BF16 copy
 

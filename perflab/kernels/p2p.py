@@ -50,7 +50,7 @@ def exchange_update_bf16(params, params_half, halves, grads, rank: int, n: int, 
     sorted, that the GEMMs wrote into it in BF16) and the new parameters rounded into params_half."""
     if made.dtype != np.int64 or made.ndim != 2 or made.shape[1] != 2:
         raise KernelError(f"made is an int64 array of [lo, hi) vector ranges, shape (k, 2), got {made.dtype} "
-                         f"{made.shape}")
+                          f"{made.shape}")
     function("exchange_update_bf16")(
         (grid,), (THREADS,), (params, params_half, halves, grads, i32(grads.size), i32(rank), u64(n),
                               np.float32(learning_rate), ends, regs, i32(ends.size), ce_out, flags, rounds,
