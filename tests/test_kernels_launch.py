@@ -112,3 +112,19 @@ def test_every_p2p_kernel_function_the_exchange_calls_exists():
     called = set(re.findall(r"self\.kernels\.(\w+)", inspect.getsource(comm.P2PComm)))
     assert {"exchange_update", "exchange_update_bf16", "read_wait", "made_in_bf16"} <= called
     assert not [name for name in called if not hasattr(p2p, name)]
+
+
+@pytest.mark.parametrize("out_dtype, weight_gradient, workspace", [("float32", False, True), ("uint16", False, False),
+                                                                   ("uint16", True, True), ("float32", True, True)])
+def test_cublas_keeps_its_workspace_for_weight_gradients_and_float_outs_only(monkeypatch, out_dtype, weight_gradient,
+                                                                              workspace):
+    """A half out is made without cuBLAS's workspace (D76) unless it is a weight gradient (--comm p2p's BF16 copy,
+    D81): the caller says so, whatever the shapes."""
+    import numpy as np
+
+    from perflab.kernels import dispatch
+    asked = []
+    monkeypatch.setattr(dispatch, "cublas_gemm_half", lambda *args, workspace: asked.append(workspace))
+    a, b = np.zeros((5, 3000), np.uint16), np.zeros((3000, 7), np.uint16)  # K far past M and N
+    dispatch.half_gemm(a, b, np.zeros((5, 7), out_dtype), weight_gradient=weight_gradient)
+    assert asked == [workspace]

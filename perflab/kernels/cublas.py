@@ -103,14 +103,13 @@ CUDA_TYPES = {"float32": 0, "float16": 2, "uint16": 14}  # cudaDataType: R_32F, 
 COMPUTE_32F, GEMM_DEFAULT = 68, -1  # cublasComputeType_t, cublasGemmAlgo_t
 
 
-def cublas_gemm_half(M, N, K, a, ta, lda, b, tb, ldb, out):
+def cublas_gemm_half(M, N, K, a, ta, lda, b, tb, ldb, out, workspace: bool):
     """Row-major out = op(a) op(b) on the tensor cores: a and b half precision (float16, or bfloat16
     held in uint16), FP32 accumulation, out half or float32 (cublasGemmEx, as cublas_gemm lays it out).
-    A half out is made with no workspace: cuBLAS then takes kernels that need no memset before them, and
-    faster ones at the half step's products, where the weight gradients (float out) are slower without
-    one (docs/DECISIONS.md, D76): a weight gradient (K, the batch, longer than M and N) keeps it in a half out
-    too (--comm p2p's BF16 copy: D81). The next cublasSetStream gives the handle its default back."""
-    with handle_on_stream(workspace=out.dtype == np.float32 or K > max(M, N)) as (lib, handle):
+    workspace: cuBLAS's own, which the weight gradients keep and the half step's products do without: cuBLAS
+    then takes kernels that need no memset before them, and faster ones there, where the weight gradients are
+    slower without one (docs/DECISIONS.md, D76). The next cublasSetStream gives the handle its default back."""
+    with handle_on_stream(workspace=workspace) as (lib, handle):
         status = lib.cublasGemmEx(
             ctypes.c_void_p(handle), ctypes.c_int(1 if tb else 0), ctypes.c_int(1 if ta else 0),
             ctypes.c_int(N), ctypes.c_int(M), ctypes.c_int(K), ctypes.byref(ctypes.c_float(1.0)),

@@ -221,12 +221,14 @@ def simple_gemm(a, b, out, alpha, beta, c, bias, variant, T, M, N, K, ta, lda, t
 HALF_GEMMS = ("cublas", "wgmma")  # half_gemm's variants
 
 
-def half_gemm(a, b, out, bias=None, variant: str = "cublas", config: str | None = None, splits: int | None = None):
+def half_gemm(a, b, out, bias=None, variant: str = "cublas", config: str | None = None, splits: int | None = None,
+              weight_gradient: bool = False):
     """out = a @ b on the tensor cores: a and b in one half precision (float16, or bfloat16 held in
     uint16), FP32 accumulation, out in that half precision or float32 (a weight gradient); with bias,
     out <- sigmoid(out + bias[:, None]). cuBLAS (bias and sigmoid a pass of their own), or perflab's
     wgmma GEMM (Hopper; bias and sigmoid its epilogue), with the choice tune() made for the shape
-    unless config and splits are given."""
+    unless config and splits are given. weight_gradient: out is one, which cuBLAS makes with its workspace
+    in a half out too (--comm p2p's BF16 copy: docs/DECISIONS.md, D76, D81)."""
     if variant not in HALF_GEMMS:
         raise KernelError(f"the half-precision GEMMs are {HALF_GEMMS}, got {variant!r}")
     (M, K), (K2, N) = a.shape, b.shape
@@ -247,7 +249,7 @@ def half_gemm(a, b, out, bias=None, variant: str = "cublas", config: str | None 
         return half_wgmma_gemm(a, b, out, bias, config, splits)
     ta, lda = storage(a, "a")
     tb, ldb = storage(b, "b")
-    cublas_gemm_half(M, N, K, a, ta, lda, b, tb, ldb, out)
+    cublas_gemm_half(M, N, K, a, ta, lda, b, tb, ldb, out, workspace=out.dtype == "float32" or weight_gradient)
     if bias is not None:
         bias_sigmoid(out, bias)
     return out

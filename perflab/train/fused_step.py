@@ -91,7 +91,7 @@ class FusedStep:
         else:
             delta_op = self.half.rounded_delta(delta) if self.half else delta
             with phase(backward_gemm(1)):
-                self.gemm(delta_op, acts[-1].T, dW[-1])
+                self.gemm(delta_op, acts[-1].T, dW[-1], weight_gradient=True)
             with phase(backward_gemm(2)):
                 self.gemm(Wg[-1].T, delta_op, dz[-1])
             kernels.sigmoid_backward_rows(dz[-1], acts[-1], db[-2], small if L == 2 else None)
@@ -102,7 +102,7 @@ class FusedStep:
         for l in range(L - 2, 0, -1):  # hidden layer l + 1 over hidden layer l (1-based): W[l] is W_{l+1}
             k = 2 * (L - l) - 1
             with phase(backward_gemm(k)), self.side.beside() if side else contextlib.nullcontext():
-                self.gemm(dz[l], acts[l].T, dW[l])
+                self.gemm(dz[l], acts[l].T, dW[l], weight_gradient=True)
             if self.overlap:  # layer l + 1 (and those above it, the first time) is final: send it (WFBP)
                 unsent = self.overlap.send_layer(l, unsent)
             with phase(backward_gemm(k + 1)):
@@ -153,4 +153,4 @@ class FusedStep:
             self.overlap.first_weight_gradient(self.gemm, dz1, Xb, dW1, unsent, self.last_gemm)
         else:
             with phase(self.last_gemm):
-                self.gemm(dz1, Xb.T, dW1)
+                self.gemm(dz1, Xb.T, dW1, weight_gradient=True)

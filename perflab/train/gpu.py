@@ -251,7 +251,7 @@ class FusedGPU(FusedStep, Graphs, Sequential):
             offset += n
         return out
 
-    def gemm(self, a, b, out, bias=None):
+    def gemm(self, a, b, out, bias=None, weight_gradient: bool = False):
         a_small = self.tf32_split.small_part(a) if self.tf32_split else None
         if self.variant in kernels.TUNABLE_VARIANTS:
             shape = (a.shape, a.strides, b.shape, b.strides)
@@ -259,7 +259,7 @@ class FusedGPU(FusedStep, Graphs, Sequential):
                 kernels.tune(a, b, out, self.variant, self.work, a_small=a_small)  # once per shape, in the first step
                 self.tuned.add(shape)
         if self.half:
-            return kernels.half_gemm(a, b, out, bias, variant=self.variant)
+            return kernels.half_gemm(a, b, out, bias, variant=self.variant, weight_gradient=weight_gradient)
         return kernels.gemm(a, b, out=out, bias=bias, variant=self.variant, work=self.work, a_small=a_small)
 
     def step(self, Xb, yb, global_b: int, want_loss: bool, first: int = 0):
