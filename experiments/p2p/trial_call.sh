@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One device call on two GPUs for a p2p trial (session 59, for push_landed.patch): this tree is the trial (committed,
+# One device call on two GPUs for a p2p trial (session 59, for push_landed.patch; .before from `git archive HEAD perflab
+# tests`, its GPU tests with it): this tree is the trial (committed,
 # AFTER_COMMIT), .before the tree it changes (BEFORE_COMMIT, carried). Both compiled at once; the GPU tests of .before
 # (TESTS: pytest paths, default the half and FP32 GPU tests: main's own, which a trial's call can run on the side);
 # then bf16_exchange.sh: the p = 2 checks, and the epochs before and after in turn, twice; then the p = 4 checks with
