@@ -206,14 +206,6 @@ __global__ void exchange_update_two_shot(T* __restrict__ P, const unsigned long 
     if (r < p && r != rank) signal_flag((unsigned*)flags[r] + end + rank, v);
 }
 
-// After push_landed's copies, on their stream: the push's count (one a step, as the exchange's rounds) told to the peer,
-// whose exchange waits for it before reading its landing buffer (docs/DECISIONS.md, D83). The copies have completed
-// before this kernel starts; the release orders them before the flag at system scope.
-__global__ void landed_signal(unsigned* peer_flag, unsigned* pushed) {
-    const unsigned v = ++*pushed;
-    release_flag(peer_flag, v);
-}
-
 // Before this rank's backward writes its gradient again: every peer has read the last round of
 // it. One block, thread b for exchange block b.
 __global__ void peer_read_wait(int p, int rank, const unsigned long long* __restrict__ flags,
@@ -291,36 +283,23 @@ __device__ void update8(float* P, unsigned short* P_half, float* copy, size_t e0
 
 // Vectors [lo, hi) of this block's share: every rank's BF16 gradient summed in rank order, P updated. A thread makes
 // about one pass at a step's gradient, so its loads go out together: P's and two ranks' copies at a time.
-// landed: nlanded sorted [lo, hi) vector ranges whose copies are read from `near` (push_landed brought the peer's
-// into this rank's landing buffer, laid out as the copy).
 __device__ void sum_update_bf16(float* P, unsigned short* P_half, const unsigned long long* halves, int p, size_t lo,
-                                size_t hi, float lr, const long long* ends, const float* regs, int nseg, float* copy,
-                                const unsigned long long* near = nullptr, const long long* landed = nullptr,
-                                int nlanded = 0) {
+                                size_t hi, float lr, const long long* ends, const float* regs, int nseg, float* copy) {
     constexpr int U = 2;  // vectors a thread from each rank (more spill registers at 512 threads a block)
     const size_t stride = (size_t)gridDim.x * blockDim.x;
-    int m = 0;
     for (size_t base = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x; base < hi; base += U * stride) {
         float4 w[U][2];
         float s[U][BF16_VALUES];
 #pragma unroll
         for (int u = 0; u < U; ++u)
             if (base + u * stride < hi) w[u][0] = ((const float4*)P)[2 * (base + u * stride)], w[u][1] = ((const float4*)P)[2 * (base + u * stride) + 1];
-        const unsigned long long* from[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const size_t e = base + u * stride;
-            while (m < nlanded && e >= (size_t)landed[2 * m + 1]) ++m;
-            from[u] = m < nlanded && e >= (size_t)landed[2 * m] ? near : halves;
-        }
         for (int k = 0; k < p; k += 2) {
-            const int k2 = k + 1 < p ? k + 1 : k;
+            const uint4* a = (const uint4*)halves[k];
+            const uint4* b = (const uint4*)halves[k + 1 < p ? k + 1 : k];
             uint4 x[U], y[U];
 #pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const size_t e = base + u * stride;
-                if (e < hi) x[u] = __ldcg((const uint4*)from[u][k] + e), y[u] = __ldcg((const uint4*)from[u][k2] + e);
-            }
+            for (int u = 0; u < U; ++u)
+                if (base + u * stride < hi) x[u] = __ldcg(a + base + u * stride), y[u] = __ldcg(b + base + u * stride);
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 if (base + u * stride >= hi) continue;
@@ -351,15 +330,12 @@ __device__ void tail_update_bf16(float* P, unsigned short* P_half, const unsigne
 }
 
 // G: this rank's FP32 gradient (n values, the CE at G[n]); halves, grads: every rank's BF16 copy and FP32 gradient;
-// made: the vector ranges of this rank's copy its GEMMs wrote (narrow_share); near, landed (one-shot): every rank's copy
-// as this rank reads it where the peers pushed theirs into its landing buffer, and those ranges (sum_update_bf16), read
-// once landed_flag (this rank's, which the peer's landed_signal sets) has reached the round.
+// made: the vector ranges of this rank's copy its GEMMs wrote (narrow_share).
 __global__ void __launch_bounds__(512) exchange_update_bf16(float* __restrict__ P, unsigned short* __restrict__ P_half,
         const unsigned long long* __restrict__ halves, const unsigned long long* __restrict__ grads, int p, int rank,
         size_t n, float lr, const long long* __restrict__ ends, const float* __restrict__ regs, int nseg,
         float* ce_out, const unsigned long long* __restrict__ flags, unsigned* rounds, long long timeout_ns,
-        int two_shot, const long long* __restrict__ made, int nmade, const unsigned long long* __restrict__ near,
-        const long long* __restrict__ landed, int nlanded, const unsigned* landed_flag) {
+        int two_shot, const long long* __restrict__ made, int nmade) {
     const float* G = (const float*)grads[rank];
     unsigned short* own = (unsigned short*)halves[rank];
     const size_t nv = n / BF16_VALUES;
@@ -373,11 +349,7 @@ __global__ void __launch_bounds__(512) exchange_update_bf16(float* __restrict__ 
     const int r = threadIdx.x;
     const size_t end = (size_t)blockIdx.x * FLAG_SLOTS * p + p, mid = end + p;
     if (!two_shot) {
-        if (nlanded > 0) {  // the peer's push of this round has landed (landed_signal, after its copies)
-            if (r == 0) wait_flag(landed_flag, v, timeout_ns, rank, 1 - rank, blockIdx.x, true);
-            __syncthreads();
-        }
-        sum_update_bf16(P, P_half, halves, p, 0, nv, lr, ends, regs, nseg, nullptr, near, landed, nlanded);
+        sum_update_bf16(P, P_half, halves, p, 0, nv, lr, ends, regs, nseg, nullptr);
         tail_update_bf16(P, P_half, halves, p, n, nv, lr, ends, regs, nseg, ce_out);
         __syncthreads();
         if (r < p && r != rank) signal_flag((unsigned*)flags[r] + end + rank, v);

@@ -11,7 +11,7 @@ from perflab.config import TWO_SHOT_FROM
 from perflab.kernels.build import KernelError, ctype, i32, module, multiprocessors, u64
 
 P2P_KERNELS = ("exchange_update<float>", "exchange_update<double>", "exchange_update_two_shot<float>",
-               "exchange_update_two_shot<double>", "exchange_update_bf16", "peer_read_wait", "landed_signal")
+               "exchange_update_two_shot<double>", "exchange_update_bf16", "peer_read_wait")
 FLAG_SLOTS = 3  # p2p.cu's: a block's flags from each peer (begun, read, the two-shot's mid)
 THREADS = 512  # a block; one block a multiprocessor, so that every block is resident at once (they spin)
 BF16_VALUES = 8  # p2p.cu's: a 16-byte vector of the BF16 copy of a gradient
@@ -44,32 +44,17 @@ def exchange_update(params, grads, rank: int, n: int, learning_rate, ends, regs,
 
 
 def exchange_update_bf16(params, params_half, halves, grads, rank: int, n: int, learning_rate, ends, regs, ce_out,
-                         flags, rounds, timeout_ns: int, grid: int, made, near=None, landed=None,
-                         landed_flag: int = 0) -> None:
+                         flags, rounds, timeout_ns: int, grid: int, made) -> None:
     """As exchange_update, with the peers' gradients read from their BF16 copies (halves: every rank's, this rank's
     own made from its FP32 gradient in the same launch, but for `made`: int64 [lo, hi) ranges of 8-value vectors,
-    sorted, that the GEMMs wrote into it in BF16) and the new parameters rounded into params_half. near, landed
-    (one-shot): the vector ranges `landed` read from near's addresses (the peers pushed them into this rank's landing
-    buffer: P2PComm.push_landed), once the uint32 at landed_flag (an address) has reached the round."""
-    for name, ranges in (("made", made), ("landed", made if landed is None else landed)):
-        if ranges.dtype != np.int64 or ranges.ndim != 2 or ranges.shape[1] != 2:
-            raise KernelError(f"{name} is an int64 array of [lo, hi) vector ranges, shape (k, 2), got {ranges.dtype} "
-                              f"{ranges.shape}")
-    if (near is None) != (landed is None) or (landed is not None and grads.size >= TWO_SHOT_FROM):
-        raise KernelError(f"near and landed come together, for one-shot (p < {TWO_SHOT_FROM}) only: got p = "
-                          f"{grads.size}, near {near is not None}, landed {landed is not None}")
+    sorted, that the GEMMs wrote into it in BF16) and the new parameters rounded into params_half."""
+    if made.dtype != np.int64 or made.ndim != 2 or made.shape[1] != 2:
+        raise KernelError(f"made is an int64 array of [lo, hi) vector ranges, shape (k, 2), got {made.dtype} "
+                          f"{made.shape}")
     function("exchange_update_bf16")(
         (grid,), (THREADS,), (params, params_half, halves, grads, i32(grads.size), i32(rank), u64(n),
                               np.float32(learning_rate), ends, regs, i32(ends.size), ce_out, flags, rounds,
-                              np.int64(timeout_ns), i32(grads.size >= TWO_SHOT_FROM), made, i32(made.shape[0]),
-                              halves if near is None else near, made if landed is None else landed,
-                              i32(0 if landed is None else landed.shape[0]), u64(landed_flag)))
-
-
-def landed_signal(peer_flag: int, pushed) -> None:
-    """On the current stream (after push_landed's copies): pushed[0] += 1, then the peer's flag at address peer_flag
-    <- pushed[0], the round whose landing is whole."""
-    function("landed_signal")((1,), (1,), (u64(peer_flag), pushed))
+                              np.int64(timeout_ns), i32(grads.size >= TWO_SHOT_FROM), made, i32(made.shape[0])))
 
 
 def made_in_bf16(shapes, index, n: int) -> dict:

@@ -103,8 +103,6 @@ class FusedStep:
             k = 2 * (L - l) - 1
             with phase(backward_gemm(k)), self.side.beside() if side else contextlib.nullcontext():
                 self.gemm(dz[l], acts[l].T, dW[l], weight_gradient=True)
-            if l == 1 and self.peer_exchange:  # W_2 .. W_{L-1}'s gradients are final: on their way to the peers (D83)
-                self.comm.push_landed()
             if self.overlap:  # layer l + 1 (and those above it, the first time) is final: send it (WFBP)
                 unsent = self.overlap.send_layer(l, unsent)
             with phase(backward_gemm(k + 1)):

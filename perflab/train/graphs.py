@@ -74,8 +74,6 @@ class Graphs:
                 x[...] = was
             self.stream.begin_capture()
             run(*args)
-            if self.peer_exchange:  # the capture rejoins p2p's pushes once, at its end (D83)
-                self.comm.join_landed()
             graph = self.cache[key] = self.stream.end_capture()
         graph.launch(self.stream)
 
