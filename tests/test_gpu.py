@@ -311,7 +311,7 @@ def test_tune_remembers_the_fastest_choice_and_stays_correct(rng):
     out, work = cp.empty((300, 700), cp.float32), kernels.workspace(300, 700, "float32")
     config, blocks = kernels.tune(a, b, out, "best", work)
     assert (config, blocks) in set(kernels.tile_choices("best", "float", 300, 700, 784, work, kernels.multiprocessors()))
-    assert kernels.TUNED[("best", "float", 300, 700, 784, False, True)] == (config, blocks)
+    assert kernels.TUNED[("best", "float", 300, 700, 784, False, True, "float")] == (config, blocks)
     out[...] = np.nan
     kernels.gemm(a, b, out=out, variant="best", work=work)  # the tuned choice
     assert rel(out.get(), ha @ hb) <= TOL["float32"]

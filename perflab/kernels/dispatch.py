@@ -76,14 +76,18 @@ def storage(x, name: str):
                       f"got strides {x.strides}")
 
 
-TUNED: dict[tuple, tuple[str, int]] = {}  # (variant, T, M, N, K, ta, tb) -> (config, blocks), from tune()
+TUNED: dict[tuple, tuple[str, int]] = {}  # (variant, T, M, N, K, ta, tb, out's T) -> (config, blocks), from tune()
 
 
-def tune_key(variant: str, a, b, ta: bool, tb: bool) -> tuple:
-    """TUNED's key of a GEMM of a by b (ta, tb: stored transposed): T the kernels' element type (float,
-    double, or a half precision's tag)."""
-    T = HALF_CTYPES.get(a.dtype.name) or ctype(a.dtype)
-    return variant, T, a.shape[0], b.shape[1], a.shape[1], ta, tb
+def element(dtype) -> str:
+    """The kernels' element type of a dtype: float, double, or a half precision's tag."""
+    return HALF_CTYPES.get(dtype.name) or ctype(dtype)
+
+
+def tune_key(variant: str, a, b, out, ta: bool, tb: bool) -> tuple:
+    """TUNED's key of a GEMM of a by b into out (ta, tb: stored transposed): a half product into a half out and into
+    FP32 (a weight gradient, where --comm p2p's BF16 copy does not take it) have epilogues of their own."""
+    return variant, element(a.dtype), a.shape[0], b.shape[1], a.shape[1], ta, tb, element(out.dtype)
 
 
 def tune(a, b, out, variant: str = "best", work=None, repeats: int = 5, a_small=None) -> tuple[str, int]:
@@ -99,8 +103,8 @@ def tune(a, b, out, variant: str = "best", work=None, repeats: int = 5, a_small=
     from perflab.timing import time_graph_ms
     cp = cupy()
     half = a.dtype.name in HALF_CTYPES  # the half-precision wgmma GEMM (half_gemm's variant="wgmma")
-    key = tune_key(variant, a, b, storage(a, "a")[0], storage(b, "b")[0])
-    _, T, M, N, K, _, _ = key
+    key = tune_key(variant, a, b, out, storage(a, "a")[0], storage(b, "b")[0])
+    _, T, M, N, K, _, _, _ = key
     if key in TUNED:
         return TUNED[key]
     timings = {}
@@ -167,7 +171,7 @@ def library_gemm(a, b, out, alpha, beta, c, bias, variant, config, blocks, a_sma
         out[...] = c
     if variant in WGMMA_VARIANTS:
         if config is None:
-            config, blocks = TUNED.get(tune_key(variant, a, b, ta, tb), (None, blocks))
+            config, blocks = TUNED.get(tune_key(variant, a, b, out, ta, tb), (None, blocks))
         wgmma_gemm(a, b, out, alpha, beta, variant == "x3tf32", config, blocks, a_small)
     else:
         (cublas_gemm if variant == "cublas" else cublas_x3tf32)(M, N, K, alpha, a, ta, lda, b, tb, ldb, beta, out)
@@ -180,7 +184,7 @@ def tile_gemm(cp, a, b, out, alpha, beta, c, bias, variant, config, blocks, work
     """best and tf32, the cp.async tile kernels: the config and blocks tune() chose (else the grid's
     heuristic), a block a tile or fewer blocks sharing tiles through `work` (split-K, stream-K)."""
     if config is None:
-        config, auto_blocks = (TUNED.get(tune_key(variant, a, b, ta, tb))
+        config, auto_blocks = (TUNED.get(tune_key(variant, a, b, out, ta, tb))
                                or heuristic_tiles(variant, T, M, N, K, multiprocessors()))
         blocks = auto_blocks if blocks is None else blocks
     tiles = tile_grid(variant, T, config, M, N, K)[0]
@@ -244,7 +248,7 @@ def half_gemm(a, b, out, bias=None, variant: str = "cublas", config: str | None 
         return out
     if variant == "wgmma":
         if config is None:
-            config, tuned = TUNED.get(tune_key(variant, a, b, storage(a, "a")[0], storage(b, "b")[0]), (None, None))
+            config, tuned = TUNED.get(tune_key(variant, a, b, out, storage(a, "a")[0], storage(b, "b")[0]), (None, None))
             splits = tuned if splits is None else splits
         return half_wgmma_gemm(a, b, out, bias, config, splits)
     ta, lda = storage(a, "a")
