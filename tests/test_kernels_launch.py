@@ -94,6 +94,17 @@ def test_the_bf16_copy_takes_the_weight_gradients_that_start_and_end_on_a_whole_
         p2p.made_in_bf16(mixed, [0, 2], 291)
 
 
+def test_a_tuned_choice_is_kept_apart_for_a_half_out_and_a_float_out():
+    """A half product into the BF16 copy (--comm p2p, D81) and into FP32 G has each its epilogue: tune() keeps a choice
+    for each, so one trainer's tuning is not the other's in a process that makes both (--comm auto's trial)."""
+    import numpy as np
+
+    from perflab.kernels import dispatch
+    a, b = np.zeros((5, 3), np.uint16), np.zeros((3, 7), np.uint16)
+    keys = {dispatch.tune_key("wgmma", a, b, np.zeros((5, 7), dtype), False, True) for dtype in ("uint16", "float32")}
+    assert len(keys) == 2 and {key[:7] for key in keys} == {("wgmma", "bf16", 5, 7, 3, False, True)}
+
+
 def test_the_bf16_exchange_refuses_made_ranges_not_given_as_pairs_before_any_launch():
     import numpy as np
 
@@ -128,14 +139,3 @@ def test_cublas_keeps_its_workspace_for_weight_gradients_and_float_outs_only(mon
     a, b = np.zeros((5, 3000), np.uint16), np.zeros((3000, 7), np.uint16)  # K far past M and N
     dispatch.half_gemm(a, b, np.zeros((5, 7), out_dtype), weight_gradient=weight_gradient)
     assert asked == [workspace]
-
-
-def test_a_tuned_choice_is_kept_apart_for_a_half_out_and_a_float_out():
-    """A half product into the BF16 copy (--comm p2p, D81) and into FP32 G has each its epilogue: tune() keeps a choice
-    for each, so one trainer's tuning is not the other's in a process that makes both (--comm auto's trial)."""
-    import numpy as np
-
-    from perflab.kernels import dispatch
-    a, b = np.zeros((5, 3), np.uint16), np.zeros((3, 7), np.uint16)
-    keys = {dispatch.tune_key("wgmma", a, b, np.zeros((5, 7), dtype), False, True) for dtype in ("uint16", "float32")}
-    assert len(keys) == 2 and {key[:7] for key in keys} == {("wgmma", "bf16", 5, 7, 3, False, True)}
