@@ -584,6 +584,23 @@ def test_check_on_one_rank_says_nothing_parallel_was_checked(capsys):
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["parallel_checked"] is False
 
 
+@pytest.mark.parametrize("dtype, drift, says", [("bfloat16", 0.0, True), ("bfloat16", 1e-3, False),
+                                                ("float32", 0.0, False)])
+def test_a_half_checks_miss_with_equal_replicas_says_what_it_means(capsys, monkeypatch, dtype, drift, says):
+    """A half-precision check that misses its tolerance with the replicas equal is the emulated reference's rounding,
+    not the exchange: the command says so, and what to try; with the replicas apart, or in float32, it does not.
+    (On one rank, as here, it does not speak of replicas.)"""
+    from perflab.train import runner
+    monkeypatch.setattr(runner, "check", lambda cfg, parallel, comm, spec: {
+        "dtype": dtype, "errors": {"W1": 1e-3, "b3": 5e-2}, "tolerance": 3e-2, "replica_max_abs_diff": drift,
+        "passed": False})
+    assert main(["check", *SMALL, "--dtype", dtype]) == 1
+    out = capsys.readouterr().out
+    assert "b3   5.000e-02  TOO LARGE" in out and "FAILED" in out
+    assert ("emulated on the CPU" in out) == says and "The replicas agree" not in out  # one rank: no exchange
+    assert ("--learning-rate" in out.split("FAILED")[1]) == says
+
+
 def test_a_runs_first_line_shows_the_defaults_that_differ_between_commands(capsys, tmp_path):
     main(["train", *SMALL, "--dtype", "bfloat16"])
     first = capsys.readouterr().out.splitlines()[0]
