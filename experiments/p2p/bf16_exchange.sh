@@ -20,6 +20,7 @@ for P in ${CHECK_RANKS:-2 4}; do
               "--dtype bfloat16 --comm p2p --train-size 1999 --batch-size 400" "--dtype float32 --comm p2p" "--dtype float64 --comm p2p" "--dtype bfloat16 --comm auto" \
               "--dtype bfloat16 --comm p2p --hidden-size 64" "--dtype bfloat16 --comm p2p --hidden-size 64 32 --launch eager" \
               "--dtype bfloat16 --comm p2p --hidden-size 64 32 24" "--dtype bfloat16 --comm p2p --hidden-size 64 32 --gemm wgmma" \
+              "--dtype bfloat16 --comm auto --hidden-size 64 32" \
               "--dtype bfloat16 --comm p2p --input-size 784 --hidden-size 2048 2048 --num-classes 10 --train-size 6000 --batch-size 3000 --num-epochs 3 --learning-rate 0.05"; do
     mpi -n $P python3 ${RUNNER:--m perflab} check --backend cupy --parallel data $SMALL $args --json 2>"$OUT/err.txt" | tail -1 | \
       python3 -c "import json,sys; d=json.loads(sys.stdin.read().strip() or '{}'); e=d.get('errors') or {'-': float('nan')}; w=max(e, key=e.get); print('p=$P $args', f\"{d.get('max_rel_error', float('nan')):.2e}\", d.get('passed', 'NO RESULT'), d.get('comm'), f\"worst {w} {e[w]:.2e} drift {d.get('replica_max_abs_diff')}\")"

@@ -7,8 +7,11 @@
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; R=$PWD
+export LIMIT=60  # a check that hangs (a push that never lands traps after the watchdog's 60 s) costs a minute, not 90 s
+# TESTS: no GPU test by default (main's half and FP32 GPU tests passed at 4de0ed0 in session 60)
 TESTS=${TESTS:-tests/test_kernels_launch.py} bash experiments/p2p/trial_call.sh
-TREES="stamped:." timeout 150 bash experiments/p2p/push_timeline.sh > /dev/null 2>&1
+[ $SECONDS -gt 430 ] && { echo "past 430 s at the checks' end: the trace and the device-event epochs left out"; exit 0; }
+TREES="stamped:." timeout 120 bash experiments/p2p/push_timeline.sh > /dev/null 2>&1
 grep -A16 "rank 0" "$OUT/push_timeline.txt" | grep -E "==|exchange_update|Memcpy|TNN" | cut -c1-100
 for H in 1024 2048; do
   for t in before after; do
