@@ -254,7 +254,7 @@ class FusedGPU(FusedStep, Graphs, Sequential):
     def gemm(self, a, b, out, bias=None, weight_gradient: bool = False):
         a_small = self.tf32_split.small_part(a) if self.tf32_split else None
         if self.variant in kernels.TUNABLE_VARIANTS:
-            shape = (a.shape, a.strides, b.shape, b.strides)
+            shape = (a.shape, a.strides, b.shape, b.strides, out.dtype)  # as tune_key: a half out and FP32 apart
             if shape not in self.tuned and not self.cp.cuda.get_current_stream().is_capturing():
                 kernels.tune(a, b, out, self.variant, self.work, a_small=a_small)  # once per shape, in the first step
                 self.tuned.add(shape)
