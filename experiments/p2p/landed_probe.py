@@ -41,11 +41,13 @@ for net, h in (("1024-1024", 1024), ("2048-2048", 2048)):
     made = cp.asarray([[0, nv]], np.int64)
     cases = {"none landed": None, "above W_1 landed (the patch)": [[w1, nv]], "all landed": [[0, nv]]}
     for what, landed in cases.items():
+        ranges = None if landed is None else cp.asarray(landed, np.int64)  # made before the capture
+
         def call():
             p2p_kernels.exchange_update_bf16(params, rounded, p2p.halves, p2p.grads, p2p.rank, n, 0.1, ends, regs,
                                              p2p.ce, p2p.flags, p2p.rounds, p2p.timeout_ns, p2p.blocks, made,
                                              None if landed is None else p2p.near,
-                                             None if landed is None else cp.asarray(landed, np.int64))
+                                             ranges)
         ms = time_graph_ms(cp, call, calls=10, repeats=20, before=ranks_together(p2p))
         rows.append({"net": net, "what": what, "landed_vectors": 0 if landed is None else landed[0][1] - landed[0][0],
                      "vectors": nv, "us": ms * 1e3, "rank": comm.rank, "blocks": p2p.blocks})
