@@ -139,32 +139,3 @@ def test_cublas_keeps_its_workspace_for_weight_gradients_and_float_outs_only(mon
     a, b = np.zeros((5, 3000), np.uint16), np.zeros((3000, 7), np.uint16)  # K far past M and N
     dispatch.half_gemm(a, b, np.zeros((5, 7), out_dtype), weight_gradient=weight_gradient)
     assert asked == [workspace]
-
-
-@pytest.mark.parametrize("p, near, landed, say", [(2, "x", None, "near True, landed False"),
-                                                  (2, None, "r", "near False, landed True"),
-                                                  (4, "x", "r", "got p = 4")])
-def test_the_bf16_exchange_reads_a_landing_buffer_at_p2_only_and_given_both_before_any_launch(p, near, landed, say):
-    """near (where each rank's copy is read) and landed (the ranges read there) come together, and only the one-shot
-    exchange at p = 2 has a landing buffer for the peer's push (D83)."""
-    import numpy as np
-
-    from perflab.kernels import p2p
-    ranges = np.zeros((1, 2), np.int64)
-    with pytest.raises(p2p.KernelError, match=say):
-        p2p.exchange_update_bf16(None, None, None, np.zeros(p, np.uint64), 0, 8, 0.1, *[None] * 5, 0, 1, ranges,
-                                 near=None if near is None else np.zeros(p, np.uint64),
-                                 landed=None if landed is None else ranges)
-
-
-@pytest.mark.parametrize("n", [1, 7, 8, 9, 1863691])
-def test_the_stamp_lies_in_its_own_vector_past_the_ce_slot_as_p2p_cu_places_it(n):
-    """The push copies the stamp as one 16-byte vector of the copy (P2PComm.push_landed), so it must start one: past the
-    CE sum's two FP32 slots (D83). The .cu file's formula is the Python one."""
-    from pathlib import Path
-
-    from perflab.kernels import p2p
-    slot = p2p.stamp_slot(n)
-    assert slot % p2p.BF16_VALUES == 0 and slot >= p2p.ce_slot(n) + 4 and slot >= n
-    source = (Path(p2p.__file__).parent / "p2p.cu").read_text()
-    assert "size_t stamp_slot(size_t n) { return ce_slot(n) + BF16_VALUES; }" in source

@@ -207,20 +207,14 @@ __global__ void exchange_update_two_shot(T* __restrict__ P, const unsigned long 
 }
 
 // Before this rank's backward writes its gradient again: every peer has read the last round of
-// it. One block, thread b for exchange block b. stamp (a copy with a landing, else null): then set to the next round,
-// the one the next push is for (D83). Here, not in the exchange: the last push's copy of the stamp has been read by now
-// (the peer saw it before its blocks said they had read), and the next push comes after on this stream.
+// it. One block, thread b for exchange block b.
 __global__ void peer_read_wait(int p, int rank, const unsigned long long* __restrict__ flags,
-                               const unsigned* __restrict__ rounds, int blocks, long long timeout_ns,
-                               unsigned* stamp) {
-    const int b = threadIdx.x;
-    if (b < blocks) {
-        const unsigned* mine = (const unsigned*)flags[rank] + ((size_t)b * FLAG_SLOTS + 1) * p;
-        for (int k = 0; k < p; ++k)
-            if (k != rank) wait_flag(mine + k, rounds[b], timeout_ns, rank, k, b);
-    }
-    __syncthreads();
-    if (b == 0 && stamp != nullptr) *(volatile unsigned*)stamp = rounds[0] + 1;
+                               const unsigned* __restrict__ rounds, int blocks, long long timeout_ns) {
+    int b = threadIdx.x;
+    if (b >= blocks) return;
+    const unsigned* mine = (const unsigned*)flags[rank] + ((size_t)b * FLAG_SLOTS + 1) * p;
+    for (int k = 0; k < p; ++k)
+        if (k != rank) wait_flag(mine + k, rounds[b], timeout_ns, rank, k, b);
 }
 
 // --comm p2p in a bfloat16 run: the peers read each other's gradient in BF16, half the bytes over NVLink. Each
@@ -233,8 +227,6 @@ __global__ void peer_read_wait(int p, int rank, const unsigned long long* __rest
 constexpr int BF16_VALUES = 8;  // a 16-byte vector of the BF16 copy
 
 __host__ __device__ size_t ce_slot(size_t n) { return (n + BF16_VALUES - 1) / BF16_VALUES * BF16_VALUES; }
-// Past the CE slot, a copy with a landing keeps its stamp (uint32): the round of the exchange its push is for (D83).
-__host__ __device__ size_t stamp_slot(size_t n) { return ce_slot(n) + BF16_VALUES; }
 
 __device__ uint4 narrow8(float4 a, float4 b) {
     return make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
@@ -291,36 +283,23 @@ __device__ void update8(float* P, unsigned short* P_half, float* copy, size_t e0
 
 // Vectors [lo, hi) of this block's share: every rank's BF16 gradient summed in rank order, P updated. A thread makes
 // about one pass at a step's gradient, so its loads go out together: P's and two ranks' copies at a time.
-// landed: nlanded sorted [lo, hi) vector ranges whose copies are read from `near` (push_landed brought the peer's
-// into this rank's landing buffer, laid out as the copy).
 __device__ void sum_update_bf16(float* P, unsigned short* P_half, const unsigned long long* halves, int p, size_t lo,
-                                size_t hi, float lr, const long long* ends, const float* regs, int nseg, float* copy,
-                                const unsigned long long* near = nullptr, const long long* landed = nullptr,
-                                int nlanded = 0) {
+                                size_t hi, float lr, const long long* ends, const float* regs, int nseg, float* copy) {
     constexpr int U = 2;  // vectors a thread from each rank (more spill registers at 512 threads a block)
     const size_t stride = (size_t)gridDim.x * blockDim.x;
-    int m = 0;
     for (size_t base = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x; base < hi; base += U * stride) {
         float4 w[U][2];
         float s[U][BF16_VALUES];
 #pragma unroll
         for (int u = 0; u < U; ++u)
             if (base + u * stride < hi) w[u][0] = ((const float4*)P)[2 * (base + u * stride)], w[u][1] = ((const float4*)P)[2 * (base + u * stride) + 1];
-        const unsigned long long* from[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const size_t e = base + u * stride;
-            while (m < nlanded && e >= (size_t)landed[2 * m + 1]) ++m;
-            from[u] = m < nlanded && e >= (size_t)landed[2 * m] ? near : halves;
-        }
         for (int k = 0; k < p; k += 2) {
-            const int k2 = k + 1 < p ? k + 1 : k;
+            const uint4* a = (const uint4*)halves[k];
+            const uint4* b = (const uint4*)halves[k + 1 < p ? k + 1 : k];
             uint4 x[U], y[U];
 #pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const size_t e = base + u * stride;
-                if (e < hi) x[u] = __ldcg((const uint4*)from[u][k] + e), y[u] = __ldcg((const uint4*)from[u][k2] + e);
-            }
+            for (int u = 0; u < U; ++u)
+                if (base + u * stride < hi) x[u] = __ldcg(a + base + u * stride), y[u] = __ldcg(b + base + u * stride);
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 if (base + u * stride >= hi) continue;
@@ -351,16 +330,12 @@ __device__ void tail_update_bf16(float* P, unsigned short* P_half, const unsigne
 }
 
 // G: this rank's FP32 gradient (n values, the CE at G[n]); halves, grads: every rank's BF16 copy and FP32 gradient;
-// made: the vector ranges of this rank's copy its GEMMs wrote (narrow_share); near, landed (one-shot): every rank's copy
-// as this rank reads it where the peer pushed its own into this rank's landing buffer, and those ranges
-// (sum_update_bf16), read once the landing's stamp, which the push brings after its ranges, is this round (peer_read_wait
-// sets the stamp a push brings).
+// made: the vector ranges of this rank's copy its GEMMs wrote (narrow_share).
 __global__ void __launch_bounds__(512) exchange_update_bf16(float* __restrict__ P, unsigned short* __restrict__ P_half,
         const unsigned long long* __restrict__ halves, const unsigned long long* __restrict__ grads, int p, int rank,
         size_t n, float lr, const long long* __restrict__ ends, const float* __restrict__ regs, int nseg,
         float* ce_out, const unsigned long long* __restrict__ flags, unsigned* rounds, long long timeout_ns,
-        int two_shot, const long long* __restrict__ made, int nmade, const unsigned long long* __restrict__ near,
-        const long long* __restrict__ landed, int nlanded) {
+        int two_shot, const long long* __restrict__ made, int nmade) {
     const float* G = (const float*)grads[rank];
     unsigned short* own = (unsigned short*)halves[rank];
     const size_t nv = n / BF16_VALUES;
@@ -374,11 +349,7 @@ __global__ void __launch_bounds__(512) exchange_update_bf16(float* __restrict__ 
     const int r = threadIdx.x;
     const size_t end = (size_t)blockIdx.x * FLAG_SLOTS * p + p, mid = end + p;
     if (!two_shot) {
-        if (r == 0 && nlanded > 0)
-            wait_flag((const unsigned*)((const unsigned short*)near[1 - rank] + stamp_slot(n)), v, timeout_ns, rank,
-                      1 - rank, blockIdx.x, true);
-        if (nlanded > 0) __syncthreads();
-        sum_update_bf16(P, P_half, halves, p, 0, nv, lr, ends, regs, nseg, nullptr, near, landed, nlanded);
+        sum_update_bf16(P, P_half, halves, p, 0, nv, lr, ends, regs, nseg, nullptr);
         tail_update_bf16(P, P_half, halves, p, n, nv, lr, ends, regs, nseg, ce_out);
         __syncthreads();
         if (r < p && r != rank) signal_flag((unsigned*)flags[r] + end + rank, v);

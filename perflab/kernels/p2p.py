@@ -22,11 +22,6 @@ def ce_slot(n: int) -> int:
     return -(-n // BF16_VALUES) * BF16_VALUES
 
 
-def stamp_slot(n: int) -> int:
-    """p2p.cu's: where a BF16 copy with a landing keeps its stamp (uint32), one vector past the CE slot."""
-    return ce_slot(n) + BF16_VALUES
-
-
 @functools.lru_cache(maxsize=None)
 def function(name: str):
     """The kernel, cached (a look-up costs a launch host time, as elementwise's note)."""
@@ -49,25 +44,17 @@ def exchange_update(params, grads, rank: int, n: int, learning_rate, ends, regs,
 
 
 def exchange_update_bf16(params, params_half, halves, grads, rank: int, n: int, learning_rate, ends, regs, ce_out,
-                         flags, rounds, timeout_ns: int, grid: int, made, near=None, landed=None) -> None:
+                         flags, rounds, timeout_ns: int, grid: int, made) -> None:
     """As exchange_update, with the peers' gradients read from their BF16 copies (halves: every rank's, this rank's
     own made from its FP32 gradient in the same launch, but for `made`: int64 [lo, hi) ranges of 8-value vectors,
-    sorted, that the GEMMs wrote into it in BF16) and the new parameters rounded into params_half. near, landed
-    (one-shot): the vector ranges `landed` read from near's addresses (the peers pushed them into this rank's landing
-    buffer: P2PComm.push_landed), once the landing's stamp (stamp_slot) is the round."""
-    for name, ranges in (("made", made), ("landed", made if landed is None else landed)):
-        if ranges.dtype != np.int64 or ranges.ndim != 2 or ranges.shape[1] != 2:
-            raise KernelError(f"{name} is an int64 array of [lo, hi) vector ranges, shape (k, 2), got {ranges.dtype} "
-                              f"{ranges.shape}")
-    if (near is None) != (landed is None) or (landed is not None and grads.size != 2):
-        raise KernelError(f"near and landed come together, at p = 2 only: got p = {grads.size}, near {near is not None}, "
-                          f"landed {landed is not None}")
+    sorted, that the GEMMs wrote into it in BF16) and the new parameters rounded into params_half."""
+    if made.dtype != np.int64 or made.ndim != 2 or made.shape[1] != 2:
+        raise KernelError(f"made is an int64 array of [lo, hi) vector ranges, shape (k, 2), got {made.dtype} "
+                          f"{made.shape}")
     function("exchange_update_bf16")(
         (grid,), (THREADS,), (params, params_half, halves, grads, i32(grads.size), i32(rank), u64(n),
                               np.float32(learning_rate), ends, regs, i32(ends.size), ce_out, flags, rounds,
-                              np.int64(timeout_ns), i32(grads.size >= TWO_SHOT_FROM), made, i32(made.shape[0]),
-                              halves if near is None else near, made if landed is None else landed,
-                              i32(0 if landed is None else landed.shape[0])))
+                              np.int64(timeout_ns), i32(grads.size >= TWO_SHOT_FROM), made, i32(made.shape[0])))
 
 
 def made_in_bf16(shapes, index, n: int) -> dict:
@@ -81,8 +68,7 @@ def made_in_bf16(shapes, index, n: int) -> dict:
             if offsets[i] % BF16_VALUES == 0 and offsets[i + 1] % BF16_VALUES == 0 and offsets[i + 1] > offsets[i]}
 
 
-def read_wait(rank: int, flags, rounds, timeout_ns: int, grid: int, stamp: int = 0) -> None:
-    """Hold the stream until every peer has read this rank's gradient of the last exchange (of `grid` blocks); then
-    the uint32 at address `stamp` (where given: a copy with a landing) <- the next round, which the next push brings."""
+def read_wait(rank: int, flags, rounds, timeout_ns: int, grid: int) -> None:
+    """Hold the stream until every peer has read this rank's gradient of the last exchange (of `grid` blocks)."""
     function("peer_read_wait")((1,), (1024,), (i32(flags.size), i32(rank), flags, rounds, i32(grid),
-                                               np.int64(timeout_ns), u64(stamp)))
+                                               np.int64(timeout_ns)))

@@ -185,7 +185,6 @@ class NCCLComm(MPIComm):
 
 
 LAZY_PEER_ACCESS = 1  # cudaIpcMemLazyEnablePeerAccess
-MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: the runtime tells the copy's direction from the addresses (UVA)
 P2P_TRAP_AFTER_S = 10  # the p2p kernel's own wait: this long past the watchdog's timeout, it traps
 P2P_KEPT = []  # the memory peers map, for the process's life: a peer may still read or signal into it
 
@@ -228,7 +227,6 @@ class P2PComm(MPIComm):
             raise ConfigError(f"--comm p2p pairs the exchange's blocks across GPUs, which needs GPUs of one kind; these "
                               f"have {sorted(set(sms))} multiprocessors: use --comm nccl")
         self.G = self.halves = self.own_half = self.made = None
-        self.pushes, self.landed_ranges = False, []  # push_landed's: whether this exchange can, and what it moves
 
     def own_array(self, size: int, dtype):
         """A zeroed device array that starts its own allocation (an IPC handle maps a whole
@@ -240,21 +238,18 @@ class P2PComm(MPIComm):
         out.fill(0)
         return out
 
-    def register(self, size: int, dtype, bf16_copy: bool = False, landing: bool = False):
+    def register(self, size: int, dtype, bf16_copy: bool = False):
         """The gradient buffer (size values, the last the batch's CE sum) in memory every peer maps;
         returned for the trainer to write its gradient into (collective). bf16_copy (a bfloat16 run): the peers read a BF16
-        copy of it instead, which the exchange makes (half the bytes over NVLink; docs/DECISIONS.md, D64). landing (a net
-        past one hidden layer, one-shot): a buffer where the peer pushes its copy's upper layers (push_landed, D83)."""
+        copy of it instead, which the exchange makes (half the bytes over NVLink; docs/DECISIONS.md, D64)."""
         cp, runtime = self.cp, self.cp.cuda.runtime
         self.G = self.own_array(size, dtype)
         self.flags_own = self.own_array(self.kernels.FLAG_SLOTS * self.blocks * self.size, np.uint32)
         self.rounds = cp.zeros(self.blocks, np.uint32)
         self.ce = cp.zeros(1, dtype)  # the ranks' CE sums added (G's own slot is the peers' to read)
         own = [self.G, self.flags_own]
-        self.pushes = landing and bf16_copy and self.size == 2  # one-shot at p = 2: where the peer's push lands
         if bf16_copy:  # the CE sum stays FP32, in two slots past the values' last whole vector
-            half_size = self.kernels.ce_slot(size - 1) + (2 if self.pushes else 1) * self.kernels.BF16_VALUES  # stamp
-            own += [self.own_array(half_size, np.uint16) for _ in range(1 + self.pushes)]
+            own.append(self.own_array(self.kernels.ce_slot(size - 1) + self.kernels.BF16_VALUES, np.uint16))
         handles = self.comm.allgather([runtime.ipcGetMemHandle(a.data.ptr) for a in own])
         mapped = [[a.data.ptr for a in own] if r == self.rank else
                   [runtime.ipcOpenMemHandle(h, LAZY_PEER_ACCESS) for h in handles[r]] for r in range(self.size)]
@@ -262,15 +257,6 @@ class P2PComm(MPIComm):
         self.halves = cp.asarray([m[2] for m in mapped], np.uint64) if bf16_copy else None
         self.own_half = own[2] if bf16_copy else None
         self.made = cp.zeros((0, 2), np.int64)  # none of the copy is written by the GEMMs until in_copy says so
-        self.landed_ranges = []
-        if self.pushes:  # every rank's copy as this rank reads the pushed ranges: its own, and its landing for the peers'
-            self.landings = [m[3] for m in mapped]
-            self.near = cp.asarray([own[2].data.ptr if r == self.rank else own[3].data.ptr for r in range(self.size)],
-                                   np.uint64)
-            self.side = cp.cuda.Stream(non_blocking=True)
-            self.fork, self.joined = cp.cuda.Event(disable_timing=True), cp.cuda.Event(disable_timing=True)
-            self.stamp_offset = 2 * self.kernels.stamp_slot(size - 1)  # bytes into a copy (and a landing)
-        self.pushed = self.unjoined = False  # a push since the last exchange; since the side stream was last joined
         self.comm.Barrier()
         return self.G
 
@@ -280,42 +266,9 @@ class P2PComm(MPIComm):
         rest, so that the FP32 values of most of a gradient are neither stored nor read again (docs/DECISIONS.md, D81)."""
         made = self.kernels.made_in_bf16(shapes, index, self.G.size - 1)
         self.made = self.cp.asarray(list(made.values()), np.int64).reshape(-1, 2)
-        if self.pushes:  # one-shot: what the GEMMs write before the first layer's gradient is pushed early (D83)
-            self.landed_ranges = [r for i, r in made.items() if i > 0]
-            self.landed = self.cp.asarray(self.landed_ranges, np.int64).reshape(-1, 2)
         width = self.kernels.BF16_VALUES
         return [self.own_half[made[i][0] * width:made[i][1] * width].reshape(s) if i in made else g
                 for i, (g, s) in enumerate(zip(grads, shapes))]
-
-    def push_landed(self) -> None:
-        """On the current stream, where the GEMMs above the first layer have written their gradients into the BF16
-        copy, and an exchange will follow this backward: beside what follows (dz_1's and dW_1's GEMMs), on a side
-        stream, the copy engine pushes those ranges into the peer's landing buffer, taking no multiprocessor from the
-        GEMMs, then the copy's stamp (the round of that exchange, which read_wait set). The peer's exchange reads those
-        ranges there once the stamp it finds in its landing is its round (docs/DECISIONS.md, D83): nothing on this
-        rank's stream depends on the push, as a kernel that does starts some microseconds late, however long ago the
-        copy ended. The peer has read its landing of the last round before this rank's backward began (read_wait), and
-        it reads this rank's copy of the next round only after this push has landed, so the push's reads of the copy
-        are over before the next backward writes it. A no-op with nothing to push."""
-        if not self.landed_ranges:
-            return
-        cp, width = self.cp, 2 * self.kernels.BF16_VALUES  # bytes a vector
-        self.fork.record(cp.cuda.get_current_stream())
-        self.side.wait_event(self.fork)
-        to, mine = self.landings[1 - self.rank], self.own_half.data.ptr
-        for lo, hi in self.landed_ranges + [(self.stamp_offset // width, self.stamp_offset // width + 1)]:
-            cp.cuda.runtime.memcpyAsync(to + lo * width, mine + lo * width, (hi - lo) * width, MEMCPY_DEFAULT,
-                                        self.side.ptr)  # the stamp last: the stream's copies end in order
-        self.joined.record(self.side)
-        self.pushed = self.unjoined = True
-
-    def join_landed(self) -> None:
-        """The current stream waits for the pushes since the last join, if any: a CUDA graph's capture must rejoin the
-        streams it forked, and may not wait on what was recorded outside it (Graphs.replay joins after its warm-up and
-        at its capture's end: once a graph, not once a step)."""
-        if self.unjoined:
-            self.cp.cuda.get_current_stream().wait_event(self.joined)
-            self.unjoined = False
 
     def exchange_update(self, params, learning_rate: float, ends, regs, rounded=None) -> None:
         """On the current stream: params -= lr (every rank's gradient summed + regs params), the CE sums into self.ce;
@@ -326,18 +279,15 @@ class P2PComm(MPIComm):
                 self.kernels.exchange_update(params, self.grads, self.rank, n, learning_rate, ends, regs, self.ce,
                                              self.flags, self.rounds, self.timeout_ns, self.blocks)
             else:
-                landed, self.pushed = self.pushed, False  # this round's ranges pushed (push_landed), or none
                 self.kernels.exchange_update_bf16(params, rounded, self.halves, self.grads, self.rank, n, learning_rate,
                                                   ends, regs, self.ce, self.flags, self.rounds, self.timeout_ns,
-                                                  self.blocks, self.made, self.near if landed else None,
-                                                  self.landed if landed else None)
+                                                  self.blocks, self.made)
         self.records.append({"op": "allreduce", "strategy": self.strategy, "rank": self.rank, "ranks": self.size,
                              "bytes": self.G.nbytes if self.halves is None else 2 * n, "seconds": float("nan")})  # async
 
     def read_wait(self) -> None:
         """On the current stream: hold until every peer has read this rank's last gradient."""
-        stamp = self.own_half.data.ptr + self.stamp_offset if self.pushes else 0
-        self.kernels.read_wait(self.rank, self.flags, self.rounds, self.timeout_ns, self.blocks, stamp)
+        self.kernels.read_wait(self.rank, self.flags, self.rounds, self.timeout_ns, self.blocks)
 
     def allreduce(self, buf):
         if isinstance(buf, np.ndarray):

@@ -29,13 +29,11 @@ class FusedStep:
         """The phase name of dW_1 = dz_1 X^T, the step's last GEMM: backward GEMM 2L - 1."""
         return backward_gemm(len(self.params) - 1)
 
-    def gradients(self, Xb, yb, global_b: int, want_loss: bool, first: int = 0, leave_sums: bool = False,
-                  push: bool = False):
+    def gradients(self, Xb, yb, global_b: int, want_loss: bool, first: int = 0, leave_sums: bool = False):
         """Enqueue forward and backward into G (capturable on one GPU; with --overlap, the
         exchange of G's chunks too); the samples are Xb's columns from `first` on, the others' delta zero.
         leave_sums (step, where sums_in_update): the fused output layer's sums of dW_L, db_{L-1} and db_L are left
-        to the update's launch (G's last values are then made by update, not here). push (step, --comm p2p): the upper
-        layers' BF16 gradients go to the peer during the backward pass, for the exchange that follows (D83)."""
+        to the update's launch (G's last values are then made by update, not here)."""
         W = self.params[0::2]
         Wg = self.half.weights() if self.half else W  # W for the GEMMs (the fused output layer's kernels read W[-1] in FP32)
         n, C = Xb.shape[1], W[-1].shape[0]
@@ -44,7 +42,7 @@ class FusedStep:
         with phase("forward"):
             self.forward(Wg, acts, yb, delta, global_b, self.ce[:n] if want_loss else None, first)
         with phase("backward"):
-            self.backward(Wg, acts, delta, Xb, want_loss, leave_sums, push)
+            self.backward(Wg, acts, delta, Xb, want_loss, leave_sums)
 
     def forward(self, Wg, acts, yb, delta, global_b: int, ce, first: int = 0):
         """Every layer's GEMM and activation, then the softmax's delta (and each sample's CE where `ce`)."""
@@ -70,7 +68,7 @@ class FusedStep:
             self.comm.allreduce(z_out)
         kernels.softmax_xent_grad(z_out, b[-1], yb, delta, global_b, ce, scale=self.scale, first=first)
 
-    def backward(self, Wg, acts, delta, Xb, want_loss: bool, leave_sums: bool = False, push: bool = False):
+    def backward(self, Wg, acts, delta, Xb, want_loss: bool, leave_sums: bool = False):
         """Every gradient into G, the output layer's first, dW_1 = dz_1 X^T last."""
         W, dW, db, n, L = self.params[0::2], self.grads[0::2], self.grads[1::2], Xb.shape[1], len(Wg)
         dz = [d[:w.shape[0] * n].reshape(w.shape[0], n) for d, w in zip(self.dz, W)]
@@ -105,8 +103,6 @@ class FusedStep:
             k = 2 * (L - l) - 1
             with phase(backward_gemm(k)), self.side.beside() if side else contextlib.nullcontext():
                 self.gemm(dz[l], acts[l].T, dW[l], weight_gradient=True)
-            if l == 1 and push:  # W_2 .. W_{L-1}'s gradients are final: on their way to the peer (D83)
-                self.comm.push_landed()
             if self.overlap:  # layer l + 1 (and those above it, the first time) is final: send it (WFBP)
                 unsent = self.overlap.send_layer(l, unsent)
             with phase(backward_gemm(k + 1)):

@@ -136,12 +136,11 @@ class FusedGPU(FusedStep, Graphs, Sequential):
         # --comm p2p: the gradient lives where the peers map it, and one kernel exchanges and updates
         self.peer_exchange = comm.exchanges_and_updates
         # + 1 slot: the batch's CE sum
-        bf16 = cfg.dtype == "bfloat16"
-        self.G = (comm.register(self.P.size + 1, dtype, bf16_copy=bf16, landing=len(host_params) > 4)
-                  if self.peer_exchange else cp.zeros(self.P.size + 1, dtype=dtype))
+        self.G = (comm.register(self.P.size + 1, dtype, bf16_copy=cfg.dtype == "bfloat16") if self.peer_exchange
+                  else cp.zeros(self.P.size + 1, dtype=dtype))
         shapes = [p.shape for p in host_params]
         self.params, self.grads = self.views(self.P, shapes), self.views(self.G, shapes)
-        if self.peer_exchange and bf16:  # the GEMMs' weight gradients go in BF16 to the peers (D81)
+        if self.peer_exchange and cfg.dtype == "bfloat16":  # the GEMMs' weight gradients go in BF16 to the peers (D81)
             self.grads = comm.in_copy(self.grads, shapes, range(0, len(shapes) - 2, 2))
         self.ends = cp.asarray(np.cumsum([int(np.prod(s)) for s in shapes]), dtype=np.int64)
         self.regs = cp.asarray([cfg.reg, 0.0] * (len(shapes) // 2), dtype=dtype)
@@ -265,7 +264,7 @@ class FusedGPU(FusedStep, Graphs, Sequential):
 
     def step(self, Xb, yb, global_b: int, want_loss: bool, first: int = 0):
         """Enqueue one whole training step on the current stream (the samples Xb's columns from `first` on)."""
-        self.gradients(Xb, yb, global_b, want_loss, first, leave_sums=self.sums_in_update, push=self.peer_exchange)
+        self.gradients(Xb, yb, global_b, want_loss, first, leave_sums=self.sums_in_update)
         self.exchange_and_update()
 
     def exchange_and_update(self):

@@ -70,14 +70,10 @@ class Graphs:
         if graph is None:
             saved = [x.copy() for x in self.state]  # a warm-up pass loads every kernel before capture...
             run(*args)
-            if self.peer_exchange:  # (its pushes rejoined here, outside the capture)
-                self.comm.join_landed()
             for x, was in zip(self.state, saved):  # ...and is undone, so the replay below is the only step
                 x[...] = was
             self.stream.begin_capture()
             run(*args)
-            if self.peer_exchange:  # the capture rejoins p2p's pushes once, at its end (D83)
-                self.comm.join_landed()
             graph = self.cache[key] = self.stream.end_capture()
         graph.launch(self.stream)
 
