@@ -243,19 +243,15 @@ __device__ void widen_add(uint4 x, float* s, bool first) {
 
 // Vectors [lo, hi) of this block's grid-stride share of G, narrowed into `half`: the ones sum_update_bf16 reads. made:
 // nmade sorted [lo, hi) ranges of vectors already in `half`, which the weight-gradient GEMMs wrote there in BF16
-// (the same rounding of the same FP32 sums), so that their FP32 values were never stored: skipped, by walking only the
-// gaps between them (a walk over every vector that skips the made ones took longer than the gaps: D84), each thread
-// keeping the vectors of its grid-stride class counted from lo: those its twin threads on the peers read.
+// (the same rounding of the same FP32 sums), so that their FP32 values were never stored: skipped.
 __device__ void narrow_share(const float* G, unsigned short* half, size_t lo, size_t hi, const long long* made,
                              int nmade) {
     const float4* g = (const float4*)G;
-    const size_t stride = (size_t)gridDim.x * blockDim.x, mine = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    size_t from = lo;
-    for (int m = 0; m <= nmade && from < hi; ++m) {
-        const size_t to = m < nmade ? min(hi, (size_t)made[2 * m]) : hi;
-        for (size_t e = from + (mine + stride - (from - lo) % stride) % stride; e < to; e += stride)
-            ((uint4*)half)[e] = narrow8(g[2 * e], g[2 * e + 1]);
-        if (m < nmade) from = max(from, (size_t)made[2 * m + 1]);
+    int m = 0;
+    for (size_t e = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < hi; e += (size_t)gridDim.x * blockDim.x) {
+        while (m < nmade && e >= (size_t)made[2 * m + 1]) ++m;
+        if (m < nmade && e >= (size_t)made[2 * m]) continue;
+        ((uint4*)half)[e] = narrow8(g[2 * e], g[2 * e + 1]);
     }
 }
 
