@@ -392,6 +392,17 @@ def test_staged_graphed_summarizes_only_the_staged_points_whose_step_replayed_a_
     assert predictions.staged_graphed(done.drop(columns="graphs")) == "-"
 
 
+def test_the_checks_summary_keeps_checks_measured_in_one_minute_in_their_order():
+    """Checks whose runs share a minute keep the order they came in (their files'), so that a new check does not
+    reshuffle the committed tables (quicksort did, for tables of more than a few rows)."""
+    minutes = ["2026-11-26T00:15" if i % 3 else "2026-11-25T00:15" for i in range(40)]
+    points = pd.DataFrame([{"check": f"c{i:02d}", "machine": "m", "measured": minute, "predicted at": "abc",
+                            "error": 0.01, "mode": "resident", "launch": "graph"} for i, minute in enumerate(minutes)])
+    names = [line.split("|")[1].strip() for line in predictions.checks_summary(points).splitlines()[2:]]
+    newer = [f"c{i:02d}" for i in range(40) if i % 3]
+    assert names == newer + [f"c{i:02d}" for i in range(40) if not i % 3]
+
+
 def test_a_prediction_check_pairs_each_point_with_its_own_launch():
     """A check predicted and measured both graphed and eager: each prediction beside its own run
     only (matched without the launch, every row met both runs: four rows, two of them crossed)."""

@@ -314,7 +314,8 @@ def checks_summary(points) -> str:
         row["resident, graphed"] = median_worst(err[(g["mode"] == "resident") & (g.launch == "graph")])
         row["kernel by kernel"] = median_worst(err[g.launch == "eager"]) if g.launch.notna().any() else "-"
         rows.append(row)
-    return fmt(pd.DataFrame(rows).sort_values("measured", ascending=False))
+    # stable: checks measured in the same minute keep their files' order, not quicksort's, which a new row reshuffles
+    return fmt(pd.DataFrame(rows).sort_values("measured", ascending=False, kind="stable"))
 
 
 CHECKS_FIGURE = "blind_checks"
