@@ -313,6 +313,31 @@ def test_a_deeper_net_adds_each_hidden_layer_at_its_widths_and_exchanges_its_who
     assert eager["t_host"] == pytest.approx(flat["t_host"] + 5 * 1e-5)  # GEMM, bias + sigmoid, dW, W^T dz, sigmoid'
 
 
+def test_the_update_is_never_faster_than_its_bytes_at_the_device_copy_rate():
+    """The update timed alone may run from the L2 (and a deep net's, past the grid, extrapolates that): the predictor
+    takes the longer of its time and its bytes (12 a parameter, as the ceilings timed them; 2 more where a half step
+    rounds P into P_half) at the device copy rate; a file with no copy rate or no update bytes keeps the time alone."""
+    t = table().table.copy()
+    update = t.impl == predictor.UPDATE
+    t.loc[update, "size_bytes"] = 12 * predictor.params_of_width(t.loc[update, "H"])
+    timed = predictor.Ceilings(t, source="made-up")
+    c = more(timed, [{"ceiling": "device_copy", "device": "gpu", "impl": "cupy copy", "value": 1e12}])
+    width = predictor.update_width((2048, 2048))
+    alone = c.kernel("gpu", predictor.UPDATE, width, 100)  # H x B x 10 ps: shorter than its bytes at 1e12 B/s
+    params = predictor.params_of_width(width)
+    assert alone < 12 * params / 1e12
+    assert predictor.gpu_update(c, width, 100) == pytest.approx(12 * params / 1e12)
+    assert predictor.gpu_update(c, width, 100, half=True) == pytest.approx(14 * params / 1e12)
+    assert predictor.gpu_update(c, width, 20000) == c.kernel("gpu", predictor.UPDATE, width, 20000)  # longer: its own
+    assert predictor.gpu_update(timed, width, 100) == alone  # no copy rate
+    assert predictor.gpu_update(more(table(), c.rows("device_copy").to_dict("records")), width, 100) == alone  # no bytes
+    # a deeper net's step: the update over all its parameters at that floor, less the first width's
+    deep = predictor.predict_point(point(H="2048-2048", B=100, N=1000), more(c, deep_rows(lambda H, B: 1e-9)))
+    flat = predictor.predict_point(point(H="2048-2048", B=100, N=1000), more(timed, deep_rows(lambda H, B: 1e-9)))
+    first = predictor.gpu_update(c, 2048, 100) - c.kernel("gpu", predictor.UPDATE, 2048, 100)
+    assert deep["t_kernels"] - flat["t_kernels"] == pytest.approx(12 * params / 1e12 - alone - first)
+
+
 def test_a_deeper_net_with_overlap_sends_each_upper_layer_under_the_backward_pass_below_it():
     """--overlap at depth (WFBP): the upper layers' all-reduces, top first with the output layer's, cost
     only what the backward pass below the first of them does not cover, before dW1's chunked exchange."""

@@ -55,6 +55,7 @@ def one_layer(gemm: str = "cublas", **fusion) -> tuple:
 
 
 UPDATE = trainstep.display_name("update")
+HALF_COPY_BYTES = 2  # a half step's update also writes each parameter rounded to 16 bits (P_half)
 FUSED_STEP = tuple(k.name for k in one_layer() if k.kind != "update")
 DW1_GEMM = trainstep.display_name("bwd_gemm3_cublas")  # dW_1 = dz_1 X^T, the step's last GEMM (cuBLAS)
 # the fused step's kernels with Hopper's tensor-core GEMMs (`perflab ceilings` times them on a Hopper):
@@ -606,6 +607,28 @@ def width_with_params(params: float, D: int = 784, C: int = 10) -> float:
     return (params - C) / (D + 1 + C)
 
 
+def params_of_width(H: float, D: int = 784, C: int = 10) -> float:
+    """The parameters of the 784-H-10 net (width_with_params' inverse)."""
+    return H * (D + 1 + C) + C
+
+
+def gpu_update(c: Ceilings, width: float, B: float, half: bool = False) -> float:
+    """Seconds of the GPU update over the parameters of 784-width-10 (update_width: a net's as many): the
+    ceilings' `SGD + L2 update` there, but never under its bytes at the device's copy rate (`half`: with the
+    16-bit copy of P a half step rounds into). Timed alone, an update of tens of MB runs again from the L2,
+    which in a step the other kernels' data holds; past the grid's widest net, the log-log line carries that on
+    (docs/DECISIONS.md, D84). The time alone where the file has no device copy rate or no update bytes."""
+    seconds = c.kernel("gpu", UPDATE, width, B)
+    copy = c.rows("device_copy", device="gpu")
+    timed = c.rows("step_kernel", device="gpu", impl=UPDATE)
+    timed = timed[timed.size_bytes > 0] if "size_bytes" in timed else timed.iloc[:0]
+    if not len(copy) or not len(timed):
+        return seconds
+    widest = timed.loc[timed.H.idxmax()]
+    per_param = widest.size_bytes / params_of_width(widest.H) + (HALF_COPY_BYTES if half else 0)
+    return max(seconds, per_param * params_of_width(width) / float(copy.value.iloc[0]))
+
+
 def gpu_deeper(c: Ceilings, hidden: tuple, Bl: float, gemm: str, eager: bool) -> float:
     """Seconds a deeper net's step adds on the GPU to the one-hidden-layer step at its first width:
     each hidden layer past the first (`hidden layer (<gemm>)`, timed for H over H, read at the
@@ -624,7 +647,8 @@ def gpu_deeper(c: Ceilings, hidden: tuple, Bl: float, gemm: str, eager: bool) ->
     if gemm not in HALF_IMPLS.values():
         output = [k.name for k in one_layer(gemm) if k.layer == 2]  # the output layer's kernels
         added += sum(c.kernel("gpu", k, top, Bl) - c.kernel("gpu", k, first, Bl) for k in output)
-    return added + c.kernel("gpu", UPDATE, update_width(hidden), Bl) - c.kernel("gpu", UPDATE, first, Bl)
+    half = gemm in HALF_IMPLS.values()
+    return added + gpu_update(c, update_width(hidden), Bl, half) - gpu_update(c, first, Bl, half)
 
 
 def wfbp_sends(hidden: tuple, C: int = perfmodel.C_MNIST) -> list[int]:
@@ -716,7 +740,7 @@ def model_parallel_batch(hidden: tuple, B: int, p: int, c: Ceilings, terms: dict
     (`graph`, the sweep's step_graph), or every kernel launched by the host one by one (points measured
     before NCCL was captured)."""
     kernels, exchanged = model_parallel_kernels(hidden, p)
-    terms["kernels"] = sum(c.kernel("gpu", k, width, B) for k, width in kernels)
+    terms["kernels"] = sum(gpu_update(c, width, B) if k == UPDATE else c.kernel("gpu", k, width, B) for k, width in kernels)
     terms["exchange"] = 0.0
     for n in exchanged:
         seconds, nccl = c.nccl_exchange(p, n * B * 4, graph)
@@ -804,7 +828,7 @@ def gpu_kernels(s: Step) -> tuple[float, float, tuple | None]:
     c, terms, eager = s.c, s.terms, not s.graphed
     terms["kernels"] = sum(c.kernel("gpu", k, s.H, s.Bl) for k in c.step_names("cupy", s.gemm, eager=eager))
     terms["kernels"] += gpu_deeper(c, s.hidden, s.Bl, s.gemm, eager=eager)
-    update = c.kernel("gpu", UPDATE, update_width(s.hidden), s.Bl)
+    update = gpu_update(c, update_width(s.hidden), s.Bl, half=s.gemm in HALF_IMPLS.values())
     # a step launched kernel by kernel: each hidden layer past the first launches its four kernels
     deeper_launches = HIDDEN_LAYER_LAUNCHES * (len(s.hidden) - 1) * c.launch() if eager else 0.0
     mode = s.point["mode"]
@@ -982,7 +1006,7 @@ def pipelined_mpi(s: Step) -> dict:
     terms["images"] = pinned_images(c, Bl)
     sizes = perfmodel.gradient_pieces(s.hidden, chunks, D)
     chunk_gemm = [c.kernel("gpu", DW1_GEMM, n / (4 * D), Bl) for n in sizes[1:]]
-    update = c.kernel("gpu", UPDATE, update_width(s.hidden), Bl)
+    update = gpu_update(c, update_width(s.hidden), Bl)
     before = terms["kernels"] - c.kernel("gpu", DW1_GEMM, s.H, Bl) - update
     ready = [before] + [before + float(t) for t in np.cumsum(chunk_gemm)]
     down = [c.copy("d2h", "pinned", n) for n in sizes]
