@@ -21,7 +21,8 @@ Terms (seconds per batch, one rank):
             running at once over the (H, B') grid (in place of GEMM 3 in the kernels' sum)
 Deeper nets (H1-H2-...): the one-layer step at H1, plus what each hidden layer past the first adds
 (timed by the ceilings for H over H: gpu_deeper, cpu_deeper), the output layer and the update at the
-net's own sizes, and the net's whole gradient exchanged.
+net's own sizes (on a GPU the update never under its bytes at the device copy rate: gpu_update), and the net's
+whole gradient exchanged.
 Composition follows the code: where the host enqueues work the GPU runs later, the two overlap
 (max); on one GPU the staged copy of the next batch (the host's memcpy into the driver's staging)
 runs while the GPU replays the step's graph (max); a host all-reduce, and the copy behind a step
