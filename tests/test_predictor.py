@@ -11,6 +11,7 @@ import pytest
 from perflab.analysis import perfmodel, predictor, roofline, validation
 from perflab.measure import ceilings
 from perflab.results import RESULTS_ROOT
+from perflab.train import step as trainstep
 from perflab.train.comm import Serial
 
 
@@ -315,27 +316,41 @@ def test_a_deeper_net_adds_each_hidden_layer_at_its_widths_and_exchanges_its_who
 
 def test_the_update_is_never_faster_than_its_bytes_at_the_device_copy_rate():
     """The update timed alone may run from the L2 (and a deep net's, past the grid, extrapolates that): the predictor
-    takes the longer of its time and its bytes (12 a parameter, as the ceilings timed them; 2 more where a half step
-    rounds P into P_half) at the device copy rate; a file with no copy rate or no update bytes keeps the time alone."""
-    t = table().table.copy()
-    update = t.impl == predictor.UPDATE
-    t.loc[update, "size_bytes"] = 12 * predictor.params_of_width(t.loc[update, "H"])
-    timed = predictor.Ceilings(t, source="made-up")
-    c = more(timed, [{"ceiling": "device_copy", "device": "gpu", "impl": "cupy copy", "value": 1e12}])
+    takes the longer of its time and its bytes (the step model's: 12 a parameter in FP32, 14 where a half step rounds P
+    into P_half) at the device copy rate, wherever the step has an update: a deeper net's, one summed from kernels
+    timed alone, the update a p2p exchange takes off the kernels; a file with no copy rate keeps the time alone."""
+    base = more(table(), deep_rows(lambda H, B: 1e-9))
+    c = more(base, [{"ceiling": "device_copy", "device": "gpu", "impl": "cupy copy", "value": 1e12}])
     width = predictor.update_width((2048, 2048))
     alone = c.kernel("gpu", predictor.UPDATE, width, 100)  # H x B x 10 ps: shorter than its bytes at 1e12 B/s
     params = predictor.params_of_width(width)
-    assert alone < 12 * params / 1e12
+    assert alone < 12 * params / 1e12 and trainstep.update_bytes("float32") == 12
     assert predictor.gpu_update(c, width, 100) == pytest.approx(12 * params / 1e12)
-    assert predictor.gpu_update(c, width, 100, half=True) == pytest.approx(14 * params / 1e12)
+    assert predictor.gpu_update(c, width, 100, "cublas-bf16") == pytest.approx(14 * params / 1e12)
     assert predictor.gpu_update(c, width, 20000) == c.kernel("gpu", predictor.UPDATE, width, 20000)  # longer: its own
-    assert predictor.gpu_update(timed, width, 100) == alone  # no copy rate
-    assert predictor.gpu_update(more(table(), c.rows("device_copy").to_dict("records")), width, 100) == alone  # no bytes
-    # a deeper net's step: the update over all its parameters at that floor, less the first width's
-    deep = predictor.predict_point(point(H="2048-2048", B=100, N=1000), more(c, deep_rows(lambda H, B: 1e-9)))
-    flat = predictor.predict_point(point(H="2048-2048", B=100, N=1000), more(timed, deep_rows(lambda H, B: 1e-9)))
-    first = predictor.gpu_update(c, 2048, 100) - c.kernel("gpu", predictor.UPDATE, 2048, 100)
-    assert deep["t_kernels"] - flat["t_kernels"] == pytest.approx(12 * params / 1e12 - alone - first)
+    assert predictor.gpu_update(base, width, 100) == alone  # no copy rate
+    # a deeper net's step (its kernels timed alone here): the update over all its parameters at that floor
+    deep, flat = (predictor.predict_point(point(H="2048-2048", B=100, N=1000), t) for t in (c, base))
+    assert deep["t_kernels"] - flat["t_kernels"] == pytest.approx(12 * params / 1e12 - alone)
+    # --comm p2p takes that update off the kernels: the two moves cancel, the step's kernels as the floor leaves them
+    pair = dict(H="2048-2048", B=200, p=2, N=2000, comm="p2p")
+    p2p = [predictor.predict_point(point(**pair), more(t, exchange_rows("p2p_exchange_update", 1e-6, 1e11)))
+           for t in (c, base)]
+    assert p2p[0]["t_kernels"] == pytest.approx(p2p[1]["t_kernels"])
+    # model parallel and the pipelined path read their update through the floor too
+    model = [{"ceiling": "step_kernel", "device": "gpu", "impl": name, "H": H, "B": B, "ranks": 1, "seconds": 1e-9}
+             for name in predictor.MODEL_PARALLEL_STEP for H in (256, 4096) for B in (100, 20000)]
+    pinned = [{"ceiling": d, "impl": "pinned", "size_bytes": n, "value": 2e10} for d in ("h2d", "d2h") for n in (2 ** 12, 2 ** 26)]
+    for kw, rows in ((dict(parallel="model", step_graph=True), model), (dict(mode="pipelined"), pinned)):
+        moved = [predictor.predict_point(point(H=4096, p=2, B=200, N=2000, **kw), more(t, rows)) for t in (c, base)]
+        assert moved[0]["t_kernels"] > moved[1]["t_kernels"], kw
+    # a half step: 14 bytes a parameter past its first width's update
+    half = [{"ceiling": "step_kernel", "device": "gpu", "impl": name, "H": H, "B": B, "ranks": 1, "seconds": 1e-9}
+            for name in (predictor.sequence_name("cublas-bf16"), predictor.hidden_layer_name("cublas-bf16"))
+            for H in (256, 4096) for B in (100, 20000)]
+    bf16 = [predictor.predict_point(point(H="2048-2048", B=100, N=1000, dtype="bfloat16"), more(t, half)) for t in (c, base)]
+    first = predictor.gpu_update(c, 2048, 100, "cublas-bf16") - c.kernel("gpu", predictor.UPDATE, 2048, 100)
+    assert bf16[0]["t_kernels"] - bf16[1]["t_kernels"] == pytest.approx(14 * params / 1e12 - alone - first)
 
 
 def test_a_deeper_net_with_overlap_sends_each_upper_layer_under_the_backward_pass_below_it():

@@ -56,7 +56,6 @@ def one_layer(gemm: str = "cublas", **fusion) -> tuple:
 
 
 UPDATE = trainstep.display_name("update")
-HALF_COPY_BYTES = 2  # a half step's update also writes each parameter rounded to 16 bits (P_half)
 FUSED_STEP = tuple(k.name for k in one_layer() if k.kind != "update")
 DW1_GEMM = trainstep.display_name("bwd_gemm3_cublas")  # dW_1 = dz_1 X^T, the step's last GEMM (cuBLAS)
 # the fused step's kernels with Hopper's tensor-core GEMMs (`perflab ceilings` times them on a Hopper):
@@ -613,24 +612,22 @@ def params_of_width(H: float, D: int = 784, C: int = 10) -> float:
     return H * (D + 1 + C) + C
 
 
-def gpu_update(c: Ceilings, width: float, B: float, half: bool = False) -> float:
+def gpu_update(c: Ceilings, width: float, B: float, gemm: str = "cublas", ranks: int = 1) -> float:
     """Seconds of the GPU update over the parameters of 784-width-10 (update_width: a net's as many): the
-    ceilings' `SGD + L2 update` there, but never under its bytes at the device's copy rate (`half`: with the
-    16-bit copy of P a half step rounds into). Timed alone, an update of tens of MB runs again from the L2,
-    which in a step the other kernels' data holds; past the grid's widest net, the log-log line carries that on
-    (docs/DECISIONS.md, D84). The time alone where the file has no device copy rate or no update bytes."""
+    ceilings' `SGD + L2 update` there, but never under its bytes (trainstep.update_bytes, of the step `gemm` names:
+    a half step's writes P's 16-bit copy too) at the device's copy rate. Timed alone, an update of tens of MB runs
+    again from the L2, which in a step the other kernels' data holds; past the grid's widest net, the log-log line
+    carries that on (docs/DECISIONS.md, D84). The time alone where the file has no device copy rate."""
     seconds = c.kernel("gpu", UPDATE, width, B)
     copy = c.rows("device_copy", device="gpu")
-    timed = c.rows("step_kernel", device="gpu", impl=UPDATE)
-    timed = timed[timed.size_bytes > 0] if "size_bytes" in timed else timed.iloc[:0]
-    if not len(copy) or not len(timed):
+    if not len(copy):
         return seconds
-    widest = timed.loc[timed.H.idxmax()]
-    per_param = widest.size_bytes / params_of_width(widest.H) + (HALF_COPY_BYTES if half else 0)
-    return max(seconds, per_param * params_of_width(width) / float(copy.value.iloc[0]))
+    dtype = next((kind for kind, name in HALF_IMPLS.items() if name == gemm), "float32")
+    nbytes = trainstep.update_bytes(dtype, ranks=ranks) * params_of_width(width)
+    return max(seconds, nbytes / float(copy.value.iloc[0]))
 
 
-def gpu_deeper(c: Ceilings, hidden: tuple, Bl: float, gemm: str, eager: bool) -> float:
+def gpu_deeper(c: Ceilings, hidden: tuple, Bl: float, gemm: str, eager: bool, ranks: int = 1) -> float:
     """Seconds a deeper net's step adds on the GPU to the one-hidden-layer step at its first width:
     each hidden layer past the first (`hidden layer (<gemm>)`, timed for H over H, read at the
     geometric mean of its two widths: a GEMM's work is their product), the output layer's kernels at
@@ -648,8 +645,7 @@ def gpu_deeper(c: Ceilings, hidden: tuple, Bl: float, gemm: str, eager: bool) ->
     if gemm not in HALF_IMPLS.values():
         output = [k.name for k in one_layer(gemm) if k.layer == 2]  # the output layer's kernels
         added += sum(c.kernel("gpu", k, top, Bl) - c.kernel("gpu", k, first, Bl) for k in output)
-    half = gemm in HALF_IMPLS.values()
-    return added + gpu_update(c, update_width(hidden), Bl, half) - gpu_update(c, first, Bl, half)
+    return added + gpu_update(c, update_width(hidden), Bl, gemm, ranks) - gpu_update(c, first, Bl, gemm, ranks)
 
 
 def wfbp_sends(hidden: tuple, C: int = perfmodel.C_MNIST) -> list[int]:
@@ -827,9 +823,11 @@ def gpu_kernels(s: Step) -> tuple[float, float, tuple | None]:
     the file has it, plus what a deeper net adds), and (the update's seconds, the host's launches of the hidden
     layers past the first where the step is launched kernel by kernel, the host floor's spread or None)."""
     c, terms, eager = s.c, s.terms, not s.graphed
-    terms["kernels"] = sum(c.kernel("gpu", k, s.H, s.Bl) for k in c.step_names("cupy", s.gemm, eager=eager))
-    terms["kernels"] += gpu_deeper(c, s.hidden, s.Bl, s.gemm, eager=eager)
-    update = gpu_update(c, update_width(s.hidden), s.Bl, half=s.gemm in HALF_IMPLS.values())
+    # where the step's kernels are timed alone, its update too is read as gpu_update reads a deeper net's
+    terms["kernels"] = sum(gpu_update(c, s.H, s.Bl, s.gemm, s.p) if k == UPDATE else c.kernel("gpu", k, s.H, s.Bl)
+                           for k in c.step_names("cupy", s.gemm, eager=eager))
+    terms["kernels"] += gpu_deeper(c, s.hidden, s.Bl, s.gemm, eager=eager, ranks=s.p)
+    update = gpu_update(c, update_width(s.hidden), s.Bl, s.gemm, s.p)
     # a step launched kernel by kernel: each hidden layer past the first launches its four kernels
     deeper_launches = HIDDEN_LAYER_LAUNCHES * (len(s.hidden) - 1) * c.launch() if eager else 0.0
     mode = s.point["mode"]
@@ -1001,13 +999,12 @@ def pipelined_mpi(s: Step) -> dict:
     once it has launched the step: one graph replay up to the pieces' copies down, or, in rows from before that
     (graphs False), the whole step kernel by kernel) and the update waits for the last. The step is the longest of:
     that chain, the host -> device link's load (images + gradients up), and the device -> host link's."""
-    gpu_kernels(s)
+    update = gpu_kernels(s)[0]
     c, terms, Bl, D = s.c, s.terms, s.Bl, perfmodel.D_MNIST
     chunks = int(s.point.get("chunks", PIPELINED_CHUNKS))
     terms["images"] = pinned_images(c, Bl)
     sizes = perfmodel.gradient_pieces(s.hidden, chunks, D)
     chunk_gemm = [c.kernel("gpu", DW1_GEMM, n / (4 * D), Bl) for n in sizes[1:]]
-    update = gpu_update(c, update_width(s.hidden), Bl)
     before = terms["kernels"] - c.kernel("gpu", DW1_GEMM, s.H, Bl) - update
     ready = [before] + [before + float(t) for t in np.cumsum(chunk_gemm)]
     down = [c.copy("d2h", "pinned", n) for n in sizes]

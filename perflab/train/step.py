@@ -163,12 +163,17 @@ def step(hidden, batch: int = 1, gemm: str = "cublas", dtype: str = "float32", f
     out.append(product("bwd_gemm", 2 * L - 1, 1, hidden[0], B, D, backward_gemm(2 * L - 1), "backward"))
     params = sum(h * k + h for h, k in zip(hidden, fan_in)) + C * top + C
     update = "sgd_update_scaled" if dtype == "float16" else "sgd_update"  # float16's under its loss scale
-    # P read and written, G read; a half step writes P's rounded copy too, and float16 reads G once more for overflow
-    # where its backward passes do not flag it (this one GPU's step: where the output layer is unfused)
-    scan = dtype == "float16" and not backward_flags_overflow(dtype, fuse_backward)
-    bytes_per_param = 3 * master + (size if dtype in HALF else 0) + (master if scan else 0)
-    out.append(pass_("update", 0, 0, "step", "step", update, params * bytes_per_param))
+    out.append(pass_("update", 0, 0, "step", "step", update, params * update_bytes(dtype, fuse_backward)))
     return tuple(out)
+
+
+def update_bytes(dtype: str, fuse_backward: bool = True, ranks: int = 1) -> int:
+    """Bytes the update moves a parameter: P read and written and G read, in the master precision (FP32 in a half
+    step); a half step writes P's rounded copy too, and float16 reads G once more for overflow where its backward
+    passes do not flag it (unfused, or on several ranks: backward_flags_overflow)."""
+    master = ITEMSIZE["float32" if dtype in HALF else dtype]
+    scan = dtype == "float16" and not backward_flags_overflow(dtype, fuse_backward, ranks)
+    return 3 * master + (ITEMSIZE[dtype] if dtype in HALF else 0) + (master if scan else 0)
 
 
 def backward_flags_overflow(dtype: str, fuse_backward: bool, ranks: int = 1) -> bool:
