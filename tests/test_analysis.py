@@ -621,6 +621,14 @@ def test_the_half_precision_roof_comes_from_its_own_rows_and_is_drawn_above_fp32
     as_half = points.assign(dtype="bfloat16")
     plain, lifted = roofline.ceiling_bounds(points, roofs), roofline.ceiling_bounds(as_half, roofs)
     assert (lifted.bound > plain.bound).all()  # the GEMMs' share of the bound at the half roof
+    # a half step whose exchange moves 16-bit values (p2p's BF16 copies, nccl-half) moves half the gradient's bytes
+    several = as_half[as_half.backend == "cupy"].assign(p=2, mode="resident", parallel="data")
+    assert len(several)
+    linked = {**roofs, "P_nccl": 1e11}  # this one-GPU file measured no link
+    by_comm = {comm: roofline.ceiling_bounds(several.assign(comm=comm), linked).bound for comm in ("nccl", "p2p", "nccl-half")}
+    assert (by_comm["p2p"] > by_comm["nccl"]).all() and (by_comm["nccl-half"] == by_comm["p2p"]).all()
+    assert (roofline.ceiling_bounds(several.assign(dtype="float32", comm="p2p"), linked).bound
+            == roofline.ceiling_bounds(several.assign(dtype="float32", comm="nccl"), linked).bound).all()  # FP32: whole
     fig = plots.ceiling_roofline(plain, roofs, title="Roofline from measured ceilings, a machine")
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert any(t.startswith(f"P_half = {roofs['P_half'] / 1e12:.3g} TFLOP/s") for t in texts)

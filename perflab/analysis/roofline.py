@@ -188,11 +188,15 @@ def machine_roofs(ceilings: pd.DataFrame, device: str) -> dict:
             "P_nccl": float((2 * nccl.value).max()) if len(nccl) else math.inf}
 
 
+SIXTEEN_BIT_EXCHANGES = ("p2p", "nccl-half")  # in a half step: BF16 copies read (D64), or NCCL in the half type
+
+
 def ceiling_bounds(points: pd.DataFrame, roofs: dict) -> pd.DataFrame:
     """Each point's FLOP rate (the seeds' FLOPs over its measured time per batch) against the bound
     the ceilings set on its own path: the seeds' FLOPs at P_flops, plus what it moves at the
     fastest measured rate (the gradient over PCIe twice and through MPI on the staged GPU path,
-    through MPI alone on the CPU, through NCCL on the resident path), in series. The seeds count
+    through MPI alone on the CPU, through NCCL on the resident path; half of it where a half step's exchange moves
+    16-bit values: SIXTEEN_BIT_EXCHANGES), in series. The seeds count
     no more FLOPs than the step's GEMMs execute and no more bytes than it moves, so no point can
     lie above it (a test checks every committed one)."""
     rows = []
@@ -201,7 +205,8 @@ def ceiling_bounds(points: pd.DataFrame, roofs: dict) -> pd.DataFrame:
         flops = perfmodel.seeds_flops(w)["batch"] / (r["p"] if r["parallel"] == "model" else 1)  # a rank's share
         by = perfmodel.phase_bytes(w)
         host_path = r["backend"] == "numpy" or r["mode"] in HOST_STAGED
-        moved = by["mpi_seeds"] / roofs["P_mpi" if host_path else "P_nccl"] if r["p"] > 1 else 0.0
+        crossing = by["mpi_seeds"] * (0.5 if r["dtype"] in HALF_DTYPES and r.get("comm") in SIXTEEN_BIT_EXCHANGES else 1)
+        moved = crossing / roofs["P_mpi" if host_path else "P_nccl"] if r["p"] > 1 else 0.0
         if r["backend"] != "numpy":
             moved += by["pcie_gradients"] / roofs["P_pci"]
         peak = roofs["P_half"] if r["dtype"] in HALF_DTYPES else roofs["P_flops"]  # a half step's GEMMs: their roof
