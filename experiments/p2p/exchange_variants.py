@@ -4,7 +4,8 @@ with every copy local took 12.2 and 23.9 in session 60). Variants of p2p.cu's te
 the peer's copy over NVLink (as the product) and reading a second local copy instead (timing only: no variant's sums
 are checked, and without the barrier a copy may be read before it is whole):
 - `no narrowing`: the narrowing of the rank's own FP32 gradient before the round (here the GEMMs "made" all of it, so
-  the pass only walks its vectors) left out;
+  the pass only walks its vectors) left out; `no narrow_share`, `no narrow_tail` (session 61, later): either half of
+  it (the vectors' walk; the values past the last whole vector and the CE, written before the round's release);
 - `no barrier`: no flag sent or waited on at the round's start;
 - `U=1`, `U=4`: vectors a thread at a time in the sums (2 in the product);
 - the last: all of no narrowing, no barrier.
@@ -37,6 +38,8 @@ for text in (NARROW, GATE, UNROLL):
 no_narrow = NARROW.replace("narrow_share(G, own, 0, nv, made, nmade);", "").replace("narrow_tail(G, own, n, nv);", "")
 no_gate = GATE.replace("r < p", "false && r < p")
 variants = {"product": source, "no narrowing": source.replace(NARROW, no_narrow),
+            "no narrow_share": source.replace(NARROW, NARROW.replace("narrow_share(G, own, 0, nv, made, nmade);", "")),
+            "no narrow_tail": source.replace(NARROW, NARROW.replace("narrow_tail(G, own, n, nv);", "")),
             "U=1": source.replace(UNROLL, UNROLL.replace("2", "1")), "U=4": source.replace(UNROLL, UNROLL.replace("2", "4")),
             "no barrier": source.replace(GATE, no_gate),  # the last two: they send no flags for their rounds
             "no narrowing, no barrier": source.replace(NARROW, no_narrow).replace(GATE, no_gate)}
