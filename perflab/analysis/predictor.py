@@ -21,8 +21,8 @@ Terms (seconds per batch, one rank):
             running at once over the (H, B') grid (in place of GEMM 3 in the kernels' sum)
 Deeper nets (H1-H2-...): the one-layer step at H1, plus what each hidden layer past the first adds
 (timed by the ceilings for H over H: gpu_deeper, cpu_deeper), the output layer and the update at the
-net's own sizes (on a GPU the update never under its bytes at the device copy rate: gpu_update), and the net's
-whole gradient exchanged.
+net's own sizes (on a GPU the update never faster than its bytes at the device copy rate: gpu_update), and the
+net's whole gradient exchanged.
 Composition follows the code: where the host enqueues work the GPU runs later, the two overlap
 (max); on one GPU the staged copy of the next batch (the host's memcpy into the driver's staging)
 runs while the GPU replays the step's graph (max); a host all-reduce, and the copy behind a step
@@ -614,10 +614,11 @@ def params_of_width(H: float, D: int = 784, C: int = 10) -> float:
 
 def gpu_update(c: Ceilings, width: float, B: float, gemm: str = "cublas", ranks: int = 1) -> float:
     """Seconds of the GPU update over the parameters of 784-width-10 (update_width: a net's as many): the
-    ceilings' `SGD + L2 update` there, but never under its bytes (trainstep.update_bytes, of the step `gemm` names:
-    a half step's writes P's 16-bit copy too) at the device's copy rate. Timed alone, an update of tens of MB runs
-    again from the L2, which in a step the other kernels' data holds; past the grid's widest net, the log-log line
-    carries that on (docs/DECISIONS.md, D84). The time alone where the file has no device copy rate."""
+    ceilings' `SGD + L2 update` there, but never less than its bytes take at the device's copy rate
+    (trainstep.update_bytes, for the step `gemm` names: a half step's update also writes P's 16-bit copy). Timed
+    alone, an update of tens of MB runs again from the L2, which in a step the other kernels' data holds; past the
+    grid's widest net, the log-log line carries that on (docs/DECISIONS.md, D84). The time alone where the file has
+    no device copy rate."""
     seconds = c.kernel("gpu", UPDATE, width, B)
     copy = c.rows("device_copy", device="gpu")
     if not len(copy):

@@ -195,10 +195,10 @@ def ceiling_bounds(points: pd.DataFrame, roofs: dict) -> pd.DataFrame:
     """Each point's FLOP rate (the seeds' FLOPs over its measured time per batch) against the bound
     the ceilings set on its own path: the seeds' FLOPs at P_flops, plus what it moves at the
     fastest measured rate (the gradient over PCIe twice and through MPI on the staged GPU path,
-    through MPI alone on the CPU, through NCCL on the resident path; half of it where a half step's exchange moves
-    16-bit values: SIXTEEN_BIT_EXCHANGES), in series. The seeds count
-    no more FLOPs than the step's GEMMs execute and no more bytes than it moves, so no point can
-    lie above it (a test checks every committed one)."""
+    through MPI alone on the CPU, through NCCL on the resident path; half the gradient where a half
+    step's exchange moves 16-bit values, SIXTEEN_BIT_EXCHANGES), in series. The seeds count no more
+    FLOPs than the step's GEMMs execute and no more bytes than it moves, so no point can lie above
+    it (a test checks every committed one)."""
     rows = []
     for _, r in points.iterrows():
         w = workload(r)
