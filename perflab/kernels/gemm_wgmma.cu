@@ -292,11 +292,6 @@ __device__ __forceinline__ void store_staged(const float (&d)[BN / 2], int row0,
 // the two ways' barrier (named barrier 1; barrier 0 is __syncthreads'): their 256 threads
 __device__ __forceinline__ void ways_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
 
-// ping-pong's order (named barriers 2 and 3, the two consumer warpgroups' 256 threads): warpgroup g arrives on 2 + g
-// once it has waited on every stage of its tile; the other waits there before its next tile's main loop
-__device__ __forceinline__ void pp_order_arrive(int g) { asm volatile("bar.arrive %0, 256;\n" :: "r"(2 + g) : "memory"); }
-__device__ __forceinline__ void pp_order_wait(int g) { asm volatile("bar.sync %0, 256;\n" :: "r"(2 + g) : "memory"); }
-
 // the two ways (KW = 2): each keeps half the tile's columns (way 0 the first) in `mine`, the sum of both
 // ways' accumulators there; the other half goes to the other way through shared memory at `area` (BN / 4
 // floats a thread, laid out thread-fastest: no bank conflicts). Indices are compile-time, so the
@@ -351,22 +346,18 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
            const void* map_bs, float beta, O* __restrict__ C, int ldc, const float* __restrict__ bias, int m_fastest) {
     using namespace wg;
     constexpr int BK = ROW / sizeof(E);   // k a stage
-    // KW = 0 (ping-pong): the consumer warpgroups take the CTA's tiles in turn, each a tile of 64 rows, so that one's
-    // epilogue runs beside the other's MMAs
-    constexpr int GROUPS = KW == 0 ? 1 : WGS / KW;   // blocks of 64 rows a tile holds a warpgroup each
-    constexpr int BM = 64 * GROUPS * R, A_BYTES = BM * ROW, HALF = (BM + BN) * ROW, STAGE = HALF * (X3 ? 2 : 1);
+    constexpr int BM = 64 * (WGS / KW) * R, A_BYTES = BM * ROW, HALF = (BM + BN) * ROW, STAGE = HALF * (X3 ? 2 : 1);
     // R > 1: a consumer warpgroup holds R x BN / 2 accumulators a thread, more than an even share of the
     // register file allows; the producer warpgroup gives most of its registers to the consumers
     constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = (65536 / 128 - PRODUCER_REGS) / WGS / 8 * 8;
     static_assert(R == 1 || !X3, "3xTF32 keeps one block of rows a warpgroup");
     // two ways: one pair of warpgroups (their halves' area is where a 16-bit C is staged after: a second pair's
     // halves could still be in it), one block of rows, halves of whole 8-column blocks
-    static_assert(KW == 1 || (KW == 2 && WGS == 2 && R == 1 && !X3 && BN % 16 == 0) || (KW == 0 && WGS == 2 && R == 1 && !X3),
-                  "two ways, or ping-pong: see above");
+    static_assert(KW == 1 || (KW == 2 && WGS == 2 && R == 1 && !X3 && BN % 16 == 0), "two ways: see above");
     constexpr int B_PART = BN / CL * ROW;   // the bytes of B a CTA of the cluster loads for all
     // a 16-bit C is stored through shared memory past the mbarriers (store_staged), 64 columns at a
     // time, where one block of rows a warpgroup leaves room for it (wgmma.py's smem_bytes)
-    constexpr bool STAGED = sizeof(O) == 2 && R == 1 && (BN / (KW == 2 ? 2 : 1)) % 64 == 0;
+    constexpr bool STAGED = sizeof(O) == 2 && R == 1 && (BN / KW) % 64 == 0;
     static_assert(BN % (8 * CL) == 0, "a CTA's part of B must be whole 8-row swizzle atoms");
     static_assert(sizeof(E) == 2 || (!TA && !TB), "TF32 operands are K-major");
     static_assert(sizeof(E) == 4 || !X3, "3xTF32 splits FP32 operands");
@@ -394,7 +385,7 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full + 8 * s, 1);
-            mbar_init(empty + 8 * s, 4 * (KW == 0 ? 1 : WGS) * CL);   // ping-pong: the stage's owner's warps   // free once every consumer warp of the cluster has seen it
+            mbar_init(empty + 8 * s, 4 * WGS * CL);   // free once every consumer warp of the cluster has seen it
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -427,7 +418,7 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
     // the consumers (R > 1: with the registers the producer gave up; ptxas holds the code this
     // dominates within them)
     if constexpr (R > 1) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(CONSUMER_REGS));
-    const int wgi = (threadIdx.x >> 7) - 1, way = KW == 2 ? wgi % 2 : 0, group = wgi / (KW == 0 ? WGS : KW);
+    const int wgi = (threadIdx.x >> 7) - 1, way = wgi % KW, group = wgi / KW;
     // this warp is done with stage s: its MMAs on it waited for, or (two ways) the other way's stage seen
     auto release = [&](int s) {
         __syncwarp();
@@ -446,12 +437,8 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
                              db0 = descriptor<TB>(base + A_BYTES);
     int s = 0;              // the stages' ring position, continued across tiles, as the producer's
     unsigned phase = 0;
-    for (int tile = first, turn = 0; tile < tiles; tile += step, turn ^= 1) {
+    for (int tile = first; tile < tiles; tile += step) {
         const Work w = work(tile);
-        if (KW == 0 && turn != wgi) {   // ping-pong: the other warpgroup's tile; its stages passed over in the ring
-            for (int t = 0; t < w.ktiles; ++t) next_stage<STAGES>(s, phase);
-            continue;
-        }
         float d[R][BN / 2], total[X3 ? BN / 2 : 1];
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) {
@@ -459,15 +446,12 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
             for (int r = 0; r < R; ++r) d[r][i] = 0.0f;
             if constexpr (X3) total[i] = 0.0f;
         }
-        // ping-pong: a warpgroup's main loop waits for the other's to have waited on every stage of the tile before, so
-        // that no wait here passes on a stage's earlier phase (the other warpgroup's stages are not waited on here)
-        if (KW == 0 && tile != first) pp_order_wait(1 - wgi);
         int last = -1;   // the stage of this warpgroup's last k-step of the tile (its way takes every KW-th)
         for (int t = 0; t < w.ktiles; ++t, next_stage<STAGES>(s, phase)) {
             // every stage waited on in order, the other way's too, so that no wait passes on a stage's
             // earlier phase (a stage's fill may land after a later one's)
             mbar_wait(full + 8 * s, phase);
-            if (KW == 2 && t % 2 != way) {   // the other way's stage: seen, so it may be filled again once that way is done
+            if (t % KW != way) {   // the other way's stage: seen, so it may be filled again once that way is done
                 release(s);
                 continue;
             }
@@ -482,7 +466,6 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
             if (last >= 0) release(last);   // the MMAs of the stage before are done
             last = s;
         }
-        if (KW == 0 && tile + step < tiles) pp_order_arrive(wgi);   // the other warpgroup's next tile may start
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         if (last >= 0) release(last);
         if constexpr (KW == 2) {
@@ -495,7 +478,7 @@ gemm_wgmma(int M, int N, int K, int kps, float alpha, const void* map_a, const v
         } else {
 #pragma unroll
             for (int r = 0; r < R; ++r)
-                store<BN, STAGED>(d[r], w.m0 + (group * R + r) * 64, w.n0, M, N, alpha, beta, C, ldc, w.z, splits > 1,
+                store<BN, STAGED>(d[r], w.m0 + (wgi * R + r) * 64, w.n0, M, N, alpha, beta, C, ldc, w.z, splits > 1,
                                   bias, staging);
         }
     }

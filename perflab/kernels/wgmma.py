@@ -58,8 +58,7 @@ CONFIGS = {"wgmma": ((2, 256, 4, 1, 1, 1), (2, 256, 4, 2, 1, 1), (2, 192, 5, 1, 
            "half": ((2, 256, 4, 1, 1, 1), (2, 256, 4, 2, 1, 1), (2, 128, 6, 1, 1, 1), (2, 128, 6, 2, 1, 1), (1, 128, 8, 1, 1, 1),
                     (2, 192, 4, 1, 2, 1), (1, 112, 9, 2, 1, 1), (2, 112, 6, 2, 1, 1), (1, 128, 8, 4, 1, 1),
                     (2, 112, 8, 1, 1, 2), (2, 112, 8, 2, 1, 2), (2, 128, 8, 1, 1, 2), (2, 128, 8, 4, 1, 2),
-                    (2, 64, 12, 1, 1, 2), (2, 256, 5, 1, 1, 0), (2, 256, 5, 2, 1, 0), (2, 128, 8, 1, 1, 0),
-                    (2, 128, 8, 2, 1, 0))}
+                    (2, 64, 12, 1, 1, 2))}
 HALF_TAGS = ("bf16", "fp16")  # the kernels' names for bfloat16 and float16 (elementwise.HALF_CTYPES' values)
 TENSOR_MAP_TYPES = {"float32": 7, "uint16": 9, "float16": 6}  # CUtensorMapDataType: FLOAT32, BFLOAT16, FLOAT16
 SPLITS = (1, 2, 4)
@@ -69,8 +68,7 @@ MIN_SPLIT_K = 256  # of K a split keeps, at least
 
 def config_name(config: tuple) -> str:
     return ("wg{}-n{}-s{}".format(*config) + (f"-c{config[3]}" if config[3] > 1 else "")
-            + (f"-r{config[4]}" if config[4] > 1 else "") + (f"-k{config[5]}" if config[5] > 1 else "")
-            + ("-pp" if config[5] == 0 else ""))
+            + (f"-r{config[4]}" if config[4] > 1 else "") + (f"-k{config[5]}" if config[5] > 1 else ""))
 
 
 def kind_of(x3: bool) -> str:
@@ -100,7 +98,7 @@ def smem_bytes(config: tuple, kind: str) -> int:
 
 def tile_rows(config: tuple) -> int:
     """BM: the rows of A a CTA's tile holds (64 a block, R blocks a consumer warpgroup, its ways on the same rows)."""
-    return 64 * config[4] if config[5] == 0 else 64 * config[0] // config[5] * config[4]
+    return 64 * config[0] // config[5] * config[4]
 
 
 def kernel_name(config: tuple, kind: str, tag: str = "float", ta: bool = False, tb: bool = False,
