@@ -115,3 +115,31 @@ def test_the_report_opens_with_what_ran_and_a_conclusion_and_names_the_seeds(tmp
     assert "Two ranks" in said and "median" in said
     assert any("CME 213 (Stanford, 2024), Homework 6" in t for t in texts)
     assert pdf.build(out=answered_once.pdf, folder=folder).stat().st_size > 50_000  # not the committed report.pdf
+
+
+def test_the_half_precision_answer_names_its_gpu_and_sets_bf16_against_its_floor_and_peers(tmp_path, monkeypatch):
+    """HKUST FP16's answer: the GPU named from the bench's metadata, BF16's speedup over FP32, its epoch over the
+    cuBLAS BF16 floor and over the fastest half-precision peer, from the committed file's rows."""
+    import pandas as pd
+
+    from perflab import results
+    rows = [(1024, 3200, "perflab", 6.0), (1024, 3200, "perflab (bf16)", 1.2), (1024, 3200, "perflab (fp16)", 1.3),
+            (1024, 3200, "cublas 5-gemm floor", 5.6), (2048, 12000, "cublas 5-gemm floor", 30.0),
+            (1024, 3200, "cublas floor (bf16)", 0.8), (1024, 3200, "jax scan epoch (bf16)", 2.4),
+            (1024, 3200, "pytorch cuda graph (bf16 autocast)", 3.0),
+            (2048, 12000, "perflab", 40.0), (2048, 12000, "perflab (bf16)", 4.0),
+            (2048, 12000, "cublas floor (bf16)", 2.5), (2048, 12000, "pytorch cuda graph (bf16 autocast)", 8.0)]
+    path = tmp_path / questions.HALF_BENCH
+    path.parent.mkdir(parents=True)
+    pd.DataFrame(rows, columns=["H", "B", "peer", "epoch_ms"]).to_csv(path, index=False)
+    path.with_suffix(".json").write_text(json.dumps({"gpu": "NVIDIA Example 99"}))
+    monkeypatch.setattr(results, "RESULTS_ROOT", tmp_path)
+    a = questions.fp16(None)
+    table = a.tables[0][0].set_index("net")
+    assert "one NVIDIA Example 99" in a.text and "5.0x to 10.0x faster than FP32" in a.text
+    assert "run 7.0x to 12.0x faster in BF16" in a.text  # the FP32 floor over the BF16 one: 5.6 / 0.8, 30 / 2.5
+    assert table.loc["784-1024-10", "BF16 / its GEMM floor"] == 1.5 and table.loc["784-2048-10", "BF16 / its GEMM floor"] == 1.6
+    assert table.loc["784-1024-10", "BF16 / fastest half peer"] == 0.5  # JAX's 2.4, the faster of the two peers
+    assert table.loc["784-2048-10", "BF16 / fastest half peer"] == 0.5 and "1.50x to 1.60x" in a.text
+    path.unlink()
+    assert isinstance(questions.fp16(None), questions.Missing)
