@@ -798,7 +798,7 @@ def fp16(run: Run) -> Answer | Missing:
     table = pd.DataFrame(rows)
     if not len(table):
         return Missing("no FP32 and BF16 epochs side by side", "perflab bench train --dtype bfloat16 (on a GPU)")
-    gpu = meta.get("gpu", "a GPU")
+    gpu, peers = meta.get("gpu", "a GPU"), table["BF16 / fastest half peer"].dropna()
     text = ("Half precision halves the bytes and runs the GEMMs on tensor cores; FP32 master weights and a loss scale "
             f"(FP16) keep the training. Measured on one {gpu} (committed), BF16 mixed precision runs the epoch "
             f"{table.speedup.min():.1f}x to {table.speedup.max():.1f}x faster than FP32, where the cuBLAS GEMMs of its "
@@ -806,10 +806,10 @@ def fp16(run: Run) -> Answer | Missing:
             "faster in BF16 than in FP32. So what the GEMMs used to hide shows: the BF16 epoch takes "
             f"{table['BF16 / its GEMM floor'].min():.2f}x to {table['BF16 / its GEMM floor'].max():.2f}x the cuBLAS "
             "BF16 GEMMs of its layers alone (its floor), the rest being the elementwise passes, the output layer and "
-            "the update; and "
-            f"{table['BF16 / fastest half peer'].min():.2f}x to {table['BF16 / fastest half peer'].max():.2f}x the "
-            "epoch of the fastest half-precision peer (JAX's bf16 scan, PyTorch's graphed autocast step). "
-            "`perflab notebook precision` shows what each precision costs in accuracy.")
+            "the update" + (
+                f"; and {peers.min():.2f}x to {peers.max():.2f}x the epoch of the fastest half-precision peer (JAX's "
+                "bf16 scan, PyTorch's graphed autocast step)" if len(peers) else " (no half-precision peer ran)")
+            + ". `perflab notebook precision` shows what each precision costs in accuracy.")
     return Answer(text, [(table.round(3), "Epoch ms in FP32, BF16 and FP16; BF16 against its floor and its peers.")],
                   sources=[f"results/{HALF_BENCH}"])
 
