@@ -141,6 +141,7 @@ def test_the_half_precision_answer_names_its_gpu_and_sets_bf16_against_its_floor
     assert table.loc["784-1024-10", "BF16 / its GEMM floor"] == 1.5 and table.loc["784-2048-10", "BF16 / its GEMM floor"] == 1.6
     assert table.loc["784-1024-10", "BF16 / fastest half peer"] == 0.5  # JAX's 2.4, the faster of the two peers
     assert table.loc["784-2048-10", "BF16 / fastest half peer"] == 0.5 and "1.50x to 1.60x" in a.text
+    assert ("jax scan epoch (bf16) at 1 of 2 rows, pytorch cuda graph (bf16 autocast) at 1 of 2 rows" in a.text)
     t = pd.DataFrame(rows, columns=["H", "B", "peer", "epoch_ms"])
     t[~t.peer.str.startswith(("jax", "pytorch"))].to_csv(path, index=False)
     assert "(no half-precision peer ran)" in questions.fp16(None).text

@@ -784,12 +784,13 @@ def fp16(run: Run) -> Answer | Missing:
         return Missing("no half-precision run", "perflab bench train --dtype bfloat16 (on a GPU)")
     t = pd.read_csv(path)
     meta = json.loads(path.with_suffix(".json").read_text()) if path.with_suffix(".json").exists() else {}
-    rows = []
+    rows, fastest = [], []  # fastest: the faster half-precision peer of each row, by its label in the file
     for (h, b), g in t.groupby(["H", "B"], sort=False):
         ms = g.set_index("peer").epoch_ms
         if not {"perflab", "perflab (bf16)"} <= set(ms.index):
             continue
         bf16, peers = ms["perflab (bf16)"], ms.reindex(HALF_PEERS).dropna()
+        fastest.append(peers.idxmin() if len(peers) else None)
         rows.append({"net": net(h), "B": int(b), "FP32 (ms)": ms["perflab"], "BF16 (ms)": bf16,
                      "FP16 (ms)": ms.get("perflab (fp16)", np.nan), "speedup": ms["perflab"] / bf16,
                      "GEMM floor speedup": ms.get("cublas 5-gemm floor", np.nan) / ms.get("cublas floor (bf16)", np.nan),
@@ -807,8 +808,10 @@ def fp16(run: Run) -> Answer | Missing:
             f"{table['BF16 / its GEMM floor'].min():.2f}x to {table['BF16 / its GEMM floor'].max():.2f}x the cuBLAS "
             "BF16 GEMMs of its layers alone (its floor), the rest being the elementwise passes, the output layer and "
             "the update" + (
-                f"; and {peers.min():.2f}x to {peers.max():.2f}x the epoch of the fastest half-precision peer (JAX's "
-                "bf16 scan, PyTorch's graphed autocast step)" if len(peers) else " (no half-precision peer ran)")
+                f"; and {peers.min():.2f}x to {peers.max():.2f}x the epoch of the fastest half-precision peer of "
+                f"{' and '.join(HALF_PEERS)}: " + ", ".join(f"{name} at {fastest.count(name)} of {len(fastest)} rows"
+                                                             for name in sorted(set(fastest) - {None}))
+                if len(peers) else " (no half-precision peer ran)")
             + ". `perflab notebook precision` shows what each precision costs in accuracy.")
     return Answer(text, [(table.round(3), "Epoch ms in FP32, BF16 and FP16; BF16 against its floor and its peers.")],
                   sources=[f"results/{HALF_BENCH}"])
