@@ -335,22 +335,22 @@ __global__ void __launch_bounds__(512) exchange_update_bf16(float* __restrict__ 
         const unsigned long long* __restrict__ halves, const unsigned long long* __restrict__ grads, int p, int rank,
         size_t n, float lr, const long long* __restrict__ ends, const float* __restrict__ regs, int nseg,
         float* ce_out, const unsigned long long* __restrict__ flags, unsigned* rounds, long long timeout_ns,
-        int two_shot, const long long* __restrict__ made, int nmade, size_t vlo, size_t vhi, int tail) {
+        int two_shot, const long long* __restrict__ made, int nmade) {
     const float* G = (const float*)grads[rank];
     unsigned short* own = (unsigned short*)halves[rank];
     const size_t nv = n / BF16_VALUES;
     if (two_shot) {  // rank k reads slice k from the slice's own start
         for (int k = 0; k < p; ++k) narrow_share(G, own, nv * k / p, nv * (k + 1) / p, made, nmade);
-    } else {  // one-shot: vectors [vlo, vhi) (a part of the gradient, the rest in a launch of its own), the tail if
-        narrow_share(G, own, vlo, vhi, made, nmade);
+    } else {
+        narrow_share(G, own, 0, nv, made, nmade);
     }
-    if (tail) narrow_tail(G, own, n, nv);
+    narrow_tail(G, own, n, nv);
     const unsigned v = begin_round(p, rank, flags, rounds, timeout_ns, true);
     const int r = threadIdx.x;
     const size_t end = (size_t)blockIdx.x * FLAG_SLOTS * p + p, mid = end + p;
     if (!two_shot) {
-        sum_update_bf16(P, P_half, halves, p, vlo, vhi, lr, ends, regs, nseg, nullptr);
-        if (tail) tail_update_bf16(P, P_half, halves, p, n, nv, lr, ends, regs, nseg, ce_out);
+        sum_update_bf16(P, P_half, halves, p, 0, nv, lr, ends, regs, nseg, nullptr);
+        tail_update_bf16(P, P_half, halves, p, n, nv, lr, ends, regs, nseg, ce_out);
         __syncthreads();
         if (r < p && r != rank) signal_flag((unsigned*)flags[r] + end + rank, v);
         return;

@@ -44,7 +44,7 @@ def exchange_update(params, grads, rank: int, n: int, learning_rate, ends, regs,
 
 
 def exchange_update_bf16(params, params_half, halves, grads, rank: int, n: int, learning_rate, ends, regs, ce_out,
-                         flags, rounds, timeout_ns: int, grid: int, made, part=None) -> None:
+                         flags, rounds, timeout_ns: int, grid: int, made) -> None:
     """As exchange_update, with the peers' gradients read from their BF16 copies (halves: every rank's, this rank's
     own made from its FP32 gradient in the same launch, but for `made`: int64 [lo, hi) ranges of 8-value vectors,
     sorted, that the GEMMs wrote into it in BF16) and the new parameters rounded into params_half."""
@@ -54,9 +54,7 @@ def exchange_update_bf16(params, params_half, halves, grads, rank: int, n: int, 
     function("exchange_update_bf16")(
         (grid,), (THREADS,), (params, params_half, halves, grads, i32(grads.size), i32(rank), u64(n),
                               np.float32(learning_rate), ends, regs, i32(ends.size), ce_out, flags, rounds,
-                              np.int64(timeout_ns), i32(grads.size >= TWO_SHOT_FROM), made, i32(made.shape[0]),
-                              u64(part[0] if part else 0), u64(part[1] if part else n // BF16_VALUES),
-                              i32(part[2] if part else 1)))
+                              np.int64(timeout_ns), i32(grads.size >= TWO_SHOT_FROM), made, i32(made.shape[0])))
 
 
 def made_in_bf16(shapes, index, n: int) -> dict:

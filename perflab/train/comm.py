@@ -35,7 +35,6 @@ class Serial:
     strategy = "serial"
     rank, size = 0, 1
     exchanges_and_updates = False
-    split_blocks = 0  # trial: p2p's second channel's blocks (P2PComm.register)
 
     def __init__(self):
         self.records = []
@@ -228,7 +227,6 @@ class P2PComm(MPIComm):
             raise ConfigError(f"--comm p2p pairs the exchange's blocks across GPUs, which needs GPUs of one kind; these "
                               f"have {sorted(set(sms))} multiprocessors: use --comm nccl")
         self.G = self.halves = self.own_half = self.made = None
-        self.split_at = 0
 
     def own_array(self, size: int, dtype):
         """A zeroed device array that starts its own allocation (an IPC handle maps a whole
@@ -252,18 +250,11 @@ class P2PComm(MPIComm):
         own = [self.G, self.flags_own]
         if bf16_copy:  # the CE sum stays FP32, in two slots past the values' last whole vector
             own.append(self.own_array(self.kernels.ce_slot(size - 1) + self.kernels.BF16_VALUES, np.uint16))
-        # trial: a second channel (flags, rounds) for the rest of the gradient, exchanged by split_blocks blocks on a
-        # side stream beside the next step's first GEMM
-        self.split_blocks = int(os.environ.get("PERFLAB_SPLIT_EXCHANGE", "0")) if bf16_copy and self.size == 2 else 0
-        if self.split_blocks:
-            own.append(self.own_array(self.kernels.FLAG_SLOTS * self.blocks * self.size, np.uint32))
-            self.rounds2 = cp.zeros(self.split_blocks, np.uint32)
         handles = self.comm.allgather([runtime.ipcGetMemHandle(a.data.ptr) for a in own])
         mapped = [[a.data.ptr for a in own] if r == self.rank else
                   [runtime.ipcOpenMemHandle(h, LAZY_PEER_ACCESS) for h in handles[r]] for r in range(self.size)]
         self.grads, self.flags = (cp.asarray([m[i] for m in mapped], np.uint64) for i in (0, 1))
         self.halves = cp.asarray([m[2] for m in mapped], np.uint64) if bf16_copy else None
-        self.flags2 = cp.asarray([m[3] for m in mapped], np.uint64) if self.split_blocks else None
         self.own_half = own[2] if bf16_copy else None
         self.made = cp.zeros((0, 2), np.int64)  # none of the copy is written by the GEMMs until in_copy says so
         self.comm.Barrier()
@@ -279,20 +270,10 @@ class P2PComm(MPIComm):
         return [self.own_half[made[i][0] * width:made[i][1] * width].reshape(s) if i in made else g
                 for i, (g, s) in enumerate(zip(grads, shapes))]
 
-    def exchange_update(self, params, learning_rate: float, ends, regs, rounded=None, part=None) -> None:
+    def exchange_update(self, params, learning_rate: float, ends, regs, rounded=None) -> None:
         """On the current stream: params -= lr (every rank's gradient summed + regs params), the CE sums into self.ce;
-        rounded (a BF16 copy registered): the new params rounded into it too. part (trial): 0, vectors [0, split_at)
-        on the first channel; 1, the rest and the CE on the second, by split_blocks blocks."""
+        rounded (a BF16 copy registered): the new params rounded into it too."""
         n = self.G.size - 1
-        if part is not None:
-            nv = n // self.kernels.BF16_VALUES
-            flags, rounds, grid, rng = ((self.flags, self.rounds, self.blocks, (0, self.split_at, 0)) if part == 0 else
-                                        (self.flags2, self.rounds2, self.split_blocks, (self.split_at, nv, 1)))
-            with phase("MPI_Allreduce"):
-                self.kernels.exchange_update_bf16(params, rounded, self.halves, self.grads, self.rank, n, learning_rate,
-                                                  ends, regs, self.ce, flags, rounds, self.timeout_ns, grid, self.made,
-                                                  part=rng)
-            return
         with phase("MPI_Allreduce"):  # the seeds' name for the gradient exchange; here it holds the update too
             if self.halves is None:
                 self.kernels.exchange_update(params, self.grads, self.rank, n, learning_rate, ends, regs, self.ce,
@@ -307,8 +288,6 @@ class P2PComm(MPIComm):
     def read_wait(self) -> None:
         """On the current stream: hold until every peer has read this rank's last gradient."""
         self.kernels.read_wait(self.rank, self.flags, self.rounds, self.timeout_ns, self.blocks)
-        if self.split_blocks:
-            self.kernels.read_wait(self.rank, self.flags2, self.rounds2, self.timeout_ns, self.split_blocks)
 
     def allreduce(self, buf):
         if isinstance(buf, np.ndarray):

@@ -53,8 +53,6 @@ class FusedStep:
             deferred, exchanged = fused and l == L - 2, self.output_exchanged(l)
             with phase(forward_gemm(l + 1)):
                 self.gemm(Wg[l], acts[l], acts[l + 1], bias=None if deferred or exchanged else b[l])
-            if l == 0:  # trial: the last step's exchange of the layers above the first ran beside this GEMM
-                self.join_exchange()
             if exchanged:  # the ranks' partial sums of the whole layer, then its bias and sigmoid
                 self.comm.allreduce(acts[l + 1])
                 if not deferred:

@@ -29,7 +29,7 @@ import numpy as np
 
 from perflab import kernels
 from perflab.config import HALF_CAPABILITY, HALF_DTYPES, MODES, OVERLAP_CHUNKS, Config, ConfigError, SpecError
-from perflab.train import model, profile
+from perflab.train import model
 from perflab.train.fused_step import FusedStep
 from perflab.train.graphs import Graphs
 from perflab.train.half_gpu import DeviceLossScale, HalfWeights, widened, widest
@@ -142,7 +142,6 @@ class FusedGPU(FusedStep, Graphs, Sequential):
         self.params, self.grads = self.views(self.P, shapes), self.views(self.G, shapes)
         if self.peer_exchange and cfg.dtype == "bfloat16":  # the GEMMs' weight gradients go in BF16 to the peers (D81)
             self.grads = comm.in_copy(self.grads, shapes, range(0, len(shapes) - 2, 2))
-        self.split_exchange = self.split_exchange_at(shapes)
         self.ends = cp.asarray(np.cumsum([int(np.prod(s)) for s in shapes]), dtype=np.int64)
         self.regs = cp.asarray([cfg.reg, 0.0] * (len(shapes) // 2), dtype=dtype)
         self.penalty_regs = self.regs  # the loss's L2 term's (model parallel: a replicated layer's over the ranks)
@@ -172,16 +171,6 @@ class FusedGPU(FusedStep, Graphs, Sequential):
         self.tuned = set()  # GEMM operand layouts already tuned
         self.want_loss = True
         self.settle()
-
-    def split_exchange_at(self, shapes) -> bool:
-        """Trial: the exchange in two launches, the first layer's on the step's stream, the rest beside the next
-        step's first GEMM (PERFLAB_SPLIT_EXCHANGE blocks); only inside an epoch's graph."""
-        first_layer = -(-int(np.prod(shapes[0]) + np.prod(shapes[1])) // 8)
-        if not self.comm.split_blocks or first_layer >= self.P.size // 8:
-            return False
-        self.comm.split_at = first_layer
-        self.exchange_side = SideStream()
-        return True
 
     def settle(self) -> None:
         """Wait for the set-up's own kernels (the half copies of P and of the images, the wgmma constants), which
@@ -280,15 +269,8 @@ class FusedGPU(FusedStep, Graphs, Sequential):
 
     def exchange_and_update(self):
         if self.peer_exchange:
-            rounded = self.half.P_half if self.half else None
-            if self.split_exchange and self.in_epoch and not profile.recording():
-                self.comm.exchange_update(self.P, self.cfg.learning_rate, self.ends, self.regs, rounded=rounded, part=0)
-                with self.exchange_side.beside():
-                    self.comm.exchange_update(self.P, self.cfg.learning_rate, self.ends, self.regs, rounded=rounded,
-                                              part=1)
-                self.exchange_pending = True
-                return
-            self.comm.exchange_update(self.P, self.cfg.learning_rate, self.ends, self.regs, rounded=rounded)
+            self.comm.exchange_update(self.P, self.cfg.learning_rate, self.ends, self.regs,
+                                      rounded=self.half.P_half if self.half else None)
             return
         if self.comm.size > 1 and not self.overlap:
             self.comm.allreduce(self.G)

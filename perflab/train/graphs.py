@@ -59,21 +59,10 @@ class Graphs:
         """The cache key of the epoch graph of these batches (slices)."""
         return ("epoch", tuple((i.start, i.stop) for i in batches), want_loss)
 
-    exchange_pending = in_epoch = False  # trial: a split exchange's second part not yet joined; inside steps()
-
-    def join_exchange(self):
-        """Trial: the current stream waits for the last step's exchange of the layers above the first."""
-        if self.exchange_pending:
-            self.exchange_side.join()
-            self.exchange_pending = False
-
     def steps(self, batches, want_loss: bool):
-        self.in_epoch = True
         for k, index in enumerate(batches):
             Xb, yb, first = self.batch_images(self.local(index))
             self.step(Xb, yb, index.stop - index.start, want_loss and k + 1 == len(batches), first)
-        self.join_exchange()
-        self.in_epoch = False
 
     def replay(self, key, run, *args):
         """Launch the CUDA graph of run(*args) on self.stream, captured on first use."""
