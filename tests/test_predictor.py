@@ -326,7 +326,7 @@ def test_the_update_is_never_faster_than_its_bytes_at_the_device_copy_rate():
     params = predictor.params_of_width(width)
     assert alone < 12 * params / 1e12 and trainstep.update_bytes("float32") == 12
     assert predictor.gpu_update(c, width, 100) == pytest.approx(12 * params / 1e12)
-    assert predictor.gpu_update(c, width, 100, "cublas-bf16") == pytest.approx(14 * params / 1e12)
+    assert predictor.gpu_update(c, width, 100, "bfloat16") == pytest.approx(14 * params / 1e12)
     assert predictor.gpu_update(c, width, 20000) == c.kernel("gpu", predictor.UPDATE, width, 20000)  # longer: its own
     assert predictor.gpu_update(base, width, 100) == alone  # no copy rate
     # a deeper net's step (its kernels timed alone here): the update over all its parameters at that floor
@@ -349,7 +349,7 @@ def test_the_update_is_never_faster_than_its_bytes_at_the_device_copy_rate():
             for name in (predictor.sequence_name("cublas-bf16"), predictor.hidden_layer_name("cublas-bf16"))
             for H in (256, 4096) for B in (100, 20000)]
     bf16 = [predictor.predict_point(point(H="2048-2048", B=100, N=1000, dtype="bfloat16"), more(t, half)) for t in (c, base)]
-    first = predictor.gpu_update(c, 2048, 100, "cublas-bf16") - c.kernel("gpu", predictor.UPDATE, 2048, 100)
+    first = predictor.gpu_update(c, 2048, 100, "bfloat16") - c.kernel("gpu", predictor.UPDATE, 2048, 100)
     assert bf16[0]["t_kernels"] - bf16[1]["t_kernels"] == pytest.approx(14 * params / 1e12 - alone - first)
 
 

@@ -612,10 +612,10 @@ def params_of_width(H: float, D: int = 784, C: int = 10) -> float:
     return perfmodel.Workload(layers=(D, H, C)).num_params
 
 
-def gpu_update(c: Ceilings, width: float, B: float, gemm: str = "cublas", ranks: int = 1) -> float:
+def gpu_update(c: Ceilings, width: float, B: float, dtype: str = "float32", ranks: int = 1) -> float:
     """Seconds of the GPU update over the parameters of 784-width-10 (update_width: a net's as many): the
     ceilings' `SGD + L2 update` there, but never less than its bytes take at the device's copy rate
-    (trainstep.update_bytes, for the step `gemm` names: a half step's update also writes P's 16-bit copy). Timed
+    (trainstep.update_bytes, for the step's precision `dtype`: a half step's update also writes P's 16-bit copy). Timed
     alone, an update of tens of MB runs again from the L2, which in a step the other kernels' data holds; past the
     grid's widest net, the log-log line carries that on (docs/DECISIONS.md, D84). The time alone where the file has
     no device copy rate."""
@@ -623,12 +623,12 @@ def gpu_update(c: Ceilings, width: float, B: float, gemm: str = "cublas", ranks:
     copy = c.rows("device_copy", device="gpu")
     if not len(copy):
         return seconds
-    dtype = next((kind for kind, name in HALF_IMPLS.items() if name == gemm), "float32")
     nbytes = trainstep.update_bytes(dtype, ranks=ranks) * params_of_width(width)
     return max(seconds, nbytes / float(copy.value.iloc[0]))
 
 
-def gpu_deeper(c: Ceilings, hidden: tuple, Bl: float, gemm: str, eager: bool, ranks: int = 1) -> float:
+def gpu_deeper(c: Ceilings, hidden: tuple, Bl: float, gemm: str, eager: bool, dtype: str = "float32",
+               ranks: int = 1) -> float:
     """Seconds a deeper net's step adds on the GPU to the one-hidden-layer step at its first width:
     each hidden layer past the first (`hidden layer (<gemm>)`, timed for H over H, read at the
     geometric mean of its two widths: a GEMM's work is their product), the output layer's kernels at
@@ -646,7 +646,7 @@ def gpu_deeper(c: Ceilings, hidden: tuple, Bl: float, gemm: str, eager: bool, ra
     if gemm not in HALF_IMPLS.values():
         output = [k.name for k in one_layer(gemm) if k.layer == 2]  # the output layer's kernels
         added += sum(c.kernel("gpu", k, top, Bl) - c.kernel("gpu", k, first, Bl) for k in output)
-    return added + gpu_update(c, update_width(hidden), Bl, gemm, ranks) - gpu_update(c, first, Bl, gemm, ranks)
+    return added + gpu_update(c, update_width(hidden), Bl, dtype, ranks) - gpu_update(c, first, Bl, dtype, ranks)
 
 
 def wfbp_sends(hidden: tuple, C: int = perfmodel.C_MNIST) -> list[int]:
@@ -798,6 +798,11 @@ class Step:
         return perfmodel.gradient_buffer_bytes(self.hidden)
 
     @property
+    def dtype(self) -> str:
+        """The step's precision (a half step's gradient and update stay FP32, but its update also rounds P)."""
+        return spec_of(self.point).dtype
+
+    @property
     def graphed(self) -> bool:
         return launched_as_graph(self.point)
 
@@ -825,10 +830,10 @@ def gpu_kernels(s: Step) -> tuple[float, float, tuple | None]:
     layers past the first where the step is launched kernel by kernel, the host floor's spread or None)."""
     c, terms, eager = s.c, s.terms, not s.graphed
     # where the step's kernels are timed alone, its update too is read as gpu_update reads a deeper net's
-    terms["kernels"] = sum(gpu_update(c, s.H, s.Bl, s.gemm, s.p) if k == UPDATE else c.kernel("gpu", k, s.H, s.Bl)
+    terms["kernels"] = sum(gpu_update(c, s.H, s.Bl, s.dtype, s.p) if k == UPDATE else c.kernel("gpu", k, s.H, s.Bl)
                            for k in c.step_names("cupy", s.gemm, eager=eager))
-    terms["kernels"] += gpu_deeper(c, s.hidden, s.Bl, s.gemm, eager=eager, ranks=s.p)
-    update = gpu_update(c, update_width(s.hidden), s.Bl, s.gemm, s.p)
+    terms["kernels"] += gpu_deeper(c, s.hidden, s.Bl, s.gemm, eager=eager, dtype=s.dtype, ranks=s.p)
+    update = gpu_update(c, update_width(s.hidden), s.Bl, s.dtype, s.p)
     # a step launched kernel by kernel: each hidden layer past the first launches its four kernels
     deeper_launches = HIDDEN_LAYER_LAUNCHES * (len(s.hidden) - 1) * c.launch() if eager else 0.0
     mode = s.point["mode"]
