@@ -13,7 +13,8 @@ Rows (tidy): ceiling, size_bytes or shape, ranks, value, unit. Measured where th
   nccl_allreduce_graph  the same replayed in a CUDA graph, as an epoch graph holds it (device time)
   p2p_exchange_update   --comm p2p's exchange: the peers' gradients read over NVLink, summed and
                    applied to the parameters in one kernel, with the wait before the next
-                   backward, in a CUDA graph (device time; GPUs of one node with peer access);
+                   backward, in a CUDA graph, the L2 pushed out first (device time; GPUs of one node
+                   with peer access);
                    p2p_exchange_update_bf16: as a bfloat16 run makes it, the peers' BF16 copies
                    read (size: the FP32 gradient's bytes, as the run's)
   overlap_exchange --overlap's backward GEMM 3 in row chunks, each chunk all-reduced by NCCL on a
@@ -230,15 +231,19 @@ def nccl_allreduce_graph(comm, sizes=SIZES, calls=10, repeats=10) -> list[dict]:
 def p2p_exchange_update(comm, sizes=SIZES, calls=10, repeats=10, bf16: bool = False) -> list[dict]:
     """--comm p2p's exchange and update of a float32 gradient of each size (the comm a P2PComm), in
     a CUDA graph as the epoch graph holds it: the wait for the peers' reads of the last round,
-    then the kernel. Back to back, so each wait finds the last round's reads just done; in a step
-    they finished during forward, so this wait is longer than a step's (docs/DECISIONS.md, D15).
+    then the kernel. Each call as a step meets it: after a fill of four times the L2, whose own time
+    is taken off, so that the parameters and the copies come from memory, not from the L2 of the call
+    before, and the wait finds the peers' last reads long done (in a step they finished during
+    forward). Back to back and warm (ceilings files before D85), small nets' exchanges read short
+    (docs/DECISIONS.md, D15, D85).
     bf16: as a bfloat16 run exchanges it, through the gradient's BF16 copies, which its GEMMs wrote (docs/DECISIONS.md,
     D64, D81)."""
     import cupy as cp
 
     from perflab.timing import time_graph_ms
     rows = []
-    regs = cp.zeros(1, cp.float32)  # one segment, no L2: the kernel's work is the same
+    regs = cp.zeros(1, cp.float32)  # one segment, no L2 term: the kernel's work is the same
+    flood = cp.empty(cp.cuda.Device().attributes["L2CacheSize"], cp.float32)  # four times the L2's bytes
     name, what = ("p2p_exchange_update_bf16", "read BF16 copies, sum, update") if bf16 else \
         ("p2p_exchange_update", "read, sum, update")
     for size in sizes:
@@ -250,11 +255,13 @@ def p2p_exchange_update(comm, sizes=SIZES, calls=10, repeats=10, bf16: bool = Fa
         rounded = cp.empty(n, cp.uint16) if bf16 else None
 
         def call():
+            flood.fill(0)
             comm.read_wait()
             comm.exchange_update(params, 0.1, ends, regs, rounded=rounded)
         t = time_graph_ms(cp, call, calls=calls, repeats=repeats, before=ranks_together(comm)) / 1e3
+        t -= time_graph_ms(cp, lambda: flood.fill(0), calls=calls, repeats=repeats) / 1e3
         kind = TWO_SHOT_IMPL if comm.size >= TWO_SHOT_FROM else "p2p"
-        rows.append(allreduce_row(name, "gpu", f"{kind}: {what} in one kernel", size, comm.size, t))
+        rows.append(allreduce_row(name, "gpu", f"{kind}: {what} in one kernel, L2 cold", size, comm.size, t))
     return rows
 
 
