@@ -36,7 +36,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass, field
-from functools import cache, partial, wraps
+from functools import cache, cached_property, partial, wraps
 from pathlib import Path
 
 import numpy as np
@@ -797,9 +797,10 @@ class Step:
     def gradient(self) -> int:
         return perfmodel.gradient_buffer_bytes(self.hidden)
 
-    @property
+    @cached_property
     def dtype(self) -> str:
-        """The step's precision (a half step's gradient and update stay FP32, but its update also rounds P)."""
+        """The step's precision (a half step's gradient and update stay FP32, but its update also rounds P); the
+        point's spec parsed once a step, not at each of the update's reads."""
         return spec_of(self.point).dtype
 
     @property
